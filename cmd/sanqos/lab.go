@@ -1,0 +1,177 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/sanqos/sanqos/lab"
+	"github.com/spf13/cobra"
+)
+
+func labCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "lab",
+		Short: "Build, inspect and run experiments on the real iSCSI testbed",
+		Long: `The lab is a real iSCSI testbed on this machine: network namespaces bm
+(target, running tgtd) and b2..b5 (initiators, running fio with libiscsi)
+on a Linux bridge; one iSCSI target per shared resource with one LUN per
+initiator; each LUN a loop device on a shared modelled disk group (or, with
+--real-disk, on this machine's disk). Needs root.`,
+	}
+	c.AddCommand(labUpCmd(), labDownCmd(), labStatusCmd(), labServeCmd(), labRunCmd())
+	return c
+}
+
+func labUpCmd() *cobra.Command {
+	o := lab.DefaultOptions()
+	c := &cobra.Command{
+		Use:   "up",
+		Short: "Build the lab (idempotent)",
+		Example: `  sudo sanqos lab up
+  sudo sanqos lab up --real-disk
+  sudo sanqos lab up --resources vg1,vg2 --disk-seek 8ms`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := lab.Up(o, cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			printStatus(cmd, s)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringSliceVar(&o.Resources, "resources", o.Resources, "shared resources (one iSCSI target each)")
+	f.Int64Var(&o.LUNSize, "lun-size", o.LUNSize, "bytes per LUN")
+	f.BoolVar(&o.RealDisk, "real-disk", false, "back the LUNs by files on this machine's disk instead of the modelled disk group")
+	f.DurationVar(&o.Model.Seek, "disk-seek", o.Model.Seek, "modelled positioning time of a non-sequential request")
+	f.DurationVar(&o.Model.Overhead, "disk-overhead", o.Model.Overhead, "modelled fixed cost per request")
+	f.Float64Var(&o.Model.Bandwidth, "disk-bandwidth", o.Model.Bandwidth, "modelled transfer rate, bytes/s")
+	f.IntVar(&o.TargetRmem, "target-rmem", o.TargetRmem, "cap the target's TCP receive buffer (bytes, 0 = kernel default)")
+	return c
+}
+
+func labDownCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "down",
+		Short:   "Remove everything the lab made (also after a crash)",
+		Example: "  sudo sanqos lab down",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return lab.Down(cmd.OutOrStdout())
+		},
+	}
+}
+
+func labStatusCmd() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:     "status",
+		Short:   "Show the lab, its health and the measured capacity of each resource",
+		Example: "  sudo sanqos lab status\n  sudo sanqos lab status --json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := lab.LoadState()
+			if err != nil {
+				if left := lab.Leftovers(); len(left) > 0 {
+					return fmt.Errorf("lab is down but leftovers exist (%s): run `sanqos lab down`", strings.Join(left, ", "))
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), "lab is down")
+				return nil
+			}
+			if asJSON {
+				e := json.NewEncoder(cmd.OutOrStdout())
+				e.SetIndent("", "  ")
+				return e.Encode(struct {
+					*lab.State
+					Problems []string `json:"problems"`
+				}{s, s.Health()})
+			}
+			printStatus(cmd, s)
+			if p := s.Health(); len(p) > 0 {
+				return fmt.Errorf("lab unhealthy: %s", strings.Join(p, "; "))
+			}
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print the state as JSON")
+	return c
+}
+
+func printStatus(cmd *cobra.Command, s *lab.State) {
+	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	kind := fmt.Sprintf("modelled disk group (seek %v, overhead %v, %.0f MB/s)", s.Options.Model.Seek, s.Options.Model.Overhead, s.Options.Model.Bandwidth/1e6)
+	if s.Options.RealDisk {
+		kind = "this machine's disk"
+	}
+	fmt.Fprintf(w, "target\t%s:%d in netns %s (tgtd -C %d)\n", lab.TargetAddr, lab.ISCSIPort, lab.TargetNS, lab.TgtdPort)
+	fmt.Fprintf(w, "shared resource\t%s\n", kind)
+	for i, r := range s.Resources {
+		fmt.Fprintf(w, "resource %s\t%s\n", r.Name, r.IQN)
+		if i < len(s.Capacity) {
+			c := s.Capacity[i]
+			fmt.Fprintf(w, "  capacity\t%.1f MB/s sequential 64 KiB writes (4 streams); %.0f IOPS / %.2f ms random 8 KiB reads (qd 1)\n", c.SeqWriteMBs, c.RandReadIOPS, c.RandReadMs)
+		}
+		for _, l := range r.LUNs {
+			fmt.Fprintf(w, "  LUN %d\t%s (%s) → /dev/%s\n", l.Number, l.Host, lab.HostAddr(l.Host), l.Loop)
+		}
+	}
+	w.Flush()
+}
+
+func labServeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "serve",
+		Short:  "Run the lab supervisor (started by `lab up`)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return lab.Serve(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+		},
+	}
+}
+
+func labRunCmd() *cobra.Command {
+	o := lab.RunOptions{Results: "results", Repeat: 1}
+	var list strings.Builder
+	for _, e := range lab.Experiments() {
+		fmt.Fprintf(&list, "  %-18s %s\n", e.Name, e.Title)
+	}
+	c := &cobra.Command{
+		Use:   "run NAME",
+		Short: "Run an experiment and write results/NAME/RUN/",
+		Long: "Runs an experiment on the lab (bring it up first with `sanqos lab up`) and\n" +
+			"writes results/NAME/RUN-ID/: trace.csv (one row per device per 100 ms),\n" +
+			"per-host fio job files, JSON output and logs, summary.json and PNG plots.\n\nExperiments:\n" + list.String(),
+		Example: `  sudo sanqos lab run interference
+  sudo sanqos lab run interference --scale 1 --repeat 3
+  sudo sanqos lab run equal-share --scale 0.1`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Progress = os.Stderr
+			dir, err := lab.RunExperiment(args[0], o)
+			if dir != "" {
+				fmt.Fprintln(cmd.OutOrStdout(), "results:", dir)
+			}
+			if err != nil {
+				return err
+			}
+			b, err := os.ReadFile(dir + "/summary.json")
+			if err == nil {
+				cmd.OutOrStdout().Write(b)
+			}
+			return err
+		},
+	}
+	f := c.Flags()
+	f.Float64Var(&o.Scale, "scale", 0, "multiply the thesis' durations (0: the experiment's default, short enough for CI)")
+	f.IntVar(&o.Repeat, "repeat", 1, "repeat each phase to report run-to-run spread")
+	f.StringVar(&o.Results, "results", o.Results, "results root directory")
+	f.StringVar(&o.RunID, "run-id", "", "name of the run directory (default: UTC timestamp)")
+	f.StringVar(&o.Resource, "resource", "", "resource to load (default: the first)")
+	return c
+}

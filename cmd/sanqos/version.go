@@ -1,0 +1,20 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/sanqos/sanqos/internal/version"
+	"github.com/spf13/cobra"
+)
+
+func versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "version",
+		Short:   "Print the version",
+		Example: "  sanqos version",
+		Args:    cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), "sanqos", version.String())
+		},
+	}
+}

@@ -1,0 +1,41 @@
+// Package testenv holds the checks that tests needing real kernel features
+// (root, network namespaces, iptables, tgtd, fio) make before they start.
+// Outside CI a missing prerequisite skips the test with the reason; in CI
+// (CI=true) it fails the test, so a lab test can never pass by not running.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// InCI reports whether we run under .ci/run.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// missing skips or fails t with why.
+func missing(t testing.TB, why string) {
+	t.Helper()
+	if InCI() {
+		t.Fatalf("prerequisite missing in CI: %s", why)
+	}
+	t.Skipf("prerequisite missing (fails in CI): %s", why)
+}
+
+// RequireRoot needs uid 0 (netns, netfilter, loop devices, tgtd).
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		missing(t, "test needs root")
+	}
+}
+
+// RequireCommands needs each named program on PATH.
+func RequireCommands(t testing.TB, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if _, err := exec.LookPath(n); err != nil {
+			missing(t, n+" not installed (run scripts/setup.sh)")
+		}
+	}
+}

@@ -1,0 +1,58 @@
+package lab
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"strings"
+)
+
+// run executes a program directly (never through a shell) and returns its
+// stdout; the error carries stderr so failures say what the tool said.
+func run(name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
+
+// inNS runs a program inside a named network namespace.
+func inNS(ns, name string, args ...string) (string, error) {
+	return run("ip", append([]string{"netns", "exec", ns, name}, args...)...)
+}
+
+// Prereqs are the programs the lab needs, with the command installing them.
+var Prereqs = []struct{ Cmd, Install string }{
+	{"ip", "apt-get install iproute2"},
+	{"tgtd", "apt-get install tgt"},
+	{"tgtadm", "apt-get install tgt"},
+	{"losetup", "apt-get install mount"},
+	{"iptables", "apt-get install iptables"},
+	{"ipset", "apt-get install ipset"},
+	{"nstat", "apt-get install iproute2"},
+	{"fio", "scripts/setup.sh (builds fio from Debian's source with --enable-libiscsi)"},
+}
+
+// CheckPrereqs names every missing program and how to install it, and
+// checks that fio has the libiscsi engine.
+func CheckPrereqs() error {
+	var missing []string
+	for _, p := range Prereqs {
+		if _, err := exec.LookPath(p.Cmd); err != nil {
+			missing = append(missing, fmt.Sprintf("%s (install: %s)", p.Cmd, p.Install))
+		}
+	}
+	if len(missing) == 0 {
+		out, _ := run("fio", "--enghelp")
+		if !strings.Contains(out, "libiscsi") {
+			missing = append(missing, "fio with the libiscsi engine (install: scripts/setup.sh)")
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing: %s", strings.Join(missing, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,294 @@
+package lab
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sanqos/sanqos/report"
+	"github.com/sanqos/sanqos/sample"
+)
+
+// Experiment is a named, reproducible lab run (thesis chapter 5).
+type Experiment struct {
+	Name  string
+	Title string
+	// DefaultScale is the time scale when the user gives none: short enough
+	// for CI, long enough for the figure to mean something.
+	DefaultScale float64
+	Run          func(r *Runner) (summary any, err error)
+}
+
+var experiments = map[string]*Experiment{}
+
+func register(e *Experiment) { experiments[e.Name] = e }
+
+// Experiments lists the registered experiments by name.
+func Experiments() []*Experiment {
+	var out []*Experiment
+	for _, e := range experiments {
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].Name < out[k].Name })
+	return out
+}
+
+// Lookup finds an experiment or says which exist.
+func Lookup(name string) (*Experiment, error) {
+	if e, ok := experiments[name]; ok {
+		return e, nil
+	}
+	var names []string
+	for _, e := range Experiments() {
+		names = append(names, e.Name)
+	}
+	return nil, fmt.Errorf("unknown experiment %q (have: %s)", name, strings.Join(names, ", "))
+}
+
+// RunExperiment runs name and returns the results directory.
+func RunExperiment(name string, o RunOptions) (string, error) {
+	e, err := Lookup(name)
+	if err != nil {
+		return "", err
+	}
+	if o.Scale == 0 {
+		o.Scale = e.DefaultScale
+	}
+	if o.Scale < 0.01 || o.Scale > 10 {
+		return "", fmt.Errorf("scale %v: want 0.01..10", o.Scale)
+	}
+	if o.Repeat < 0 || o.Repeat > 50 {
+		return "", fmt.Errorf("repeat %d: want 1..50", o.Repeat)
+	}
+	r, err := NewRunner(name, o)
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	sum, err := e.Run(r)
+	if err != nil {
+		return r.Dir, err
+	}
+	return r.Dir, r.WriteSummary(sum)
+}
+
+func readWait(iv sample.Interval) float64 { return iv.ReadWaitMs }
+func readMBs(iv sample.Interval) float64  { return iv.ReadBps / 1e6 }
+func writeMBs(iv sample.Interval) float64 { return iv.WriteBps / 1e6 }
+
+// smooth is the thesis' plotting filter, an EWMA with α = 0.15 that skips
+// intervals without completions.
+func smooth(y []float64) []float64 {
+	out := make([]float64, len(y))
+	l := math.NaN()
+	for i, v := range y {
+		if !math.IsNaN(v) {
+			if math.IsNaN(l) {
+				l = v
+			} else {
+				l = 0.15*v + 0.85*l
+			}
+		}
+		out[i] = l
+	}
+	return out
+}
+
+// windowMean averages f over hosts' intervals inside the window, summing
+// across hosts per tick (aggregate rate).
+func windowAggregate(res *PhaseResult, hosts []string, f func(sample.Interval) float64) float64 {
+	w := res.Window()
+	if len(w) == 0 {
+		return math.NaN()
+	}
+	var sum float64
+	for _, t := range w {
+		for _, h := range hosts {
+			if iv, ok := t.Dev[h]; ok {
+				sum += f(iv)
+			}
+		}
+	}
+	return sum / float64(len(w))
+}
+
+func windowValues(res *PhaseResult, host string, f func(sample.Interval) float64) []float64 {
+	var v []float64
+	for _, t := range res.Window() {
+		if iv, ok := t.Dev[host]; ok {
+			v = append(v, f(iv))
+		}
+	}
+	return v
+}
+
+func sumRetrans(rs []*PhaseResult) uint64 {
+	var n uint64
+	for _, r := range rs {
+		n += r.Retrans
+	}
+	return n
+}
+
+func init() {
+	register(&Experiment{
+		Name:         "equal-share",
+		Title:        "Four equal sequential readers share the resource (thesis Fig 5.1)",
+		DefaultScale: 0.25,
+		Run:          runEqualShare,
+	})
+	register(&Experiment{
+		Name:         "interference",
+		Title:        "A rate-limited random reader vs 0/1/3/12 sequential writers (thesis Fig 5.7)",
+		DefaultScale: 0.25,
+		Run:          runInterference,
+	})
+}
+
+// EqualShareSummary is summary.json of equal-share.
+type EqualShareSummary struct {
+	Experiment string             `json:"experiment"`
+	Scale      float64            `json:"scale"`
+	PerHostMBs map[string]float64 `json:"per_host_mb_s"`
+	TotalMBs   float64            `json:"total_mb_s"`
+	Fairness   float64            `json:"fairness"`
+	Retrans    uint64             `json:"retransmits"`
+}
+
+func runEqualShare(r *Runner) (any, error) {
+	length := r.Scale(60 * time.Second)
+	p := &Phase{Name: "readers", Label: "4 sequential readers", Length: length + time.Second, From: 2 * time.Second, To: length - time.Second}
+	for _, h := range Hosts {
+		p.Jobs = append(p.Jobs, Job{Name: "seqread", Host: h, URL: r.LUN(h).URL, RW: "read", BS: 64 << 10, Runtime: length})
+	}
+	rs, err := r.RunAll([]*Phase{p})
+	if err != nil {
+		return nil, err
+	}
+	s := EqualShareSummary{Experiment: "equal-share", Scale: r.opts.Scale, PerHostMBs: map[string]float64{}, Retrans: sumRetrans(rs)}
+	var rates []float64
+	for _, h := range Hosts {
+		var v []float64
+		for _, res := range rs {
+			v = append(v, windowAggregate(res, []string{h}, readMBs))
+		}
+		m, _ := report.MeanStderr(v)
+		s.PerHostMBs[h] = round(m, 2)
+		rates = append(rates, m)
+		s.TotalMBs += m
+	}
+	s.TotalMBs = round(s.TotalMBs, 2)
+	s.Fairness = round(report.Jain(rates), 4)
+	var series []report.Series
+	for _, h := range Hosts {
+		x, y := rs[0].Series(h, readMBs)
+		series = append(series, report.Series{Name: h, X: x, Y: smooth(y)})
+	}
+	err = report.TimePlot(filepath.Join(r.Dir, "read-rates.png"), "Equal sequential readers share the resource (Fig 5.1)", "time (s)", "read rate (MB/s, EWMA 0.15)", series, nil)
+	return s, err
+}
+
+// InterferenceRun is one writers count of the interference experiment.
+type InterferenceRun struct {
+	Writers      int         `json:"writers"`
+	ReadWaitMs   report.Dist `json:"read_wait_ms"`
+	WriteMBs     float64     `json:"write_mb_s"`
+	P95PerRepeat []float64   `json:"p95_per_repeat"`
+}
+
+// InterferenceSummary is summary.json of interference.
+type InterferenceSummary struct {
+	Experiment string            `json:"experiment"`
+	Scale      float64           `json:"scale"`
+	Runs       []InterferenceRun `json:"runs"`
+	// P95Ratio12 is p95 read wait with 12 writers over that with none.
+	P95Ratio12 float64 `json:"p95_ratio_12_vs_0"`
+	Retrans    uint64  `json:"retransmits"`
+}
+
+// InterferenceWriters are the thesis' interference levels.
+var InterferenceWriters = []int{0, 1, 3, 12}
+
+// reader is the thesis' "smalljob": 8 KiB random reads at 256 KiB/s.
+func (r *Runner) reader(runtime time.Duration) Job {
+	return Job{Name: "smalljob", Host: "b2", URL: r.LUN("b2").URL, RW: "randread", BS: 8 << 10, Rate: 256 << 10, Runtime: runtime}
+}
+
+// writers spreads n sequential 64 KiB writer threads over b3..b5, each
+// host on its own LUN, each thread in its own region of it.
+func (r *Runner) writers(n int, start, runtime time.Duration) []Job {
+	var jobs []Job
+	hosts := Hosts[1:]
+	for i, h := range hosts {
+		k := n / len(hosts)
+		if i < n%len(hosts) {
+			k++
+		}
+		if k == 0 {
+			continue
+		}
+		jobs = append(jobs, Job{Name: "writer", Host: h, URL: r.LUN(h).URL, RW: "write", BS: 64 << 10, NumJobs: k,
+			Start: start, Runtime: runtime, Size: r.State.Options.LUNSize / int64(k) / 65536 * 65536})
+	}
+	return jobs
+}
+
+func runInterference(r *Runner) (any, error) {
+	lead, wrun, tail := r.Scale(60*time.Second), r.Scale(65*time.Second), r.Scale(20*time.Second)
+	var phases []*Phase
+	for _, n := range InterferenceWriters {
+		p := &Phase{Name: fmt.Sprintf("writers-%d", n), Label: fmt.Sprintf("%d writers", n), Params: map[string]string{"writers": fmt.Sprint(n)},
+			Length: lead + wrun + tail, From: lead, To: lead + wrun}
+		p.Jobs = append([]Job{r.reader(lead + wrun + tail)}, r.writers(n, lead, wrun)...)
+		phases = append(phases, p)
+	}
+	rs, err := r.RunAll(phases)
+	if err != nil {
+		return nil, err
+	}
+	s := InterferenceSummary{Experiment: "interference", Scale: r.opts.Scale, Retrans: sumRetrans(rs)}
+	var series []report.Series
+	for i, n := range InterferenceWriters {
+		run := InterferenceRun{Writers: n}
+		var waits, wr []float64
+		for _, res := range rs {
+			if res.Phase != phases[i] {
+				continue
+			}
+			v := windowValues(res, "b2", readWait)
+			waits = append(waits, v...)
+			run.P95PerRepeat = append(run.P95PerRepeat, round(report.Describe(v).P95, 2))
+			wr = append(wr, windowAggregate(res, Hosts[1:], writeMBs))
+			if res.Repeat == 0 {
+				x, y := res.Series("b2", readWait)
+				series = append(series, report.Series{Name: phases[i].Label, X: x, Y: smooth(y)})
+			}
+		}
+		run.ReadWaitMs = roundDist(report.Describe(waits))
+		m, _ := report.MeanStderr(wr)
+		run.WriteMBs = round(m, 2)
+		s.Runs = append(s.Runs, run)
+	}
+	if base := s.Runs[0].ReadWaitMs.P95; base > 0 {
+		s.P95Ratio12 = round(s.Runs[len(s.Runs)-1].ReadWaitMs.P95/base, 2)
+	}
+	err = report.TimePlot(filepath.Join(r.Dir, "read-wait.png"),
+		"smalljob's read wait vs interfering writers (Fig 5.7)", "time (s)", "read wait of b2's LUN (ms, EWMA 0.15)", series, nil)
+	return s, err
+}
+
+func round(v float64, d int) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0
+	}
+	p := math.Pow(10, float64(d))
+	return math.Round(v*p) / p
+}
+
+func roundDist(d report.Dist) report.Dist {
+	d.Mean, d.P50, d.P95, d.Max = round(d.Mean, 2), round(d.P50, 2), round(d.P95, 2), round(d.Max, 2)
+	return d
+}

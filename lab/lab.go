@@ -1,0 +1,193 @@
+// Package lab builds and runs the real iSCSI testbed of DESIGN.md on one
+// machine: network namespaces bm (target) and b2..b5 (initiators) on a Linux
+// bridge, tgtd in bm serving one target per resource with one LUN per
+// initiator, each LUN a loop device on a shared modelled disk (or the real
+// disk), and fio with the libiscsi engine as the initiators' workload.
+//
+// Everything it creates is labelled (fixed namespace names, paths under
+// StateDir and StoreDir, tgtd's private control port) so that Down finds and
+// removes it even after a crash. It must not touch any namespace, loop
+// device, process or file that is not its own.
+package lab
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sanqos/sanqos/lab/diskmodel"
+)
+
+// Paths and names that label the lab's kernel and filesystem objects.
+const (
+	StateDir   = "/run/sanqos-lab"
+	StoreDir   = "/dev/shm/sanqos-lab"      // tmpfs: the modelled disk's data
+	RealDir    = "/var/lib/sanqos-lab/real" // --real-disk backing files
+	SwitchNS   = "sqlan"                    // namespace holding the bridge
+	TargetNS   = "bm"
+	TgtdPort   = 31 // tgtd -C: its control socket is /var/run/tgtd/socket.31
+	ISCSIPort  = 3260
+	IQNPrefix  = "iqn.2026-11.lab:"
+	subnet     = "10.99.0."
+	bridgeName = "br0"
+	// ServeLog outlives Down so a failed Up can be diagnosed.
+	ServeLog = "/run/sanqos-lab-serve.log"
+)
+
+// Hosts are the initiator namespaces, in LUN order.
+var Hosts = []string{"b2", "b3", "b4", "b5"}
+
+// TargetAddr is the target's portal address inside the lab.
+var TargetAddr = netip.MustParseAddr(subnet + "1")
+
+// HostAddr returns an initiator's address (b2 → 10.99.0.2).
+func HostAddr(host string) netip.Addr {
+	var n int
+	fmt.Sscanf(host, "b%d", &n)
+	return netip.MustParseAddr(fmt.Sprintf("%s%d", subnet, n))
+}
+
+// Options choose what Up builds.
+type Options struct {
+	Resources []string         `json:"resources"` // shared pools, one iSCSI target each
+	LUNSize   int64            `json:"lun_size"`  // bytes per LUN
+	RealDisk  bool             `json:"real_disk"` // back LUNs by files on the machine's disk
+	Model     diskmodel.Params `json:"model"`
+	// TargetRmem caps the target's TCP receive buffer (bytes, 0 = kernel
+	// default). It bounds how much write data an initiator may have in
+	// flight per round trip, which is what lets delayed ACKs throttle
+	// writes (thesis 4.1, seed 001 ch. 4); see README "Lab".
+	TargetRmem int `json:"target_rmem"`
+}
+
+// DefaultOptions is the lab of DESIGN.md: one resource, 1 GiB LUNs, the
+// modelled disk group.
+func DefaultOptions() Options {
+	return Options{Resources: []string{"vg1"}, LUNSize: 1 << 30, Model: diskmodel.DefaultParams()}
+}
+
+// Validate checks options as a whole before anything is created.
+func (o Options) Validate() error {
+	if len(o.Resources) == 0 || len(o.Resources) > 8 {
+		return fmt.Errorf("resources: want 1..8, got %d", len(o.Resources))
+	}
+	seen := map[string]bool{}
+	for _, r := range o.Resources {
+		if r == "" || len(r) > 32 || !isName(r) || seen[r] {
+			return fmt.Errorf("resource name %q: want unique [a-z0-9-], at most 32 characters", r)
+		}
+		seen[r] = true
+	}
+	if o.LUNSize < 64<<20 || o.LUNSize > 64<<30 {
+		return fmt.Errorf("lun size %d: want 64 MiB..64 GiB", o.LUNSize)
+	}
+	if o.TargetRmem != 0 && (o.TargetRmem < 4096 || o.TargetRmem > 64<<20) {
+		return fmt.Errorf("target rmem %d: want 0 (default) or 4 KiB..64 MiB", o.TargetRmem)
+	}
+	if !o.RealDisk {
+		return o.Model.Validate()
+	}
+	return nil
+}
+
+func isName(s string) bool {
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// LUN is one initiator's logical volume on a resource.
+type LUN struct {
+	Host    string `json:"host"`
+	Number  int    `json:"lun"`
+	File    string `json:"file"`    // backing file the loop device reads
+	Store   string `json:"store"`   // where its bytes live
+	Loop    string `json:"loop"`    // e.g. "loop3"
+	URL     string `json:"url"`     // fio libiscsi filename
+	Backing string `json:"backing"` // tgt backing store path (/dev/loopN)
+}
+
+// Resource is one shared pool and its iSCSI target.
+type Resource struct {
+	Name  string `json:"name"`
+	TID   int    `json:"tid"`
+	IQN   string `json:"iqn"`
+	Mount string `json:"mount,omitempty"` // FUSE mount (modelled disk)
+	Store string `json:"store"`
+	LUNs  []LUN  `json:"luns"`
+}
+
+// Capacity is what the shared resource delivered in Up's calibration.
+type Capacity struct {
+	SeqWriteMBs   float64 `json:"seq_write_mb_s"` // 64 KiB sequential writes, 4 streams
+	RandReadIOPS  float64 `json:"rand_read_iops"` // 8 KiB random reads, one at a time
+	RandReadMs    float64 `json:"rand_read_ms"`   // their mean latency
+	MeasuredAt    string  `json:"measured_at"`
+	MeasuredOnDir string  `json:"measured_on"`
+}
+
+// State is the lab as built, saved in StateDir/state.json.
+type State struct {
+	Options   Options    `json:"options"`
+	Resources []Resource `json:"resources"`
+	ServePID  int        `json:"serve_pid"`
+	Capacity  []Capacity `json:"capacity"`
+	Created   time.Time  `json:"created"`
+}
+
+func statePath() string { return filepath.Join(StateDir, "state.json") }
+
+// LoadState reads the saved state; os.ErrNotExist when the lab is down.
+func LoadState() (*State, error) {
+	b, err := os.ReadFile(statePath())
+	if err != nil {
+		return nil, err
+	}
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", statePath(), err)
+	}
+	return &s, nil
+}
+
+func (s *State) save() error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := statePath() + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, statePath())
+}
+
+// Resource returns the named resource.
+func (s *State) Resource(name string) (*Resource, error) {
+	for i := range s.Resources {
+		if s.Resources[i].Name == name {
+			return &s.Resources[i], nil
+		}
+	}
+	return nil, fmt.Errorf("no resource %q in the lab", name)
+}
+
+// LUNOf returns host's LUN on resource r.
+func (r *Resource) LUNOf(host string) (*LUN, error) {
+	for i := range r.LUNs {
+		if r.LUNs[i].Host == host {
+			return &r.LUNs[i], nil
+		}
+	}
+	return nil, fmt.Errorf("resource %s has no LUN for %s", r.Name, host)
+}
+
+// ErrNotRoot is returned when the lab is driven without root.
+var ErrNotRoot = errors.New("the lab needs root (network namespaces, loop devices, tgtd): run with sudo")

@@ -1,0 +1,133 @@
+package lab
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sanqos/sanqos/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	ServeIfAsked()
+	os.Exit(m.Run())
+}
+
+func requireLab(t *testing.T) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	if err := CheckPrereqs(); err != nil {
+		testenv.RequireCommands(t, "fio-with-libiscsi: "+err.Error())
+	}
+}
+
+// The foundation's acceptance test: a real lab, a short interference run,
+// the 3x effect on the reader's p95 wait, and nothing left after Down.
+func TestLabInterferenceAndCleanDown(t *testing.T) {
+	requireLab(t)
+	if left := Leftovers(); len(left) > 0 {
+		t.Fatalf("lab objects exist before the test (run `sanqos lab down`): %v", left)
+	}
+	t.Cleanup(func() {
+		if err := Down(io.Discard); err != nil {
+			t.Errorf("down: %v", err)
+		}
+		if left := Leftovers(); len(left) > 0 {
+			t.Errorf("left behind after down: %v", left)
+		}
+	})
+	o := DefaultOptions()
+	o.LUNSize = 256 << 20
+	s, err := Up(o, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := s.Capacity[0]; c.SeqWriteMBs < 5 || c.RandReadMs <= 0 {
+		t.Fatalf("implausible capacity %+v", c)
+	}
+	// Up twice is fine and keeps the same lab.
+	s2, err := Up(o, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s2.ServePID != s.ServePID {
+		t.Fatalf("second Up rebuilt a healthy lab (supervisor %d → %d)", s.ServePID, s2.ServePID)
+	}
+	results := t.TempDir()
+	dir, err := RunExperiment("interference", RunOptions{Scale: 0.1, Results: results, Repeat: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum InterferenceSummary
+	b, err := os.ReadFile(filepath.Join(dir, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &sum); err != nil {
+		t.Fatal(err)
+	}
+	if len(sum.Runs) != 4 {
+		t.Fatalf("runs: %+v", sum.Runs)
+	}
+	none, twelve := sum.Runs[0], sum.Runs[3]
+	t.Logf("p95 read wait: 0 writers %.2f ms, 12 writers %.2f ms (%.1fx); writes %.1f MB/s", none.ReadWaitMs.P95, twelve.ReadWaitMs.P95, sum.P95Ratio12, twelve.WriteMBs)
+	if none.ReadWaitMs.N < 10 || twelve.ReadWaitMs.N < 10 {
+		t.Fatalf("too few read-wait samples: %d, %d", none.ReadWaitMs.N, twelve.ReadWaitMs.N)
+	}
+	if twelve.ReadWaitMs.P95 < 3*none.ReadWaitMs.P95 {
+		t.Errorf("12 writers raised p95 read wait only from %.2f to %.2f ms (< 3x)", none.ReadWaitMs.P95, twelve.ReadWaitMs.P95)
+	}
+	if none.WriteMBs != 0 || twelve.WriteMBs < 5 {
+		t.Errorf("write rates: none %.2f, twelve %.2f MB/s", none.WriteMBs, twelve.WriteMBs)
+	}
+	for _, f := range []string{"trace.csv", "read-wait.png", "writers-12.r0/b3.json", "writers-12.r0/b2.fio"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("missing result file: %v", err)
+		}
+	}
+	trace, _ := os.ReadFile(filepath.Join(dir, "trace.csv"))
+	if n := strings.Count(string(trace), "\n"); n < 4*4*100 {
+		t.Errorf("trace has %d rows, want one per device per 100 ms", n)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mut  func(*Options)
+	}{
+		{"no resources", func(o *Options) { o.Resources = nil }},
+		{"bad name", func(o *Options) { o.Resources = []string{"VG 1"} }},
+		{"duplicate", func(o *Options) { o.Resources = []string{"a", "a"} }},
+		{"tiny lun", func(o *Options) { o.LUNSize = 1 << 20 }},
+		{"bad model", func(o *Options) { o.Model.Bandwidth = 0 }},
+		{"bad rmem", func(o *Options) { o.TargetRmem = 10 }},
+	} {
+		o := DefaultOptions()
+		tc.mut(&o)
+		if o.Validate() == nil {
+			t.Errorf("%s: accepted", tc.name)
+		}
+	}
+	if err := DefaultOptions().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestParseRetransSegs(t *testing.T) {
+	f, err := os.Open("testdata/snmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n, err := ParseRetransSegs(f)
+	if err != nil || n != 29 {
+		t.Fatalf("got %d, %v; want 29", n, err)
+	}
+	if _, err := ParseRetransSegs(strings.NewReader("Ip: a b\nIp: 1 2\n")); err == nil {
+		t.Fatal("parsed a file without Tcp lines")
+	}
+}

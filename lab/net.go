@@ -1,0 +1,100 @@
+package lab
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// Namespaces are every namespace the lab owns.
+func Namespaces() []string { return append([]string{SwitchNS, TargetNS}, Hosts...) }
+
+func nsExists(ns string) bool {
+	_, err := os.Stat(filepath.Join("/run/netns", ns))
+	return err == nil
+}
+
+// setupNetwork creates the switch namespace with a bridge and one veth per
+// host namespace. Idempotent per namespace: an existing one is kept.
+func setupNetwork(o Options) error {
+	if !nsExists(SwitchNS) {
+		if _, err := run("ip", "netns", "add", SwitchNS); err != nil {
+			return err
+		}
+		steps := [][]string{
+			{"-n", SwitchNS, "link", "add", bridgeName, "type", "bridge"},
+			{"-n", SwitchNS, "link", "set", bridgeName, "up"},
+			{"-n", SwitchNS, "link", "set", "lo", "up"},
+		}
+		for _, s := range steps {
+			if _, err := run("ip", s...); err != nil {
+				return err
+			}
+		}
+	}
+	for _, ns := range append([]string{TargetNS}, Hosts...) {
+		if nsExists(ns) {
+			continue
+		}
+		addr := TargetAddr
+		if ns != TargetNS {
+			addr = HostAddr(ns)
+		}
+		port := "p-" + ns
+		steps := [][]string{
+			{"netns", "add", ns},
+			{"-n", SwitchNS, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns},
+			{"-n", SwitchNS, "link", "set", port, "master", bridgeName, "up"},
+			{"-n", ns, "addr", "add", addr.String() + "/24", "dev", "eth0"},
+			{"-n", ns, "link", "set", "eth0", "up"},
+			{"-n", ns, "link", "set", "lo", "up"},
+		}
+		for _, s := range steps {
+			if _, err := run("ip", s...); err != nil {
+				return err
+			}
+		}
+	}
+	if o.TargetRmem > 0 {
+		v := fmt.Sprintf("4096 %d %d", min(o.TargetRmem, 131072), o.TargetRmem)
+		if _, err := inNS(TargetNS, "sysctl", "-q", "-w", "net.ipv4.tcp_rmem="+v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func teardownNetwork() []error {
+	var errs []error
+	for _, ns := range Namespaces() {
+		if nsExists(ns) {
+			if _, err := run("ip", "netns", "del", ns); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errs
+}
+
+// nsPids lists processes whose network namespace is the named one, so Down
+// can stop stragglers (a fio left by a killed run) before deleting it.
+func nsPids(ns string) []int {
+	target, err := os.Stat(filepath.Join("/run/netns", ns))
+	if err != nil {
+		return nil
+	}
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.Stat(filepath.Join("/proc", e.Name(), "ns", "net"))
+		if err == nil && os.SameFile(st, target) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}

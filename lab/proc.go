@@ -1,0 +1,42 @@
+package lab
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// findProcs returns the pids whose argv matches.
+func findProcs(match func(argv []string) bool) []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		if match(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func killAll(pids []int) {
+	for _, p := range pids {
+		syscall.Kill(p, syscall.SIGKILL)
+	}
+}
+
+func alive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }
+
+// isServe matches the lab's supervisor process.
+func isServe(argv []string) bool {
+	return len(argv) == 3 && (filepath.Base(argv[0]) == "sanqos" || strings.HasSuffix(argv[0], ".test")) && argv[1] == "lab" && argv[2] == "serve"
+}

@@ -1,0 +1,355 @@
+package lab
+
+import (
+	"bufio"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sanqos/sanqos/sample"
+)
+
+// RunOptions control an experiment run.
+type RunOptions struct {
+	Scale    float64   // multiplies every duration of the plan (1 = thesis length)
+	Repeat   int       // repeats of each phase, for run-to-run spread
+	Results  string    // results root (results/)
+	RunID    string    // defaults to a UTC timestamp
+	Resource string    // resource to load (default: the first)
+	Progress io.Writer // progress bar / lines (nil: quiet)
+}
+
+// Event is a timed action inside a phase (e.g. set a throttle at 30 s).
+type Event struct {
+	At   time.Duration
+	Name string
+	Do   func() error
+}
+
+// Phase is one unit of load: fio jobs started together, sampled together.
+type Phase struct {
+	Name   string
+	Label  string            // legend text
+	Params map[string]string // recorded in the trace (e.g. writers=12)
+	Jobs   []Job
+	Events []Event
+	Length time.Duration // wall time to sample (jobs end by then)
+	// Window is the analysis window inside the phase (e.g. while writers run).
+	From, To time.Duration
+}
+
+// Tick is one 100 ms sample of every LUN device of the resource.
+type Tick struct {
+	T   float64                    // seconds since phase start (end of interval)
+	Dev map[string]sample.Interval // by host
+}
+
+// PhaseResult is what a phase recorded.
+type PhaseResult struct {
+	Phase   *Phase
+	Repeat  int
+	Ticks   []Tick
+	Retrans uint64 // TCP RetransSegs on target + initiators during the phase
+	FioErr  error
+}
+
+// Window returns the ticks inside the phase's analysis window.
+func (r *PhaseResult) Window() []Tick {
+	var w []Tick
+	for _, t := range r.Ticks {
+		if t.T > r.Phase.From.Seconds() && t.T <= r.Phase.To.Seconds() {
+			w = append(w, t)
+		}
+	}
+	return w
+}
+
+// Series returns f(host interval) over the phase's ticks.
+func (r *PhaseResult) Series(host string, f func(sample.Interval) float64) (x, y []float64) {
+	for _, t := range r.Ticks {
+		iv, ok := t.Dev[host]
+		if !ok {
+			continue
+		}
+		x = append(x, t.T)
+		y = append(y, f(iv))
+	}
+	return x, y
+}
+
+// Runner executes phases on a built lab.
+type Runner struct {
+	State    *State
+	Res      *Resource
+	Dir      string
+	opts     RunOptions
+	trace    *csv.Writer
+	traceF   *os.File
+	progress *progress
+}
+
+// NewRunner prepares results/<name>/<run-id>/.
+func NewRunner(name string, o RunOptions) (*Runner, error) {
+	if os.Geteuid() != 0 {
+		return nil, ErrNotRoot
+	}
+	s, err := LoadState()
+	if err != nil {
+		return nil, fmt.Errorf("lab is not up (run `sanqos lab up`): %w", err)
+	}
+	if p := s.Health(); len(p) > 0 {
+		return nil, fmt.Errorf("lab unhealthy (%s): run `sanqos lab up`", strings.Join(p, "; "))
+	}
+	res := &s.Resources[0]
+	if o.Resource != "" {
+		if res, err = s.Resource(o.Resource); err != nil {
+			return nil, err
+		}
+	}
+	if o.RunID == "" {
+		o.RunID = time.Now().UTC().Format("20060102-150405")
+	}
+	dir := filepath.Join(o.Results, name, o.RunID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(filepath.Join(dir, "trace.csv"))
+	if err != nil {
+		return nil, err
+	}
+	w := csv.NewWriter(f)
+	w.Write([]string{"phase", "repeat", "t_s", "host", "device", "reads", "writes", "r_await_ms", "w_await_ms", "read_mb_s", "write_mb_s", "inflight"})
+	latest := filepath.Join(o.Results, name, "latest")
+	os.Remove(latest)
+	os.Symlink(o.RunID, latest)
+	return &Runner{State: s, Res: res, Dir: dir, opts: o, trace: w, traceF: f, progress: newProgress(o.Progress)}, nil
+}
+
+// Close flushes the trace.
+func (r *Runner) Close() error {
+	r.trace.Flush()
+	return r.traceF.Close()
+}
+
+// Scale applies the run's time scale.
+func (r *Runner) Scale(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * r.opts.Scale).Round(time.Millisecond)
+}
+
+// LUN returns a host's LUN on the run's resource.
+func (r *Runner) LUN(host string) *LUN {
+	l, err := r.Res.LUNOf(host)
+	if err != nil {
+		panic(err) // Hosts and resources are built together by Up
+	}
+	return l
+}
+
+// RunAll runs every phase Repeat times, in order.
+func (r *Runner) RunAll(phases []*Phase) ([]*PhaseResult, error) {
+	var total time.Duration
+	for _, p := range phases {
+		total += p.Length * time.Duration(max(r.opts.Repeat, 1))
+	}
+	r.progress.start(total)
+	defer r.progress.done()
+	var out []*PhaseResult
+	for rep := 0; rep < max(r.opts.Repeat, 1); rep++ {
+		for _, p := range phases {
+			res, err := r.Run(p, rep)
+			if err != nil {
+				return out, fmt.Errorf("phase %s: %w", p.Name, err)
+			}
+			out = append(out, res)
+		}
+	}
+	return out, nil
+}
+
+// Run executes one phase: fio on every host with jobs, a 100 ms diskstats
+// sampler on the target, timed events, retransmission counters around it.
+func (r *Runner) Run(p *Phase, rep int) (*PhaseResult, error) {
+	res := &PhaseResult{Phase: p, Repeat: rep}
+	pdir := filepath.Join(r.Dir, fmt.Sprintf("%s.r%d", p.Name, rep))
+	if err := os.MkdirAll(pdir, 0o755); err != nil {
+		return nil, err
+	}
+	hosts := map[string]bool{}
+	for _, j := range p.Jobs {
+		hosts[j.Host] = true
+	}
+	before := retransAll()
+	ds, err := sample.NewDiskstats("/proc", "/sys")
+	if err != nil {
+		return nil, err
+	}
+	devs := map[string]string{} // device → host
+	var names []string
+	for _, l := range r.Res.LUNs {
+		devs[l.Loop] = l.Host
+		names = append(names, l.Loop)
+	}
+	// Start fio everywhere at once; jobs carry their own start offsets.
+	var cmds []*exec.Cmd
+	for h := range hosts {
+		jf, err := JobFile(h, p.Jobs, filepath.Join(pdir, h))
+		if err != nil {
+			return nil, err
+		}
+		path := filepath.Join(pdir, h+".fio")
+		if err := os.WriteFile(path, []byte(jf), 0o644); err != nil {
+			return nil, err
+		}
+		cmd := exec.Command("ip", "netns", "exec", h, "fio", "--output-format=json", "--output="+filepath.Join(pdir, h+".json"), path)
+		errf, _ := os.Create(filepath.Join(pdir, h+".stderr"))
+		cmd.Stderr = errf
+		cmds = append(cmds, cmd)
+	}
+	prev, err := ds.Read(names...)
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	for _, c := range cmds {
+		if err := c.Start(); err != nil {
+			return nil, err
+		}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var fioErrs []string
+	for _, c := range cmds {
+		wg.Add(1)
+		go func(c *exec.Cmd) {
+			defer wg.Done()
+			if err := c.Wait(); err != nil {
+				mu.Lock()
+				fioErrs = append(fioErrs, fmt.Sprintf("%s: %v", c.Args[3], err))
+				mu.Unlock()
+			}
+		}(c)
+	}
+	fioDone := make(chan struct{})
+	go func() { wg.Wait(); close(fioDone) }()
+	events := append([]Event(nil), p.Events...)
+	sort.Slice(events, func(i, k int) bool { return events[i].At < events[k].At })
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	deadline := t0.Add(p.Length)
+	var evErr error
+loop:
+	for {
+		select {
+		case now := <-tick.C:
+			for len(events) > 0 && now.Sub(t0) >= events[0].At {
+				if err := events[0].Do(); err != nil && evErr == nil {
+					evErr = fmt.Errorf("event %s: %w", events[0].Name, err)
+				}
+				events = events[1:]
+			}
+			cur, err := ds.Read(names...)
+			if err != nil {
+				return nil, err
+			}
+			t := Tick{T: now.Sub(t0).Seconds(), Dev: map[string]sample.Interval{}}
+			for dev, c := range cur {
+				iv, err := sample.Diff(prev[dev], c)
+				if err != nil {
+					continue // device replaced: skip one interval, re-baseline
+				}
+				h := devs[dev]
+				t.Dev[h] = iv
+				r.trace.Write([]string{p.Name, strconv.Itoa(rep), ff(t.T, 2), h, dev, strconv.FormatUint(iv.Reads, 10), strconv.FormatUint(iv.Writes, 10),
+					ff(iv.ReadWaitMs, 3), ff(iv.WriteWaitMs, 3), ff(iv.ReadBps/1e6, 3), ff(iv.WriteBps/1e6, 3), strconv.FormatUint(iv.InFlight, 10)})
+			}
+			prev = cur
+			res.Ticks = append(res.Ticks, t)
+			r.progress.advance(p.Label, 100*time.Millisecond)
+			if now.After(deadline) {
+				break loop
+			}
+		case <-fioDone:
+			if time.Now().After(t0.Add(p.To)) {
+				break loop
+			}
+		}
+	}
+	<-fioDone
+	r.trace.Flush()
+	after := retransAll()
+	res.Retrans = after - before
+	if len(fioErrs) > 0 {
+		res.FioErr = fmt.Errorf("fio failed: %s (see %s/*.stderr)", strings.Join(fioErrs, "; "), pdir)
+		return res, res.FioErr
+	}
+	return res, evErr
+}
+
+func ff(v float64, prec int) string {
+	if math.IsNaN(v) {
+		return ""
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64)
+}
+
+// retransAll sums TCP RetransSegs over the target and initiator namespaces.
+func retransAll() uint64 {
+	var n uint64
+	for _, ns := range append([]string{TargetNS}, Hosts...) {
+		v, err := RetransSegs(ns)
+		if err == nil {
+			n += v
+		}
+	}
+	return n
+}
+
+// RetransSegs reads TCP RetransSegs from /proc/net/snmp inside ns.
+func RetransSegs(ns string) (uint64, error) {
+	out, err := inNS(ns, "cat", "/proc/net/snmp")
+	if err != nil {
+		return 0, err
+	}
+	return ParseRetransSegs(strings.NewReader(out))
+}
+
+// ParseRetransSegs extracts Tcp RetransSegs from /proc/net/snmp text.
+func ParseRetransSegs(r io.Reader) (uint64, error) {
+	sc := bufio.NewScanner(r)
+	var header []string
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 || f[0] != "Tcp:" {
+			continue
+		}
+		if header == nil {
+			header = f
+			continue
+		}
+		for i, h := range header {
+			if h == "RetransSegs" && i < len(f) {
+				return strconv.ParseUint(f[i], 10, 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("no Tcp RetransSegs in /proc/net/snmp")
+}
+
+// WriteSummary saves summary.json.
+func (r *Runner) WriteSummary(v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(r.Dir, "summary.json"), append(b, '\n'), 0o644)
+}

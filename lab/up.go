@@ -1,0 +1,288 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Up builds the lab, or verifies an existing one (Up twice is fine). A lab
+// left half-built by a crash is torn down first and built anew.
+func Up(o Options, log io.Writer) (*State, error) {
+	if os.Geteuid() != 0 {
+		return nil, ErrNotRoot
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if err := CheckPrereqs(); err != nil {
+		return nil, err
+	}
+	if s, err := LoadState(); err == nil {
+		if problems := s.Health(); len(problems) == 0 {
+			fmt.Fprintln(log, "lab is already up")
+			return s, nil
+		} else {
+			fmt.Fprintf(log, "lab is broken (%s): rebuilding\n", strings.Join(problems, "; "))
+		}
+	}
+	if err := Down(io.Discard); err != nil {
+		return nil, fmt.Errorf("clearing leftovers: %w", err)
+	}
+	s, err := build(o, log)
+	if err != nil {
+		Down(io.Discard) // never leave a half-built lab behind
+		return nil, err
+	}
+	return s, nil
+}
+
+func build(o Options, log io.Writer) (*State, error) {
+	if err := os.MkdirAll(StateDir, 0o700); err != nil {
+		return nil, err
+	}
+	fmt.Fprintln(log, "network: namespaces", strings.Join(Namespaces(), " "))
+	if err := setupNetwork(o); err != nil {
+		return nil, err
+	}
+	s := &State{Options: o, Created: time.Now().UTC()}
+	for i, name := range o.Resources {
+		r := Resource{Name: name, TID: i + 1, IQN: IQNPrefix + name}
+		if o.RealDisk {
+			r.Store = filepath.Join(RealDir, name)
+		} else {
+			r.Store = filepath.Join(StoreDir, name)
+			r.Mount = filepath.Join(StateDir, "pool", name)
+		}
+		for _, d := range []string{r.Store, r.Mount} {
+			if d != "" {
+				if err := os.MkdirAll(d, 0o700); err != nil {
+					return nil, err
+				}
+			}
+		}
+		for j, h := range Hosts {
+			l := LUN{Host: h, Number: j + 1, Store: filepath.Join(r.Store, h+".img")}
+			l.File = l.Store
+			if r.Mount != "" {
+				l.File = filepath.Join(r.Mount, h+".img")
+			}
+			if err := os.Truncate(l.Store, 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return nil, err
+			}
+			f, err := os.OpenFile(l.Store, os.O_CREATE|os.O_WRONLY, 0o600)
+			if err != nil {
+				return nil, err
+			}
+			err = f.Truncate(o.LUNSize)
+			f.Close()
+			if err != nil {
+				return nil, err
+			}
+			l.URL = fmt.Sprintf(`iscsi\://%s\:%d/%s/%d`, TargetAddr, ISCSIPort, strings.ReplaceAll(r.IQN, ":", `\:`), l.Number)
+			r.LUNs = append(r.LUNs, l)
+		}
+		s.Resources = append(s.Resources, r)
+	}
+	if err := s.save(); err != nil {
+		return nil, err
+	}
+	fmt.Fprintln(log, "supervisor: starting (FUSE disk model, tgtd in", TargetNS+")")
+	if err := startServe(s); err != nil {
+		return nil, err
+	}
+	for i := range s.Resources {
+		r := &s.Resources[i]
+		for j := range r.LUNs {
+			l := &r.LUNs[j]
+			loop, err := attachLoop(l.File)
+			if err != nil {
+				return nil, err
+			}
+			l.Loop, l.Backing = loop, "/dev/"+loop
+		}
+	}
+	if err := s.save(); err != nil {
+		return nil, err
+	}
+	if err := waitFor("tgtd control socket", 10*time.Second, tgtReady); err != nil {
+		return nil, err
+	}
+	if err := configureTargets(s); err != nil {
+		return nil, err
+	}
+	fmt.Fprintln(log, "calibrating the shared resource…")
+	for _, r := range s.Resources {
+		dir := r.Mount
+		if dir == "" {
+			dir = r.Store
+		}
+		c, err := MeasureCapacity(dir, 1500*time.Millisecond)
+		if err != nil {
+			return nil, fmt.Errorf("capacity of %s: %w", r.Name, err)
+		}
+		s.Capacity = append(s.Capacity, c)
+	}
+	if err := s.save(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// startServe launches the supervisor (`sanqos lab serve`) in its own
+// session so it outlives this command, and waits until it has mounted the
+// modelled disks.
+func startServe(s *State) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(ServeLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(self, "lab", "serve")
+	// The env var lets a test binary (whose TestMain calls ServeIfAsked)
+	// act as the supervisor; the sanqos binary ignores it.
+	cmd.Env = append(os.Environ(), serveEnv+"=1")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	s.ServePID = cmd.Process.Pid
+	cmd.Process.Release()
+	if err := s.save(); err != nil {
+		return err
+	}
+	return waitFor("disk model mounts", 10*time.Second, func() bool {
+		if !alive(s.ServePID) {
+			return false
+		}
+		n := 0
+		for _, r := range s.Resources {
+			if r.Mount == "" || isMounted(r.Mount) {
+				n++
+			}
+		}
+		return n == len(s.Resources)
+	})
+}
+
+func isMounted(dir string) bool {
+	for _, m := range ourMounts() {
+		if m == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// waitFor polls a readiness condition of an outside process (a daemon
+// coming up); it is not used to order our own goroutines.
+func waitFor(what string, timeout time.Duration, ok func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %v waiting for %s (see %s)", timeout, what, ServeLog)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// Health lists what is wrong with a built lab (empty: healthy).
+func (s *State) Health() []string {
+	var p []string
+	for _, ns := range Namespaces() {
+		if !nsExists(ns) {
+			p = append(p, "namespace "+ns+" missing")
+		}
+	}
+	if !alive(s.ServePID) {
+		p = append(p, "supervisor not running")
+	}
+	if !tgtReady() {
+		p = append(p, "tgtd not answering")
+	}
+	for _, r := range s.Resources {
+		for _, l := range r.LUNs {
+			if _, err := os.Stat("/sys/block/" + l.Loop); l.Loop == "" || err != nil {
+				p = append(p, "loop device of "+r.Name+"/"+l.Host+" missing")
+			}
+		}
+	}
+	return p
+}
+
+// Down removes everything the lab made, whether or not state survived:
+// targets and tgtd, the supervisor, loop devices, mounts, namespaces, files.
+func Down(log io.Writer) error {
+	if os.Geteuid() != 0 {
+		return ErrNotRoot
+	}
+	var errs []error
+	// The supervisor first, so it does not restart what we stop.
+	for _, pid := range findProcs(isServe) {
+		syscall.Kill(pid, syscall.SIGTERM)
+	}
+	waitFor("supervisor exit", 5*time.Second, func() bool { return len(findProcs(isServe)) == 0 })
+	killAll(findProcs(isServe))
+	stopTgtd()
+	for _, ns := range append([]string{TargetNS}, Hosts...) {
+		killAll(nsPids(ns))
+	}
+	errs = append(errs, detachLoops(ourLoops())...)
+	for _, m := range ourMounts() {
+		if _, err := run("umount", m); err != nil {
+			if _, err := run("umount", "-l", m); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	errs = append(errs, teardownNetwork()...)
+	for _, d := range []string{StoreDir, RealDir, StateDir} {
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		fmt.Fprintln(log, "lab is down")
+	}
+	return errors.Join(errs...)
+}
+
+// Leftovers lists lab objects that still exist (empty after a clean Down).
+func Leftovers() []string {
+	var l []string
+	for _, ns := range Namespaces() {
+		if nsExists(ns) {
+			l = append(l, "netns "+ns)
+		}
+	}
+	for _, lp := range ourLoops() {
+		l = append(l, "loop "+lp)
+	}
+	for _, m := range ourMounts() {
+		l = append(l, "mount "+m)
+	}
+	if len(findProcs(isOurTgtd)) > 0 {
+		l = append(l, "tgtd")
+	}
+	if len(findProcs(isServe)) > 0 {
+		l = append(l, "supervisor")
+	}
+	for _, d := range []string{StateDir, StoreDir, RealDir} {
+		if _, err := os.Stat(d); err == nil {
+			l = append(l, "dir "+d)
+		}
+	}
+	return l
+}

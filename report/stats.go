@@ -1,0 +1,122 @@
+// Package report turns recorded traces into the figures operators read:
+// summary statistics (percentiles, fairness, regressions, t-tests) and PNG
+// plots in the style of the thesis' figures, plus the HTML page of a run.
+//
+// It reads traces and writes files under a run's results directory; it
+// never touches the kernel, the lab or the agent.
+package report
+
+import (
+	"math"
+	"sort"
+)
+
+// Dist summarises a sample of milliseconds; NaN values are ignored.
+type Dist struct {
+	N    int     `json:"n"`
+	Mean float64 `json:"mean"`
+	P50  float64 `json:"p50"`
+	P95  float64 `json:"p95"`
+	Max  float64 `json:"max"`
+}
+
+// Describe computes Dist over xs (NaNs dropped).
+func Describe(xs []float64) Dist {
+	v := finite(xs)
+	if len(v) == 0 {
+		return Dist{}
+	}
+	sort.Float64s(v)
+	sum := 0.0
+	for _, x := range v {
+		sum += x
+	}
+	return Dist{N: len(v), Mean: sum / float64(len(v)), P50: Quantile(v, 0.5), P95: Quantile(v, 0.95), Max: v[len(v)-1]}
+}
+
+func finite(xs []float64) []float64 {
+	v := make([]float64, 0, len(xs))
+	for _, x := range xs {
+		if !math.IsNaN(x) && !math.IsInf(x, 0) {
+			v = append(v, x)
+		}
+	}
+	return v
+}
+
+// Quantile of sorted values with linear interpolation (R type 7, numpy's
+// default), so figures match what an analyst recomputes from the CSV.
+func Quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	h := (float64(len(sorted)) - 1) * q
+	lo := math.Floor(h)
+	i := int(lo)
+	if i+1 >= len(sorted) {
+		return sorted[len(sorted)-1]
+	}
+	return sorted[i] + (h-lo)*(sorted[i+1]-sorted[i])
+}
+
+// Jain's fairness index: 1 when all equal, 1/n when one takes everything.
+func Jain(xs []float64) float64 {
+	var s, s2 float64
+	for _, x := range xs {
+		s += x
+		s2 += x * x
+	}
+	if s2 == 0 {
+		return math.NaN()
+	}
+	return s * s / (float64(len(xs)) * s2)
+}
+
+// MeanStderr returns the mean and standard error of the mean.
+func MeanStderr(xs []float64) (mean, stderr float64) {
+	n := float64(len(xs))
+	if n == 0 {
+		return math.NaN(), math.NaN()
+	}
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= n
+	if n < 2 {
+		return mean, 0
+	}
+	var ss float64
+	for _, x := range xs {
+		ss += (x - mean) * (x - mean)
+	}
+	return mean, math.Sqrt(ss/(n-1)) / math.Sqrt(n)
+}
+
+// LinearFit fits y = a + b·x by least squares and returns R².
+func LinearFit(x, y []float64) (a, b, r2 float64) {
+	n := float64(len(x))
+	var sx, sy, sxx, sxy, syy float64
+	for i := range x {
+		sx += x[i]
+		sy += y[i]
+		sxx += x[i] * x[i]
+		sxy += x[i] * y[i]
+		syy += y[i] * y[i]
+	}
+	den := n*sxx - sx*sx
+	if den == 0 {
+		return math.NaN(), math.NaN(), math.NaN()
+	}
+	b = (n*sxy - sx*sy) / den
+	a = (sy - b*sx) / n
+	ssTot := syy - sy*sy/n
+	var ssRes float64
+	for i := range x {
+		e := y[i] - (a + b*x[i])
+		ssRes += e * e
+	}
+	if ssTot == 0 {
+		return a, b, 1
+	}
+	return a, b, 1 - ssRes/ssTot
+}

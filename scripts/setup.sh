@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs everything sanqos' lab and tests need on a fresh Debian (bookworm)
+# machine, as root: tgt, libiscsi, iptables/ipset, fuse3, and fio built from
+# Debian's own source package with the libiscsi engine (Debian's binary fio
+# lacks it). Idempotent: each step is skipped when its result is present.
+set -euo pipefail
+
+FIO_PREFIX=${FIO_PREFIX:-/usr/local}
+export DEBIAN_FRONTEND=noninteractive
+
+if [ "$(id -u)" != 0 ]; then
+	echo "setup.sh: must run as root (it installs Debian packages)" >&2
+	exit 1
+fi
+
+pkgs=(tgt libiscsi-dev libiscsi-bin iptables ipset iproute2 fuse3 kmod
+	dpkg-dev build-essential pkg-config zlib1g-dev libaio-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Debian's iptables defaults to the nft backend; this kernel's nftables has no
+# `queue` expression, so the delay line needs the legacy backend with xt_NFQUEUE.
+if [ -x /usr/sbin/iptables-legacy ]; then
+	update-alternatives --set iptables /usr/sbin/iptables-legacy >/dev/null
+	update-alternatives --set ip6tables /usr/sbin/ip6tables-legacy >/dev/null
+fi
+
+if ! "$FIO_PREFIX/bin/fio" --enghelp 2>/dev/null | grep -qx '[[:space:]]*libiscsi'; then
+	src=/var/cache/sanqos/fio-src
+	if ! grep -rqs '^Types: deb-src' /etc/apt/sources.list.d/ /etc/apt/sources.list; then
+		# Mirror the existing deb entries as deb-src so `apt-get source` works.
+		sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources \
+			>/etc/apt/sources.list.d/sanqos-deb-src.sources
+		apt-get update -qq
+	fi
+	rm -rf "$src" && mkdir -p "$src"
+	(cd "$src" && apt-get source -qq fio >/dev/null)
+	dir=$(find "$src" -maxdepth 1 -mindepth 1 -type d -name 'fio-*' | head -n1)
+	(cd "$dir" && ./configure --prefix="$FIO_PREFIX" --enable-libiscsi >/dev/null &&
+		make -s -j"$(nproc)" >/dev/null && make -s install >/dev/null)
+fi
+"$FIO_PREFIX/bin/fio" --enghelp | grep -q libiscsi
+echo "setup.sh: ok ($("$FIO_PREFIX/bin/fio" --version), $(tgtd --version 2>/dev/null | head -n1 || echo tgt))"

@@ -1,0 +1,98 @@
+// Package throttle slows chosen storage consumers down on the target's (or a
+// bridge's) network interface: per-consumer packet delay in each direction,
+// or a rate cap. It owns every kernel object it creates (iptables rules,
+// ipsets, qdiscs, nfnetlink queues) and removes them on Close.
+//
+// It must not decide *who* to throttle or *how much*: that is control's and
+// agent's job. It must never drop accepted storage traffic: backends fail
+// open (NFQUEUE --queue-bypass, watchdogs) so a dead sanqos means no throttle.
+package throttle
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// MaxDelay is the exclusive upper bound of any delay we apply. Linux's
+// TCP_RTO_MIN is 200 ms; a delay approaching it would trigger spurious
+// retransmission timeouts and slow start, which is the packet loss this
+// method exists to avoid.
+const MaxDelay = 100 * time.Millisecond
+
+// MaxRate bounds a rate cap (bytes/s); anything above 100 Gbit/s is a typo.
+const MaxRate = 100e9 / 8
+
+// Setting is what a consumer is subjected to. Zero values mean "not
+// throttled" in that dimension.
+type Setting struct {
+	// ReadDelay is added to segments carrying payload towards the consumer
+	// (read data, iSCSI responses): it slows the consumer's reads.
+	ReadDelay time.Duration `json:"read_delay_ns"`
+	// WriteDelay is added to pure ACKs towards the consumer: the consumer's
+	// TCP send window then opens later, which slows its writes.
+	WriteDelay time.Duration `json:"write_delay_ns"`
+	// Rate caps bytes/s sent towards the consumer (0 = uncapped).
+	Rate uint64 `json:"rate_bytes_per_s"`
+}
+
+// IsZero reports whether s throttles nothing.
+func (s Setting) IsZero() bool { return s == Setting{} }
+
+// Validate refuses settings that could hurt TCP or make no sense.
+func (s Setting) Validate() error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"read delay", s.ReadDelay}, {"write delay", s.WriteDelay}} {
+		if d.v < 0 {
+			return fmt.Errorf("%s %v is negative", d.name, d.v)
+		}
+		if d.v >= MaxDelay {
+			return fmt.Errorf("%s %v is not below %v (it would approach TCP's 200 ms minimum RTO and cause retransmissions)", d.name, d.v, MaxDelay)
+		}
+	}
+	if s.Rate > MaxRate {
+		return fmt.Errorf("rate %d B/s is above the %d B/s limit", s.Rate, uint64(MaxRate))
+	}
+	return nil
+}
+
+// ErrUnsupported is returned (wrapped) when a backend cannot apply a kind of
+// setting, e.g. a rate cap on the delay line.
+var ErrUnsupported = errors.New("not supported by this backend")
+
+// Throttle is the seam between the controller and the kernel. Each call is
+// all-or-nothing: on error no consumer's state has changed. Implementations
+// apply a batch of consumers with one kernel call per kind of object (one
+// ipset swap, one qdisc change), never one per member where avoidable.
+type Throttle interface {
+	// Name is the backend name as used in config and logs
+	// ("delayline", "netem", "htb").
+	Name() string
+	// Set replaces the settings of the given consumers. A zero Setting
+	// clears that consumer.
+	Set(settings map[netip.Addr]Setting) error
+	// Clear removes the given consumers' throttles; with no arguments it
+	// clears every consumer.
+	Clear(consumers ...netip.Addr) error
+	// List returns the consumers currently throttled and their settings.
+	List() map[netip.Addr]Setting
+	// Close removes every kernel object the backend created (after letting
+	// held packets go), and leaves traffic unthrottled.
+	Close() error
+}
+
+// ValidateAll checks a whole batch before anything is applied.
+func ValidateAll(settings map[netip.Addr]Setting) error {
+	for a, s := range settings {
+		if !a.IsValid() {
+			return errors.New("invalid consumer address")
+		}
+		if err := s.Validate(); err != nil {
+			return fmt.Errorf("consumer %v: %w", a, err)
+		}
+	}
+	return nil
+}
