@@ -42,19 +42,24 @@ func (s Setting) IsZero() bool { return s == Setting{} }
 
 // Validate refuses settings that could hurt TCP or make no sense.
 func (s Setting) Validate() error {
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"read delay", s.ReadDelay}, {"write delay", s.WriteDelay}} {
-		if d.v < 0 {
-			return fmt.Errorf("%s %v is negative", d.name, d.v)
-		}
-		if d.v >= MaxDelay {
-			return fmt.Errorf("%s %v is not below %v (it would approach TCP's 200 ms minimum RTO and cause retransmissions)", d.name, d.v, MaxDelay)
-		}
+	if err := validateDelay(s.ReadDelay); err != nil {
+		return fmt.Errorf("read %w", err)
+	}
+	if err := validateDelay(s.WriteDelay); err != nil {
+		return fmt.Errorf("write %w", err)
 	}
 	if s.Rate > MaxRate {
 		return fmt.Errorf("rate %d B/s is above the %d B/s limit", s.Rate, uint64(MaxRate))
+	}
+	return nil
+}
+
+func validateDelay(d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("delay %v is negative", d)
+	}
+	if d >= MaxDelay {
+		return fmt.Errorf("delay %v is not below %v (it would approach TCP's 200 ms minimum RTO and cause retransmissions)", d, MaxDelay)
 	}
 	return nil
 }

@@ -1,0 +1,164 @@
+// Package agent is the long-running sanqos daemon: it owns one Throttle,
+// runs one control loop per resource, and serves the local control API
+// (HTTP over a root-only unix socket) that the CLI uses.
+//
+// It wires the pipeline together but implements none of its stages: it must
+// not parse kernel files (sample, discover), filter or compute control
+// output (filter, control), or talk netlink (throttle).
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// DefaultSocket is where the agent listens for the CLI.
+const DefaultSocket = "/run/sanqos/sanqos.sock"
+
+// maxBody bounds API request bodies: a batch of 10,000 consumers fits.
+const maxBody = 4 << 20
+
+// MaxConsumers bounds one throttle batch.
+const MaxConsumers = 100000
+
+// ThrottleRequest is the body of POST /v1/throttles.
+type ThrottleRequest struct {
+	Consumers map[string]throttle.Setting `json:"consumers"`
+}
+
+// API serves the control endpoints over a Throttle.
+type API struct {
+	T   throttle.Throttle
+	Log *slog.Logger
+	// Status, when set, is served at GET /v1/status.
+	Status func() any
+}
+
+// Handler returns the HTTP handler of the control API.
+func (a *API) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/throttles", func(w http.ResponseWriter, r *http.Request) {
+		out := map[string]throttle.Setting{}
+		for k, v := range a.T.List() {
+			out[k.String()] = v
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+	mux.HandleFunc("POST /v1/throttles", func(w http.ResponseWriter, r *http.Request) {
+		set, err := DecodeThrottleRequest(io.LimitReader(r.Body, maxBody))
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, err)
+			return
+		}
+		if err := a.T.Set(set); err != nil {
+			writeErr(w, http.StatusUnprocessableEntity, err)
+			return
+		}
+		a.Log.Info("throttle set via API", "consumers", len(set))
+		writeJSON(w, http.StatusOK, map[string]int{"set": len(set)})
+	})
+	mux.HandleFunc("DELETE /v1/throttles", func(w http.ResponseWriter, r *http.Request) {
+		var addrs []netip.Addr
+		for _, c := range r.URL.Query()["consumer"] {
+			a, err := netip.ParseAddr(c)
+			if err != nil {
+				writeErr(w, http.StatusBadRequest, fmt.Errorf("consumer %q is not an IP address", c))
+				return
+			}
+			addrs = append(addrs, a.Unmap())
+		}
+		if len(addrs) == 0 && r.URL.Query().Get("all") != "true" {
+			writeErr(w, http.StatusBadRequest, errors.New("name consumers (?consumer=IP) or all=true"))
+			return
+		}
+		if err := a.T.Clear(addrs...); err != nil {
+			writeErr(w, http.StatusInternalServerError, err)
+			return
+		}
+		a.Log.Info("throttle cleared via API", "consumers", len(addrs))
+		writeJSON(w, http.StatusOK, map[string]int{"cleared": len(addrs)})
+	})
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		if a.Status == nil {
+			writeJSON(w, http.StatusOK, map[string]string{"backend": a.T.Name()})
+			return
+		}
+		writeJSON(w, http.StatusOK, a.Status())
+	})
+	return mux
+}
+
+// DecodeThrottleRequest parses and validates a whole request before
+// anything is applied: unknown fields, bad addresses, limits.
+func DecodeThrottleRequest(r io.Reader) (map[netip.Addr]throttle.Setting, error) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var req ThrottleRequest
+	if err := dec.Decode(&req); err != nil {
+		return nil, fmt.Errorf("bad request body: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("bad request body: trailing data")
+	}
+	if len(req.Consumers) == 0 {
+		return nil, errors.New("no consumers in request")
+	}
+	if len(req.Consumers) > MaxConsumers {
+		return nil, fmt.Errorf("%d consumers in one request, limit %d", len(req.Consumers), MaxConsumers)
+	}
+	out := make(map[netip.Addr]throttle.Setting, len(req.Consumers))
+	for k, v := range req.Consumers {
+		a, err := netip.ParseAddr(k)
+		if err != nil || a.Zone() != "" {
+			return nil, fmt.Errorf("consumer %q is not an IP address", k)
+		}
+		out[a.Unmap()] = v
+	}
+	if err := throttle.ValidateAll(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, map[string]string{"error": err.Error()})
+}
+
+// ListenUnix listens on a root-only unix socket. A stale socket file from a
+// crashed agent is replaced; a live one (another agent) is an error.
+func ListenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("another agent is listening on %s", path)
+	}
+	os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}

@@ -1,0 +1,115 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"syscall"
+	"time"
+
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// Client talks to a running agent over its unix socket.
+type Client struct {
+	Socket string
+	hc     *http.Client
+}
+
+// NewClient returns a client for the agent at socket.
+func NewClient(socket string) *Client {
+	return &Client{Socket: socket, hc: &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		}},
+	}}
+}
+
+// ErrNotRunning says no agent answers on the socket.
+var ErrNotRunning = errors.New("the sanqos agent is not running")
+
+func (c *Client) do(method, path string, body any, out any) error {
+	var rd *bytes.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	req, err := http.NewRequest(method, "http://agent"+path, rd)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return fmt.Errorf("%w (no agent on %s): start it with `sanqos agent`", ErrNotRunning, c.Socket)
+		}
+		if errors.Is(err, syscall.EACCES) {
+			return fmt.Errorf("%s: permission denied (the control socket is root-only)", c.Socket)
+		}
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		json.NewDecoder(resp.Body).Decode(&e)
+		return fmt.Errorf("agent refused: %s", e.Error)
+	}
+	if out != nil {
+		return json.NewDecoder(resp.Body).Decode(out)
+	}
+	return nil
+}
+
+// Set applies settings (all or nothing).
+func (c *Client) Set(settings map[netip.Addr]throttle.Setting) error {
+	req := ThrottleRequest{Consumers: map[string]throttle.Setting{}}
+	for a, s := range settings {
+		req.Consumers[a.String()] = s
+	}
+	return c.do(http.MethodPost, "/v1/throttles", req, nil)
+}
+
+// Clear removes the named consumers' throttles, or all with none named.
+func (c *Client) Clear(consumers ...netip.Addr) error {
+	q := url.Values{}
+	for _, a := range consumers {
+		q.Add("consumer", a.String())
+	}
+	if len(consumers) == 0 {
+		q.Set("all", "true")
+	}
+	return c.do(http.MethodDelete, "/v1/throttles?"+q.Encode(), nil, nil)
+}
+
+// List returns the agent's current throttles.
+func (c *Client) List() (map[netip.Addr]throttle.Setting, error) {
+	var m map[string]throttle.Setting
+	if err := c.do(http.MethodGet, "/v1/throttles", nil, &m); err != nil {
+		return nil, err
+	}
+	out := make(map[netip.Addr]throttle.Setting, len(m))
+	for k, v := range m {
+		a, err := netip.ParseAddr(k)
+		if err != nil {
+			return nil, fmt.Errorf("agent sent bad address %q", k)
+		}
+		out[a] = v
+	}
+	return out, nil
+}
+
+// Status returns the agent's status document.
+func (c *Client) Status(out any) error { return c.do(http.MethodGet, "/v1/status", nil, out) }

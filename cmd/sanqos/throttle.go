@@ -1,0 +1,137 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sanqos/sanqos/agent"
+	"github.com/sanqos/sanqos/throttle"
+	"github.com/spf13/cobra"
+)
+
+func throttleCmd() *cobra.Command {
+	socket := agent.DefaultSocket
+	c := &cobra.Command{
+		Use:   "throttle",
+		Short: "Set, clear and list per-consumer throttles on the running agent",
+		Long: `Manual throttles, applied by the running agent's backend (delay line, netem
+or HTB). A read delay is added to segments carrying data to the consumer, a
+write delay to the pure ACKs sent to it (its writes then open their TCP
+window later); a rate caps bytes/s sent to it. Delays must be below 100 ms,
+far from TCP's 200 ms minimum retransmission timeout.`,
+	}
+	c.PersistentFlags().StringVar(&socket, "socket", socket, "the agent's control socket")
+	var readDelay, writeDelay, rate string
+	set := &cobra.Command{
+		Use:   "set CONSUMER...",
+		Short: "Throttle consumers (IPv4/IPv6 addresses)",
+		Example: `  sanqos throttle set 10.99.0.3 --write-delay 2ms
+  sanqos throttle set 10.99.0.2 --read-delay 4.6ms --write-delay 2ms
+  sanqos throttle set 10.99.0.4 10.99.0.5 --rate 10MiB/s`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var s throttle.Setting
+			var err error
+			if readDelay == "" && writeDelay == "" && rate == "" {
+				return errors.New("give --read-delay, --write-delay and/or --rate")
+			}
+			if readDelay != "" {
+				if s.ReadDelay, err = throttle.ParseDelay(readDelay); err != nil {
+					return err
+				}
+			}
+			if writeDelay != "" {
+				if s.WriteDelay, err = throttle.ParseDelay(writeDelay); err != nil {
+					return err
+				}
+			}
+			if rate != "" {
+				if s.Rate, err = throttle.ParseRate(rate); err != nil {
+					return err
+				}
+			}
+			addrs, err := parseAddrs(args)
+			if err != nil {
+				return err
+			}
+			m := map[netip.Addr]throttle.Setting{}
+			for _, a := range addrs {
+				m[a] = s
+			}
+			return agent.NewClient(socket).Set(m)
+		},
+	}
+	set.Flags().StringVar(&readDelay, "read-delay", "", "delay of data segments to the consumer, e.g. 4.6ms")
+	set.Flags().StringVar(&writeDelay, "write-delay", "", "delay of pure ACKs to the consumer, e.g. 2ms")
+	set.Flags().StringVar(&rate, "rate", "", "rate cap towards the consumer, e.g. 10MiB/s or 80Mbit/s")
+	var all bool
+	clr := &cobra.Command{
+		Use:     "clear CONSUMER...|--all",
+		Short:   "Remove consumers' throttles",
+		Example: "  sanqos throttle clear 10.99.0.3\n  sanqos throttle clear --all",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if all == (len(args) > 0) {
+				return errors.New("name consumers or give --all (not both)")
+			}
+			addrs, err := parseAddrs(args)
+			if err != nil {
+				return err
+			}
+			return agent.NewClient(socket).Clear(addrs...)
+		},
+	}
+	clr.Flags().BoolVar(&all, "all", false, "clear every consumer")
+	list := &cobra.Command{
+		Use:     "list",
+		Short:   "List throttled consumers",
+		Example: "  sanqos throttle list",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, err := agent.NewClient(socket).List()
+			if err != nil {
+				return err
+			}
+			addrs := make([]netip.Addr, 0, len(m))
+			for a := range m {
+				addrs = append(addrs, a)
+			}
+			sort.Slice(addrs, func(i, k int) bool { return addrs[i].Less(addrs[k]) })
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "CONSUMER\tREAD DELAY\tWRITE DELAY\tRATE")
+			for _, a := range addrs {
+				s := m[a]
+				r := "-"
+				if s.Rate > 0 {
+					r = fmt.Sprintf("%.2f MB/s", float64(s.Rate)/1e6)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", a, fmtDelay(s.ReadDelay), fmtDelay(s.WriteDelay), r)
+			}
+			return w.Flush()
+		},
+	}
+	c.AddCommand(set, clr, list)
+	return c
+}
+
+func fmtDelay(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return d.String()
+}
+
+func parseAddrs(args []string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, s := range args {
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.Zone() != "" {
+			return nil, fmt.Errorf("consumer %q is not an IPv4/IPv6 address", s)
+		}
+		out = append(out, a.Unmap())
+	}
+	return out, nil
+}

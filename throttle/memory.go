@@ -1,0 +1,56 @@
+package throttle
+
+import (
+	"maps"
+	"net/netip"
+	"sync"
+)
+
+// Memory is a Throttle that only records settings. It is the backend of
+// `--backend dry-run` and of the simulator, where the model (not the
+// kernel) turns settings into delays.
+type Memory struct {
+	mu sync.Mutex
+	m  map[netip.Addr]Setting
+}
+
+// NewMemory returns an empty recording throttle.
+func NewMemory() *Memory { return &Memory{m: map[netip.Addr]Setting{}} }
+
+func (t *Memory) Name() string { return "dry-run" }
+
+func (t *Memory) Set(settings map[netip.Addr]Setting) error {
+	if err := ValidateAll(settings); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for a, s := range settings {
+		if s.IsZero() {
+			delete(t.m, a)
+		} else {
+			t.m[a] = s
+		}
+	}
+	return nil
+}
+
+func (t *Memory) Clear(consumers ...netip.Addr) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(consumers) == 0 {
+		clear(t.m)
+	}
+	for _, a := range consumers {
+		delete(t.m, a)
+	}
+	return nil
+}
+
+func (t *Memory) List() map[netip.Addr]Setting {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.m)
+}
+
+func (t *Memory) Close() error { return t.Clear() }
