@@ -28,6 +28,6 @@ packet is dropped; if sanqos dies, traffic flows unthrottled.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(versionCmd(), labCmd(), throttleCmd(), agentCmd())
+	root.AddCommand(versionCmd(), labCmd(), throttleCmd(), agentCmd(), configCmd())
 	return root
 }

@@ -1,0 +1,307 @@
+// Package config loads and validates the agent's YAML configuration as a
+// whole: every error names the field and its line, and a config with any
+// error is rejected entirely, so nothing is ever half-applied.
+//
+// It only parses and checks; it never touches the kernel or the agent.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// PID holds the gains of the thesis' controller (equation 4.2).
+type PID struct {
+	Kp float64       `yaml:"kp"`
+	Ti time.Duration `yaml:"ti"`
+	Td time.Duration `yaml:"td"`
+}
+
+// Resource is one shared pool sanqos protects.
+type Resource struct {
+	Name string `yaml:"name"`
+	// Devices are the block devices (diskstats names) whose read wait is the
+	// resource's indicator; ["auto"] discovers them from the target.
+	Devices      []string      `yaml:"devices"`
+	Threshold    time.Duration `yaml:"threshold"`
+	Important    []string      `yaml:"important"`
+	Throttleable []string      `yaml:"throttleable"`
+	Policy       string        `yaml:"policy"`
+}
+
+// Config is the agent's whole configuration.
+type Config struct {
+	Interval   time.Duration `yaml:"interval"`
+	Backend    string        `yaml:"backend"`
+	Mode       string        `yaml:"mode"`
+	ISCSIPort  int           `yaml:"iscsi_port"`
+	Socket     string        `yaml:"socket"`
+	HTTP       string        `yaml:"http"`
+	Token      string        `yaml:"token"`
+	Discovery  Discovery     `yaml:"discovery"`
+	Threshold  time.Duration `yaml:"threshold"`
+	EWMAAlpha  float64       `yaml:"ewma_alpha"`
+	PID        PID           `yaml:"pid"`
+	DelayStep  time.Duration `yaml:"delay_step"`
+	MaxDelay   time.Duration `yaml:"max_delay"`
+	WriteMBs   float64       `yaml:"throttleable_write_mb_s"`
+	Resources  []Resource    `yaml:"resources"`
+	SourcePath string        `yaml:"-"`
+}
+
+// Discovery chooses where consumers and resources come from.
+type Discovery struct {
+	Source   string        `yaml:"source"` // tgt|lio|iet|static
+	Interval time.Duration `yaml:"interval"`
+	// TgtControlPort is tgtadm's -C (0: default socket).
+	TgtControlPort int    `yaml:"tgt_control_port"`
+	Root           string `yaml:"root"` // configfs or /proc/net/iet root (tests, containers)
+}
+
+// Defaults are the thesis' values where it gives them.
+func Defaults() Config {
+	return Config{
+		Interval: 100 * time.Millisecond, Backend: "auto", Mode: "target", ISCSIPort: 3260,
+		Socket: "/run/sanqos/sanqos.sock", HTTP: "127.0.0.1:9311",
+		Discovery: Discovery{Source: "tgt", Interval: time.Second},
+		Threshold: 15 * time.Millisecond, EWMAAlpha: 0.25,
+		PID:       PID{Kp: 0.4, Ti: 300 * time.Millisecond, Td: 0},
+		DelayStep: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond, WriteMBs: 1,
+	}
+}
+
+// Load reads and validates a file.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	c.SourcePath = path
+	return c, nil
+}
+
+// Error is one problem with a config, at a line.
+type Error struct {
+	Line  int
+	Field string
+	Msg   string
+}
+
+func (e Error) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("line %d: %s: %s", e.Line, e.Field, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", e.Field, e.Msg)
+}
+
+// maxSize bounds a config file; a larger one is a mistake or an attack.
+const maxSize = 1 << 20
+
+// Parse decodes YAML over the defaults, rejecting unknown fields, and
+// validates the result as a whole.
+func Parse(b []byte) (*Config, error) {
+	if len(b) > maxSize {
+		return nil, fmt.Errorf("config is %d bytes, limit %d", len(b), maxSize)
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		return nil, err
+	}
+	c := Defaults()
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	// io.EOF: an empty or comment-only file means "all defaults".
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if errs := c.validate(&root); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return &c, nil
+}
+
+// MaxResources and MaxConsumers bound a config.
+const (
+	MaxResources = 10000
+	MaxConsumers = 100000
+)
+
+func (c *Config) validate(root *yaml.Node) []error {
+	var errs []error
+	bad := func(msg string, path ...any) {
+		errs = append(errs, Error{Line: lineOf(root, path...), Field: fieldName(path...), Msg: msg})
+	}
+	if c.Interval < 10*time.Millisecond || c.Interval > 10*time.Second {
+		bad("want 10ms..10s", "interval")
+	}
+	switch c.Backend {
+	case "auto", "delayline", "netem", "htb", "dry-run":
+	default:
+		bad("want auto|delayline|netem|htb|dry-run", "backend")
+	}
+	switch c.Mode {
+	case "target", "bridge":
+	default:
+		bad("want target (OUTPUT chain) or bridge (FORWARD chain)", "mode")
+	}
+	if c.ISCSIPort < 1 || c.ISCSIPort > 65535 {
+		bad("want 1..65535", "iscsi_port")
+	}
+	if !strings.HasPrefix(c.Socket, "/") {
+		bad("want an absolute path", "socket")
+	}
+	switch c.Discovery.Source {
+	case "tgt", "lio", "iet", "static":
+	default:
+		bad("want tgt|lio|iet|static", "discovery", "source")
+	}
+	if c.Discovery.Interval < 100*time.Millisecond || c.Discovery.Interval > time.Minute {
+		bad("want 100ms..1m", "discovery", "interval")
+	}
+	if c.EWMAAlpha <= 0 || c.EWMAAlpha > 1 {
+		bad("want 0 < alpha <= 1", "ewma_alpha")
+	}
+	if c.PID.Kp <= 0 {
+		bad("want > 0", "pid", "kp")
+	}
+	if c.PID.Ti <= 0 {
+		bad("want > 0 (integral time)", "pid", "ti")
+	}
+	if c.PID.Td < 0 {
+		bad("want >= 0", "pid", "td")
+	}
+	if c.DelayStep < 100*time.Microsecond || c.DelayStep > 10*time.Millisecond {
+		bad("want 100us..10ms", "delay_step")
+	}
+	if c.MaxDelay < c.DelayStep || c.MaxDelay >= 100*time.Millisecond {
+		bad("want delay_step..<100ms (TCP's minimum RTO is 200 ms)", "max_delay")
+	}
+	if c.WriteMBs < 0 {
+		bad("want >= 0", "throttleable_write_mb_s")
+	}
+	if c.Threshold <= 0 || c.Threshold > 10*time.Second {
+		bad("want 0..10s", "threshold")
+	}
+	if len(c.Resources) > MaxResources {
+		bad(fmt.Sprintf("%d resources, limit %d", len(c.Resources), MaxResources), "resources")
+	}
+	names := map[string]bool{}
+	consumers := 0
+	for i := range c.Resources {
+		r := &c.Resources[i]
+		if r.Name == "" || len(r.Name) > 64 || strings.ContainsAny(r.Name, " \t\n/\"") {
+			bad("want a non-empty name without spaces, quotes or slashes (≤ 64)", "resources", i, "name")
+		} else if names[r.Name] {
+			bad("duplicate resource name "+r.Name, "resources", i, "name")
+		}
+		names[r.Name] = true
+		if r.Threshold == 0 {
+			r.Threshold = c.Threshold
+		} else if r.Threshold < 0 || r.Threshold > 10*time.Second {
+			bad("want 0..10s", "resources", i, "threshold")
+		}
+		if len(r.Devices) == 0 {
+			r.Devices = []string{"auto"}
+		}
+		for k, d := range r.Devices {
+			if d == "" || strings.ContainsAny(d, "/ \t") && d != "auto" {
+				bad("want a diskstats device name (e.g. loop3, sdb) or auto", "resources", i, "devices", k)
+			}
+		}
+		if r.Policy == "" {
+			r.Policy = "read-over-write"
+		}
+		switch r.Policy {
+		case "read-over-write", "important-sets":
+		default:
+			bad("want read-over-write|important-sets", "resources", i, "policy")
+		}
+		for _, list := range []struct {
+			key string
+			v   []string
+		}{{"important", r.Important}, {"throttleable", r.Throttleable}} {
+			for k, a := range list.v {
+				if _, err := netip.ParseAddr(a); err != nil {
+					bad(fmt.Sprintf("%q is not an IP address", a), "resources", i, list.key, k)
+				}
+			}
+			consumers += len(list.v)
+		}
+	}
+	if consumers > MaxConsumers {
+		bad(fmt.Sprintf("%d static consumers, limit %d", consumers, MaxConsumers), "resources")
+	}
+	if c.Discovery.Source == "static" {
+		for i, r := range c.Resources {
+			if len(r.Devices) == 1 && r.Devices[0] == "auto" {
+				bad("static discovery needs explicit devices", "resources", i, "devices")
+			}
+		}
+	}
+	return errs
+}
+
+func fieldName(path ...any) string {
+	var b strings.Builder
+	for _, p := range path {
+		switch v := p.(type) {
+		case string:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(v)
+		case int:
+			fmt.Fprintf(&b, "[%d]", v)
+		}
+	}
+	return b.String()
+}
+
+// lineOf finds the line of a field in the YAML tree (0 if absent: the
+// value came from the defaults).
+func lineOf(root *yaml.Node, path ...any) int {
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	line := 0
+	for _, p := range path {
+		switch v := p.(type) {
+		case string:
+			if n.Kind != yaml.MappingNode {
+				return line
+			}
+			found := false
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == v {
+					line = n.Content[i].Line
+					n = n.Content[i+1]
+					found = true
+					break
+				}
+			}
+			if !found {
+				return line
+			}
+		case int:
+			if n.Kind != yaml.SequenceNode || v >= len(n.Content) {
+				return line
+			}
+			n = n.Content[v]
+			line = n.Line
+		}
+	}
+	return line
+}

@@ -1,0 +1,68 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestExampleIsValid(t *testing.T) {
+	c, err := Load("../examples/sanqos.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Interval != 100*time.Millisecond || c.Resources[0].Threshold != 15*time.Millisecond || c.PID.Ti != 300*time.Millisecond {
+		t.Fatalf("example parsed wrong: %+v", c)
+	}
+}
+
+func TestEmptyIsDefaults(t *testing.T) {
+	c, err := Parse([]byte("# nothing\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Backend != "auto" || c.Threshold != 15*time.Millisecond {
+		t.Fatalf("%+v", c)
+	}
+}
+
+func TestErrorsNameFieldAndLine(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"unknown field", "interval: 100ms\nthreshhold: 10ms\n", "line 2: field threshhold not found"},
+		{"bad backend", "backend: tc\n", "line 1: backend: want auto"},
+		{"max delay near RTO", "max_delay: 150ms\n", "line 1: max_delay"},
+		{"resource threshold", "resources:\n  - name: a\n  - name: b\n    threshold: -1ms\n", "line 4: resources[1].threshold"},
+		{"bad consumer", "resources:\n  - name: a\n    important: [10.0.0.1, nope]\n", "line 3: resources[0].important[1]: \"nope\""},
+		{"duplicate", "resources:\n  - name: a\n  - name: a\n", "line 3: resources[1].name: duplicate"},
+		{"kp", "pid:\n  kp: 0\n", "line 2: pid.kp"},
+		{"static needs devices", "discovery:\n  source: static\nresources:\n  - name: a\n", "resources[0].devices"},
+		{"not yaml", "interval: [\n", "yaml"},
+		{"wrong type", "interval: fast\n", "line 1"},
+	} {
+		_, err := Parse([]byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// Several errors are reported together, so one edit fixes them all.
+func TestAllErrorsAtOnce(t *testing.T) {
+	_, err := Parse([]byte("backend: x\nmode: y\newma_alpha: 2\n"))
+	if err == nil || strings.Count(err.Error(), "\nline ")+1 != 3 || !strings.HasPrefix(err.Error(), "line 1:") {
+		t.Fatalf("want three errors, got %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("interval: 100ms\nresources:\n  - name: a\n    devices: [loop0]\n"))
+	f.Add([]byte("pid: {kp: 1, ti: 1s}\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := Parse(b)
+		if err == nil && (c.MaxDelay >= 100*time.Millisecond || c.Interval <= 0) {
+			t.Fatalf("accepted invalid config %+v", c)
+		}
+	})
+}

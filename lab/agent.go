@@ -1,0 +1,98 @@
+package lab
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/sanqos/sanqos/agent"
+)
+
+// SanqosBinary is the sanqos executable the lab runs inside namespaces
+// (the agent in bm). Tests point it at a freshly built binary.
+var SanqosBinary = ""
+
+func sanqosBinary() (string, error) {
+	if SanqosBinary != "" {
+		return SanqosBinary, nil
+	}
+	return os.Executable()
+}
+
+// LabAgent is an agent running in the target namespace for an experiment.
+type LabAgent struct {
+	*agent.Client
+	cmd    *exec.Cmd
+	exited chan struct{}
+	log    string
+}
+
+// StartAgent runs `sanqos agent` inside bm with the given backend and extra
+// arguments, and waits until its socket answers.
+func StartAgent(backend string, dir string, extra ...string) (*LabAgent, error) {
+	bin, err := sanqosBinary()
+	if err != nil {
+		return nil, err
+	}
+	sock := filepath.Join(StateDir, "agent.sock")
+	logPath := filepath.Join(dir, "agent.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	args := append([]string{"netns", "exec", TargetNS, bin, "agent", "--backend", backend, "--socket", sock, "--label", "sanqos-lab"}, extra...)
+	cmd := exec.Command("ip", args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	a := &LabAgent{Client: agent.NewClient(sock), cmd: cmd, exited: exited, log: logPath}
+	err = waitFor("agent socket", 10*time.Second, func() bool {
+		select {
+		case <-exited:
+			return true
+		default:
+		}
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	select {
+	case <-exited:
+		b, _ := os.ReadFile(logPath)
+		return nil, fmt.Errorf("agent exited at start: %s", b)
+	default:
+	}
+	if err != nil {
+		a.Stop()
+		return nil, err
+	}
+	return a, nil
+}
+
+// Stop ends the agent the orderly way (SIGTERM: it releases held packets
+// and removes its rules) and waits for it.
+func (a *LabAgent) Stop() error {
+	if a.cmd.Process == nil {
+		return nil
+	}
+	// ip netns exec replaces itself with the agent, so the pid is the agent's.
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.exited:
+		return nil
+	case <-time.After(10 * time.Second):
+		a.cmd.Process.Kill()
+		<-a.exited
+		return fmt.Errorf("agent did not stop on SIGTERM (see %s)", a.log)
+	}
+}

@@ -1,0 +1,375 @@
+package lab
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sanqos/sanqos/report"
+	"github.com/sanqos/sanqos/throttle"
+)
+
+func init() {
+	register(&Experiment{Name: "delay-steps-read", Title: "Sequential readers throttled stepwise by packet delay, then released (Fig 5.3)",
+		DefaultScale: 0.25, Run: func(r *Runner) (any, error) {
+			return runSteps(r, "delayline", "read", throttle.Setting{ReadDelay: 4600 * time.Microsecond})
+		}})
+	register(&Experiment{Name: "delay-steps-write", Title: "Sequential writers throttled stepwise by delayed ACKs, then released (Fig 5.4)",
+		DefaultScale: 0.25, Run: func(r *Runner) (any, error) {
+			return runSteps(r, "delayline", "write", throttle.Setting{WriteDelay: 4600 * time.Microsecond})
+		}})
+	register(&Experiment{Name: "htb-steps", Title: "Sequential readers throttled stepwise by HTB rate classes, then released (Fig 5.2)",
+		DefaultScale: 0.25, Run: func(r *Runner) (any, error) {
+			return runSteps(r, "htb", "read", throttle.Setting{Rate: 3 << 20})
+		}})
+	register(&Experiment{Name: "delay-sweep", Title: "Rate vs added delay 0–9.6 ms, reads and writes, repeated (Fig 5.5/5.6)",
+		DefaultScale: 0.25, Run: runDelaySweep})
+	register(&Experiment{Name: "throttle-effect", Title: "Fixed 4.6 ms and 9.6 ms write delays on 12 writers lower the reader's wait (Fig 5.8)",
+		DefaultScale: 0.25, Run: runThrottleEffect})
+}
+
+// step is one throttle change of the steps experiments.
+type step struct {
+	At   time.Duration
+	Host string
+	On   bool
+}
+
+// StepSegment is the rates between two throttle changes.
+type StepSegment struct {
+	FromS      float64            `json:"from_s"`
+	ToS        float64            `json:"to_s"`
+	Throttled  []string           `json:"throttled"`
+	PerHostMBs map[string]float64 `json:"per_host_mb_s"`
+}
+
+// StepsSummary is summary.json of delay-steps-* and htb-steps.
+type StepsSummary struct {
+	Experiment string        `json:"experiment"`
+	Backend    string        `json:"backend"`
+	Direction  string        `json:"direction"`
+	Setting    string        `json:"setting"`
+	Segments   []StepSegment `json:"segments"`
+	// ThrottledVsFree is the mean rate of throttled hosts over that of the
+	// unthrottled ones, across segments with both.
+	ThrottledVsFree float64 `json:"throttled_vs_free_rate_ratio"`
+	Retrans         uint64  `json:"retransmits"`
+}
+
+func describeSetting(s throttle.Setting) string {
+	switch {
+	case s.Rate > 0:
+		return fmt.Sprintf("rate %.1f MB/s", float64(s.Rate)/1e6)
+	case s.ReadDelay > 0:
+		return "read delay " + s.ReadDelay.String()
+	default:
+		return "write delay " + s.WriteDelay.String()
+	}
+}
+
+// runSteps is the thesis' stepwise throttling: four equal sequential jobs;
+// b2, b3, b4 are throttled one after another, then released in turn.
+func runSteps(r *Runner, backend, dir string, set throttle.Setting) (any, error) {
+	a, err := StartAgent(backend, r.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Stop()
+	sc := r.Scale
+	steps := []step{{sc(20 * time.Second), "b2", true}, {sc(40 * time.Second), "b3", true}, {sc(60 * time.Second), "b4", true},
+		{sc(80 * time.Second), "b2", false}, {sc(100 * time.Second), "b3", false}, {sc(120 * time.Second), "b4", false}}
+	length := sc(140 * time.Second)
+	rw := "read"
+	if dir == "write" {
+		rw = "write"
+	}
+	p := &Phase{Name: "steps", Label: describeSetting(set), Length: length, From: 0, To: length}
+	for _, h := range Hosts {
+		p.Jobs = append(p.Jobs, Job{Name: "seq" + rw, Host: h, URL: r.LUN(h).URL, RW: rw, BS: 64 << 10, Runtime: length})
+	}
+	for _, s := range steps {
+		s := s
+		p.Events = append(p.Events, Event{At: s.At, Name: fmt.Sprintf("%s %v", s.Host, s.On), Do: func() error {
+			if s.On {
+				return a.Set(map[netip.Addr]throttle.Setting{HostAddr(s.Host): set})
+			}
+			return a.Clear(HostAddr(s.Host))
+		}})
+	}
+	rs, err := r.RunAll([]*Phase{p})
+	if err != nil {
+		return nil, err
+	}
+	res := rs[0]
+	f := readMBs
+	if dir == "write" {
+		f = writeMBs
+	}
+	sum := StepsSummary{Experiment: "steps", Backend: backend, Direction: dir, Setting: describeSetting(set), Retrans: sumRetrans(rs)}
+	bounds := []time.Duration{0}
+	for _, s := range steps {
+		bounds = append(bounds, s.At)
+	}
+	bounds = append(bounds, length)
+	on := map[string]bool{}
+	var thr, free []float64
+	for i := 0; i+1 < len(bounds); i++ {
+		if i > 0 {
+			on[steps[i-1].Host] = steps[i-1].On
+		}
+		// Skip the first second after a change: the rate is in transition.
+		from, to := bounds[i]+time.Second, bounds[i+1]
+		seg := StepSegment{FromS: from.Seconds(), ToS: to.Seconds(), PerHostMBs: map[string]float64{}}
+		for _, h := range Hosts {
+			if on[h] {
+				seg.Throttled = append(seg.Throttled, h)
+			}
+			var v []float64
+			for _, t := range res.Ticks {
+				if t.T > from.Seconds() && t.T <= to.Seconds() {
+					v = append(v, f(t.Dev[h]))
+				}
+			}
+			m, _ := report.MeanStderr(v)
+			seg.PerHostMBs[h] = round(m, 2)
+			if len(seg.Throttled) > 0 && len(seg.Throttled) < len(Hosts) {
+				if on[h] {
+					thr = append(thr, m)
+				} else {
+					free = append(free, m)
+				}
+			}
+		}
+		sum.Segments = append(sum.Segments, seg)
+	}
+	mt, _ := report.MeanStderr(thr)
+	mf, _ := report.MeanStderr(free)
+	if mf > 0 {
+		sum.ThrottledVsFree = round(mt/mf, 3)
+	}
+	var series []report.Series
+	for _, h := range Hosts {
+		x, y := res.Series(h, f)
+		series = append(series, report.Series{Name: h, X: x, Y: smooth(y)})
+	}
+	title := fmt.Sprintf("Stepwise throttling of sequential %ss by %s (%s)", dir, backend, sum.Setting)
+	err = report.TimePlot(filepath.Join(r.Dir, dir+"-rates.png"), title, "time (s)", dir+" rate (MB/s, EWMA 0.15)", series, nil)
+	return sum, err
+}
+
+// SweepPoint is one (direction, delay) of delay-sweep.
+type SweepPoint struct {
+	Direction string    `json:"direction"`
+	DelayMs   float64   `json:"delay_ms"`
+	MBs       float64   `json:"mb_s"`
+	Stderr    float64   `json:"stderr"`
+	Repeats   []float64 `json:"repeats"`
+}
+
+// SweepSummary is summary.json of delay-sweep.
+type SweepSummary struct {
+	Experiment string             `json:"experiment"`
+	BytesPer   int64              `json:"bytes_per_point"`
+	Points     []SweepPoint       `json:"points"`
+	R2         map[string]float64 `json:"r2"`
+	// RatioAtMax is the rate at the largest delay over the rate at zero.
+	RatioAtMax map[string]float64 `json:"ratio_max_delay_vs_0"`
+	Retrans    uint64             `json:"retransmits"`
+}
+
+// SweepDelays are the thesis' delays: 0, then 0.6 to 9.6 ms in 1 ms steps.
+var SweepDelays = []time.Duration{0, 600 * time.Microsecond, 1600 * time.Microsecond, 2600 * time.Microsecond, 3600 * time.Microsecond,
+	4600 * time.Microsecond, 5600 * time.Microsecond, 6600 * time.Microsecond, 7600 * time.Microsecond, 8600 * time.Microsecond, 9600 * time.Microsecond}
+
+func runDelaySweep(r *Runner) (any, error) {
+	a, err := StartAgent("delayline", r.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Stop()
+	bytes := int64(float64(200e6)*r.opts.Scale) / (64 << 10) * (64 << 10)
+	sum := SweepSummary{Experiment: "delay-sweep", BytesPer: bytes, R2: map[string]float64{}, RatioAtMax: map[string]float64{}}
+	b2 := HostAddr("b2")
+	var all []*PhaseResult
+	for _, dir := range []string{"read", "write"} {
+		var xs, ys []float64
+		for _, d := range SweepDelays {
+			set := throttle.Setting{ReadDelay: d}
+			if dir == "write" {
+				set = throttle.Setting{WriteDelay: d}
+			}
+			p := &Phase{Name: fmt.Sprintf("%s-%.1fms", dir, float64(d)/1e6), Label: fmt.Sprintf("%s at %v", dir, d),
+				Length: 5 * time.Minute, From: 0, To: 0,
+				Jobs: []Job{{Name: "move", Host: "b2", URL: r.LUN("b2").URL, RW: dir, BS: 64 << 10, Size: bytes}}}
+			pt := SweepPoint{Direction: dir, DelayMs: float64(d) / 1e6}
+			for rep := 0; rep < max(r.opts.Repeat, 3); rep++ {
+				if err := a.Set(map[netip.Addr]throttle.Setting{b2: set}); err != nil {
+					return nil, err
+				}
+				res, err := r.Run(p, rep)
+				if err != nil {
+					return nil, err
+				}
+				all = append(all, res)
+				mbs, err := fioMBs(filepath.Join(r.Dir, fmt.Sprintf("%s.r%d", p.Name, rep), "b2.json"), dir)
+				if err != nil {
+					return nil, err
+				}
+				pt.Repeats = append(pt.Repeats, round(mbs, 3))
+				xs = append(xs, pt.DelayMs)
+				ys = append(ys, mbs)
+			}
+			m, se := report.MeanStderr(pt.Repeats)
+			pt.MBs, pt.Stderr = round(m, 3), round(se, 3)
+			sum.Points = append(sum.Points, pt)
+		}
+		_, _, r2 := report.LinearFit(xs, ys)
+		sum.R2[dir] = round(r2, 4)
+		var first, last float64
+		var bars []report.Bar
+		for _, pt := range sum.Points {
+			if pt.Direction != dir {
+				continue
+			}
+			if pt.DelayMs == 0 {
+				first = pt.MBs
+			}
+			last = pt.MBs
+			bars = append(bars, report.Bar{Label: fmt.Sprintf("%.1f", pt.DelayMs), Value: pt.MBs, Err: pt.Stderr})
+		}
+		if first > 0 {
+			sum.RatioAtMax[dir] = round(last/first, 3)
+		}
+		if err := report.BarPlot(filepath.Join(r.Dir, dir+"-sweep.png"),
+			fmt.Sprintf("%s rate vs added delay (ms), %d MB per point, R²=%.3f", dir, bytes/1e6, r2), dir+" MB/s", bars); err != nil {
+			return nil, err
+		}
+	}
+	if err := a.Clear(); err != nil {
+		return nil, err
+	}
+	sum.Retrans = sumRetrans(all)
+	return sum, nil
+}
+
+// fioMBs reads a job's bandwidth from fio's JSON output.
+func fioMBs(path, dir string) (float64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	var out struct {
+		Jobs []struct {
+			Read struct {
+				BwBytes float64 `json:"bw_bytes"`
+			} `json:"read"`
+			Write struct {
+				BwBytes float64 `json:"bw_bytes"`
+			} `json:"write"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	var sum float64
+	for _, j := range out.Jobs {
+		if dir == "read" {
+			sum += j.Read.BwBytes
+		} else {
+			sum += j.Write.BwBytes
+		}
+	}
+	return sum / 1e6, nil
+}
+
+// EffectWindow is one throttle window of throttle-effect.
+type EffectWindow struct {
+	Name       string      `json:"name"`
+	DelayMs    float64     `json:"write_delay_ms"`
+	FromS      float64     `json:"from_s"`
+	ToS        float64     `json:"to_s"`
+	ReadWaitMs report.Dist `json:"read_wait_ms"`
+	WriteMBs   float64     `json:"write_mb_s"`
+}
+
+// EffectSummary is summary.json of throttle-effect.
+type EffectSummary struct {
+	Experiment string         `json:"experiment"`
+	Windows    []EffectWindow `json:"windows"`
+	Retrans    uint64         `json:"retransmits"`
+}
+
+func runThrottleEffect(r *Runner) (any, error) {
+	a, err := StartAgent("delayline", r.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Stop()
+	sc := r.Scale
+	length := sc(420 * time.Second)
+	writers := r.writers(12, 0, length)
+	var addrs []netip.Addr
+	for _, j := range writers {
+		addrs = append(addrs, HostAddr(j.Host))
+	}
+	setAll := func(d time.Duration) func() error {
+		return func() error {
+			if d == 0 {
+				return a.Clear(addrs...)
+			}
+			m := map[netip.Addr]throttle.Setting{}
+			for _, x := range addrs {
+				m[x] = throttle.Setting{WriteDelay: d}
+			}
+			return a.Set(m)
+		}
+	}
+	wins := []EffectWindow{
+		{Name: "unthrottled", FromS: sc(10 * time.Second).Seconds(), ToS: sc(100 * time.Second).Seconds()},
+		{Name: "4.6 ms", DelayMs: 4.6, FromS: sc(100 * time.Second).Seconds(), ToS: sc(190 * time.Second).Seconds()},
+		{Name: "unthrottled again", FromS: sc(190 * time.Second).Seconds(), ToS: sc(280 * time.Second).Seconds()},
+		{Name: "9.6 ms", DelayMs: 9.6, FromS: sc(280 * time.Second).Seconds(), ToS: sc(370 * time.Second).Seconds()},
+	}
+	p := &Phase{Name: "effect", Label: "12 writers, timed write delays", Length: length, From: 0, To: length,
+		Jobs: append([]Job{r.reader(length)}, writers...),
+		Events: []Event{
+			{At: sc(100 * time.Second), Name: "4.6ms", Do: setAll(4600 * time.Microsecond)},
+			{At: sc(190 * time.Second), Name: "release", Do: setAll(0)},
+			{At: sc(280 * time.Second), Name: "9.6ms", Do: setAll(9600 * time.Microsecond)},
+			{At: sc(370 * time.Second), Name: "release", Do: setAll(0)},
+		}}
+	rs, err := r.RunAll([]*Phase{p})
+	if err != nil {
+		return nil, err
+	}
+	res := rs[0]
+	sum := EffectSummary{Experiment: "throttle-effect", Retrans: sumRetrans(rs)}
+	for _, w := range wins {
+		var waits []float64
+		var wr float64
+		var n int
+		for _, t := range res.Ticks {
+			// Skip the first second of a window: the controller's step is
+			// instantaneous, the queue's drain is not.
+			if t.T > w.FromS+1 && t.T <= w.ToS {
+				waits = append(waits, readWait(t.Dev["b2"]))
+				for _, h := range Hosts[1:] {
+					wr += writeMBs(t.Dev[h])
+				}
+				n++
+			}
+		}
+		w.ReadWaitMs = roundDist(report.Describe(waits))
+		if n > 0 {
+			w.WriteMBs = round(wr/float64(n), 2)
+		}
+		sum.Windows = append(sum.Windows, w)
+	}
+	x, y := res.Series("b2", readWait)
+	err = report.TimePlot(filepath.Join(r.Dir, "read-wait.png"), "smalljob's wait with 12 writers throttled at 4.6 ms, then 9.6 ms (Fig 5.8)",
+		"time (s)", "read wait (ms, EWMA 0.15)", []report.Series{{Name: "b2 read wait", X: x, Y: smooth(y)}}, nil)
+	return sum, err
+}
