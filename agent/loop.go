@@ -1,0 +1,375 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"net/netip"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sanqos/sanqos/sample"
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// Controller turns a resource's indicator into a throttle step (0 = none).
+// control.PID implements it; so can any other controller.
+type Controller interface {
+	Update(measured float64) int
+	Reset()
+}
+
+// Smoother filters a noisy signal (filter.EWMA implements it).
+type Smoother interface {
+	Update(x float64) float64
+	Value() float64
+}
+
+// Sampler returns the cumulative counters of block devices.
+type Sampler interface {
+	Read(devices ...string) (map[string]sample.Counters, error)
+}
+
+// Topology is who uses what, as discovery last saw it.
+type Topology struct {
+	// Resources by name: the devices that make up each, and which consumer
+	// uses which of them.
+	Resources map[string]ResourceView
+}
+
+// ResourceView is one resource's devices and consumers.
+type ResourceView struct {
+	Devices   []string
+	Consumers map[netip.Addr][]string // consumer → its devices on this resource
+}
+
+// ResourceSpec is a resource's policy, from config.
+type ResourceSpec struct {
+	Name         string
+	Threshold    time.Duration
+	Important    map[netip.Addr]bool // never throttled
+	Throttleable map[netip.Addr]bool // always eligible
+	// ProtectImportantOnly: the indicator is the read wait of the
+	// important consumers' devices only (policy important-sets).
+	ProtectImportantOnly bool
+	NewController        func() Controller
+	NewSmoother          func() Smoother
+}
+
+// LoopConfig holds what all resource loops share.
+type LoopConfig struct {
+	Interval  time.Duration
+	DelayStep time.Duration
+	MaxDelay  time.Duration
+	// WriteBps is the write-rate EWMA above which a consumer becomes
+	// throttleable (thesis 4.5.1).
+	WriteBps float64
+	// NewRateSmoother smooths per-consumer write rates.
+	NewRateSmoother func() Smoother
+}
+
+// ResourceStatus is what a resource loop last did, for status and metrics.
+type ResourceStatus struct {
+	Name         string           `json:"name"`
+	Devices      []string         `json:"devices"`
+	IndicatorMs  float64          `json:"indicator_ms"`
+	RawWaitMs    float64          `json:"raw_wait_ms"`
+	ThresholdMs  float64          `json:"threshold_ms"`
+	Step         int              `json:"step"`
+	Delay        time.Duration    `json:"delay_ns"`
+	Throttleable []string         `json:"throttleable"`
+	Consumers    []ConsumerStatus `json:"consumers"`
+	Updated      time.Time        `json:"updated"`
+}
+
+// ConsumerStatus is one consumer of a resource.
+type ConsumerStatus struct {
+	Addr      string  `json:"addr"`
+	ReadBps   float64 `json:"read_bps"`
+	WriteBps  float64 `json:"write_bps"`
+	WriteEWMA float64 `json:"write_bps_ewma"`
+	Important bool    `json:"important"`
+	Throttled bool    `json:"throttled"`
+}
+
+// Loops runs one goroutine per resource plus a sampler and an actuator.
+type Loops struct {
+	cfg     LoopConfig
+	sampler Sampler
+	t       throttle.Throttle
+	log     *slog.Logger
+	topo    atomic.Pointer[Topology]
+	specs   atomic.Pointer[map[string]ResourceSpec]
+	mu      sync.Mutex
+	status  map[string]ResourceStatus
+	tickDur atomic.Int64 // last tick's duration, ns
+	onTick  func(time.Duration)
+}
+
+// NewLoops prepares the loops; Run starts them.
+func NewLoops(cfg LoopConfig, s Sampler, t throttle.Throttle, log *slog.Logger) *Loops {
+	l := &Loops{cfg: cfg, sampler: s, t: t, log: log, status: map[string]ResourceStatus{}}
+	l.topo.Store(&Topology{Resources: map[string]ResourceView{}})
+	empty := map[string]ResourceSpec{}
+	l.specs.Store(&empty)
+	return l
+}
+
+// SetTopology publishes what discovery found; loops pick it up next tick.
+func (l *Loops) SetTopology(t *Topology) { l.topo.Store(t) }
+
+// SetSpecs replaces the resources' policies (config reload).
+func (l *Loops) SetSpecs(specs map[string]ResourceSpec) { l.specs.Store(&specs) }
+
+// OnTick registers a callback with each tick's duration (metrics).
+func (l *Loops) OnTick(f func(time.Duration)) { l.onTick = f }
+
+// Status returns a copy of every resource's status, sorted by name.
+func (l *Loops) Status() []ResourceStatus {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]ResourceStatus, 0, len(l.status))
+	for _, s := range l.status {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].Name < out[k].Name })
+	return out
+}
+
+type desire struct {
+	resource string
+	delays   map[netip.Addr]time.Duration // write delay per consumer
+}
+
+// Run samples every interval, feeds each resource's goroutine and applies
+// the merged result, until ctx ends. On return every throttle it applied
+// is cleared.
+func (l *Loops) Run(ctx context.Context) error {
+	desires := make(chan desire, 64)
+	loops := map[string]chan map[string]sample.Counters{}
+	var wg sync.WaitGroup
+	startLoop := func(name string) chan map[string]sample.Counters {
+		ch := make(chan map[string]sample.Counters, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.resourceLoop(ctx, name, ch, desires)
+		}()
+		return ch
+	}
+	actDone := make(chan struct{})
+	go func() {
+		defer close(actDone)
+		l.actuate(desires)
+	}()
+	tick := time.NewTicker(l.cfg.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			for _, ch := range loops {
+				close(ch)
+			}
+			wg.Wait()
+			close(desires)
+			<-actDone
+			return nil
+		case <-tick.C:
+		}
+		start := time.Now()
+		specs := *l.specs.Load()
+		for name := range specs {
+			if loops[name] == nil {
+				loops[name] = startLoop(name)
+			}
+		}
+		for name, ch := range loops {
+			if _, ok := specs[name]; !ok {
+				close(ch) // resource removed by a reload
+				delete(loops, name)
+			}
+		}
+		counters, err := l.sampler.Read()
+		if err != nil {
+			l.log.Error("sampling diskstats", "err", err)
+			continue
+		}
+		for _, ch := range loops {
+			select {
+			case ch <- counters:
+			default: // the loop is still busy with the last tick: it gets the next
+			}
+		}
+		d := time.Since(start)
+		l.tickDur.Store(int64(d))
+		if l.onTick != nil {
+			l.onTick(d)
+		}
+	}
+}
+
+// resourceLoop is one resource's pipeline: indicator → controller → delay
+// for the throttleable set.
+func (l *Loops) resourceLoop(ctx context.Context, name string, in <-chan map[string]sample.Counters, out chan<- desire) {
+	var ctrl Controller
+	var ind Smoother
+	rates := map[netip.Addr]Smoother{}
+	var prev map[string]sample.Counters
+	defer func() { out <- desire{resource: name} }() // release this resource's throttles
+	for counters := range in {
+		spec, ok := (*l.specs.Load())[name]
+		if !ok {
+			return
+		}
+		if ctrl == nil {
+			ctrl, ind = spec.NewController(), spec.NewSmoother()
+		}
+		view := l.topo.Load().Resources[name]
+		st := ResourceStatus{Name: name, Devices: view.Devices, ThresholdMs: ms(spec.Threshold), RawWaitMs: math.NaN(), Updated: time.Now()}
+		ivs := map[string]sample.Interval{}
+		for _, d := range view.Devices {
+			c, ok := counters[d]
+			p, okp := prev[d]
+			if !ok || !okp {
+				continue
+			}
+			if iv, err := sample.Diff(p, c); err == nil {
+				ivs[d] = iv
+			}
+		}
+		prev = counters
+		// Indicator: read wait over the devices that had reads (4.5.2).
+		measured := spec.measuredDevices(view)
+		var ticks, reads float64
+		for _, d := range measured {
+			if iv, ok := ivs[d]; ok && iv.Reads > 0 {
+				ticks += iv.ReadWaitMs * float64(iv.Reads)
+				reads += float64(iv.Reads)
+			}
+		}
+		if reads > 0 {
+			st.RawWaitMs = ticks / reads
+			ind.Update(st.RawWaitMs)
+		}
+		st.IndicatorMs = ind.Value()
+		step := 0
+		if !math.IsNaN(st.IndicatorMs) {
+			step = ctrl.Update(st.IndicatorMs)
+		}
+		delay := time.Duration(step) * l.cfg.DelayStep
+		if delay > l.cfg.MaxDelay {
+			delay = l.cfg.MaxDelay
+		}
+		st.Step, st.Delay = step, delay
+		// Throttleable set: consumers writing above the threshold (4.5.1),
+		// plus the static ones, never the important ones.
+		want := map[netip.Addr]time.Duration{}
+		for c, devs := range view.Consumers {
+			var rb, wb float64
+			for _, d := range devs {
+				rb += ivs[d].ReadBps
+				wb += ivs[d].WriteBps
+			}
+			r := rates[c]
+			if r == nil {
+				r = l.cfg.NewRateSmoother()
+				rates[c] = r
+			}
+			ew := r.Update(wb)
+			cs := ConsumerStatus{Addr: c.String(), ReadBps: rb, WriteBps: wb, WriteEWMA: ew, Important: spec.Important[c]}
+			if !spec.Important[c] && (spec.Throttleable[c] || ew > l.cfg.WriteBps) {
+				st.Throttleable = append(st.Throttleable, c.String())
+				if delay > 0 {
+					want[c] = delay
+					cs.Throttled = true
+				}
+			}
+			st.Consumers = append(st.Consumers, cs)
+		}
+		for c := range spec.Throttleable {
+			if _, seen := view.Consumers[c]; !seen && !spec.Important[c] {
+				st.Throttleable = append(st.Throttleable, c.String())
+				if delay > 0 {
+					want[c] = delay
+				}
+			}
+		}
+		for c := range rates {
+			if _, ok := view.Consumers[c]; !ok {
+				delete(rates, c) // a consumer that left: forget its history
+			}
+		}
+		sort.Strings(st.Throttleable)
+		sort.Slice(st.Consumers, func(i, k int) bool { return st.Consumers[i].Addr < st.Consumers[k].Addr })
+		l.mu.Lock()
+		l.status[name] = st
+		l.mu.Unlock()
+		select {
+		case out <- desire{resource: name, delays: want}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (s ResourceSpec) measuredDevices(v ResourceView) []string {
+	if !s.ProtectImportantOnly {
+		return v.Devices
+	}
+	var devs []string
+	for c, ds := range v.Consumers {
+		if s.Important[c] {
+			devs = append(devs, ds...)
+		}
+	}
+	return devs
+}
+
+// actuate merges every resource's wishes (a consumer on two saturated
+// resources gets the larger delay) and applies only the differences, in
+// one batch per change.
+func (l *Loops) actuate(in <-chan desire) {
+	per := map[string]map[netip.Addr]time.Duration{}
+	applied := map[netip.Addr]time.Duration{}
+	apply := func() {
+		merged := map[netip.Addr]time.Duration{}
+		for _, m := range per {
+			for c, d := range m {
+				merged[c] = max(merged[c], d)
+			}
+		}
+		batch := map[netip.Addr]throttle.Setting{}
+		for c, d := range merged {
+			if applied[c] != d {
+				batch[c] = throttle.Setting{WriteDelay: d}
+			}
+		}
+		for c := range applied {
+			if _, ok := merged[c]; !ok {
+				batch[c] = throttle.Setting{}
+			}
+		}
+		if len(batch) == 0 {
+			return
+		}
+		if err := l.t.Set(batch); err != nil {
+			l.log.Error("applying throttles", "err", err, "consumers", len(batch))
+			return
+		}
+		applied = merged
+	}
+	for d := range in {
+		if d.delays == nil {
+			delete(per, d.resource)
+		} else {
+			per[d.resource] = d.delays
+		}
+		apply()
+	}
+	clear(per)
+	apply()
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }

@@ -1,0 +1,114 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"math"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/sample"
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// propCtl is a stand-in controller for testing the wiring: one step per
+// millisecond above the threshold.
+type propCtl struct{ thr float64 }
+
+func (p *propCtl) Update(m float64) int { return max(0, int(math.Ceil(m-p.thr))) }
+func (p *propCtl) Reset()               {}
+
+// lastValue is an identity smoother (no filtering) for deterministic tests.
+type lastValue struct{ v float64 }
+
+func (s *lastValue) Update(x float64) float64 { s.v = x; return x }
+func (s *lastValue) Value() float64           { return s.v }
+
+var (
+	reader = netip.MustParseAddr("10.99.0.2")
+	writer = netip.MustParseAddr("10.99.0.3")
+	boss   = netip.MustParseAddr("10.99.0.4")
+)
+
+func testLoops(t *testing.T) (*Loops, *throttle.Memory) {
+	mem := throttle.NewMemory()
+	l := NewLoops(LoopConfig{Interval: 100 * time.Millisecond, DelayStep: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond,
+		WriteBps: 1e6, NewRateSmoother: func() Smoother { return &lastValue{} }}, nil, mem, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l.SetTopology(&Topology{Resources: map[string]ResourceView{"vg1": {
+		Devices:   []string{"loop0", "loop1", "loop2"},
+		Consumers: map[netip.Addr][]string{reader: {"loop0"}, writer: {"loop1"}, boss: {"loop2"}},
+	}}})
+	l.SetSpecs(map[string]ResourceSpec{"vg1": {Name: "vg1", Threshold: 15 * time.Millisecond, Important: map[netip.Addr]bool{boss: true},
+		NewController: func() Controller { return &propCtl{thr: 15} }, NewSmoother: func() Smoother { return &lastValue{v: math.NaN()} }}})
+	return l, mem
+}
+
+// counters builds a diskstats snapshot: reader reads with the given wait,
+// writer and boss write at 20 MB/s.
+func counters(tick int, readWaitMs float64) map[string]sample.Counters {
+	t := time.Unix(0, 0).Add(time.Duration(tick) * 100 * time.Millisecond)
+	n := uint64(tick)
+	return map[string]sample.Counters{
+		"loop0": {Device: "loop0", Time: t, Reads: 4 * n, ReadTicks: uint64(4 * readWaitMs * float64(tick)), ReadSectors: 64 * n},
+		"loop1": {Device: "loop1", Time: t, Writes: 30 * n, WriteSectors: 3900 * n},
+		"loop2": {Device: "loop2", Time: t, Writes: 30 * n, WriteSectors: 3900 * n},
+	}
+}
+
+func TestResourceLoopThrottlesWritersNotImportant(t *testing.T) {
+	l, _ := testLoops(t)
+	in := make(chan map[string]sample.Counters)
+	out := make(chan desire)
+	go l.resourceLoop(context.Background(), "vg1", in, out)
+	in <- counters(1, 10)
+	<-out // first sample: baseline only
+	in <- counters(2, 10)
+	if d := <-out; len(d.delays) != 0 {
+		t.Fatalf("below threshold: %v", d.delays)
+	}
+	in <- counters(3, 25) // this interval's reads waited 25+10 = ... cumulative ticks grow
+	d := <-out
+	if d.delays[writer] == 0 {
+		t.Fatalf("writer not throttled above threshold: %v (status %+v)", d.delays, l.Status())
+	}
+	if _, ok := d.delays[boss]; ok {
+		t.Fatal("important consumer throttled")
+	}
+	if _, ok := d.delays[reader]; ok {
+		t.Fatal("reader (not writing) throttled")
+	}
+	st := l.Status()[0]
+	if st.Step == 0 || len(st.Throttleable) != 1 || st.Throttleable[0] != writer.String() {
+		t.Fatalf("status %+v", st)
+	}
+	close(in)
+	if d := <-out; d.delays != nil {
+		t.Fatal("closing a loop must release its throttles")
+	}
+}
+
+func TestActuateMergesAndClears(t *testing.T) {
+	l, mem := testLoops(t)
+	in := make(chan desire)
+	done := make(chan struct{})
+	go func() { l.actuate(in); close(done) }()
+	in <- desire{resource: "a", delays: map[netip.Addr]time.Duration{writer: 2 * time.Millisecond}}
+	in <- desire{resource: "b", delays: map[netip.Addr]time.Duration{writer: 5 * time.Millisecond, boss: time.Millisecond}}
+	in <- desire{resource: "a"} // a stops: b's wishes remain
+	in <- desire{resource: "b", delays: map[netip.Addr]time.Duration{writer: 5 * time.Millisecond}}
+	// The actuator takes the next message only after applying the last, so
+	// a second no-op send orders our read after the previous apply.
+	in <- desire{resource: "c", delays: map[netip.Addr]time.Duration{}}
+	in <- desire{resource: "c", delays: map[netip.Addr]time.Duration{}}
+	got := mem.List()
+	if got[writer].WriteDelay != 5*time.Millisecond || len(got) != 1 {
+		t.Fatalf("merged state %v", got)
+	}
+	close(in)
+	<-done
+	if len(mem.List()) != 0 {
+		t.Fatalf("stopping the actuator must clear everything: %v", mem.List())
+	}
+}
