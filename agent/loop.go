@@ -21,10 +21,11 @@ type Controller interface {
 	Reset()
 }
 
-// Smoother filters a noisy signal (filter.EWMA implements it).
+// Smoother filters a noisy signal (filter.EWMA implements it); ok is
+// false until it has seen a sample.
 type Smoother interface {
-	Update(x float64) float64
-	Value() float64
+	Update(x float64) (float64, bool)
+	Value() (float64, bool)
 }
 
 // Sampler returns the cumulative counters of block devices.
@@ -253,10 +254,11 @@ func (l *Loops) resourceLoop(ctx context.Context, name string, in <-chan map[str
 			st.RawWaitMs = ticks / reads
 			ind.Update(st.RawWaitMs)
 		}
-		st.IndicatorMs = ind.Value()
+		st.IndicatorMs = math.NaN()
 		step := 0
-		if !math.IsNaN(st.IndicatorMs) {
-			step = ctrl.Update(st.IndicatorMs)
+		if v, ok := ind.Value(); ok {
+			st.IndicatorMs = v
+			step = ctrl.Update(v)
 		}
 		delay := time.Duration(step) * l.cfg.DelayStep
 		if delay > l.cfg.MaxDelay {
@@ -277,7 +279,7 @@ func (l *Loops) resourceLoop(ctx context.Context, name string, in <-chan map[str
 				r = l.cfg.NewRateSmoother()
 				rates[c] = r
 			}
-			ew := r.Update(wb)
+			ew, _ := r.Update(wb)
 			cs := ConsumerStatus{Addr: c.String(), ReadBps: rb, WriteBps: wb, WriteEWMA: ew, Important: spec.Important[c]}
 			if !spec.Important[c] && (spec.Throttleable[c] || ew > l.cfg.WriteBps) {
 				st.Throttleable = append(st.Throttleable, c.String())

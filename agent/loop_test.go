@@ -21,10 +21,13 @@ func (p *propCtl) Update(m float64) int { return max(0, int(math.Ceil(m-p.thr)))
 func (p *propCtl) Reset()               {}
 
 // lastValue is an identity smoother (no filtering) for deterministic tests.
-type lastValue struct{ v float64 }
+type lastValue struct {
+	v  float64
+	ok bool
+}
 
-func (s *lastValue) Update(x float64) float64 { s.v = x; return x }
-func (s *lastValue) Value() float64           { return s.v }
+func (s *lastValue) Update(x float64) (float64, bool) { s.v, s.ok = x, true; return x, true }
+func (s *lastValue) Value() (float64, bool)           { return s.v, s.ok }
 
 var (
 	reader = netip.MustParseAddr("10.99.0.2")
@@ -41,7 +44,7 @@ func testLoops(t *testing.T) (*Loops, *throttle.Memory) {
 		Consumers: map[netip.Addr][]string{reader: {"loop0"}, writer: {"loop1"}, boss: {"loop2"}},
 	}}})
 	l.SetSpecs(map[string]ResourceSpec{"vg1": {Name: "vg1", Threshold: 15 * time.Millisecond, Important: map[netip.Addr]bool{boss: true},
-		NewController: func() Controller { return &propCtl{thr: 15} }, NewSmoother: func() Smoother { return &lastValue{v: math.NaN()} }}})
+		NewController: func() Controller { return &propCtl{thr: 15} }, NewSmoother: func() Smoother { return &lastValue{} }}})
 	return l, mem
 }
 

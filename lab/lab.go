@@ -137,9 +137,13 @@ type Capacity struct {
 type State struct {
 	Options   Options    `json:"options"`
 	Resources []Resource `json:"resources"`
-	ServePID  int        `json:"serve_pid"`
-	Capacity  []Capacity `json:"capacity"`
-	Created   time.Time  `json:"created"`
+	// RAM is a target whose LUN (b2 only) lives in memory with no model:
+	// the overhead experiment's "RAM disk", where any cost of the
+	// throttle's rules shows instead of drowning in disk time.
+	RAM      *Resource  `json:"ram,omitempty"`
+	ServePID int        `json:"serve_pid"`
+	Capacity []Capacity `json:"capacity"`
+	Created  time.Time  `json:"created"`
 }
 
 func statePath() string { return filepath.Join(StateDir, "state.json") }
@@ -167,6 +171,14 @@ func (s *State) save() error {
 		return err
 	}
 	return os.Rename(tmp, statePath())
+}
+
+// targets are every iSCSI target the lab serves.
+func (s *State) targets() []Resource {
+	if s.RAM == nil {
+		return s.Resources
+	}
+	return append(append([]Resource(nil), s.Resources...), *s.RAM)
 }
 
 // Resource returns the named resource.

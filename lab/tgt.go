@@ -31,7 +31,7 @@ func configureTargets(s *State) error {
 	if err != nil {
 		return err
 	}
-	for _, r := range s.Resources {
+	for _, r := range s.targets() {
 		if strings.Contains(out, r.IQN+"\n") {
 			continue
 		}

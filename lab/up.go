@@ -90,6 +90,21 @@ func build(o Options, log io.Writer) (*State, error) {
 		}
 		s.Resources = append(s.Resources, r)
 	}
+	ram := Resource{Name: "ram", TID: 100, IQN: IQNPrefix + "ram", Store: filepath.Join(StoreDir, "ram")}
+	if err := os.MkdirAll(ram.Store, 0o700); err != nil {
+		return nil, err
+	}
+	rl := LUN{Host: "b2", Number: 1, Store: filepath.Join(ram.Store, "b2.img")}
+	rl.File, rl.Backing = rl.Store, rl.Store
+	rl.URL = fmt.Sprintf(`iscsi\://%s\:%d/%s/1`, TargetAddr, ISCSIPort, strings.ReplaceAll(ram.IQN, ":", `\:`))
+	if err := os.WriteFile(rl.Store, nil, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.Truncate(rl.Store, 256<<20); err != nil {
+		return nil, err
+	}
+	ram.LUNs = []LUN{rl}
+	s.RAM = &ram
 	if err := s.save(); err != nil {
 		return nil, err
 	}

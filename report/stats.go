@@ -9,6 +9,8 @@ package report
 import (
 	"math"
 	"sort"
+
+	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // Dist summarises a sample of milliseconds; NaN values are ignored.
@@ -119,4 +121,40 @@ func LinearFit(x, y []float64) (a, b, r2 float64) {
 		return a, b, 1
 	}
 	return a, b, 1 - ssRes/ssTot
+}
+
+// Welch is the result of Welch's two-sample t-test on the difference of
+// means (b − a).
+type Welch struct {
+	Diff  float64    `json:"diff"`
+	T     float64    `json:"t"`
+	DF    float64    `json:"df"`
+	P     float64    `json:"p"`
+	CI    [2]float64 `json:"ci"`
+	Level float64    `json:"level"`
+	MeanA float64    `json:"mean_a"`
+	MeanB float64    `json:"mean_b"`
+}
+
+// WelchTest compares two samples with unequal variances, as R's t.test
+// does by default (the thesis' §5.8 used R), with a two-sided CI at level.
+func WelchTest(a, b []float64, level float64) Welch {
+	ma, sea := MeanStderr(a)
+	mb, seb := MeanStderr(b)
+	va, vb := sea*sea, seb*seb
+	w := Welch{Diff: mb - ma, MeanA: ma, MeanB: mb, Level: level}
+	se := math.Sqrt(va + vb)
+	if se == 0 {
+		w.CI = [2]float64{w.Diff, w.Diff}
+		w.P = 1
+		return w
+	}
+	na, nb := float64(len(a)), float64(len(b))
+	w.DF = (va + vb) * (va + vb) / (va*va/(na-1) + vb*vb/(nb-1))
+	w.T = w.Diff / se
+	st := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: w.DF}
+	w.P = 2 * (1 - st.CDF(math.Abs(w.T)))
+	q := st.Quantile(1 - (1-level)/2)
+	w.CI = [2]float64{w.Diff - q*se, w.Diff + q*se}
+	return w
 }

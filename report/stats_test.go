@@ -44,3 +44,23 @@ func TestMeanStderr(t *testing.T) {
 		t.Fatalf("%v %v", m, se)
 	}
 }
+
+// Reference t and df computed independently (Python's statistics module);
+// the 99 % CI half-width must lie between the tabulated t quantiles for
+// df 7 (3.499) and df 8 (3.355) times the standard error.
+func TestWelchTest(t *testing.T) {
+	a := []float64{7.1, 7.2, 7.3, 7.15, 7.25}
+	b := []float64{7.3, 7.35, 7.4, 7.2, 7.5}
+	w := WelchTest(a, b, 0.99)
+	if math.Abs(w.Diff-0.15) > 1e-9 || math.Abs(w.T-2.44949) > 1e-4 || math.Abs(w.DF-7.2) > 1e-9 {
+		t.Fatalf("%+v", w)
+	}
+	se := w.Diff / w.T
+	half := (w.CI[1] - w.CI[0]) / 2
+	if half < 3.355*se || half > 3.499*se || math.Abs((w.CI[0]+w.CI[1])/2-w.Diff) > 1e-9 {
+		t.Fatalf("ci %v (se %v)", w.CI, se)
+	}
+	if w.P < 0.01 || w.P > 0.05 {
+		t.Fatalf("p %v: t=2.45 at df 7.2 lies between the 0.05 and 0.01 two-sided critical values", w.P)
+	}
+}

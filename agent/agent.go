@@ -1,0 +1,204 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// Discoverer reports the current topology (discover package adapters).
+type Discoverer interface {
+	Discover() (*Topology, error)
+}
+
+// Deps are what the agent is built from; cmd/sanqos wires the real ones.
+type Deps struct {
+	Throttle      throttle.Throttle
+	Sampler       Sampler
+	Discoverer    Discoverer
+	NewController func(cfg *config.Config, r config.Resource) Controller
+	NewSmoother   func(alpha float64) Smoother
+	Log           *slog.Logger
+}
+
+// Agent is a running sanqos daemon.
+type Agent struct {
+	deps     Deps
+	loops    *Loops
+	mu       sync.Mutex
+	cfg      *config.Config
+	reg      *prometheus.Registry
+	ticks    prometheus.Histogram
+	discErrs prometheus.Counter
+	lastDisc string
+}
+
+// New builds an agent from a validated config.
+func New(cfg *config.Config, d Deps) *Agent {
+	a := &Agent{deps: d, cfg: cfg, reg: prometheus.NewRegistry()}
+	a.loops = NewLoops(LoopConfig{
+		Interval: cfg.Interval, DelayStep: cfg.DelayStep, MaxDelay: cfg.MaxDelay, WriteBps: cfg.WriteMBs * 1e6,
+		NewRateSmoother: func() Smoother { return d.NewSmoother(cfg.EWMAAlpha) },
+	}, d.Sampler, d.Throttle, d.Log)
+	a.ticks = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sanqos_tick_duration_seconds",
+		Help: "Time to sample and dispatch one control tick.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14)})
+	a.discErrs = prometheus.NewCounter(prometheus.CounterOpts{Name: "sanqos_discovery_errors_total", Help: "Failed discovery rounds."})
+	a.loops.OnTick(func(d time.Duration) { a.ticks.Observe(d.Seconds()) })
+	a.reg.MustRegister(newCollector(a.loops, d.Throttle), a.ticks, a.discErrs,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.applySpecs(cfg)
+	return a
+}
+
+func toSet(list []string) map[netip.Addr]bool {
+	m := map[netip.Addr]bool{}
+	for _, s := range list {
+		if a, err := netip.ParseAddr(s); err == nil { // validated by config
+			m[a.Unmap()] = true
+		}
+	}
+	return m
+}
+
+func (a *Agent) applySpecs(cfg *config.Config) {
+	specs := map[string]ResourceSpec{}
+	for _, r := range cfg.Resources {
+		r := r
+		specs[r.Name] = ResourceSpec{
+			Name: r.Name, Threshold: r.Threshold, Important: toSet(r.Important), Throttleable: toSet(r.Throttleable),
+			ProtectImportantOnly: r.Policy == "important-sets",
+			NewController:        func() Controller { return a.deps.NewController(cfg, r) },
+			NewSmoother:          func() Smoother { return a.deps.NewSmoother(cfg.EWMAAlpha) },
+		}
+	}
+	a.loops.SetSpecs(specs)
+}
+
+// Reload swaps in a new config. Settings that need a restart (backend,
+// interval, listeners) are refused with the reason, leaving the old
+// config active.
+func (a *Agent) Reload(cfg *config.Config) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	old := a.cfg
+	switch {
+	case cfg.Backend != old.Backend, cfg.Mode != old.Mode, cfg.ISCSIPort != old.ISCSIPort:
+		return errors.New("backend, mode and iscsi_port changes need a restart")
+	case cfg.Interval != old.Interval, cfg.DelayStep != old.DelayStep, cfg.MaxDelay != old.MaxDelay:
+		return errors.New("interval, delay_step and max_delay changes need a restart")
+	case cfg.Socket != old.Socket, cfg.HTTP != old.HTTP:
+		return errors.New("listener changes need a restart")
+	}
+	a.cfg = cfg
+	a.applySpecs(cfg)
+	return nil
+}
+
+// Status is the document served at /v1/status and /api/status.
+type Status struct {
+	Backend   string                      `json:"backend"`
+	Resources []ResourceStatus            `json:"resources"`
+	Throttles map[string]throttle.Setting `json:"throttles"`
+	Discovery string                      `json:"discovery_error,omitempty"`
+	Time      time.Time                   `json:"time"`
+}
+
+// Status returns the agent's current state.
+func (a *Agent) Status() Status {
+	s := Status{Backend: a.deps.Throttle.Name(), Resources: a.loops.Status(), Throttles: map[string]throttle.Setting{}, Time: time.Now()}
+	for k, v := range a.deps.Throttle.List() {
+		s.Throttles[k.String()] = v
+	}
+	a.mu.Lock()
+	s.Discovery = a.lastDisc
+	a.mu.Unlock()
+	return s
+}
+
+// Metrics is the Prometheus handler.
+func (a *Agent) Metrics() http.Handler {
+	return promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg})
+}
+
+// Run runs discovery and the control loops until ctx ends, then releases
+// every throttle the loops applied.
+func (a *Agent) Run(ctx context.Context) error {
+	go a.discoverLoop(ctx)
+	return a.loops.Run(ctx)
+}
+
+// discoverLoop refreshes the topology every discovery interval. A failure
+// keeps the last good topology and is logged once per distinct error, so a
+// dead target does not flood the log.
+func (a *Agent) discoverLoop(ctx context.Context) {
+	if a.deps.Discoverer == nil {
+		return
+	}
+	t := time.NewTicker(a.cfg.Discovery.Interval)
+	defer t.Stop()
+	for {
+		topo, err := a.deps.Discoverer.Discover()
+		a.mu.Lock()
+		if err != nil {
+			a.discErrs.Inc()
+			if err.Error() != a.lastDisc {
+				a.deps.Log.Warn("discovery failed; keeping the last topology", "err", err)
+			}
+			a.lastDisc = err.Error()
+		} else {
+			if a.lastDisc != "" {
+				a.deps.Log.Info("discovery recovered")
+			}
+			a.lastDisc = ""
+			a.loops.SetTopology(topo)
+		}
+		a.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// ServeHTTP starts the read-only HTTP listener (/metrics, /api/status).
+func (a *Agent) ServeHTTP(ctx context.Context, addr string, extra func(*http.ServeMux)) error {
+	if addr == "" {
+		return nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("http listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", a.Metrics())
+	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, a.Status()) })
+	if extra != nil {
+		extra(mux)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { <-ctx.Done(); srv.Close() }()
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.deps.Log.Error("http listener", "err", err)
+		}
+	}()
+	a.deps.Log.Info("http listening", "addr", l.Addr().String())
+	return nil
+}
+
+// Hostname for logs.
+func Hostname() string { h, _ := os.Hostname(); return h }

@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"net/netip"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// Counterer is implemented by backends that count what they delayed
+// (the delay line): packets and bytes per consumer.
+type Counterer interface {
+	Counters() map[netip.Addr]throttle.Counters
+}
+
+// collector exposes the loops' and the backend's state at scrape time, so
+// the metrics are never a second copy of the truth.
+type collector struct {
+	loops *Loops
+	t     throttle.Throttle
+	descs map[string]*prometheus.Desc
+}
+
+func newDesc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("sanqos_"+name, help, labels, nil)
+}
+
+func newCollector(l *Loops, t throttle.Throttle) *collector {
+	return &collector{loops: l, t: t, descs: map[string]*prometheus.Desc{
+		"indicator":    newDesc("resource_indicator_seconds", "Smoothed read wait (EWMA) of the resource: the controlled variable.", "resource"),
+		"raw":          newDesc("resource_read_wait_seconds", "Read wait of the resource's devices over the last interval (iostat r_await).", "resource"),
+		"threshold":    newDesc("resource_threshold_seconds", "Read-wait threshold of the resource.", "resource"),
+		"output":       newDesc("resource_controller_output_steps", "Controller output in delay steps.", "resource"),
+		"delay":        newDesc("resource_write_delay_seconds", "Write delay the controller applies to the resource's throttleable set.", "resource"),
+		"setsize":      newDesc("resource_throttleable_consumers", "Size of the resource's throttleable set.", "resource"),
+		"crate":        newDesc("consumer_bytes_per_second", "Consumer's I/O rate on the resource over the last interval.", "resource", "consumer", "direction"),
+		"cdelay":       newDesc("consumer_delay_seconds", "Delay applied to the consumer's packets.", "consumer", "direction"),
+		"crate_cap":    newDesc("consumer_rate_cap_bytes_per_second", "Rate cap applied to the consumer.", "consumer"),
+		"dl_packets":   newDesc("delayline_packets_total", "Packets held by the delay line.", "consumer"),
+		"dl_bytes":     newDesc("delayline_bytes_total", "Bytes held by the delay line.", "consumer"),
+		"dl_overflow":  newDesc("delayline_passed_at_limit_total", "Packets accepted without delay because the queue was full (fail open).", "consumer"),
+		"backend_info": newDesc("backend_info", "The throttle backend in use.", "backend"),
+	}}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	g := func(name string, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(c.descs[name], prometheus.GaugeValue, v, labels...)
+	}
+	for _, s := range c.loops.Status() {
+		g("indicator", s.IndicatorMs/1e3, s.Name)
+		g("raw", s.RawWaitMs/1e3, s.Name)
+		g("threshold", s.ThresholdMs/1e3, s.Name)
+		g("output", float64(s.Step), s.Name)
+		g("delay", s.Delay.Seconds(), s.Name)
+		g("setsize", float64(len(s.Throttleable)), s.Name)
+		for _, cs := range s.Consumers {
+			g("crate", cs.ReadBps, s.Name, cs.Addr, "read")
+			g("crate", cs.WriteBps, s.Name, cs.Addr, "write")
+		}
+	}
+	for a, s := range c.t.List() {
+		g("cdelay", s.ReadDelay.Seconds(), a.String(), "read")
+		g("cdelay", s.WriteDelay.Seconds(), a.String(), "write")
+		if s.Rate > 0 {
+			g("crate_cap", float64(s.Rate), a.String())
+		}
+	}
+	if cc, ok := c.t.(Counterer); ok {
+		for a, k := range cc.Counters() {
+			ch <- prometheus.MustNewConstMetric(c.descs["dl_packets"], prometheus.CounterValue, float64(k.Packets), a.String())
+			ch <- prometheus.MustNewConstMetric(c.descs["dl_bytes"], prometheus.CounterValue, float64(k.Bytes), a.String())
+			ch <- prometheus.MustNewConstMetric(c.descs["dl_overflow"], prometheus.CounterValue, float64(k.PassedAtLimit), a.String())
+		}
+	}
+	g("backend_info", 1, c.t.Name())
+}

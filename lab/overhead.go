@@ -1,0 +1,106 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sanqos/sanqos/report"
+)
+
+func init() {
+	register(&Experiment{Name: "overhead", Title: "Throughput with vs without idle throttle rules on a RAM LUN, Welch t-test (§5.8)",
+		DefaultScale: 0.25, Run: runOverhead})
+}
+
+// OverheadDirection is one direction's result.
+type OverheadDirection struct {
+	// OverheadPct is the mean extra time to move the data with idle rules,
+	// relative to without; CI99Pct its 99 % confidence interval (Welch).
+	OverheadPct  float64    `json:"overhead_pct"`
+	CI99Pct      [2]float64 `json:"ci99_pct"`
+	P            float64    `json:"p"`
+	BaseMBs      float64    `json:"base_mb_s"`
+	IdleRulesMBs float64    `json:"idle_rules_mb_s"`
+	BaseS        []float64  `json:"base_s"`
+	IdleRulesS   []float64  `json:"idle_rules_s"`
+}
+
+// OverheadSummary is summary.json of overhead.
+type OverheadSummary struct {
+	Experiment string            `json:"experiment"`
+	Backend    string            `json:"backend"`
+	Bytes      int64             `json:"bytes_per_run"`
+	Repeats    int               `json:"repeats"`
+	Read       OverheadDirection `json:"read"`
+	Write      OverheadDirection `json:"write"`
+	Retrans    uint64            `json:"retransmits"`
+}
+
+// runOverhead moves 512 MB (scaled) to and from the RAM LUN, alternating
+// runs without any sanqos rule and with the agent's rules installed but
+// idle (no consumer throttled), 20 times each, as thesis §5.8 did.
+func runOverhead(r *Runner) (any, error) {
+	if r.State.RAM == nil {
+		return nil, errors.New("this lab has no RAM LUN: rebuild it with `sanqos lab down && sanqos lab up`")
+	}
+	lun := r.State.RAM.LUNs[0]
+	bytes := int64(float64(512<<20)*r.opts.Scale) / (64 << 10) * (64 << 10)
+	bytes = min(bytes, 240<<20) // the RAM LUN is 256 MiB
+	reps := max(r.opts.Repeat, 20)
+	sum := OverheadSummary{Experiment: "overhead", Backend: "delayline", Bytes: bytes, Repeats: reps}
+	var all []*PhaseResult
+	for _, dir := range []string{"read", "write"} {
+		var base, idle []float64
+		p := &Phase{Name: "ram-" + dir, Label: "RAM LUN " + dir, Length: 5 * time.Minute,
+			Jobs: []Job{{Name: "move", Host: "b2", URL: lun.URL, RW: dir, BS: 64 << 10, Size: bytes}}}
+		for rep := 0; rep < reps; rep++ {
+			// Alternate the order so slow drift does not favour one side.
+			for k := 0; k < 2; k++ {
+				withRules := (rep+k)%2 == 1
+				var a *LabAgent
+				var err error
+				if withRules {
+					if a, err = StartAgent("delayline", r.Dir); err != nil {
+						return nil, err
+					}
+				}
+				name := p.Name
+				p.Name = fmt.Sprintf("%s-%s", name, map[bool]string{true: "rules", false: "none"}[withRules])
+				res, err := r.Run(p, rep)
+				pdir := fmt.Sprintf("%s/%s.r%d/b2.json", r.Dir, p.Name, rep)
+				p.Name = name
+				if a != nil {
+					if serr := a.Stop(); serr != nil && err == nil {
+						err = serr
+					}
+				}
+				if err != nil {
+					return nil, err
+				}
+				all = append(all, res)
+				mbs, err := fioMBs(pdir, dir)
+				if err != nil {
+					return nil, err
+				}
+				secs := float64(bytes) / 1e6 / mbs
+				if withRules {
+					idle = append(idle, secs)
+				} else {
+					base = append(base, secs)
+				}
+			}
+		}
+		w := report.WelchTest(base, idle, 0.99)
+		d := OverheadDirection{OverheadPct: round(100*w.Diff/w.MeanA, 3),
+			CI99Pct: [2]float64{round(100*w.CI[0]/w.MeanA, 3), round(100*w.CI[1]/w.MeanA, 3)}, P: round(w.P, 4),
+			BaseMBs: round(float64(bytes)/1e6/w.MeanA, 2), IdleRulesMBs: round(float64(bytes)/1e6/w.MeanB, 2), BaseS: base, IdleRulesS: idle}
+		if dir == "read" {
+			sum.Read = d
+		} else {
+			sum.Write = d
+		}
+	}
+	sum.Retrans = sumRetrans(all)
+	return sum, nil
+}
