@@ -125,10 +125,10 @@ func windowValues(res *PhaseResult, host string, f func(sample.Interval) float64
 	return v
 }
 
-func sumRetrans(rs []*PhaseResult) uint64 {
-	var n uint64
+func sumTCP(rs []*PhaseResult) TCPCounters {
+	var n TCPCounters
 	for _, r := range rs {
-		n += r.Retrans
+		n = n.add(r.TCP)
 	}
 	return n
 }
@@ -156,6 +156,7 @@ type EqualShareSummary struct {
 	TotalMBs   float64            `json:"total_mb_s"`
 	Fairness   float64            `json:"fairness"`
 	Retrans    uint64             `json:"retransmits"`
+	TCP        TCPCounters        `json:"tcp"`
 }
 
 func runEqualShare(r *Runner) (any, error) {
@@ -168,7 +169,7 @@ func runEqualShare(r *Runner) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := EqualShareSummary{Experiment: "equal-share", Scale: r.opts.Scale, PerHostMBs: map[string]float64{}, Retrans: sumRetrans(rs)}
+	s := EqualShareSummary{Experiment: "equal-share", Scale: r.opts.Scale, PerHostMBs: map[string]float64{}, Retrans: sumTCP(rs).RetransSegs, TCP: sumTCP(rs)}
 	var rates []float64
 	for _, h := range Hosts {
 		var v []float64
@@ -205,8 +206,9 @@ type InterferenceSummary struct {
 	Scale      float64           `json:"scale"`
 	Runs       []InterferenceRun `json:"runs"`
 	// P95Ratio12 is p95 read wait with 12 writers over that with none.
-	P95Ratio12 float64 `json:"p95_ratio_12_vs_0"`
-	Retrans    uint64  `json:"retransmits"`
+	P95Ratio12 float64     `json:"p95_ratio_12_vs_0"`
+	Retrans    uint64      `json:"retransmits"`
+	TCP        TCPCounters `json:"tcp"`
 }
 
 // InterferenceWriters are the thesis' interference levels.
@@ -249,7 +251,7 @@ func runInterference(r *Runner) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := InterferenceSummary{Experiment: "interference", Scale: r.opts.Scale, Retrans: sumRetrans(rs)}
+	s := InterferenceSummary{Experiment: "interference", Scale: r.opts.Scale, Retrans: sumTCP(rs).RetransSegs, TCP: sumTCP(rs)}
 	var series []report.Series
 	for i, n := range InterferenceWriters {
 		run := InterferenceRun{Writers: n}

@@ -117,17 +117,27 @@ func TestOptionsValidate(t *testing.T) {
 	}
 }
 
-func TestParseRetransSegs(t *testing.T) {
-	f, err := os.Open("testdata/snmp")
+// Fixtures captured in bm after an interference run: every retransmission
+// was a tail-loss probe answered by a DSACK.
+func TestParseTCPCounters(t *testing.T) {
+	snmp, err := os.ReadFile("testdata/snmp")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	n, err := ParseRetransSegs(f)
-	if err != nil || n != 29 {
-		t.Fatalf("got %d, %v; want 29", n, err)
+	netstat, err := os.ReadFile("testdata/netstat")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := ParseRetransSegs(strings.NewReader("Ip: a b\nIp: 1 2\n")); err == nil {
-		t.Fatal("parsed a file without Tcp lines")
+	c, err := ParseTCPCounters(string(snmp), string(netstat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RetransSegs != 29 || c.LossProbes == 0 || c.NonProbe() > c.RetransSegs {
+		t.Fatalf("%+v", c)
+	}
+	for _, bad := range [][2]string{{"Ip: a b\nIp: 1 2\n", string(netstat)}, {string(snmp), "TcpExt: A B\nTcpExt: 1\n"}} {
+		if _, err := ParseTCPCounters(bad[0], bad[1]); err == nil {
+			t.Errorf("parsed %q", bad)
+		}
 	}
 }

@@ -35,6 +35,7 @@ type OverheadSummary struct {
 	Read       OverheadDirection `json:"read"`
 	Write      OverheadDirection `json:"write"`
 	Retrans    uint64            `json:"retransmits"`
+	TCP        TCPCounters       `json:"tcp"`
 }
 
 // runOverhead moves 512 MB (scaled) to and from the RAM LUN, alternating
@@ -101,6 +102,7 @@ func runOverhead(r *Runner) (any, error) {
 			sum.Write = d
 		}
 	}
-	sum.Retrans = sumRetrans(all)
+	sum.TCP = sumTCP(all)
+	sum.Retrans = sum.TCP.RetransSegs
 	return sum, nil
 }

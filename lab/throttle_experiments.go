@@ -55,8 +55,9 @@ type StepsSummary struct {
 	Segments   []StepSegment `json:"segments"`
 	// ThrottledVsFree is the mean rate of throttled hosts over that of the
 	// unthrottled ones, across segments with both.
-	ThrottledVsFree float64 `json:"throttled_vs_free_rate_ratio"`
-	Retrans         uint64  `json:"retransmits"`
+	ThrottledVsFree float64     `json:"throttled_vs_free_rate_ratio"`
+	Retrans         uint64      `json:"retransmits"`
+	TCP             TCPCounters `json:"tcp"`
 }
 
 func describeSetting(s throttle.Setting) string {
@@ -108,7 +109,7 @@ func runSteps(r *Runner, backend, dir string, set throttle.Setting) (any, error)
 	if dir == "write" {
 		f = writeMBs
 	}
-	sum := StepsSummary{Experiment: "steps", Backend: backend, Direction: dir, Setting: describeSetting(set), Retrans: sumRetrans(rs)}
+	sum := StepsSummary{Experiment: "steps", Backend: backend, Direction: dir, Setting: describeSetting(set), Retrans: sumTCP(rs).RetransSegs, TCP: sumTCP(rs)}
 	bounds := []time.Duration{0}
 	for _, s := range steps {
 		bounds = append(bounds, s.At)
@@ -178,6 +179,7 @@ type SweepSummary struct {
 	// RatioAtMax is the rate at the largest delay over the rate at zero.
 	RatioAtMax map[string]float64 `json:"ratio_max_delay_vs_0"`
 	Retrans    uint64             `json:"retransmits"`
+	TCP        TCPCounters        `json:"tcp"`
 }
 
 // SweepDelays are the thesis' delays: 0, then 0.6 to 9.6 ms in 1 ms steps.
@@ -251,7 +253,8 @@ func runDelaySweep(r *Runner) (any, error) {
 	if err := a.Clear(); err != nil {
 		return nil, err
 	}
-	sum.Retrans = sumRetrans(all)
+	sum.TCP = sumTCP(all)
+	sum.Retrans = sum.TCP.RetransSegs
 	return sum, nil
 }
 
@@ -300,6 +303,7 @@ type EffectSummary struct {
 	Experiment string         `json:"experiment"`
 	Windows    []EffectWindow `json:"windows"`
 	Retrans    uint64         `json:"retransmits"`
+	TCP        TCPCounters    `json:"tcp"`
 }
 
 func runThrottleEffect(r *Runner) (any, error) {
@@ -346,7 +350,7 @@ func runThrottleEffect(r *Runner) (any, error) {
 		return nil, err
 	}
 	res := rs[0]
-	sum := EffectSummary{Experiment: "throttle-effect", Retrans: sumRetrans(rs)}
+	sum := EffectSummary{Experiment: "throttle-effect", Retrans: sumTCP(rs).RetransSegs, TCP: sumTCP(rs)}
 	for _, w := range wins {
 		var waits []float64
 		var wr float64
