@@ -28,6 +28,7 @@ type Discoverer interface {
 type Deps struct {
 	Throttle      throttle.Throttle
 	Sampler       Sampler
+	Rates         RateSampler // optional: per-consumer rates from TCP_INFO
 	Discoverer    Discoverer
 	NewController func(cfg *config.Config, r config.Resource) Controller
 	NewSmoother   func(alpha float64) Smoother
@@ -53,6 +54,9 @@ func New(cfg *config.Config, d Deps) *Agent {
 		Interval: cfg.Interval, DelayStep: cfg.DelayStep, MaxDelay: cfg.MaxDelay, WriteBps: cfg.WriteMBs * 1e6,
 		NewRateSmoother: func() Smoother { return d.NewSmoother(cfg.EWMAAlpha) },
 	}, d.Sampler, d.Throttle, d.Log)
+	if d.Rates != nil {
+		a.loops.UseRates(d.Rates)
+	}
 	a.ticks = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sanqos_tick_duration_seconds",
 		Help: "Time to sample and dispatch one control tick.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14)})
 	a.discErrs = prometheus.NewCounter(prometheus.CounterOpts{Name: "sanqos_discovery_errors_total", Help: "Failed discovery rounds."})

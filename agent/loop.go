@@ -33,6 +33,19 @@ type Sampler interface {
 	Read(devices ...string) (map[string]sample.Counters, error)
 }
 
+// RateSampler reports per-consumer traffic on the storage port
+// (sample.TCPRates): the consumers' write rates when the LUN-to-consumer
+// map is unknown, e.g. several initiators on one target.
+type RateSampler interface {
+	Sample() (map[netip.Addr]sample.Rate, error)
+}
+
+// tickData is what every resource loop gets each tick.
+type tickData struct {
+	counters map[string]sample.Counters
+	rates    map[netip.Addr]sample.Rate // nil: use device rates
+}
+
 // Topology is who uses what, as discovery last saw it.
 type Topology struct {
 	// Resources by name: the devices that make up each, and which consumer
@@ -99,6 +112,7 @@ type ConsumerStatus struct {
 type Loops struct {
 	cfg     LoopConfig
 	sampler Sampler
+	rates   RateSampler
 	t       throttle.Throttle
 	log     *slog.Logger
 	topo    atomic.Pointer[Topology]
@@ -117,6 +131,9 @@ func NewLoops(cfg LoopConfig, s Sampler, t throttle.Throttle, log *slog.Logger) 
 	l.specs.Store(&empty)
 	return l
 }
+
+// UseRates makes consumers' rates come from r instead of their devices.
+func (l *Loops) UseRates(r RateSampler) { l.rates = r }
 
 // SetTopology publishes what discovery found; loops pick it up next tick.
 func (l *Loops) SetTopology(t *Topology) { l.topo.Store(t) }
@@ -149,10 +166,10 @@ type desire struct {
 // is cleared.
 func (l *Loops) Run(ctx context.Context) error {
 	desires := make(chan desire, 64)
-	loops := map[string]chan map[string]sample.Counters{}
+	loops := map[string]chan tickData{}
 	var wg sync.WaitGroup
-	startLoop := func(name string) chan map[string]sample.Counters {
-		ch := make(chan map[string]sample.Counters, 1)
+	startLoop := func(name string) chan tickData {
+		ch := make(chan tickData, 1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -197,9 +214,15 @@ func (l *Loops) Run(ctx context.Context) error {
 			l.log.Error("sampling diskstats", "err", err)
 			continue
 		}
+		td := tickData{counters: counters}
+		if l.rates != nil {
+			if td.rates, err = l.rates.Sample(); err != nil {
+				l.log.Error("sampling TCP_INFO", "err", err)
+			}
+		}
 		for _, ch := range loops {
 			select {
-			case ch <- counters:
+			case ch <- td:
 			default: // the loop is still busy with the last tick: it gets the next
 			}
 		}
@@ -213,13 +236,14 @@ func (l *Loops) Run(ctx context.Context) error {
 
 // resourceLoop is one resource's pipeline: indicator → controller → delay
 // for the throttleable set.
-func (l *Loops) resourceLoop(ctx context.Context, name string, in <-chan map[string]sample.Counters, out chan<- desire) {
+func (l *Loops) resourceLoop(ctx context.Context, name string, in <-chan tickData, out chan<- desire) {
 	var ctrl Controller
 	var ind Smoother
 	rates := map[netip.Addr]Smoother{}
 	var prev map[string]sample.Counters
 	defer func() { out <- desire{resource: name} }() // release this resource's throttles
-	for counters := range in {
+	for td := range in {
+		counters := td.counters
 		spec, ok := (*l.specs.Load())[name]
 		if !ok {
 			return
@@ -270,9 +294,13 @@ func (l *Loops) resourceLoop(ctx context.Context, name string, in <-chan map[str
 		want := map[netip.Addr]time.Duration{}
 		for c, devs := range view.Consumers {
 			var rb, wb float64
-			for _, d := range devs {
-				rb += ivs[d].ReadBps
-				wb += ivs[d].WriteBps
+			if nr, ok := td.rates[c]; ok {
+				rb, wb = nr.ReadBps, nr.WriteBps
+			} else {
+				for _, d := range devs {
+					rb += ivs[d].ReadBps
+					wb += ivs[d].WriteBps
+				}
 			}
 			r := rates[c]
 			if r == nil {

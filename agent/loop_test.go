@@ -62,16 +62,16 @@ func counters(tick int, readWaitMs float64) map[string]sample.Counters {
 
 func TestResourceLoopThrottlesWritersNotImportant(t *testing.T) {
 	l, _ := testLoops(t)
-	in := make(chan map[string]sample.Counters)
+	in := make(chan tickData)
 	out := make(chan desire)
 	go l.resourceLoop(context.Background(), "vg1", in, out)
-	in <- counters(1, 10)
+	in <- tickData{counters: counters(1, 10)}
 	<-out // first sample: baseline only
-	in <- counters(2, 10)
+	in <- tickData{counters: counters(2, 10)}
 	if d := <-out; len(d.delays) != 0 {
 		t.Fatalf("below threshold: %v", d.delays)
 	}
-	in <- counters(3, 25) // this interval's reads waited 25+10 = ... cumulative ticks grow
+	in <- tickData{counters: counters(3, 25)} // this interval's reads waited 25+10 = ... cumulative ticks grow
 	d := <-out
 	if d.delays[writer] == 0 {
 		t.Fatalf("writer not throttled above threshold: %v (status %+v)", d.delays, l.Status())

@@ -1,0 +1,95 @@
+package sample
+
+import (
+	"net/netip"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+)
+
+// Rate is a consumer's traffic on the storage port over one interval, from
+// the target's point of view: bytes received are the consumer's writes,
+// bytes acknowledged by it are its reads.
+type Rate struct {
+	ReadBps  float64
+	WriteBps float64
+	Conns    int
+	SRTT     time.Duration // largest smoothed RTT among its connections
+}
+
+type connKey struct {
+	cookie uint64
+	peer   netip.AddrPort
+}
+
+type connCounters struct {
+	recv, acked uint64
+}
+
+// TCPRates samples per-connection TCP_INFO (sock_diag) for connections on a
+// local port and turns byte counters into per-peer rates. Counters are per
+// connection, so a consumer that reconnects starts a new baseline instead
+// of producing a negative or huge rate.
+type TCPRates struct {
+	Port uint16
+	prev map[connKey]connCounters
+	at   time.Time
+	dump func(family uint8) ([]*netlink.InetDiagTCPInfoResp, error)
+	now  func() time.Time
+}
+
+// NewTCPRates samples connections whose local port is port, in the
+// network namespace of the calling process.
+func NewTCPRates(port uint16) *TCPRates {
+	return &TCPRates{Port: port, dump: netlink.SocketDiagTCPInfo, now: time.Now}
+}
+
+// Sample returns each peer's rates since the previous call (nil on the
+// first call, which only sets the baseline).
+func (t *TCPRates) Sample() (map[netip.Addr]Rate, error) {
+	cur := map[connKey]connCounters{}
+	srtt := map[netip.Addr]time.Duration{}
+	for _, fam := range []uint8{syscall.AF_INET, syscall.AF_INET6} {
+		resps, err := t.dump(fam)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range resps {
+			m, ti := r.InetDiagMsg, r.TCPInfo
+			if m == nil || ti == nil || m.ID.SourcePort != t.Port {
+				continue
+			}
+			ip, ok := netip.AddrFromSlice(m.ID.Destination)
+			if !ok {
+				continue
+			}
+			peer := netip.AddrPortFrom(ip.Unmap(), m.ID.DestinationPort)
+			cur[connKey{cookie: cookieOf(m.ID.Cookie), peer: peer}] = connCounters{recv: ti.Bytes_received, acked: ti.Bytes_acked}
+			if d := time.Duration(ti.Rtt) * time.Microsecond; d > srtt[peer.Addr()] {
+				srtt[peer.Addr()] = d
+			}
+		}
+	}
+	now := t.now()
+	prev, at := t.prev, t.at
+	t.prev, t.at = cur, now
+	if prev == nil {
+		return nil, nil
+	}
+	secs := now.Sub(at).Seconds()
+	out := map[netip.Addr]Rate{}
+	for k, c := range cur {
+		r := out[k.peer.Addr()]
+		r.Conns++
+		r.SRTT = srtt[k.peer.Addr()]
+		if p, ok := prev[k]; ok && secs > 0 && c.recv >= p.recv && c.acked >= p.acked {
+			r.WriteBps += float64(c.recv-p.recv) / secs
+			r.ReadBps += float64(c.acked-p.acked) / secs
+		}
+		out[k.peer.Addr()] = r
+	}
+	return out, nil
+}
+
+func cookieOf(c [2]uint32) uint64 { return uint64(c[0]) | uint64(c[1])<<32 }

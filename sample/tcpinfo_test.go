@@ -1,0 +1,96 @@
+package sample
+
+import (
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+)
+
+func resp(cookie uint32, peer string, port uint16, recv, acked uint64) *netlink.InetDiagTCPInfoResp {
+	ap := netip.MustParseAddrPort(peer)
+	return &netlink.InetDiagTCPInfoResp{
+		InetDiagMsg: &netlink.Socket{ID: netlink.SocketID{SourcePort: port, DestinationPort: ap.Port(), Destination: ap.Addr().AsSlice(), Cookie: [2]uint32{cookie, 0}}},
+		TCPInfo:     &netlink.TCPInfo{Bytes_received: recv, Bytes_acked: acked, Rtt: 250},
+	}
+}
+
+func TestTCPRatesPerConnection(t *testing.T) {
+	rounds := [][]*netlink.InetDiagTCPInfoResp{
+		{resp(1, "10.0.0.3:40000", 3260, 1000, 0), resp(2, "10.0.0.2:40001", 3260, 0, 500), resp(9, "10.0.0.9:22", 22, 0, 0)},
+		// 10.0.0.3 wrote 1 MB; 10.0.0.2 reconnected (new cookie, counters
+		// restarted): no negative rate, just a new baseline.
+		{resp(1, "10.0.0.3:40000", 3260, 1001000, 0), resp(3, "10.0.0.2:40002", 3260, 0, 10)},
+	}
+	i := 0
+	now := time.Unix(0, 0)
+	tr := &TCPRates{Port: 3260, now: func() time.Time { return now }, dump: func(f uint8) ([]*netlink.InetDiagTCPInfoResp, error) {
+		if f != 2 { // AF_INET only in this fixture
+			return nil, nil
+		}
+		return rounds[i], nil
+	}}
+	if r, err := tr.Sample(); err != nil || r != nil {
+		t.Fatalf("first sample is a baseline: %v %v", r, err)
+	}
+	i, now = 1, now.Add(time.Second)
+	r, err := tr.Sample()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := netip.MustParseAddr("10.0.0.3")
+	rd := netip.MustParseAddr("10.0.0.2")
+	if r[w].WriteBps != 1e6 || r[w].ReadBps != 0 || r[w].SRTT != 250*time.Microsecond {
+		t.Fatalf("writer %+v", r[w])
+	}
+	if r[rd].WriteBps != 0 || r[rd].ReadBps != 0 || r[rd].Conns != 1 {
+		t.Fatalf("reconnected reader %+v", r[rd])
+	}
+	if _, ok := r[netip.MustParseAddr("10.0.0.9")]; ok {
+		t.Fatal("another port's connection counted")
+	}
+}
+
+// Against the real kernel: a loopback connection's bytes show up.
+func TestTCPRatesKernel(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := make(chan int64)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		n, _ := io.CopyN(io.Discard, c, 1<<20)
+		got <- n
+	}()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tr := NewTCPRates(uint16(l.Addr().(*net.TCPAddr).Port))
+	if _, err := tr.Sample(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if n := <-got; n != 1<<20 {
+		t.Fatalf("server read %d", n)
+	}
+	r, err := tr.Sample()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r[netip.MustParseAddr("127.0.0.1")].WriteBps <= 0 {
+		t.Fatalf("no write rate seen for the client: %+v", r)
+	}
+}
