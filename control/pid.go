@@ -1,0 +1,250 @@
+package control
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// PIDConfig parameterises the single-sided PID. The time parameters are
+// durations rather than the thesis' bare numbers (Ti = 500, Td = 1, T = 16,
+// whose unit the thesis never states) because only the ratios T/Ti and
+// Td/T enter the discrete law; durations keep them right when the sample
+// interval changes.
+type PIDConfig struct {
+	// Threshold is the set point: the largest acceptable measured value
+	// (e.g. read wait in ms). e = measured − Threshold.
+	Threshold float64
+	// Kp is the proportional gain in steps per unit of error.
+	Kp float64
+	// Interval is the sample interval T: the time between Updates.
+	Interval time.Duration
+	// Ti is the integral time; Kp·T/Ti is the integral gain per tick.
+	Ti time.Duration
+	// Td is the derivative time; 0 makes the controller a PI.
+	Td time.Duration
+	// MaxSteps is u_max: the output and the integral are clamped to
+	// [0, MaxSteps].
+	MaxSteps int
+	// Step is the delay one step stands for (see Step()).
+	Step time.Duration
+	// ReleaseBand and ReleaseFactor shape how fast the throttle is given
+	// back once the resource is clearly healthy: while measured ≤
+	// Threshold·(1−ReleaseBand) the integral is additionally multiplied by
+	// ReleaseFactor each tick. ReleaseFactor = 1 disables this (pure
+	// equation). See the PID type for why it exists.
+	ReleaseBand   float64
+	ReleaseFactor float64
+}
+
+// ThesisPIDConfig returns the thesis' tuning (Kp = 0.3, Ti = 500, Td = 1,
+// T = 16 in listing A.2/A.3) with its ratios kept at a 100 ms interval:
+// T/Ti = 16/500 → Ti = 3.125 s, Td/T = 1/16 → Td = 6.25 ms; u_max = 40
+// steps of 0.5 ms; release band 25 % with the integral halved per tick.
+//
+// Caution: listing A.2 did not run this equation (see PID), and its effective
+// integral gain was Kp per tick, 1/(T/Ti) ≈ 31× stronger than this
+// configuration's Kp·T/Ti. Expect this tuning to be much slower to settle
+// than Figures 5.9/5.10; retune in the lab.
+func ThesisPIDConfig(threshold float64) PIDConfig {
+	return PIDConfig{
+		Threshold:     threshold,
+		Kp:            0.3,
+		Interval:      100 * time.Millisecond,
+		Ti:            3125 * time.Millisecond,
+		Td:            6250 * time.Microsecond,
+		MaxSteps:      DefaultMaxSteps,
+		Step:          DefaultStep,
+		ReleaseBand:   0.25,
+		ReleaseFactor: 0.5,
+	}
+}
+
+// ErrConfig is wrapped by every Validate error.
+var ErrConfig = errors.New("control: invalid configuration")
+
+// Validate rejects configurations the law cannot run with: zero or negative
+// gains and times would divide by zero, flip the sign of the loop (throttle
+// harder as the resource recovers) or never act.
+func (c PIDConfig) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)
+	}
+	switch {
+	case !finite(c.Threshold) || c.Threshold <= 0:
+		return bad("threshold must be finite and > 0, got %v", c.Threshold)
+	case !finite(c.Kp) || c.Kp <= 0:
+		return bad("Kp must be finite and > 0, got %v", c.Kp)
+	case c.Interval <= 0:
+		return bad("interval must be > 0, got %v", c.Interval)
+	case c.Ti <= 0:
+		return bad("Ti must be > 0, got %v (an integral time of 0 is an infinite integral gain)", c.Ti)
+	case c.Td < 0:
+		return bad("Td must be ≥ 0, got %v", c.Td)
+	case c.MaxSteps < 1:
+		return bad("MaxSteps must be ≥ 1, got %d", c.MaxSteps)
+	case c.Step <= 0:
+		return bad("step must be > 0, got %v", c.Step)
+	case !finite(c.ReleaseBand) || c.ReleaseBand < 0 || c.ReleaseBand >= 1:
+		return bad("ReleaseBand must be in [0, 1), got %v", c.ReleaseBand)
+	case !finite(c.ReleaseFactor) || c.ReleaseFactor < 0 || c.ReleaseFactor > 1:
+		return bad("ReleaseFactor must be in [0, 1], got %v", c.ReleaseFactor)
+	}
+	return nil
+}
+
+// PID is the thesis' single-sided PID (equation 4.2, corrected), written in
+// the positional form of the slides' flowchart:
+//
+//	Up = Kp·e_k
+//	Ui = Ui_{k−1} + Kp·(T/Ti)·e_k          clamped to [0, u_max]
+//	Ud = Kp·(Td/T)·(e_k − e_{k−1})
+//	u_k = Up + Ui + Ud                      clamped to [0, u_max]
+//	step = ⌈u_k⌉
+//
+// Where no clamp is active, u_k − u_{k−1} is exactly the velocity form of
+// the design brief,
+//
+//	u_k = u_{k−1} + Kp[(1 + T/Ti)e_k − e_{k−1}] + (Kp·Td/T)(e_k − 2e_{k−1} + e_{k−2})
+//
+// (TestPIDMatchesVelocityForm checks this). Equation 4.2 as printed drops
+// e_k from the first term and listing A.2 runs the same typo,
+// `$Kp*(1-($T/$Ti)) + $Kp*$prev_devs[0]`: a constant 0.29 step/tick bias
+// toward "unthrottle" plus an integrator of gain Kp per tick. We implement
+// the equation, not the listing.
+//
+// Why the positional form and not the velocity form the thesis wrote:
+// in velocity form the state is the clamped output itself. While the output
+// sits at 0 and e is negative, the negative P contribution is clipped away
+// and forgotten, so when e then rises back toward 0 (still ≤ 0) the
+// difference term Kp(e_k − e_{k−1}) is positive and the controller starts
+// throttling a healthy resource (e = −7, −7, 0 gives 2.1 → 3 steps at e = 0).
+// Keeping Ui as its own clamped state, as the flowchart does, removes that:
+// P and D act around the integral instead of being accumulated into it.
+//
+// Single-sided, precisely: while e ≤ 0 the P and D parts may only lower the
+// output (u ≤ Ui) and the integral can only shrink, so a healthy resource is
+// never newly throttled; the output can only rise while the measurement is
+// above the threshold. A throttle already found necessary (Ui > 0) is held,
+// reduced, while e hovers just below zero; forcing u = 0 on every e ≤ 0 tick
+// would make the loop chatter between 0 and Ui around the set point, since
+// a sustained interfering load needs a sustained throttle to sit at e ≈ 0.
+//
+// Release: with the thesis' gains the integral gives back only
+// Kp·T/Ti·|e| ≈ 0.01·|e| step per tick, so after the interfering load stops
+// a 40-step throttle would linger for minutes. The controller cannot tell
+// "load gone" from "throttle just right" (both give e < 0), but it can tell
+// "clearly healthy" from "hovering": below Threshold·(1−ReleaseBand) the
+// integral is also multiplied by ReleaseFactor per tick (halved by default,
+// 40 → 0 in about six ticks, which the P part shortens). If the load is
+// still there the measurement climbs back above the band and the normal,
+// symmetric law takes over from the lower level — so the cost is a dip in
+// throttle, never a stuck one. Inside the band the law stays symmetric,
+// so steady-state regulation at the threshold is not biased by the release
+// rule unless the filtered signal's noise exceeds the band.
+type PID struct {
+	cfg            PIDConfig
+	kp, ki, kd     float64
+	ui             float64
+	u              float64
+	ePrev          float64
+	started        bool
+	releaseBelow   float64
+	releaseFactor  float64
+	out            int
+	lastP, lastD   float64
+	lastMeasured   float64
+	lastError      float64
+	updates        uint64
+	ignoredSamples uint64
+}
+
+// NewPID validates cfg and returns an unthrottled controller.
+func NewPID(cfg PIDConfig) (*PID, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	T := cfg.Interval.Seconds()
+	return &PID{
+		cfg:           cfg,
+		kp:            cfg.Kp,
+		ki:            cfg.Kp * T / cfg.Ti.Seconds(),
+		kd:            cfg.Kp * cfg.Td.Seconds() / T,
+		releaseBelow:  cfg.Threshold * (1 - cfg.ReleaseBand),
+		releaseFactor: cfg.ReleaseFactor,
+	}, nil
+}
+
+// Config returns the configuration the controller runs with.
+func (p *PID) Config() PIDConfig { return p.cfg }
+
+// Update implements Controller.
+func (p *PID) Update(measured float64) int {
+	if !finite(measured) {
+		p.ignoredSamples++
+		return p.out
+	}
+	p.updates++
+	e := measured - p.cfg.Threshold
+	if !p.started {
+		// No history yet: take e_{k−1} = e_k so the first tick carries no
+		// derivative kick from an imaginary zero error.
+		p.ePrev, p.started = e, true
+	}
+	umax := float64(p.cfg.MaxSteps)
+
+	// Clamping Ui (rather than holding it at Ui_{k−1} as the flowchart
+	// does) lets the integral alone reach u_max; either bounds windup.
+	ui := p.ui + p.ki*e
+	if measured <= p.releaseBelow && e <= 0 {
+		ui *= p.releaseFactor
+	}
+	p.ui = clamp(ui, 0, umax)
+
+	up := p.kp * e
+	ud := p.kd * (e - p.ePrev)
+	u := up + p.ui + ud
+	if e <= 0 && u > p.ui {
+		u = p.ui
+	}
+	p.u = clamp(u, 0, umax)
+	p.out = ceilStep(p.u, p.cfg.MaxSteps)
+
+	p.ePrev = e
+	p.lastP, p.lastD, p.lastMeasured, p.lastError = up, ud, measured, e
+	return p.out
+}
+
+// Output implements Controller.
+func (p *PID) Output() int { return p.out }
+
+// Delay returns the packet delay of the current output.
+func (p *PID) Delay() time.Duration { return Step(p.out, p.cfg.Step) }
+
+// Reset implements Controller.
+func (p *PID) Reset() {
+	p.ui, p.u, p.ePrev, p.started, p.out = 0, 0, 0, false, 0
+	p.lastP, p.lastD, p.lastMeasured, p.lastError = 0, 0, 0, 0
+}
+
+// PIDState is the controller's internals after the last Update, for traces
+// and the dashboard.
+type PIDState struct {
+	Measured, Error float64
+	P, I, D         float64
+	U               float64 // continuous output after clamping
+	Step            int
+	Updates         uint64
+	Ignored         uint64 // non-finite measurements skipped
+}
+
+// State returns the internals after the last Update.
+func (p *PID) State() PIDState {
+	return PIDState{
+		Measured: p.lastMeasured, Error: p.lastError,
+		P: p.lastP, I: p.ui, D: p.lastD, U: p.u, Step: p.out,
+		Updates: p.updates, Ignored: p.ignoredSamples,
+	}
+}
+
+var _ Controller = (*PID)(nil)

@@ -1,0 +1,242 @@
+// Package discover finds out, from the iSCSI target's own view, who uses
+// what: the targets and LUNs exported, the backing store of each LUN, the
+// initiators logged in and the IP addresses their connections come from —
+// and from sysfs, which block device's /proc/diskstats line measures each
+// LUN and which shared devices (the resource) lie underneath.
+//
+// Sources: tgt (the text of `tgtadm --op show --mode target`), LIO (its
+// configfs tree) and IET (/proc/net/iet/{session,volume}). All three are
+// parsed into the same []Target, and BuildSnapshot turns that into the
+// Resource/Consumer map the rest of the pipeline steers by.
+//
+// discover only reads. It never changes target configuration, never runs
+// tgtadm with anything but a show operation (it does not run it at all: the
+// caller passes the text), never writes to configfs, /proc or /sys, and never
+// touches sessions. The parsers treat their input as untrusted: malformed
+// text yields an error, never a panic (see the fuzz tests).
+package discover
+
+import (
+	"errors"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Target is one exported iSCSI target (for LIO: one target portal group).
+type Target struct {
+	TID      int    // tgt/IET target id; LIO TPG tag
+	IQN      string // target name
+	State    string // tgt: "ready", "offline"; empty where unknown
+	Sessions []Session
+	LUNs     []LUN
+	ACL      []string // tgt: initiator addresses/names allowed ("ALL")
+	Accounts []string // tgt: CHAP users bound (" (outgoing)" kept)
+}
+
+// Session is one logged-in initiator (tgt calls it an I_T nexus).
+type Session struct {
+	ID        uint64 // tgt I_T nexus id, IET sid, LIO session id
+	Initiator string // initiator IQN
+	Alias     string // "" when none
+	Conns     []Conn
+	// LUNs lists the target LUN numbers this session may use; nil means
+	// all of the target's LUNs (tgt, IET, LIO dynamic sessions). LIO ACLs
+	// map LUNs per initiator.
+	LUNs []int
+}
+
+// Conn is one TCP connection of a session.
+type Conn struct {
+	CID   uint32
+	Addr  netip.Addr // initiator address; invalid if the target did not say
+	State string     // as the target reports it, e.g. "active"
+}
+
+// LUN is one logical unit and where its data lives.
+type LUN struct {
+	Number      int
+	Type        string // tgt: "disk", "controller"; IET/LIO: "disk"
+	BackingType string // tgt: "rdwr", "aio", "null"; IET: "fileio", "blockio"; LIO: "iblock", "fileio"
+	Path        string // backing store path; "" for none (tgt's LUN 0 controller)
+	Flags       string // tgt: "direct"; IET: iomode
+}
+
+// Addrs returns the distinct valid connection addresses of s.
+func (s Session) Addrs() []netip.Addr {
+	var out []netip.Addr
+	for _, c := range s.Conns {
+		if c.Addr.IsValid() && !slices.Contains(out, c.Addr) {
+			out = append(out, c.Addr)
+		}
+	}
+	return out
+}
+
+// DataLUNs returns the LUNs of t that carry data (have a backing path).
+func (t Target) DataLUNs() []LUN {
+	var out []LUN
+	for _, l := range t.LUNs {
+		if l.Path != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// LUNRef names one LUN in a Snapshot.
+type LUNRef struct {
+	Target string // target IQN
+	LUN    int
+	Path   string // backing store path
+	// Device is the block device whose /proc/diskstats line measures this
+	// LUN alone ("loop3", "dm-2"); "" if none does (a plain file).
+	Device string
+}
+
+// Resource is a shared pool: the LUNs whose backing stores lie on the same
+// lowest devices, and so contend with each other.
+type Resource struct {
+	Name    string   // stable name derived from Pool, usable as a set name
+	Pool    []string // lowest devices (sysfs names, or "dev-M:m" for a filesystem without one)
+	LUNs    []LUNRef
+	Devices []string // distinct LUNRef.Device values: the lines to sample
+}
+
+// Consumer is one initiator address and what it uses.
+type Consumer struct {
+	Addr       netip.Addr
+	Initiators []string
+	LUNs       []LUNRef
+	Resources  []string
+}
+
+// Snapshot is who uses what at one moment.
+type Snapshot struct {
+	Resources []Resource
+	Consumers []Consumer
+	// Map is resource name → the addresses of its consumers, sorted: what
+	// a per-resource consumer set is converged to.
+	Map map[string][]netip.Addr
+	// Problems lists what could not be mapped (unresolvable backing
+	// stores, sessions without an address); the snapshot is still usable.
+	Problems []string
+}
+
+// ConsumersOf returns the consumer addresses of resource name.
+func (s Snapshot) ConsumersOf(name string) []netip.Addr { return s.Map[name] }
+
+// BuildSnapshot joins targets with the block layer seen through r. A nil r
+// skips block resolution: every LUN is then its own resource named by path.
+func BuildSnapshot(targets []Target, r *Resolver) Snapshot {
+	snap := Snapshot{Map: map[string][]netip.Addr{}}
+	type lunInfo struct {
+		ref  LUNRef
+		pool []string
+	}
+	resolved := map[string]lunInfo{} // by backing path: one lookup per path
+	resources := map[string]*Resource{}
+	consumers := map[netip.Addr]*Consumer{}
+
+	lookup := func(iqn string, l LUN) lunInfo {
+		if li, ok := resolved[l.Path]; ok {
+			li.ref.Target, li.ref.LUN = iqn, l.Number
+			return li
+		}
+		li := lunInfo{ref: LUNRef{Target: iqn, LUN: l.Number, Path: l.Path}}
+		if r != nil {
+			bd, err := r.Resolve(l.Path)
+			if err != nil {
+				snap.Problems = append(snap.Problems, err.Error())
+			}
+			li.ref.Device, li.pool = bd.Name, bd.Pool
+		}
+		if len(li.pool) == 0 {
+			li.pool = []string{"path:" + l.Path}
+		}
+		resolved[l.Path] = li
+		return li
+	}
+
+	for _, t := range targets {
+		byNum := map[int]lunInfo{}
+		for _, l := range t.DataLUNs() {
+			li := lookup(t.IQN, l)
+			byNum[l.Number] = li
+			name := poolName(li.pool)
+			res := resources[name]
+			if res == nil {
+				res = &Resource{Name: name, Pool: li.pool}
+				resources[name] = res
+			}
+			if !slices.Contains(res.LUNs, li.ref) {
+				res.LUNs = append(res.LUNs, li.ref)
+			}
+			if li.ref.Device != "" && !slices.Contains(res.Devices, li.ref.Device) {
+				res.Devices = append(res.Devices, li.ref.Device)
+			}
+		}
+		for _, s := range t.Sessions {
+			addrs := s.Addrs()
+			if len(addrs) == 0 {
+				snap.Problems = append(snap.Problems, "session of "+s.Initiator+" on "+t.IQN+" has no connection address")
+				continue
+			}
+			var used []lunInfo
+			for _, l := range t.DataLUNs() {
+				if s.LUNs == nil || slices.Contains(s.LUNs, l.Number) {
+					used = append(used, byNum[l.Number])
+				}
+			}
+			for _, a := range addrs {
+				c := consumers[a]
+				if c == nil {
+					c = &Consumer{Addr: a}
+					consumers[a] = c
+				}
+				if !slices.Contains(c.Initiators, s.Initiator) {
+					c.Initiators = append(c.Initiators, s.Initiator)
+				}
+				for _, li := range used {
+					if !slices.Contains(c.LUNs, li.ref) {
+						c.LUNs = append(c.LUNs, li.ref)
+					}
+					rn := poolName(li.pool)
+					if !slices.Contains(c.Resources, rn) {
+						c.Resources = append(c.Resources, rn)
+					}
+					if !slices.Contains(snap.Map[rn], a) {
+						snap.Map[rn] = append(snap.Map[rn], a)
+					}
+				}
+			}
+		}
+	}
+	for _, res := range resources {
+		sort.Strings(res.Devices)
+		snap.Resources = append(snap.Resources, *res)
+	}
+	sort.Slice(snap.Resources, func(i, j int) bool { return snap.Resources[i].Name < snap.Resources[j].Name })
+	for _, c := range consumers {
+		sort.Strings(c.Initiators)
+		sort.Strings(c.Resources)
+		snap.Consumers = append(snap.Consumers, *c)
+	}
+	sort.Slice(snap.Consumers, func(i, j int) bool { return snap.Consumers[i].Addr.Less(snap.Consumers[j].Addr) })
+	for k := range snap.Map {
+		slices.SortFunc(snap.Map[k], func(a, b netip.Addr) int { return a.Compare(b) })
+	}
+	return snap
+}
+
+// poolName names a pool by its sorted lowest devices, so that the same
+// hardware gets the same name on every discovery pass.
+func poolName(pool []string) string {
+	p := slices.Clone(pool)
+	sort.Strings(p)
+	return strings.Join(p, "+")
+}
+
+// ErrSyntax is wrapped by every parse error.
+var ErrSyntax = errors.New("discover: syntax error")
