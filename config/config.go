@@ -43,6 +43,7 @@ type Config struct {
 	Backend    string        `yaml:"backend"`
 	Mode       string        `yaml:"mode"`
 	ISCSIPort  int           `yaml:"iscsi_port"`
+	Device     string        `yaml:"device"`
 	Socket     string        `yaml:"socket"`
 	HTTP       string        `yaml:"http"`
 	Token      string        `yaml:"token"`

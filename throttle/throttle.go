@@ -101,11 +101,3 @@ func ValidateAll(settings map[netip.Addr]Setting) error {
 	}
 	return nil
 }
-
-// Counters is what a backend that holds packets (the delay line) has done
-// for one consumer since it started.
-type Counters struct {
-	Packets       uint64 `json:"packets"`
-	Bytes         uint64 `json:"bytes"`
-	PassedAtLimit uint64 `json:"passed_at_limit"` // accepted undelayed: queue full
-}

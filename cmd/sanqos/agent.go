@@ -5,36 +5,49 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/sanqos/sanqos/agent"
+	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/control"
+	"github.com/sanqos/sanqos/discover"
+	"github.com/sanqos/sanqos/filter"
+	"github.com/sanqos/sanqos/sample"
 	"github.com/sanqos/sanqos/throttle"
 	"github.com/spf13/cobra"
 )
 
 // backendOptions choose and configure the throttle backend.
 type backendOptions struct {
-	Name  string
-	Port  int
-	Chain string
-	Label string
+	Name   string
+	Port   int
+	Chain  string
+	Label  string
+	Device string // interface towards the consumers (netem, htb)
 }
 
 func agentCmd() *cobra.Command {
 	socket := agent.DefaultSocket
 	bo := backendOptions{Name: "auto", Port: 3260, Chain: "OUTPUT", Label: "sanqos"}
 	var logJSON bool
+	var cfgPath string
 	c := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the sanqos daemon (foreground; systemd-friendly)",
-		Long: `Runs the agent in the foreground: it owns the throttle backend and serves the
-control API on a root-only unix socket. Logs go to stderr (logfmt, or JSON
-with --log-json). SIGTERM/SIGINT remove every rule, set, qdisc and queue it
-created, after letting held packets go.`,
-		Example: `  sudo sanqos agent
+		Long: `Runs the agent in the foreground. With --config it discovers resources and
+consumers, samples /proc/diskstats every interval and runs one controller per
+resource; without, it only serves manual throttles (sanqos throttle ...).
+It owns the throttle backend and serves the control API on a root-only unix
+socket. Logs go to stderr (logfmt, or JSON with --log-json). SIGTERM/SIGINT
+remove every rule, set, qdisc and queue it created, after letting held
+packets go. SIGHUP reloads the config; a bad new config is rejected with the
+reason and the old one stays active.`,
+		Example: `  sudo sanqos agent --config /etc/sanqos/sanqos.yaml
+  sudo sanqos agent --backend delayline
   sudo ip netns exec bm sanqos agent --backend delayline --socket /run/sanqos-lab/agent.sock`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -43,50 +56,208 @@ created, after letting held packets go.`,
 				h = slog.NewJSONHandler(os.Stderr, nil)
 			}
 			log := slog.New(h)
-			t, err := newBackend(bo, log)
-			if err != nil {
-				return err
-			}
-			defer func() {
-				if err := t.Close(); err != nil {
-					log.Error("cleanup", "err", err)
+			var cfg *config.Config
+			if cfgPath != "" {
+				var err error
+				if cfg, err = config.Load(cfgPath); err != nil {
+					return err
 				}
-			}()
-			l, err := agent.ListenUnix(socket)
-			if err != nil {
-				return err
+				bo.Name, bo.Port = cfg.Backend, cfg.ISCSIPort
+				if cfg.Device != "" {
+					bo.Device = cfg.Device
+				}
+				if cfg.Mode == "bridge" {
+					bo.Chain = "FORWARD"
+				}
+				if !cmd.Flags().Changed("socket") {
+					socket = cfg.Socket
+				}
 			}
-			defer os.Remove(socket)
-			srv := &http.Server{Handler: (&agent.API{T: t, Log: log}).Handler()}
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-			defer stop()
-			go func() { <-ctx.Done(); srv.Close() }()
-			log.Info("agent running", "backend", t.Name(), "socket", socket)
-			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			log.Info("agent stopping: removing throttles")
-			return nil
+			return runAgent(cfg, cfgPath, bo, socket, log)
 		},
 	}
 	f := c.Flags()
+	f.StringVar(&cfgPath, "config", "", "YAML config (see examples/sanqos.yaml); without it, manual throttles only")
 	f.StringVar(&socket, "socket", socket, "control socket path (root-only)")
-	f.StringVar(&bo.Name, "backend", bo.Name, "throttle backend: auto|delayline|netem|htb|dry-run")
-	f.IntVar(&bo.Port, "iscsi-port", bo.Port, "the target's TCP port whose traffic is throttled")
+	f.StringVar(&bo.Name, "backend", bo.Name, "throttle backend: auto|delayline|netem|htb|dry-run (config overrides)")
+	f.IntVar(&bo.Port, "iscsi-port", bo.Port, "the target's TCP port whose traffic is throttled (config overrides)")
 	f.StringVar(&bo.Chain, "chain", bo.Chain, "netfilter chain: OUTPUT (target mode) or FORWARD (bridge mode)")
 	f.StringVar(&bo.Label, "label", bo.Label, "label of the kernel objects this agent creates")
+	f.StringVar(&bo.Device, "device", "", "interface towards the consumers, for netem and htb (default: the only non-loopback one)")
 	f.BoolVar(&logJSON, "log-json", false, "log JSON instead of logfmt")
 	return c
+}
+
+func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket string, log *slog.Logger) error {
+	t, err := newBackend(bo, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := t.Close(); err != nil {
+			log.Error("cleanup", "err", err)
+		}
+	}()
+	l, err := agent.ListenUnix(socket)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(socket)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	api := &agent.API{T: t, Log: log}
+	done := make(chan error, 1)
+	if cfg != nil {
+		ds, err := sample.NewDiskstats("/proc", "/sys")
+		if err != nil {
+			return err
+		}
+		disc, err := newDiscoverer(cfg)
+		if err != nil {
+			return err
+		}
+		var rates agent.RateSampler
+		if cfg.Mode == "target" {
+			// The target's own connections give per-consumer rates.
+			rates = sample.NewTCPRates(uint16(cfg.ISCSIPort))
+		}
+		a := agent.New(cfg, agent.Deps{Throttle: t, Sampler: ds, Rates: rates, Discoverer: disc, Log: log,
+			NewController: newPID, NewSmoother: newEWMA})
+		api.Status = func() any { return a.Status() }
+		if err := a.ServeHTTP(ctx, cfg.HTTP, nil); err != nil {
+			return err
+		}
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		go func() {
+			for range hup {
+				nc, err := config.Load(cfgPath)
+				if err == nil {
+					err = a.Reload(nc)
+				}
+				if err != nil {
+					log.Error("config reload rejected; the old config stays active", "err", err)
+					continue
+				}
+				log.Info("config reloaded", "resources", len(nc.Resources))
+			}
+		}()
+		go func() { done <- a.Run(ctx) }()
+	} else {
+		go func() { <-ctx.Done(); done <- nil }()
+	}
+	srv := &http.Server{Handler: api.Handler()}
+	go func() { <-ctx.Done(); srv.Close() }()
+	log.Info("agent running", "backend", t.Name(), "socket", socket, "config", cfgPath)
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	err = <-done
+	log.Info("agent stopping: removing throttles")
+	return err
+}
+
+func newPID(cfg *config.Config, r config.Resource) agent.Controller {
+	p, err := control.NewPID(control.PIDConfig{
+		Threshold: float64(r.Threshold) / 1e6, Kp: cfg.PID.Kp, Interval: cfg.Interval, Ti: cfg.PID.Ti, Td: cfg.PID.Td,
+		MaxSteps: int(cfg.MaxDelay / cfg.DelayStep), Step: cfg.DelayStep, ReleaseBand: 0.25, ReleaseFactor: 0.5,
+	})
+	if err != nil {
+		panic(fmt.Sprintf("config validation let through a bad PID: %v", err)) // config.validate checks the same bounds
+	}
+	return p
+}
+
+func newEWMA(alpha float64) agent.Smoother {
+	e, err := filter.NewEWMA(alpha)
+	if err != nil {
+		panic(fmt.Sprintf("config validation let through a bad alpha: %v", err))
+	}
+	return e
+}
+
+// newDiscoverer picks the discovery source of the config.
+func newDiscoverer(cfg *config.Config) (agent.Discoverer, error) {
+	switch cfg.Discovery.Source {
+	case "static":
+		return agent.StaticDiscoverer(cfg), nil
+	case "tgt":
+		resolver := &discover.Resolver{}
+		return agent.SnapshotDiscoverer{Resources: cfg.Resources, Snap: func() (discover.Snapshot, error) {
+			targets, err := discover.Tgt(cfg.Discovery.TgtControlPort)
+			if err != nil {
+				return discover.Snapshot{}, err
+			}
+			return discover.BuildSnapshot(targets, resolver), nil
+		}}, nil
+	default:
+		return nil, fmt.Errorf("discovery source %q is not wired yet", cfg.Discovery.Source)
+	}
 }
 
 func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 	if o.Port < 1 || o.Port > 65535 {
 		return nil, fmt.Errorf("iscsi-port %d out of range", o.Port)
 	}
+	delayLine := func() (throttle.Throttle, error) {
+		return throttle.NewDelayLine(throttle.DelayLineConfig{Port: uint16(o.Port), Chain: o.Chain, Label: o.Label + "-dl"})
+	}
+	device := func() (string, error) {
+		if o.Device != "" {
+			return o.Device, nil
+		}
+		return onlyInterface()
+	}
 	switch o.Name {
 	case "dry-run":
 		return throttle.NewMemory(), nil
+	case "delayline":
+		return delayLine()
+	case "netem", "auto":
+		dev, err := device()
+		if err != nil && o.Name == "netem" {
+			return nil, err
+		}
+		cfg := throttle.NetemConfig{Device: dev, Label: o.Label + "-ne", Port: uint16(o.Port), Chain: chainFor(o.Chain), Log: log}
+		if o.Name == "netem" {
+			return throttle.NewNetem(cfg)
+		}
+		return throttle.Auto(cfg, delayLine)
+	case "htb":
+		dev, err := device()
+		if err != nil {
+			return nil, err
+		}
+		return throttle.NewHTB(throttle.HTBConfig{Device: dev, Label: o.Label + "-htb", Port: uint16(o.Port), Chain: chainFor(o.Chain), Log: log})
 	default:
 		return nil, fmt.Errorf("unknown backend %q (auto|delayline|netem|htb|dry-run)", o.Name)
 	}
+}
+
+// chainFor maps the agent's mode chain to the mangle chain the tc backends
+// hook (they mark in POSTROUTING by default, which sees both modes).
+func chainFor(c string) string {
+	if c == "OUTPUT" {
+		return ""
+	}
+	return c
+}
+
+// onlyInterface returns the single non-loopback interface that is up, the
+// common case on a target (and in the lab's bm namespace).
+func onlyInterface() (string, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "", err
+	}
+	var names []string
+	for _, i := range ifs {
+		if i.Flags&net.FlagLoopback == 0 && i.Flags&net.FlagUp != 0 {
+			names = append(names, i.Name)
+		}
+	}
+	if len(names) != 1 {
+		return "", fmt.Errorf("cannot tell the interface towards the consumers among %v: give --device (or device: in the config)", names)
+	}
+	return names[0], nil
 }

@@ -14,7 +14,7 @@ import (
 
 // node is a loopback node whose files are served through the model.
 type node struct {
-	fs.LoopbackNode
+	*fs.LoopbackNode
 	disk *Disk
 }
 
@@ -71,7 +71,7 @@ func isEOF(err error) bool { return errors.Is(err, io.EOF) }
 // by Lookup or made by Create open through the queue.
 func (n *node) WrapChild(ctx context.Context, ops fs.InodeEmbedder) fs.InodeEmbedder {
 	if lb, ok := ops.(*fs.LoopbackNode); ok {
-		return &node{LoopbackNode: *lb, disk: n.disk}
+		return &node{LoopbackNode: lb, disk: n.disk}
 	}
 	return ops
 }
@@ -86,7 +86,7 @@ func Mount(dir, mountpoint string, disk *Disk) (*fuse.Server, error) {
 		return nil, err
 	}
 	root := &fs.LoopbackRoot{Path: dir, Dev: uint64(st.Dev)}
-	rootNode := &node{LoopbackNode: fs.LoopbackNode{RootData: root}, disk: disk}
+	rootNode := &node{LoopbackNode: &fs.LoopbackNode{RootData: root}, disk: disk}
 	opts := &fs.Options{MountOptions: fuse.MountOptions{
 		AllowOther:    true,
 		DirectMount:   true,

@@ -1,0 +1,201 @@
+package throttle
+
+import (
+	"container/heap"
+	"encoding/binary"
+	"net/netip"
+)
+
+// This file holds the clock-free parts of the delay line: packet
+// classification and the per-consumer FIFOs. Times are int64 nanoseconds on
+// whatever clock the caller uses, so tests drive them by hand.
+
+// pktKind says which of a consumer's delays a packet gets.
+type pktKind uint8
+
+const (
+	kindData    pktKind = iota // payload or anything not a pure ACK: read delay
+	kindAck                    // pure ACK: write delay
+	kindUnknown                // not parseable: accepted undelayed
+)
+
+// classifyPacket reads the destination and the kind from the first bytes of
+// a network-layer packet. A pure ACK is TCP with ACK set, none of SYN, FIN,
+// RST, and a known payload length of zero; anything doubtful (IPv6
+// extension headers, fragments, BIG TCP's zero length field) counts as data,
+// because delaying an ACK by the read delay is the smaller mistake.
+func classifyPacket(b []byte) (dst netip.Addr, kind pktKind) {
+	if len(b) < 1 {
+		return netip.Addr{}, kindUnknown
+	}
+	var l4 []byte
+	var l4len int // TCP header + payload, -1 if unknown
+	switch b[0] >> 4 {
+	case 4:
+		if len(b) < 20 {
+			return netip.Addr{}, kindUnknown
+		}
+		dst = netip.AddrFrom4([4]byte(b[16:20]))
+		ihl := int(b[0]&0x0f) * 4
+		if b[9] != 6 || ihl < 20 || binary.BigEndian.Uint16(b[6:])&0x3fff != 0 {
+			return dst, kindData // not TCP, or a fragment
+		}
+		tot := int(binary.BigEndian.Uint16(b[2:]))
+		if tot == 0 || len(b) < ihl {
+			return dst, kindData
+		}
+		l4, l4len = b[ihl:], tot-ihl
+	case 6:
+		if len(b) < 40 {
+			return netip.Addr{}, kindUnknown
+		}
+		dst = netip.AddrFrom16([16]byte(b[24:40]))
+		if b[6] != 6 {
+			return dst, kindData // extension headers or not TCP
+		}
+		plen := int(binary.BigEndian.Uint16(b[4:]))
+		if plen == 0 {
+			return dst, kindData // jumbogram
+		}
+		l4, l4len = b[40:], plen
+	default:
+		return netip.Addr{}, kindUnknown
+	}
+	if len(l4) < 14 {
+		return dst, kindData
+	}
+	doff := int(l4[12]>>4) * 4
+	flags := l4[13]
+	const fin, syn, rst, ack = 0x01, 0x02, 0x04, 0x10
+	if flags&ack != 0 && flags&(syn|fin|rst) == 0 && doff >= 20 && l4len == doff {
+		return dst, kindAck
+	}
+	return dst, kindData
+}
+
+type heldPkt struct {
+	id  uint32
+	due int64
+}
+
+// fifo holds one consumer's packets in arrival order. Due times never
+// decrease along it (push enforces that), so releasing from the head only
+// keeps every flow in order; the price is that a short-delay packet behind
+// a long-delay one of the same consumer waits for it.
+type fifo struct {
+	addr netip.Addr
+	pkts []heldPkt
+	head int
+	idx  int // position in the heap
+}
+
+func (f *fifo) len() int { return len(f.pkts) - f.head }
+
+type fifoHeap []*fifo
+
+func (h fifoHeap) Len() int           { return len(h) }
+func (h fifoHeap) Less(i, j int) bool { return h[i].pkts[h[i].head].due < h[j].pkts[h[j].head].due }
+func (h fifoHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].idx = i; h[j].idx = j }
+func (h *fifoHeap) Push(x any)        { f := x.(*fifo); f.idx = len(*h); *h = append(*h, f) }
+func (h *fifoHeap) Pop() any {
+	old := *h
+	f := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return f
+}
+
+// delayQueue is every held packet: a FIFO per consumer and a heap of the
+// non-empty FIFOs ordered by their head's due time.
+type delayQueue struct {
+	byAddr map[netip.Addr]*fifo
+	h      fifoHeap
+	n      int
+}
+
+func newDelayQueue() *delayQueue { return &delayQueue{byAddr: map[netip.Addr]*fifo{}} }
+
+func (q *delayQueue) len() int { return q.n }
+
+func (q *delayQueue) holds(a netip.Addr) bool { return q.byAddr[a] != nil }
+
+// push holds packet id for consumer a until due, or until the packet ahead
+// of it in a's FIFO leaves if that is later. It returns the due time used.
+func (q *delayQueue) push(a netip.Addr, id uint32, due int64) int64 {
+	f := q.byAddr[a]
+	if f == nil {
+		f = &fifo{addr: a}
+		q.byAddr[a] = f
+		f.pkts = append(f.pkts, heldPkt{id, due})
+		heap.Push(&q.h, f)
+		q.n++
+		return due
+	}
+	if tail := f.pkts[len(f.pkts)-1].due; tail > due {
+		due = tail
+	}
+	f.pkts = append(f.pkts, heldPkt{id, due})
+	q.n++
+	return due
+}
+
+// next is the earliest due time held.
+func (q *delayQueue) next() (int64, bool) {
+	if len(q.h) == 0 {
+		return 0, false
+	}
+	f := q.h[0]
+	return f.pkts[f.head].due, true
+}
+
+// popDue appends to out, in due order, every packet due at or before now;
+// late is called with how late each one leaves.
+func (q *delayQueue) popDue(now int64, out []uint32, late func(int64)) []uint32 {
+	for len(q.h) > 0 {
+		f := q.h[0]
+		p := f.pkts[f.head]
+		if p.due > now {
+			break
+		}
+		out = append(out, p.id)
+		if late != nil {
+			late(now - p.due)
+		}
+		f.head++
+		q.n--
+		if f.len() == 0 {
+			heap.Pop(&q.h)
+			delete(q.byAddr, f.addr)
+			continue
+		}
+		if f.head > 64 && f.head*2 > len(f.pkts) {
+			f.pkts = append(f.pkts[:0], f.pkts[f.head:]...)
+			f.head = 0
+		}
+		heap.Fix(&q.h, 0)
+	}
+	return out
+}
+
+// drain appends consumer a's packets to out and forgets them.
+func (q *delayQueue) drain(a netip.Addr, out []uint32) []uint32 {
+	f := q.byAddr[a]
+	if f == nil {
+		return out
+	}
+	for _, p := range f.pkts[f.head:] {
+		out = append(out, p.id)
+	}
+	q.n -= f.len()
+	heap.Remove(&q.h, f.idx)
+	delete(q.byAddr, a)
+	return out
+}
+
+// drainAll appends every held packet to out, each consumer's in order.
+func (q *delayQueue) drainAll(out []uint32) []uint32 {
+	for len(q.h) > 0 {
+		out = q.drain(q.h[0].addr, out)
+	}
+	return out
+}

@@ -1,0 +1,398 @@
+package throttle
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+)
+
+// HTBConfig configures the HTB rate backend (seed 001, chapter 3): a root
+// class at the link rate, a default class that catches every packet not
+// explicitly classified, and one class per capped consumer.
+type HTBConfig struct {
+	// Device is the interface towards the consumers (required).
+	Device string
+	// Label names every object created; default "sanqos".
+	Label string
+	// Port is the target's TCP port; only its traffic is capped. 0 caps
+	// every packet to the consumer.
+	Port uint16
+	// Chain is the mangle chain that jumps to ours (see NetemConfig.Chain).
+	Chain string
+	// LinkRate (bytes/s) is the root class's rate and ceil. It must not
+	// exceed what the link really carries, or the queue forms in the NIC
+	// instead of in HTB and shaping loses control (the "bully" effect of
+	// traffic outside HTB). Default: the speed in sysfs, else MaxRate.
+	LinkRate uint64
+	// CeilFactor lets a consumer borrow from the parent up to
+	// Rate × CeilFactor when the link has spare capacity; 1 (default)
+	// makes Rate a hard cap.
+	CeilFactor float64
+	// Prio is the priority of consumer classes when borrowing (0 highest,
+	// 7 lowest; default 1). The default class has prio 0, so unthrottled
+	// traffic is served first from spare capacity.
+	Prio uint32
+	// MarkMask is the part of the packet mark we own (DefaultMarkMask).
+	MarkMask uint32
+	// Log receives start-up messages; default slog.Default().
+	Log *slog.Logger
+}
+
+// Class minors: 1 the root class, 2 the default class, consumers from
+// 0x10 on. The mark field of a consumer equals its class minor.
+const (
+	htbRootMinor     = 1
+	htbDefaultMinor  = 2
+	htbFirstConsumer = 0x10
+)
+
+func (c *HTBConfig) defaults() error {
+	if c.Label == "" {
+		c.Label = "sanqos"
+	}
+	if c.Chain == "" {
+		c.Chain = "POSTROUTING"
+	}
+	if c.CeilFactor == 0 {
+		c.CeilFactor = 1
+	}
+	if c.Prio == 0 {
+		c.Prio = 1
+	}
+	if c.MarkMask == 0 {
+		c.MarkMask = DefaultMarkMask
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	if c.LinkRate == 0 {
+		c.LinkRate = linkSpeed(c.Device)
+	}
+	if c.Device == "" {
+		return errors.New("htb: no device")
+	}
+	if err := tcCheckLabel(c.Label); err != nil {
+		return err
+	}
+	if c.CeilFactor < 1 {
+		return fmt.Errorf("htb: ceil factor %v below 1 (ceil must be ≥ rate)", c.CeilFactor)
+	}
+	if c.Prio > 7 {
+		return fmt.Errorf("htb: prio %d above 7", c.Prio)
+	}
+	if c.LinkRate > MaxRate {
+		return fmt.Errorf("htb: link rate %d B/s above %d", c.LinkRate, uint64(MaxRate))
+	}
+	if err := checkMarkMask(c.MarkMask); err != nil {
+		return err
+	}
+	if (tcMarkMap{Mask: c.MarkMask}).maxField() < htbFirstConsumer {
+		return fmt.Errorf("htb: mark mask %#x too narrow", c.MarkMask)
+	}
+	return nil
+}
+
+// linkSpeed reads the link speed from sysfs (Mbit/s); devices without one
+// (or "-1") get MaxRate.
+func linkSpeed(dev string) uint64 {
+	b, err := os.ReadFile("/sys/class/net/" + dev + "/speed")
+	if err != nil {
+		return MaxRate
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || v <= 0 {
+		return MaxRate
+	}
+	return min(uint64(v)*1e6/8, MaxRate)
+}
+
+// HTB is the rate backend; see HTBConfig.
+type HTB struct {
+	cfg    HTBConfig
+	ifidx  int
+	marks  tcMarkMap
+	filter tcFilterKind
+	nf     *tcNetfilter
+
+	mu    sync.Mutex
+	cur   map[netip.Addr]htbConsumer
+	minor map[uint16]bool // minors in use
+}
+
+type htbConsumer struct {
+	minor uint16
+	rate  uint64
+}
+
+// htbPlan is the fixed part of the tree, for the unit tests.
+type htbPlan struct {
+	Root    *netlink.Htb
+	Classes []*netlink.HtbClass // root class, default class
+}
+
+func (c *HTBConfig) plan(ifindex int) htbPlan {
+	major := tcRootMajor(c.Label)
+	root := netlink.MakeHandle(major, htbRootMinor)
+	return htbPlan{
+		Root: tcRootQdisc(ifindex, major, htbDefaultMinor),
+		Classes: []*netlink.HtbClass{
+			tcHtbClass(ifindex, root, netlink.MakeHandle(major, 0), c.LinkRate, c.LinkRate, 0),
+			tcHtbClass(ifindex, netlink.MakeHandle(major, htbDefaultMinor), root, c.LinkRate, c.LinkRate, 0),
+		},
+	}
+}
+
+// consumerClass is the class of a consumer capped at rate bytes/s.
+func (t *HTB) consumerClass(minor uint16, rate uint64) *netlink.HtbClass {
+	ceil := min(uint64(float64(rate)*t.cfg.CeilFactor), max(t.cfg.LinkRate, rate))
+	return tcHtbClass(t.ifidx, netlink.MakeHandle(t.marks.Major, minor), netlink.MakeHandle(t.marks.Major, htbRootMinor), rate, ceil, t.cfg.Prio)
+}
+
+// NewHTB builds the rate tree on cfg.Device; on error nothing remains.
+func NewHTB(cfg HTBConfig) (*HTB, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	link, err := netlink.LinkByName(cfg.Device)
+	if err != nil {
+		return nil, fmt.Errorf("htb: device %s: %w", cfg.Device, err)
+	}
+	major := tcRootMajor(cfg.Label)
+	t := &HTB{cfg: cfg, ifidx: link.Attrs().Index, marks: tcMarkMap{Major: major, Mask: cfg.MarkMask},
+		cur: map[netip.Addr]htbConsumer{}, minor: map[uint16]bool{}}
+	if err := CleanupTC(cfg.Label); err != nil {
+		return nil, fmt.Errorf("htb: remove stale objects of label %s: %w", cfg.Label, err)
+	}
+	if err := tcPrepareRoot(link, major); err != nil {
+		return nil, fmt.Errorf("htb: %w", err)
+	}
+	if err := t.build(); err != nil {
+		if cerr := CleanupTC(cfg.Label); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("cleanup after failed start: %w", cerr))
+		}
+		return nil, fmt.Errorf("htb on %s: %w", cfg.Device, err)
+	}
+	cfg.Log.Info("htb throttle ready", "device", cfg.Device, "label", cfg.Label,
+		"root", tcHandleString(netlink.MakeHandle(major, 0)), "link_rate_Bps", cfg.LinkRate,
+		"filter", string(t.filter), "chain", cfg.Chain)
+	return t, nil
+}
+
+func (t *HTB) build() error {
+	p := t.cfg.plan(t.ifidx)
+	if err := netlink.QdiscAdd(p.Root); err != nil {
+		return fmt.Errorf("add root htb: %w", err)
+	}
+	for _, c := range p.Classes {
+		if err := netlink.ClassAdd(c); err != nil {
+			return fmt.Errorf("add class %s: %w", tcHandleString(c.Handle), err)
+		}
+	}
+	kind, err := tcChooseFilter(t.ifidx, t.marks, htbDefaultMinor)
+	if err != nil {
+		return err
+	}
+	t.filter = kind
+	if kind == tcBPF {
+		if err := tcFilterSpecs(kind, t.ifidx, t.marks, nil, tcFilterPrio)[0].add(); err != nil {
+			return err
+		}
+	}
+	if err := tcCreateSet(tcRateSet(t.cfg.Label), true); err != nil {
+		return err
+	}
+	nf, err := newTcNetfilter(t.cfg.Label, t.cfg.Chain, t.cfg.Device, t.cfg.Port)
+	if err != nil {
+		return err
+	}
+	t.nf = nf
+	// One rule for all consumers: each set member carries its own mark
+	// (ipset skbinfo), so adding a consumer is one ipset add.
+	return nf.install([][]string{{"-j", "SET", "--map-set", tcRateSet(t.cfg.Label), "dst", "--map-mark"}})
+}
+
+func (t *HTB) Name() string { return "htb" }
+
+func (t *HTB) link() netlink.Link {
+	return &netlink.GenericLink{LinkAttrs: netlink.LinkAttrs{Index: t.ifidx, Name: t.cfg.Device}}
+}
+
+func (t *HTB) maxMinor() uint16 {
+	m := min(t.marks.maxField(), 0xfffe)
+	if t.filter == tcU32Mark {
+		m = min(m, 0xfff) // u32 node ids
+	}
+	return uint16(m)
+}
+
+func (t *HTB) allocMinor() (uint16, error) {
+	for m := uint16(htbFirstConsumer); m <= t.maxMinor(); m++ {
+		if !t.minor[m] {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("htb: all %d consumer classes in use", t.maxMinor()-htbFirstConsumer+1)
+}
+
+// Set caps each consumer at its Rate; a changed rate is one class change
+// (no teardown, so the consumer's queue and TCP state survive); Rate 0
+// removes the consumer. Delays are not this backend's (ErrUnsupported).
+func (t *HTB) Set(settings map[netip.Addr]Setting) error {
+	if err := ValidateAll(settings); err != nil {
+		return err
+	}
+	next := map[netip.Addr]uint64{}
+	for a, s := range settings {
+		if s.ReadDelay != 0 || s.WriteDelay != 0 {
+			return fmt.Errorf("htb: consumer %v: delay: %w", a, ErrUnsupported)
+		}
+		if !a.Unmap().Is4() {
+			return fmt.Errorf("htb: consumer %v: IPv6: %w", a, ErrUnsupported)
+		}
+		next[a.Unmap()] = s.Rate
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.apply(next)
+}
+
+func (t *HTB) apply(next map[netip.Addr]uint64) error {
+	var undo []func() error
+	fail := func(err error) error {
+		for i := len(undo) - 1; i >= 0; i-- {
+			if uerr := undo[i](); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("rollback: %w", uerr))
+			}
+		}
+		return err
+	}
+	done := map[netip.Addr]htbConsumer{}
+	for a, rate := range next {
+		old, had := t.cur[a]
+		switch {
+		case had && rate == old.rate:
+			done[a] = old
+		case had && rate != 0:
+			if err := netlink.ClassChange(t.consumerClass(old.minor, rate)); err != nil {
+				return fail(fmt.Errorf("htb: change class of %v: %w", a, err))
+			}
+			undo = append(undo, func() error { return netlink.ClassChange(t.consumerClass(old.minor, old.rate)) })
+			done[a] = htbConsumer{old.minor, rate}
+		case had:
+			if err := t.remove(a, old); err != nil {
+				return fail(err)
+			}
+			undo = append(undo, func() error { return t.add(a, old) })
+		case rate != 0:
+			m, err := t.allocMinor()
+			if err != nil {
+				return fail(err)
+			}
+			c := htbConsumer{m, rate}
+			if err := t.add(a, c); err != nil {
+				return fail(err)
+			}
+			undo = append(undo, func() error { return t.remove(a, c) })
+			done[a] = c
+		}
+	}
+	for a := range next {
+		if c, ok := done[a]; ok {
+			t.cur[a] = c
+		} else {
+			delete(t.cur, a)
+		}
+	}
+	return nil
+}
+
+// add creates class, filter (fw/u32 only) and set member, in that order, so
+// the mark never points at a missing class. On error it undoes itself.
+func (t *HTB) add(a netip.Addr, c htbConsumer) (err error) {
+	t.minor[c.minor] = true
+	var undo []func() error
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				err = errors.Join(err, undo[i]())
+			}
+			delete(t.minor, c.minor)
+		}
+	}()
+	cl := t.consumerClass(c.minor, c.rate)
+	if err := netlink.ClassAdd(cl); err != nil {
+		return fmt.Errorf("htb: add class for %v: %w", a, err)
+	}
+	undo = append(undo, func() error { return netlink.ClassDel(cl) })
+	if t.filter != tcBPF {
+		f := tcFilterFor(t.filter, t.ifidx, t.marks, uint32(c.minor), tcFilterPrio)
+		if err := f.add(); err != nil {
+			return err
+		}
+		undo = append(undo, f.del)
+	}
+	return tcSetAddMark(tcRateSet(t.cfg.Label), a, t.marks.mark(uint32(c.minor)), t.marks.Mask)
+}
+
+// remove undoes add in reverse: unmark first, so no packet is classified
+// into a class that is about to go.
+func (t *HTB) remove(a netip.Addr, c htbConsumer) error {
+	if err := tcSetDel(tcRateSet(t.cfg.Label), a); err != nil {
+		return err
+	}
+	if t.filter != tcBPF {
+		if err := tcFilterFor(t.filter, t.ifidx, t.marks, uint32(c.minor), tcFilterPrio).del(); err != nil {
+			return err
+		}
+	}
+	// Deleting a class drops what it still queues; at worst a burst's
+	// worth of one consumer's segments, which TCP retransmits.
+	if err := netlink.ClassDel(t.consumerClass(c.minor, c.rate)); err != nil {
+		return fmt.Errorf("htb: delete class of %v: %w", a, err)
+	}
+	delete(t.minor, c.minor)
+	return nil
+}
+
+func (t *HTB) Clear(consumers ...netip.Addr) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	next := map[netip.Addr]uint64{}
+	if len(consumers) == 0 {
+		for a := range t.cur {
+			next[a] = 0
+		}
+	}
+	for _, a := range consumers {
+		next[a.Unmap()] = 0
+	}
+	return t.apply(next)
+}
+
+func (t *HTB) List() map[netip.Addr]Setting {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[netip.Addr]Setting, len(t.cur))
+	for a, c := range maps.All(t.cur) {
+		out[a] = Setting{Rate: c.rate}
+	}
+	return out
+}
+
+// Close deletes the root qdisc it created (and with it every class and
+// filter), the rules and the set.
+func (t *HTB) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	clear(t.cur)
+	clear(t.minor)
+	return CleanupTC(t.cfg.Label)
+}

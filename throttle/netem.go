@@ -1,0 +1,433 @@
+package throttle
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// ErrNoNetem is returned (wrapped) when the kernel has no netem qdisc.
+var ErrNoNetem = errors.New("kernel has no netem qdisc (CONFIG_NET_SCH_NETEM)")
+
+// NetemConfig configures the netem backend, the thesis' production method
+// (sections 3.2.7–3.2.8): an HTB root on the target-facing interface with
+// one class per delay step, each with a netem leaf of that fixed delay,
+// and a default class without delay. Consumers move between steps by
+// ipset membership; rules and classes never change while running.
+type NetemConfig struct {
+	// Device is the interface towards the consumers (required).
+	Device string
+	// Label names every object created; default "sanqos".
+	Label string
+	// Port is the target's TCP port (the source port of the throttled
+	// traffic); 0 throttles every TCP packet to a consumer.
+	Port uint16
+	// Chain is the mangle chain that jumps to ours: OUTPUT (target mode),
+	// FORWARD (bridge mode) or POSTROUTING (default; sees both, and being
+	// the last hook before the qdisc nothing can re-mark after us).
+	Chain string
+	// Step is the delay granularity (default 0.5 ms); delays are rounded
+	// up to it.
+	Step time.Duration
+	// MaxDelay is the largest delay offered (default 20 ms); it sets the
+	// number of steps, at most 255.
+	MaxDelay time.Duration
+	// MarkMask is the part of the packet mark we own (default
+	// DefaultMarkMask).
+	MarkMask uint32
+	// Limit is each netem leaf's queue in packets (default 100000). netem
+	// drops beyond it, and a 20 ms step at 10 Gbit/s holds ~17000 full
+	// frames, so tc's default of 1000 would drop storage traffic.
+	Limit uint32
+	// Log receives start-up and clean-up messages; default slog.Default().
+	Log *slog.Logger
+}
+
+func (c *NetemConfig) defaults() error {
+	if c.Label == "" {
+		c.Label = "sanqos"
+	}
+	if c.Chain == "" {
+		c.Chain = "POSTROUTING"
+	}
+	if c.Step == 0 {
+		c.Step = 500 * time.Microsecond
+	}
+	if c.MaxDelay == 0 {
+		c.MaxDelay = 20 * time.Millisecond
+	}
+	if c.MarkMask == 0 {
+		c.MarkMask = DefaultMarkMask
+	}
+	if c.Limit == 0 {
+		c.Limit = 100000
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	if c.Device == "" {
+		return errors.New("netem: no device")
+	}
+	if err := tcCheckLabel(c.Label); err != nil {
+		return err
+	}
+	if c.Step < time.Microsecond {
+		return fmt.Errorf("netem: step %v below 1 µs (netem's resolution)", c.Step)
+	}
+	if c.MaxDelay >= MaxDelay || c.MaxDelay < c.Step {
+		return fmt.Errorf("netem: max delay %v must be in [step, %v)", c.MaxDelay, MaxDelay)
+	}
+	if n := c.steps(); n > tcMaxSteps {
+		return fmt.Errorf("netem: %v / %v = %d steps, at most %d", c.MaxDelay, c.Step, n, tcMaxSteps)
+	}
+	if err := checkMarkMask(c.MarkMask); err != nil {
+		return err
+	}
+	if uint32(c.steps()) > (tcMarkMap{Mask: c.MarkMask}).maxField() {
+		return fmt.Errorf("netem: mark mask %#x cannot number %d steps", c.MarkMask, c.steps())
+	}
+	return nil
+}
+
+func (c *NetemConfig) steps() int { return int((c.MaxDelay + c.Step - 1) / c.Step) }
+
+// stepOf rounds d up to a step number; 0 means no delay.
+func (c *NetemConfig) stepOf(d time.Duration) (int, error) {
+	if d <= 0 {
+		return 0, nil
+	}
+	s := int((d + c.Step - 1) / c.Step)
+	if s > c.steps() {
+		return 0, fmt.Errorf("delay %v above the netem backend's maximum %v", d, c.MaxDelay)
+	}
+	return s, nil
+}
+
+// netemPlan is the tc tree as objects, before anything touches the kernel;
+// the unit tests compare it field by field.
+type netemPlan struct {
+	Root    *netlink.Htb
+	Classes []*netlink.HtbClass // [0] is the default class
+	Leaves  []*netlink.Netem    // Leaves[i] under Classes[i+1]
+	Marks   tcMarkMap
+}
+
+const netemDefaultMinor = 1
+
+func (c *NetemConfig) plan(ifindex int) netemPlan {
+	major := tcRootMajor(c.Label)
+	p := netemPlan{
+		Root: tcRootQdisc(ifindex, major, netemDefaultMinor),
+		// mark field s (step s) → minor s+1, as in the thesis' scripts
+		// (mark 1 → class 1:2).
+		Marks: tcMarkMap{Major: major, Mask: c.MarkMask, Offset: netemDefaultMinor},
+	}
+	root := netlink.MakeHandle(major, 0)
+	// Classes must never shape: their rate is the largest we accept, so
+	// the only effect of a class is its netem leaf.
+	p.Classes = append(p.Classes, tcHtbClass(ifindex, netlink.MakeHandle(major, netemDefaultMinor), root, MaxRate, MaxRate, 0))
+	for s := 1; s <= c.steps(); s++ {
+		id := p.Marks.classID(uint32(s))
+		p.Classes = append(p.Classes, tcHtbClass(ifindex, id, root, MaxRate, MaxRate, 0))
+		p.Leaves = append(p.Leaves, netlink.NewNetem(
+			netlink.QdiscAttrs{LinkIndex: ifindex, Parent: id, Handle: netlink.MakeHandle(tcLeafMajorBase+uint16(s), 0)},
+			netlink.NetemQdiscAttrs{Latency: uint32((time.Duration(s) * c.Step).Microseconds()), Limit: c.Limit}))
+	}
+	return p
+}
+
+// Netem is the netem backend; see NetemConfig.
+type Netem struct {
+	cfg    NetemConfig
+	ifidx  int
+	plan   netemPlan
+	filter tcFilterKind
+	nf     *tcNetfilter
+
+	mu  sync.Mutex
+	cur map[netip.Addr]netemState
+}
+
+type netemState struct {
+	set        Setting // as applied (rounded up)
+	read, writ int     // steps
+}
+
+// NewNetem builds the delay tree on cfg.Device. On any error everything
+// built so far is removed again; without netem in the kernel the error
+// wraps ErrNoNetem.
+func NewNetem(cfg NetemConfig) (*Netem, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	link, err := netlink.LinkByName(cfg.Device)
+	if err != nil {
+		return nil, fmt.Errorf("netem: device %s: %w", cfg.Device, err)
+	}
+	t := &Netem{cfg: cfg, ifidx: link.Attrs().Index, cur: map[netip.Addr]netemState{}}
+	t.plan = cfg.plan(t.ifidx)
+	if err := CleanupTC(cfg.Label); err != nil {
+		return nil, fmt.Errorf("netem: remove stale objects of label %s: %w", cfg.Label, err)
+	}
+	if err := tcPrepareRoot(link, t.plan.Marks.Major); err != nil {
+		return nil, fmt.Errorf("netem: %w", err)
+	}
+	if err := t.build(); err != nil {
+		if cerr := CleanupTC(cfg.Label); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("cleanup after failed start: %w", cerr))
+		}
+		return nil, fmt.Errorf("netem on %s: %w", cfg.Device, err)
+	}
+	cfg.Log.Info("netem throttle ready", "device", cfg.Device, "label", cfg.Label,
+		"root", tcHandleString(t.plan.Root.Handle), "steps", cfg.steps(), "step", cfg.Step,
+		"filter", string(t.filter), "chain", cfg.Chain)
+	return t, nil
+}
+
+func (t *Netem) build() error {
+	if err := netlink.QdiscAdd(t.plan.Root); err != nil {
+		return fmt.Errorf("add root htb %s: %w", tcHandleString(t.plan.Root.Handle), err)
+	}
+	for i, c := range t.plan.Classes {
+		if err := netlink.ClassAdd(c); err != nil {
+			return fmt.Errorf("add class %s: %w", tcHandleString(c.Handle), err)
+		}
+		if i == 0 {
+			continue
+		}
+		leaf := t.plan.Leaves[i-1]
+		if err := netlink.QdiscAdd(leaf); err != nil {
+			if tcKindMissing(err) {
+				return fmt.Errorf("%w: %v", ErrNoNetem, err)
+			}
+			return fmt.Errorf("add netem %s: %w", tcHandleString(leaf.Handle), err)
+		}
+	}
+	kind, err := tcChooseFilter(t.ifidx, t.plan.Marks, 1)
+	if err != nil {
+		return err
+	}
+	t.filter = kind
+	var fields []uint32
+	for s := 1; s <= t.cfg.steps(); s++ {
+		fields = append(fields, uint32(s))
+	}
+	for _, f := range tcFilterSpecs(kind, t.ifidx, t.plan.Marks, fields, tcFilterPrio) {
+		if err := f.add(); err != nil {
+			return err
+		}
+	}
+	nf, err := newTcNetfilter(t.cfg.Label, t.cfg.Chain, t.cfg.Device, t.cfg.Port)
+	if err != nil {
+		return err
+	}
+	t.nf = nf
+	ch := tcChains(t.cfg.Label)
+	return nf.install([][]string{
+		append(append([]string{}, tcPureACK...), "-j", ch[1]),
+		{"-j", ch[2]},
+	})
+}
+
+// ensureStep creates the set and the one rule of (dir, step) on first use.
+func (t *Netem) ensureStep(dir string, step int) (string, error) {
+	set := tcStepSet(t.cfg.Label, dir, step)
+	chain := tcChains(t.cfg.Label)[2]
+	if dir == "w" {
+		chain = tcChains(t.cfg.Label)[1]
+	}
+	spec := tcMarkSpec(set, t.plan.Marks.mark(uint32(step)), t.plan.Marks.Mask)
+	if t.nf.has(chain, spec) {
+		return set, nil
+	}
+	if err := tcCreateSet(set, false); err != nil {
+		return "", err
+	}
+	if err := t.nf.ensure(chain, spec); err != nil {
+		return "", errors.Join(err, tcIpset(func() error { return netlink.IpsetDestroy(set) }))
+	}
+	return set, nil
+}
+
+func (t *Netem) Name() string { return "netem" }
+
+// Set moves each consumer to the steps of its (rounded-up) delays: per
+// direction one ipset add to the new step and one del from the old, in
+// that order so the consumer is never briefly unthrottled. Rate caps are
+// not this backend's (ErrUnsupported); nor are IPv6 consumers, whose pure
+// ACKs the IPv4 u32 test cannot recognise.
+func (t *Netem) Set(settings map[netip.Addr]Setting) error {
+	if err := ValidateAll(settings); err != nil {
+		return err
+	}
+	next := map[netip.Addr]netemState{}
+	for a, s := range settings {
+		if s.Rate != 0 {
+			return fmt.Errorf("netem: consumer %v: rate cap: %w", a, ErrUnsupported)
+		}
+		if !a.Unmap().Is4() {
+			return fmt.Errorf("netem: consumer %v: IPv6: %w", a, ErrUnsupported)
+		}
+		r, err := t.cfg.stepOf(s.ReadDelay)
+		if err != nil {
+			return fmt.Errorf("consumer %v: read %w", a, err)
+		}
+		w, err := t.cfg.stepOf(s.WriteDelay)
+		if err != nil {
+			return fmt.Errorf("consumer %v: write %w", a, err)
+		}
+		next[a.Unmap()] = netemState{read: r, writ: w, set: Setting{
+			ReadDelay: time.Duration(r) * t.cfg.Step, WriteDelay: time.Duration(w) * t.cfg.Step}}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.apply(next)
+}
+
+// apply is all-or-nothing: every membership change is logged and undone
+// in reverse if a later one fails.
+func (t *Netem) apply(next map[netip.Addr]netemState) error {
+	var undo []func() error
+	fail := func(err error) error {
+		for i := len(undo) - 1; i >= 0; i-- {
+			if uerr := undo[i](); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("rollback: %w", uerr))
+			}
+		}
+		return err
+	}
+	move := func(a netip.Addr, dir string, from, to int) error {
+		if from == to {
+			return nil
+		}
+		if to != 0 {
+			set, err := t.ensureStep(dir, to)
+			if err != nil {
+				return err
+			}
+			if err := tcSetAdd(set, a); err != nil {
+				return err
+			}
+			undo = append(undo, func() error { return tcSetDel(set, a) })
+		}
+		if from != 0 {
+			set := tcStepSet(t.cfg.Label, dir, from)
+			if err := tcSetDel(set, a); err != nil {
+				return err
+			}
+			undo = append(undo, func() error { return tcSetAdd(set, a) })
+		}
+		return nil
+	}
+	for a, n := range next {
+		old := t.cur[a]
+		if err := move(a, "r", old.read, n.read); err != nil {
+			return fail(err)
+		}
+		if err := move(a, "w", old.writ, n.writ); err != nil {
+			return fail(err)
+		}
+	}
+	for a, n := range next {
+		if n.read == 0 && n.writ == 0 {
+			delete(t.cur, a)
+		} else {
+			t.cur[a] = n
+		}
+	}
+	return nil
+}
+
+func (t *Netem) Clear(consumers ...netip.Addr) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	next := map[netip.Addr]netemState{}
+	if len(consumers) == 0 {
+		for a := range t.cur {
+			next[a] = netemState{}
+		}
+	}
+	for _, a := range consumers {
+		next[a.Unmap()] = netemState{}
+	}
+	return t.apply(next)
+}
+
+// List returns the delays as applied, i.e. rounded up to the step.
+func (t *Netem) List() map[netip.Addr]Setting {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[netip.Addr]Setting, len(t.cur))
+	for a, s := range maps.All(t.cur) {
+		out[a] = s.set
+	}
+	return out
+}
+
+// Close empties the sets, waits until no packet can still be inside a
+// netem leaf (deleting a qdisc drops its queue, and the backend must not
+// drop storage traffic), then removes every object.
+func (t *Netem) Close() error {
+	err := t.Clear()
+	// After the sets are empty nothing new enters a leaf, and nothing
+	// stays in one longer than the largest step.
+	time.Sleep(time.Duration(t.cfg.steps())*t.cfg.Step + time.Millisecond)
+	return errors.Join(err, CleanupTC(t.cfg.Label))
+}
+
+// NetemAvailable reports whether the kernel has the netem qdisc, by
+// creating one on a veth pair in a scratch network namespace that
+// disappears with the probe; nothing of the caller's namespace is touched.
+func NetemAvailable() (bool, error) {
+	type result struct {
+		ok  bool
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// The thread is never unlocked: when this goroutine ends, Go
+		// discards the thread, and with it the scratch namespace, so the
+		// caller's threads never see it.
+		runtime.LockOSThread()
+		ok, err := netemProbe()
+		ch <- result{ok, err}
+	}()
+	r := <-ch
+	return r.ok, r.err
+}
+
+func netemProbe() (bool, error) {
+	ns, err := netns.New()
+	if err != nil {
+		return false, fmt.Errorf("netem probe: new namespace: %w", err)
+	}
+	defer ns.Close()
+	la := netlink.NewLinkAttrs()
+	la.Name = "sqtprobe0"
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "sqtprobe1"}); err != nil {
+		return false, fmt.Errorf("netem probe: veth: %w", err)
+	}
+	link, err := netlink.LinkByName(la.Name)
+	if err != nil {
+		return false, fmt.Errorf("netem probe: %w", err)
+	}
+	q := netlink.NewNetem(netlink.QdiscAttrs{LinkIndex: link.Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT},
+		netlink.NetemQdiscAttrs{Latency: 1000})
+	err = netlink.QdiscAdd(q)
+	switch {
+	case err == nil:
+		return true, nil
+	case tcKindMissing(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("netem probe: %w", err)
+	}
+}

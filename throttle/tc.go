@@ -1,0 +1,427 @@
+package throttle
+
+// Shared traffic-control plumbing of the netem and HTB backends: handle
+// layout, the mark → class filters, and the netlink messages that carry
+// them. Filters are built as raw rtnetlink messages (with vishvananda/netlink's
+// nl package) because the library's U32 type has no mark field and its
+// BpfFilter only takes eBPF file descriptors; building them here also lets
+// the unit tests compare the exact bytes sent to the kernel.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/bits"
+	"regexp"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+)
+
+// Handle layout. Every qdisc we create has a major number in 0x5100–0x52ff
+// so that `tc qdisc show` and CleanupTC can tell ours from anyone else's.
+// The root major also encodes the label, so a stale tree of one agent is
+// never mistaken for another's.
+const (
+	tcRootMajorBase = 0x5100
+	tcLeafMajorBase = 0x5200 // netem leaves: 0x5200 + step
+	tcMaxSteps      = 0xff   // leaf majors must stay inside 0x52xx
+
+	// tcFilterPrio is the priority of our classification filters; the
+	// probe uses another one so a failed probe cannot disturb them.
+	tcFilterPrio = 10
+	tcProbePrio  = 11
+)
+
+// DefaultMarkMask is the part of the packet mark sanqos' tc backends own.
+// Bits 16–27 leave the low word (kube-proxy's 0x4000/0x8000, Docker, most
+// policy-routing setups) alone.
+const DefaultMarkMask uint32 = 0x0fff0000
+
+var tcLabelRE = regexp.MustCompile(`^[A-Za-z0-9_]+(-[A-Za-z0-9_]+)*$`)
+
+// tcCheckLabel keeps every derived name inside the kernel's limits: ipset
+// names are < 32 bytes (`<label>-w-255`) and iptables chain names < 29
+// (`<label>-tc-data`).
+func tcCheckLabel(label string) error {
+	if len(label) == 0 || len(label) > 20 || !tcLabelRE.MatchString(label) {
+		return fmt.Errorf("label %q: want 1–20 characters of [A-Za-z0-9_-]", label)
+	}
+	return nil
+}
+
+// tcRootMajor is the root qdisc major of the instance with this label.
+func tcRootMajor(label string) uint16 {
+	h := fnv.New32a()
+	h.Write([]byte(label))
+	return tcRootMajorBase | uint16(h.Sum32()&0xff)
+}
+
+// tcFilterKind is how the root qdisc maps a packet mark to a class.
+type tcFilterKind string
+
+const (
+	// tcFw is cls_fw, the thesis' choice: one filter per mark.
+	tcFw tcFilterKind = "fw"
+	// tcU32Mark is cls_u32 with `match mark`, one filter per mark. Only
+	// used when the kernel echoes the mark back: without
+	// CONFIG_CLS_U32_MARK (as on this machine) the kernel accepts and
+	// silently ignores TCA_U32_MARK, and the filter matches every packet.
+	tcU32Mark tcFilterKind = "u32"
+	// tcBPF is cls_bpf running a 7-instruction classic BPF program that
+	// turns the mark into the class id: one filter for all marks.
+	tcBPF tcFilterKind = "bpf"
+)
+
+// tcMarkMap ties the mark bits to class minors: minor = field + Offset
+// where field = (mark & Mask) >> shift. Field 0 means "not ours" and goes
+// to the default class.
+type tcMarkMap struct {
+	Major  uint16
+	Mask   uint32
+	Offset uint16
+}
+
+func (m tcMarkMap) shift() int { return bits.TrailingZeros32(m.Mask) }
+
+// maxField is the largest field value the mask can carry.
+func (m tcMarkMap) maxField() uint32 { return m.Mask >> m.shift() }
+
+func (m tcMarkMap) mark(field uint32) uint32 { return field << m.shift() & m.Mask }
+
+func (m tcMarkMap) classID(field uint32) uint32 {
+	return netlink.MakeHandle(m.Major, uint16(field)+m.Offset)
+}
+
+// checkMarkMask refuses masks the filters cannot represent: holes would
+// make the BPF shift wrong, and more than 16 bits cannot map onto a minor.
+func checkMarkMask(mask uint32) error {
+	if mask == 0 {
+		return errors.New("mark mask is zero")
+	}
+	s := bits.TrailingZeros32(mask)
+	w := bits.OnesCount32(mask)
+	if mask>>s != 1<<w-1 {
+		return fmt.Errorf("mark mask %#x is not one contiguous run of bits", mask)
+	}
+	if w > 16 {
+		return fmt.Errorf("mark mask %#x is wider than 16 bits (a class minor)", mask)
+	}
+	return nil
+}
+
+// Classic BPF opcodes (linux/filter.h); x/net/bpf would do, but is not a
+// direct dependency and the program is seven instructions.
+const (
+	bpfLdAbsW = 0x20 // BPF_LD|BPF_W|BPF_ABS
+	bpfAndK   = 0x54 // BPF_ALU|BPF_AND|BPF_K
+	bpfJeqK   = 0x15 // BPF_JMP|BPF_JEQ|BPF_K
+	bpfRshK   = 0x74 // BPF_ALU|BPF_RSH|BPF_K
+	bpfAddK   = 0x04 // BPF_ALU|BPF_ADD|BPF_K
+	bpfOrK    = 0x44 // BPF_ALU|BPF_OR|BPF_K
+	bpfRetA   = 0x16 // BPF_RET|BPF_A
+	bpfRetK   = 0x06 // BPF_RET|BPF_K
+
+	skfAdOff  = 0xfffff000 // SKF_AD_OFF (-0x1000)
+	skfAdMark = 20         // SKF_AD_MARK
+)
+
+type bpfInsn struct {
+	Code   uint16
+	Jt, Jf uint8
+	K      uint32
+}
+
+// tcBPFProgram returns classid = major:(field+offset) for a marked packet
+// and 0 ("no match": HTB then uses its default class) otherwise. A field
+// without a class also ends in the default class, because HTB treats an
+// unknown class id as "classification failed".
+func tcBPFProgram(m tcMarkMap) []bpfInsn {
+	return []bpfInsn{
+		{Code: bpfLdAbsW, K: skfAdOff + skfAdMark},
+		{Code: bpfAndK, K: m.Mask},
+		{Code: bpfJeqK, Jt: 4, K: 0},
+		{Code: bpfRshK, K: uint32(m.shift())},
+		{Code: bpfAddK, K: uint32(m.Offset)},
+		{Code: bpfOrK, K: uint32(m.Major) << 16},
+		{Code: bpfRetA},
+		{Code: bpfRetK, K: 0},
+	}
+}
+
+func serializeBPF(prog []bpfInsn) []byte {
+	ne := nl.NativeEndian().(binary.AppendByteOrder)
+	b := make([]byte, 0, 8*len(prog))
+	for _, in := range prog {
+		b = ne.AppendUint16(b, in.Code)
+		b = append(b, in.Jt, in.Jf)
+		b = ne.AppendUint32(b, in.K)
+	}
+	return b
+}
+
+// tcFilterSpec is one filter as we send it; tests compare these and their
+// serialisation.
+type tcFilterSpec struct {
+	Kind     tcFilterKind
+	Ifindex  int
+	Parent   uint32
+	Prio     uint16
+	Protocol uint16 // host order ETH_P_*
+	Handle   uint32
+	ClassID  uint32 // fw, u32
+	Mark     uint32 // fw (in Handle), u32
+	Mask     uint32
+	BPF      []bpfInsn
+}
+
+// tcFilterSpecs lists the filters that map every field in fields to its
+// class. For bpf, one filter covers them all.
+func tcFilterSpecs(kind tcFilterKind, ifindex int, m tcMarkMap, fields []uint32, prio uint16) []tcFilterSpec {
+	parent := netlink.MakeHandle(m.Major, 0)
+	if kind == tcBPF {
+		return []tcFilterSpec{{Kind: tcBPF, Ifindex: ifindex, Parent: parent, Prio: prio,
+			Protocol: unix.ETH_P_ALL, Handle: 1, Mask: m.Mask, BPF: tcBPFProgram(m)}}
+	}
+	var out []tcFilterSpec
+	for _, f := range fields {
+		out = append(out, tcFilterFor(kind, ifindex, m, f, prio))
+	}
+	return out
+}
+
+// tcFilterFor is the fw or u32 filter of one mark field.
+func tcFilterFor(kind tcFilterKind, ifindex int, m tcMarkMap, field uint32, prio uint16) tcFilterSpec {
+	s := tcFilterSpec{Kind: kind, Ifindex: ifindex, Parent: netlink.MakeHandle(m.Major, 0), Prio: prio,
+		ClassID: m.classID(field), Mark: m.mark(field), Mask: m.Mask}
+	switch kind {
+	case tcFw:
+		// cls_fw's handle is the mark it matches (after the mask).
+		s.Protocol, s.Handle = unix.ETH_P_ALL, s.Mark
+	case tcU32Mark:
+		// 800::<field>: explicit node ids so one filter can be deleted
+		// without listing; u32 node ids are 12 bits.
+		s.Protocol, s.Handle = unix.ETH_P_IP, 0x80000000|field&0xfff
+	}
+	return s
+}
+
+// request builds the RTM_NEWTFILTER (or DEL) message for s.
+func (s tcFilterSpec) request(cmd int, flags int) (*nl.NetlinkRequest, error) {
+	req := nl.NewNetlinkRequest(cmd, flags|unix.NLM_F_ACK)
+	req.AddData(&nl.TcMsg{
+		Family:  nl.FAMILY_ALL,
+		Ifindex: int32(s.Ifindex),
+		Handle:  s.Handle,
+		Parent:  s.Parent,
+		Info:    netlink.MakeHandle(s.Prio, nl.Swap16(s.Protocol)),
+	})
+	req.AddData(nl.NewRtAttr(nl.TCA_KIND, nl.ZeroTerminated(string(s.Kind))))
+	if cmd == unix.RTM_DELTFILTER {
+		return req, nil
+	}
+	opts := nl.NewRtAttr(nl.TCA_OPTIONS, nil)
+	ne := nl.NativeEndian().(binary.AppendByteOrder)
+	switch s.Kind {
+	case tcFw:
+		opts.AddRtAttr(nl.TCA_FW_CLASSID, nl.Uint32Attr(s.ClassID))
+		opts.AddRtAttr(nl.TCA_FW_MASK, nl.Uint32Attr(s.Mask))
+	case tcU32Mark:
+		// An empty selector with TERMINAL set matches every packet; the
+		// mark is then the only condition, exactly what `tc ... u32
+		// match mark V M classid C` sends.
+		sel := nl.TcU32Sel{Flags: nl.TC_U32_TERMINAL}
+		opts.AddRtAttr(nl.TCA_U32_SEL, sel.Serialize())
+		opts.AddRtAttr(nl.TCA_U32_CLASSID, nl.Uint32Attr(s.ClassID))
+		mark := ne.AppendUint32(ne.AppendUint32(ne.AppendUint32(nil, s.Mark), s.Mask), 0)
+		opts.AddRtAttr(nl.TCA_U32_MARK, mark)
+	case tcBPF:
+		opts.AddRtAttr(nl.TCA_BPF_OPS_LEN, nl.Uint16Attr(uint16(len(s.BPF))))
+		opts.AddRtAttr(nl.TCA_BPF_OPS, serializeBPF(s.BPF))
+	default:
+		return nil, fmt.Errorf("unknown filter kind %q", s.Kind)
+	}
+	req.AddData(opts)
+	return req, nil
+}
+
+func (s tcFilterSpec) add() error {
+	req, err := s.request(unix.RTM_NEWTFILTER, unix.NLM_F_CREATE|unix.NLM_F_EXCL)
+	if err != nil {
+		return err
+	}
+	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
+		return fmt.Errorf("add %s filter %#x → %s: %w", s.Kind, s.Mark, tcHandleString(s.ClassID), err)
+	}
+	return nil
+}
+
+func (s tcFilterSpec) del() error {
+	req, _ := s.request(unix.RTM_DELTFILTER, 0)
+	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
+		return fmt.Errorf("delete %s filter %#x: %w", s.Kind, s.Mark, err)
+	}
+	return nil
+}
+
+// tcDumpFilterOptions returns the TCA_OPTIONS attributes of every filter
+// under parent, as the kernel reports them.
+func tcDumpFilterOptions(ifindex int, parent uint32) ([]map[uint16][]byte, error) {
+	req := nl.NewNetlinkRequest(unix.RTM_GETTFILTER, unix.NLM_F_DUMP)
+	req.AddData(&nl.TcMsg{Family: nl.FAMILY_ALL, Ifindex: int32(ifindex), Parent: parent})
+	msgs, err := req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWTFILTER)
+	if err != nil {
+		return nil, err
+	}
+	var out []map[uint16][]byte
+	for _, m := range msgs {
+		attrs, err := nl.ParseRouteAttr(m[nl.SizeofTcMsg:])
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range attrs {
+			if a.Attr.Type != nl.TCA_OPTIONS {
+				continue
+			}
+			inner, err := nl.ParseRouteAttr(a.Value)
+			if err != nil {
+				return nil, err
+			}
+			o := map[uint16][]byte{}
+			for _, x := range inner {
+				o[x.Attr.Type] = x.Value
+			}
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+// tcKindMissing reports the errors the kernel gives for a classifier or
+// qdisc kind it was built without (no module loading here).
+func tcKindMissing(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.EINVAL)
+}
+
+// tcChooseFilter finds the mark classifier this kernel really supports,
+// by adding a probe filter (at tcProbePrio, towards probeClass) under the
+// root qdisc and removing it again.
+func tcChooseFilter(ifindex int, m tcMarkMap, probeField uint32) (tcFilterKind, error) {
+	var errs []error
+	for _, kind := range []tcFilterKind{tcFw, tcU32Mark} {
+		s := tcFilterFor(kind, ifindex, m, probeField, tcProbePrio)
+		err := s.add()
+		if err != nil {
+			if !tcKindMissing(err) {
+				return "", err
+			}
+			errs = append(errs, err)
+			continue
+		}
+		honoured := true
+		if kind == tcU32Mark {
+			opts, derr := tcDumpFilterOptions(ifindex, s.Parent)
+			honoured = false
+			for _, o := range opts {
+				if _, ok := o[nl.TCA_U32_MARK]; ok {
+					honoured = true
+				}
+			}
+			if derr != nil {
+				errs = append(errs, derr)
+			}
+		}
+		if err := s.del(); err != nil {
+			return "", fmt.Errorf("remove probe filter: %w", err)
+		}
+		if honoured {
+			return kind, nil
+		}
+		errs = append(errs, errors.New("u32 accepted `match mark` but does not echo it (kernel without CONFIG_CLS_U32_MARK would match every packet)"))
+	}
+	s := tcFilterSpecs(tcBPF, ifindex, m, nil, tcProbePrio)[0]
+	if err := s.add(); err != nil {
+		return "", fmt.Errorf("no usable mark classifier (fw, u32 mark, bpf): %w", errors.Join(append(errs, err)...))
+	}
+	if err := s.del(); err != nil {
+		return "", fmt.Errorf("remove probe filter: %w", err)
+	}
+	return tcBPF, nil
+}
+
+func tcHandleString(h uint32) string { return fmt.Sprintf("%x:%x", h>>16, h&0xffff) }
+
+// tcHtbBuffer is the bucket depth in bytes: at least one 64 KiB GSO
+// super-packet plus an MTU so a TSO burst never finds the bucket too
+// small, 10 ms of rate above that, and never more than 100 s of rate
+// (the tick count is 32 bits).
+func tcHtbBuffer(rate uint64) uint32 {
+	b := max(rate/100, 65536+1600)
+	if lim := rate * 100; lim > 0 && b > lim {
+		b = lim
+	}
+	return uint32(min(b, 1<<30))
+}
+
+// tcHtbQuantum keeps the DRR quantum inside what the kernel accepts without
+// warning (≥ MTU, ≤ 200000).
+func tcHtbQuantum(rate uint64) uint32 { return uint32(min(max(rate/10, 1600), 200000)) }
+
+// tcHtbClass builds an HTB class. rate and ceil are in bytes/s (the
+// library wants bits/s).
+func tcHtbClass(ifindex int, id, parent uint32, rate, ceil uint64, prio uint32) *netlink.HtbClass {
+	return netlink.NewHtbClass(
+		netlink.ClassAttrs{LinkIndex: ifindex, Handle: id, Parent: parent},
+		netlink.HtbClassAttrs{Rate: rate * 8, Ceil: ceil * 8, Prio: prio,
+			Buffer: tcHtbBuffer(rate), Cbuffer: tcHtbBuffer(ceil), Quantum: tcHtbQuantum(rate)})
+}
+
+// tcRootQdisc is the HTB root of an instance; unclassified packets go to
+// minor defcls.
+func tcRootQdisc(ifindex int, major uint16, defcls uint32) *netlink.Htb {
+	q := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: ifindex, Handle: netlink.MakeHandle(major, 0), Parent: netlink.HANDLE_ROOT})
+	q.Defcls = defcls
+	return q
+}
+
+// tcPrepareRoot makes sure the device's root qdisc is free for us: a stale
+// tree of our own label is removed, anybody else's refuses the start.
+func tcPrepareRoot(link netlink.Link, major uint16) error {
+	qs, err := netlink.QdiscList(link)
+	if err != nil {
+		return fmt.Errorf("list qdiscs of %s: %w", link.Attrs().Name, err)
+	}
+	for _, q := range qs {
+		a := q.Attrs()
+		if a.Parent != netlink.HANDLE_ROOT {
+			continue
+		}
+		if uint16(a.Handle>>16) == major {
+			if err := netlink.QdiscDel(q); err != nil {
+				return fmt.Errorf("remove stale qdisc %s on %s: %w", tcHandleString(a.Handle), link.Attrs().Name, err)
+			}
+			continue
+		}
+		switch q.Type() {
+		case "noqueue", "pfifo_fast", "mq", "fq_codel":
+			// The kernel's defaults, nobody's configuration: ours
+			// replaces them and deleting ours restores them.
+			continue
+		}
+		return fmt.Errorf("%s already has a root qdisc %s (%s) that sanqos did not create; refusing to replace it", link.Attrs().Name, tcHandleString(a.Handle), q.Type())
+	}
+	return nil
+}
+
+// tcDeleteRoot removes our root qdisc and with it every class, leaf and
+// filter below it.
+func tcDeleteRoot(ifindex int, major uint16) error {
+	err := netlink.QdiscDel(&netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: ifindex, Handle: netlink.MakeHandle(major, 0), Parent: netlink.HANDLE_ROOT}, QdiscType: "htb"})
+	if err != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.EINVAL) {
+		return err
+	}
+	return nil
+}

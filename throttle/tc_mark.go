@@ -1,0 +1,320 @@
+package throttle
+
+// Netfilter side of the tc backends: the mangle rules and ipsets that put
+// a mark on each packet towards a throttled consumer. This is a stop-gap
+// until classifier.go offers the same (sets of consumers, rules labelled
+// by comment); the tc backends only need "packets to members of set S,
+// optionally only pure ACKs, get mark M", so switching over touches this
+// file only.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/coreos/go-iptables/iptables"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+)
+
+const tcTable = "mangle"
+
+// tcPureACK selects TCP segments without payload (pure ACKs), by three
+// tests that hold for any header sizes:
+//
+//   - flags: ACK without SYN/FIN/RST, so connection setup and teardown stay
+//     in order with the data they belong to;
+//   - "! payload ≥ 4 bytes": xt_u32 fails a 4-byte read past the end of
+//     the packet, and the read starts at IHL*4 + doff*4, the payload;
+//   - "IP total length ≡ 0 (mod 4)": both header lengths are multiples of
+//     4, so among packets with < 4 payload bytes only the empty ones pass.
+//
+// `-m length --length 0:N` (the thesis' way) breaks as soon as TCP options
+// change the header size (timestamps, SACK blocks), and then a data
+// segment that gets the ACK delay is reordered behind its successors,
+// which TCP answers with duplicate ACKs and fast retransmits.
+var tcPureACK = []string{
+	"-p", "tcp", "--tcp-flags", "SYN,FIN,RST,ACK", "ACK",
+	"-m", "u32", "!", "--u32", "0>>22&0x3C@12>>26&0x3C@0=0:4294967295",
+	"-m", "u32", "--u32", "0&0x3=0",
+}
+
+// tcComment labels every rule we add, so CleanupTC finds them after a
+// crash.
+func tcComment(label string) string { return "sanqos-tc:" + label }
+
+// tcChains are the chains of an instance; the first is the one the hook
+// jumps to.
+func tcChains(label string) []string {
+	return []string{label + "-tc", label + "-tc-ack", label + "-tc-data"}
+}
+
+// tcNetfilter owns an instance's chains and rules in the mangle table.
+type tcNetfilter struct {
+	ipt   *iptables.IPTables
+	label string
+	hook  string // built-in mangle chain that jumps to ours
+	dev   string
+	port  uint16
+	// added lists rules in our chains (chain + spec), to know which exist.
+	added map[string]bool
+}
+
+func newTcNetfilter(label, hook, dev string, port uint16) (*tcNetfilter, error) {
+	switch hook {
+	case "OUTPUT", "FORWARD", "POSTROUTING":
+	default:
+		return nil, fmt.Errorf("chain %q: want OUTPUT (target mode), FORWARD (bridge mode) or POSTROUTING (both)", hook)
+	}
+	ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4)
+	if err != nil {
+		return nil, fmt.Errorf("iptables: %w", err)
+	}
+	return &tcNetfilter{ipt: ipt, label: label, hook: hook, dev: dev, port: port, added: map[string]bool{}}, nil
+}
+
+func (n *tcNetfilter) jumpSpec() []string {
+	s := []string{"-o", n.dev}
+	if n.port != 0 {
+		s = append(s, "-p", "tcp", "--sport", strconv.Itoa(int(n.port)))
+	}
+	return append(s, "-m", "comment", "--comment", tcComment(n.label), "-j", tcChains(n.label)[0])
+}
+
+// install creates our chains with the given rules in the first one, then
+// the jump from the hook, last, so traffic never enters a half-built chain.
+func (n *tcNetfilter) install(mainRules [][]string) error {
+	for _, c := range tcChains(n.label) {
+		if err := n.ipt.NewChain(tcTable, c); err != nil {
+			return fmt.Errorf("create chain %s: %w", c, err)
+		}
+	}
+	for _, r := range mainRules {
+		if err := n.append(tcChains(n.label)[0], r); err != nil {
+			return err
+		}
+	}
+	if err := n.ipt.Append(tcTable, n.hook, n.jumpSpec()...); err != nil {
+		return fmt.Errorf("hook %s: %w", n.hook, err)
+	}
+	return nil
+}
+
+func (n *tcNetfilter) append(chain string, spec []string) error {
+	// The comment goes before "-j": iptables parses target options to
+	// the end of the line.
+	i := slices.Index(spec, "-j")
+	if i < 0 {
+		i = len(spec)
+	}
+	full := append(append(slices.Clone(spec[:i]), "-m", "comment", "--comment", tcComment(n.label)), spec[i:]...)
+	if err := n.ipt.Append(tcTable, chain, full...); err != nil {
+		return fmt.Errorf("add rule to %s: %w", chain, err)
+	}
+	n.added[chain+" "+strings.Join(spec, " ")] = true
+	return nil
+}
+
+func (n *tcNetfilter) has(chain string, spec []string) bool {
+	return n.added[chain+" "+strings.Join(spec, " ")]
+}
+
+// ensure adds spec to chain unless we added it before. Rules are only
+// ever added (one per set), never rewritten: membership changes are
+// ipset operations.
+func (n *tcNetfilter) ensure(chain string, spec []string) error {
+	if n.has(chain, spec) {
+		return nil
+	}
+	return n.append(chain, spec)
+}
+
+// markSpec marks packets to members of set with mark under mask.
+func tcMarkSpec(set string, mark, mask uint32) []string {
+	return []string{"-m", "set", "--match-set", set, "dst", "-j", "MARK", "--set-xmark", fmt.Sprintf("%#x/%#x", mark, mask)}
+}
+
+// tcCleanupNetfilter removes the hook jumps and chains of label, whoever
+// created them (this process or a crashed one).
+func tcCleanupNetfilter(label string) error {
+	ipt, err := iptables.NewWithProtocol(iptables.ProtocolIPv4)
+	if err != nil {
+		return fmt.Errorf("iptables: %w", err)
+	}
+	var errs []error
+	needle := "--comment " + tcComment(label) + " "
+	for _, hook := range []string{"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"} {
+		rules, err := ipt.List(tcTable, hook)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		// rules[0] is the policy (-P); rule i is number i. Delete from the
+		// end so the numbers of the remaining ones do not shift.
+		for i := len(rules) - 1; i >= 1; i-- {
+			if strings.Contains(rules[i]+" ", needle) || strings.Contains(rules[i], `--comment "`+tcComment(label)+`"`) {
+				if err := ipt.Delete(tcTable, hook, strconv.Itoa(i)); err != nil {
+					errs = append(errs, fmt.Errorf("delete %s rule %d: %w", hook, i, err))
+				}
+			}
+		}
+	}
+	chains, err := ipt.ListChains(tcTable)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, c := range tcChains(label) {
+		if slices.Contains(chains, c) {
+			if err := ipt.ClearAndDeleteChain(tcTable, c); err != nil {
+				errs = append(errs, fmt.Errorf("delete chain %s: %w", c, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Set names: <label>-w-<step> (pure ACKs to writers), <label>-r-<step>
+// (payload to readers), <label>-rate (HTB consumers, mark per member).
+func tcStepSet(label, dir string, step int) string { return fmt.Sprintf("%s-%s-%d", label, dir, step) }
+func tcRateSet(label string) string                { return label + "-rate" }
+
+func tcOwnSet(label, name string) bool {
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(label) + `-(([wr]-[0-9]+)|rate)$`)
+	return re.MatchString(name)
+}
+
+func tcCreateSet(name string, skbinfo bool) error {
+	err := tcIpset(func() error {
+		return netlink.IpsetCreate(name, "hash:ip", netlink.IpsetCreateOptions{Family: unix.AF_INET, Skbinfo: skbinfo})
+	})
+	if err != nil {
+		return fmt.Errorf("create ipset %s: %w", name, err)
+	}
+	return nil
+}
+
+func tcSetAdd(set string, a netip.Addr) error {
+	err := tcIpset(func() error { return netlink.IpsetAdd(set, &netlink.IPSetEntry{IP: a.AsSlice(), Replace: true}) })
+	if err != nil {
+		return fmt.Errorf("ipset add %s %v: %w", set, a, err)
+	}
+	return nil
+}
+
+func tcSetDel(set string, a netip.Addr) error {
+	err := tcIpset(func() error { return netlink.IpsetDel(set, &netlink.IPSetEntry{IP: a.AsSlice()}) })
+	if err != nil && !errors.Is(err, nl.IPSetError(nl.IPSET_ERR_EXIST)) {
+		return fmt.Errorf("ipset del %s %v: %w", set, a, err)
+	}
+	return nil
+}
+
+// tcSetAddMark adds a with the skbinfo mark that `-j SET --map-mark`
+// copies to the packet. vishvananda/netlink's IPSetEntry.Mark is the
+// hash:ip,mark key, not skbinfo, so the message is built here, the same way
+// the library builds its own.
+func tcSetAddMark(set string, a netip.Addr, mark, mask uint32) error {
+	req := tcIpsetAddRequest(set, a, mark, mask)
+	if _, err := req.Execute(unix.NETLINK_NETFILTER, 0); err != nil {
+		return fmt.Errorf("ipset add %s %v skbmark %#x/%#x: %w", set, a, mark, mask, err)
+	}
+	return nil
+}
+
+func tcIpsetAddRequest(set string, a netip.Addr, mark, mask uint32) *nl.NetlinkRequest {
+	req := nl.NewNetlinkRequest(nl.IPSET_CMD_ADD|(unix.NFNL_SUBSYS_IPSET<<8), nl.GetIpsetFlags(nl.IPSET_CMD_ADD))
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: uint8(unix.AF_INET), Version: nl.NFNETLINK_V0})
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_PROTOCOL, nl.Uint8Attr(nl.IPSET_PROTOCOL)))
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_SETNAME, nl.ZeroTerminated(set)))
+	data := nl.NewRtAttr(nl.IPSET_ATTR_DATA|int(nl.NLA_F_NESTED), nil)
+	ip := nl.NewRtAttr(nl.IPSET_ATTR_IP|int(nl.NLA_F_NESTED), nil)
+	ip.AddRtAttr(nl.IPSET_ATTR_IPADDR_IPV4|int(nl.NLA_F_NET_BYTEORDER), a.AsSlice())
+	data.AddChild(ip)
+	var skb [8]byte
+	binary.BigEndian.PutUint32(skb[:4], mark)
+	binary.BigEndian.PutUint32(skb[4:], mask)
+	data.AddRtAttr(nl.IPSET_ATTR_SKBMARK|int(nl.NLA_F_NET_BYTEORDER), skb[:])
+	req.AddData(data)
+	return req
+}
+
+// tcCleanupSets destroys label's sets; run after the rules that use them
+// are gone (the kernel refuses to destroy a set in use).
+func tcCleanupSets(label string) error {
+	// The rate set goes by name first: listing it would make the library
+	// log every skbmark attribute it does not parse.
+	rate := tcRateSet(label)
+	if err := tcIpset(func() error { return netlink.IpsetDestroy(rate) }); err != nil && !errors.Is(err, syscall.ENOENT) {
+		return fmt.Errorf("destroy ipset %s: %w", rate, err)
+	}
+	var sets []netlink.IPSetResult
+	err := tcIpset(func() (err error) { sets, err = netlink.IpsetListAll(); return err })
+	if err != nil {
+		return fmt.Errorf("list ipsets: %w", err)
+	}
+	var errs []error
+	for _, s := range sets {
+		if tcOwnSet(label, s.SetName) {
+			if err := tcIpset(func() error { return netlink.IpsetDestroy(s.SetName) }); err != nil && !errors.Is(err, syscall.ENOENT) {
+				errs = append(errs, fmt.Errorf("destroy ipset %s: %w", s.SetName, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// CleanupTC removes every object the netem or HTB backend with this label
+// created — root qdiscs (with their classes, leaves and filters), mangle
+// rules and chains, ipsets — also those of a process that crashed. It is
+// what New* does first and Close does last; call it at start-up or from
+// an operator's "sanqos cleanup".
+func CleanupTC(label string) error {
+	if err := tcCheckLabel(label); err != nil {
+		return err
+	}
+	var errs []error
+	links, err := netlink.LinkList()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list links: %w", err))
+	}
+	major := tcRootMajor(label)
+	for _, l := range links {
+		qs, err := netlink.QdiscList(l)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, q := range qs {
+			if q.Attrs().Parent == netlink.HANDLE_ROOT && uint16(q.Attrs().Handle>>16) == major {
+				if err := tcDeleteRoot(l.Attrs().Index, major); err != nil {
+					errs = append(errs, fmt.Errorf("delete qdisc on %s: %w", l.Attrs().Name, err))
+				}
+			}
+		}
+	}
+	if err := tcCleanupNetfilter(label); err != nil {
+		errs = append(errs, err)
+	}
+	if err := tcCleanupSets(label); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// tcIpset runs one vishvananda/netlink ipset call; v1.3.1 panics on
+// errors that are not a syscall.Errno, which must not take the agent down.
+func tcIpset(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("ipset netlink: %v", r)
+		}
+	}()
+	return f()
+}
