@@ -10,7 +10,7 @@ import (
 // Counterer is implemented by backends that count what they delayed
 // (the delay line): packets and bytes per consumer.
 type Counterer interface {
-	Counters() map[netip.Addr]throttle.Counters
+	Counters() map[netip.Addr]throttle.DelayCounters
 }
 
 // collector exposes the loops' and the backend's state at scrape time, so

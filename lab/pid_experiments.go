@@ -1,0 +1,256 @@
+package lab
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sanqos/sanqos/report"
+	"github.com/sanqos/sanqos/sample"
+)
+
+func init() {
+	register(&Experiment{Name: "pid", Title: "PID with given sets holds 10/15/20 ms under 12 writers toggled on/off (Fig 5.9/5.10)",
+		DefaultScale: 0.25, Run: func(r *Runner) (any, error) { return runControlled(r, false) }})
+	register(&Experiment{Name: "autonomic", Title: "Same load, sets and indicators discovered automatically (Fig 5.11–5.13)",
+		DefaultScale: 0.25, Run: func(r *Runner) (any, error) { return runControlled(r, true) }})
+}
+
+// ControlledRun is one threshold's (or the baseline's) result.
+type ControlledRun struct {
+	ThresholdMs float64     `json:"threshold_ms,omitempty"`
+	ReadWaitMs  report.Dist `json:"read_wait_ms"`
+	WriteMBs    float64     `json:"write_mb_s"`
+	// PctAbove is the share of 100 ms intervals (with reads) in which the
+	// reader's wait exceeded 1.2 × threshold.
+	PctAbove float64 `json:"pct_time_above_1_2x_threshold"`
+	// SettleS is, averaged over the writers' on-steps, the time from the
+	// step until the smoothed (EWMA 0.15) wait last crossed above 1.2 ×
+	// threshold during that on-period.
+	SettleS  float64 `json:"settle_s_after_step"`
+	MaxDelay float64 `json:"max_delay_ms,omitempty"`
+}
+
+// ControlledSummary is summary.json of pid and autonomic.
+type ControlledSummary struct {
+	Experiment  string          `json:"experiment"`
+	Baseline    ControlledRun   `json:"baseline"`
+	Regulated   []ControlledRun `json:"regulated"`
+	Retrans     uint64          `json:"retransmits"`
+	TCP         TCPCounters     `json:"tcp"`
+	AgentCPUPct float64         `json:"agent_cpu_pct"`
+}
+
+// Thresholds of the pid and autonomic experiments (thesis Fig 5.9).
+var Thresholds = []time.Duration{10 * time.Millisecond, 15 * time.Millisecond, 20 * time.Millisecond}
+
+// agentConfig writes the agent's config for a controlled run. autonomic
+// gives only the threshold; pid names the devices and the sets.
+func (r *Runner) agentConfig(path string, thr time.Duration, autonomic bool) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "backend: delayline\nsocket: %s\nhttp: 127.0.0.1:9311\nthreshold: %v\n", filepath.Join(StateDir, "agent.sock"), thr)
+	if autonomic {
+		fmt.Fprintf(&b, "discovery:\n  source: tgt\n  tgt_control_port: %d\nresources:\n  - name: %s\n", TgtdPort, r.Res.Name)
+	} else {
+		var devs, thr []string
+		for _, l := range r.Res.LUNs {
+			devs = append(devs, l.Loop)
+			if l.Host != "b2" {
+				thr = append(thr, HostAddr(l.Host).String())
+			}
+		}
+		fmt.Fprintf(&b, "discovery:\n  source: static\nresources:\n  - name: %s\n    devices: [%s]\n    important: [%s]\n    throttleable: [%s]\n",
+			r.Res.Name, strings.Join(devs, ", "), HostAddr("b2"), strings.Join(thr, ", "))
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// cpuSeconds is a process's user+system CPU time.
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return math.NaN()
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return math.NaN()
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / 100 // USER_HZ
+}
+
+func runControlled(r *Runner, autonomic bool) (any, error) {
+	sc := r.Scale
+	lead, on, off, cycles, tail := sc(20*time.Second), sc(25*time.Second), sc(5*time.Second), 6, sc(10*time.Second)
+	length := lead + time.Duration(cycles)*(on+off) + tail
+	mkPhase := func(name, label string) *Phase {
+		p := &Phase{Name: name, Label: label, Length: length, From: lead, To: lead + time.Duration(cycles)*(on+off)}
+		p.Jobs = []Job{r.reader(length)}
+		for c := 0; c < cycles; c++ {
+			for _, j := range r.writers(12, lead+time.Duration(c)*(on+off), on) {
+				j.Name = fmt.Sprintf("writer-%d", c)
+				p.Jobs = append(p.Jobs, j)
+			}
+		}
+		return p
+	}
+	name := "pid"
+	if autonomic {
+		name = "autonomic"
+	}
+	sum := ControlledSummary{Experiment: name}
+	base, err := r.Run(mkPhase("baseline", "agent off"), 0)
+	if err != nil {
+		return nil, err
+	}
+	all := []*PhaseResult{base}
+	stepsAt := func() []float64 {
+		var s []float64
+		for c := 0; c < cycles; c++ {
+			s = append(s, (lead + time.Duration(c)*(on+off)).Seconds())
+		}
+		return s
+	}()
+	sum.Baseline = controlledRun(base, 0, stepsAt, on.Seconds())
+	series := []report.Series{}
+	x, y := base.Series("b2", readWait)
+	series = append(series, report.Series{Name: "no regulation", X: x, Y: smooth(y)})
+	wx, wy := aggregateSeries(base, Hosts[1:], writeMBs)
+	wseries := []report.Series{{Name: "no regulation", X: wx, Y: smooth(wy)}}
+	var dseries []report.Series
+	var cpu, wall float64
+	for _, thr := range Thresholds {
+		cfgPath := filepath.Join(r.Dir, fmt.Sprintf("agent-%v.yaml", thr))
+		if err := r.agentConfig(cfgPath, thr, autonomic); err != nil {
+			return nil, err
+		}
+		a, err := StartAgent("delayline", r.Dir, "--config", cfgPath)
+		if err != nil {
+			return nil, err
+		}
+		p := mkPhase(fmt.Sprintf("threshold-%v", thr), fmt.Sprintf("threshold %v", thr))
+		var delays []float64
+		var dx []float64
+		t0 := time.Now()
+		p.Events = delaySampler(a, length, &dx, &delays)
+		c0 := cpuSeconds(a.cmd.Process.Pid)
+		res, err := r.Run(p, 0)
+		cpu += cpuSeconds(a.cmd.Process.Pid) - c0
+		wall += time.Since(t0).Seconds()
+		if serr := a.Stop(); err == nil {
+			err = serr
+		}
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, res)
+		run := controlledRun(res, thr, stepsAt, on.Seconds())
+		for _, d := range delays {
+			run.MaxDelay = math.Max(run.MaxDelay, d)
+		}
+		sum.Regulated = append(sum.Regulated, run)
+		x, y := res.Series("b2", readWait)
+		series = append(series, report.Series{Name: p.Label, X: x, Y: smooth(y)})
+		wx, wy := aggregateSeries(res, Hosts[1:], writeMBs)
+		wseries = append(wseries, report.Series{Name: p.Label, X: wx, Y: smooth(wy)})
+		dseries = append(dseries, report.Series{Name: p.Label, X: dx, Y: delays})
+	}
+	sum.TCP = sumTCP(all)
+	sum.Retrans = sum.TCP.RetransSegs
+	if wall > 0 {
+		sum.AgentCPUPct = round(100*cpu/wall, 2)
+	}
+	var refs []report.Line
+	for _, t := range Thresholds {
+		refs = append(refs, report.Line{Name: fmt.Sprintf("%v", t), Y: float64(t) / 1e6})
+	}
+	if err := report.TimePlot(filepath.Join(r.Dir, "read-wait.png"), fmt.Sprintf("%s: reader's wait per threshold vs no regulation (Fig 5.9/5.11)", name),
+		"time (s)", "read wait (ms, EWMA 0.15)", series, refs); err != nil {
+		return nil, err
+	}
+	if err := report.TimePlot(filepath.Join(r.Dir, "write-rate.png"), name+": aggregate write rate of the 12 writers (Fig 5.10/5.12)",
+		"time (s)", "MB/s (EWMA 0.15)", wseries, nil); err != nil {
+		return nil, err
+	}
+	return sum, report.TimePlot(filepath.Join(r.Dir, "delay.png"), name+": write delay applied to the throttleable set (Fig 5.13)",
+		"time (s)", "delay (ms)", dseries, nil)
+}
+
+// delaySampler records the agent's applied write delay every second as
+// phase events (the agent is the source of truth for what it applied).
+func delaySampler(a *LabAgent, length time.Duration, xs, ys *[]float64) []Event {
+	var ev []Event
+	for t := time.Second; t < length; t += 500 * time.Millisecond {
+		t := t
+		ev = append(ev, Event{At: t, Name: "sample delay", Do: func() error {
+			m, err := a.List()
+			if err != nil {
+				return err
+			}
+			d := 0.0
+			for _, s := range m {
+				d = math.Max(d, float64(s.WriteDelay)/1e6)
+			}
+			*xs = append(*xs, t.Seconds())
+			*ys = append(*ys, d)
+			return nil
+		}})
+	}
+	return ev
+}
+
+func aggregateSeries(res *PhaseResult, hosts []string, f func(iv sample.Interval) float64) (x, y []float64) {
+	for _, t := range res.Ticks {
+		var s float64
+		for _, h := range hosts {
+			if iv, ok := t.Dev[h]; ok {
+				s += f(iv)
+			}
+		}
+		x = append(x, t.T)
+		y = append(y, s)
+	}
+	return x, y
+}
+
+func controlledRun(res *PhaseResult, thr time.Duration, steps []float64, onS float64) ControlledRun {
+	waits := windowValues(res, "b2", readWait)
+	run := ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: roundDist(report.Describe(waits)), WriteMBs: round(windowAggregate(res, Hosts[1:], writeMBs), 2)}
+	if thr == 0 {
+		return run
+	}
+	limit := 1.2 * run.ThresholdMs
+	var n, above int
+	for _, w := range waits {
+		if !math.IsNaN(w) {
+			n++
+			if w > limit {
+				above++
+			}
+		}
+	}
+	if n > 0 {
+		run.PctAbove = round(100*float64(above)/float64(n), 2)
+	}
+	x, y := res.Series("b2", readWait)
+	sm := smooth(y)
+	var settle []float64
+	for _, s := range steps {
+		last := s
+		for i := range x {
+			if x[i] > s && x[i] <= s+onS && sm[i] > limit {
+				last = x[i]
+			}
+		}
+		settle = append(settle, last-s)
+	}
+	m, _ := report.MeanStderr(settle)
+	run.SettleS = round(m, 2)
+	return run
+}
