@@ -37,7 +37,11 @@ func (p *progress) advance(label string, d time.Duration) {
 	p.got += d
 	if !p.tty {
 		if label != p.label {
-			fmt.Fprintf(p.w, "running %s (%.0f%% of the run done)\n", label, 100*float64(p.got)/float64(max(p.total, 1)))
+			if p.total > 0 {
+				fmt.Fprintf(p.w, "running %s (%.0f%% of the run done)\n", label, 100*float64(p.got)/float64(p.total))
+			} else {
+				fmt.Fprintf(p.w, "running %s\n", label)
+			}
 			p.label = label
 		}
 		return
@@ -46,7 +50,11 @@ func (p *progress) advance(label string, d time.Duration) {
 		return
 	}
 	p.last = time.Now()
-	frac := min(float64(p.got)/float64(max(p.total, 1)), 1)
+	if p.total == 0 {
+		fmt.Fprintf(p.w, "\r%-40s %6.1fs", label, p.got.Seconds())
+		return
+	}
+	frac := min(float64(p.got)/float64(p.total), 1)
 	n := int(frac * 30)
 	fmt.Fprintf(p.w, "\r[%s%s] %3.0f%% %-40s", strings.Repeat("=", n), strings.Repeat(" ", 30-n), frac*100, label)
 }
