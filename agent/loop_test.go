@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/config"
 	"github.com/sanqos/sanqos/sample"
 	"github.com/sanqos/sanqos/throttle"
 )
@@ -113,5 +114,39 @@ func TestActuateMergesAndClears(t *testing.T) {
 	<-done
 	if len(mem.List()) != 0 {
 		t.Fatalf("stopping the actuator must clear everything: %v", mem.List())
+	}
+}
+
+func TestReloadRefusesRestartOnlyChanges(t *testing.T) {
+	cfg, err := config.Parse([]byte("backend: dry-run\nresources:\n  - name: vg1\n    devices: [loop0]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(cfg, Deps{Throttle: throttle.NewMemory(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		NewController: func(*config.Config, config.Resource) Controller { return &propCtl{} },
+		NewSmoother:   func(float64) Smoother { return &lastValue{} }})
+	for _, bad := range []string{
+		"backend: delayline\nresources:\n  - name: vg1\n",
+		"backend: dry-run\ninterval: 50ms\nresources:\n  - name: vg1\n",
+		"backend: dry-run\nsocket: /tmp/other.sock\nresources:\n  - name: vg1\n",
+	} {
+		nc, err := config.Parse([]byte(bad))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Reload(nc); err == nil {
+			t.Errorf("reload accepted a restart-only change:\n%s", bad)
+		}
+	}
+	if th := (*a.loops.specs.Load())["vg1"].Threshold; th != 15*time.Millisecond {
+		t.Fatalf("refused reload changed the active config: threshold %v", th)
+	}
+	nc, _ := config.Parse([]byte("backend: dry-run\nresources:\n  - name: vg1\n    threshold: 10ms\n  - name: vg2\n"))
+	if err := a.Reload(nc); err != nil {
+		t.Fatal(err)
+	}
+	specs := *a.loops.specs.Load()
+	if specs["vg1"].Threshold != 10*time.Millisecond || len(specs) != 2 {
+		t.Fatalf("reload not applied: %+v", specs)
 	}
 }

@@ -251,7 +251,19 @@ func runInterference(r *Runner) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := InterferenceSummary{Experiment: "interference", Scale: r.opts.Scale, Retrans: sumTCP(rs).RetransSegs, TCP: sumTCP(rs)}
+	sum, series := SummarizeInterference(phases, rs)
+	sum.Scale = r.opts.Scale
+	err = report.TimePlot(filepath.Join(r.Dir, "read-wait.png"),
+		"smalljob's read wait vs interfering writers (Fig 5.7)", "time (s)", "read wait of b2's LUN (ms, EWMA 0.15)", series, nil)
+	return sum, err
+}
+
+// SummarizeInterference computes summary.json (and the plot's series) from
+// the phases' results, pooled over repeats; phases[i] ran with
+// InterferenceWriters[i] writers.
+func SummarizeInterference(phases []*Phase, rs []*PhaseResult) (InterferenceSummary, []report.Series) {
+	s := InterferenceSummary{Experiment: "interference", TCP: sumTCP(rs)}
+	s.Retrans = s.TCP.RetransSegs
 	var series []report.Series
 	for i, n := range InterferenceWriters {
 		run := InterferenceRun{Writers: n}
@@ -277,9 +289,7 @@ func runInterference(r *Runner) (any, error) {
 	if base := s.Runs[0].ReadWaitMs.P95; base > 0 {
 		s.P95Ratio12 = round(s.Runs[len(s.Runs)-1].ReadWaitMs.P95/base, 2)
 	}
-	err = report.TimePlot(filepath.Join(r.Dir, "read-wait.png"),
-		"smalljob's read wait vs interfering writers (Fig 5.7)", "time (s)", "read wait of b2's LUN (ms, EWMA 0.15)", series, nil)
-	return s, err
+	return s, series
 }
 
 func round(v float64, d int) float64 {

@@ -27,24 +27,8 @@ func requireLab(t *testing.T) {
 // The foundation's acceptance test: a real lab, a short interference run,
 // the 3x effect on the reader's p95 wait, and nothing left after Down.
 func TestLabInterferenceAndCleanDown(t *testing.T) {
-	requireLab(t)
-	if left := Leftovers(); len(left) > 0 {
-		t.Fatalf("lab objects exist before the test (run `sanqos lab down`): %v", left)
-	}
-	t.Cleanup(func() {
-		if err := Down(io.Discard); err != nil {
-			t.Errorf("down: %v", err)
-		}
-		if left := Leftovers(); len(left) > 0 {
-			t.Errorf("left behind after down: %v", left)
-		}
-	})
-	o := DefaultOptions()
-	o.LUNSize = 256 << 20
-	s, err := Up(o, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := upLab(t)
+	o := s.Options
 	if c := s.Capacity[0]; c.SeqWriteMBs < 5 || c.RandReadMs <= 0 {
 		t.Fatalf("implausible capacity %+v", c)
 	}

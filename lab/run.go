@@ -269,7 +269,7 @@ loop:
 				}
 				h := devs[dev]
 				t.Dev[h] = iv
-				r.trace.Write([]string{p.Name, strconv.Itoa(rep), ff(t.T, 2), h, dev, strconv.FormatUint(iv.Reads, 10), strconv.FormatUint(iv.Writes, 10),
+				r.trace.Write([]string{p.Name, strconv.Itoa(rep), ff(t.T, 3), h, dev, strconv.FormatUint(iv.Reads, 10), strconv.FormatUint(iv.Writes, 10),
 					ff(iv.ReadWaitMs, 3), ff(iv.WriteWaitMs, 3), ff(iv.ReadBps/1e6, 3), ff(iv.WriteBps/1e6, 3), strconv.FormatUint(iv.InFlight, 10)})
 			}
 			prev = cur

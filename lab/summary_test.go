@@ -1,0 +1,66 @@
+package lab
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"testing"
+	"time"
+)
+
+// The fixture is trace.csv of a real interference run (scale 0.1) in this
+// lab. The expected figures come from an independent computation over the
+// same CSV (testdata/interference-run/oracle.py, standard-library Python).
+func TestInterferenceSummaryFromRecordedTrace(t *testing.T) {
+	lead, wrun := 6*time.Second, 6500*time.Millisecond
+	var phases []*Phase
+	for _, n := range InterferenceWriters {
+		phases = append(phases, &Phase{Name: fmt.Sprintf("writers-%d", n), Label: fmt.Sprintf("%d writers", n), From: lead, To: lead + wrun})
+	}
+	rs, err := LoadTrace("testdata/interference-run/trace.csv", phases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 4 {
+		t.Fatalf("%d phase results, want 4", len(rs))
+	}
+	got, series := SummarizeInterference(phases, rs)
+	want := []struct {
+		writers                    int
+		n                          int
+		mean, p50, p95, max, write float64
+	}{
+		{0, 65, 6.397, 6.333, 6.667, 7.0, 0},
+		{1, 65, 6.640, 6.667, 7.25, 7.333, 20.234},
+		{3, 65, 9.566, 9.667, 10.634, 10.667, 27.899},
+		{12, 65, 25.461, 26.333, 27.266, 38.0, 27.769},
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 0.006 } // summary rounds to 0.01
+	for i, w := range want {
+		g := got.Runs[i]
+		if g.Writers != w.writers || g.ReadWaitMs.N != w.n || !near(g.ReadWaitMs.Mean, w.mean) || !near(g.ReadWaitMs.P50, w.p50) ||
+			!near(g.ReadWaitMs.P95, w.p95) || !near(g.ReadWaitMs.Max, w.max) || !near(g.WriteMBs, w.write) {
+			t.Errorf("writers %d: got %+v, want %+v", w.writers, g, w)
+		}
+	}
+	if !near(got.P95Ratio12, math.Round(27.266/6.667*100)/100) {
+		t.Errorf("p95 ratio %v", got.P95Ratio12)
+	}
+	if len(series) != 4 {
+		t.Errorf("%d plot series", len(series))
+	}
+}
+
+func TestLoadTraceErrors(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"missing column": "phase,repeat,t_s\nx,0,1\n",
+		"bad repeat":     "phase,repeat,t_s,host,device,reads,writes,r_await_ms,w_await_ms,read_mb_s,write_mb_s\np,x,1,b2,loop0,1,0,5,,0,0\n",
+	} {
+		path := dir + "/t.csv"
+		os.WriteFile(path, []byte(body), 0o644)
+		if _, err := LoadTrace(path, []*Phase{{Name: "p"}}); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
