@@ -34,18 +34,24 @@ type LabAgent struct {
 // StartAgent runs `sanqos agent` inside bm with the given backend and extra
 // arguments, and waits until its socket answers.
 func StartAgent(backend string, dir string, extra ...string) (*LabAgent, error) {
+	return startAgentNamed("agent", backend, dir, extra...)
+}
+
+// startAgentNamed runs an agent whose socket and log are named name, so a
+// second (shadow) agent can run beside the first.
+func startAgentNamed(name, backend string, dir string, extra ...string) (*LabAgent, error) {
 	bin, err := sanqosBinary()
 	if err != nil {
 		return nil, err
 	}
-	sock := filepath.Join(StateDir, "agent.sock")
-	logPath := filepath.Join(dir, "agent.log")
+	sock := filepath.Join(StateDir, name+".sock")
+	logPath := filepath.Join(dir, name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	args := append([]string{"netns", "exec", TargetNS, bin, "agent", "--backend", backend, "--socket", sock, "--label", "sanqos-lab"}, extra...)
+	args := append([]string{"netns", "exec", TargetNS, bin, "agent", "--backend", backend, "--socket", sock, "--label", "sanqos-lab-" + name}, extra...)
 	cmd := exec.Command("ip", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -78,6 +84,9 @@ func StartAgent(backend string, dir string, extra ...string) (*LabAgent, error) 
 	}
 	return a, nil
 }
+
+// Pid is the agent's process id (ip netns exec replaces itself with it).
+func (a *LabAgent) Pid() int { return a.cmd.Process.Pid }
 
 // Stop ends the agent the orderly way (SIGTERM: it releases held packets
 // and removes its rules) and waits for it.

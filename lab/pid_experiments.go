@@ -33,16 +33,24 @@ type ControlledRun struct {
 	// threshold during that on-period.
 	SettleS  float64 `json:"settle_s_after_step"`
 	MaxDelay float64 `json:"max_delay_ms,omitempty"`
+	// Throttled is the share of the writers' window with a delay applied.
+	Throttled float64 `json:"pct_time_throttled,omitempty"`
 }
 
 // ControlledSummary is summary.json of pid and autonomic.
 type ControlledSummary struct {
-	Experiment  string          `json:"experiment"`
-	Baseline    ControlledRun   `json:"baseline"`
-	Regulated   []ControlledRun `json:"regulated"`
-	Retrans     uint64          `json:"retransmits"`
-	TCP         TCPCounters     `json:"tcp"`
-	AgentCPUPct float64         `json:"agent_cpu_pct"`
+	Experiment string          `json:"experiment"`
+	Baseline   ControlledRun   `json:"baseline"`
+	Regulated  []ControlledRun `json:"regulated"`
+	Retrans    uint64          `json:"retransmits"`
+	TCP        TCPCounters     `json:"tcp"`
+	// AgentCPUPct is the agent process's CPU (share of one core) during the
+	// regulated runs: control loops plus the userspace delay line, which
+	// handles every throttled packet. ControlCPUPct is a shadow agent's
+	// with the same config and the dry-run backend: the control loops
+	// (sampling, discovery, TCP_INFO, PID) alone.
+	AgentCPUPct   float64 `json:"agent_cpu_pct"`
+	ControlCPUPct float64 `json:"control_loop_cpu_pct"`
 }
 
 // Thresholds of the pid and autonomic experiments (thesis Fig 5.9).
@@ -51,8 +59,12 @@ var Thresholds = []time.Duration{10 * time.Millisecond, 15 * time.Millisecond, 2
 // agentConfig writes the agent's config for a controlled run. autonomic
 // gives only the threshold; pid names the devices and the sets.
 func (r *Runner) agentConfig(path string, thr time.Duration, autonomic bool) error {
+	return r.writeAgentConfig(path, "delayline", "127.0.0.1:9311", thr, autonomic)
+}
+
+func (r *Runner) writeAgentConfig(path, backend, http string, thr time.Duration, autonomic bool) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "backend: delayline\nsocket: %s\nhttp: 127.0.0.1:9311\nthreshold: %v\n", filepath.Join(StateDir, "agent.sock"), thr)
+	fmt.Fprintf(&b, "backend: %s\nhttp: %s\nthreshold: %v\n%s\n", backend, http, thr, r.opts.AgentYAML)
 	if autonomic {
 		fmt.Fprintf(&b, "discovery:\n  source: tgt\n  tgt_control_port: %d\nresources:\n  - name: %s\n", TgtdPort, r.Res.Name)
 	} else {
@@ -124,14 +136,27 @@ func runControlled(r *Runner, autonomic bool) (any, error) {
 	wx, wy := aggregateSeries(base, Hosts[1:], writeMBs)
 	wseries := []report.Series{{Name: "no regulation", X: wx, Y: smooth(wy)}}
 	var dseries []report.Series
-	var cpu, wall float64
-	for _, thr := range Thresholds {
+	var cpu, shadowCPU, wall float64
+	thresholds := Thresholds
+	if len(r.opts.Thresholds) > 0 {
+		thresholds = r.opts.Thresholds
+	}
+	for _, thr := range thresholds {
 		cfgPath := filepath.Join(r.Dir, fmt.Sprintf("agent-%v.yaml", thr))
 		if err := r.agentConfig(cfgPath, thr, autonomic); err != nil {
 			return nil, err
 		}
+		shadowCfg := filepath.Join(r.Dir, fmt.Sprintf("shadow-%v.yaml", thr))
+		if err := r.writeAgentConfig(shadowCfg, "dry-run", "127.0.0.1:9312", thr, autonomic); err != nil {
+			return nil, err
+		}
 		a, err := StartAgent("delayline", r.Dir, "--config", cfgPath)
 		if err != nil {
+			return nil, err
+		}
+		shadow, err := startAgentNamed("shadow", "dry-run", r.Dir, "--config", shadowCfg)
+		if err != nil {
+			a.Stop()
 			return nil, err
 		}
 		p := mkPhase(fmt.Sprintf("threshold-%v", thr), fmt.Sprintf("threshold %v", thr))
@@ -139,11 +164,15 @@ func runControlled(r *Runner, autonomic bool) (any, error) {
 		var dx []float64
 		t0 := time.Now()
 		p.Events = delaySampler(a, length, &dx, &delays)
-		c0 := cpuSeconds(a.cmd.Process.Pid)
+		c0, s0 := cpuSeconds(a.Pid()), cpuSeconds(shadow.Pid())
 		res, err := r.Run(p, 0)
-		cpu += cpuSeconds(a.cmd.Process.Pid) - c0
+		cpu += cpuSeconds(a.Pid()) - c0
+		shadowCPU += cpuSeconds(shadow.Pid()) - s0
 		wall += time.Since(t0).Seconds()
 		if serr := a.Stop(); err == nil {
+			err = serr
+		}
+		if serr := shadow.Stop(); err == nil {
 			err = serr
 		}
 		if err != nil {
@@ -151,8 +180,21 @@ func runControlled(r *Runner, autonomic bool) (any, error) {
 		}
 		all = append(all, res)
 		run := controlledRun(res, thr, stepsAt, on.Seconds())
-		for _, d := range delays {
+		var on int
+		for i, d := range delays {
 			run.MaxDelay = math.Max(run.MaxDelay, d)
+			if dx[i] > p.From.Seconds() && dx[i] <= p.To.Seconds() && d > 0 {
+				on++
+			}
+		}
+		var inWin int
+		for _, x := range dx {
+			if x > p.From.Seconds() && x <= p.To.Seconds() {
+				inWin++
+			}
+		}
+		if inWin > 0 {
+			run.Throttled = round(100*float64(on)/float64(inWin), 1)
 		}
 		sum.Regulated = append(sum.Regulated, run)
 		x, y := res.Series("b2", readWait)
@@ -165,9 +207,10 @@ func runControlled(r *Runner, autonomic bool) (any, error) {
 	sum.Retrans = sum.TCP.RetransSegs
 	if wall > 0 {
 		sum.AgentCPUPct = round(100*cpu/wall, 2)
+		sum.ControlCPUPct = round(100*shadowCPU/wall, 2)
 	}
 	var refs []report.Line
-	for _, t := range Thresholds {
+	for _, t := range thresholds {
 		refs = append(refs, report.Line{Name: fmt.Sprintf("%v", t), Y: float64(t) / 1e6})
 	}
 	if err := report.TimePlot(filepath.Join(r.Dir, "read-wait.png"), fmt.Sprintf("%s: reader's wait per threshold vs no regulation (Fig 5.9/5.11)", name),

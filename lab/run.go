@@ -27,6 +27,11 @@ type RunOptions struct {
 	RunID    string    // defaults to a UTC timestamp
 	Resource string    // resource to load (default: the first)
 	Progress io.Writer // progress bar / lines (nil: quiet)
+	// Thresholds overrides the pid/autonomic thresholds.
+	Thresholds []time.Duration
+	// AgentYAML is appended to the agent's generated config in pid and
+	// autonomic (e.g. "pid: {kp: 1, ti: 200ms}"), for tuning runs.
+	AgentYAML string
 }
 
 // Event is a timed action inside a phase (e.g. set a throttle at 30 s).

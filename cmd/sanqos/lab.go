@@ -51,6 +51,7 @@ func labUpCmd() *cobra.Command {
 	f.DurationVar(&o.Model.Seek, "disk-seek", o.Model.Seek, "modelled positioning time of a non-sequential request")
 	f.DurationVar(&o.Model.Overhead, "disk-overhead", o.Model.Overhead, "modelled fixed cost per request")
 	f.Float64Var(&o.Model.Bandwidth, "disk-bandwidth", o.Model.Bandwidth, "modelled transfer rate, bytes/s")
+	f.Float64Var(&o.Model.WriteCost, "disk-write-cost", o.Model.WriteCost, "modelled transfer-time multiplier of writes (parity/mirror cost)")
 	f.IntVar(&o.TargetRmem, "target-rmem", o.TargetRmem, "cap the target's TCP receive buffer (bytes, 0 = kernel default)")
 	return c
 }
@@ -104,7 +105,7 @@ func labStatusCmd() *cobra.Command {
 
 func printStatus(cmd *cobra.Command, s *lab.State) {
 	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-	kind := fmt.Sprintf("modelled disk group (seek %v, overhead %v, %.0f MB/s)", s.Options.Model.Seek, s.Options.Model.Overhead, s.Options.Model.Bandwidth/1e6)
+	kind := fmt.Sprintf("modelled disk group (seek %v, overhead %v, %.0f MB/s, writes cost %.1fx)", s.Options.Model.Seek, s.Options.Model.Overhead, s.Options.Model.Bandwidth/1e6, s.Options.Model.WriteCost)
 	if s.Options.RealDisk {
 		kind = "this machine's disk"
 	}
@@ -173,5 +174,7 @@ func labRunCmd() *cobra.Command {
 	f.StringVar(&o.Results, "results", o.Results, "results root directory")
 	f.StringVar(&o.RunID, "run-id", "", "name of the run directory (default: UTC timestamp)")
 	f.StringVar(&o.Resource, "resource", "", "resource to load (default: the first)")
+	f.DurationSliceVar(&o.Thresholds, "thresholds", nil, "pid/autonomic: thresholds to regulate to (default 10ms,15ms,20ms)")
+	f.StringVar(&o.AgentYAML, "agent-set", "", "pid/autonomic: YAML appended to the agent's config, e.g. 'pid: {kp: 1, ti: 200ms}'")
 	return c
 }

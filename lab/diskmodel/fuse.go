@@ -52,7 +52,7 @@ type file struct {
 }
 
 func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	f.disk.Wait(f.ino, off, len(dest))
+	f.disk.Wait(false, f.ino, off, len(dest))
 	n, err := f.f.ReadAt(dest, off)
 	if err != nil && n == 0 && !isEOF(err) {
 		return nil, fs.ToErrno(err)
@@ -61,7 +61,7 @@ func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResul
 }
 
 func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	f.disk.Wait(f.ino, off, len(data))
+	f.disk.Wait(true, f.ino, off, len(data))
 	return f.LoopbackFile.Write(ctx, data, off)
 }
 

@@ -9,7 +9,11 @@
 // model is a single-server queue standing in for the thesis' 10 x 10k-rpm
 // disks striped at 64 KiB behind one controller:
 //
-//	service = Overhead + (sequential ? 0 : Seek) + bytes / Bandwidth
+//	service = Overhead + (sequential ? 0 : Seek) + bytes / Bandwidth × (write ? WriteCost : 1)
+//
+// WriteCost stands for what a write costs a redundant group beyond its
+// transfer (parity or mirror updates): the thesis measured one stream
+// writing at 15 MB/s where it read at 22 (Fig 5.5/5.6).
 //
 // A request is sequential when it starts where a recent request of the same
 // file ended (each file keeps a few such stream heads, so interleaved
@@ -33,13 +37,15 @@ type Params struct {
 	Seek      time.Duration `json:"seek_ns"`       // positioning time of a non-sequential request
 	Overhead  time.Duration `json:"overhead_ns"`   // fixed per-request cost (controller, command)
 	Bandwidth float64       `json:"bandwidth_bps"` // media transfer rate, bytes/s
+	WriteCost float64       `json:"write_cost"`    // transfer-time multiplier of writes (≥ 1)
 }
 
 // DefaultParams approximate the thesis' disk group as one queue: a random
-// 8 KiB read costs ~5.4 ms, a sequential 64 KiB write ~1.8 ms, so the group
-// sustains ~35 MB/s of sequential writes.
+// 8 KiB read costs ~5.4 ms, a sequential 64 KiB read ~1.8 ms and a
+// sequential 64 KiB write ~3.5 ms (one writer ~15 MB/s over iSCSI, as in
+// the thesis), so twelve writers queue ~40 ms of work ahead of a read.
 func DefaultParams() Params {
-	return Params{Seek: 5 * time.Millisecond, Overhead: 200 * time.Microsecond, Bandwidth: 40e6}
+	return Params{Seek: 5 * time.Millisecond, Overhead: 200 * time.Microsecond, Bandwidth: 40e6, WriteCost: 2}
 }
 
 // Validate rejects models that cannot serve anything.
@@ -50,12 +56,19 @@ func (p Params) Validate() error {
 	if p.Bandwidth < 1e5 || p.Bandwidth > 1e11 {
 		return fmt.Errorf("disk model: bandwidth %.0f B/s outside 100 kB/s..100 GB/s", p.Bandwidth)
 	}
+	if p.WriteCost < 1 || p.WriteCost > 10 {
+		return fmt.Errorf("disk model: write cost %v outside 1..10", p.WriteCost)
+	}
 	return nil
 }
 
 // Service is the time the group spends on one request.
-func (p Params) Service(sequential bool, bytes int) time.Duration {
-	d := p.Overhead + time.Duration(float64(bytes)/p.Bandwidth*float64(time.Second))
+func (p Params) Service(write, sequential bool, bytes int) time.Duration {
+	xfer := float64(bytes) / p.Bandwidth
+	if write && p.WriteCost > 1 {
+		xfer *= p.WriteCost
+	}
+	d := p.Overhead + time.Duration(xfer*float64(time.Second))
 	if !sequential {
 		d += p.Seek
 	}
@@ -95,7 +108,7 @@ func New(p Params) *Disk {
 
 // Admit enqueues a request for file (an inode number) at off of n bytes,
 // arriving at now, and returns when it completes.
-func (d *Disk) Admit(now time.Time, file uint64, off int64, n int) time.Time {
+func (d *Disk) Admit(now time.Time, write bool, file uint64, off int64, n int) time.Time {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	fs := d.files[file]
@@ -118,7 +131,7 @@ func (d *Disk) Admit(now time.Time, file uint64, off int64, n int) time.Time {
 		fs.heads[fs.next] = off + int64(n)
 		fs.next = (fs.next + 1) % streamHeads
 	}
-	s := d.p.Service(seq, n)
+	s := d.p.Service(write, seq, n)
 	start := d.free
 	if now.After(start) {
 		start = now
@@ -134,8 +147,8 @@ func (d *Disk) Admit(now time.Time, file uint64, off int64, n int) time.Time {
 }
 
 // Wait admits the request and blocks until it completes.
-func (d *Disk) Wait(file uint64, off int64, n int) {
-	done := d.Admit(time.Now(), file, off, n)
+func (d *Disk) Wait(write bool, file uint64, off int64, n int) {
+	done := d.Admit(time.Now(), write, file, off, n)
 	if w := time.Until(done); w > 0 {
 		time.Sleep(w)
 	}

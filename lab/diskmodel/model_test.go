@@ -6,17 +6,18 @@ import (
 )
 
 func TestService(t *testing.T) {
-	p := Params{Seek: 5 * time.Millisecond, Overhead: 200 * time.Microsecond, Bandwidth: 40e6}
+	p := Params{Seek: 5 * time.Millisecond, Overhead: 200 * time.Microsecond, Bandwidth: 40e6, WriteCost: 2}
 	for _, tc := range []struct {
-		name  string
-		seq   bool
-		bytes int
-		want  time.Duration
+		name       string
+		write, seq bool
+		bytes      int
+		want       time.Duration
 	}{
-		{"random 8k read", false, 8192, 5*time.Millisecond + 200*time.Microsecond + 204800*time.Nanosecond},
-		{"sequential 64k write", true, 65536, 200*time.Microsecond + 1638400*time.Nanosecond},
+		{"random 8k read", false, false, 8192, 5*time.Millisecond + 200*time.Microsecond + 204800*time.Nanosecond},
+		{"sequential 64k read", false, true, 65536, 200*time.Microsecond + 1638400*time.Nanosecond},
+		{"sequential 64k write pays the write cost", true, true, 65536, 200*time.Microsecond + 2*1638400*time.Nanosecond},
 	} {
-		if got := p.Service(tc.seq, tc.bytes); got != tc.want {
+		if got := p.Service(tc.write, tc.seq, tc.bytes); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -28,9 +29,9 @@ func TestAdmitFIFOAcrossFiles(t *testing.T) {
 	p := Params{Seek: 5 * time.Millisecond, Bandwidth: 1e6}
 	d := New(p)
 	t0 := time.Unix(0, 0)
-	a := d.Admit(t0, 1, 0, 1000)                       // random: 5 ms + 1 ms
-	b := d.Admit(t0.Add(time.Millisecond), 2, 0, 1000) // queued behind a
-	c := d.Admit(t0.Add(time.Second), 1, 1000, 1000)   // idle server, sequential
+	a := d.Admit(t0, false, 1, 0, 1000)                       // random: 5 ms + 1 ms
+	b := d.Admit(t0.Add(time.Millisecond), false, 2, 0, 1000) // queued behind a
+	c := d.Admit(t0.Add(time.Second), false, 1, 1000, 1000)   // idle server, sequential
 	if want := t0.Add(6 * time.Millisecond); !a.Equal(want) {
 		t.Fatalf("a done %v, want %v", a.Sub(t0), want.Sub(t0))
 	}
@@ -51,7 +52,7 @@ func TestInterleavedStreams(t *testing.T) {
 	now := time.Unix(0, 0)
 	for i := int64(0); i < 10; i++ {
 		for s := int64(0); s < 4; s++ {
-			d.Admit(now, 7, s<<30+i*65536, 65536)
+			d.Admit(now, true, 7, s<<30+i*65536, 65536)
 		}
 	}
 	if st := d.Stats(); st.Sequential != 36 {
@@ -63,7 +64,7 @@ func TestValidate(t *testing.T) {
 	if err := DefaultParams().Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []Params{{Seek: -1, Bandwidth: 1e6}, {Bandwidth: 10}, {Bandwidth: 1e12}} {
+	for _, p := range []Params{{Seek: -1, Bandwidth: 1e6, WriteCost: 1}, {Bandwidth: 10, WriteCost: 1}, {Bandwidth: 1e12, WriteCost: 1}, {Bandwidth: 1e6, WriteCost: 0.5}} {
 		if p.Validate() == nil {
 			t.Errorf("%+v accepted", p)
 		}
