@@ -35,6 +35,8 @@ type ControlledRun struct {
 	MaxDelay float64 `json:"max_delay_ms,omitempty"`
 	// Throttled is the share of the writers' window with a delay applied.
 	Throttled float64 `json:"pct_time_throttled,omitempty"`
+	// TCP is this run's retransmission counters (compare with baseline's).
+	TCP TCPCounters `json:"tcp"`
 }
 
 // ControlledSummary is summary.json of pid and autonomic.
@@ -264,7 +266,7 @@ func aggregateSeries(res *PhaseResult, hosts []string, f func(iv sample.Interval
 
 func controlledRun(res *PhaseResult, thr time.Duration, steps []float64, onS float64) ControlledRun {
 	waits := windowValues(res, "b2", readWait)
-	run := ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: roundDist(report.Describe(waits)), WriteMBs: round(windowAggregate(res, Hosts[1:], writeMBs), 2)}
+	run := ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: roundDist(report.Describe(waits)), WriteMBs: round(windowAggregate(res, Hosts[1:], writeMBs), 2), TCP: res.TCP}
 	if thr == 0 {
 		return run
 	}

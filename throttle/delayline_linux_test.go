@@ -63,12 +63,12 @@ func (w *nsWorker) do(fn func()) {
 // lab is two throwaway namespaces joined by a veth pair: the target side
 // (where the delay line runs, like the agent in target mode) and a consumer.
 type lab struct {
-	tns, cns  string
-	t, c      *nsWorker
-	tAddr     netip.Addr
-	cAddr     netip.Addr
-	tAddr6    netip.Addr
-	cAddr6    netip.Addr
+	tns, cns string
+	t, c     *nsWorker
+	tAddr    netip.Addr
+	cAddr    netip.Addr
+	tAddr6   netip.Addr
+	cAddr6   netip.Addr
 }
 
 func sh(tb testing.TB, args ...string) string {

@@ -265,15 +265,7 @@ func (t *HTB) Set(settings map[netip.Addr]Setting) error {
 }
 
 func (t *HTB) apply(next map[netip.Addr]uint64) error {
-	var undo []func() error
-	fail := func(err error) error {
-		for i := len(undo) - 1; i >= 0; i-- {
-			if uerr := undo[i](); uerr != nil {
-				err = errors.Join(err, fmt.Errorf("rollback: %w", uerr))
-			}
-		}
-		return err
-	}
+	var undo undoLog
 	done := map[netip.Addr]htbConsumer{}
 	for a, rate := range next {
 		old, had := t.cur[a]
@@ -282,25 +274,25 @@ func (t *HTB) apply(next map[netip.Addr]uint64) error {
 			done[a] = old
 		case had && rate != 0:
 			if err := netlink.ClassChange(t.consumerClass(old.minor, rate)); err != nil {
-				return fail(fmt.Errorf("htb: change class of %v: %w", a, err))
+				return undo.rollback(fmt.Errorf("htb: change class of %v: %w", a, err))
 			}
-			undo = append(undo, func() error { return netlink.ClassChange(t.consumerClass(old.minor, old.rate)) })
+			undo.add(func() error { return netlink.ClassChange(t.consumerClass(old.minor, old.rate)) })
 			done[a] = htbConsumer{old.minor, rate}
 		case had:
 			if err := t.remove(a, old); err != nil {
-				return fail(err)
+				return undo.rollback(err)
 			}
-			undo = append(undo, func() error { return t.add(a, old) })
+			undo.add(func() error { return t.add(a, old) })
 		case rate != 0:
 			m, err := t.allocMinor()
 			if err != nil {
-				return fail(err)
+				return undo.rollback(err)
 			}
 			c := htbConsumer{m, rate}
 			if err := t.add(a, c); err != nil {
-				return fail(err)
+				return undo.rollback(err)
 			}
-			undo = append(undo, func() error { return t.remove(a, c) })
+			undo.add(func() error { return t.remove(a, c) })
 			done[a] = c
 		}
 	}
@@ -318,12 +310,10 @@ func (t *HTB) apply(next map[netip.Addr]uint64) error {
 // the mark never points at a missing class. On error it undoes itself.
 func (t *HTB) add(a netip.Addr, c htbConsumer) (err error) {
 	t.minor[c.minor] = true
-	var undo []func() error
+	var undo undoLog
 	defer func() {
 		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				err = errors.Join(err, undo[i]())
-			}
+			err = undo.rollback(err)
 			delete(t.minor, c.minor)
 		}
 	}()
@@ -331,13 +321,13 @@ func (t *HTB) add(a netip.Addr, c htbConsumer) (err error) {
 	if err := netlink.ClassAdd(cl); err != nil {
 		return fmt.Errorf("htb: add class for %v: %w", a, err)
 	}
-	undo = append(undo, func() error { return netlink.ClassDel(cl) })
+	undo.add(func() error { return netlink.ClassDel(cl) })
 	if t.filter != tcBPF {
 		f := tcFilterFor(t.filter, t.ifidx, t.marks, uint32(c.minor), tcFilterPrio)
 		if err := f.add(); err != nil {
 			return err
 		}
-		undo = append(undo, f.del)
+		undo.add(f.del)
 	}
 	return tcSetAddMark(tcRateSet(t.cfg.Label), a, t.marks.mark(uint32(c.minor)), t.marks.Mask)
 }

@@ -295,15 +295,7 @@ func (t *Netem) Set(settings map[netip.Addr]Setting) error {
 // apply is all-or-nothing: every membership change is logged and undone
 // in reverse if a later one fails.
 func (t *Netem) apply(next map[netip.Addr]netemState) error {
-	var undo []func() error
-	fail := func(err error) error {
-		for i := len(undo) - 1; i >= 0; i-- {
-			if uerr := undo[i](); uerr != nil {
-				err = errors.Join(err, fmt.Errorf("rollback: %w", uerr))
-			}
-		}
-		return err
-	}
+	var undo undoLog
 	move := func(a netip.Addr, dir string, from, to int) error {
 		if from == to {
 			return nil
@@ -316,24 +308,24 @@ func (t *Netem) apply(next map[netip.Addr]netemState) error {
 			if err := tcSetAdd(set, a); err != nil {
 				return err
 			}
-			undo = append(undo, func() error { return tcSetDel(set, a) })
+			undo.add(func() error { return tcSetDel(set, a) })
 		}
 		if from != 0 {
 			set := tcStepSet(t.cfg.Label, dir, from)
 			if err := tcSetDel(set, a); err != nil {
 				return err
 			}
-			undo = append(undo, func() error { return tcSetAdd(set, a) })
+			undo.add(func() error { return tcSetAdd(set, a) })
 		}
 		return nil
 	}
 	for a, n := range next {
 		old := t.cur[a]
 		if err := move(a, "r", old.read, n.read); err != nil {
-			return fail(err)
+			return undo.rollback(err)
 		}
 		if err := move(a, "w", old.writ, n.writ); err != nil {
-			return fail(err)
+			return undo.rollback(err)
 		}
 	}
 	for a, n := range next {

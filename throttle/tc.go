@@ -425,3 +425,20 @@ func tcDeleteRoot(ifindex int, major uint16) error {
 	}
 	return nil
 }
+
+// undoLog records how to reverse each kernel change of a multi-step
+// update, so a failure part-way leaves the state as it was before.
+type undoLog []func() error
+
+func (u *undoLog) add(f func() error) { *u = append(*u, f) }
+
+// rollback runs the recorded reversals newest first and returns err with
+// any rollback failures joined to it.
+func (u undoLog) rollback(err error) error {
+	for i := len(u) - 1; i >= 0; i-- {
+		if uerr := u[i](); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("rollback: %w", uerr))
+		}
+	}
+	return err
+}
