@@ -52,7 +52,7 @@ func labUpCmd() *cobra.Command {
 	f.DurationVar(&o.Model.Overhead, "disk-overhead", o.Model.Overhead, "modelled fixed cost per request")
 	f.Float64Var(&o.Model.Bandwidth, "disk-bandwidth", o.Model.Bandwidth, "modelled transfer rate, bytes/s")
 	f.Float64Var(&o.Model.WriteCost, "disk-write-cost", o.Model.WriteCost, "modelled transfer-time multiplier of writes (parity/mirror cost)")
-	f.IntVar(&o.TargetRmem, "target-rmem", o.TargetRmem, "cap the target's TCP receive buffer (bytes, 0 = kernel default)")
+	f.IntVar(&o.TargetRmem, "target-rmem", o.TargetRmem, "cap the target's TCP receive buffer (bytes, 0 = kernel default); see README \"The lab\"")
 	return c
 }
 
@@ -111,6 +111,9 @@ func printStatus(cmd *cobra.Command, s *lab.State) {
 	}
 	fmt.Fprintf(w, "target\t%s:%d in netns %s (tgtd -C %d)\n", lab.TargetAddr, lab.ISCSIPort, lab.TargetNS, lab.TgtdPort)
 	fmt.Fprintf(w, "shared resource\t%s\n", kind)
+	if s.Options.TargetRmem > 0 {
+		fmt.Fprintf(w, "target TCP rmem\t%d bytes (a 64 KiB write spans several window rounds, as in the thesis)\n", s.Options.TargetRmem)
+	}
 	for i, r := range s.Resources {
 		fmt.Fprintf(w, "resource %s\t%s\n", r.Name, r.IQN)
 		if i < len(s.Capacity) {
