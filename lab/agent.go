@@ -54,6 +54,10 @@ func startAgentNamed(name, backend string, dir string, extra ...string) (*LabAge
 	args := append([]string{"netns", "exec", TargetNS, bin, "agent", "--backend", backend, "--socket", sock, "--label", "sanqos-lab-" + name}, extra...)
 	cmd := exec.Command("ip", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// If the run dies, SIGTERM the agent so it removes its throttles
+	// (ip netns exec hands the process over to the agent by exec, which
+	// keeps the parent-death signal).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -32,6 +33,18 @@ func TestLabInterferenceAndCleanDown(t *testing.T) {
 	if c := s.Capacity[0]; c.SeqWriteMBs < 5 || c.RandReadMs <= 0 {
 		t.Fatalf("implausible capacity %+v", c)
 	}
+	// A running experiment holds the lab: down and rebuild refuse.
+	l, err := acquireRunLock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Down(io.Discard); !errors.Is(err, ErrRunning) {
+		t.Fatalf("down during a run: %v, want ErrRunning", err)
+	}
+	if _, err := acquireRunLock(); !errors.Is(err, ErrRunning) {
+		t.Fatalf("second run during a run: %v, want ErrRunning", err)
+	}
+	l.release()
 	// Up twice is fine and keeps the same lab.
 	s2, err := Up(o, io.Discard)
 	if err != nil {

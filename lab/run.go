@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sanqos/sanqos/sample"
@@ -101,6 +102,7 @@ type Runner struct {
 	trace    *csv.Writer
 	traceF   *os.File
 	progress *progress
+	lock     *runLock
 }
 
 // NewRunner prepares results/<name>/<run-id>/.
@@ -121,6 +123,10 @@ func NewRunner(name string, o RunOptions) (*Runner, error) {
 			return nil, err
 		}
 	}
+	lock, err := acquireRunLock()
+	if err != nil {
+		return nil, err
+	}
 	if o.RunID == "" {
 		o.RunID = time.Now().UTC().Format("20060102-150405")
 	}
@@ -137,11 +143,12 @@ func NewRunner(name string, o RunOptions) (*Runner, error) {
 	latest := filepath.Join(o.Results, name, "latest")
 	os.Remove(latest)
 	os.Symlink(o.RunID, latest)
-	return &Runner{State: s, Res: res, Dir: dir, opts: o, trace: w, traceF: f, progress: newProgress(o.Progress)}, nil
+	return &Runner{State: s, Res: res, Dir: dir, opts: o, trace: w, traceF: f, progress: newProgress(o.Progress), lock: lock}, nil
 }
 
-// Close flushes the trace.
+// Close flushes the trace and releases the lab.
 func (r *Runner) Close() error {
+	defer r.lock.release()
 	r.trace.Flush()
 	return r.traceF.Close()
 }
@@ -216,6 +223,8 @@ func (r *Runner) Run(p *Phase, rep int) (*PhaseResult, error) {
 			return nil, err
 		}
 		cmd := exec.Command("ip", "netns", "exec", h, "fio", "--output-format=json", "--output="+filepath.Join(pdir, h+".json"), path)
+		// If the run dies, its load must not outlive it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		errf, _ := os.Create(filepath.Join(pdir, h+".stderr"))
 		cmd.Stderr = errf
 		cmds = append(cmds, cmd)

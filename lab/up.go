@@ -32,12 +32,15 @@ func Up(o Options, log io.Writer) (*State, error) {
 			fmt.Fprintf(log, "lab is broken (%s): rebuilding\n", strings.Join(problems, "; "))
 		}
 	}
-	if err := Down(io.Discard); err != nil {
+	if err := checkIdle(); err != nil {
+		return nil, fmt.Errorf("%w: not rebuilding the lab under it", err)
+	}
+	if err := ForceDown(io.Discard); err != nil {
 		return nil, fmt.Errorf("clearing leftovers: %w", err)
 	}
 	s, err := build(o, log)
 	if err != nil {
-		Down(io.Discard) // never leave a half-built lab behind
+		ForceDown(io.Discard) // never leave a half-built lab behind
 		return nil, err
 	}
 	return s, nil
@@ -239,7 +242,19 @@ func (s *State) Health() []string {
 
 // Down removes everything the lab made, whether or not state survived:
 // targets and tgtd, the supervisor, loop devices, mounts, namespaces, files.
+// It refuses while an experiment is running (see ForceDown).
 func Down(log io.Writer) error {
+	if os.Geteuid() != 0 {
+		return ErrNotRoot
+	}
+	if err := checkIdle(); err != nil {
+		return fmt.Errorf("%w: stop it first, or use --force", err)
+	}
+	return ForceDown(log)
+}
+
+// ForceDown is Down even while an experiment runs (it will fail).
+func ForceDown(log io.Writer) error {
 	if os.Geteuid() != 0 {
 		return ErrNotRoot
 	}

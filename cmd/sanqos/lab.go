@@ -57,15 +57,21 @@ func labUpCmd() *cobra.Command {
 }
 
 func labDownCmd() *cobra.Command {
-	return &cobra.Command{
+	var force bool
+	c := &cobra.Command{
 		Use:     "down",
 		Short:   "Remove everything the lab made (also after a crash)",
-		Example: "  sudo sanqos lab down",
+		Example: "  sudo sanqos lab down\n  sudo sanqos lab down --force   # even while an experiment runs",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if force {
+				return lab.ForceDown(cmd.OutOrStdout())
+			}
 			return lab.Down(cmd.OutOrStdout())
 		},
 	}
+	c.Flags().BoolVar(&force, "force", false, "tear down even while an experiment is running")
+	return c
 }
 
 func labStatusCmd() *cobra.Command {
