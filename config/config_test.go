@@ -11,7 +11,7 @@ func TestExampleIsValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Interval != 100*time.Millisecond || c.Resources[0].Threshold != 15*time.Millisecond || c.PID.Ti != 300*time.Millisecond {
+	if c.Interval != 100*time.Millisecond || c.Resources[0].Threshold != 15*time.Millisecond || c.PID.Ti != 200*time.Millisecond {
 		t.Fatalf("example parsed wrong: %+v", c)
 	}
 }
