@@ -67,8 +67,8 @@ func sameFloat(a, b float64) bool {
 	return math.Abs(a-b) < 1e-9
 }
 
-// The fixture is /proc/diskstats captured on the lab target during an
-// interference run (loop devices are the LUNs).
+// The fixture is /proc/diskstats captured on this machine (kernel 6.18,
+// 20 fields per line, loop devices included).
 func TestReadFixture(t *testing.T) {
 	d, err := NewDiskstats("testdata/proc", "testdata/sys")
 	if err != nil {
