@@ -261,6 +261,9 @@ func (r *Runner) Run(p *Phase, rep int) (*PhaseResult, error) {
 	defer tick.Stop()
 	deadline := t0.Add(p.Length)
 	var evErr error
+	// fioCh goes nil once fio has exited: a closed channel is always ready
+	// and would spin this loop until the window's end.
+	fioCh := fioDone
 loop:
 	for {
 		select {
@@ -289,13 +292,14 @@ loop:
 			prev = cur
 			res.Ticks = append(res.Ticks, t)
 			r.progress.advance(p.Label, 100*time.Millisecond)
-			if now.After(deadline) {
+			if now.After(deadline) || (fioCh == nil && now.Sub(t0) >= p.To) {
 				break loop
 			}
-		case <-fioDone:
+		case <-fioCh:
 			if time.Now().After(t0.Add(p.To)) {
 				break loop
 			}
+			fioCh = nil
 		}
 	}
 	<-fioDone
