@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"sync"
 	"time"
 
@@ -203,6 +202,3 @@ func (a *Agent) ServeHTTP(ctx context.Context, addr string, extra func(*http.Ser
 	a.deps.Log.Info("http listening", "addr", l.Addr().String())
 	return nil
 }
-
-// Hostname for logs.
-func Hostname() string { h, _ := os.Hostname(); return h }

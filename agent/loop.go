@@ -119,7 +119,6 @@ type Loops struct {
 	specs   atomic.Pointer[map[string]ResourceSpec]
 	mu      sync.Mutex
 	status  map[string]ResourceStatus
-	tickDur atomic.Int64 // last tick's duration, ns
 	onTick  func(time.Duration)
 }
 
@@ -227,7 +226,6 @@ func (l *Loops) Run(ctx context.Context) error {
 			}
 		}
 		d := time.Since(start)
-		l.tickDur.Store(int64(d))
 		if l.onTick != nil {
 			l.onTick(d)
 		}

@@ -97,32 +97,41 @@ func smooth(y []float64) []float64 {
 	return out
 }
 
-// windowMean averages f over hosts' intervals inside the window, summing
-// across hosts per tick (aggregate rate).
-func windowAggregate(res *PhaseResult, hosts []string, f func(sample.Interval) float64) float64 {
-	w := res.Window()
-	if len(w) == 0 {
+// aggregate averages, over ticks, the sum of f across hosts (an aggregate
+// rate).
+func aggregate(ticks []Tick, hosts []string, f func(sample.Interval) float64) float64 {
+	if len(ticks) == 0 {
 		return math.NaN()
 	}
 	var sum float64
-	for _, t := range w {
+	for _, t := range ticks {
 		for _, h := range hosts {
 			if iv, ok := t.Dev[h]; ok {
 				sum += f(iv)
 			}
 		}
 	}
-	return sum / float64(len(w))
+	return sum / float64(len(ticks))
 }
 
-func windowValues(res *PhaseResult, host string, f func(sample.Interval) float64) []float64 {
+// values returns f of host's interval in each tick; a tick without one (the
+// device was being re-baselined) is skipped, never counted as zero.
+func values(ticks []Tick, host string, f func(sample.Interval) float64) []float64 {
 	var v []float64
-	for _, t := range res.Window() {
+	for _, t := range ticks {
 		if iv, ok := t.Dev[host]; ok {
 			v = append(v, f(iv))
 		}
 	}
 	return v
+}
+
+func windowAggregate(res *PhaseResult, hosts []string, f func(sample.Interval) float64) float64 {
+	return aggregate(res.Window(), hosts, f)
+}
+
+func windowValues(res *PhaseResult, host string, f func(sample.Interval) float64) []float64 {
+	return values(res.Window(), host, f)
 }
 
 func sumTCP(rs []*PhaseResult) TCPCounters {

@@ -70,10 +70,14 @@ type PhaseResult struct {
 }
 
 // Window returns the ticks inside the phase's analysis window.
-func (r *PhaseResult) Window() []Tick {
+func (r *PhaseResult) Window() []Tick { return r.Between(r.Phase.From, r.Phase.To) }
+
+// Between returns the ticks whose interval ended in (from, to] after the
+// phase started.
+func (r *PhaseResult) Between(from, to time.Duration) []Tick {
 	var w []Tick
 	for _, t := range r.Ticks {
-		if t.T > r.Phase.From.Seconds() && t.T <= r.Phase.To.Seconds() {
+		if t.T > from.Seconds() && t.T <= to.Seconds() {
 			w = append(w, t)
 		}
 	}

@@ -130,13 +130,7 @@ func runSteps(r *Runner, backend, dir string, set throttle.Setting) (any, error)
 			if on[h] {
 				seg.Throttled = append(seg.Throttled, h)
 			}
-			var v []float64
-			for _, t := range res.Ticks {
-				if t.T > from.Seconds() && t.T <= to.Seconds() {
-					v = append(v, f(t.Dev[h]))
-				}
-			}
-			m, _ := report.MeanStderr(v)
+			m, _ := report.MeanStderr(values(res.Between(from, to), h, f))
 			seg.PerHostMBs[h] = round(m, 2)
 			if len(seg.Throttled) > 0 && len(seg.Throttled) < len(Hosts) {
 				if on[h] {
@@ -317,15 +311,9 @@ func runDelaySweepSession(r *Runner) (any, error) {
 			for rep := 0; rep < reps; rep++ {
 				// Skip the first second of a step: the queue and the TCP
 				// window settle.
-				from := (lead + time.Duration(rep*n+i)*step + time.Second).Seconds()
-				to := (lead + time.Duration(rep*n+i+1)*step).Seconds()
-				var v []float64
-				for _, t := range res.Ticks {
-					if t.T > from && t.T <= to {
-						v = append(v, f(t.Dev["b2"]))
-					}
-				}
-				m, _ := report.MeanStderr(v)
+				from := lead + time.Duration(rep*n+i)*step + time.Second
+				to := lead + time.Duration(rep*n+i+1)*step
+				m, _ := report.MeanStderr(values(res.Between(from, to), "b2", f))
 				pt.Repeats = append(pt.Repeats, round(m, 3))
 				xs, ys = append(xs, pt.DelayMs), append(ys, m)
 			}
@@ -458,24 +446,11 @@ func runThrottleEffect(r *Runner) (any, error) {
 	res := rs[0]
 	sum := EffectSummary{Experiment: "throttle-effect", Retrans: sumTCP(rs).RetransSegs, TCP: sumTCP(rs)}
 	for _, w := range wins {
-		var waits []float64
-		var wr float64
-		var n int
-		for _, t := range res.Ticks {
-			// Skip the first second of a window: the controller's step is
-			// instantaneous, the queue's drain is not.
-			if t.T > w.FromS+1 && t.T <= w.ToS {
-				waits = append(waits, readWait(t.Dev["b2"]))
-				for _, h := range Hosts[1:] {
-					wr += writeMBs(t.Dev[h])
-				}
-				n++
-			}
-		}
-		w.ReadWaitMs = roundDist(report.Describe(waits))
-		if n > 0 {
-			w.WriteMBs = round(wr/float64(n), 2)
-		}
+		// Skip the first second of a window: the throttle's step is
+		// instantaneous, the queue's drain is not.
+		ticks := res.Between(time.Duration(w.FromS*1e9)+time.Second, time.Duration(w.ToS*1e9))
+		w.ReadWaitMs = roundDist(report.Describe(values(ticks, "b2", readWait)))
+		w.WriteMBs = round(aggregate(ticks, Hosts[1:], writeMBs), 2)
 		sum.Windows = append(sum.Windows, w)
 	}
 	x, y := res.Series("b2", readWait)

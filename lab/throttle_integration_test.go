@@ -52,13 +52,7 @@ func upLab(t *testing.T) *State {
 }
 
 func meanOver(res *PhaseResult, host string, from, to time.Duration, f func(iv sample.Interval) float64) float64 {
-	var v []float64
-	for _, tk := range res.Ticks {
-		if tk.T > from.Seconds() && tk.T <= to.Seconds() {
-			v = append(v, f(tk.Dev[host]))
-		}
-	}
-	m, _ := report.MeanStderr(v)
+	m, _ := report.MeanStderr(values(res.Between(from, to), host, f))
 	return m
 }
 
