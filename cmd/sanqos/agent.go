@@ -28,6 +28,8 @@ type backendOptions struct {
 	Chain  string
 	Label  string
 	Device string // interface towards the consumers (netem, htb)
+	// QueueLimit bounds the packets the delay line holds (0: its default).
+	QueueLimit int
 }
 
 func agentCmd() *cobra.Command {
@@ -84,6 +86,7 @@ reason and the old one stays active.`,
 	f.StringVar(&bo.Chain, "chain", bo.Chain, "netfilter chain: OUTPUT (target mode) or FORWARD (bridge mode)")
 	f.StringVar(&bo.Label, "label", bo.Label, "label of the kernel objects this agent creates")
 	f.StringVar(&bo.Device, "device", "", "interface towards the consumers, for netem and htb (default: the only non-loopback one)")
+	f.IntVar(&bo.QueueLimit, "queue-limit", 0, "most packets the delay line holds at once; beyond it the soonest-due leaves early (default 4096)")
 	f.BoolVar(&logJSON, "log-json", false, "log JSON instead of logfmt")
 	return c
 }
@@ -122,7 +125,7 @@ func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket stri
 			rates = sample.NewTCPRates(uint16(cfg.ISCSIPort))
 		}
 		a := agent.New(cfg, agent.Deps{Throttle: t, Sampler: ds, Rates: rates, Discoverer: disc, Log: log,
-			NewController: newPID, NewSmoother: newEWMA})
+			NewController: newPID, NewSmoother: newEWMA, ControlAPI: api.Handler()})
 		api.Status = func() any { return a.Status() }
 		if err := a.ServeHTTP(ctx, cfg.HTTP, nil); err != nil {
 			return err
@@ -199,8 +202,11 @@ func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 	if o.Port < 1 || o.Port > 65535 {
 		return nil, fmt.Errorf("iscsi-port %d out of range", o.Port)
 	}
+	if o.QueueLimit < 0 || o.QueueLimit > 1<<20 {
+		return nil, fmt.Errorf("queue-limit %d: want 0 (default) to %d", o.QueueLimit, 1<<20)
+	}
 	delayLine := func() (throttle.Throttle, error) {
-		return throttle.NewDelayLine(throttle.DelayLineConfig{Port: uint16(o.Port), Chain: o.Chain, Label: o.Label + "-dl"})
+		return throttle.NewDelayLine(throttle.DelayLineConfig{Port: uint16(o.Port), Chain: o.Chain, Label: o.Label + "-dl", QueueLimit: o.QueueLimit})
 	}
 	device := func() (string, error) {
 		if o.Device != "" {
