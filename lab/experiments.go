@@ -69,10 +69,13 @@ func RunExperiment(name string, o RunOptions) (string, error) {
 	}
 	defer r.Close()
 	sum, err := e.Run(r)
-	if err != nil {
-		return r.Dir, err
+	if sum != nil {
+		// A summary that comes with an error says what failed.
+		if werr := r.WriteSummary(sum); err == nil {
+			err = werr
+		}
 	}
-	return r.Dir, r.WriteSummary(sum)
+	return r.Dir, err
 }
 
 func readWait(iv sample.Interval) float64 { return iv.ReadWaitMs }
