@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 )
@@ -42,6 +43,8 @@ type HTBConfig struct {
 	Prio uint32
 	// MarkMask is the part of the packet mark we own (DefaultMarkMask).
 	MarkMask uint32
+	// MarkTTL is how long a cap outlives this process (DefaultMarkTTL).
+	MarkTTL time.Duration
 	// Log receives start-up messages; default slog.Default().
 	Log *slog.Logger
 }
@@ -57,6 +60,9 @@ const (
 func (c *HTBConfig) defaults() error {
 	if c.Label == "" {
 		c.Label = "sanqos"
+	}
+	if c.MarkTTL == 0 {
+		c.MarkTTL = DefaultMarkTTL
 	}
 	if c.Chain == "" {
 		c.Chain = "POSTROUTING"
@@ -125,6 +131,7 @@ type HTB struct {
 	mu    sync.Mutex
 	cur   map[netip.Addr]htbConsumer
 	minor map[uint16]bool // minors in use
+	lease *markLease
 }
 
 type htbConsumer struct {
@@ -183,6 +190,7 @@ func NewHTB(cfg HTBConfig) (*HTB, error) {
 	cfg.Log.Info("htb throttle ready", "device", cfg.Device, "label", cfg.Label,
 		"root", tcHandleString(netlink.MakeHandle(major, 0)), "link_rate_Bps", cfg.LinkRate,
 		"filter", string(t.filter), "chain", cfg.Chain)
+	t.lease = startMarkLease(t.cfg.MarkTTL, t.refresh)
 	return t, nil
 }
 
@@ -206,7 +214,7 @@ func (t *HTB) build() error {
 			return err
 		}
 	}
-	if err := tcCreateSet(tcRateSet(t.cfg.Label), true); err != nil {
+	if err := tcCreateSet(tcRateSet(t.cfg.Label), true, t.cfg.MarkTTL); err != nil {
 		return err
 	}
 	nf, err := newTcNetfilter(t.cfg.Label, t.cfg.Chain, t.cfg.Device, t.cfg.Port)
@@ -377,9 +385,21 @@ func (t *HTB) List() map[netip.Addr]Setting {
 	return out
 }
 
+// refresh re-adds every capped consumer, resetting its entry's timeout.
+func (t *HTB) refresh() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for a, c := range t.cur {
+		if err := tcSetAddMark(tcRateSet(t.cfg.Label), a, t.marks.mark(uint32(c.minor)), t.marks.Mask); err != nil {
+			t.cfg.Log.Warn("htb: refreshing a consumer's mark", "consumer", a, "err", err)
+		}
+	}
+}
+
 // Close deletes the root qdisc it created (and with it every class and
 // filter), the rules and the set.
 func (t *HTB) Close() error {
+	t.lease.end()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	clear(t.cur)

@@ -268,3 +268,47 @@ func TestHTBCleanupAfterCrash(t *testing.T) {
 	}
 	n.assertNothingLeft(t)
 }
+
+// A dead agent's caps lapse by themselves: while the backend runs it keeps
+// each consumer's set entry alive past the TTL; once it stops refreshing
+// (as when killed: nothing is cleaned up), the kernel expires the entry
+// within the TTL and the consumer's traffic falls to the default class.
+func TestHTBCapsLapseWhenRefreshStops(t *testing.T) {
+	n := newTCTestNet(t)
+	n.enterA(t)
+	const ttl = time.Second
+	h, err := NewHTB(HTBConfig{Device: n.devA, Label: n.label, Port: n.port, MarkTTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer CleanupTC(n.label)
+	c := n.addrsB[0]
+	if err := h.Set(map[netip.Addr]Setting{c: {Rate: 1 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	set := tcRateSet(n.label)
+	member := func() bool {
+		ok, err := netlink.IpsetTest(set, &netlink.IPSetEntry{IP: c.AsSlice()})
+		if err != nil {
+			t.Fatalf("ipset test: %v", err)
+		}
+		return ok
+	}
+	for start := time.Now(); time.Since(start) < 5*ttl/2; {
+		if !member() {
+			t.Fatalf("cap lapsed after %v while the backend was refreshing it", time.Since(start))
+		}
+	}
+	h.lease.end() // the agent "dies": no refresh, no cleanup
+	stopped := time.Now()
+	for member() {
+		if time.Since(stopped) > ttl+500*time.Millisecond {
+			t.Fatalf("cap still in force %v after the refreshes stopped (TTL %v)", time.Since(stopped), ttl)
+		}
+	}
+	t.Logf("cap lapsed %v after the last refresh could have happened", time.Since(stopped))
+	if err := CleanupTC(n.label); err != nil {
+		t.Fatal(err)
+	}
+	n.assertNothingLeft(t)
+}

@@ -47,6 +47,8 @@ type NetemConfig struct {
 	// drops beyond it, and a 20 ms step at 10 Gbit/s holds ~17000 full
 	// frames, so tc's default of 1000 would drop storage traffic.
 	Limit uint32
+	// MarkTTL is how long a delay outlives this process (DefaultMarkTTL).
+	MarkTTL time.Duration
 	// Log receives start-up and clean-up messages; default slog.Default().
 	Log *slog.Logger
 }
@@ -54,6 +56,9 @@ type NetemConfig struct {
 func (c *NetemConfig) defaults() error {
 	if c.Label == "" {
 		c.Label = "sanqos"
+	}
+	if c.MarkTTL == 0 {
+		c.MarkTTL = DefaultMarkTTL
 	}
 	if c.Chain == "" {
 		c.Chain = "POSTROUTING"
@@ -152,8 +157,9 @@ type Netem struct {
 	filter tcFilterKind
 	nf     *tcNetfilter
 
-	mu  sync.Mutex
-	cur map[netip.Addr]netemState
+	mu    sync.Mutex
+	cur   map[netip.Addr]netemState
+	lease *markLease
 }
 
 type netemState struct {
@@ -188,8 +194,29 @@ func NewNetem(cfg NetemConfig) (*Netem, error) {
 	}
 	cfg.Log.Info("netem throttle ready", "device", cfg.Device, "label", cfg.Label,
 		"root", tcHandleString(t.plan.Root.Handle), "steps", cfg.steps(), "step", cfg.Step,
-		"filter", string(t.filter), "chain", cfg.Chain)
+		"filter", string(t.filter), "chain", cfg.Chain, "mark_ttl", cfg.MarkTTL)
+	t.lease = startMarkLease(cfg.MarkTTL, t.refresh)
 	return t, nil
+}
+
+// refresh re-adds every delayed consumer to its step sets, resetting the
+// entries' timeouts.
+func (t *Netem) refresh() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for a, st := range t.cur {
+		for _, m := range []struct {
+			dir  string
+			step int
+		}{{"r", st.read}, {"w", st.writ}} {
+			if m.step == 0 {
+				continue
+			}
+			if err := tcSetAdd(tcStepSet(t.cfg.Label, m.dir, m.step), a); err != nil {
+				t.cfg.Log.Warn("netem: refreshing a consumer's mark", "consumer", a, "err", err)
+			}
+		}
+	}
 }
 
 func (t *Netem) build() error {
@@ -248,7 +275,7 @@ func (t *Netem) ensureStep(dir string, step int) (string, error) {
 	if t.nf.has(chain, spec) {
 		return set, nil
 	}
-	if err := tcCreateSet(set, false); err != nil {
+	if err := tcCreateSet(set, false, t.cfg.MarkTTL); err != nil {
 		return "", err
 	}
 	if err := t.nf.ensure(chain, spec); err != nil {
@@ -368,6 +395,7 @@ func (t *Netem) List() map[netip.Addr]Setting {
 // netem leaf (deleting a qdisc drops its queue, and the backend must not
 // drop storage traffic), then removes every object.
 func (t *Netem) Close() error {
+	t.lease.end()
 	err := t.Clear()
 	// After the sets are empty nothing new enters a leaf, and nothing
 	// stays in one longer than the largest step.

@@ -13,14 +13,17 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/coreos/go-iptables/iptables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -190,9 +193,23 @@ func tcOwnSet(label, name string) bool {
 	return re.MatchString(name)
 }
 
-func tcCreateSet(name string, skbinfo bool) error {
+// DefaultMarkTTL is how long a consumer's set membership (and so its mark,
+// its delay or its rate cap) outlives the last refresh. The tc backends
+// refresh every member three times per TTL while they run; when the agent
+// dies, nothing refreshes, the kernel lets the entries expire and the
+// consumers' traffic goes to the default class: netem and HTB fail open
+// within the TTL, as the delay line does at once with --queue-bypass.
+const DefaultMarkTTL = time.Second
+
+// ttlSeconds is ipset's timeout for ttl: whole seconds, at least 1.
+func ttlSeconds(ttl time.Duration) uint32 {
+	return uint32(max(1, (ttl+time.Second-1)/time.Second))
+}
+
+func tcCreateSet(name string, skbinfo bool, ttl time.Duration) error {
 	err := tcIpset(func() error {
-		return netlink.IpsetCreate(name, "hash:ip", netlink.IpsetCreateOptions{Family: unix.AF_INET, Skbinfo: skbinfo})
+		to := ttlSeconds(ttl)
+		return netlink.IpsetCreate(name, "hash:ip", netlink.IpsetCreateOptions{Family: unix.AF_INET, Skbinfo: skbinfo, Timeout: &to})
 	})
 	if err != nil {
 		return fmt.Errorf("create ipset %s: %w", name, err)
@@ -243,6 +260,58 @@ func tcIpsetAddRequest(set string, a netip.Addr, mark, mask uint32) *nl.NetlinkR
 	data.AddRtAttr(nl.IPSET_ATTR_SKBMARK|int(nl.NLA_F_NET_BYTEORDER), skb[:])
 	req.AddData(data)
 	return req
+}
+
+// markLease re-adds every member of a backend's sets three times per TTL,
+// which resets their timeouts (an add without NLM_F_EXCL is ipset's
+// -exist). Its goroutine is the agent's heartbeat in the kernel.
+type markLease struct {
+	stop, done chan struct{}
+}
+
+func startMarkLease(ttl time.Duration, refresh func()) *markLease {
+	l := &markLease{stop: make(chan struct{}), done: make(chan struct{})}
+	// The sets live in the creator's network namespace, which is a
+	// property of its OS thread; the refresher must run there too.
+	ns, nsErr := netns.Get()
+	go func() {
+		defer close(l.done)
+		if nsErr == nil {
+			// Never unlocked: the thread dies with the goroutine rather
+			// than go back to the pool in another namespace.
+			runtime.LockOSThread()
+			err := netns.Set(ns)
+			ns.Close()
+			if err != nil {
+				return
+			}
+		}
+		tick := time.NewTicker(max(ttl/3, 10*time.Millisecond))
+		defer tick.Stop()
+		for {
+			select {
+			case <-l.stop:
+				return
+			case <-tick.C:
+				refresh()
+			}
+		}
+	}()
+	return l
+}
+
+// end stops the refreshes; the entries then expire within the TTL unless
+// removed first.
+func (l *markLease) end() {
+	if l == nil {
+		return
+	}
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	<-l.done
 }
 
 // tcCleanupSets destroys label's sets; run after the rules that use them
