@@ -57,7 +57,7 @@ const (
 
 func runReliability(r *Runner) (any, error) {
 	faults := []func(*Runner) Fault{
-		faultKill9, faultStaleObjects, faultTgtdRestart, faultNewAddress, faultLUNRemoved,
+		faultKill9, faultKill9Marks, faultStaleObjects, faultTgtdRestart, faultNewAddress, faultLUNRemoved,
 		faultDeviceGone, faultClockJump, faultCounterWrap, faultMaxDelay, faultQueueLimit, faultSoak,
 	}
 	sum := ReliabilitySummary{Pass: true}
@@ -186,12 +186,25 @@ func failed(f Fault, err error) Fault {
 	return f
 }
 
-// faultKill9 kills the agent while it delays a writer's traffic and
-// measures how soon the writer runs at its unthrottled rate again, with
-// its data checked end to end.
+// faultKill9 kills the delay-line agent while it delays a writer's
+// traffic and measures how soon the writer runs at its unthrottled rate
+// again, with its data checked end to end.
 func faultKill9(r *Runner) Fault {
-	f := Fault{Name: "agent killed (SIGKILL) while throttling", Expect: "writes back at ≥ 50 % of unthrottled rate within 1 s; no fio I/O or verify error"}
-	a, err := StartAgent("delayline", r.Dir)
+	return killWhileThrottled(r, "delayline", throttle.Setting{WriteDelay: 20 * time.Millisecond, ReadDelay: 20 * time.Millisecond}, time.Second,
+		"agent killed (SIGKILL) while delaying (delay line)")
+}
+
+// faultKill9Marks does the same to the HTB backend, whose marks live in
+// ipset entries with a TTL that only the running agent refreshes (netem
+// uses the same marks; this kernel has no netem to run it).
+func faultKill9Marks(r *Runner) Fault {
+	return killWhileThrottled(r, "htb", throttle.Setting{Rate: 1 << 20}, throttle.DefaultMarkTTL+time.Second,
+		"agent killed (SIGKILL) while capping (HTB; netem's marks lapse the same way)")
+}
+
+func killWhileThrottled(r *Runner, backend string, s throttle.Setting, within time.Duration, name string) Fault {
+	f := Fault{Name: name, Expect: fmt.Sprintf("writes back at ≥ 50 %% of unthrottled rate within %v; no fio I/O or verify error", within)}
+	a, err := StartAgent(backend, r.Dir)
 	if err != nil {
 		return failed(f, err)
 	}
@@ -200,16 +213,16 @@ func faultKill9(r *Runner) Fault {
 			a.Stop()
 		}
 	}()
-	ref, err := r.Run(&Phase{Name: "kill9-reference", Label: "kill -9: unthrottled reference", Length: 3 * time.Second, From: 500 * time.Millisecond, To: 3 * time.Second,
+	ref, err := r.Run(&Phase{Name: "kill9-reference-" + backend, Label: "kill -9: unthrottled reference", Length: 3 * time.Second, From: 500 * time.Millisecond, To: 3 * time.Second,
 		Jobs: []Job{{Name: "writer", Host: "b3", URL: r.LUN("b3").URL, RW: "write", BS: 64 << 10, NumJobs: 2, Runtime: 3 * time.Second}}}, 0)
 	if err != nil {
 		return failed(f, err)
 	}
 	r0 := hostMBs(ref, "b3", 500*time.Millisecond, 3*time.Second)
-	if err := a.Set(map[netip.Addr]throttle.Setting{HostAddr("b3"): {WriteDelay: 20 * time.Millisecond, ReadDelay: 20 * time.Millisecond}}); err != nil {
+	if err := a.Set(map[netip.Addr]throttle.Setting{HostAddr("b3"): s}); err != nil {
 		return failed(f, err)
 	}
-	p := &Phase{Name: "kill9", Label: "kill -9 while throttled", Length: 20 * time.Second, From: 500 * time.Millisecond, To: killAt + 2*time.Second,
+	p := &Phase{Name: "kill9-" + backend, Label: "kill -9 while throttled (" + backend + ")", Length: 20 * time.Second, From: 500 * time.Millisecond, To: killAt + 2*time.Second,
 		Jobs:   []Job{r.verifiedWriter("b3", 2, 12<<20)},
 		Events: []Event{{At: killAt, Name: "kill -9 agent", Do: func() error { a.kill(); return nil }}}}
 	res, err := r.Run(p, 0)
@@ -229,8 +242,8 @@ func faultKill9(r *Runner) Fault {
 			break
 		}
 	}
-	f.Result = fmt.Sprintf("b3 writes %.1f MB/s unthrottled, %.1f with 20 ms delay; ≥ 50 %% again %.1f s after the kill", r0, rt, recovery)
-	f.Pass = recovery <= 1.0 && rt < 0.5*r0
+	f.Result = fmt.Sprintf("b3 writes %.1f MB/s unthrottled, %.1f throttled; ≥ 50 %% again %.1f s after the kill", r0, rt, recovery)
+	f.Pass = recovery <= within.Seconds() && rt < 0.5*r0
 	return f
 }
 

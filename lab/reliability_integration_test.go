@@ -27,8 +27,8 @@ func TestReliabilityFaultsInLab(t *testing.T) {
 			t.Errorf("%s: expected %q; got %s", f.Name, f.Expect, f.Result)
 		}
 	}
-	if len(sum.Faults) != 11 {
-		t.Errorf("%d faults ran, want 11", len(sum.Faults))
+	if len(sum.Faults) != 12 {
+		t.Errorf("%d faults ran, want 12", len(sum.Faults))
 	}
 	if err != nil && sum.Pass {
 		t.Error(err)
