@@ -150,3 +150,55 @@ func TestReloadRefusesRestartOnlyChanges(t *testing.T) {
 		t.Fatalf("reload not applied: %+v", specs)
 	}
 }
+
+// seqSampler hands out one prepared snapshot per Read.
+type seqSampler struct {
+	snaps []map[string]sample.Counters
+	i     int
+}
+
+func (s *seqSampler) Read(...string) (map[string]sample.Counters, error) {
+	c := s.snaps[min(s.i, len(s.snaps)-1)]
+	s.i++
+	return c, nil
+}
+
+// Step (virtual clock, no goroutines) must throttle exactly as the real
+// resourceLoop + actuator do, tick by tick: the simulator relies on it.
+func TestStepMatchesResourceLoop(t *testing.T) {
+	waits := []float64{10, 10, 25, 30, 18, 12, 5, 5, 5}
+	ref, _ := testLoops(t)
+	in, out := make(chan tickData), make(chan desire)
+	go ref.resourceLoop(context.Background(), "vg1", in, out)
+	syn, mem := testLoops(t)
+	ss := &seqSampler{}
+	for i, w := range waits {
+		ss.snaps = append(ss.snaps, counters(i+1, w))
+	}
+	syn.sampler = ss
+	for i, w := range waits {
+		in <- tickData{counters: counters(i+1, w)}
+		want := (<-out).delays
+		if err := syn.Step(time.Unix(0, 0).Add(time.Duration(i+1) * 100 * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		got := mem.List()
+		if len(got) != len(want) {
+			t.Fatalf("tick %d: Step applied %v, resourceLoop wanted %v", i, got, want)
+		}
+		for c, d := range want {
+			if got[c].WriteDelay != d {
+				t.Fatalf("tick %d: %v got %v, want %v", i, c, got[c].WriteDelay, d)
+			}
+		}
+		if rs, ss := ref.Status()[0], syn.Status()[0]; rs.Step != ss.Step || len(rs.Throttleable) != len(ss.Throttleable) {
+			t.Fatalf("tick %d: status differs: %+v vs %+v", i, rs, ss)
+		}
+	}
+	close(in)
+	<-out
+	syn.Release()
+	if len(mem.List()) != 0 {
+		t.Fatalf("Release left throttles: %v", mem.List())
+	}
+}
