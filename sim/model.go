@@ -65,7 +65,7 @@ func DefaultParams() Params {
 	return Params{
 		Overhead: 200 * time.Microsecond, Seek: 5 * time.Millisecond, BandwidthBps: 40e6, WriteCost: 2.46,
 		DeviceLatency: time.Millisecond, Jitter: 0.2,
-		RTT:           100 * time.Microsecond, ReadNetBps: 180e6, WriteNetBps: 100e6,
+		RTT: 100 * time.Microsecond, ReadNetBps: 180e6, WriteNetBps: 100e6,
 		ReadWindow: 62e3, WriteWindow: 23e3,
 	}
 }
@@ -488,4 +488,6 @@ func (t *Throttle) List() map[netip.Addr]throttle.Setting {
 func (t *Throttle) Close() error { return t.Clear() }
 
 // SetDirect applies a fixed setting (open-loop scenarios, no agent).
-func (t *Throttle) SetDirect(a netip.Addr, s throttle.Setting) { _ = t.Set(map[netip.Addr]throttle.Setting{a: s}) }
+func (t *Throttle) SetDirect(a netip.Addr, s throttle.Setting) {
+	_ = t.Set(map[netip.Addr]throttle.Setting{a: s})
+}
