@@ -118,6 +118,9 @@ func (a *Agent) Step(now time.Time) error { return a.loops.Step(now) }
 // SetTopology publishes a topology directly (instead of discovery).
 func (a *Agent) SetTopology(t *Topology) { a.loops.SetTopology(t) }
 
+// Resources returns every resource loop's last status.
+func (a *Agent) Resources() []ResourceStatus { return a.loops.Status() }
+
 // Release clears every throttle that Step applied.
 func (a *Agent) Release() { a.loops.Release() }
 
