@@ -58,15 +58,17 @@ type Params struct {
 	WriteWindow float64       `json:"write_window_bytes"`
 }
 
-// DefaultParams are the lab's disk model (0.2 ms, 5 ms, 40 MB/s, write ×2)
-// and a TCP model fitted by hand to results/delay-sweep (64 KiB requests:
-// reads 25.6 → 5.2 MB/s, writes 13.2 → 1.7 MB/s over 0–9.6 ms).
+// DefaultParams are the lab's disk model (0.2 ms, 5 ms, 40 MB/s) with
+// the rest as `sanqos sim calibrate` fitted them to this lab's runs
+// (results/interference/20261122-000556, delay-sweep/20261122-001316:
+// mean |p95 error| 1.1 % on interference), so that `sanqos sim NAME`
+// resembles the lab without a calibration step.
 func DefaultParams() Params {
 	return Params{
-		Overhead: 200 * time.Microsecond, Seek: 5 * time.Millisecond, BandwidthBps: 40e6, WriteCost: 2.46,
-		DeviceLatency: time.Millisecond, Jitter: 0.2,
-		RTT: 100 * time.Microsecond, ReadNetBps: 180e6, WriteNetBps: 100e6,
-		ReadWindow: 62e3, WriteWindow: 23e3,
+		Overhead: 200 * time.Microsecond, Seek: 5 * time.Millisecond, BandwidthBps: 40e6, WriteCost: 1.968,
+		DeviceLatency: 743 * time.Microsecond, Jitter: 0.2,
+		RTT: 100 * time.Microsecond, ReadNetBps: 1310e6, WriteNetBps: 154e6,
+		ReadWindow: 61551, WriteWindow: 20017,
 	}
 }
 

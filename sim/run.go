@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/sanqos/sanqos/agent"
@@ -141,6 +142,7 @@ func RunPhase(p *Phase, par Params, seed uint64) (*PhaseResult, error) {
 		ag.Release()
 	}
 	res.Events = m.seq
+	simulated.Add(int64(p.Length))
 	return res, nil
 }
 
@@ -177,4 +179,31 @@ func WriteTrace(w io.Writer, rs []*PhaseResult) error {
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// simulated is the virtual time all phases of this process have covered.
+var simulated atomic.Int64
+
+// Simulated is the total virtual time simulated so far by this process
+// (for speed-up figures; kept out of summaries so they stay reproducible).
+func Simulated() time.Duration { return time.Duration(simulated.Load()) }
+
+// Info is sim.json: how fast a run went (wall-clock, so not in summary.json).
+type Info struct {
+	Scenario   string  `json:"scenario"`
+	Seed       uint64  `json:"seed"`
+	Scale      float64 `json:"scale"`
+	Params     Params  `json:"params"`
+	SimulatedS float64 `json:"simulated_s"`
+	WallS      float64 `json:"wall_s"`
+	SpeedUp    float64 `json:"speed_up"`
+}
+
+// RunInfo describes a finished run.
+func RunInfo(name string, o Options, simulated, wall time.Duration) Info {
+	i := Info{Scenario: name, Seed: o.Seed, Scale: o.Scale, Params: o.Params, SimulatedS: simulated.Seconds(), WallS: wall.Seconds()}
+	if wall > 0 {
+		i.SpeedUp = math.Round(simulated.Seconds() / wall.Seconds())
+	}
+	return i
 }

@@ -29,5 +29,7 @@ packet is dropped; if sanqos dies, traffic flows unthrottled.`,
 		SilenceErrors: true,
 	}
 	root.AddCommand(versionCmd(), labCmd(), throttleCmd(), agentCmd(), configCmd())
+	root.AddCommand(simCmd())
+	root.AddCommand(tuneCmd())
 	return root
 }
