@@ -485,7 +485,7 @@ func (a *actuator) releaseAll() { clear(a.per) }
 // diff merges the wishes (largest delay per consumer wins) and returns the
 // merged state and the batch that takes the applied state there.
 func (a *actuator) diff() (merged map[netip.Addr]time.Duration, batch map[netip.Addr]throttle.Setting) {
-	merged = map[netip.Addr]time.Duration{}
+	merged = make(map[netip.Addr]time.Duration, len(a.applied))
 	for _, m := range a.per {
 		for c, d := range m {
 			merged[c] = max(merged[c], d)
