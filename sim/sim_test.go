@@ -285,6 +285,6 @@ func BenchmarkAutonomic(b *testing.B) {
 		if _, err := Run("autonomic", o); err != nil {
 			b.Fatal(err)
 		}
-		b.ReportMetric((Simulated() - s0).Seconds()/time.Since(t0).Seconds(), "x-realtime")
+		b.ReportMetric((Simulated()-s0).Seconds()/time.Since(t0).Seconds(), "x-realtime")
 	}
 }
