@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -277,9 +278,24 @@ type plan struct {
 	static    []planConsumer // static throttleable consumers without devices in the view
 }
 
+// matches reports whether the plan was compiled from a view equal to v.
+func (p *plan) matches(v ResourceView) bool {
+	if !slices.Equal(p.devices, v.Devices) || len(p.consumers) != len(v.Consumers) {
+		return false
+	}
+	for _, pc := range p.consumers {
+		devs, ok := v.Consumers[pc.addr]
+		if !ok || !slices.Equal(devs, pc.devNames) {
+			return false
+		}
+	}
+	return true
+}
+
 type planConsumer struct {
 	addr      netip.Addr
 	name      string
+	devNames  []string
 	devs      []int
 	important bool
 	static    bool // in spec.Throttleable
@@ -301,7 +317,7 @@ func (l *Loops) compile(rs *resourceState, spec ResourceSpec, view ResourceView,
 		}
 	}
 	for c, devs := range view.Consumers {
-		pc := planConsumer{addr: c, name: c.String(), important: spec.Important[c], static: spec.Throttleable[c]}
+		pc := planConsumer{addr: c, name: c.String(), devNames: devs, important: spec.Important[c], static: spec.Throttleable[c]}
 		for _, d := range devs {
 			if i, ok := idx[d]; ok {
 				pc.devs = append(pc.devs, i)
@@ -351,8 +367,18 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 		rs.ctrl, rs.ind = spec.NewController(), spec.NewSmoother()
 		rs.rates = map[netip.Addr]Smoother{}
 	}
-	if rs.plan == nil || rs.plan.topo != topo || rs.plan.specs != specs {
+	switch {
+	case rs.plan == nil || rs.plan.specs != specs:
 		l.compile(rs, spec, view, topo, specs)
+	case rs.plan.topo != topo:
+		// Discovery publishes a fresh topology every round; most rounds
+		// change nothing for most resources, and comparing is far cheaper
+		// than compiling.
+		if rs.plan.matches(view) {
+			rs.plan.topo = topo
+		} else {
+			l.compile(rs, spec, view, topo, specs)
+		}
 	}
 	p := rs.plan
 	st := ResourceStatus{Name: name, Devices: view.Devices, ThresholdMs: ms(spec.Threshold), RawWaitMs: math.NaN(), Updated: now}

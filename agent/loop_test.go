@@ -202,3 +202,49 @@ func TestStepMatchesResourceLoop(t *testing.T) {
 		t.Fatalf("Release left throttles: %v", mem.List())
 	}
 }
+
+// A republished but unchanged topology keeps the compiled plan (and the
+// consumers' rate history); a changed one recompiles it, and a consumer
+// that left disappears from status and from the rate history.
+func TestStepRecompilesOnlyChangedTopology(t *testing.T) {
+	l, _ := testLoops(t)
+	ss := &seqSampler{}
+	for i := 1; i <= 4; i++ {
+		ss.snaps = append(ss.snaps, counters(i, 10))
+	}
+	l.sampler = ss
+	view := func(withWriter bool) *Topology {
+		v := ResourceView{Devices: []string{"loop0", "loop1", "loop2"}, Consumers: map[netip.Addr][]string{reader: {"loop0"}, boss: {"loop2"}}}
+		if withWriter {
+			v.Consumers[writer] = []string{"loop1"}
+		}
+		return &Topology{Resources: map[string]ResourceView{"vg1": v}}
+	}
+	for i, tc := range []struct {
+		name      string
+		topo      *Topology
+		recompile bool
+		consumers int
+	}{
+		{"first tick compiles", view(true), true, 3},
+		{"same content, new pointer: kept", view(true), false, 3},
+		{"writer left: recompiled", view(false), true, 2},
+		{"writer back: recompiled", view(true), true, 3},
+	} {
+		var before *plan
+		if l.sync != nil {
+			before = l.sync.states["vg1"].plan
+		}
+		l.SetTopology(tc.topo)
+		if err := l.Step(time.Unix(0, int64(i+1)*1e8)); err != nil {
+			t.Fatal(err)
+		}
+		rs := l.sync.states["vg1"]
+		if got := rs.plan != before; got != tc.recompile {
+			t.Errorf("%s: recompiled %v, want %v", tc.name, got, tc.recompile)
+		}
+		if st := l.Status()[0]; len(st.Consumers) != tc.consumers || len(rs.rates) != tc.consumers {
+			t.Errorf("%s: %d consumers in status, %d rate histories, want %d", tc.name, len(st.Consumers), len(rs.rates), tc.consumers)
+		}
+	}
+}

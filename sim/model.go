@@ -235,12 +235,19 @@ type Model struct {
 	jobDev []int
 	nextAt []time.Duration // rate cap: earliest next issue per job
 	thr    *Throttle
+	// Per-consumer bytes on the wire (what TCP_INFO reports): written
+	// counts when a write's data has reached the target, read when a
+	// read's data has reached the initiator.
+	wire     map[netip.Addr]*wireBytes
+	lastRate time.Duration
 }
+
+type wireBytes struct{ read, write, lastRead, lastWrite uint64 }
 
 // NewModel builds a model; seed fixes every random choice.
 func NewModel(p Params, seed uint64, res []Resource, jobs []*Job) *Model {
 	m := &Model{P: p, Epoch: time.Unix(1_700_000_000, 0).UTC(), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		devIdx: map[string]int{}, thr: NewThrottle()}
+		devIdx: map[string]int{}, thr: NewThrottle(), wire: map[netip.Addr]*wireBytes{}}
 	m.disks = make([]disk, len(res))
 	for ri, r := range res {
 		for _, d := range r.Devices {
@@ -253,6 +260,9 @@ func NewModel(p Params, seed uint64, res []Resource, jobs []*Job) *Model {
 	m.nextAt = make([]time.Duration, len(jobs))
 	for i, j := range jobs {
 		m.jobDev[i] = m.devIdx[j.Device]
+		if m.wire[j.Consumer] == nil {
+			m.wire[j.Consumer] = &wireBytes{}
+		}
 		for s := 0; s < max(1, j.IODepth); s++ {
 			if t := j.nextActive(0); t >= 0 {
 				// Spread the slots' first issues over 1 ms so equal jobs
@@ -297,7 +307,7 @@ func (m *Model) handle(e event) {
 	case evComplete:
 		m.complete(e.req)
 	case evFinish:
-		m.finish(e.req.job)
+		m.finish(e.req)
 	}
 }
 
@@ -332,6 +342,9 @@ func (m *Model) issue(ji int) {
 
 func (m *Model) arrive(r *request) {
 	r.arrived = m.now
+	if r.write {
+		m.wire[m.jobs[r.job].Consumer].write += uint64(r.bytes)
+	}
 	di := m.jobDev[r.job]
 	m.devs[di].inflight++
 	ri := m.devs[di].res
@@ -394,7 +407,30 @@ func (m *Model) complete(r *request) {
 	m.push(event{at: m.now + m.P.transfer(false, r.bytes, d), kind: evFinish, req: r})
 }
 
-func (m *Model) finish(ji int) { m.push(event{at: m.now, kind: evIssue, slot: ji}) }
+func (m *Model) finish(r *request) {
+	if !r.write {
+		m.wire[m.jobs[r.job].Consumer].read += uint64(r.bytes)
+	}
+	m.push(event{at: m.now, kind: evIssue, slot: r.job})
+}
+
+// Sample implements agent.RateSampler: each consumer's read and write
+// rate on the wire since the previous Sample, as the agent gets them
+// from the target's TCP connections in target mode.
+func (m *Model) Sample() (map[netip.Addr]sample.Rate, error) {
+	dt := (m.now - m.lastRate).Seconds()
+	m.lastRate = m.now
+	out := make(map[netip.Addr]sample.Rate, len(m.wire))
+	for a, w := range m.wire {
+		r := sample.Rate{Conns: 1, SRTT: m.P.RTT}
+		if dt > 0 {
+			r.ReadBps, r.WriteBps = float64(w.read-w.lastRead)/dt, float64(w.write-w.lastWrite)/dt
+		}
+		w.lastRead, w.lastWrite = w.read, w.write
+		out[a] = r
+	}
+	return out, nil
+}
 
 // Read implements agent.Sampler: the devices' cumulative diskstats
 // counters at the current virtual time (ticks in whole ms, as the kernel

@@ -93,10 +93,14 @@ func (r *PhaseResult) Series(host string, f func(sample.Interval) float64) (x, y
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // NewAgent builds the daemon's agent (agent.New, the real controllers)
-// against a model: the model is its sampler and its throttle.
-func NewAgent(cfg *config.Config, m *Model, topo *agent.Topology) *agent.Agent {
-	a := agent.New(cfg, agent.Deps{Throttle: m.Throttle(), Sampler: m, Log: discard,
-		NewController: agent.NewPID, NewSmoother: agent.NewEWMA})
+// against a model: the model is its diskstats sampler and its throttle,
+// and, with wireRates (the daemon in target mode), its TCP rate sampler.
+func NewAgent(cfg *config.Config, m *Model, topo *agent.Topology, wireRates bool) *agent.Agent {
+	d := agent.Deps{Throttle: m.Throttle(), Sampler: m, Log: discard, NewController: agent.NewPID, NewSmoother: agent.NewEWMA}
+	if wireRates {
+		d.Rates = m
+	}
+	a := agent.New(cfg, d)
 	a.SetTopology(topo)
 	return a
 }
@@ -110,7 +114,7 @@ func RunPhase(p *Phase, par Params, seed uint64) (*PhaseResult, error) {
 	}
 	var ag *agent.Agent
 	if p.Agent != nil {
-		ag = NewAgent(p.Agent, m, p.Topology)
+		ag = NewAgent(p.Agent, m, p.Topology, p.Agent.Mode == "target")
 	}
 	res := &PhaseResult{Phase: p}
 	prev, _ := m.Read()

@@ -52,12 +52,17 @@ type ScaleSummary struct {
 	SaturatedResources  int     `json:"resources_throttled"`
 	LateWriters         int     `json:"late_writers"`
 	LateWritersDetected int     `json:"late_writers_detected"`
-	// TimeToThrottleable is, per late writer, the virtual time from its
-	// first write to the first tick whose status lists it in the
-	// throttleable set (write-rate EWMA above throttleable_write_mb_s).
-	TimeToThrottleableMs report.Dist `json:"time_to_throttleable_ms"`
-	SimulatedS           float64     `json:"simulated_s"`
-	Events               uint64      `json:"events"`
+	// KnownToThrottleable is, per late writer whose session already
+	// existed (half of them), the virtual time from its first write to the
+	// first tick whose status lists it in the throttleable set (write-rate
+	// EWMA above throttleable_write_mb_s). TimeToThrottleable is the same
+	// for writers on new sessions: it includes waiting for the next
+	// discovery round (1 s), which FromDiscovery leaves out.
+	KnownToThrottleableMs report.Dist `json:"known_session_to_throttleable_ms"`
+	TimeToThrottleableMs  report.Dist `json:"new_session_to_throttleable_ms"`
+	FromDiscoveryMs       report.Dist `json:"time_from_discovery_to_throttleable_ms"`
+	SimulatedS            float64     `json:"simulated_s"`
+	Events                uint64      `json:"events"`
 }
 
 // scaleAddr is consumer i's address (10.0.0.0/8, from .1).
@@ -129,9 +134,6 @@ func RunScale(so ScaleOptions) (*ScaleSummary, error) {
 	runtime.GC()
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
-	a := NewAgent(cfg, m, topo)
-	s := &ScaleSummary{Experiment: "scale", Resources: so.Resources, Consumers: so.Resources * so.PerResource,
-		IntervalMs: int(Interval / time.Millisecond), LateWriters: len(late)}
 	resOf := map[netip.Addr]string{}
 	for name, v := range topo.Resources {
 		for c := range v.Consumers {
@@ -140,16 +142,55 @@ func RunScale(so ScaleOptions) (*ScaleSummary, error) {
 			}
 		}
 	}
+	// Late writers on even resources had logged in before (idle
+	// sessions): they need no discovery, only the rate EWMA.
+	known := map[netip.Addr]bool{}
+	for c, r := range resOf {
+		var n int
+		fmt.Sscanf(r, "r%d", &n)
+		known[c] = n%2 == 0
+	}
+	// Discovery: a late writer's session appears in the topology at the
+	// first discovery round (every discovery interval, 1 s by default)
+	// after it logs in, i.e. starts; every round publishes a new topology,
+	// as the daemon's discovery loop does.
+	discover := func(t time.Duration) *agent.Topology {
+		nt := &agent.Topology{Resources: make(map[string]agent.ResourceView, len(topo.Resources))}
+		for name, v := range topo.Resources {
+			nv := agent.ResourceView{Devices: v.Devices, Consumers: make(map[netip.Addr][]string, len(v.Consumers))}
+			for c, d := range v.Consumers {
+				if st, ok := late[c]; !ok || st <= t || known[c] {
+					nv.Consumers[c] = d
+				}
+			}
+			nt.Resources[name] = nv
+		}
+		return nt
+	}
+	// Consumers have their own LUNs here, so device rates name the
+	// writers; the TCP rate sampler is not used.
+	a := NewAgent(cfg, m, discover(0), false)
+	discovered := map[netip.Addr]time.Duration{}
+	s := &ScaleSummary{Experiment: "scale", Resources: so.Resources, Consumers: so.Resources * so.PerResource,
+		IntervalMs: int(Interval / time.Millisecond), LateWriters: len(late)}
 	pending := map[string][]netip.Addr{}
 	for c, r := range resOf {
 		pending[r] = append(pending[r], c)
 	}
-	var walls, detect []float64
+	var walls, detect, afterDisc, detectKnown []float64
 	var cpu time.Duration
 	var alloc uint64
 	throttled := map[string]bool{}
 	for t := Interval; t <= so.Length; t += Interval {
 		m.RunUntil(t)
+		if t%cfg.Discovery.Interval == 0 {
+			a.SetTopology(discover(t))
+			for c, st := range late {
+				if _, ok := discovered[c]; !ok && st <= t {
+					discovered[c] = t
+				}
+			}
+		}
 		var before runtime.MemStats
 		if t == so.Length/2 {
 			runtime.ReadMemStats(&before)
@@ -182,7 +223,12 @@ func RunScale(so ScaleOptions) (*ScaleSummary, error) {
 			var keep []netip.Addr
 			for _, c := range cs {
 				if in[c.String()] {
-					detect = append(detect, float64(t-late[c])/1e6)
+					if known[c] {
+						detectKnown = append(detectKnown, float64(t-late[c])/1e6)
+					} else {
+						detect = append(detect, float64(t-late[c])/1e6)
+						afterDisc = append(afterDisc, float64(t-discovered[c])/1e6)
+					}
 				} else {
 					keep = append(keep, c)
 				}
@@ -200,8 +246,10 @@ func RunScale(so ScaleOptions) (*ScaleSummary, error) {
 	s.ThrottleSetCalls, s.ThrottleChanges = m.Throttle().Sets, m.Throttle().Changed
 	s.SaturatedResources = len(throttled)
 	sort.Float64s(detect)
-	s.LateWritersDetected = len(detect)
+	s.LateWritersDetected = len(detect) + len(detectKnown)
+	s.KnownToThrottleableMs = report.RoundDist(report.Describe(detectKnown))
 	s.TimeToThrottleableMs = report.RoundDist(report.Describe(detect))
+	s.FromDiscoveryMs = report.RoundDist(report.Describe(afterDisc))
 	s.SimulatedS = so.Length.Seconds()
 	s.Events = m.seq
 	a.Release()

@@ -231,8 +231,12 @@ func simScaleCmd() *cobra.Command {
 			fmt.Fprintf(w, "%d resources, %d consumers, %d ticks\n", s.Resources, s.Consumers, s.Ticks)
 			fmt.Fprintf(w, "tick: wall mean %.2f ms p95 %.2f ms; process CPU %.2f ms/tick\n", s.TickWallMs.Mean, s.TickWallMs.P95, s.TickCPUMs)
 			fmt.Fprintf(w, "agent heap %.1f MB, garbage %.2f MB/tick\n", s.AgentHeapMB, s.AllocPerTickMB)
-			fmt.Fprintf(w, "time to throttleable: p50 %.0f ms p95 %.0f ms max %.0f ms (%d/%d late writers)\n",
-				s.TimeToThrottleableMs.P50, s.TimeToThrottleableMs.P95, s.TimeToThrottleableMs.Max, s.LateWritersDetected, s.LateWriters)
+			fmt.Fprintf(w, "time to throttleable, known session: p50 %.0f ms p95 %.0f ms max %.0f ms (%d writers)\n",
+				s.KnownToThrottleableMs.P50, s.KnownToThrottleableMs.P95, s.KnownToThrottleableMs.Max, s.KnownToThrottleableMs.N)
+			fmt.Fprintf(w, "time to throttleable, new session: p50 %.0f ms p95 %.0f ms max %.0f ms (%d writers; discovery every %v)\n",
+				s.TimeToThrottleableMs.P50, s.TimeToThrottleableMs.P95, s.TimeToThrottleableMs.Max, s.TimeToThrottleableMs.N, time.Second)
+			fmt.Fprintf(w, "  of which after discovery: p50 %.0f ms p95 %.0f ms max %.0f ms\n", s.FromDiscoveryMs.P50, s.FromDiscoveryMs.P95, s.FromDiscoveryMs.Max)
+			fmt.Fprintf(w, "%d/%d late writers detected\n", s.LateWritersDetected, s.LateWriters)
 			fmt.Fprintln(w, dir)
 			return nil
 		},
