@@ -290,3 +290,64 @@ func BenchmarkAutonomic(b *testing.B) {
 		b.ReportMetric((Simulated()-s0).Seconds()/time.Since(t0).Seconds(), "x-realtime")
 	}
 }
+
+// With a write-back cache a lone writer's writes complete at the
+// controller's overhead while the cache has room, and the destaging still
+// occupies the disk, so a reader still waits behind it; once the cache is
+// full writes wait like uncached ones.
+func TestWriteCache(t *testing.T) {
+	run := func(cache int64, rate float64) (writeMs, readMs float64) {
+		p := DefaultParams()
+		p.WriteCacheBytes, p.Jitter = cache, 0
+		jobs := []*Job{
+			{Consumer: HostAddr("b2"), Device: "loop0", Random: true, BS: 8192, IODepth: 1, RateBps: 256 << 10},
+			{Consumer: HostAddr("b3"), Device: "loop1", Write: true, BS: 65536, IODepth: 2, RateBps: rate},
+		}
+		m := NewModel(p, 1, []Resource{{Name: "vg1", Devices: Devices}}, jobs)
+		m.RunUntil(10 * time.Second)
+		c, _ := m.Read()
+		w, r := c["loop1"], c["loop0"]
+		return float64(w.WriteTicks) / float64(w.Writes), float64(r.ReadTicks) / float64(r.Reads)
+	}
+	noW, noR := run(0, 4e6)
+	bigW, bigR := run(64<<20, 4e6)
+	if !(bigW < 1 && noW > 3) {
+		t.Errorf("write wait: %.2f ms cached vs %.2f ms uncached, want < 1 (cache acknowledges) and > 3", bigW, noW)
+	}
+	if bigR < 0.8*noR {
+		t.Errorf("read wait %.2f ms with a cache vs %.2f ms without: destaging must still load the disk", bigR, noR)
+	}
+	// An unthrottled writer outruns the disk: the cache fills and its
+	// writes wait for destaging.
+	fullW, _ := run(1<<20, 0)
+	if fullW < 0.5*noW {
+		t.Errorf("a one-write cache kept writes at %.2f ms (uncached %.2f ms)", fullW, noW)
+	}
+}
+
+// The TCP rate sampler reports what crossed the wire per consumer.
+func TestWireRates(t *testing.T) {
+	jobs := []*Job{
+		{Consumer: HostAddr("b2"), Device: "loop0", Random: true, BS: 8192, IODepth: 1, RateBps: 256 << 10},
+		{Consumer: HostAddr("b3"), Device: "loop1", Write: true, BS: 65536, IODepth: 1, RateBps: 2e6},
+	}
+	m := NewModel(DefaultParams(), 1, []Resource{{Name: "vg1", Devices: Devices}}, jobs)
+	m.RunUntil(time.Second)
+	m.Sample()
+	m.RunUntil(5 * time.Second)
+	r, _ := m.Sample()
+	for _, tc := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"reader's reads", r[HostAddr("b2")].ReadBps, 256 << 10},
+		{"writer's writes", r[HostAddr("b3")].WriteBps, 2e6},
+	} {
+		if math.Abs(tc.got-tc.want)/tc.want > 0.05 {
+			t.Errorf("%s: %.0f B/s, want %.0f ± 5%%", tc.name, tc.got, tc.want)
+		}
+	}
+	if r[HostAddr("b2")].WriteBps != 0 || r[HostAddr("b3")].ReadBps != 0 {
+		t.Errorf("cross-talk: %+v", r)
+	}
+}
