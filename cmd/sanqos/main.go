@@ -31,5 +31,6 @@ packet is dropped; if sanqos dies, traffic flows unthrottled.`,
 	root.AddCommand(versionCmd(), labCmd(), throttleCmd(), agentCmd(), configCmd())
 	root.AddCommand(simCmd())
 	root.AddCommand(tuneCmd())
+	root.AddCommand(reportCmd())
 	return root
 }
