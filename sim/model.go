@@ -61,13 +61,13 @@ type Params struct {
 // DefaultParams are the lab's disk model (0.2 ms, 5 ms, 40 MB/s) with
 // the rest as `sanqos sim calibrate` fitted them to this lab's runs
 // (results/interference/20261122-000556, delay-sweep/20261122-001316:
-// mean |p95 error| 1.1 % on interference), so that `sanqos sim NAME`
+// mean |p95 error| 1.6 % on interference), so that `sanqos sim NAME`
 // resembles the lab without a calibration step.
 func DefaultParams() Params {
 	return Params{
 		Overhead: 200 * time.Microsecond, Seek: 5 * time.Millisecond, BandwidthBps: 40e6, WriteCost: 1.968,
 		DeviceLatency: 743 * time.Microsecond, Jitter: 0.2,
-		RTT: 100 * time.Microsecond, ReadNetBps: 1310e6, WriteNetBps: 154e6,
+		RTT: 100 * time.Microsecond, ReadNetBps: 1310.72e6, WriteNetBps: 102.67e6,
 		ReadWindow: 61551, WriteWindow: 20017,
 	}
 }
