@@ -316,6 +316,9 @@ func (l *Loops) compile(rs *resourceState, spec ResourceSpec, view ResourceView,
 			p.measured = append(p.measured, i)
 		}
 	}
+	// measuredDevices may come from map order; a fixed summing order keeps
+	// the indicator bit-for-bit reproducible (the simulator relies on it).
+	slices.Sort(p.measured)
 	for c, devs := range view.Consumers {
 		pc := planConsumer{addr: c, name: c.String(), devNames: devs, important: spec.Important[c], static: spec.Throttleable[c]}
 		for _, d := range devs {
