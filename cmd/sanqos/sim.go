@@ -26,9 +26,9 @@ type simFlags struct {
 func (f *simFlags) add(c *cobra.Command) {
 	c.Flags().Uint64Var(&f.seed, "seed", 1, "random seed (same seed, same summary.json)")
 	c.Flags().Float64Var(&f.scale, "scale", 1, "durations = thesis' × scale")
-	c.Flags().StringVar(&f.params, "params", "", "model parameters (params.json from `sim calibrate`); default: built-in")
-	c.Flags().StringVar(&f.agentYAML, "agent-yaml", "", "file with extra agent config (e.g. the `pid:` block from `sanqos tune`)")
-	c.Flags().DurationSliceVar(&f.thresholds, "thresholds", nil, "pid/autonomic thresholds (default 10ms,15ms,20ms)")
+	c.Flags().StringVar(&f.params, "params", "", "`FILE` of model parameters (params.json from sim calibrate); default: built-in")
+	c.Flags().StringVar(&f.agentYAML, "agent-yaml", "", "`FILE` with extra agent config (e.g. the pid block from sanqos tune)")
+	c.Flags().DurationSliceVar(&f.thresholds, "thresholds", nil, "pid/autonomic thresholds (empty: 10ms,15ms,20ms)")
 	c.Flags().StringVar(&f.results, "results", "results", "results directory; runs go to RESULTS/sim-NAME/RUN-ID/")
 }
 

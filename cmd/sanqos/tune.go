@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 
 func tuneCmd() *cobra.Command {
 	to := sim.DefaultTune()
-	var params, results string
+	var params, results, outYAML string
 	var minKept float64
 	c := &cobra.Command{
 		Use:   "tune",
@@ -24,8 +25,8 @@ time above 1.2 × threshold, among those keeping at least --min-kept of the
 writers' unregulated throughput. Prints the best gains' figures and the
 config snippet to run the agent with them. Method: ` + sim.TuneMethod + `.`,
 		Example: `  sanqos sim calibrate results
-  sanqos tune --params results/sim-calibration/latest/params.json --threshold 15ms > tuned.txt
-  sanqos sim pid --agent-yaml tuned.yaml`,
+  sanqos tune --params results/sim-calibration/latest/params.json --threshold 15ms --out-yaml tuned.yaml
+  sanqos sim pid --params results/sim-calibration/latest/params.json --agent-yaml tuned.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if params != "" {
@@ -53,6 +54,11 @@ config snippet to run the agent with them. Method: ` + sim.TuneMethod + `.`,
 			b := r.Best
 			fmt.Fprintf(w, "\nbest: Kp %v, Ti %v: p95 overshoot %+.1f%%, settling %.2f s, writes kept %.1f%%\n# add to the agent's config:\n%s",
 				b.Kp, b.Ti, b.OvershootPct, b.SettleS, b.KeptPct, b.YAML(to.Alpha))
+			if outYAML != "" {
+				if err := os.WriteFile(outYAML, []byte(b.YAML(to.Alpha)), 0o644); err != nil {
+					return err
+				}
+			}
 			if results != "" {
 				dir, err := runDir(results, "tune")
 				if err != nil {
@@ -67,11 +73,12 @@ config snippet to run the agent with them. Method: ` + sim.TuneMethod + `.`,
 		},
 	}
 	c.Flags().DurationVar(&to.Threshold, "threshold", to.Threshold, "the resource's read-wait threshold")
-	c.Flags().StringVar(&params, "params", "", "model parameters (params.json from `sim calibrate`)")
+	c.Flags().StringVar(&params, "params", "", "`FILE` of model parameters (params.json from sim calibrate)")
 	c.Flags().Float64Var(&to.Alpha, "ewma-alpha", to.Alpha, "indicator EWMA α the agent will run with")
 	c.Flags().Float64Var(&to.Scale, "scale", to.Scale, "workload durations = thesis' × scale")
 	c.Flags().Uint64Var(&to.Seed, "seed", to.Seed, "random seed")
 	c.Flags().Float64Var(&minKept, "min-kept", 100*to.MinKept, "least share (%) of the baseline's write throughput to keep")
 	c.Flags().StringVar(&results, "results", "", "also write RESULTS/tune/RUN-ID/summary.json")
+	c.Flags().StringVar(&outYAML, "out-yaml", "", "also write the config snippet to `FILE` (for the agent's config or sim --agent-yaml)")
 	return c
 }
