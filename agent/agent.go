@@ -113,6 +113,20 @@ func (a *Agent) Reload(cfg *config.Config) error {
 	return nil
 }
 
+// Step runs one control tick synchronously at time now, without
+// goroutines or wall-clock reads (see Loops.Step). The simulator and
+// benchmarks drive the agent this way; topology comes from SetTopology.
+func (a *Agent) Step(now time.Time) error { return a.loops.Step(now) }
+
+// SetTopology publishes a topology directly (instead of discovery).
+func (a *Agent) SetTopology(t *Topology) { a.loops.SetTopology(t) }
+
+// Resources returns every resource loop's last status.
+func (a *Agent) Resources() []ResourceStatus { return a.loops.Status() }
+
+// Release clears every throttle that Step applied.
+func (a *Agent) Release() { a.loops.Release() }
+
 // Status is the document served at /v1/status and /api/status.
 type Status struct {
 	Backend   string                      `json:"backend"`

@@ -150,3 +150,101 @@ func TestReloadRefusesRestartOnlyChanges(t *testing.T) {
 		t.Fatalf("reload not applied: %+v", specs)
 	}
 }
+
+// seqSampler hands out one prepared snapshot per Read.
+type seqSampler struct {
+	snaps []map[string]sample.Counters
+	i     int
+}
+
+func (s *seqSampler) Read(...string) (map[string]sample.Counters, error) {
+	c := s.snaps[min(s.i, len(s.snaps)-1)]
+	s.i++
+	return c, nil
+}
+
+// Step (virtual clock, no goroutines) must throttle exactly as the real
+// resourceLoop + actuator do, tick by tick: the simulator relies on it.
+func TestStepMatchesResourceLoop(t *testing.T) {
+	waits := []float64{10, 10, 25, 30, 18, 12, 5, 5, 5}
+	ref, _ := testLoops(t)
+	in, out := make(chan tickData), make(chan desire)
+	go ref.resourceLoop(context.Background(), "vg1", in, out)
+	syn, mem := testLoops(t)
+	ss := &seqSampler{}
+	for i, w := range waits {
+		ss.snaps = append(ss.snaps, counters(i+1, w))
+	}
+	syn.sampler = ss
+	for i, w := range waits {
+		in <- tickData{counters: counters(i+1, w)}
+		want := (<-out).delays
+		if err := syn.Step(time.Unix(0, 0).Add(time.Duration(i+1) * 100 * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		got := mem.List()
+		if len(got) != len(want) {
+			t.Fatalf("tick %d: Step applied %v, resourceLoop wanted %v", i, got, want)
+		}
+		for c, d := range want {
+			if got[c].WriteDelay != d {
+				t.Fatalf("tick %d: %v got %v, want %v", i, c, got[c].WriteDelay, d)
+			}
+		}
+		if rs, ss := ref.Status()[0], syn.Status()[0]; rs.Step != ss.Step || len(rs.Throttleable) != len(ss.Throttleable) {
+			t.Fatalf("tick %d: status differs: %+v vs %+v", i, rs, ss)
+		}
+	}
+	close(in)
+	<-out
+	syn.Release()
+	if len(mem.List()) != 0 {
+		t.Fatalf("Release left throttles: %v", mem.List())
+	}
+}
+
+// A republished but unchanged topology keeps the compiled plan (and the
+// consumers' rate history); a changed one recompiles it, and a consumer
+// that left disappears from status and from the rate history.
+func TestStepRecompilesOnlyChangedTopology(t *testing.T) {
+	l, _ := testLoops(t)
+	ss := &seqSampler{}
+	for i := 1; i <= 4; i++ {
+		ss.snaps = append(ss.snaps, counters(i, 10))
+	}
+	l.sampler = ss
+	view := func(withWriter bool) *Topology {
+		v := ResourceView{Devices: []string{"loop0", "loop1", "loop2"}, Consumers: map[netip.Addr][]string{reader: {"loop0"}, boss: {"loop2"}}}
+		if withWriter {
+			v.Consumers[writer] = []string{"loop1"}
+		}
+		return &Topology{Resources: map[string]ResourceView{"vg1": v}}
+	}
+	for i, tc := range []struct {
+		name      string
+		topo      *Topology
+		recompile bool
+		consumers int
+	}{
+		{"first tick compiles", view(true), true, 3},
+		{"same content, new pointer: kept", view(true), false, 3},
+		{"writer left: recompiled", view(false), true, 2},
+		{"writer back: recompiled", view(true), true, 3},
+	} {
+		var before *plan
+		if l.sync != nil {
+			before = l.sync.states["vg1"].plan
+		}
+		l.SetTopology(tc.topo)
+		if err := l.Step(time.Unix(0, int64(i+1)*1e8)); err != nil {
+			t.Fatal(err)
+		}
+		rs := l.sync.states["vg1"]
+		if got := rs.plan != before; got != tc.recompile {
+			t.Errorf("%s: recompiled %v, want %v", tc.name, got, tc.recompile)
+		}
+		if st := l.Status()[0]; len(st.Consumers) != tc.consumers || len(rs.rates) != tc.consumers {
+			t.Errorf("%s: %d consumers in status, %d rate histories, want %d", tc.name, len(st.Consumers), len(rs.rates), tc.consumers)
+		}
+	}
+}

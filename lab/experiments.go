@@ -84,21 +84,7 @@ func writeMBs(iv sample.Interval) float64 { return iv.WriteBps / 1e6 }
 
 // smooth is the thesis' plotting filter, an EWMA with α = 0.15 that skips
 // intervals without completions.
-func smooth(y []float64) []float64 {
-	out := make([]float64, len(y))
-	l := math.NaN()
-	for i, v := range y {
-		if !math.IsNaN(v) {
-			if math.IsNaN(l) {
-				l = v
-			} else {
-				l = 0.15*v + 0.85*l
-			}
-		}
-		out[i] = l
-	}
-	return out
-}
+func smooth(y []float64) []float64 { return report.Smooth(y) }
 
 // aggregate averages, over ticks, the sum of f across hosts (an aggregate
 // rate).
@@ -140,7 +126,7 @@ func windowValues(res *PhaseResult, host string, f func(sample.Interval) float64
 func sumTCP(rs []*PhaseResult) TCPCounters {
 	var n TCPCounters
 	for _, r := range rs {
-		n = n.add(r.TCP)
+		n = n.Add(r.TCP)
 	}
 	return n
 }
@@ -204,24 +190,12 @@ func runEqualShare(r *Runner) (any, error) {
 	return s, err
 }
 
-// InterferenceRun is one writers count of the interference experiment.
-type InterferenceRun struct {
-	Writers      int         `json:"writers"`
-	ReadWaitMs   report.Dist `json:"read_wait_ms"`
-	WriteMBs     float64     `json:"write_mb_s"`
-	P95PerRepeat []float64   `json:"p95_per_repeat"`
-}
-
-// InterferenceSummary is summary.json of interference.
-type InterferenceSummary struct {
-	Experiment string            `json:"experiment"`
-	Scale      float64           `json:"scale"`
-	Runs       []InterferenceRun `json:"runs"`
-	// P95Ratio12 is p95 read wait with 12 writers over that with none.
-	P95Ratio12 float64     `json:"p95_ratio_12_vs_0"`
-	Retrans    uint64      `json:"retransmits"`
-	TCP        TCPCounters `json:"tcp"`
-}
+// InterferenceRun and InterferenceSummary are interference's summary.json
+// (in report, shared with the simulator).
+type (
+	InterferenceRun     = report.InterferenceRun
+	InterferenceSummary = report.InterferenceSummary
+)
 
 // InterferenceWriters are the thesis' interference levels.
 var InterferenceWriters = []int{0, 1, 3, 12}
@@ -304,15 +278,6 @@ func SummarizeInterference(phases []*Phase, rs []*PhaseResult) (InterferenceSumm
 	return s, series
 }
 
-func round(v float64, d int) float64 {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0
-	}
-	p := math.Pow(10, float64(d))
-	return math.Round(v*p) / p
-}
+func round(v float64, d int) float64 { return report.Round(v, d) }
 
-func roundDist(d report.Dist) report.Dist {
-	d.Mean, d.P50, d.P95, d.Max = round(d.Mean, 2), round(d.P50, 2), round(d.P95, 2), round(d.Max, 2)
-	return d
-}
+func roundDist(d report.Dist) report.Dist { return report.RoundDist(d) }

@@ -20,40 +20,12 @@ func init() {
 		DefaultScale: 0.25, Run: func(r *Runner) (any, error) { return runControlled(r, true) }})
 }
 
-// ControlledRun is one threshold's (or the baseline's) result.
-type ControlledRun struct {
-	ThresholdMs float64     `json:"threshold_ms,omitempty"`
-	ReadWaitMs  report.Dist `json:"read_wait_ms"`
-	WriteMBs    float64     `json:"write_mb_s"`
-	// PctAbove is the share of 100 ms intervals (with reads) in which the
-	// reader's wait exceeded 1.2 × threshold.
-	PctAbove float64 `json:"pct_time_above_1_2x_threshold"`
-	// SettleS is, averaged over the writers' on-steps, the time from the
-	// step until the smoothed (EWMA 0.15) wait last crossed above 1.2 ×
-	// threshold during that on-period.
-	SettleS  float64 `json:"settle_s_after_step"`
-	MaxDelay float64 `json:"max_delay_ms,omitempty"`
-	// Throttled is the share of the writers' window with a delay applied.
-	Throttled float64 `json:"pct_time_throttled,omitempty"`
-	// TCP is this run's retransmission counters (compare with baseline's).
-	TCP TCPCounters `json:"tcp"`
-}
-
-// ControlledSummary is summary.json of pid and autonomic.
-type ControlledSummary struct {
-	Experiment string          `json:"experiment"`
-	Baseline   ControlledRun   `json:"baseline"`
-	Regulated  []ControlledRun `json:"regulated"`
-	Retrans    uint64          `json:"retransmits"`
-	TCP        TCPCounters     `json:"tcp"`
-	// AgentCPUPct is the agent process's CPU (share of one core) during the
-	// regulated runs: control loops plus the userspace delay line, which
-	// handles every throttled packet. ControlCPUPct is a shadow agent's
-	// with the same config and the dry-run backend: the control loops
-	// (sampling, discovery, TCP_INFO, PID) alone.
-	AgentCPUPct   float64 `json:"agent_cpu_pct"`
-	ControlCPUPct float64 `json:"control_loop_cpu_pct"`
-}
+// ControlledRun and ControlledSummary are pid's and autonomic's
+// summary.json (in report, shared with the simulator).
+type (
+	ControlledRun     = report.ControlledRun
+	ControlledSummary = report.ControlledSummary
+)
 
 // Thresholds of the pid and autonomic experiments (thesis Fig 5.9).
 var Thresholds = []time.Duration{10 * time.Millisecond, 15 * time.Millisecond, 20 * time.Millisecond}

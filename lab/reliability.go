@@ -380,7 +380,7 @@ func faultTgtdRestart(r *Runner) Fault {
 		f.TCP = killed.TCP
 	}
 	if res != nil {
-		f.TCP = f.TCP.add(res.TCP)
+		f.TCP = f.TCP.Add(res.TCP)
 	}
 	if err != nil {
 		return failed(f, err)

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/sample"
 )
 
@@ -308,7 +309,7 @@ loop:
 	}
 	<-fioDone
 	r.trace.Flush()
-	res.TCP = tcpAll().sub(before)
+	res.TCP = tcpAll().Sub(before)
 	if len(fioErrs) > 0 {
 		res.FioErr = fmt.Errorf("fio failed: %s (see %s/*.stderr)", strings.Join(fioErrs, "; "), pdir)
 		return res, res.FioErr
@@ -323,47 +324,16 @@ func ff(v float64, prec int) string {
 	return strconv.FormatFloat(v, 'f', prec, 64)
 }
 
-// TCPCounters are the TCP counters that tell loss from its look-alikes,
-// summed over the target and initiator namespaces.
-type TCPCounters struct {
-	// RetransSegs is every retransmitted segment (snmp Tcp RetransSegs).
-	RetransSegs uint64 `json:"retrans_segs"`
-	// LossProbes are tail-loss probes (TcpExt TCPLossProbes): the sender
-	// resends its last segment when no ACK came within ~2 RTT. They count
-	// in RetransSegs but are timer-driven, not loss-driven; in this lab
-	// they come from the initiators' delayed ACKs with no throttle at all.
-	LossProbes uint64 `json:"loss_probes"`
-	// DSACKRecv counts duplicate SACKs received: the peer had the data, so
-	// the retransmission was spurious.
-	DSACKRecv uint64 `json:"dsack_recv"`
-	// Timeouts are RTO expiries (TcpExt TCPTimeouts): what real loss or a
-	// delay near TCP_RTO_MIN would cause.
-	Timeouts uint64 `json:"rto_timeouts"`
-}
-
-// NonProbe is retransmissions not explained by tail-loss probes: the
-// figure that must stay zero for a throttle that loses no packets.
-func (c TCPCounters) NonProbe() uint64 {
-	if c.LossProbes > c.RetransSegs {
-		return 0
-	}
-	return c.RetransSegs - c.LossProbes
-}
-
-func (c TCPCounters) sub(o TCPCounters) TCPCounters {
-	return TCPCounters{c.RetransSegs - o.RetransSegs, c.LossProbes - o.LossProbes, c.DSACKRecv - o.DSACKRecv, c.Timeouts - o.Timeouts}
-}
-
-func (c TCPCounters) add(o TCPCounters) TCPCounters {
-	return TCPCounters{c.RetransSegs + o.RetransSegs, c.LossProbes + o.LossProbes, c.DSACKRecv + o.DSACKRecv, c.Timeouts + o.Timeouts}
-}
+// TCPCounters are the TCP counters that tell loss from its look-alikes
+// (shared with the simulator's summaries).
+type TCPCounters = report.TCPCounters
 
 // tcpAll sums the counters over the target and initiator namespaces.
 func tcpAll() TCPCounters {
 	var n TCPCounters
 	for _, ns := range append([]string{TargetNS}, Hosts...) {
 		if c, err := ReadTCPCounters(ns); err == nil {
-			n = n.add(c)
+			n = n.Add(c)
 		}
 	}
 	return n

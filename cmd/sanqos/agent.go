@@ -13,9 +13,7 @@ import (
 
 	"github.com/sanqos/sanqos/agent"
 	"github.com/sanqos/sanqos/config"
-	"github.com/sanqos/sanqos/control"
 	"github.com/sanqos/sanqos/discover"
-	"github.com/sanqos/sanqos/filter"
 	"github.com/sanqos/sanqos/sample"
 	"github.com/sanqos/sanqos/throttle"
 	"github.com/spf13/cobra"
@@ -160,24 +158,9 @@ func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket stri
 	return err
 }
 
-func newPID(cfg *config.Config, r config.Resource) agent.Controller {
-	p, err := control.NewPID(control.PIDConfig{
-		Threshold: float64(r.Threshold) / 1e6, Kp: cfg.PID.Kp, Interval: cfg.Interval, Ti: cfg.PID.Ti, Td: cfg.PID.Td,
-		MaxSteps: int(cfg.MaxDelay / cfg.DelayStep), Step: cfg.DelayStep, ReleaseBand: 0.25, ReleaseFactor: 0.5,
-	})
-	if err != nil {
-		panic(fmt.Sprintf("config validation let through a bad PID: %v", err)) // config.validate checks the same bounds
-	}
-	return p
-}
+func newPID(cfg *config.Config, r config.Resource) agent.Controller { return agent.NewPID(cfg, r) }
 
-func newEWMA(alpha float64) agent.Smoother {
-	e, err := filter.NewEWMA(alpha)
-	if err != nil {
-		panic(fmt.Sprintf("config validation let through a bad alpha: %v", err))
-	}
-	return e
-}
+func newEWMA(alpha float64) agent.Smoother { return agent.NewEWMA(alpha) }
 
 // newDiscoverer picks the discovery source of the config.
 func newDiscoverer(cfg *config.Config) (agent.Discoverer, error) {

@@ -29,5 +29,8 @@ packet is dropped; if sanqos dies, traffic flows unthrottled.`,
 		SilenceErrors: true,
 	}
 	root.AddCommand(versionCmd(), labCmd(), throttleCmd(), agentCmd(), configCmd(), cleanupCmd())
+	root.AddCommand(simCmd())
+	root.AddCommand(tuneCmd())
+	root.AddCommand(reportCmd())
 	return root
 }

@@ -1,0 +1,98 @@
+package agent
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/control"
+	"github.com/sanqos/sanqos/filter"
+	"github.com/sanqos/sanqos/sample"
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// scaleSampler synthesises diskstats for n devices, advancing every Read:
+// every fifth device writes 2 MB/s, the others read with a wait that
+// depends on the resource, so some resources are saturated.
+type scaleSampler struct {
+	names []string
+	tick  int
+	snap  map[string]sample.Counters
+}
+
+func (s *scaleSampler) advance() {
+	s.tick++
+	t := time.Unix(0, 0).Add(time.Duration(s.tick) * 100 * time.Millisecond)
+	n := uint64(s.tick)
+	m := make(map[string]sample.Counters, len(s.names))
+	for i, d := range s.names {
+		c := sample.Counters{Device: d, Time: t}
+		if i%5 == 4 {
+			c.Writes, c.WriteSectors = 3*n, 400*n
+		} else {
+			c.Reads, c.ReadSectors, c.ReadTicks = 4*n, 64*n, uint64(4*(5+i/10%30))*n
+		}
+		m[d] = c
+	}
+	s.snap = m
+}
+
+func (s *scaleSampler) Read(...string) (map[string]sample.Counters, error) { return s.snap, nil }
+
+// scaleLoops is one agent managing resources × perRes consumers, each
+// consumer on its own device, with the daemon's PID and EWMA.
+func scaleLoops(resources, perRes int) (*Loops, *scaleSampler) {
+	ss := &scaleSampler{}
+	topo := &Topology{Resources: map[string]ResourceView{}}
+	specs := map[string]ResourceSpec{}
+	for r := 0; r < resources; r++ {
+		name := fmt.Sprintf("r%04d", r)
+		v := ResourceView{Consumers: map[netip.Addr][]string{}}
+		for c := 0; c < perRes; c++ {
+			i := r*perRes + c + 1
+			dev := fmt.Sprintf("lun%05d", i)
+			ss.names = append(ss.names, dev)
+			v.Devices = append(v.Devices, dev)
+			v.Consumers[netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})] = []string{dev}
+		}
+		topo.Resources[name] = v
+		specs[name] = ResourceSpec{Name: name, Threshold: 15 * time.Millisecond,
+			NewController: func() Controller {
+				p, _ := control.NewPID(control.PIDConfig{Threshold: 15, Kp: 0.8, Interval: 100 * time.Millisecond, Ti: 200 * time.Millisecond,
+					MaxSteps: 40, Step: 500 * time.Microsecond, ReleaseBand: 0.25, ReleaseFactor: 0.5})
+				return p
+			},
+			NewSmoother: func() Smoother { e, _ := filter.NewEWMA(0.5); return e }}
+	}
+	l := NewLoops(LoopConfig{Interval: 100 * time.Millisecond, DelayStep: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond, WriteBps: 1e6,
+		NewRateSmoother: func() Smoother { e, _ := filter.NewEWMA(0.5); return e }}, ss, throttle.NewMemory(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l.SetTopology(topo)
+	l.SetSpecs(specs)
+	return l, ss
+}
+
+// BenchmarkTick1000x10000 is one control tick (Loops.Step: 1,000 resource
+// pipelines over 10,000 consumers, merge, apply) of one agent. The issue's
+// budget is 10 ms of CPU per 100 ms tick.
+func BenchmarkTick1000x10000(b *testing.B) {
+	l, ss := scaleLoops(1000, 10)
+	for i := 0; i < 20; i++ { // warm up: controllers, smoothers, throttles settle
+		ss.advance()
+		if err := l.Step(time.Unix(0, int64(i)*1e8)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		ss.advance()
+		b.StartTimer()
+		if err := l.Step(time.Unix(0, int64(i+20)*1e8)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sanqos/sanqos/report"
+	"github.com/sanqos/sanqos/sim"
+	"github.com/spf13/cobra"
+)
+
+// simFlags are shared by the scenario commands.
+type simFlags struct {
+	seed       uint64
+	scale      float64
+	params     string
+	agentYAML  string
+	thresholds []time.Duration
+	results    string
+}
+
+func (f *simFlags) add(c *cobra.Command) {
+	c.Flags().Uint64Var(&f.seed, "seed", 1, "random seed (same seed, same summary.json)")
+	c.Flags().Float64Var(&f.scale, "scale", 1, "durations = thesis' × scale")
+	c.Flags().StringVar(&f.params, "params", "", "`FILE` of model parameters (params.json from sim calibrate); default: built-in")
+	c.Flags().StringVar(&f.agentYAML, "agent-yaml", "", "`FILE` with extra agent config (e.g. the pid block from sanqos tune)")
+	c.Flags().DurationSliceVar(&f.thresholds, "thresholds", nil, "pid/autonomic thresholds (empty: 10ms,15ms,20ms)")
+	c.Flags().StringVar(&f.results, "results", "results", "results directory; runs go to RESULTS/sim-NAME/RUN-ID/")
+}
+
+func (f *simFlags) options() (sim.Options, error) {
+	o := sim.DefaultOptions()
+	o.Seed, o.Scale, o.Thresholds = f.seed, f.scale, f.thresholds
+	if f.params != "" {
+		p, err := sim.LoadParams(f.params)
+		if err != nil {
+			return o, err
+		}
+		o.Params = p
+	}
+	if f.agentYAML != "" {
+		b, err := os.ReadFile(f.agentYAML)
+		if err != nil {
+			return o, err
+		}
+		o.AgentYAML = string(b)
+	}
+	return o, nil
+}
+
+// runDir makes RESULTS/NAME/RUN-ID and points RESULTS/NAME/latest at it.
+func runDir(results, name string) (string, error) {
+	base := filepath.Join(results, name)
+	id := time.Now().UTC().Format("20060102-150405")
+	dir := filepath.Join(base, id)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	latest := filepath.Join(base, "latest")
+	_ = os.Remove(latest)
+	_ = os.Symlink(id, latest)
+	return dir, nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func simCmd() *cobra.Command {
+	var f simFlags
+	c := &cobra.Command{
+		Use:   "sim SCENARIO",
+		Short: "Run a lab experiment in the simulator (no root, faster than real time)",
+		Long: `Runs the real agent (indicator, EWMA, PID, throttleable sets, actuator)
+against a deterministic discrete-event model of initiators, TCP and a shared
+disk, under a virtual clock. Scenarios: ` + strings.Join(sim.Names(), ", ") + `.
+Writes summary.json (the lab's format), trace.csv and plots to
+RESULTS/sim-SCENARIO/RUN-ID/, and sim.json with the wall time and speed-up
+(kept out of summary.json, which is byte-identical for a seed).`,
+		Example: `  sanqos sim autonomic
+  sanqos sim pid --params results/sim-calibration/latest/params.json --agent-yaml tuned.yaml
+  sanqos sim interference --seed 7 --scale 0.25`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o, err := f.options()
+			if err != nil {
+				return err
+			}
+			if sim.Scenarios[args[0]] == nil {
+				return fmt.Errorf("no scenario %q (have %s)", args[0], strings.Join(sim.Names(), ", "))
+			}
+			if o.Out, err = runDir(f.results, "sim-"+args[0]); err != nil {
+				return err
+			}
+			t0, s0 := time.Now(), sim.Simulated()
+			sum, err := sim.Run(args[0], o)
+			if err != nil {
+				return err
+			}
+			info := sim.RunInfo(args[0], o, sim.Simulated()-s0, time.Since(t0))
+			if err := writeJSON(filepath.Join(o.Out, "sim.json"), info); err != nil {
+				return err
+			}
+			printSummary(cmd, sum)
+			fmt.Fprintf(cmd.OutOrStdout(), "simulated %.0f s in %.2f s wall (%.0f× real time)\n%s\n", info.SimulatedS, info.WallS, info.SpeedUp, o.Out)
+			return nil
+		},
+	}
+	f.add(c)
+	c.AddCommand(simCalibrateCmd(), simScaleCmd())
+	return c
+}
+
+func printSummary(cmd *cobra.Command, sum any) {
+	w := cmd.OutOrStdout()
+	switch s := sum.(type) {
+	case report.InterferenceSummary:
+		for _, r := range s.Runs {
+			fmt.Fprintf(w, "%2d writers: read wait p95 %6.2f ms  mean %6.2f ms  writes %6.2f MB/s\n", r.Writers, r.ReadWaitMs.P95, r.ReadWaitMs.Mean, r.WriteMBs)
+		}
+	case report.ControlledSummary:
+		fmt.Fprintf(w, "baseline:       read wait p95 %6.2f ms  writes %6.2f MB/s\n", s.Baseline.ReadWaitMs.P95, s.Baseline.WriteMBs)
+		for _, r := range s.Regulated {
+			kept := 0.0
+			if s.Baseline.WriteMBs > 0 {
+				kept = 100 * r.WriteMBs / s.Baseline.WriteMBs
+			}
+			fmt.Fprintf(w, "threshold %2.0f ms: read wait p95 %6.2f ms  writes %6.2f MB/s (%3.0f%% kept)  above 1.2×: %5.2f%%  settle %5.2f s  max delay %4.1f ms\n",
+				r.ThresholdMs, r.ReadWaitMs.P95, r.WriteMBs, kept, r.PctAbove, r.SettleS, r.MaxDelay)
+		}
+	default:
+		b, _ := sim.MarshalSummary(sum)
+		w.Write(b)
+	}
+}
+
+func simCalibrateCmd() *cobra.Command {
+	var seed uint64
+	var out string
+	c := &cobra.Command{
+		Use:   "calibrate RESULTS",
+		Short: "Fit the model to lab runs under RESULTS and report the simulated-vs-lab p95 error",
+		Long: `Reads the newest usable interference, delay-sweep and pid runs under RESULTS
+(the lab's results directory), fits the model (TCP windows from the delay
+sweep by least squares; disk write cost, block-stack latency and write wire
+rate by coordinate descent on simulated interference runs) and compares the
+calibrated simulator's interference and pid p95 read waits with the lab's.
+Writes params.json (for --params) and calibration.json.`,
+		Example: `  sanqos sim calibrate results
+  sanqos sim pid --params results/sim-calibration/latest/params.json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			lr, err := sim.FindLabRuns(args[0])
+			if err != nil {
+				return err
+			}
+			cal, err := sim.Calibrate(lr, seed)
+			if err != nil {
+				return err
+			}
+			dir := out
+			if dir == "" {
+				if dir, err = runDir(args[0], "sim-calibration"); err != nil {
+					return err
+				}
+			} else if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+			if err := writeJSON(filepath.Join(dir, "params.json"), cal.Params); err != nil {
+				return err
+			}
+			if err := writeJSON(filepath.Join(dir, "calibration.json"), cal); err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "lab runs: %s, %s, %s\n", lr.InterferenceDir, lr.DelaySweepDir, lr.PIDDir)
+			for _, m := range cal.Method {
+				fmt.Fprintln(w, "  "+m)
+			}
+			for _, group := range []struct {
+				name string
+				cs   []sim.Compare
+				err  float64
+			}{{"interference", cal.Interference, cal.InterferenceErrPct}, {"pid", cal.PID, cal.PIDErrPct}} {
+				if len(group.cs) == 0 {
+					continue
+				}
+				fmt.Fprintf(w, "%s (p95 read wait, lab vs sim):\n", group.name)
+				for _, x := range group.cs {
+					fmt.Fprintf(w, "  %-16s %6.2f vs %6.2f ms (%+5.1f%%)   writes %6.2f vs %6.2f MB/s (%+5.1f%%)\n", x.Case, x.LabP95, x.SimP95, x.ErrPct, x.LabWrite, x.SimWrite, x.WriteErrPc)
+				}
+				fmt.Fprintf(w, "  mean |p95 error| %.1f%%\n", group.err)
+			}
+			fmt.Fprintln(w, dir)
+			return nil
+		},
+	}
+	c.Flags().Uint64Var(&seed, "seed", 1, "random seed of the simulated runs")
+	c.Flags().StringVar(&out, "out", "", "output directory (default RESULTS/sim-calibration/RUN-ID)")
+	return c
+}
+
+func simScaleCmd() *cobra.Command {
+	so := sim.DefaultScale()
+	var results string
+	c := &cobra.Command{
+		Use:   "scale",
+		Short: "One agent, 1,000 resources, 10,000 consumers, 100 ms ticks: tick CPU, memory, time to throttleable",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := sim.RunScale(so)
+			if err != nil {
+				return err
+			}
+			dir, err := runDir(results, "sim-scale")
+			if err != nil {
+				return err
+			}
+			if err := writeJSON(filepath.Join(dir, "summary.json"), s); err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "%d resources, %d consumers, %d ticks\n", s.Resources, s.Consumers, s.Ticks)
+			fmt.Fprintf(w, "tick: wall mean %.2f ms p95 %.2f ms; process CPU %.2f ms/tick\n", s.TickWallMs.Mean, s.TickWallMs.P95, s.TickCPUMs)
+			fmt.Fprintf(w, "agent heap %.1f MB, garbage %.2f MB/tick\n", s.AgentHeapMB, s.AllocPerTickMB)
+			fmt.Fprintf(w, "time to throttleable, known session: p50 %.0f ms p95 %.0f ms max %.0f ms (%d writers)\n",
+				s.KnownToThrottleableMs.P50, s.KnownToThrottleableMs.P95, s.KnownToThrottleableMs.Max, s.KnownToThrottleableMs.N)
+			fmt.Fprintf(w, "time to throttleable, new session: p50 %.0f ms p95 %.0f ms max %.0f ms (%d writers; discovery every %v)\n",
+				s.TimeToThrottleableMs.P50, s.TimeToThrottleableMs.P95, s.TimeToThrottleableMs.Max, s.TimeToThrottleableMs.N, time.Second)
+			fmt.Fprintf(w, "  of which after discovery: p50 %.0f ms p95 %.0f ms max %.0f ms\n", s.FromDiscoveryMs.P50, s.FromDiscoveryMs.P95, s.FromDiscoveryMs.Max)
+			fmt.Fprintf(w, "%d/%d late writers detected\n", s.LateWritersDetected, s.LateWriters)
+			fmt.Fprintln(w, dir)
+			return nil
+		},
+	}
+	c.Flags().IntVar(&so.Resources, "resources", so.Resources, "resources")
+	c.Flags().IntVar(&so.PerResource, "consumers-per-resource", so.PerResource, "consumers per resource")
+	c.Flags().DurationVar(&so.Length, "length", so.Length, "simulated time")
+	c.Flags().Uint64Var(&so.Seed, "seed", so.Seed, "random seed")
+	c.Flags().StringVar(&results, "results", "results", "results directory")
+	return c
+}

@@ -1,0 +1,131 @@
+package report
+
+import "math"
+
+// The summary.json shapes shared by the lab (real experiments) and the
+// simulator, so one report tool reads both. They live here, not in lab, so
+// the simulator needs nothing from the lab.
+
+// TCPCounters are the TCP counters that tell loss from its look-alikes,
+// summed over the target and initiator namespaces.
+type TCPCounters struct {
+	// RetransSegs is every retransmitted segment (snmp Tcp RetransSegs).
+	RetransSegs uint64 `json:"retrans_segs"`
+	// LossProbes are tail-loss probes (TcpExt TCPLossProbes): the sender
+	// resends its last segment when no ACK came within ~2 RTT. They count
+	// in RetransSegs but are timer-driven, not loss-driven; in this lab
+	// they come from the initiators' delayed ACKs with no throttle at all.
+	LossProbes uint64 `json:"loss_probes"`
+	// DSACKRecv counts duplicate SACKs received: the peer had the data, so
+	// the retransmission was spurious.
+	DSACKRecv uint64 `json:"dsack_recv"`
+	// Timeouts are RTO expiries (TcpExt TCPTimeouts): what real loss or a
+	// delay near TCP_RTO_MIN would cause.
+	Timeouts uint64 `json:"rto_timeouts"`
+}
+
+// NonProbe is retransmissions not explained by tail-loss probes: the
+// figure that must stay zero for a throttle that loses no packets.
+func (c TCPCounters) NonProbe() uint64 {
+	if c.LossProbes > c.RetransSegs {
+		return 0
+	}
+	return c.RetransSegs - c.LossProbes
+}
+
+// Sub is c − o, counter by counter.
+func (c TCPCounters) Sub(o TCPCounters) TCPCounters {
+	return TCPCounters{c.RetransSegs - o.RetransSegs, c.LossProbes - o.LossProbes, c.DSACKRecv - o.DSACKRecv, c.Timeouts - o.Timeouts}
+}
+
+// Add is c + o, counter by counter.
+func (c TCPCounters) Add(o TCPCounters) TCPCounters {
+	return TCPCounters{c.RetransSegs + o.RetransSegs, c.LossProbes + o.LossProbes, c.DSACKRecv + o.DSACKRecv, c.Timeouts + o.Timeouts}
+}
+
+// InterferenceRun is one writer count's result.
+type InterferenceRun struct {
+	Writers      int       `json:"writers"`
+	ReadWaitMs   Dist      `json:"read_wait_ms"`
+	WriteMBs     float64   `json:"write_mb_s"`
+	P95PerRepeat []float64 `json:"p95_per_repeat"`
+}
+
+// InterferenceSummary is summary.json of interference.
+type InterferenceSummary struct {
+	Experiment string            `json:"experiment"`
+	Scale      float64           `json:"scale"`
+	Runs       []InterferenceRun `json:"runs"`
+	// P95Ratio12 is p95 read wait with 12 writers over that with none.
+	P95Ratio12 float64     `json:"p95_ratio_12_vs_0"`
+	Retrans    uint64      `json:"retransmits"`
+	TCP        TCPCounters `json:"tcp"`
+}
+
+// ControlledRun is one threshold's (or the baseline's) result.
+type ControlledRun struct {
+	ThresholdMs float64 `json:"threshold_ms,omitempty"`
+	ReadWaitMs  Dist    `json:"read_wait_ms"`
+	WriteMBs    float64 `json:"write_mb_s"`
+	// PctAbove is the share of 100 ms intervals (with reads) in which the
+	// reader's wait exceeded 1.2 × threshold.
+	PctAbove float64 `json:"pct_time_above_1_2x_threshold"`
+	// SettleS is, averaged over the writers' on-steps, the time from the
+	// step until the smoothed (EWMA 0.15) wait last crossed above 1.2 ×
+	// threshold during that on-period.
+	SettleS  float64 `json:"settle_s_after_step"`
+	MaxDelay float64 `json:"max_delay_ms,omitempty"`
+	// Throttled is the share of the writers' window with a delay applied.
+	Throttled float64 `json:"pct_time_throttled,omitempty"`
+	// TCP is this run's retransmission counters (compare with baseline's).
+	TCP TCPCounters `json:"tcp"`
+}
+
+// ControlledSummary is summary.json of pid and autonomic.
+type ControlledSummary struct {
+	Experiment string          `json:"experiment"`
+	Baseline   ControlledRun   `json:"baseline"`
+	Regulated  []ControlledRun `json:"regulated"`
+	Retrans    uint64          `json:"retransmits"`
+	TCP        TCPCounters     `json:"tcp"`
+	// AgentCPUPct is the agent process's CPU (share of one core) during the
+	// regulated runs: control loops plus the userspace delay line, which
+	// handles every throttled packet. ControlCPUPct is a shadow agent's
+	// with the same config and the dry-run backend: the control loops
+	// (sampling, discovery, TCP_INFO, PID) alone.
+	AgentCPUPct   float64 `json:"agent_cpu_pct"`
+	ControlCPUPct float64 `json:"control_loop_cpu_pct"`
+}
+
+// Round rounds v to d decimals; NaN and ±Inf become 0 (JSON has neither).
+func Round(v float64, d int) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0
+	}
+	p := math.Pow(10, float64(d))
+	return math.Round(v*p) / p
+}
+
+// RoundDist rounds a distribution's figures to 2 decimals.
+func RoundDist(d Dist) Dist {
+	d.Mean, d.P50, d.P95, d.Max = Round(d.Mean, 2), Round(d.P50, 2), Round(d.P95, 2), Round(d.Max, 2)
+	return d
+}
+
+// Smooth is the EWMA (α 0.15, the thesis' plotting filter) the plots and
+// the settling time use; NaN samples hold the last value.
+func Smooth(y []float64) []float64 {
+	out := make([]float64, len(y))
+	l := math.NaN()
+	for i, v := range y {
+		if !math.IsNaN(v) {
+			if math.IsNaN(l) {
+				l = v
+			} else {
+				l = 0.15*v + 0.85*l
+			}
+		}
+		out[i] = l
+	}
+	return out
+}
