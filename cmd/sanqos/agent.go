@@ -14,6 +14,7 @@ import (
 	"github.com/sanqos/sanqos/agent"
 	"github.com/sanqos/sanqos/config"
 	"github.com/sanqos/sanqos/control"
+	"github.com/sanqos/sanqos/dashboard"
 	"github.com/sanqos/sanqos/discover"
 	"github.com/sanqos/sanqos/filter"
 	"github.com/sanqos/sanqos/sample"
@@ -34,7 +35,7 @@ func agentCmd() *cobra.Command {
 	socket := agent.DefaultSocket
 	bo := backendOptions{Name: "auto", Port: 3260, Chain: "OUTPUT", Label: "sanqos"}
 	var logJSON bool
-	var cfgPath string
+	var cfgPath, httpAddr string
 	c := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the sanqos daemon (foreground; systemd-friendly)",
@@ -72,6 +73,9 @@ reason and the old one stays active.`,
 				if !cmd.Flags().Changed("socket") {
 					socket = cfg.Socket
 				}
+				if cmd.Flags().Changed("http") {
+					cfg.HTTP = httpAddr
+				}
 			}
 			return runAgent(cfg, cfgPath, bo, socket, log)
 		},
@@ -84,6 +88,7 @@ reason and the old one stays active.`,
 	f.StringVar(&bo.Chain, "chain", bo.Chain, "netfilter chain: OUTPUT (target mode) or FORWARD (bridge mode)")
 	f.StringVar(&bo.Label, "label", bo.Label, "label of the kernel objects this agent creates")
 	f.StringVar(&bo.Device, "device", "", "interface towards the consumers, for netem and htb (default: the only non-loopback one)")
+	f.StringVar(&httpAddr, "http", "", "read-only HTTP listener for the dashboard and /metrics (overrides the config's http; \"\" turns it off)")
 	f.BoolVar(&logJSON, "log-json", false, "log JSON instead of logfmt")
 	return c
 }
@@ -124,7 +129,9 @@ func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket stri
 		a := agent.New(cfg, agent.Deps{Throttle: t, Sampler: ds, Rates: rates, Discoverer: disc, Log: log,
 			NewController: newPID, NewSmoother: newEWMA})
 		api.Status = func() any { return a.Status() }
-		if err := a.ServeHTTP(ctx, cfg.HTTP, nil); err != nil {
+		dash := dashboard.New(a.Status, dashboard.Options{})
+		go dash.Run(ctx)
+		if err := a.ServeHTTP(ctx, cfg.HTTP, dash.Register); err != nil {
 			return err
 		}
 		hup := make(chan os.Signal, 1)
