@@ -52,7 +52,9 @@ discovery: {source: static}
 resources:
   - name: vg1
     devices: [%s]
-    threshold: 15ms
+    # The device is this machine's own disk, under whatever load it has:
+    # a threshold it never reaches keeps the controller out of the table.
+    threshold: 10s
     throttleable: [10.99.0.3]
 `, sock, someDevice(t))), 0o644); err != nil {
 		t.Fatal(err)
@@ -96,7 +98,9 @@ resources:
 		})
 	}
 	poll := func(js string) chromedp.Action[chromedp.Void] {
-		return chromedp.Poll[chromedp.Void](js, chromedp.WithPollingTimeout(30*time.Second))
+		// An interval, not the default requestAnimationFrame polling, which
+		// headless Chromium may pause for a page it does not paint.
+		return chromedp.Poll[chromedp.Void](js, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(20*time.Second))
 	}
 
 	// The page loads, connects and draws the resource's charts.
@@ -134,11 +138,17 @@ resources:
 	}
 	if err := chromedp.Do(bctx,
 		poll(`(document.querySelector('tr[data-consumer="10.9.9.9"] td[data-col=write_delay_ms]') || {}).textContent === "2.0"`),
-		// Sorting by write delay (largest first) puts it on top.
-		chromedp.Click(`th[data-sort=write_delay_ms]`),
+		// Sorting by write delay (largest first) puts it on top. A DOM
+		// click, not a mouse event at coordinates: the new row has just
+		// changed the column widths, and a mouse click could land on the
+		// neighbouring header.
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("th[data-sort=write_delay_ms]").click()`),
+		poll(`document.querySelector("th[data-sort=write_delay_ms]").getAttribute("aria-sort") === "descending"`),
+		poll(`document.querySelector("#consumers tbody tr:first-child").dataset.consumer === "10.9.9.9"`),
 		shot("2-throttled.png"),
 	); err != nil {
-		t.Fatalf("CLI throttle not shown: %v", err)
+		html, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector("#consumers").outerHTML`))
+		t.Fatalf("CLI throttle not shown: %v\ntable: %s", err, html)
 	}
 	for sel, want := range map[string]string{
 		`#consumers tbody tr:first-child td[data-col=addr]`: "10.9.9.9",
