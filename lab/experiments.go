@@ -72,7 +72,15 @@ func RunExperiment(name string, o RunOptions) (string, error) {
 	if err != nil {
 		return r.Dir, err
 	}
-	return r.Dir, r.WriteSummary(sum)
+	if err := r.WriteSummary(sum); err != nil {
+		return r.Dir, err
+	}
+	// The one-page report (figures + summary table) of every run, the same
+	// as `sanqos report DIR` would write later.
+	if _, err := report.Generate(r.Dir); err != nil {
+		return r.Dir, fmt.Errorf("report: %w", err)
+	}
+	return r.Dir, nil
 }
 
 func readWait(iv sample.Interval) float64 { return iv.ReadWaitMs }

@@ -156,7 +156,10 @@ func labRunCmd() *cobra.Command {
 		Short: "Run an experiment and write results/NAME/RUN/",
 		Long: "Runs an experiment on the lab (bring it up first with `sanqos lab up`) and\n" +
 			"writes results/NAME/RUN-ID/: trace.csv (one row per device per 100 ms),\n" +
-			"per-host fio job files, JSON output and logs, summary.json and PNG plots.\n\nExperiments:\n" + list.String(),
+			"per-host fio job files, JSON output and logs, summary.json, PNG plots and\n" +
+			"report.html (one page: figures and summary tables; see `sanqos report`).\n\n" +
+			"To watch the controller live, open the agent's dashboard while a pid or\n" +
+			"autonomic run is going (see `sanqos agent --help`).\n\nExperiments:\n" + list.String(),
 		Example: `  sudo sanqos lab run interference
   sudo sanqos lab run interference --scale 1 --repeat 3
   sudo sanqos lab run equal-share --scale 0.1`,
@@ -173,6 +176,7 @@ func labRunCmd() *cobra.Command {
 			b, err := os.ReadFile(dir + "/summary.json")
 			if err == nil {
 				cmd.OutOrStdout().Write(b)
+				fmt.Fprintln(cmd.OutOrStdout(), "report:", dir+"/report.html")
 			}
 			return err
 		},

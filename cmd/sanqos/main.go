@@ -28,6 +28,6 @@ packet is dropped; if sanqos dies, traffic flows unthrottled.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(versionCmd(), labCmd(), throttleCmd(), agentCmd(), configCmd(), statusCmd())
+	root.AddCommand(versionCmd(), labCmd(), throttleCmd(), agentCmd(), configCmd(), statusCmd(), reportCmd())
 	return root
 }

@@ -145,3 +145,33 @@ func TestStatusAgentNotRunning(t *testing.T) {
 		}
 	}
 }
+
+func TestReportCommand(t *testing.T) {
+	// results/NAME/latest -> RUN, as the lab lays it out.
+	root := t.TempDir()
+	runDir := filepath.Join(root, "autonomic", "20260101-000000")
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"summary.json", "trace.csv"} {
+		b, err := os.ReadFile(filepath.Join("../../report/testdata/autonomic", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(runDir, f), b, 0o644)
+	}
+	os.Symlink("20260101-000000", filepath.Join(root, "autonomic", "latest"))
+	out, err := run(t, "report", filepath.Join(root, "autonomic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(root, "autonomic", "latest", "report.html"); strings.TrimSpace(out) != want {
+		t.Fatalf("printed %q, want %q", out, want)
+	}
+	if _, err := os.Stat(filepath.Join(runDir, "report-trace-read-wait.png")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, "report", t.TempDir()); err == nil || !strings.Contains(err.Error(), "no run here") {
+		t.Fatalf("empty dir: %v", err)
+	}
+}
