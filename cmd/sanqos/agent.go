@@ -46,8 +46,28 @@ It owns the throttle backend and serves the control API on a root-only unix
 socket. Logs go to stderr (logfmt, or JSON with --log-json). SIGTERM/SIGINT
 remove every rule, set, qdisc and queue it created, after letting held
 packets go. SIGHUP reloads the config; a bad new config is rejected with the
-reason and the old one stays active.`,
+reason and the old one stays active.
+
+With --config it also serves, read-only, on the config's http address
+(default 127.0.0.1:9311; --http overrides, port 0 picks a free one and logs
+it):
+  /            the live dashboard: per resource, read wait vs threshold, the
+               applied delay and write/read rates, updated every second
+               with the last five minutes; consumers sortable by rate/delay
+  /metrics     Prometheus metrics (grafana/sanqos-dashboard.json uses them)
+  /api/status  the status document ('sanqos status --json' gets the same)
+Nothing on HTTP can change anything; throttles are set only over the
+root-only unix socket. The page uses relative URLs, so it works through an
+SSH tunnel or a reverse proxy: to watch a remote agent that listens on
+localhost, run 'ssh -L 9311:127.0.0.1:9311 target-host' and open
+http://127.0.0.1:9311/. Listening on all interfaces (--http 0.0.0.0:9311)
+exposes read-only state to the network; firewall it.
+
+In the lab, the experiments' agent runs in namespace bm: see
+'sanqos lab dashboard'.`,
 		Example: `  sudo sanqos agent --config /etc/sanqos/sanqos.yaml
+  sudo sanqos agent --config /etc/sanqos/sanqos.yaml --http 0.0.0.0:9311
+  ssh -L 9311:127.0.0.1:9311 storage1   # then open http://127.0.0.1:9311/
   sudo sanqos agent --backend delayline
   sudo ip netns exec bm sanqos agent --backend delayline --socket /run/sanqos-lab/agent.sock`,
 		Args: cobra.NoArgs,
