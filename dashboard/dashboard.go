@@ -53,6 +53,9 @@ type ResourcePoint struct {
 	Throttleable int             `json:"throttleable"`
 	ReadMBs      agent.JSONFloat `json:"read_mb_s"`
 	WriteMBs     agent.JSONFloat `json:"write_mb_s"`
+	// Writers are the write rates (MB/s) of the consumers writing to the
+	// resource, so the rate chart can show who is slowed (thesis Fig 5.13).
+	Writers map[string]agent.JSONFloat `json:"writers,omitempty"`
 }
 
 // ConsumerRow is one line of the consumers table: the consumer's rates
@@ -160,6 +163,12 @@ func FrameOf(s agent.Status) Frame {
 		for _, c := range rs.Consumers {
 			p.ReadMBs += agent.JSONFloat(c.ReadBps / 1e6)
 			p.WriteMBs += agent.JSONFloat(c.WriteBps / 1e6)
+			if c.WriteBps > 0 {
+				if p.Writers == nil {
+					p.Writers = map[string]agent.JSONFloat{}
+				}
+				p.Writers[c.Addr] = agent.JSONFloat(c.WriteBps / 1e6)
+			}
 			r := row(c.Addr)
 			r.Resources = append(r.Resources, rs.Name)
 			r.ReadMBs += agent.JSONFloat(c.ReadBps / 1e6)
@@ -245,12 +254,12 @@ func (d *Dashboard) history() []Frame {
 	return append([]Frame{}, d.ring...)
 }
 
-func (d *Dashboard) subscribe() (chan Frame, []Frame) {
+func (d *Dashboard) subscribe() (chan Frame, []Frame, Frame, bool) {
 	ch := make(chan Frame, 4)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.subs[ch] = struct{}{}
-	return ch, append([]Frame{}, d.ring...)
+	return ch, append([]Frame{}, d.ring...), d.last, d.started
 }
 
 func (d *Dashboard) unsubscribe(ch chan Frame) {
@@ -259,14 +268,14 @@ func (d *Dashboard) unsubscribe(ch chan Frame) {
 	delete(d.subs, ch)
 }
 
-// events streams server-sent events: "history" (a JSON array) once, then
-// "frame" (one JSON frame) per period until the page goes away.
+// events streams server-sent events: "history" (a JSON array) and the
+// latest "frame" once, then a "frame" per period until the page goes away.
 func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
-	ch, hist := d.subscribe()
+	ch, hist, last, ok := d.subscribe()
 	defer d.unsubscribe(ch)
 	send := func(event string, v any) bool {
 		b, err := json.Marshal(v)
@@ -279,6 +288,11 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 		return rc.Flush() == nil
 	}
 	if !send("history", hist) {
+		return
+	}
+	// The latest full frame at once, so a new page has its consumers
+	// table and header without waiting a period.
+	if ok && !send("frame", last) {
 		return
 	}
 	for {

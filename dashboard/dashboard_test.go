@@ -38,7 +38,7 @@ func TestFrameOf(t *testing.T) {
 		t.Fatalf("resources %+v", f.Resources)
 	}
 	r := f.Resources[0]
-	if r.DelayMs != 2 || r.WriteMBs != 12 || r.ReadMBs != 2 || r.Throttleable != 1 || r.IndicatorMs != 14 {
+	if r.DelayMs != 2 || r.WriteMBs != 12 || r.ReadMBs != 2 || r.Throttleable != 1 || r.IndicatorMs != 14 || len(r.Writers) != 1 || r.Writers["10.99.0.3"] != 12 {
 		t.Fatalf("resource point %+v", r)
 	}
 	got := map[string]ConsumerRow{}
@@ -107,6 +107,11 @@ func TestEventsStreamHistoryThenFrames(t *testing.T) {
 	}
 	if hist[0].Resources[0].IndicatorMs != 13 || hist[2].Consumers != nil {
 		t.Fatalf("history must be the newest 3 without consumers: %+v", hist)
+	}
+	ev, data = next()
+	var latest Frame
+	if err := json.Unmarshal([]byte(data), &latest); ev != "frame" || err != nil || latest.Resources[0].IndicatorMs != 15 || len(latest.Consumers) != 3 {
+		t.Fatalf("second event must be the latest full frame: %s %v %+v", ev, err, latest)
 	}
 	// The handler subscribed before sending the history, so this sample
 	// reaches it.

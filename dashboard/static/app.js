@@ -17,7 +17,9 @@ function addPoint(f) {
   for (const r of f.resources || []) {
     if (!hist.has(r.name)) hist.set(r.name, []);
     const a = hist.get(r.name);
-    a.push(Object.assign({ t }, r));
+    const p = Object.assign({ t }, r);
+    for (const [addr, v] of Object.entries(r.writers || {})) p["w:" + addr] = v;
+    a.push(p);
     while (a.length && a[0].t < t - WINDOW_S) a.shift();
   }
 }
@@ -42,8 +44,11 @@ function draw(canvas, pts, series, unit) {
   const y = (v) => h - B - (h - T - B) * v / ymax;
   // grid and labels
   g.strokeStyle = "#e0e0e0"; g.fillStyle = "#666"; g.font = "11px sans-serif"; g.lineWidth = 1;
-  for (let i = 0; i <= 4; i++) {
-    const v = ymax * i / 4;
+  // Four or five grid steps, whichever gives round labels (20 → 5s, 25 → 5s).
+  const m = ymax / Math.pow(10, Math.floor(Math.log10(ymax)));
+  const div = m === 2 ? 4 : 5;
+  for (let i = 0; i <= div; i++) {
+    const v = ymax * i / div;
     g.beginPath(); g.moveTo(L, y(v)); g.lineTo(w - R, y(v)); g.stroke();
     g.fillText(fmt(v), 2, y(v) + 4);
   }
@@ -85,10 +90,19 @@ const CHARTS = [
     { key: "threshold_ms", name: "threshold", color: "#c62828", dash: [6, 4] }] },
   { id: "delay", title: "Applied write delay", unit: "ms", series: [
     { key: "delay_ms", name: "delay", color: "#ef6c00" }] },
-  { id: "rates", title: "Rates (all consumers)", unit: "MB/s", series: [
-    { key: "write_mb_s", name: "write", color: "#6a1b9a" },
-    { key: "read_mb_s", name: "read", color: "#2e7d32" }] },
+  { id: "rates", title: "Write rate per consumer, total read", unit: "MB/s", series: [
+    { key: "read_mb_s", name: "read (all)", color: "#2e7d32" }] },
 ];
+
+// The rate chart gets one line per writing consumer (the heaviest few, by
+// their latest rate), so the page shows who is slowed, as in thesis Fig 5.13.
+const WRITER_COLORS = ["#6a1b9a", "#ad1457", "#00838f", "#4e342e", "#f9a825", "#283593"];
+function writerSeries(pts) {
+  const last = new Map();
+  for (const p of pts) for (const [a, v] of Object.entries(p.writers || {})) last.set(a, v);
+  return [...last.entries()].sort((a, b) => b[1] - a[1]).slice(0, WRITER_COLORS.length)
+    .map(([addr], i) => ({ key: "w:" + addr, name: addr, color: WRITER_COLORS[i], writer: addr }));
+}
 
 function card(name) {
   let el = document.getElementById("res-" + name);
@@ -122,7 +136,10 @@ function render() {
     el.querySelector(".info").textContent =
       `wait ${fmt(last.indicator_ms)} / ${fmt(last.threshold_ms)} ms · delay ${fmt(last.delay_ms)} ms (step ${last.step}) · throttleable ${last.throttleable}`;
     el.dataset.points = pts.length;
-    for (const c of CHARTS) draw(el.querySelector(`canvas[data-chart=${c.id}]`), pts, c.series, c.unit);
+    for (const c of CHARTS) {
+      const series = c.id === "rates" ? writerSeries(pts).concat(c.series) : c.series;
+      draw(el.querySelector(`canvas[data-chart=${c.id}]`), pts, series, c.unit);
+    }
   }
 }
 
