@@ -32,6 +32,9 @@ type Deps struct {
 	NewController func(cfg *config.Config, r config.Resource) Controller
 	NewSmoother   func(alpha float64) Smoother
 	Log           *slog.Logger
+	// ControlAPI, when set, is served under /v1/ on the HTTP listener to
+	// requests carrying the config's token (and refused without one).
+	ControlAPI http.Handler
 }
 
 // Agent is a running sanqos daemon.
@@ -102,8 +105,8 @@ func (a *Agent) Reload(cfg *config.Config) error {
 		return errors.New("backend, mode and iscsi_port changes need a restart")
 	case cfg.Interval != old.Interval, cfg.DelayStep != old.DelayStep, cfg.MaxDelay != old.MaxDelay:
 		return errors.New("interval, delay_step and max_delay changes need a restart")
-	case cfg.Socket != old.Socket, cfg.HTTP != old.HTTP:
-		return errors.New("listener changes need a restart")
+	case cfg.Socket != old.Socket, cfg.HTTP != old.HTTP, cfg.Token != old.Token:
+		return errors.New("listener and token changes need a restart")
 	}
 	a.cfg = cfg
 	a.applySpecs(cfg)
@@ -177,7 +180,9 @@ func (a *Agent) discoverLoop(ctx context.Context) {
 	}
 }
 
-// ServeHTTP starts the read-only HTTP listener (/metrics, /api/status).
+// ServeHTTP starts the HTTP listener: read-only views (/metrics,
+// /api/status and what extra adds), plus the control API under /v1/ for
+// requests with the configured bearer token.
 func (a *Agent) ServeHTTP(ctx context.Context, addr string, extra func(*http.ServeMux)) error {
 	if addr == "" {
 		return nil
@@ -187,12 +192,15 @@ func (a *Agent) ServeHTTP(ctx context.Context, addr string, extra func(*http.Ser
 		return fmt.Errorf("http listener: %w", err)
 	}
 	mux := http.NewServeMux()
+	if a.deps.ControlAPI != nil {
+		mux.Handle("/v1/", tokenOnly(a.cfg.Token, a.deps.ControlAPI))
+	}
 	mux.Handle("GET /metrics", a.Metrics())
 	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, a.Status()) })
 	if extra != nil {
 		extra(mux)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: sameOrigin(mux), ReadHeaderTimeout: 5 * time.Second}
 	go func() { <-ctx.Done(); srv.Close() }()
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {

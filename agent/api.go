@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/sanqos/sanqos/throttle"
@@ -89,6 +90,17 @@ func (a *API) Handler() http.Handler {
 		a.Log.Info("throttle cleared via API", "consumers", len(addrs))
 		writeJSON(w, http.StatusOK, map[string]int{"cleared": len(addrs)})
 	})
+	mux.HandleFunc("GET /v1/counters", func(w http.ResponseWriter, r *http.Request) {
+		// What the backend delayed, per consumer: empty for backends that
+		// do not count (they hold no packets).
+		out := map[string]throttle.DelayCounters{}
+		if c, ok := a.T.(Counterer); ok {
+			for k, v := range c.Counters() {
+				out[k.String()] = v
+			}
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		if a.Status == nil {
 			writeJSON(w, http.StatusOK, map[string]string{"backend": a.T.Name()})
@@ -132,16 +144,24 @@ func DecodeThrottleRequest(r io.Reader) (map[netip.Addr]throttle.Setting, error)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
+	// Encode before writing the header, so a value that cannot be
+	// encoded is a 500 with a reason rather than an empty 200.
+	b, err := json.Marshal(v)
+	if err != nil {
+		code = http.StatusInternalServerError
+		b, _ = json.Marshal(map[string]string{"error": "encoding the response: " + err.Error()})
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(v)
+	w.Write(append(b, '\n'))
 }
 
 func writeErr(w http.ResponseWriter, code int, err error) {
 	writeJSON(w, code, map[string]string{"error": err.Error()})
 }
 
-// ListenUnix listens on a root-only unix socket. A stale socket file from a
+// ListenUnix listens on a unix socket that only the agent's own user
+// (root) can connect to. A stale socket file from a
 // crashed agent is replaced; a live one (another agent) is an error.
 func ListenUnix(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
@@ -152,13 +172,13 @@ func ListenUnix(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("another agent is listening on %s", path)
 	}
 	os.Remove(path)
+	// The socket is created 0600 (umask), not chmod-ed after: between the
+	// two another user could connect.
+	old := syscall.Umask(0o177)
 	l, err := net.Listen("unix", path)
+	syscall.Umask(old)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		l.Close()
-		return nil, err
-	}
-	return l, nil
+	return peerUIDListener{Listener: l, uid: uint32(os.Geteuid())}, nil
 }

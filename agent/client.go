@@ -111,5 +111,11 @@ func (c *Client) List() (map[netip.Addr]throttle.Setting, error) {
 	return out, nil
 }
 
+// Counters returns what the backend delayed per consumer (GET /v1/counters).
+func (c *Client) Counters() (map[string]throttle.DelayCounters, error) {
+	out := map[string]throttle.DelayCounters{}
+	return out, c.do(http.MethodGet, "/v1/counters", nil, &out)
+}
+
 // Status returns the agent's status document.
 func (c *Client) Status(out any) error { return c.do(http.MethodGet, "/v1/status", nil, out) }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -39,14 +40,18 @@ type Resource struct {
 
 // Config is the agent's whole configuration.
 type Config struct {
-	Interval   time.Duration `yaml:"interval"`
-	Backend    string        `yaml:"backend"`
-	Mode       string        `yaml:"mode"`
-	ISCSIPort  int           `yaml:"iscsi_port"`
-	Device     string        `yaml:"device"`
-	Socket     string        `yaml:"socket"`
-	HTTP       string        `yaml:"http"`
-	Token      string        `yaml:"token"`
+	Interval  time.Duration `yaml:"interval"`
+	Backend   string        `yaml:"backend"`
+	Mode      string        `yaml:"mode"`
+	ISCSIPort int           `yaml:"iscsi_port"`
+	Device    string        `yaml:"device"`
+	Socket    string        `yaml:"socket"`
+	HTTP      string        `yaml:"http"`
+	// TokenFile holds the bearer token that opens the control API on the
+	// HTTP listener (root-only file); without it HTTP is read-only.
+	TokenFile string `yaml:"token_file"`
+	// Token is TokenFile's content, read by Load.
+	Token      string        `yaml:"-"`
 	Discovery  Discovery     `yaml:"discovery"`
 	Threshold  time.Duration `yaml:"threshold"`
 	EWMAAlpha  float64       `yaml:"ewma_alpha"`
@@ -94,7 +99,36 @@ func Load(path string) (*Config, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	c.SourcePath = path
+	if c.TokenFile != "" {
+		if c.Token, err = readToken(c.TokenFile); err != nil {
+			return nil, fmt.Errorf("%s: token_file: %w", path, err)
+		}
+	}
 	return c, nil
+}
+
+// MinTokenLen is the shortest token accepted: 16 random bytes, hex.
+const MinTokenLen = 32
+
+// readToken reads a bearer token from a file that only its owner can read:
+// a token anyone on the machine can read protects nothing.
+func readToken(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("%s is readable by group or others (mode %v): chmod 600 it", path, fi.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < MinTokenLen || strings.ContainsAny(tok, " \t\n") {
+		return "", fmt.Errorf("%s: want one token of at least %d characters (e.g. openssl rand -hex 16)", path, MinTokenLen)
+	}
+	return tok, nil
 }
 
 // Error is one problem with a config, at a line.
@@ -166,6 +200,17 @@ func (c *Config) validate(root *yaml.Node) []error {
 	}
 	if !strings.HasPrefix(c.Socket, "/") {
 		bad("want an absolute path", "socket")
+	}
+	if c.HTTP != "" {
+		if _, port, err := net.SplitHostPort(c.HTTP); err != nil || port == "" {
+			bad("want host:port (e.g. 127.0.0.1:9311), or empty to disable", "http")
+		}
+	}
+	if c.TokenFile != "" && !strings.HasPrefix(c.TokenFile, "/") {
+		bad("want an absolute path", "token_file")
+	}
+	if c.TokenFile != "" && c.HTTP == "" {
+		bad("a token opens the control API over HTTP, but http is disabled", "token_file")
 	}
 	switch c.Discovery.Source {
 	case "tgt", "lio", "iet", "static":

@@ -69,18 +69,22 @@ func RunExperiment(name string, o RunOptions) (string, error) {
 	}
 	defer r.Close()
 	sum, err := e.Run(r)
-	if err != nil {
-		return r.Dir, err
+	if sum != nil {
+		// A summary that comes with an error says what failed.
+		werr := r.WriteSummary(sum)
+		if err == nil {
+			err = werr
+		}
+		// The one-page report (figures + summary table) of every run with
+		// a summary, failed ones included: what `sanqos report DIR` writes.
+		// A run's own error comes first.
+		if werr == nil {
+			if _, rerr := report.Generate(r.Dir); err == nil && rerr != nil {
+				err = fmt.Errorf("report: %w", rerr)
+			}
+		}
 	}
-	if err := r.WriteSummary(sum); err != nil {
-		return r.Dir, err
-	}
-	// The one-page report (figures + summary table) of every run, the same
-	// as `sanqos report DIR` would write later.
-	if _, err := report.Generate(r.Dir); err != nil {
-		return r.Dir, fmt.Errorf("report: %w", err)
-	}
-	return r.Dir, nil
+	return r.Dir, err
 }
 
 func readWait(iv sample.Interval) float64 { return iv.ReadWaitMs }

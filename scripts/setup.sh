@@ -14,7 +14,7 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 
-pkgs=(tgt libiscsi-dev libiscsi-bin iptables ipset iproute2 fuse3 kmod
+pkgs=(tgt libiscsi-dev libiscsi-bin iptables ipset iproute2 fuse3 kmod curl
 	dpkg-dev build-essential pkg-config zlib1g-dev libaio-dev chromium)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -30,9 +30,13 @@ import (
 // wake-ups are rounded to 1 ms by epoll_wait on Linux.
 //
 // Bounded memory: at most QueueLimit packets are held (the kernel keeps the
-// packets, we keep 16 bytes each); a packet arriving beyond that is accepted
-// at once and counted in PassedAtLimit. That packet may overtake held ones
-// of its flow: the limit is a safety valve, not an operating point.
+// packets, we keep 16 bytes each). A packet arriving at the limit is held
+// and the packet due soonest is released at once, ahead of its time, and
+// counted in PassedAtLimit: beyond the limit the delay shrinks, but nothing
+// is dropped and no packet overtakes an earlier one of its flow (which TCP
+// would answer with duplicate ACKs and spurious fast retransmits). The
+// limit is a safety valve, not an operating point: window-limited iSCSI
+// flows put far fewer packets in flight at the delays we allow.
 //
 // Fail open, never drop: the rule has --queue-bypass (no listener: packets
 // pass), the queue has NFQA_CFG_F_FAIL_OPEN (queue or socket full: packets
@@ -88,8 +92,8 @@ type DelayCounters struct {
 	Bytes   uint64 `json:"bytes"`
 	// Acks of those Packets were pure ACKs (write delay).
 	Acks uint64 `json:"acks"`
-	// PassedAtLimit were accepted undelayed because QueueLimit packets
-	// were already held.
+	// PassedAtLimit were released before their due time because
+	// QueueLimit packets were held when another arrived.
 	PassedAtLimit uint64 `json:"passed_at_limit"`
 }
 
@@ -357,9 +361,7 @@ func (d *DelayLine) receive() {
 			d.mu.Lock()
 			now = now[:0]
 			for i := range pkts {
-				if id, pass := d.hold(&pkts[i], t); pass {
-					now = append(now, id)
-				}
+				now = d.hold(&pkts[i], t, now)
 			}
 			// Sent under d.mu, so the scheduler cannot release an
 			// earlier packet of the same consumer after these.
@@ -386,33 +388,32 @@ func (d *DelayLine) receive() {
 	}
 }
 
-// hold queues p or reports that it passes now; d.mu must be held.
-func (d *DelayLine) hold(p *nfqueue.Packet, t int64) (uint32, bool) {
+// hold queues p, or appends it to now if it passes at once; at the queue
+// limit it appends the packet due soonest instead. d.mu must be held.
+func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
 	dst, kind := classifyPacket(p.Payload)
 	s, ok := d.settings[dst]
 	if d.closing {
-		return p.ID, true
+		return append(now, p.ID)
 	}
 	if kind == kindUnknown || !ok && !d.dq.holds(dst) {
 		d.stats.Unclassified++
-		return p.ID, true
+		return append(now, p.ID)
 	}
-	c := d.counters[dst]
-	if c == nil {
-		c = &DelayCounters{}
-		d.counters[dst] = c
-	}
+	c := d.counter(dst)
 	delay := s.ReadDelay
 	if kind == kindAck {
 		delay = s.WriteDelay
 	}
 	if delay == 0 && !d.dq.holds(dst) {
-		return p.ID, true
+		return append(now, p.ID)
 	}
 	if d.dq.len() >= d.cfg.QueueLimit {
-		c.PassedAtLimit++
-		d.stats.PassedAtLimit++
-		return p.ID, true
+		if id, a, ok := d.dq.popEarliest(); ok {
+			now = append(now, id)
+			d.counter(a).PassedAtLimit++
+			d.stats.PassedAtLimit++
+		}
 	}
 	due := d.dq.push(dst, p.ID, t+int64(delay))
 	c.Packets++
@@ -423,7 +424,16 @@ func (d *DelayLine) hold(p *nfqueue.Packet, t int64) (uint32, bool) {
 	if d.armed == 0 || due < d.armed {
 		d.arm(due)
 	}
-	return 0, false
+	return now
+}
+
+func (d *DelayLine) counter(a netip.Addr) *DelayCounters {
+	c := d.counters[a]
+	if c == nil {
+		c = &DelayCounters{}
+		d.counters[a] = c
+	}
+	return c
 }
 
 func (d *DelayLine) schedule() {

@@ -177,6 +177,26 @@ func (q *delayQueue) popDue(now int64, out []uint32, late func(int64)) []uint32 
 	return out
 }
 
+// popEarliest removes and returns the held packet due soonest, and its
+// consumer. It is the head of its consumer's FIFO, so releasing it early
+// keeps that consumer's packets in order.
+func (q *delayQueue) popEarliest() (uint32, netip.Addr, bool) {
+	if len(q.h) == 0 {
+		return 0, netip.Addr{}, false
+	}
+	f := q.h[0]
+	id := f.pkts[f.head].id
+	f.head++
+	q.n--
+	if f.len() == 0 {
+		heap.Pop(&q.h)
+		delete(q.byAddr, f.addr)
+	} else {
+		heap.Fix(&q.h, 0)
+	}
+	return id, f.addr, true
+}
+
 // drain appends consumer a's packets to out and forgets them.
 func (q *delayQueue) drain(a netip.Addr, out []uint32) []uint32 {
 	f := q.byAddr[a]

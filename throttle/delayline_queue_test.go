@@ -161,3 +161,34 @@ func TestDelayQueueManyConsumers(t *testing.T) {
 		t.Fatalf("released %d", released)
 	}
 }
+
+// At the queue limit the delay line releases the packet due soonest early
+// (popEarliest): every consumer's packets must still leave in arrival order.
+func TestDelayQueuePopEarliestKeepsOrder(t *testing.T) {
+	a := netip.MustParseAddr("10.0.0.1")
+	b := netip.MustParseAddr("10.0.0.2")
+	q := newDelayQueue()
+	q.push(a, 1, 50)
+	q.push(b, 2, 10)
+	q.push(a, 3, 5) // waits behind 1: due 50
+	q.push(b, 4, 60)
+	var got []uint32
+	var owners []netip.Addr
+	for {
+		id, addr, ok := q.popEarliest()
+		if !ok {
+			break
+		}
+		got, owners = append(got, id), append(owners, addr)
+	}
+	// Heads by due: b's 2 (10), then a's 1 (50), a's 3 (50), b's 4 (60).
+	if want := []uint32{2, 1, 3, 4}; !slices.Equal(got, want) {
+		t.Fatalf("popEarliest order %v, want %v", got, want)
+	}
+	if !slices.Equal(owners, []netip.Addr{b, a, a, b}) {
+		t.Fatalf("owners %v", owners)
+	}
+	if q.len() != 0 || q.holds(a) || q.holds(b) {
+		t.Fatal("queue not empty")
+	}
+}

@@ -29,6 +29,8 @@ type backendOptions struct {
 	Chain  string
 	Label  string
 	Device string // interface towards the consumers (netem, htb)
+	// QueueLimit bounds the packets the delay line holds (0: its default).
+	QueueLimit int
 }
 
 func agentCmd() *cobra.Command {
@@ -97,7 +99,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 					cfg.HTTP = httpAddr
 				}
 			}
-			return runAgent(cfg, cfgPath, bo, socket, log)
+			return runAgent(cfg, cfgPath, bo, socket, cmd.Flags().Changed("http"), log)
 		},
 	}
 	f := c.Flags()
@@ -108,12 +110,13 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f.StringVar(&bo.Chain, "chain", bo.Chain, "netfilter chain: OUTPUT (target mode) or FORWARD (bridge mode)")
 	f.StringVar(&bo.Label, "label", bo.Label, "label of the kernel objects this agent creates")
 	f.StringVar(&bo.Device, "device", "", "interface towards the consumers, for netem and htb (default: the only non-loopback one)")
+	f.IntVar(&bo.QueueLimit, "queue-limit", 0, "most packets the delay line holds at once; beyond it the soonest-due leaves early (default 4096)")
 	f.StringVar(&httpAddr, "http", "", "read-only HTTP listener for the dashboard and /metrics (overrides the config's http; \"\" turns it off)")
 	f.BoolVar(&logJSON, "log-json", false, "log JSON instead of logfmt")
 	return c
 }
 
-func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket string, log *slog.Logger) error {
+func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket string, httpOverride bool, log *slog.Logger) error {
 	t, err := newBackend(bo, log)
 	if err != nil {
 		return err
@@ -147,7 +150,7 @@ func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket stri
 			rates = sample.NewTCPRates(uint16(cfg.ISCSIPort))
 		}
 		a := agent.New(cfg, agent.Deps{Throttle: t, Sampler: ds, Rates: rates, Discoverer: disc, Log: log,
-			NewController: newPID, NewSmoother: newEWMA})
+			NewController: newPID, NewSmoother: newEWMA, ControlAPI: api.Handler()})
 		api.Status = func() any { return a.Status() }
 		dash := dashboard.New(a.Status, dashboard.Options{})
 		go dash.Run(ctx)
@@ -159,6 +162,11 @@ func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket stri
 		go func() {
 			for range hup {
 				nc, err := config.Load(cfgPath)
+				if err == nil && nc.HTTP != cfg.HTTP && httpOverride {
+					// --http replaced the file's listener at start; keep it,
+					// or every reload would look like a listener change.
+					nc.HTTP = cfg.HTTP
+				}
 				if err == nil {
 					err = a.Reload(nc)
 				}
@@ -226,8 +234,11 @@ func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 	if o.Port < 1 || o.Port > 65535 {
 		return nil, fmt.Errorf("iscsi-port %d out of range", o.Port)
 	}
+	if o.QueueLimit < 0 || o.QueueLimit > 1<<20 {
+		return nil, fmt.Errorf("queue-limit %d: want 0 (default) to %d", o.QueueLimit, 1<<20)
+	}
 	delayLine := func() (throttle.Throttle, error) {
-		return throttle.NewDelayLine(throttle.DelayLineConfig{Port: uint16(o.Port), Chain: o.Chain, Label: o.Label + "-dl"})
+		return throttle.NewDelayLine(throttle.DelayLineConfig{Port: uint16(o.Port), Chain: o.Chain, Label: o.Label + "-dl", QueueLimit: o.QueueLimit})
 	}
 	device := func() (string, error) {
 		if o.Device != "" {

@@ -37,7 +37,7 @@ Prometheus (/metrics, Grafana dashboard in grafana/).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(versionCmd(), labCmd(), throttleCmd(), agentCmd(), configCmd(), statusCmd(), reportCmd())
+	root.AddCommand(versionCmd(), labCmd(), throttleCmd(), agentCmd(), configCmd(), cleanupCmd(), statusCmd(), reportCmd())
 	completionHelp(root)
 	root.SetHelpTemplate(manHelp)
 	return root

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/sanqos/sanqos/throttle"
+	"github.com/spf13/cobra"
+)
+
+func cleanupCmd() *cobra.Command {
+	label := "sanqos"
+	c := &cobra.Command{
+		Use:   "cleanup",
+		Short: "Remove the rules, sets and qdiscs a crashed agent left behind",
+		Long: `Removes every kernel object an agent with this label created, in the current
+network namespace: the delay line's iptables rules and ipsets, and the netem
+and HTB backends' qdiscs, mangle chains and ipsets. Objects are found by
+label (rule comments, set names, qdisc handles), never by guessing, so other
+software's rules are left alone.
+
+An agent does the same for its own label when it starts, so this is only
+needed when an agent crashed and will not be restarted. Do not run it
+against a live agent's label: its throttles would vanish under it. A left
+delay-line rule is harmless meanwhile (--queue-bypass lets traffic through
+when no agent reads the queue); a left netem mark is not, until its ipset
+entries time out.`,
+		Example: `  sudo sanqos cleanup
+  sudo ip netns exec bm sanqos cleanup --label sanqos-lab-agent`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The agent derives one label per backend from its own.
+			err := errors.Join(
+				throttle.CleanupDelayLine(label+"-dl"),
+				throttle.CleanupTC(label+"-ne"),
+				throttle.CleanupTC(label+"-htb"),
+			)
+			if err != nil {
+				return fmt.Errorf("cleanup of %q: %w", label, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "removed every object labelled %s-{dl,ne,htb}\n", label)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&label, "label", label, "the agent's --label")
+	return c
+}
