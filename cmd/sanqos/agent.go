@@ -58,8 +58,9 @@ it):
                with the last five minutes; consumers sortable by rate/delay
   /metrics     Prometheus metrics (grafana/sanqos-dashboard.json uses them)
   /api/status  the status document ('sanqos status --json' gets the same)
-Nothing on HTTP can change anything; throttles are set only over the
-root-only unix socket. The page uses relative URLs, so it works through an
+These views change nothing; throttles are set over the root-only unix
+socket (or, only with token_file set, /v1/ with a bearer token: see
+SECURITY.md). The page uses relative URLs, so it works through an
 SSH tunnel or a reverse proxy: to watch a remote agent that listens on
 localhost, run 'ssh -L 9311:127.0.0.1:9311 target-host' and open
 http://127.0.0.1:9311/. Listening on all interfaces (--http 0.0.0.0:9311)
