@@ -16,6 +16,7 @@ import (
 
 	"github.com/sanqos/sanqos/agent"
 	"github.com/sanqos/sanqos/dashboard"
+	"github.com/sanqos/sanqos/throttle"
 	"github.com/spf13/cobra"
 )
 
@@ -89,6 +90,18 @@ func fetchStatus(socket string) (agent.Status, error) {
 			why = "nothing listens on " + socket + " (stale socket)"
 		}
 		return st, fmt.Errorf("agent not running: %s (start it with: sudo sanqos agent --config /etc/sanqos/sanqos.yaml)", why)
+	}
+	if err == nil && st.Throttles == nil {
+		// An agent without --config reports only its backend; its manual
+		// throttles come from the list.
+		m, lerr := agent.NewClient(socket).List()
+		if lerr != nil {
+			return st, lerr
+		}
+		st.Throttles = map[string]throttle.Setting{}
+		for a, s := range m {
+			st.Throttles[a.String()] = s
+		}
 	}
 	return st, err
 }

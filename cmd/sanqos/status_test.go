@@ -97,6 +97,30 @@ func TestStatusTable(t *testing.T) {
 	}
 }
 
+// An agent without --config serves only {"backend": ...} as its status;
+// status still shows its manual throttles.
+func TestStatusManualOnlyAgent(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	l, err := agent.ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := throttle.NewMemory()
+	mem.Set(map[netip.Addr]throttle.Setting{netip.MustParseAddr("10.99.0.4"): {ReadDelay: 3 * time.Millisecond}})
+	srv := &http.Server{Handler: (&agent.API{T: mem, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	out, err := run(t, "status", "--socket", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"backend dry-run", "no resources (agent without --config", "10.99.0.4", "3.0 ms", "slowed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 func TestStatusJSON(t *testing.T) {
 	sock := serveAPI(t, testStatus)
 	out, err := run(t, "status", "--json", "--socket", sock)
