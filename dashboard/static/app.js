@@ -133,8 +133,14 @@ function render() {
     const state = last.indicator_ms > last.threshold_ms ? "above" : last.delay_ms > 0 ? "throttling" : "ok";
     badge.className = "badge " + state;
     badge.textContent = state === "above" ? "above threshold" : state === "throttling" ? "holding" : "ok";
+    // Does the threshold hold? The share of the shown window the indicator
+    // spent above 1.2 × threshold (the lab's pct_time_above_1_2x_threshold).
+    const measured = pts.filter((p) => Number.isFinite(p.indicator_ms));
+    const above = measured.filter((p) => p.indicator_ms > 1.2 * p.threshold_ms).length;
+    const held = measured.length ? `${Math.round(100 * above / measured.length)}% of the last ${Math.ceil((last.t - pts[0].t + 1) / 60)} min above 1.2× threshold` : "no reads yet";
     el.querySelector(".info").textContent =
-      `wait ${fmt(last.indicator_ms)} / ${fmt(last.threshold_ms)} ms · delay ${fmt(last.delay_ms)} ms (step ${last.step}) · throttleable ${last.throttleable}`;
+      `wait ${fmt(last.indicator_ms)} / ${fmt(last.threshold_ms)} ms · delay ${fmt(last.delay_ms)} ms (step ${last.step}) · throttleable ${last.throttleable} · ${held}`;
+    el.dataset.pctAbove = measured.length ? Math.round(100 * above / measured.length) : "";
     el.dataset.points = pts.length;
     for (const c of CHARTS) {
       const series = c.id === "rates" ? writerSeries(pts).concat(c.series) : c.series;
