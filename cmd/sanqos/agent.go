@@ -52,7 +52,7 @@ reason and the old one stays active.
 
 With --config it also serves, read-only, on the config's http address
 (default 127.0.0.1:9311; --http overrides, port 0 picks a free one and logs
-it):
+it; without --config only when --http is given, with no resources):
   /            the live dashboard: per resource, read wait vs threshold, the
                applied delay and write/read rates, updated every second
                with the last five minutes; consumers sortable by rate/delay
@@ -72,6 +72,7 @@ In the lab, the experiments' agent runs in namespace bm: see
   sudo sanqos agent --config /etc/sanqos/sanqos.yaml --http 0.0.0.0:9311
   ssh -L 9311:127.0.0.1:9311 storage1   # then open http://127.0.0.1:9311/
   sudo sanqos agent --backend delayline
+  sudo sanqos agent --backend delayline --http 127.0.0.1:9311   # manual throttles, with the dashboard
   sudo ip netns exec bm sanqos agent --backend delayline --socket /run/sanqos-lab/agent.sock`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -100,7 +101,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 					cfg.HTTP = httpAddr
 				}
 			}
-			return runAgent(cfg, cfgPath, bo, socket, cmd.Flags().Changed("http"), log)
+			return runAgent(cfg, cfgPath, bo, socket, httpAddr, cmd.Flags().Changed("http"), log)
 		},
 	}
 	f := c.Flags()
@@ -112,12 +113,12 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f.StringVar(&bo.Label, "label", bo.Label, "label of the kernel objects this agent creates")
 	f.StringVar(&bo.Device, "device", "", "interface towards the consumers, for netem and htb (default: the only non-loopback one)")
 	f.IntVar(&bo.QueueLimit, "queue-limit", 0, "most packets the delay line holds at once; beyond it the soonest-due leaves early (default 4096)")
-	f.StringVar(&httpAddr, "http", "", "read-only HTTP listener for the dashboard and /metrics (overrides the config's http; \"\" turns it off)")
+	f.StringVar(&httpAddr, "http", "", "HTTP listener for the dashboard and /metrics (overrides the config's http; \"\" turns it off; without --config, off unless given)")
 	f.BoolVar(&logJSON, "log-json", false, "log JSON instead of logfmt")
 	return c
 }
 
-func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket string, httpOverride bool, log *slog.Logger) error {
+func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket, httpAddr string, httpOverride bool, log *slog.Logger) error {
 	t, err := newBackend(bo, log)
 	if err != nil {
 		return err
@@ -180,6 +181,19 @@ func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket stri
 		}()
 		go func() { done <- a.Run(ctx) }()
 	} else {
+		if httpAddr != "" {
+			// Manual throttles only: an agent with no resources, never
+			// run, still serves the dashboard (the consumers table) and the
+			// backend's metrics.
+			def := config.Defaults()
+			a := agent.New(&def, agent.Deps{Throttle: t, Log: log, NewController: newPID, NewSmoother: newEWMA})
+			api.Status = func() any { return a.Status() }
+			dash := dashboard.New(a.Status, dashboard.Options{})
+			go dash.Run(ctx)
+			if err := a.ServeHTTP(ctx, httpAddr, dash.Register); err != nil {
+				return err
+			}
+		}
 		go func() { <-ctx.Done(); done <- nil }()
 	}
 	srv := &http.Server{Handler: api.Handler()}
