@@ -63,7 +63,7 @@ func New(cfg *config.Config, d Deps) *Agent {
 		Help: "Time to sample and dispatch one control tick.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14)})
 	a.discErrs = prometheus.NewCounter(prometheus.CounterOpts{Name: "sanqos_discovery_errors_total", Help: "Failed discovery rounds."})
 	a.loops.OnTick(func(d time.Duration) { a.ticks.Observe(d.Seconds()) })
-	a.reg.MustRegister(newCollector(a.loops, d.Throttle), a.ticks, a.discErrs,
+	a.reg.MustRegister(newCollector(a.loops.Status, d.Throttle), a.ticks, a.discErrs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.applySpecs(cfg)
 	return a

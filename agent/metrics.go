@@ -13,20 +13,28 @@ type Counterer interface {
 	Counters() map[netip.Addr]throttle.DelayCounters
 }
 
+// Statser is implemented by backends with totals that belong to no
+// consumer (the delay line: packets held now, unclassified, errors).
+type Statser interface {
+	Stats() throttle.DelayLineStats
+}
+
 // collector exposes the loops' and the backend's state at scrape time, so
 // the metrics are never a second copy of the truth.
 type collector struct {
-	loops *Loops
-	t     throttle.Throttle
-	descs map[string]*prometheus.Desc
+	// status is the loops' status (a func, not *Loops, so the collector
+	// can be tested on a fixed document).
+	status func() []ResourceStatus
+	t      throttle.Throttle
+	descs  map[string]*prometheus.Desc
 }
 
 func newDesc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc("sanqos_"+name, help, labels, nil)
 }
 
-func newCollector(l *Loops, t throttle.Throttle) *collector {
-	return &collector{loops: l, t: t, descs: map[string]*prometheus.Desc{
+func newCollector(status func() []ResourceStatus, t throttle.Throttle) *collector {
+	return &collector{status: status, t: t, descs: map[string]*prometheus.Desc{
 		"indicator":    newDesc("resource_indicator_seconds", "Smoothed read wait (EWMA) of the resource: the controlled variable.", "resource"),
 		"raw":          newDesc("resource_read_wait_seconds", "Read wait of the resource's devices over the last interval (iostat r_await).", "resource"),
 		"threshold":    newDesc("resource_threshold_seconds", "Read-wait threshold of the resource.", "resource"),
@@ -38,7 +46,12 @@ func newCollector(l *Loops, t throttle.Throttle) *collector {
 		"crate_cap":    newDesc("consumer_rate_cap_bytes_per_second", "Rate cap applied to the consumer.", "consumer"),
 		"dl_packets":   newDesc("delayline_packets_total", "Packets held by the delay line.", "consumer"),
 		"dl_bytes":     newDesc("delayline_bytes_total", "Bytes held by the delay line.", "consumer"),
+		"dl_acks":      newDesc("delayline_acks_total", "Pure ACKs held by the delay line (the write delay's packets).", "consumer"),
 		"dl_overflow":  newDesc("delayline_passed_at_limit_total", "Packets accepted without delay because the queue was full (fail open).", "consumer"),
+		"dl_held":      newDesc("delayline_held_packets", "Packets the delay line holds now."),
+		"dl_unclass":   newDesc("delayline_unclassified_packets_total", "Queued packets that matched no consumer and were accepted at once."),
+		"dl_errors":    newDesc("delayline_errors_total", "Netlink receive and verdict errors of the delay line."),
+		"cthrottled":   newDesc("consumer_throttled", "1 while the resource's controller delays the consumer (throttleable and output above zero).", "resource", "consumer"),
 		"backend_info": newDesc("backend_info", "The throttle backend in use.", "backend"),
 	}}
 }
@@ -53,7 +66,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	g := func(name string, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(c.descs[name], prometheus.GaugeValue, v, labels...)
 	}
-	for _, s := range c.loops.Status() {
+	for _, s := range c.status() {
 		g("indicator", s.IndicatorMs/1e3, s.Name)
 		g("raw", s.RawWaitMs/1e3, s.Name)
 		g("threshold", s.ThresholdMs/1e3, s.Name)
@@ -63,6 +76,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, cs := range s.Consumers {
 			g("crate", cs.ReadBps, s.Name, cs.Addr, "read")
 			g("crate", cs.WriteBps, s.Name, cs.Addr, "write")
+			g("cthrottled", b2f(cs.Throttled), s.Name, cs.Addr)
 		}
 	}
 	for a, s := range c.t.List() {
@@ -76,8 +90,22 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for a, k := range cc.Counters() {
 			ch <- prometheus.MustNewConstMetric(c.descs["dl_packets"], prometheus.CounterValue, float64(k.Packets), a.String())
 			ch <- prometheus.MustNewConstMetric(c.descs["dl_bytes"], prometheus.CounterValue, float64(k.Bytes), a.String())
+			ch <- prometheus.MustNewConstMetric(c.descs["dl_acks"], prometheus.CounterValue, float64(k.Acks), a.String())
 			ch <- prometheus.MustNewConstMetric(c.descs["dl_overflow"], prometheus.CounterValue, float64(k.PassedAtLimit), a.String())
 		}
 	}
+	if st, ok := c.t.(Statser); ok {
+		s := st.Stats()
+		g("dl_held", float64(s.Held))
+		ch <- prometheus.MustNewConstMetric(c.descs["dl_unclass"], prometheus.CounterValue, float64(s.Unclassified))
+		ch <- prometheus.MustNewConstMetric(c.descs["dl_errors"], prometheus.CounterValue, float64(s.Errors))
+	}
 	g("backend_info", 1, c.t.Name())
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

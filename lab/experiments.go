@@ -71,8 +71,17 @@ func RunExperiment(name string, o RunOptions) (string, error) {
 	sum, err := e.Run(r)
 	if sum != nil {
 		// A summary that comes with an error says what failed.
-		if werr := r.WriteSummary(sum); err == nil {
+		werr := r.WriteSummary(sum)
+		if err == nil {
 			err = werr
+		}
+		// The one-page report (figures + summary table) of every run with
+		// a summary, failed ones included: what `sanqos report DIR` writes.
+		// A run's own error comes first.
+		if werr == nil {
+			if _, rerr := report.Generate(r.Dir); err == nil && rerr != nil {
+				err = fmt.Errorf("report: %w", rerr)
+			}
 		}
 	}
 	return r.Dir, err

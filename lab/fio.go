@@ -77,7 +77,8 @@ func JobFile(host string, jobs []Job, logPrefix string) (string, error) {
 			fmt.Fprintf(&b, "time_based\nruntime=%dms\n", j.Runtime.Milliseconds())
 		}
 		if j.Verify {
-			b.WriteString("verify=crc32c\nverify_fatal=1\ndo_verify=1\n")
+			// verify_state_save=0: no *-verify.state files left in the cwd.
+			b.WriteString("verify=crc32c\nverify_fatal=1\ndo_verify=1\nverify_state_save=0\n")
 		}
 	}
 	return b.String(), nil

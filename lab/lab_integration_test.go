@@ -80,7 +80,7 @@ func TestLabInterferenceAndCleanDown(t *testing.T) {
 	if none.WriteMBs != 0 || twelve.WriteMBs < 5 {
 		t.Errorf("write rates: none %.2f, twelve %.2f MB/s", none.WriteMBs, twelve.WriteMBs)
 	}
-	for _, f := range []string{"trace.csv", "read-wait.png", "writers-12.r0/b3.json", "writers-12.r0/b2.fio"} {
+	for _, f := range []string{"trace.csv", "read-wait.png", "writers-12.r0/b3.json", "writers-12.r0/b2.fio", "report.html", "report-wait-vs-writers.png"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Errorf("missing result file: %v", err)
 		}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything sanqos' lab and tests need on a fresh Debian (bookworm)
-# machine, as root: tgt, libiscsi, iptables/ipset, fuse3, and fio built from
+# machine, as root: tgt, libiscsi, iptables/ipset, fuse3, chromium (the
+# dashboard's browser test), and fio built from
 # Debian's own source package with the libiscsi engine (Debian's binary fio
 # lacks it). Idempotent: each step is skipped when its result is present.
 set -euo pipefail
@@ -14,7 +15,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 pkgs=(tgt libiscsi-dev libiscsi-bin iptables ipset iproute2 fuse3 kmod curl
-	dpkg-dev build-essential pkg-config zlib1g-dev libaio-dev)
+	dpkg-dev build-essential pkg-config zlib1g-dev libaio-dev chromium)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

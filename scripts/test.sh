@@ -22,4 +22,6 @@ go build -o bin/sanqos ./cmd/sanqos
 bin/sanqos lab down >/dev/null
 # -p 1: the lab and kernel tests share the machine's two cores and its
 # network namespaces; running packages one at a time keeps timings honest.
+# The dashboard's browser test saves its screenshots here (CI artifacts).
+export SANQOS_ARTIFACTS=${SANQOS_ARTIFACTS:-$PWD/artifacts}
 go test -p 1 -count=1 -timeout 25m ./...

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sanqos/sanqos/agent"
 	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/dashboard"
 	"github.com/sanqos/sanqos/discover"
 	"github.com/sanqos/sanqos/sample"
 	"github.com/sanqos/sanqos/throttle"
@@ -34,7 +35,7 @@ func agentCmd() *cobra.Command {
 	socket := agent.DefaultSocket
 	bo := backendOptions{Name: "auto", Port: 3260, Chain: "OUTPUT", Label: "sanqos"}
 	var logJSON bool
-	var cfgPath string
+	var cfgPath, httpAddr string
 	c := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the sanqos daemon (foreground; systemd-friendly)",
@@ -45,9 +46,31 @@ It owns the throttle backend and serves the control API on a root-only unix
 socket. Logs go to stderr (logfmt, or JSON with --log-json). SIGTERM/SIGINT
 remove every rule, set, qdisc and queue it created, after letting held
 packets go. SIGHUP reloads the config; a bad new config is rejected with the
-reason and the old one stays active.`,
+reason and the old one stays active.
+
+With --config it also serves, read-only, on the config's http address
+(default 127.0.0.1:9311; --http overrides, port 0 picks a free one and logs
+it; without --config only when --http is given, with no resources):
+  /            the live dashboard: per resource, read wait vs threshold, the
+               applied delay and write/read rates, updated every second
+               with the last five minutes; consumers sortable by rate/delay
+  /metrics     Prometheus metrics (grafana/sanqos-dashboard.json uses them)
+  /api/status  the status document ('sanqos status --json' gets the same)
+These views change nothing; throttles are set over the root-only unix
+socket (or, only with token_file set, /v1/ with a bearer token: see
+SECURITY.md). The page uses relative URLs, so it works through an
+SSH tunnel or a reverse proxy: to watch a remote agent that listens on
+localhost, run 'ssh -L 9311:127.0.0.1:9311 target-host' and open
+http://127.0.0.1:9311/. Listening on all interfaces (--http 0.0.0.0:9311)
+exposes read-only state to the network; firewall it.
+
+In the lab, the experiments' agent runs in namespace bm: see
+'sanqos lab dashboard'.`,
 		Example: `  sudo sanqos agent --config /etc/sanqos/sanqos.yaml
+  sudo sanqos agent --config /etc/sanqos/sanqos.yaml --http 0.0.0.0:9311
+  ssh -L 9311:127.0.0.1:9311 storage1   # then open http://127.0.0.1:9311/
   sudo sanqos agent --backend delayline
+  sudo sanqos agent --backend delayline --http 127.0.0.1:9311   # manual throttles, with the dashboard
   sudo ip netns exec bm sanqos agent --backend delayline --socket /run/sanqos-lab/agent.sock`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -72,8 +95,11 @@ reason and the old one stays active.`,
 				if !cmd.Flags().Changed("socket") {
 					socket = cfg.Socket
 				}
+				if cmd.Flags().Changed("http") {
+					cfg.HTTP = httpAddr
+				}
 			}
-			return runAgent(cfg, cfgPath, bo, socket, log)
+			return runAgent(cfg, cfgPath, bo, socket, httpAddr, cmd.Flags().Changed("http"), log)
 		},
 	}
 	f := c.Flags()
@@ -85,11 +111,12 @@ reason and the old one stays active.`,
 	f.StringVar(&bo.Label, "label", bo.Label, "label of the kernel objects this agent creates")
 	f.StringVar(&bo.Device, "device", "", "interface towards the consumers, for netem and htb (default: the only non-loopback one)")
 	f.IntVar(&bo.QueueLimit, "queue-limit", 0, "most packets the delay line holds at once; beyond it the soonest-due leaves early (default 4096)")
+	f.StringVar(&httpAddr, "http", "", "HTTP listener for the dashboard and /metrics (overrides the config's http; \"\" turns it off; without --config, off unless given)")
 	f.BoolVar(&logJSON, "log-json", false, "log JSON instead of logfmt")
 	return c
 }
 
-func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket string, log *slog.Logger) error {
+func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket, httpAddr string, httpOverride bool, log *slog.Logger) error {
 	t, err := newBackend(bo, log)
 	if err != nil {
 		return err
@@ -125,7 +152,9 @@ func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket stri
 		a := agent.New(cfg, agent.Deps{Throttle: t, Sampler: ds, Rates: rates, Discoverer: disc, Log: log,
 			NewController: newPID, NewSmoother: newEWMA, ControlAPI: api.Handler()})
 		api.Status = func() any { return a.Status() }
-		if err := a.ServeHTTP(ctx, cfg.HTTP, nil); err != nil {
+		dash := dashboard.New(a.Status, dashboard.Options{})
+		go dash.Run(ctx)
+		if err := a.ServeHTTP(ctx, cfg.HTTP, dash.Register); err != nil {
 			return err
 		}
 		hup := make(chan os.Signal, 1)
@@ -133,6 +162,11 @@ func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket stri
 		go func() {
 			for range hup {
 				nc, err := config.Load(cfgPath)
+				if err == nil && nc.HTTP != cfg.HTTP && httpOverride {
+					// --http replaced the file's listener at start; keep it,
+					// or every reload would look like a listener change.
+					nc.HTTP = cfg.HTTP
+				}
 				if err == nil {
 					err = a.Reload(nc)
 				}
@@ -145,6 +179,19 @@ func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket stri
 		}()
 		go func() { done <- a.Run(ctx) }()
 	} else {
+		if httpAddr != "" {
+			// Manual throttles only: an agent with no resources, never
+			// run, still serves the dashboard (the consumers table) and the
+			// backend's metrics.
+			def := config.Defaults()
+			a := agent.New(&def, agent.Deps{Throttle: t, Log: log, NewController: newPID, NewSmoother: newEWMA})
+			api.Status = func() any { return a.Status() }
+			dash := dashboard.New(a.Status, dashboard.Options{})
+			go dash.Run(ctx)
+			if err := a.ServeHTTP(ctx, httpAddr, dash.Register); err != nil {
+				return err
+			}
+		}
 		go func() { <-ctx.Done(); done <- nil }()
 	}
 	srv := &http.Server{Handler: api.Handler()}

@@ -8,10 +8,18 @@ import (
 )
 
 func configCmd() *cobra.Command {
-	c := &cobra.Command{Use: "config", Short: "Work with agent configuration files"}
+	c := &cobra.Command{Use: "config", Short: "Work with agent configuration files",
+		Long: `The agent's configuration is one YAML file (installed at
+/etc/sanqos/sanqos.yaml; every field is documented in examples/sanqos.yaml).
+It is validated as a whole: every error is reported with its field and line,
+and nothing is applied unless all of it is valid.`,
+		Example: "  sanqos config check /etc/sanqos/sanqos.yaml"}
 	c.AddCommand(&cobra.Command{
-		Use:     "check FILE",
-		Short:   "Validate a config file as a whole without applying it",
+		Use:   "check FILE",
+		Short: "Validate a config file as a whole without applying it",
+		Long: `Parses and validates FILE as the agent would at start or on SIGHUP, and
+prints a one-line summary. Exits non-zero with every problem (field and
+line) if it is invalid. Run it before 'systemctl reload sanqos'.`,
 		Example: "  sanqos config check /etc/sanqos/sanqos.yaml\n  sanqos config check examples/sanqos.yaml",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

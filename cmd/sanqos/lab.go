@@ -4,9 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
+
+	"github.com/sanqos/sanqos/internal/nsforward"
 
 	"github.com/sanqos/sanqos/lab"
 	"github.com/spf13/cobra"
@@ -21,8 +26,11 @@ func labCmd() *cobra.Command {
 on a Linux bridge; one iSCSI target per shared resource with one LUN per
 initiator; each LUN a loop device on a shared modelled disk group (or, with
 --real-disk, on this machine's disk). Needs root.`,
+		Example: `  sudo sanqos lab up
+  sudo sanqos lab run autonomic
+  sudo sanqos lab down`,
 	}
-	c.AddCommand(labUpCmd(), labDownCmd(), labStatusCmd(), labServeCmd(), labRunCmd())
+	c.AddCommand(labUpCmd(), labDownCmd(), labStatusCmd(), labServeCmd(), labRunCmd(), labDashboardCmd())
 	return c
 }
 
@@ -31,6 +39,10 @@ func labUpCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "up",
 		Short: "Build the lab (idempotent)",
+		Long: `Creates the namespaces, bridge, tgtd (supervised by 'lab serve'), targets,
+LUNs on the modelled disk group (or this machine's disk), then measures the
+resource's capacity. Running it again on a healthy lab changes nothing; a
+half-broken lab is rebuilt.`,
 		Example: `  sudo sanqos lab up
   sudo sanqos lab up --real-disk
   sudo sanqos lab up --resources vg1,vg2 --disk-seek 8ms`,
@@ -59,8 +71,12 @@ func labUpCmd() *cobra.Command {
 func labDownCmd() *cobra.Command {
 	var force bool
 	c := &cobra.Command{
-		Use:     "down",
-		Short:   "Remove everything the lab made (also after a crash)",
+		Use:   "down",
+		Short: "Remove everything the lab made (also after a crash)",
+		Long: `Removes every namespace, loop device, mount, process and file the lab made,
+found by label (fixed namespace names, files under /run/sanqos-lab and
+/dev/shm/sanqos-lab, tgtd's control port), so it also cleans up after a
+crash. Refuses while an experiment runs unless --force.`,
 		Example: "  sudo sanqos lab down\n  sudo sanqos lab down --force   # even while an experiment runs",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -77,8 +93,11 @@ func labDownCmd() *cobra.Command {
 func labStatusCmd() *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
-		Use:     "status",
-		Short:   "Show the lab, its health and the measured capacity of each resource",
+		Use:   "status",
+		Short: "Show the lab, its health and the measured capacity of each resource",
+		Long: `Prints the target, the shared resource and its measured capacity, and each
+LUN's host and loop device. Exits non-zero when the lab is unhealthy (a
+dead tgtd, a missing namespace), naming the problem.`,
 		Example: "  sudo sanqos lab status\n  sudo sanqos lab status --json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -156,7 +175,10 @@ func labRunCmd() *cobra.Command {
 		Short: "Run an experiment and write results/NAME/RUN/",
 		Long: "Runs an experiment on the lab (bring it up first with `sanqos lab up`) and\n" +
 			"writes results/NAME/RUN-ID/: trace.csv (one row per device per 100 ms),\n" +
-			"per-host fio job files, JSON output and logs, summary.json and PNG plots.\n\nExperiments:\n" + list.String(),
+			"per-host fio job files, JSON output and logs, summary.json, PNG plots and\n" +
+			"report.html (one page: figures and summary tables; see `sanqos report`).\n\n" +
+			"To watch the controller live, open the agent's dashboard while a pid or\n" +
+			"autonomic run is going (see `sanqos agent --help`).\n\nExperiments:\n" + list.String(),
 		Example: `  sudo sanqos lab run interference
   sudo sanqos lab run interference --scale 1 --repeat 3
   sudo sanqos lab run equal-share --scale 0.1`,
@@ -173,6 +195,7 @@ func labRunCmd() *cobra.Command {
 			b, err := os.ReadFile(dir + "/summary.json")
 			if err == nil {
 				cmd.OutOrStdout().Write(b)
+				fmt.Fprintln(cmd.OutOrStdout(), "report:", dir+"/report.html")
 			}
 			return err
 		},
@@ -185,5 +208,38 @@ func labRunCmd() *cobra.Command {
 	f.StringVar(&o.Resource, "resource", "", "resource to load (default: the first)")
 	f.DurationSliceVar(&o.Thresholds, "thresholds", nil, "pid/autonomic: thresholds to regulate to (default 10ms,15ms,20ms)")
 	f.StringVar(&o.AgentYAML, "agent-set", "", "pid/autonomic: YAML appended to the agent's config, e.g. 'pid: {kp: 1, ti: 200ms}'")
+	return c
+}
+
+func labDashboardCmd() *cobra.Command {
+	listen, to, ns := "127.0.0.1:9311", "127.0.0.1:9311", lab.TargetNS
+	c := &cobra.Command{
+		Use:   "dashboard",
+		Short: "Open the lab agent's dashboard from this namespace",
+		Long: `The experiments' agent (pid, autonomic, ...) runs in the target namespace
+bm and serves its dashboard there on 127.0.0.1:9311, out of a browser's
+reach. This forwards --listen here to that address inside bm, one new
+connection per browser connection, until Ctrl-C. Start it, open the URL
+it prints, then run an experiment: the page reconnects by itself whenever
+the run restarts the agent (once per threshold).`,
+		Example: `  sudo sanqos lab dashboard &
+  sudo sanqos lab run autonomic
+  # open http://127.0.0.1:9311/ ; from another machine:
+  ssh -L 9311:127.0.0.1:9311 lab-host`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("%w (another agent or forwarder here? use --listen)", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "dashboard: http://%s/ (forwarding to %s in netns %s; Ctrl-C stops)\n", l.Addr(), to, ns)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return nsforward.Serve(ctx, l, "/run/netns/"+ns, to, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+		},
+	}
+	c.Flags().StringVar(&listen, "listen", listen, "address to open in the browser (this namespace)")
+	c.Flags().StringVar(&to, "to", to, "the agent's HTTP address inside the namespace")
+	c.Flags().StringVar(&ns, "netns", ns, "network namespace of the agent")
 	return c
 }

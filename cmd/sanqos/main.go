@@ -24,13 +24,22 @@ func rootCmd() *cobra.Command {
 important I/O (by default: reads) crosses its threshold, slows down the
 consumers that saturate it (by default: writers) with a per-consumer packet
 delay on the target's network interface. No initiator is modified and no
-packet is dropped; if sanqos dies, traffic flows unthrottled.`,
+packet is dropped; if sanqos dies, traffic flows unthrottled.
+
+Start with 'sanqos agent --help'. Operators watch it with the dashboard
+(http://127.0.0.1:9311/ on the agent's host), 'sanqos status', or
+Prometheus (/metrics, Grafana dashboard in grafana/).`,
+		Example: `  sudo sanqos agent --config /etc/sanqos/sanqos.yaml
+  sudo sanqos status --watch
+  sudo sanqos throttle set 10.99.0.3 --write-delay 2ms
+  sanqos report results/autonomic/latest
+  sanqos completion bash > /etc/bash_completion.d/sanqos`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(versionCmd(), labCmd(), throttleCmd(), agentCmd(), configCmd(), cleanupCmd())
-	root.AddCommand(simCmd())
-	root.AddCommand(tuneCmd())
-	root.AddCommand(reportCmd())
+	root.AddCommand(versionCmd(), labCmd(), throttleCmd(), agentCmd(), configCmd(), cleanupCmd(), statusCmd(), reportCmd(),
+		simCmd(), tuneCmd())
+	completionHelp(root)
+	root.SetHelpTemplate(manHelp)
 	return root
 }

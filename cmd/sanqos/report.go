@@ -10,50 +10,85 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// reportCmd prints lab and simulator runs alike: both write the same
-// summary.json shapes (package report).
 func reportCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "report RUN-DIR...",
-		Short: "Print the figures of lab or simulator runs (interference, pid, autonomic)",
-		Long: `Reads RUN-DIR/summary.json of lab runs (results/NAME/RUN-ID) and simulator
-runs (results/sim-NAME/RUN-ID) — the same format — and prints their
-figures one after another, e.g. a lab run beside its simulation.`,
-		Example: `  sanqos report results/autonomic/latest results/sim-autonomic/latest`,
-		Args:    cobra.MinimumNArgs(1),
+	var quiet bool
+	c := &cobra.Command{
+		Use:   "report RESULTS_DIR...",
+		Short: "Regenerate a run's plots and one-page HTML report, and print its figures",
+		Long: `Reads a results directory written by 'sanqos lab run' or 'sanqos sim'
+(the same summary.json formats): summary.json, and trace.csv when present.
+It redraws the plots (files named report-*.png: the experiment's key result
+from the summary, and read wait and write rate per phase from the trace,
+with the thresholds) and writes report.html: run metadata, the summary as
+tables (scalars, then one table per list), and every figure of the
+directory embedded, so the single file can be mailed or attached to an
+issue. Any summary.json renders; known experiments (pid, autonomic,
+interference, delay-sweep, equal-share) get their specific plot. The lab
+calls this at the end of every run.
+
+It then prints the run's headline figures, so a lab run and its simulation
+can be compared side by side in a terminal.
+
+A directory holding a 'latest' link (results/NAME) means its latest run.`,
+		Example: `  sanqos report results/autonomic/latest
+  sanqos report results/autonomic          # same: follows latest
+  sanqos report results/autonomic results/sim-autonomic
+  sanqos report results/*/latest           # every experiment's last run
+  xdg-open results/autonomic/latest/report.html`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, dir := range args {
-				b, err := os.ReadFile(filepath.Join(dir, "summary.json"))
+				if _, err := os.Stat(filepath.Join(dir, "summary.json")); err != nil {
+					if _, lerr := os.Stat(filepath.Join(dir, "latest", "summary.json")); lerr == nil {
+						dir = filepath.Join(dir, "latest")
+					}
+				}
+				out, err := report.Generate(dir)
 				if err != nil {
-					return err
-				}
-				var head struct {
-					Experiment string `json:"experiment"`
-				}
-				if err := json.Unmarshal(b, &head); err != nil {
 					return fmt.Errorf("%s: %w", dir, err)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "== %s (%s)\n", dir, head.Experiment)
-				var sum any
-				switch head.Experiment {
-				case "interference":
-					var s report.InterferenceSummary
-					err, sum = json.Unmarshal(b, &s), s
-				case "pid", "autonomic":
-					var s report.ControlledSummary
-					err, sum = json.Unmarshal(b, &s), s
-				default:
-					if _, err := cmd.OutOrStdout().Write(b); err != nil {
+				fmt.Fprintln(cmd.OutOrStdout(), out)
+				if !quiet {
+					if err := printFigures(cmd, dir); err != nil {
 						return err
 					}
-					continue
 				}
-				if err != nil {
-					return fmt.Errorf("%s: %w", dir, err)
-				}
-				printSummary(cmd, sum)
 			}
 			return nil
 		},
 	}
+	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "only write the report; print its path")
+	return c
+}
+
+// printFigures prints the headline figures of a run's summary.json.
+func printFigures(cmd *cobra.Command, dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "summary.json"))
+	if err != nil {
+		return err
+	}
+	var head struct {
+		Experiment string `json:"experiment"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "== %s (%s)\n", dir, head.Experiment)
+	var sum any
+	switch head.Experiment {
+	case "interference":
+		var s report.InterferenceSummary
+		err, sum = json.Unmarshal(b, &s), s
+	case "pid", "autonomic":
+		var s report.ControlledSummary
+		err, sum = json.Unmarshal(b, &s), s
+	default:
+		_, err := cmd.OutOrStdout().Write(b)
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	printSummary(cmd, sum)
+	return nil
 }

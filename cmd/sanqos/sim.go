@@ -109,6 +109,11 @@ RESULTS/sim-SCENARIO/RUN-ID/, and sim.json with the wall time and speed-up
 			if err := writeJSON(filepath.Join(o.Out, "sim.json"), info); err != nil {
 				return err
 			}
+			// The same one-page report as a lab run's (after sim.json, so
+			// it lists the run's metadata too).
+			if _, err := report.Generate(o.Out); err != nil {
+				return fmt.Errorf("report: %w", err)
+			}
 			printSummary(cmd, sum)
 			fmt.Fprintf(cmd.OutOrStdout(), "simulated %.0f s in %.2f s wall (%.0f× real time)\n%s\n", info.SimulatedS, info.WallS, info.SpeedUp, o.Out)
 			return nil
@@ -214,7 +219,18 @@ func simScaleCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "scale",
 		Short: "One agent, 1,000 resources, 10,000 consumers, 100 ms ticks: tick CPU, memory, time to throttleable",
-		Args:  cobra.NoArgs,
+		Long: `Runs the real agent code (discovery snapshots, per-resource indicators,
+PIDs, throttleable sets, actuator) stepped by the simulator over 1,000
+simulated resources and 10,000 consumers whose writers start and stop, and
+measures the agent's CPU per tick, its heap and garbage per tick, and how
+long a consumer that starts writing takes to enter its resource's
+throttleable set (on a session discovery already knows, and on a new one).
+Writes RESULTS/sim-scale/RUN-ID/summary.json. scripts/bench.sh runs this
+with the Go benchmarks and the kernel-side measurements to regenerate
+BENCHMARKS.md.`,
+		Example: `  sanqos sim scale
+  sanqos sim scale --resources 100 --consumers-per-resource 10 --length 20s`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := sim.RunScale(so)
 			if err != nil {

@@ -22,13 +22,23 @@ func throttleCmd() *cobra.Command {
 or HTB). A read delay is added to segments carrying data to the consumer, a
 write delay to the pure ACKs sent to it (its writes then open their TCP
 window later); a rate caps bytes/s sent to it. Delays must be below 100 ms,
-far from TCP's 200 ms minimum retransmission timeout.`,
+far from TCP's 200 ms minimum retransmission timeout.
+
+Throttles set here are shown by 'sanqos status' and the dashboard. Talks to
+the agent over its root-only unix socket.`,
+		Example: `  sudo sanqos throttle set 10.99.0.3 --write-delay 2ms
+  sudo sanqos throttle list
+  sudo sanqos throttle clear --all`,
 	}
 	c.PersistentFlags().StringVar(&socket, "socket", socket, "the agent's control socket")
 	var readDelay, writeDelay, rate string
 	set := &cobra.Command{
 		Use:   "set CONSUMER...",
 		Short: "Throttle consumers (IPv4/IPv6 addresses)",
+		Long: `Applies one setting to every named consumer, all or nothing (a bad address
+or delay changes nothing). Setting a consumer again replaces its setting.
+A controller running for the consumer's resource may later change a
+write delay it set itself.`,
 		Example: `  sanqos throttle set 10.99.0.3 --write-delay 2ms
   sanqos throttle set 10.99.0.2 --read-delay 4.6ms --write-delay 2ms
   sanqos throttle set 10.99.0.4 10.99.0.5 --rate 10MiB/s`,
@@ -72,6 +82,7 @@ far from TCP's 200 ms minimum retransmission timeout.`,
 	clr := &cobra.Command{
 		Use:     "clear CONSUMER...|--all",
 		Short:   "Remove consumers' throttles",
+		Long:    "Removes the named consumers' throttles (their packets pass undelayed at once), or every consumer's with --all.",
 		Example: "  sanqos throttle clear 10.99.0.3\n  sanqos throttle clear --all",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) {
@@ -88,6 +99,7 @@ far from TCP's 200 ms minimum retransmission timeout.`,
 	list := &cobra.Command{
 		Use:     "list",
 		Short:   "List throttled consumers",
+		Long:    "Lists every consumer the backend delays or caps now, set by hand or by a controller.",
 		Example: "  sanqos throttle list",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

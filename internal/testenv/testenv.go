@@ -39,3 +39,16 @@ func RequireCommands(t testing.TB, names ...string) {
 		}
 	}
 }
+
+// Chromium returns the path of a headless-capable Chromium (Debian's
+// `chromium`, installed by scripts/setup.sh) for browser tests.
+func Chromium(t testing.TB) string {
+	t.Helper()
+	for _, n := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+	}
+	missing(t, "chromium not installed (run scripts/setup.sh)")
+	return ""
+}

@@ -1,0 +1,153 @@
+package agent
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// countingThrottle is a Memory with the delay line's counters, so the
+// collector's optional interfaces are exercised without netfilter.
+type countingThrottle struct{ *throttle.Memory }
+
+func (countingThrottle) Counters() map[netip.Addr]throttle.DelayCounters {
+	return map[netip.Addr]throttle.DelayCounters{writer: {Packets: 10, Bytes: 660, Acks: 9, PassedAtLimit: 1}}
+}
+
+func (countingThrottle) Stats() throttle.DelayLineStats {
+	return throttle.DelayLineStats{Held: 3, Unclassified: 2, Errors: 0}
+}
+
+func fixedStatus() []ResourceStatus {
+	return []ResourceStatus{{
+		Name: "vg1", IndicatorMs: 16.5, RawWaitMs: 18, ThresholdMs: 15, Step: 4, Delay: 2 * time.Millisecond,
+		Throttleable: []string{writer.String()},
+		Consumers: []ConsumerStatus{
+			{Addr: reader.String(), ReadBps: 1e6},
+			{Addr: writer.String(), WriteBps: 13e6, Throttled: true},
+		},
+	}}
+}
+
+// Scrapes the collector over HTTP as Prometheus would and checks every
+// metric the operator's dashboard uses is there, with its unit in the name,
+// and that promlint (the naming conventions) has nothing to say.
+func TestMetricsScrape(t *testing.T) {
+	mem := throttle.NewMemory()
+	if err := mem.Set(map[netip.Addr]throttle.Setting{writer: {WriteDelay: 2 * time.Millisecond, Rate: 5e6}}); err != nil {
+		t.Fatal(err)
+	}
+	c := newCollector(fixedStatus, countingThrottle{mem})
+	if probs, err := testutil.CollectAndLint(c); err != nil || len(probs) > 0 {
+		t.Fatalf("promlint: %v %v", probs, err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	body := string(b)
+	for _, want := range []string{
+		`sanqos_resource_indicator_seconds{resource="vg1"} 0.0165`,
+		`sanqos_resource_read_wait_seconds{resource="vg1"} 0.018`,
+		`sanqos_resource_threshold_seconds{resource="vg1"} 0.015`,
+		`sanqos_resource_controller_output_steps{resource="vg1"} 4`,
+		`sanqos_resource_write_delay_seconds{resource="vg1"} 0.002`,
+		`sanqos_resource_throttleable_consumers{resource="vg1"} 1`,
+		`sanqos_consumer_bytes_per_second{consumer="10.99.0.2",direction="read",resource="vg1"} 1e+06`,
+		`sanqos_consumer_bytes_per_second{consumer="10.99.0.3",direction="write",resource="vg1"} 1.3e+07`,
+		`sanqos_consumer_throttled{consumer="10.99.0.3",resource="vg1"} 1`,
+		`sanqos_consumer_throttled{consumer="10.99.0.2",resource="vg1"} 0`,
+		`sanqos_consumer_delay_seconds{consumer="10.99.0.3",direction="write"} 0.002`,
+		`sanqos_consumer_delay_seconds{consumer="10.99.0.3",direction="read"} 0`,
+		`sanqos_consumer_rate_cap_bytes_per_second{consumer="10.99.0.3"} 5e+06`,
+		`sanqos_delayline_packets_total{consumer="10.99.0.3"} 10`,
+		`sanqos_delayline_bytes_total{consumer="10.99.0.3"} 660`,
+		`sanqos_delayline_acks_total{consumer="10.99.0.3"} 9`,
+		`sanqos_delayline_passed_at_limit_total{consumer="10.99.0.3"} 1`,
+		`sanqos_delayline_held_packets 3`,
+		`sanqos_delayline_unclassified_packets_total 2`,
+		`sanqos_delayline_errors_total 0`,
+		`sanqos_backend_info{backend="dry-run"} 1`,
+		`# TYPE sanqos_delayline_bytes_total counter`,
+		`# TYPE sanqos_resource_indicator_seconds gauge`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Log(body)
+	}
+}
+
+// The agent's own registry adds the tick histogram, discovery errors and the
+// process/Go collectors; a backend without counters exports none of the
+// delay-line series (absent, not zero, so dashboards do not show a fake 0).
+func TestAgentRegistry(t *testing.T) {
+	a := &Agent{reg: prometheus.NewRegistry()}
+	a.ticks = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sanqos_tick_duration_seconds", Help: "h"})
+	a.discErrs = prometheus.NewCounter(prometheus.CounterOpts{Name: "sanqos_discovery_errors_total", Help: "h"})
+	a.reg.MustRegister(newCollector(func() []ResourceStatus { return nil }, throttle.NewMemory()), a.ticks, a.discErrs)
+	a.ticks.Observe(0.0002)
+	a.discErrs.Inc()
+	for name, want := range map[string]int{
+		"sanqos_tick_duration_seconds":   1,
+		"sanqos_discovery_errors_total":  1,
+		"sanqos_backend_info":            1,
+		"sanqos_delayline_packets_total": 0,
+		"sanqos_delayline_held_packets":  0,
+	} {
+		if n, err := testutil.GatherAndCount(a.reg, name); err != nil || n != want {
+			t.Errorf("%s: %d series (%v), want %d", name, n, err, want)
+		}
+	}
+	if probs, err := testutil.GatherAndLint(a.reg); err != nil || len(probs) > 0 {
+		t.Fatalf("promlint: %v %v", probs, err)
+	}
+}
+
+// The Grafana dashboard in the repo must only query metrics the agent
+// exports, so a renamed metric cannot leave an empty panel behind.
+func TestGrafanaDashboardUsesExportedMetrics(t *testing.T) {
+	b, err := os.ReadFile("../grafana/sanqos-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !json.Valid(b) {
+		t.Fatal("dashboard is not valid JSON")
+	}
+	known := map[string]bool{"sanqos_tick_duration_seconds": true, "sanqos_discovery_errors_total": true}
+	ch := make(chan *prometheus.Desc, 64)
+	newCollector(nil, nil).Describe(ch)
+	close(ch)
+	for d := range ch {
+		known[regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(d.String())[1]] = true
+	}
+	used := regexp.MustCompile(`sanqos_[a-z_]+`).FindAllString(string(b), -1)
+	if len(used) < 10 {
+		t.Fatalf("dashboard uses only %v", used)
+	}
+	for _, m := range used {
+		if !known[strings.TrimSuffix(m, "_bucket")] {
+			t.Errorf("dashboard queries %s, which the agent does not export", m)
+		}
+	}
+}

@@ -1,0 +1,82 @@
+package agent
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+)
+
+// JSONFloat is a float64 that encodes NaN and ±Inf as JSON null (and null
+// back as NaN). A resource whose devices had no reads has no read wait
+// (NaN, not 0 ms); encoding/json refuses NaN, which used to turn the whole
+// status document into an empty reply.
+type JSONFloat float64
+
+// MarshalJSON writes null for values JSON cannot carry.
+func (f JSONFloat) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(v) // encoding/json's number format
+}
+
+// UnmarshalJSON reads null as NaN.
+func (f *JSONFloat) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*f = JSONFloat(math.NaN())
+		return nil
+	}
+	v, err := strconv.ParseFloat(string(b), 64)
+	*f = JSONFloat(v)
+	return err
+}
+
+// The status types are defined with the loops (loop.go); their JSON form
+// lives here and in status_json.go (ResourceStatus.MarshalJSON) so the NaN
+// handling does not touch the control code. Decoding maps null back to NaN,
+// so a client (sanqos status) can tell "no reads" from 0 ms. Fields of the
+// embedded plain copy are shadowed by the same-named JSONFloat ones.
+
+type resourceStatusPlain ResourceStatus
+
+type resourceStatusJSON struct {
+	*resourceStatusPlain
+	IndicatorMs JSONFloat `json:"indicator_ms"`
+	RawWaitMs   JSONFloat `json:"raw_wait_ms"`
+	ThresholdMs JSONFloat `json:"threshold_ms"`
+}
+
+// UnmarshalJSON decodes null as NaN.
+func (s *ResourceStatus) UnmarshalJSON(b []byte) error {
+	aux := resourceStatusJSON{resourceStatusPlain: (*resourceStatusPlain)(s)}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	s.IndicatorMs, s.RawWaitMs, s.ThresholdMs = float64(aux.IndicatorMs), float64(aux.RawWaitMs), float64(aux.ThresholdMs)
+	return nil
+}
+
+type consumerStatusPlain ConsumerStatus
+
+type consumerStatusJSON struct {
+	*consumerStatusPlain
+	ReadBps   JSONFloat `json:"read_bps"`
+	WriteBps  JSONFloat `json:"write_bps"`
+	WriteEWMA JSONFloat `json:"write_bps_ewma"`
+}
+
+// MarshalJSON encodes missing rates as null.
+func (c ConsumerStatus) MarshalJSON() ([]byte, error) {
+	return json.Marshal(consumerStatusJSON{(*consumerStatusPlain)(&c), JSONFloat(c.ReadBps), JSONFloat(c.WriteBps), JSONFloat(c.WriteEWMA)})
+}
+
+// UnmarshalJSON decodes null as NaN.
+func (c *ConsumerStatus) UnmarshalJSON(b []byte) error {
+	aux := consumerStatusJSON{consumerStatusPlain: (*consumerStatusPlain)(c)}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	c.ReadBps, c.WriteBps, c.WriteEWMA = float64(aux.ReadBps), float64(aux.WriteBps), float64(aux.WriteEWMA)
+	return nil
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// Every command a user can reach has a man-style page with a description
+// and examples.
+func TestEveryCommandHasHelp(t *testing.T) {
+	var walk func(c *cobra.Command)
+	n := 0
+	walk = func(c *cobra.Command) {
+		if c.Hidden || c.Name() == "help" {
+			return
+		}
+		n++
+		if c.Short == "" || c.Long == "" || c.Example == "" {
+			t.Errorf("%q: Short %t, Long %t, Example %t", c.CommandPath(), c.Short != "", c.Long != "", c.Example != "")
+		}
+		args := append(strings.Fields(c.CommandPath())[1:], "--help")
+		out, err := run(t, args...)
+		if err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+		for _, section := range []string{"NAME\n", "SYNOPSIS\n", "DESCRIPTION\n", "EXAMPLES\n", "SEE ALSO\n"} {
+			if !strings.Contains(out, section) {
+				t.Errorf("%v: no %s section", args, strings.TrimSpace(section))
+			}
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(rootCmd())
+	if n < 20 {
+		t.Fatalf("walked only %d commands", n)
+	}
+}
+
+func TestCompletionScripts(t *testing.T) {
+	for _, sh := range []string{"bash", "zsh", "fish"} {
+		out, err := run(t, "completion", sh)
+		if err != nil || !strings.Contains(out, "sanqos") || len(out) < 1000 {
+			t.Errorf("%s: %v (%d bytes)", sh, err, len(out))
+		}
+	}
+}

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sanqos/sanqos/agent"
+	"github.com/sanqos/sanqos/dashboard"
+	"github.com/sanqos/sanqos/throttle"
+	"github.com/spf13/cobra"
+)
+
+func statusCmd() *cobra.Command {
+	socket := agent.DefaultSocket
+	var asJSON bool
+	var watch time.Duration
+	var count int
+	c := &cobra.Command{
+		Use:   "status",
+		Short: "Show each resource's wait vs threshold and who is being slowed",
+		Long: `Asks the running agent (over its control socket) for its state and prints
+the terminal version of the dashboard:
+
+  resources  the read-wait indicator (EWMA) against the threshold, ABOVE when
+             it is over, the write delay the controller applies (and its
+             step), and the throttleable set;
+  consumers  every consumer a resource has seen or the backend throttles:
+             write/read rates, applied write/read delays (by the controller
+             or by 'sanqos throttle set'), rate caps.
+
+A wait shows as "-" when the resource's devices had no reads (no wait
+measured is not 0 ms). --json prints the agent's status document for
+scripts (wait fields are null when unmeasured). --watch refreshes like top;
+--watch alone every 2s, or --watch=500ms.`,
+		Example: `  sudo sanqos status
+  sudo sanqos status --watch
+  sudo sanqos status --watch=500ms --count 10
+  sudo sanqos status --json | jq '.resources[] | {name, indicator_ms, threshold_ms}'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := cmd.OutOrStdout()
+			fetch := func() (agent.Status, error) { return fetchStatus(socket) }
+			if watch <= 0 {
+				st, err := fetch()
+				if err != nil {
+					return err
+				}
+				return printStatusDoc(out, st, asJSON)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return watchStatus(ctx, out, watch, count, func(w io.Writer) error {
+				st, err := fetch()
+				if err != nil {
+					// Keep watching: the agent may be restarting.
+					fmt.Fprintf(w, "%s  %v\n", time.Now().Format(time.TimeOnly), err)
+					return nil
+				}
+				return printStatusDoc(w, st, asJSON)
+			}, !asJSON)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&socket, "socket", socket, "the agent's control socket")
+	f.BoolVar(&asJSON, "json", false, "print the status document as JSON")
+	f.DurationVar(&watch, "watch", 0, "refresh every interval until interrupted (--watch alone: 2s)")
+	f.Lookup("watch").NoOptDefVal = "2s"
+	f.IntVar(&count, "count", 0, "with --watch, stop after this many refreshes (0: never)")
+	return c
+}
+
+// fetchStatus gets the agent's status, saying plainly when there is no
+// agent (the most common first-time mistake).
+func fetchStatus(socket string) (agent.Status, error) {
+	var st agent.Status
+	err := agent.NewClient(socket).Status(&st)
+	if errors.Is(err, agent.ErrNotRunning) {
+		why := "no socket at " + socket
+		if _, serr := os.Stat(socket); serr == nil {
+			why = "nothing listens on " + socket + " (stale socket)"
+		}
+		return st, fmt.Errorf("agent not running: %s (start it with: sudo sanqos agent --config /etc/sanqos/sanqos.yaml)", why)
+	}
+	if err == nil && st.Throttles == nil {
+		// An agent without --config reports only its backend; its manual
+		// throttles come from the list.
+		m, lerr := agent.NewClient(socket).List()
+		if lerr != nil {
+			return st, lerr
+		}
+		st.Throttles = map[string]throttle.Setting{}
+		for a, s := range m {
+			st.Throttles[a.String()] = s
+		}
+	}
+	return st, err
+}
+
+// watchStatus calls render every interval, clearing the terminal first
+// when clear is set (not for --json, whose output is a stream of
+// documents), until ctx ends or count refreshes were printed.
+func watchStatus(ctx context.Context, out io.Writer, every time.Duration, count int, render func(io.Writer) error, clear bool) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for n := 1; ; n++ {
+		var b strings.Builder
+		if clear {
+			b.WriteString("\033[H\033[2J") // home, clear screen: one write per frame, no flicker
+		}
+		if err := render(&b); err != nil {
+			return err
+		}
+		if _, err := io.WriteString(out, b.String()); err != nil {
+			return err
+		}
+		if count > 0 && n >= count {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func printStatusDoc(w io.Writer, st agent.Status, asJSON bool) error {
+	if asJSON {
+		e := json.NewEncoder(w)
+		e.SetIndent("", "  ")
+		return e.Encode(st)
+	}
+	renderStatus(w, st)
+	return nil
+}
+
+// renderStatus prints the two tables. It uses the dashboard's frame, so
+// the terminal and the browser show the same numbers.
+func renderStatus(w io.Writer, st agent.Status) {
+	f := dashboard.FrameOf(st)
+	fmt.Fprintf(w, "sanqos agent  backend %s  at %s\n", orDash(st.Backend), st.Time.Local().Format("2006-01-02 15:04:05"))
+	if st.Discovery != "" {
+		fmt.Fprintf(w, "discovery failing (last good topology kept): %s\n", st.Discovery)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if len(f.Resources) == 0 {
+		fmt.Fprintln(tw, "no resources (agent without --config: manual throttles only)")
+	} else {
+		fmt.Fprintln(tw, "RESOURCE\tWAIT (EWMA)\tTHRESHOLD\tSTATE\tDELAY\tSTEP\tTHROTTLEABLE")
+		for i, r := range f.Resources {
+			state := "ok"
+			switch {
+			case float64(r.IndicatorMs) > float64(r.ThresholdMs):
+				state = "ABOVE"
+			case r.DelayMs > 0:
+				state = "holding"
+			}
+			set := "-"
+			if rs := st.Resources[i].Throttleable; len(rs) > 0 {
+				set = strings.Join(rs, ",")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Name, waitMs(float64(r.IndicatorMs)), waitMs(float64(r.ThresholdMs)),
+				state, msOrDash(r.DelayMs), r.Step, set)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	if len(f.Consumers) == 0 {
+		fmt.Fprintln(w, "no consumers seen or throttled")
+		return
+	}
+	fmt.Fprintln(tw, "CONSUMER\tRESOURCES\tWRITE MB/s\tREAD MB/s\tWRITE DELAY\tREAD DELAY\tRATE CAP\tSTATE")
+	for _, c := range f.Consumers {
+		state := ""
+		switch {
+		case c.Important:
+			state = "important"
+		case c.WriteDelayMs > 0 || c.ReadDelayMs > 0 || c.RateCapMBs > 0:
+			state = "slowed"
+		case c.Throttleable:
+			state = "throttleable"
+		}
+		rate := "-"
+		if c.RateCapMBs > 0 {
+			rate = fmt.Sprintf("%.2f MB/s", c.RateCapMBs)
+		}
+		res := strings.Join(c.Resources, ",")
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Addr, orDash(res), mbs(float64(c.WriteMBs)), mbs(float64(c.ReadMBs)),
+			msOrDash(c.WriteDelayMs), msOrDash(c.ReadDelayMs), rate, orDash(state))
+	}
+	tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// msOrDash prints a delay; none (0) prints "-".
+func msOrDash(v float64) string {
+	if math.IsNaN(v) || v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f ms", v)
+}
+
+// waitMs prints a wait; unmeasured (NaN) prints "-".
+func waitMs(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f ms", v)
+}
+
+func mbs(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}

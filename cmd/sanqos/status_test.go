@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/agent"
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// serveAPI runs the agent's control API on a temp socket with a fixed
+// status (and a real dry-run backend, so `throttle set` shows up).
+func serveAPI(t *testing.T, st agent.Status) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	l, err := agent.ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := throttle.NewMemory()
+	api := &agent.API{T: mem, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Status: func() any {
+		s := st
+		s.Throttles = map[string]throttle.Setting{}
+		for a, v := range mem.List() {
+			s.Throttles[a.String()] = v
+		}
+		return s
+	}}
+	srv := &http.Server{Handler: api.Handler()}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	if err := mem.Set(map[netip.Addr]throttle.Setting{netip.MustParseAddr("10.9.9.9"): {WriteDelay: 2 * time.Millisecond}}); err != nil {
+		t.Fatal(err)
+	}
+	return sock
+}
+
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	c := rootCmd()
+	c.SetOut(&out)
+	c.SetErr(&out)
+	c.SetArgs(args)
+	err := c.Execute()
+	return out.String(), err
+}
+
+var testStatus = agent.Status{
+	Backend: "dry-run", Time: time.Unix(1000, 0),
+	Resources: []agent.ResourceStatus{
+		{Name: "vg1", IndicatorMs: 16.5, ThresholdMs: 15, Step: 4, Delay: 2 * time.Millisecond, Throttleable: []string{"10.99.0.3"},
+			Consumers: []agent.ConsumerStatus{{Addr: "10.99.0.2", ReadBps: 1.5e6}, {Addr: "10.99.0.3", WriteBps: 12e6, Throttled: true}}},
+		{Name: "vg2", IndicatorMs: math.NaN(), RawWaitMs: math.NaN(), ThresholdMs: 20},
+	},
+}
+
+func TestStatusTable(t *testing.T) {
+	sock := serveAPI(t, testStatus)
+	out, err := run(t, "status", "--socket", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(out, "\n")
+	find := func(prefix string) []string {
+		for _, l := range lines {
+			if strings.HasPrefix(l, prefix+" ") {
+				return strings.Fields(l)
+			}
+		}
+		t.Fatalf("no line for %s in\n%s", prefix, out)
+		return nil
+	}
+	for _, tc := range []struct {
+		row  string
+		want []string
+	}{
+		{"vg1", []string{"vg1", "16.5", "ms", "15.0", "ms", "ABOVE", "2.0", "ms", "4", "10.99.0.3"}},
+		{"vg2", []string{"vg2", "-", "20.0", "ms", "ok", "-", "0", "-"}}, // no reads: no wait, not 0 ms
+		{"10.99.0.3", []string{"10.99.0.3", "vg1", "12.00", "0.00", "-", "-", "-", "throttleable"}},
+		{"10.99.0.2", []string{"10.99.0.2", "vg1", "0.00", "1.50", "-", "-", "-", "-"}},
+		{"10.9.9.9", []string{"10.9.9.9", "-", "0.00", "0.00", "2.0", "ms", "-", "-", "slowed"}}, // manual throttle
+	} {
+		if got := find(tc.row); strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("%s row:\n got %q\nwant %q", tc.row, got, tc.want)
+		}
+	}
+}
+
+// An agent without --config serves only {"backend": ...} as its status;
+// status still shows its manual throttles.
+func TestStatusManualOnlyAgent(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	l, err := agent.ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := throttle.NewMemory()
+	mem.Set(map[netip.Addr]throttle.Setting{netip.MustParseAddr("10.99.0.4"): {ReadDelay: 3 * time.Millisecond}})
+	srv := &http.Server{Handler: (&agent.API{T: mem, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	out, err := run(t, "status", "--socket", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"backend dry-run", "no resources (agent without --config", "10.99.0.4", "3.0 ms", "slowed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestStatusJSON(t *testing.T) {
+	sock := serveAPI(t, testStatus)
+	out, err := run(t, "status", "--json", "--socket", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st agent.Status
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(st.Resources) != 2 || st.Resources[0].IndicatorMs != 16.5 || !math.IsNaN(st.Resources[1].IndicatorMs) || st.Throttles["10.9.9.9"].WriteDelay != 2*time.Millisecond {
+		t.Fatalf("round trip: %+v", st)
+	}
+	if !strings.Contains(out, `"indicator_ms": null`) {
+		t.Errorf("unmeasured wait must be null for scripts:\n%s", out)
+	}
+}
+
+func TestStatusWatchRefreshes(t *testing.T) {
+	sock := serveAPI(t, testStatus)
+	out, err := run(t, "status", "--socket", sock, "--watch=1ms", "--count", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out, "\033[H\033[2J"); n != 3 {
+		t.Fatalf("%d screens, want 3", n)
+	}
+	if n := strings.Count(out, "THRESHOLD"); n != 3 {
+		t.Fatalf("%d tables, want 3", n)
+	}
+}
+
+func TestStatusAgentNotRunning(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, "stale.sock")
+	if err := os.WriteFile(stale, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ sock, want string }{
+		{filepath.Join(dir, "none.sock"), "agent not running: no socket at " + filepath.Join(dir, "none.sock")},
+		{stale, "agent not running: nothing listens on " + stale},
+	} {
+		_, err := run(t, "status", "--socket", tc.sock)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "sudo sanqos agent --config") {
+			t.Errorf("%s: %v", tc.sock, err)
+		}
+	}
+}
+
+func TestReportCommand(t *testing.T) {
+	// results/NAME/latest -> RUN, as the lab lays it out.
+	root := t.TempDir()
+	runDir := filepath.Join(root, "autonomic", "20260101-000000")
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"summary.json", "trace.csv"} {
+		b, err := os.ReadFile(filepath.Join("../../report/testdata/autonomic", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(runDir, f), b, 0o644)
+	}
+	os.Symlink("20260101-000000", filepath.Join(root, "autonomic", "latest"))
+	out, err := run(t, "report", filepath.Join(root, "autonomic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// First the report's path, then the run's headline figures.
+	if want := filepath.Join(root, "autonomic", "latest", "report.html"); strings.SplitN(out, "\n", 2)[0] != want {
+		t.Fatalf("printed %q, want %q first", out, want)
+	}
+	if !strings.Contains(out, "threshold 15 ms: read wait p95") {
+		t.Fatalf("figures missing: %q", out)
+	}
+	if _, err := os.Stat(filepath.Join(runDir, "report-trace-read-wait.png")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, "report", t.TempDir()); err == nil || !strings.Contains(err.Error(), "no run here") {
+		t.Fatalf("empty dir: %v", err)
+	}
+}
