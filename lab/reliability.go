@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -181,6 +182,15 @@ func labelledObjects(label string) ([]string, error) {
 	return out, nil
 }
 
+// run runs p and adds its TCP counters to the fault's.
+func (f *Fault) run(r *Runner, p *Phase) (*PhaseResult, error) {
+	res, err := r.Run(p, 0)
+	if res != nil {
+		f.TCP = f.TCP.Add(res.TCP)
+	}
+	return res, err
+}
+
 func failed(f Fault, err error) Fault {
 	f.Result = "error: " + err.Error()
 	return f
@@ -225,11 +235,8 @@ func killWhileThrottled(r *Runner, backend string, s throttle.Setting, within ti
 	p := &Phase{Name: "kill9-" + backend, Label: "kill -9 while throttled (" + backend + ")", Length: 20 * time.Second, From: 500 * time.Millisecond, To: killAt + 2*time.Second,
 		Jobs:   []Job{r.verifiedWriter("b3", 2, 12<<20)},
 		Events: []Event{{At: killAt, Name: "kill -9 agent", Do: func() error { a.kill(); return nil }}}}
-	res, err := r.Run(p, 0)
+	res, err := f.run(r, p)
 	f.Data = "yes: fio crc32c, 24 MiB"
-	if res != nil {
-		f.TCP = res.TCP
-	}
 	if err != nil {
 		f.Data = "**failed**"
 		return failed(f, err)
@@ -316,9 +323,28 @@ func (r *Runner) startAutonomic(tag string) (*LabAgent, error) {
 	return StartAgent("delayline", r.Dir, "--config", cfg)
 }
 
-// throttledSampler records, every 500 ms, which consumers the agent
-// throttles.
-func throttledSampler(a *LabAgent, length time.Duration, seen map[time.Duration][]netip.Addr) []Event {
+// throttleLog is which consumers the agent throttled, by sample time.
+type throttleLog map[time.Duration][]netip.Addr
+
+// count is the number of samples after the given time in which a
+// throttled consumer matched (nil: any consumer).
+func (l throttleLog) count(after time.Duration, match func(netip.Addr) bool) int {
+	n := 0
+	for t, addrs := range l {
+		if t > after && slices.ContainsFunc(addrs, func(a netip.Addr) bool { return match == nil || match(a) }) {
+			n++
+		}
+	}
+	return n
+}
+
+func is(a netip.Addr) func(netip.Addr) bool  { return func(x netip.Addr) bool { return x == a } }
+func not(a netip.Addr) func(netip.Addr) bool { return func(x netip.Addr) bool { return x != a } }
+
+// throttledSampler records, every 500 ms of the phase, which consumers
+// the agent throttles.
+func throttledSampler(a *LabAgent, length time.Duration) (throttleLog, []Event) {
+	seen := throttleLog{}
 	var ev []Event
 	for t := 500 * time.Millisecond; t < length; t += 500 * time.Millisecond {
 		t := t
@@ -335,7 +361,7 @@ func throttledSampler(a *LabAgent, length time.Duration, seen map[time.Duration]
 			return nil
 		}})
 	}
-	return ev
+	return seen, ev
 }
 
 // faultTgtdRestart kills tgtd under full load; lab serve restarts it and
@@ -361,7 +387,7 @@ func faultTgtdRestart(r *Runner) Fault {
 		killAll(pids)
 		return nil
 	}}}
-	killed, err := r.Run(p, 0)
+	killed, err := f.run(r, p)
 	fioNote := "fio ran through the restart"
 	if err != nil {
 		if killed == nil || killed.FioErr == nil {
@@ -373,24 +399,13 @@ func faultTgtdRestart(r *Runner) Fault {
 		return failed(f, werr)
 	}
 	p = r.controlledLoad("tgtd-after", "load after the restart", length, Hosts[1:], 4)
-	seen := map[time.Duration][]netip.Addr{}
-	p.Events = throttledSampler(a, length, seen)
-	res, err := r.Run(p, 0)
-	if killed != nil {
-		f.TCP = killed.TCP
-	}
-	if res != nil {
-		f.TCP = f.TCP.Add(res.TCP)
-	}
+	seen, events := throttledSampler(a, length)
+	p.Events = events
+	_, err = f.run(r, p)
 	if err != nil {
 		return failed(f, err)
 	}
-	var after int
-	for _, addrs := range seen {
-		if len(addrs) > 0 {
-			after++
-		}
-	}
+	after := seen.count(0, nil)
 	f.LogLines = a.warnings() - w0
 	f.Result = fmt.Sprintf("%s; agent alive: %v; after the restart it throttled in %d of %d samples", fioNote, a.alive(), after, len(seen))
 	if len(seen) == 0 {
@@ -423,26 +438,13 @@ func faultNewAddress(r *Runner) Fault {
 	}
 	defer moveAddr("b4", moved, old)
 	p := r.controlledLoad("addr-after", "b4 at a new address", length, Hosts[1:], 4)
-	seen := map[time.Duration][]netip.Addr{}
-	p.Events = throttledSampler(a, length, seen)
-	res, err := r.Run(p, 0)
-	if res != nil {
-		f.TCP = res.TCP
-	}
+	seen, events := throttledSampler(a, length)
+	p.Events = events
+	_, err = f.run(r, p)
 	if err != nil {
 		return failed(f, err)
 	}
-	var oldSeen, newSeen int
-	for t, addrs := range seen {
-		for _, x := range addrs {
-			if x == old && t > 1500*time.Millisecond {
-				oldSeen++
-			}
-			if x == moved {
-				newSeen++
-			}
-		}
-	}
+	oldSeen, newSeen := seen.count(1500*time.Millisecond, is(old)), seen.count(0, is(moved))
 	f.LogLines = a.warnings() - w0
 	f.Result = fmt.Sprintf("%v throttled in %d samples after 1.5 s; %v (new) in %d", old, oldSeen, moved, newSeen)
 	f.Pass = oldSeen == 0 && newSeen > 0 && a.alive()
@@ -487,26 +489,13 @@ func faultLUNRemoved(r *Runner) Fault {
 	defer tgtadm("--op", "new", "--mode", "logicalunit", "--tid", strconv.Itoa(r.Res.TID), "--lun", strconv.Itoa(lun.Number),
 		"--backing-store", lun.Backing, "--bsoflags", "direct")
 	p := r.controlledLoad("lun-after", "b5's LUN removed", length, []string{"b3", "b4"}, 6)
-	seen := map[time.Duration][]netip.Addr{}
-	p.Events = throttledSampler(a, length, seen)
-	res, err := r.Run(p, 0)
-	if res != nil {
-		f.TCP = res.TCP
-	}
+	seen, events := throttledSampler(a, length)
+	p.Events = events
+	_, err = f.run(r, p)
 	if err != nil {
 		return failed(f, err)
 	}
-	var b5, others int
-	for t, addrs := range seen {
-		for _, x := range addrs {
-			switch {
-			case x == HostAddr("b5") && t > 1500*time.Millisecond:
-				b5++
-			case x != HostAddr("b5"):
-				others++
-			}
-		}
-	}
+	b5, others := seen.count(1500*time.Millisecond, is(HostAddr("b5"))), seen.count(0, not(HostAddr("b5")))
 	f.LogLines = a.warnings() - w0
 	f.Result = fmt.Sprintf("b5 throttled when its LUN went: %v; b5 throttled in %d samples after 1.5 s; b3/b4 in %d", wasThrottled, b5, others)
 	f.Pass = b5 == 0 && others > 0 && a.alive()
@@ -550,24 +539,16 @@ func faultDeviceGone(r *Runner) Fault {
 	w0 := a.warnings()
 	length := 10 * time.Second
 	p := r.controlledLoad("device-gone", "extra device detached at 3 s", length, Hosts[1:], 4)
-	seen := map[time.Duration][]netip.Addr{}
-	p.Events = append(throttledSampler(a, length, seen), Event{At: 3 * time.Second, Name: "detach device", Do: func() error {
+	seen, events := throttledSampler(a, length)
+	p.Events = append(events, Event{At: 3 * time.Second, Name: "detach device", Do: func() error {
 		_, err := run("losetup", "-d", dev)
 		return err
 	}})
-	res, err := r.Run(p, 0)
-	if res != nil {
-		f.TCP = res.TCP
-	}
+	_, err = f.run(r, p)
 	if err != nil {
 		return failed(f, err)
 	}
-	var after int
-	for t, addrs := range seen {
-		if t > 5*time.Second && len(addrs) > 0 {
-			after++
-		}
-	}
+	after := seen.count(5*time.Second, nil)
 	f.LogLines = a.warnings() - w0
 	f.Result = fmt.Sprintf("%s detached at 3 s; agent alive: %v; throttling in %d samples after 5 s", filepath.Base(dev), a.alive(), after)
 	f.Pass = a.alive() && after > 0 && f.LogLines <= 1
@@ -587,7 +568,7 @@ func faultClockJump(r *Runner) Fault {
 	w0 := a.warnings()
 	length := 10 * time.Second
 	p := r.controlledLoad("clock-jump", "clock +1 h at 3 s, -1 h at 6 s", length, Hosts[1:], 4)
-	seen := map[time.Duration][]netip.Addr{}
+	seen, events := throttledSampler(a, length)
 	var stepped time.Duration // net wall-clock offset we applied
 	step := func(d time.Duration) func() error {
 		return func() error {
@@ -599,15 +580,12 @@ func faultClockJump(r *Runner) Fault {
 			return nil
 		}
 	}
-	p.Events = append(throttledSampler(a, length, seen),
+	p.Events = append(events,
 		Event{At: 3 * time.Second, Name: "clock +1h", Do: step(time.Hour)},
 		Event{At: 6 * time.Second, Name: "clock -1h", Do: step(-time.Hour)})
-	res, err := r.Run(p, 0)
+	_, err = f.run(r, p)
 	if stepped != 0 {
 		step(-stepped)() // never leave the machine's clock off
-	}
-	if res != nil {
-		f.TCP = res.TCP
 	}
 	if err != nil {
 		return failed(f, err)
@@ -620,12 +598,7 @@ func faultClockJump(r *Runner) Fault {
 	if err := a.Status(&st); err != nil {
 		return failed(f, err)
 	}
-	var after int
-	for t, addrs := range seen {
-		if t > 6500*time.Millisecond && len(addrs) > 0 {
-			after++
-		}
-	}
+	after := seen.count(6500*time.Millisecond, nil)
 	ind := math.NaN()
 	if len(st.Resources) > 0 {
 		ind = st.Resources[0].IndicatorMs
@@ -690,10 +663,7 @@ func faultMaxDelay(r *Runner) Fault {
 	if err := a.Set(set); err != nil {
 		return failed(f, err)
 	}
-	res, err := r.Run(r.controlledLoad("max-delay", "99 ms on every writer", 8*time.Second, Hosts[1:], 4), 0)
-	if res != nil {
-		f.TCP = res.TCP
-	}
+	_, err = f.run(r, r.controlledLoad("max-delay", "99 ms on every writer", 8*time.Second, Hosts[1:], 4))
 	if err != nil {
 		return failed(f, err)
 	}
@@ -727,10 +697,7 @@ func faultQueueLimit(r *Runner) Fault {
 	if err := a.Set(set); err != nil {
 		return failed(f, err)
 	}
-	res, err := r.Run(r.controlledLoad("queue-limit", "queue limit 8", 8*time.Second, Hosts[1:], 4), 0)
-	if res != nil {
-		f.TCP = res.TCP
-	}
+	_, err = f.run(r, r.controlledLoad("queue-limit", "queue limit 8", 8*time.Second, Hosts[1:], 4))
 	if err != nil {
 		return failed(f, err)
 	}
@@ -830,10 +797,7 @@ func faultSoak(r *Runner) Fault {
 			return nil
 		}})
 	}
-	res, err := r.Run(p, 0)
-	if res != nil {
-		f.TCP = res.TCP
-	}
+	_, err = f.run(r, p)
 	if err != nil {
 		return failed(f, err)
 	}

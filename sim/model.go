@@ -456,24 +456,21 @@ func (m *Model) Read(names ...string) (map[string]sample.Counters, error) {
 	return out, nil
 }
 
-// Throttle is the simulator's throttle.Throttle: it records settings,
-// which the TCP model reads for every request it starts.
+// Throttle is the simulator's throttle.Throttle: the dry-run backend's
+// record of settings, which the TCP model reads for every request it
+// starts, plus counts of the actuator's calls.
 type Throttle struct {
+	*throttle.Memory
 	mu sync.Mutex
-	m  map[netip.Addr]throttle.Setting
 	// Sets counts Set calls and Changed the consumers they changed, for
 	// the scale scenario's actuation cost.
 	Sets, Changed int
 }
 
 // NewThrottle returns an empty recording throttle.
-func NewThrottle() *Throttle { return &Throttle{m: map[netip.Addr]throttle.Setting{}} }
+func NewThrottle() *Throttle { return &Throttle{Memory: throttle.NewMemory()} }
 
-func (t *Throttle) get(a netip.Addr) throttle.Setting {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.m[a]
-}
+func (t *Throttle) get(a netip.Addr) throttle.Setting { return t.Memory.Get(a) }
 
 // Name implements throttle.Throttle.
 func (t *Throttle) Name() string { return "sim" }
@@ -481,49 +478,15 @@ func (t *Throttle) Name() string { return "sim" }
 // Set implements throttle.Throttle (all-or-nothing, validated like the
 // real backends).
 func (t *Throttle) Set(s map[netip.Addr]throttle.Setting) error {
-	if err := throttle.ValidateAll(s); err != nil {
+	if err := t.Memory.Set(s); err != nil {
 		return err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.Sets++
 	t.Changed += len(s)
-	for a, v := range s {
-		if v.IsZero() {
-			delete(t.m, a)
-		} else {
-			t.m[a] = v
-		}
-	}
 	return nil
 }
-
-// Clear implements throttle.Throttle.
-func (t *Throttle) Clear(consumers ...netip.Addr) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(consumers) == 0 {
-		clear(t.m)
-	}
-	for _, a := range consumers {
-		delete(t.m, a)
-	}
-	return nil
-}
-
-// List implements throttle.Throttle.
-func (t *Throttle) List() map[netip.Addr]throttle.Setting {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make(map[netip.Addr]throttle.Setting, len(t.m))
-	for a, v := range t.m {
-		out[a] = v
-	}
-	return out
-}
-
-// Close implements throttle.Throttle.
-func (t *Throttle) Close() error { return t.Clear() }
 
 // SetDirect applies a fixed setting (open-loop scenarios, no agent).
 func (t *Throttle) SetDirect(a netip.Addr, s throttle.Setting) {

@@ -19,6 +19,14 @@ func NewMemory() *Memory { return &Memory{m: map[netip.Addr]Setting{}} }
 
 func (t *Memory) Name() string { return "dry-run" }
 
+// Get returns one consumer's setting without copying the whole map (the
+// simulator asks for every request it starts).
+func (t *Memory) Get(a netip.Addr) Setting {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.m[a]
+}
+
 func (t *Memory) Set(settings map[netip.Addr]Setting) error {
 	if err := ValidateAll(settings); err != nil {
 		return err
