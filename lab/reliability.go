@@ -73,7 +73,7 @@ func runReliability(r *Runner) (any, error) {
 		sum.Faults = append(sum.Faults, res)
 		sum.Pass = sum.Pass && res.Pass
 		// Whatever a fault did, the next one starts from a clean target.
-		throttle.CleanupDelayLine(labAgentLabel + "-dl")
+		cleanupLabAgent()
 	}
 	if err := os.WriteFile(filepath.Join(r.Dir, "RELIABILITY.md"), []byte(reliabilityTable(sum, r.opts)), 0o644); err != nil {
 		return sum, err
@@ -82,6 +82,14 @@ func runReliability(r *Runner) (any, error) {
 		return sum, ErrFaultsFailed
 	}
 	return sum, nil
+}
+
+// cleanupLabAgent removes what any backend of the lab agent left in the
+// target namespace, as `sanqos cleanup` would there.
+func cleanupLabAgent() {
+	if bin, err := sanqosBinary(); err == nil {
+		inNS(TargetNS, bin, "cleanup", "--label", labAgentLabel)
+	}
 }
 
 // reliabilityTable renders the summary as the Markdown table of
@@ -106,22 +114,6 @@ func reliabilityTable(s ReliabilitySummary, o RunOptions) string {
 // of time-based jobs.
 func (r *Runner) verifiedWriter(host string, threads int, size int64) Job {
 	return Job{Name: "verified", Host: host, URL: r.LUN(host).URL, RW: "write", BS: 64 << 10, NumJobs: threads, Size: size, Verify: true}
-}
-
-// hostMBs is a host's mean write rate over the phase's ticks in (from, to].
-func hostMBs(res *PhaseResult, host string, from, to time.Duration) float64 {
-	var s float64
-	var n int
-	for _, t := range res.Between(from, to) {
-		if iv, ok := t.Dev[host]; ok {
-			s += iv.WriteBps / 1e6
-			n++
-		}
-	}
-	if n == 0 {
-		return math.NaN()
-	}
-	return s / float64(n)
 }
 
 // kill ends the agent with SIGKILL: no cleanup of any kind runs.
@@ -200,20 +192,24 @@ func failed(f Fault, err error) Fault {
 // traffic and measures how soon the writer runs at its unthrottled rate
 // again, with its data checked end to end.
 func faultKill9(r *Runner) Fault {
-	return killWhileThrottled(r, "delayline", throttle.Setting{WriteDelay: 20 * time.Millisecond, ReadDelay: 20 * time.Millisecond}, time.Second,
-		"agent killed (SIGKILL) while delaying (delay line)")
+	return killWhileThrottled(r, "delayline", "write", throttle.Setting{WriteDelay: 20 * time.Millisecond, ReadDelay: 20 * time.Millisecond}, time.Second,
+		"agent killed (SIGKILL) while delaying a writer (delay line)")
 }
 
 // faultKill9Marks does the same to the HTB backend, whose marks live in
 // ipset entries with a TTL that only the running agent refreshes (netem
-// uses the same marks; this kernel has no netem to run it).
+// uses the same marks; this kernel has no netem to run it). A rate cap
+// shapes what the target sends, so the load is a reader.
 func faultKill9Marks(r *Runner) Fault {
-	return killWhileThrottled(r, "htb", throttle.Setting{Rate: 1 << 20}, throttle.DefaultMarkTTL+time.Second,
-		"agent killed (SIGKILL) while capping (HTB; netem's marks lapse the same way)")
+	return killWhileThrottled(r, "htb", "read", throttle.Setting{Rate: 1 << 20}, throttle.DefaultMarkTTL+time.Second,
+		"agent killed (SIGKILL) while capping a reader (HTB; netem's marks lapse the same way)")
 }
 
-func killWhileThrottled(r *Runner, backend string, s throttle.Setting, within time.Duration, name string) Fault {
-	f := Fault{Name: name, Expect: fmt.Sprintf("writes back at ≥ 50 %% of unthrottled rate within %v; no fio I/O or verify error", within)}
+// killWhileThrottled measures host b3's unthrottled rate of rw (read or
+// write), throttles it with s, kills the agent and finds how long until
+// b3 runs at half its unthrottled rate again.
+func killWhileThrottled(r *Runner, backend, rw string, s throttle.Setting, within time.Duration, name string) Fault {
+	f := Fault{Name: name, Expect: fmt.Sprintf("%ss back at ≥ 50 %% of the unthrottled rate within %v; no fio I/O or verify error", rw, within), Data: "n/a (reads)"}
 	a, err := StartAgent(backend, r.Dir)
 	if err != nil {
 		return failed(f, err)
@@ -223,33 +219,53 @@ func killWhileThrottled(r *Runner, backend string, s throttle.Setting, within ti
 			a.Stop()
 		}
 	}()
-	ref, err := r.Run(&Phase{Name: "kill9-reference-" + backend, Label: "kill -9: unthrottled reference", Length: 3 * time.Second, From: 500 * time.Millisecond, To: 3 * time.Second,
-		Jobs: []Job{{Name: "writer", Host: "b3", URL: r.LUN("b3").URL, RW: "write", BS: 64 << 10, NumJobs: 2, Runtime: 3 * time.Second}}}, 0)
+	rate := func(iv sample.Interval) float64 { return iv.WriteBps / 1e6 }
+	if rw == "read" {
+		rate = func(iv sample.Interval) float64 { return iv.ReadBps / 1e6 }
+	}
+	mean := func(res *PhaseResult, from, to time.Duration) float64 {
+		var v []float64
+		for _, t := range res.Between(from, to) {
+			if iv, ok := t.Dev["b3"]; ok {
+				v = append(v, rate(iv))
+			}
+		}
+		return report.Describe(v).Mean
+	}
+	job := Job{Name: rw + "r", Host: "b3", URL: r.LUN("b3").URL, RW: rw, BS: 64 << 10, NumJobs: 2, Runtime: 3 * time.Second}
+	ref, err := f.run(r, &Phase{Name: "kill9-reference-" + backend, Label: "kill -9: unthrottled reference", Length: 3 * time.Second, From: 500 * time.Millisecond, To: 3 * time.Second,
+		Jobs: []Job{job}})
 	if err != nil {
 		return failed(f, err)
 	}
-	r0 := hostMBs(ref, "b3", 500*time.Millisecond, 3*time.Second)
+	r0 := mean(ref, 500*time.Millisecond, 3*time.Second)
 	if err := a.Set(map[netip.Addr]throttle.Setting{HostAddr("b3"): s}); err != nil {
 		return failed(f, err)
 	}
+	job.Runtime = killAt + 3*time.Second
+	if rw == "write" {
+		job = r.verifiedWriter("b3", 2, 12<<20)
+		f.Data = "yes: fio crc32c, 24 MiB"
+	}
 	p := &Phase{Name: "kill9-" + backend, Label: "kill -9 while throttled (" + backend + ")", Length: 20 * time.Second, From: 500 * time.Millisecond, To: killAt + 2*time.Second,
-		Jobs:   []Job{r.verifiedWriter("b3", 2, 12<<20)},
+		Jobs:   []Job{job},
 		Events: []Event{{At: killAt, Name: "kill -9 agent", Do: func() error { a.kill(); return nil }}}}
 	res, err := f.run(r, p)
-	f.Data = "yes: fio crc32c, 24 MiB"
 	if err != nil {
-		f.Data = "**failed**"
+		if rw == "write" {
+			f.Data = "**failed**"
+		}
 		return failed(f, err)
 	}
-	rt := hostMBs(res, "b3", 500*time.Millisecond, killAt)
+	rt := mean(res, 500*time.Millisecond, killAt)
 	recovery := math.Inf(1)
 	for _, t := range res.Between(killAt, p.Length) {
-		if iv, ok := t.Dev["b3"]; ok && iv.WriteBps/1e6 >= 0.5*r0 {
+		if iv, ok := t.Dev["b3"]; ok && rate(iv) >= 0.5*r0 {
 			recovery = t.T - killAt.Seconds()
 			break
 		}
 	}
-	f.Result = fmt.Sprintf("b3 writes %.1f MB/s unthrottled, %.1f throttled; ≥ 50 %% again %.1f s after the kill", r0, rt, recovery)
+	f.Result = fmt.Sprintf("b3 %ss %.1f MB/s unthrottled, %.1f throttled; ≥ 50 %% again %.1f s after the kill", rw, r0, rt, recovery)
 	f.Pass = recovery <= within.Seconds() && rt < 0.5*r0
 	return f
 }

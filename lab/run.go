@@ -132,6 +132,15 @@ func NewRunner(name string, o RunOptions) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
+	// With the run lock held, anything still running in an initiator
+	// namespace is load left by an interrupted run, which would skew
+	// this one: end it.
+	for _, h := range Hosts {
+		if pids := nsPids(h); len(pids) > 0 {
+			fmt.Fprintf(progressOrDiscard(o.Progress), "ending %d processes left in %s by an earlier run\n", len(pids), h)
+			killAll(pids)
+		}
+	}
 	if o.RunID == "" {
 		o.RunID = time.Now().UTC().Format("20060102-150405")
 	}
@@ -149,6 +158,13 @@ func NewRunner(name string, o RunOptions) (*Runner, error) {
 	os.Remove(latest)
 	os.Symlink(o.RunID, latest)
 	return &Runner{State: s, Res: res, Dir: dir, opts: o, trace: w, traceF: f, progress: newProgress(o.Progress), lock: lock}, nil
+}
+
+func progressOrDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
 }
 
 // Close flushes the trace and releases the lab.
