@@ -165,7 +165,7 @@ func TestDeviationFormulas(t *testing.T) {
 // banking credit below its objective, capped at the burst, and spending
 // it above before it counts as exceeding.
 func TestSLOCredits(t *testing.T) {
-	p := SLOClasses([]SLOClass{{Name: "task", Members: []netip.Addr{c1}, MBs: 1, Burst: 2 * time.Second}})
+	p := rawSLO([]SLOClass{{Name: "task", Members: []netip.Addr{c1}, MBs: 1, Burst: 2 * time.Second}})
 	for i, tc := range []struct {
 		mbs        float64
 		wantCredit float64
@@ -193,7 +193,7 @@ func TestSLOCredits(t *testing.T) {
 // its floor but with credit, is spared.
 func TestSLOThrottleOrder(t *testing.T) {
 	ms := time.Millisecond
-	p := SLOClasses([]SLOClass{
+	p := rawSLO([]SLOClass{
 		{Name: "power", Members: []netip.Addr{c1}, Priority: 3, Latency: 2 * ms},
 		{Name: "knowledge", Members: []netip.Addr{c2}, Priority: 2, MBs: 1, Burst: 100 * time.Second},
 		{Name: "task", Members: []netip.Addr{c3}, Priority: 1, MBs: 1},
@@ -241,7 +241,7 @@ func TestSLOThrottleOrder(t *testing.T) {
 // TestSLOLifetimeMetrics: the status' means and deviations are over the
 // class's life, I/O-weighted for latency.
 func TestSLOLifetimeMetrics(t *testing.T) {
-	p := SLOClasses([]SLOClass{{Name: "power", Members: []netip.Addr{c1, c2}, MBs: 1.6, IOPS: 25, Latency: 1300 * time.Microsecond}})
+	p := rawSLO([]SLOClass{{Name: "power", Members: []netip.Addr{c1, c2}, MBs: 1.6, IOPS: 25, Latency: 1300 * time.Microsecond}})
 	p.Decide(input(0, ci(c1, 1, 0, 1, math.NaN()), ci(c2, 0.5, 0, 2, math.NaN()))) // 1.5 MB/s, 15 IOPS, wait (10+10)/15 ≈ 1.333
 	got := p.Decide(input(0, ci(c1, 1.7, 0, 1, math.NaN()))).Classes[0]            // 1.7 MB/s, 17 IOPS, wait 1
 	// means: 1.6 MB/s, 16 IOPS, wait (15×4/3 + 17×1)/32 = 37/32
@@ -306,4 +306,12 @@ resources:
 	if _, err := json.Marshal(a.Status()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// rawSLO is the slo-classes policy without decision smoothing, so tests
+// can follow it tick by tick.
+func rawSLO(cls []SLOClass) Policy {
+	p := SLOClasses(cls).(*sloPolicy)
+	p.smoothing = 0
+	return p
 }
