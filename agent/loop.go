@@ -280,6 +280,7 @@ func (l *Loops) resourceLoop(ctx context.Context, name string, in <-chan tickDat
 type resourceState struct {
 	ctrl   Controller
 	policy Policy
+	in     PolicyInput // reused every tick: no per-tick slice of consumers
 	ind    Smoother
 	rates  map[netip.Addr]Smoother
 	plan   *plan
@@ -450,9 +451,10 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 	// The policy names who is slowed and how (read-over-write: writers
 	// above the rate threshold, 4.5.1, plus the static ones, never the
 	// important ones).
-	in := &PolicyInput{Now: now, Interval: l.cfg.Interval, IndicatorMs: st.IndicatorMs, ThresholdMs: st.ThresholdMs, Output: delay,
-		DelayStep: l.cfg.DelayStep, MaxDelay: l.cfg.MaxDelay, WriteBps: l.cfg.WriteBps,
-		Consumers: make([]ConsumerInput, 0, len(p.consumers)+len(p.static))}
+	in := &rs.in
+	*in = PolicyInput{Now: now, Interval: l.cfg.Interval, IndicatorMs: st.IndicatorMs, ThresholdMs: st.ThresholdMs, Output: delay,
+		DelayStep: l.cfg.DelayStep, MaxDelay: l.cfg.MaxDelay, WriteBps: l.cfg.WriteBps, Consumers: in.Consumers[:0],
+		settingsBuf: in.settingsBuf, thrBuf: in.thrBuf}
 	st.Consumers = make([]ConsumerStatus, 0, len(p.consumers))
 	for _, pc := range p.consumers {
 		var rb, wb float64
@@ -497,8 +499,16 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 	}
 	out := rs.policy.Decide(in)
 	st.Policy, st.Classes = rs.policy.Name(), out.Classes
-	for _, a := range out.Throttleable {
-		st.Throttleable = append(st.Throttleable, a.String())
+	if len(out.Throttleable) > 0 {
+		st.Throttleable = make([]string, 0, len(out.Throttleable)+len(p.static))
+	}
+	in.thrBuf = out.Throttleable[:0] // keep the grown buffer
+	for _, k := range out.Throttleable {
+		if k < len(p.consumers) {
+			st.Throttleable = append(st.Throttleable, p.consumers[k].name)
+		} else {
+			st.Throttleable = append(st.Throttleable, p.static[k-len(p.consumers)].name)
+		}
 	}
 	if len(p.static) > 0 {
 		sort.Strings(st.Throttleable)
@@ -518,9 +528,11 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 		}
 		other[a] = s
 	}
-	for k := range st.Consumers {
-		if s, ok := out.Settings[in.Consumers[k].Addr]; ok && !s.IsZero() {
-			st.Consumers[k].Throttled, st.Consumers[k].Setting = true, s
+	if len(out.Settings) > 0 {
+		for k := range st.Consumers {
+			if s, ok := out.Settings[in.Consumers[k].Addr]; ok && !s.IsZero() {
+				st.Consumers[k].Throttled, st.Consumers[k].Setting = true, s
+			}
 		}
 	}
 	l.mu.Lock()

@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"net/netip"
-
 	"github.com/sanqos/sanqos/throttle"
 )
 
@@ -24,12 +22,15 @@ func (p readOverWrite) Name() string {
 func (p readOverWrite) IndicatorOfImportantOnly() bool { return p.importantOnly }
 
 func (p readOverWrite) Decide(in *PolicyInput) PolicyOutput {
-	out := PolicyOutput{Settings: map[netip.Addr]throttle.Setting{}}
-	for _, c := range in.Consumers {
+	out := PolicyOutput{Throttleable: in.throttleable()}
+	if in.Output > 0 {
+		out.Settings = in.settings()
+	}
+	for k, c := range in.Consumers {
 		if c.Important || !(c.Static || c.WriteEWMA > in.WriteBps) {
 			continue
 		}
-		out.Throttleable = append(out.Throttleable, c.Addr)
+		out.Throttleable = append(out.Throttleable, k)
 		if in.Output > 0 {
 			out.Settings[c.Addr] = throttle.Setting{WriteDelay: in.Output}
 		}

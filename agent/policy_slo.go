@@ -5,10 +5,7 @@ import (
 	"math"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
-
-	"github.com/sanqos/sanqos/throttle"
 )
 
 // SLOClass is one service class of the slo-classes policy (seed 004's
@@ -196,7 +193,10 @@ type sloGroup struct {
 
 func (p *sloPolicy) Decide(in *PolicyInput) PolicyOutput {
 	dt := in.Interval.Seconds()
-	alpha := dt / (dt + p.smoothing.Seconds())
+	alpha := 1.0
+	if dt+p.smoothing.Seconds() > 0 {
+		alpha = dt / (dt + p.smoothing.Seconds())
+	}
 	smooth := func(s *float64, x float64) {
 		switch {
 		case math.IsNaN(x):
@@ -206,7 +206,7 @@ func (p *sloPolicy) Decide(in *PolicyInput) PolicyOutput {
 			*s += alpha * (x - *s)
 		}
 	}
-	out := PolicyOutput{Settings: map[netip.Addr]throttle.Setting{}}
+	out := PolicyOutput{Settings: in.settings(), Throttleable: in.throttleable()}
 	type tick struct {
 		iops, mbs, lat, ratio float64
 		missing, exceeding    bool
@@ -315,14 +315,13 @@ func (p *sloPolicy) Decide(in *PolicyInput) PolicyOutput {
 		}
 		for _, k := range gr.addrs {
 			c := in.Consumers[k]
-			out.Throttleable = append(out.Throttleable, c.Addr)
+			out.Throttleable = append(out.Throttleable, k)
 			if d > 0 {
 				out.Settings[c.Addr] = dominantDelay(c, d)
 			}
 		}
 	}
-	// Status lists consumers by address string; so does this.
-	slices.SortFunc(out.Throttleable, func(a, b netip.Addr) int { return strings.Compare(a.String(), b.String()) })
+	slices.Sort(out.Throttleable)
 	for i, cl := range p.classes {
 		t := ticks[i]
 		cs := ClassStatus{Name: cl.Name, Priority: cl.Priority, IOPSObjective: cl.IOPS, MBsObjective: cl.MBs,

@@ -55,7 +55,11 @@ func TestReadOverWriteAndImportantSets(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := tc.p.Decide(input(tc.out, cs...))
-			if !mapsEqual(got.Settings, tc.wantSet) || !slices.Equal(got.Throttleable, tc.wantThr) {
+			var thr []netip.Addr
+			for _, k := range got.Throttleable {
+				thr = append(thr, cs[k].Addr)
+			}
+			if !mapsEqual(got.Settings, tc.wantSet) || !slices.Equal(thr, tc.wantThr) {
 				t.Fatalf("got %v %v, want %v %v", got.Settings, got.Throttleable, tc.wantSet, tc.wantThr)
 			}
 			if tc.p.IndicatorOfImportantOnly() != tc.wantOnly {

@@ -3,8 +3,6 @@ package agent
 import (
 	"net/netip"
 	"time"
-
-	"github.com/sanqos/sanqos/throttle"
 )
 
 // weighted shares a saturated resource by weight: while the controller
@@ -33,7 +31,7 @@ func (p *weighted) weight(a netip.Addr) float64 {
 }
 
 func (p *weighted) Decide(in *PolicyInput) PolicyOutput {
-	out := PolicyOutput{Settings: map[netip.Addr]throttle.Setting{}}
+	out := PolicyOutput{Settings: in.settings(), Throttleable: in.throttleable()}
 	var total, wsum float64
 	for _, c := range in.Consumers {
 		// Idle consumers claim no share: what they leave is shared by the
@@ -46,13 +44,13 @@ func (p *weighted) Decide(in *PolicyInput) PolicyOutput {
 	if total == 0 || wsum == 0 {
 		return out
 	}
-	for _, c := range in.Consumers {
+	for k, c := range in.Consumers {
 		x := c.ReadBps + c.WriteBps
 		share := total * p.weight(c.Addr) / wsum
 		if c.Important || x <= share {
 			continue
 		}
-		out.Throttleable = append(out.Throttleable, c.Addr)
+		out.Throttleable = append(out.Throttleable, k)
 		if in.Output <= 0 {
 			continue
 		}
