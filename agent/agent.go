@@ -88,6 +88,7 @@ func (a *Agent) applySpecs(cfg *config.Config) {
 			ProtectImportantOnly: r.Policy == "important-sets",
 			NewController:        func() Controller { return a.deps.NewController(cfg, r) },
 			NewSmoother:          func() Smoother { return a.deps.NewSmoother(cfg.EWMAAlpha) },
+			NewPolicy:            PolicyFactory(r),
 		}
 	}
 	a.loops.SetSpecs(specs)

@@ -71,6 +71,20 @@ type ResourceSpec struct {
 	ProtectImportantOnly bool
 	NewController        func() Controller
 	NewSmoother          func() Smoother
+	// NewPolicy builds the resource's policy (nil: read-over-write, or
+	// important-sets with ProtectImportantOnly).
+	NewPolicy func() Policy
+}
+
+// newPolicy is the spec's policy, defaulting as NewPolicy says.
+func (s ResourceSpec) newPolicy() Policy {
+	switch {
+	case s.NewPolicy != nil:
+		return s.NewPolicy()
+	case s.ProtectImportantOnly:
+		return ImportantSets()
+	}
+	return ReadOverWrite()
 }
 
 // LoopConfig holds what all resource loops share.
@@ -96,7 +110,10 @@ type ResourceStatus struct {
 	Delay        time.Duration    `json:"delay_ns"`
 	Throttleable []string         `json:"throttleable"`
 	Consumers    []ConsumerStatus `json:"consumers"`
-	Updated      time.Time        `json:"updated"`
+	Policy       string           `json:"policy,omitempty"`
+	// Classes is the slo-classes policy's per-class accounting.
+	Classes []ClassStatus `json:"classes,omitempty"`
+	Updated time.Time     `json:"updated"`
 }
 
 // ConsumerStatus is one consumer of a resource.
@@ -107,6 +124,8 @@ type ConsumerStatus struct {
 	WriteEWMA float64 `json:"write_bps_ewma"`
 	Important bool    `json:"important"`
 	Throttled bool    `json:"throttled"`
+	// Setting is what the policy asked for this consumer (zero: nothing).
+	Setting throttle.Setting `json:"setting,omitzero"`
 }
 
 // Loops runs one goroutine per resource plus a sampler and an actuator.
@@ -160,6 +179,9 @@ func (l *Loops) Status() []ResourceStatus {
 type desire struct {
 	resource string
 	delays   map[netip.Addr]time.Duration // write delay per consumer
+	// other holds settings beyond a plain write delay (read delays, rate
+	// caps) that policies other than read-over-write ask for.
+	other map[netip.Addr]throttle.Setting
 }
 
 // Run samples every interval, feeds each resource's goroutine and applies
@@ -256,11 +278,13 @@ func (l *Loops) resourceLoop(ctx context.Context, name string, in <-chan tickDat
 // resourceState is what one resource's pipeline remembers between ticks.
 // It is owned by one caller at a time (a resourceLoop goroutine, or Step).
 type resourceState struct {
-	ctrl  Controller
-	ind   Smoother
-	rates map[netip.Addr]Smoother
-	plan  *plan
-	prev  []sample.Counters // per plan device; Device "" = none yet
+	ctrl   Controller
+	policy Policy
+	in     PolicyInput // reused every tick: no per-tick slice of consumers
+	ind    Smoother
+	rates  map[netip.Addr]Smoother
+	plan   *plan
+	prev   []sample.Counters // per plan device; Device "" = none yet
 }
 
 // plan is a resource's view and policy compiled for the per-tick loop:
@@ -372,6 +396,8 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 	}
 	switch {
 	case rs.plan == nil || rs.plan.specs != specs:
+		// A reload may change the policy; its state (credits) restarts.
+		rs.policy = spec.newPolicy()
 		l.compile(rs, spec, view, topo, specs)
 	case rs.plan.topo != topo:
 		// Discovery publishes a fresh topology every round; most rounds
@@ -422,50 +448,101 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 		delay = l.cfg.MaxDelay
 	}
 	st.Step, st.Delay = step, delay
-	// Throttleable set: consumers writing above the threshold (4.5.1),
-	// plus the static ones, never the important ones.
-	want := map[netip.Addr]time.Duration{}
+	// The policy names who is slowed and how (read-over-write: writers
+	// above the rate threshold, 4.5.1, plus the static ones, never the
+	// important ones).
+	in := &rs.in
+	*in = PolicyInput{Now: now, Interval: l.cfg.Interval, IndicatorMs: st.IndicatorMs, ThresholdMs: st.ThresholdMs, Output: delay,
+		DelayStep: l.cfg.DelayStep, MaxDelay: l.cfg.MaxDelay, WriteBps: l.cfg.WriteBps, Consumers: in.Consumers[:0],
+		settingsBuf: in.settingsBuf, thrBuf: in.thrBuf}
 	st.Consumers = make([]ConsumerStatus, 0, len(p.consumers))
 	for _, pc := range p.consumers {
 		var rb, wb float64
-		if nr, ok := td.rates[pc.addr]; ok {
-			rb, wb = nr.ReadBps, nr.WriteBps
-		} else {
-			for _, i := range pc.devs {
-				if i >= 0 && okIv[i] {
-					rb += ivs[i].ReadBps
-					wb += ivs[i].WriteBps
+		ci := ConsumerInput{Addr: pc.addr, HasDevices: true, Important: pc.important, Static: pc.static}
+		var rTicks, wTicks, nr, nw, secs float64
+		for _, i := range pc.devs {
+			if i >= 0 && okIv[i] {
+				iv := ivs[i]
+				rb += iv.ReadBps
+				wb += iv.WriteBps
+				nr += float64(iv.Reads)
+				nw += float64(iv.Writes)
+				if iv.Reads > 0 {
+					rTicks += iv.ReadWaitMs * float64(iv.Reads)
 				}
+				if iv.Writes > 0 {
+					wTicks += iv.WriteWaitMs * float64(iv.Writes)
+				}
+				secs = max(secs, iv.Seconds)
 			}
+		}
+		if r, ok := td.rates[pc.addr]; ok {
+			rb, wb = r.ReadBps, r.WriteBps
+		}
+		ci.ReadWaitMs, ci.WriteWaitMs = math.NaN(), math.NaN()
+		if nr > 0 {
+			ci.ReadWaitMs = rTicks / nr
+		}
+		if nw > 0 {
+			ci.WriteWaitMs = wTicks / nw
+		}
+		if secs > 0 {
+			ci.ReadIOPS, ci.WriteIOPS = nr/secs, nw/secs
 		}
 		ew, _ := pc.rate.Update(wb)
-		cs := ConsumerStatus{Addr: pc.name, ReadBps: rb, WriteBps: wb, WriteEWMA: ew, Important: pc.important}
-		if !pc.important && (pc.static || ew > l.cfg.WriteBps) {
-			st.Throttleable = append(st.Throttleable, cs.Addr)
-			if delay > 0 {
-				want[pc.addr] = delay
-				cs.Throttled = true
-			}
-		}
-		st.Consumers = append(st.Consumers, cs)
+		ci.ReadBps, ci.WriteBps, ci.WriteEWMA = rb, wb, ew
+		in.Consumers = append(in.Consumers, ci)
+		st.Consumers = append(st.Consumers, ConsumerStatus{Addr: pc.name, ReadBps: rb, WriteBps: wb, WriteEWMA: ew, Important: pc.important})
 	}
 	for _, pc := range p.static {
-		st.Throttleable = append(st.Throttleable, pc.name)
-		if delay > 0 {
-			want[pc.addr] = delay
+		in.Consumers = append(in.Consumers, ConsumerInput{Addr: pc.addr, Static: true, ReadWaitMs: math.NaN(), WriteWaitMs: math.NaN()})
+	}
+	out := rs.policy.Decide(in)
+	st.Policy, st.Classes = rs.policy.Name(), out.Classes
+	if len(out.Throttleable) > 0 {
+		st.Throttleable = make([]string, 0, len(out.Throttleable)+len(p.static))
+	}
+	in.thrBuf = out.Throttleable[:0] // keep the grown buffer
+	for _, k := range out.Throttleable {
+		if k < len(p.consumers) {
+			st.Throttleable = append(st.Throttleable, p.consumers[k].name)
+		} else {
+			st.Throttleable = append(st.Throttleable, p.static[k-len(p.consumers)].name)
 		}
 	}
 	if len(p.static) > 0 {
 		sort.Strings(st.Throttleable)
 	}
+	want := make(map[netip.Addr]time.Duration, len(out.Settings))
+	var other map[netip.Addr]throttle.Setting
+	for a, s := range out.Settings {
+		if s.IsZero() {
+			continue
+		}
+		if s.ReadDelay == 0 && s.Rate == 0 {
+			want[a] = s.WriteDelay
+			continue
+		}
+		if other == nil {
+			other = map[netip.Addr]throttle.Setting{}
+		}
+		other[a] = s
+	}
+	if len(out.Settings) > 0 {
+		for k := range st.Consumers {
+			if s, ok := out.Settings[in.Consumers[k].Addr]; ok && !s.IsZero() {
+				st.Consumers[k].Throttled, st.Consumers[k].Setting = true, s
+			}
+		}
+	}
 	l.mu.Lock()
 	l.status[name] = st
 	l.mu.Unlock()
-	return desire{resource: name, delays: want}
+	return desire{resource: name, delays: want, other: other}
 }
 
 func (s ResourceSpec) measuredDevices(v ResourceView) []string {
-	if !s.ProtectImportantOnly {
+	if !s.ProtectImportantOnly && (s.NewPolicy == nil || !s.NewPolicy().IndicatorOfImportantOnly()) {
 		return v.Devices
 	}
 	var devs []string
@@ -492,12 +569,12 @@ func (l *Loops) actuate(in <-chan desire) {
 
 // actuator holds every resource's latest wishes and what was applied.
 type actuator struct {
-	per     map[string]map[netip.Addr]time.Duration
-	applied map[netip.Addr]time.Duration
+	per     map[string]desire
+	applied map[netip.Addr]throttle.Setting
 }
 
 func newActuator() *actuator {
-	return &actuator{per: map[string]map[netip.Addr]time.Duration{}, applied: map[netip.Addr]time.Duration{}}
+	return &actuator{per: map[string]desire{}, applied: map[netip.Addr]throttle.Setting{}}
 }
 
 // put records a resource's wishes; nil delays release the resource.
@@ -505,25 +582,36 @@ func (a *actuator) put(d desire) {
 	if d.delays == nil {
 		delete(a.per, d.resource)
 	} else {
-		a.per[d.resource] = d.delays
+		a.per[d.resource] = d
 	}
 }
 
 func (a *actuator) releaseAll() { clear(a.per) }
 
-// diff merges the wishes (largest delay per consumer wins) and returns the
-// merged state and the batch that takes the applied state there.
-func (a *actuator) diff() (merged map[netip.Addr]time.Duration, batch map[netip.Addr]throttle.Setting) {
-	merged = make(map[netip.Addr]time.Duration, len(a.applied))
-	for _, m := range a.per {
-		for c, d := range m {
-			merged[c] = max(merged[c], d)
+// diff merges the wishes (per consumer the largest delay of each kind
+// wins, and the smallest non-zero rate cap) and returns the merged state
+// and the batch that takes the applied state there.
+func (a *actuator) diff() (merged map[netip.Addr]throttle.Setting, batch map[netip.Addr]throttle.Setting) {
+	merged = make(map[netip.Addr]throttle.Setting, len(a.applied))
+	for _, d := range a.per {
+		for c, w := range d.delays {
+			s := merged[c]
+			s.WriteDelay = max(s.WriteDelay, w)
+			merged[c] = s
+		}
+		for c, o := range d.other {
+			s := merged[c]
+			s.WriteDelay, s.ReadDelay = max(s.WriteDelay, o.WriteDelay), max(s.ReadDelay, o.ReadDelay)
+			if o.Rate > 0 && (s.Rate == 0 || o.Rate < s.Rate) {
+				s.Rate = o.Rate
+			}
+			merged[c] = s
 		}
 	}
 	batch = map[netip.Addr]throttle.Setting{}
-	for c, d := range merged {
-		if a.applied[c] != d {
-			batch[c] = throttle.Setting{WriteDelay: d}
+	for c, s := range merged {
+		if a.applied[c] != s {
+			batch[c] = s
 		}
 	}
 	for c := range a.applied {

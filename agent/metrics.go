@@ -53,6 +53,14 @@ func newCollector(status func() []ResourceStatus, t throttle.Throttle) *collecto
 		"dl_errors":    newDesc("delayline_errors_total", "Netlink receive and verdict errors of the delay line."),
 		"cthrottled":   newDesc("consumer_throttled", "1 while the resource's controller delays the consumer (throttleable and output above zero).", "resource", "consumer"),
 		"backend_info": newDesc("backend_info", "The throttle backend in use.", "backend"),
+		"class_iops":   newDesc("class_iops", "SLO class's IOPS over the last interval (slo-classes).", "resource", "class"),
+		"class_bps":    newDesc("class_bytes_per_second", "SLO class's throughput over the last interval.", "resource", "class"),
+		"class_lat":    newDesc("class_latency_seconds", "SLO class's I/O-weighted wait over the last interval.", "resource", "class"),
+		"class_credit": newDesc("class_burst_credit_seconds", "SLO class's banked burst, in seconds of its objective.", "resource", "class"),
+		"class_miss":   newDesc("class_missing", "1 while the SLO class misses an objective.", "resource", "class"),
+		"class_tdev":   newDesc("class_throughput_deviation_percent", "Seed 004 eq. (1) over the class's life: (attained − expected)/expected × 100, MB/s.", "resource", "class"),
+		"class_ldev":   newDesc("class_latency_deviation_seconds", "Seed 004 eq. (2) over the class's life: observed − expected latency.", "resource", "class"),
+		"class_jitter": newDesc("class_jitter_seconds", "Mean absolute difference of consecutive per-interval latencies over the class's life.", "resource", "class"),
 	}}
 }
 
@@ -73,6 +81,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		g("output", float64(s.Step), s.Name)
 		g("delay", s.Delay.Seconds(), s.Name)
 		g("setsize", float64(len(s.Throttleable)), s.Name)
+		for _, k := range s.Classes {
+			g("class_iops", float64(k.IOPS), s.Name, k.Name)
+			g("class_bps", float64(k.MBs)*1e6, s.Name, k.Name)
+			g("class_lat", float64(k.LatencyMs)/1e3, s.Name, k.Name)
+			g("class_credit", k.CreditS, s.Name, k.Name)
+			g("class_miss", b2f(k.Missing), s.Name, k.Name)
+			g("class_tdev", float64(k.ThroughputDeviationPct), s.Name, k.Name)
+			g("class_ldev", float64(k.LatencyDeviationMs)/1e3, s.Name, k.Name)
+			g("class_jitter", float64(k.JitterMs)/1e3, s.Name, k.Name)
+		}
 		for _, cs := range s.Consumers {
 			g("crate", cs.ReadBps, s.Name, cs.Addr, "read")
 			g("crate", cs.WriteBps, s.Name, cs.Addr, "write")

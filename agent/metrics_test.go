@@ -151,3 +151,29 @@ func TestGrafanaDashboardUsesExportedMetrics(t *testing.T) {
 		}
 	}
 }
+
+func TestMetricsClasses(t *testing.T) {
+	status := func() []ResourceStatus {
+		return []ResourceStatus{{Name: "vg1", Classes: []ClassStatus{{Name: "power", IOPS: 25, MBs: 1.6, LatencyMs: 12, CreditS: 4, Missing: true,
+			ThroughputDeviationPct: -3, LatencyDeviationMs: 2.5, JitterMs: 1.5}}}}
+	}
+	c := newCollector(status, throttle.NewMemory())
+	if probs, err := testutil.CollectAndLint(c); err != nil || len(probs) > 0 {
+		t.Fatalf("promlint: %v %v", probs, err)
+	}
+	want := `
+# HELP sanqos_class_throughput_deviation_percent Seed 004 eq. (1) over the class's life: (attained − expected)/expected × 100, MB/s.
+# TYPE sanqos_class_throughput_deviation_percent gauge
+sanqos_class_throughput_deviation_percent{class="power",resource="vg1"} -3
+# HELP sanqos_class_latency_deviation_seconds Seed 004 eq. (2) over the class's life: observed − expected latency.
+# TYPE sanqos_class_latency_deviation_seconds gauge
+sanqos_class_latency_deviation_seconds{class="power",resource="vg1"} 0.0025
+# HELP sanqos_class_missing 1 while the SLO class misses an objective.
+# TYPE sanqos_class_missing gauge
+sanqos_class_missing{class="power",resource="vg1"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "sanqos_class_throughput_deviation_percent",
+		"sanqos_class_latency_deviation_seconds", "sanqos_class_missing"); err != nil {
+		t.Fatal(err)
+	}
+}

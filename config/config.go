@@ -10,9 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +38,34 @@ type Resource struct {
 	Important    []string      `yaml:"important"`
 	Throttleable []string      `yaml:"throttleable"`
 	Policy       string        `yaml:"policy"`
+	// Weights are the weighted policy's shares per consumer address
+	// (default 1 for anyone not listed).
+	Weights map[string]float64 `yaml:"weights"`
+	// Classes are the slo-classes policy's service classes.
+	Classes []Class `yaml:"classes"`
+}
+
+// Policies are the valid resource policies, in the order help lists them.
+var Policies = []string{"read-over-write", "important-sets", "weighted", "slo-classes"}
+
+// Class is one service class of the slo-classes policy (seed 004's task,
+// knowledge and power users): its members and their objectives. A zero
+// objective is none.
+type Class struct {
+	Name    string   `yaml:"name"`
+	Members []string `yaml:"members"`
+	// Priority orders who is slowed first when classes must give way:
+	// lower first. Default: the order of the list, first highest.
+	Priority int `yaml:"priority"`
+	// IOPS and MBs are floors the class should attain (reads + writes, the
+	// class's members together).
+	IOPS float64 `yaml:"iops"`
+	MBs  float64 `yaml:"mb_s"`
+	// Latency is the ceiling of the members' mean I/O wait.
+	Latency time.Duration `yaml:"latency"`
+	// Burst is how many seconds of objective a class may bank while below
+	// it and spend above it before it counts as exceeding.
+	Burst time.Duration `yaml:"burst"`
 }
 
 // Config is the agent's whole configuration.
@@ -273,11 +303,10 @@ func (c *Config) validate(root *yaml.Node) []error {
 		if r.Policy == "" {
 			r.Policy = "read-over-write"
 		}
-		switch r.Policy {
-		case "read-over-write", "important-sets":
-		default:
-			bad("want read-over-write|important-sets", "resources", i, "policy")
+		if !slices.Contains(Policies, r.Policy) {
+			bad(fmt.Sprintf("unknown policy %q: want %s", r.Policy, strings.Join(Policies, "|")), "resources", i, "policy")
 		}
+		errs = append(errs, c.validatePolicy(root, i)...)
 		for _, list := range []struct {
 			key string
 			v   []string
@@ -298,6 +327,76 @@ func (c *Config) validate(root *yaml.Node) []error {
 			if len(r.Devices) == 1 && r.Devices[0] == "auto" {
 				bad("static discovery needs explicit devices", "resources", i, "devices")
 			}
+		}
+	}
+	return errs
+}
+
+// validatePolicy checks resource i's weights and classes against its
+// policy: settings for another policy are a mistake, not something to ignore.
+func (c *Config) validatePolicy(root *yaml.Node, i int) []error {
+	var errs []error
+	bad := func(msg string, path ...any) {
+		errs = append(errs, Error{Line: lineOf(root, path...), Field: fieldName(path...), Msg: msg})
+	}
+	r := &c.Resources[i]
+	if len(r.Weights) > 0 && r.Policy != "weighted" {
+		bad("weights apply to policy weighted only", "resources", i, "weights")
+	}
+	for _, a := range slices.Sorted(maps.Keys(r.Weights)) {
+		if _, err := netip.ParseAddr(a); err != nil {
+			bad(fmt.Sprintf("%q is not an IP address", a), "resources", i, "weights", a)
+		}
+		if w := r.Weights[a]; !(w > 0) || w > 1e6 {
+			bad("want a weight > 0 (≤ 1e6)", "resources", i, "weights", a)
+		}
+	}
+	if len(r.Classes) > 0 && r.Policy != "slo-classes" {
+		bad("classes apply to policy slo-classes only", "resources", i, "classes")
+	}
+	if r.Policy == "slo-classes" && len(r.Classes) == 0 {
+		bad("policy slo-classes needs at least one class", "resources", i, "policy")
+	}
+	names, members := map[string]bool{}, map[netip.Addr]string{}
+	for k := range r.Classes {
+		cl := &r.Classes[k]
+		if cl.Name == "" || len(cl.Name) > 64 || strings.ContainsAny(cl.Name, " \t\n/\"") {
+			bad("want a non-empty name without spaces, quotes or slashes (≤ 64)", "resources", i, "classes", k, "name")
+		} else if names[cl.Name] {
+			bad("duplicate class name "+cl.Name, "resources", i, "classes", k, "name")
+		}
+		names[cl.Name] = true
+		if cl.Priority == 0 {
+			cl.Priority = len(r.Classes) - k
+		}
+		if len(cl.Members) == 0 {
+			bad("want at least one member address", "resources", i, "classes", k, "members")
+		}
+		for m, s := range cl.Members {
+			a, err := netip.ParseAddr(s)
+			if err != nil {
+				bad(fmt.Sprintf("%q is not an IP address", s), "resources", i, "classes", k, "members", m)
+				continue
+			}
+			if other, dup := members[a.Unmap()]; dup {
+				bad(fmt.Sprintf("%s is already in class %s", s, other), "resources", i, "classes", k, "members", m)
+			}
+			members[a.Unmap()] = cl.Name
+		}
+		if cl.IOPS < 0 || cl.IOPS > 1e9 {
+			bad("want 0 (none) .. 1e9", "resources", i, "classes", k, "iops")
+		}
+		if cl.MBs < 0 || cl.MBs > 1e6 {
+			bad("want 0 (none) .. 1e6", "resources", i, "classes", k, "mb_s")
+		}
+		if cl.Latency < 0 || cl.Latency > 10*time.Second {
+			bad("want 0 (none) .. 10s", "resources", i, "classes", k, "latency")
+		}
+		if cl.Burst < 0 || cl.Burst > time.Hour {
+			bad("want 0 .. 1h", "resources", i, "classes", k, "burst")
+		}
+		if cl.Burst > 0 && cl.IOPS == 0 && cl.MBs == 0 {
+			bad("a burst allowance needs an iops or mb_s objective to bank", "resources", i, "classes", k, "burst")
 		}
 	}
 	return errs

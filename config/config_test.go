@@ -66,3 +66,45 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestSLOExampleIsValid(t *testing.T) {
+	c, err := Load("../examples/slo-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := c.Resources[0].Classes
+	if len(cl) != 3 || cl[0].Name != "power" || cl[0].IOPS != 25 || cl[0].Latency != 1300*time.Microsecond || cl[2].Burst != 30*time.Second {
+		t.Fatalf("example parsed wrong: %+v", cl)
+	}
+}
+
+func TestPolicyErrors(t *testing.T) {
+	res := "resources:\n  - name: a\n"
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"unknown policy lists the valid ones", res + "    policy: fair\n", "line 3: resources[0].policy: unknown policy \"fair\": want read-over-write|important-sets|weighted|slo-classes"},
+		{"weights need weighted", res + "    weights: {10.0.0.1: 2}\n", "line 3: resources[0].weights: weights apply to policy weighted only"},
+		{"bad weight", res + "    policy: weighted\n    weights:\n      10.0.0.1: 0\n", "line 5: resources[0].weights.10.0.0.1: want a weight > 0"},
+		{"weight address", res + "    policy: weighted\n    weights:\n      nope: 1\n", "line 5: resources[0].weights.nope: \"nope\" is not an IP address"},
+		{"slo needs classes", res + "    policy: slo-classes\n", "line 3: resources[0].policy: policy slo-classes needs at least one class"},
+		{"classes need slo", res + "    classes:\n      - name: x\n        members: [10.0.0.1]\n", "line 3: resources[0].classes: classes apply"},
+		{"member twice", res + "    policy: slo-classes\n    classes:\n      - name: x\n        members: [10.0.0.1]\n      - name: y\n        members: [10.0.0.1]\n",
+			"line 8: resources[0].classes[1].members[0]: 10.0.0.1 is already in class x"},
+		{"negative objective", res + "    policy: slo-classes\n    classes:\n      - name: x\n        members: [10.0.0.1]\n        iops: -1\n", "line 7: resources[0].classes[0].iops"},
+		{"burst without floor", res + "    policy: slo-classes\n    classes:\n      - name: x\n        members: [10.0.0.1]\n        latency: 2ms\n        burst: 5s\n",
+			"line 8: resources[0].classes[0].burst: a burst allowance needs"},
+		{"duplicate class", res + "    policy: slo-classes\n    classes:\n      - name: x\n        members: [10.0.0.1]\n      - name: x\n        members: [10.0.0.2]\n",
+			"line 7: resources[0].classes[1].name: duplicate class name x"},
+	} {
+		_, err := Parse([]byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want containing %q", tc.name, err, tc.want)
+		}
+	}
+	// Default priorities follow the list, first highest.
+	c, err := Parse([]byte(res + "    policy: slo-classes\n    classes:\n      - name: x\n        members: [10.0.0.1]\n      - name: y\n        members: [10.0.0.2]\n"))
+	if err != nil || c.Resources[0].Classes[0].Priority != 2 || c.Resources[0].Classes[1].Priority != 1 {
+		t.Fatalf("default priorities: %v %+v", err, c)
+	}
+}

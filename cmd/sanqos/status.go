@@ -175,6 +175,7 @@ func renderStatus(w io.Writer, st agent.Status) {
 		}
 	}
 	tw.Flush()
+	renderClasses(w, st)
 	fmt.Fprintln(w)
 	if len(f.Consumers) == 0 {
 		fmt.Fprintln(w, "no consumers seen or throttled")
@@ -230,4 +231,49 @@ func mbs(v float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f", v)
+}
+
+// renderClasses prints the slo-classes resources' classes: the last
+// tick, and over the class's life seed 004's throughput deviation (eq. 1),
+// latency deviation (eq. 2) and jitter.
+func renderClasses(w io.Writer, st agent.Status) {
+	has := false
+	for _, r := range st.Resources {
+		has = has || len(r.Classes) > 0
+	}
+	if !has {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RESOURCE\tCLASS\tIOPS\tMB/s\tWAIT\tSTATE\tDELAY\tCREDIT\tTHROUGHPUT DEV\tIOPS DEV\tLATENCY DEV\tJITTER")
+	for _, r := range st.Resources {
+		for _, c := range r.Classes {
+			state := "ok"
+			switch {
+			case c.Missing:
+				state = "MISSING"
+			case c.Exceeding:
+				state = "exceeding"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f s\t%s\t%s\t%s\t%s\n", r.Name, c.Name, mbs(float64(c.IOPS)), mbs(float64(c.MBs)),
+				waitMs(float64(c.LatencyMs)), state, msOrDash(c.DelayMs), c.CreditS, pct(float64(c.ThroughputDeviationPct)),
+				pct(float64(c.IOPSDeviationPct)), signedMs(float64(c.LatencyDeviationMs)), waitMs(float64(c.JitterMs)))
+		}
+	}
+	tw.Flush()
+}
+
+func pct(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%+.1f %%", v)
+}
+
+func signedMs(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%+.2f ms", v)
 }

@@ -203,3 +203,17 @@ func TestReportCommand(t *testing.T) {
 		t.Fatalf("empty dir: %v", err)
 	}
 }
+
+func TestStatusClasses(t *testing.T) {
+	st := agent.Status{Resources: []agent.ResourceStatus{{Name: "vg1", Policy: "slo-classes", Classes: []agent.ClassStatus{
+		{Name: "power", IOPS: 25, MBs: 1.6, LatencyMs: 14.5, Missing: true, DelayMs: 0, CreditS: 3,
+			ThroughputDeviationPct: -3, IOPSDeviationPct: agent.JSONFloat(math.NaN()), LatencyDeviationMs: 1.25, JitterMs: 2},
+	}}}}
+	var b bytes.Buffer
+	renderClasses(&b, st)
+	for _, want := range []string{"CLASS", "power", "MISSING", "-3.0 %", "+1.25 ms", "2.0 ms", "3.0 s"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("classes table lacks %q:\n%s", want, b.String())
+		}
+	}
+}

@@ -1,0 +1,148 @@
+package agent
+
+import (
+	"math"
+	"net/netip"
+	"time"
+
+	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// Policy decides, once per tick of one resource, who is slowed and how,
+// from what the loop measured and what the controller asked for. The loop
+// owns measuring (indicator, rates, IOPS, latencies), the controller and
+// actuation; a policy only maps measurements to settings, so a new policy
+// is one file with no I/O. Each resource gets its own Policy value (from
+// ResourceSpec.NewPolicy), so a policy may keep state between ticks (the
+// slo-classes credits); it is called by one goroutine at a time.
+type Policy interface {
+	// Name is the config's policy name.
+	Name() string
+	// IndicatorOfImportantOnly makes the indicator the read wait of the
+	// important consumers' devices only (important-sets, thesis 5.7).
+	IndicatorOfImportantOnly() bool
+	// Decide returns the tick's settings. It must not keep in (the loop
+	// reuses it) or out.
+	Decide(in *PolicyInput) PolicyOutput
+}
+
+// PolicyInput is one resource's tick, as a policy sees it.
+type PolicyInput struct {
+	Now      time.Time
+	Interval time.Duration
+	// IndicatorMs is the smoothed indicator (NaN: no reads yet).
+	IndicatorMs float64
+	ThresholdMs float64
+	// Output is the controller's delay for this tick (0: not saturated).
+	Output    time.Duration
+	DelayStep time.Duration
+	MaxDelay  time.Duration
+	// WriteBps is the throttleable-set threshold (thesis 4.5.1).
+	WriteBps float64
+	// Consumers in status order (sorted by address string), then the
+	// static throttleable consumers discovery has not seen (HasDevices
+	// false, no rates).
+	Consumers []ConsumerInput
+
+	// Buffers the loop lends a policy for its output, reused every tick
+	// (a 10,000-consumer tick otherwise allocated them afresh): take them
+	// with settings() and throttleable().
+	settingsBuf map[netip.Addr]throttle.Setting
+	thrBuf      []int
+}
+
+// settings returns an empty map for PolicyOutput.Settings.
+func (in *PolicyInput) settings() map[netip.Addr]throttle.Setting {
+	if in.settingsBuf == nil {
+		in.settingsBuf = map[netip.Addr]throttle.Setting{}
+	}
+	clear(in.settingsBuf)
+	return in.settingsBuf
+}
+
+// throttleable returns an empty slice for PolicyOutput.Throttleable.
+func (in *PolicyInput) throttleable() []int { return in.thrBuf[:0] }
+
+// ConsumerInput is one consumer's measurements for the tick. Rates come
+// from the wire when the agent samples TCP_INFO, else from its devices;
+// IOPS and latencies always come from its devices (NaN latency: no I/O of
+// that kind completed in the interval).
+type ConsumerInput struct {
+	Addr       netip.Addr
+	HasDevices bool
+	Important  bool
+	Static     bool // listed throttleable in config
+	ReadBps    float64
+	WriteBps   float64
+	WriteEWMA  float64
+	ReadIOPS   float64
+	WriteIOPS  float64
+	ReadWaitMs float64
+	// WriteWaitMs is the devices' write await.
+	WriteWaitMs float64
+}
+
+// PolicyOutput is a policy's decision.
+type PolicyOutput struct {
+	// Settings per consumer; absent or zero means not slowed (nil: nobody).
+	Settings map[netip.Addr]throttle.Setting
+	// Throttleable lists who the policy would slow under saturation (for
+	// status), as indexes into PolicyInput.Consumers, ascending: the loop
+	// already holds every consumer's name, and formatting addresses per
+	// tick was a third of a 10,000-consumer tick.
+	Throttleable []int
+	// Classes is per-class accounting (slo-classes only).
+	Classes []ClassStatus
+}
+
+// roundUpStep rounds d up to whole delay steps and caps it at max, as the
+// controller's own output is quantised (the backends apply 0.5 ms steps).
+func roundUpStep(d, step, maxD time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	if step > 0 {
+		d = time.Duration(math.Ceil(float64(d)/float64(step))) * step
+	}
+	return min(d, maxD)
+}
+
+// dominantDelay slows the direction a consumer mostly uses: a write delay
+// does nothing to a reader and a read delay little to a writer.
+func dominantDelay(c ConsumerInput, d time.Duration) throttle.Setting {
+	if c.ReadBps > c.WriteBps {
+		return throttle.Setting{ReadDelay: d}
+	}
+	return throttle.Setting{WriteDelay: d}
+}
+
+// PolicyFactory builds a configured resource's policy (config.Policies;
+// config validation guarantees the name and the addresses).
+func PolicyFactory(r config.Resource) func() Policy {
+	switch r.Policy {
+	case "important-sets":
+		return ImportantSets
+	case "weighted":
+		w := map[netip.Addr]float64{}
+		for s, v := range r.Weights {
+			if a, err := netip.ParseAddr(s); err == nil {
+				w[a.Unmap()] = v
+			}
+		}
+		return func() Policy { return Weighted(w) }
+	case "slo-classes":
+		var cls []SLOClass
+		for _, c := range r.Classes {
+			sc := SLOClass{Name: c.Name, Priority: c.Priority, IOPS: c.IOPS, MBs: c.MBs, Latency: c.Latency, Burst: c.Burst}
+			for _, m := range c.Members {
+				if a, err := netip.ParseAddr(m); err == nil {
+					sc.Members = append(sc.Members, a.Unmap())
+				}
+			}
+			cls = append(cls, sc)
+		}
+		return func() Policy { return SLOClasses(cls) }
+	}
+	return ReadOverWrite
+}
