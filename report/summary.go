@@ -129,3 +129,38 @@ func Smooth(y []float64) []float64 {
 	}
 	return out
 }
+
+// Regulation computes how well a threshold held, the same way for lab and
+// simulator runs: pctAbove is the share of intervals in the analysis window
+// (waits) whose read wait exceeded 1.2 × threshold; settleS is, averaged
+// over the writers' on-steps (steps, each on for onS seconds), the time
+// from the step until the smoothed wait (x, y: the whole phase) last
+// crossed above 1.2 × threshold during that on-period.
+func Regulation(thresholdMs float64, waits, x, y, steps []float64, onS float64) (pctAbove, settleS float64) {
+	limit := 1.2 * thresholdMs
+	var n, above int
+	for _, w := range waits {
+		if !math.IsNaN(w) {
+			n++
+			if w > limit {
+				above++
+			}
+		}
+	}
+	if n > 0 {
+		pctAbove = Round(100*float64(above)/float64(n), 2)
+	}
+	sm := Smooth(y)
+	var settle []float64
+	for _, s := range steps {
+		last := s
+		for i := range x {
+			if x[i] > s && x[i] <= s+onS && sm[i] > limit {
+				last = x[i]
+			}
+		}
+		settle = append(settle, last-s)
+	}
+	m, _ := MeanStderr(settle)
+	return pctAbove, Round(m, 2)
+}

@@ -374,33 +374,8 @@ func ControlledRunOf(res *PhaseResult, thr time.Duration, steps []float64, onS f
 	if thr == 0 {
 		return run
 	}
-	limit := 1.2 * run.ThresholdMs
-	var n, above int
-	for _, w := range waits {
-		if !math.IsNaN(w) {
-			n++
-			if w > limit {
-				above++
-			}
-		}
-	}
-	if n > 0 {
-		run.PctAbove = report.Round(100*float64(above)/float64(n), 2)
-	}
 	x, y := res.Series("b2", readWait)
-	sm := report.Smooth(y)
-	var settle []float64
-	for _, s := range steps {
-		last := s
-		for i := range x {
-			if x[i] > s && x[i] <= s+onS && sm[i] > limit {
-				last = x[i]
-			}
-		}
-		settle = append(settle, last-s)
-	}
-	m, _ := report.MeanStderr(settle)
-	run.SettleS = report.Round(m, 2)
+	run.PctAbove, run.SettleS = report.Regulation(run.ThresholdMs, waits, x, y, steps, onS)
 	var on, inWin int
 	for _, t := range res.Window() {
 		inWin++
