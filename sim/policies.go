@@ -197,30 +197,37 @@ func runSLOClasses(o Options) (any, error) {
 			c.name, HostAddr(c.host), c.priority, c.iops, c.mbs, c.latency, c.burst)
 	}
 	sum := PolicySummary{Experiment: "slo-classes", Scale: o.Scale}
-	var all []*PhaseResult
-	for i, run := range []struct{ name, policy, yaml string }{{"agent-off", "none", ""}, {"slo-classes", "slo-classes", y.String()}} {
-		p, err := policyPhase(run.name, run.name, length, lead, jobs, run.yaml)
-		if err != nil {
-			return nil, err
-		}
-		res, err := RunPhase(p, o.Params, o.Seed+uint64(i))
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, res)
-		pr := PolicyRun{Name: run.name, Policy: run.policy, MaxDelayMs: maxDelay(res.Window())}
+	err := offAndOn(o, "slo-classes", y.String(), length, lead, jobs, func(pr PolicyRun, res *PhaseResult) {
 		for _, c := range sloClasses {
 			pr.Classes = append(pr.Classes, classFigures(c.name, []string{c.host}, c.iops, c.mbs, c.latency, res.Window()))
 		}
 		pr.Classes = append(pr.Classes, classFigures("best-effort", []string{"b5"}, 0, 0, 0, res.Window()))
 		sum.Runs = append(sum.Runs, pr)
+	})
+	return sum, err
+}
+
+// offAndOn runs jobs twice, with the agent off and under policy (its
+// resource YAML), and hands each run's result to add; the trace of both
+// goes to o.Out.
+func offAndOn(o Options, policy, yaml string, length, lead time.Duration, jobs []*Job, add func(PolicyRun, *PhaseResult)) error {
+	var all []*PhaseResult
+	for i, run := range []struct{ name, policy, yaml string }{{"agent-off", "none", ""}, {policy, policy, yaml}} {
+		p, err := policyPhase(run.name, run.name, length, lead, jobs, run.yaml)
+		if err != nil {
+			return err
+		}
+		res, err := RunPhase(p, o.Params, o.Seed+uint64(i))
+		if err != nil {
+			return err
+		}
+		all = append(all, res)
+		add(PolicyRun{Name: run.name, Policy: run.policy, MaxDelayMs: maxDelay(res.Window())}, res)
 	}
 	if o.Out != "" {
-		if err := writeTraceFile(o.Out, all); err != nil {
-			return nil, err
-		}
+		return writeTraceFile(o.Out, all)
 	}
-	return sum, nil
+	return nil
 }
 
 // weightedHosts are the weighted scenario's writers and their weights;
@@ -247,19 +254,8 @@ func runWeighted(o Options) (any, error) {
 		wsum += w.weight
 	}
 	sum := PolicySummary{Experiment: "weighted", Scale: o.Scale}
-	var all []*PhaseResult
-	for i, run := range []struct{ name, policy, yaml string }{{"agent-off", "none", ""}, {"weighted", "weighted", y.String()}} {
-		p, err := policyPhase(run.name, run.name, length, lead, jobs, run.yaml)
-		if err != nil {
-			return nil, err
-		}
-		res, err := RunPhase(p, o.Params, o.Seed+uint64(i))
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, res)
-		pr := PolicyRun{Name: run.name, Policy: run.policy, MaxDelayMs: maxDelay(res.Window()),
-			WriteMBs: map[string]float64{}, Share: map[string]float64{}, TargetShare: map[string]float64{}}
+	err := offAndOn(o, "weighted", y.String(), length, lead, jobs, func(pr PolicyRun, res *PhaseResult) {
+		pr.WriteMBs, pr.Share, pr.TargetShare = map[string]float64{}, map[string]float64{}, map[string]float64{}
 		var total float64
 		bytesOf := map[string]float64{}
 		for _, w := range weightedHosts {
@@ -273,11 +269,6 @@ func runWeighted(o Options) (any, error) {
 		}
 		pr.Classes = append(pr.Classes, classFigures("reader", []string{"b2"}, 0, 0, 15*time.Millisecond, res.Window()))
 		sum.Runs = append(sum.Runs, pr)
-	}
-	if o.Out != "" {
-		if err := writeTraceFile(o.Out, all); err != nil {
-			return nil, err
-		}
-	}
-	return sum, nil
+	})
+	return sum, err
 }
