@@ -89,6 +89,7 @@ func (a *Agent) applySpecs(cfg *config.Config) {
 			NewController:        func() Controller { return a.deps.NewController(cfg, r) },
 			NewSmoother:          func() Smoother { return a.deps.NewSmoother(cfg.EWMAAlpha) },
 			NewPolicy:            PolicyFactory(r),
+			TailObjective:        r.Objective == "p95",
 		}
 	}
 	a.loops.SetSpecs(specs)

@@ -74,6 +74,9 @@ type ResourceSpec struct {
 	// NewPolicy builds the resource's policy (nil: read-over-write, or
 	// important-sets with ProtectImportantOnly).
 	NewPolicy func() Policy
+	// TailObjective: the threshold bounds the 95th percentile of the
+	// per-interval read wait, not its smoothed value (objective.go).
+	TailObjective bool
 }
 
 // newPolicy is the spec's policy, defaulting as NewPolicy says.
@@ -101,10 +104,13 @@ type LoopConfig struct {
 
 // ResourceStatus is what a resource loop last did, for status and metrics.
 type ResourceStatus struct {
-	Name         string           `json:"name"`
-	Devices      []string         `json:"devices"`
-	IndicatorMs  float64          `json:"indicator_ms"`
-	RawWaitMs    float64          `json:"raw_wait_ms"`
+	Name        string   `json:"name"`
+	Devices     []string `json:"devices"`
+	IndicatorMs float64  `json:"indicator_ms"`
+	RawWaitMs   float64  `json:"raw_wait_ms"`
+	// SetpointMs is what the controller holds the indicator at: the
+	// threshold, or below it with objective p95.
+	SetpointMs   float64          `json:"setpoint_ms"`
 	ThresholdMs  float64          `json:"threshold_ms"`
 	Step         int              `json:"step"`
 	Delay        time.Duration    `json:"delay_ns"`
@@ -282,6 +288,7 @@ type resourceState struct {
 	policy Policy
 	in     PolicyInput // reused every tick: no per-tick slice of consumers
 	ind    Smoother
+	tail   *tailEstimate // objective p95 only
 	rates  map[netip.Addr]Smoother
 	plan   *plan
 	prev   []sample.Counters // per plan device; Device "" = none yet
@@ -433,15 +440,28 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 			reads += float64(iv.Reads)
 		}
 	}
+	q := 1.0
 	if reads > 0 {
 		st.RawWaitMs = ticks / reads
+		if spec.TailObjective {
+			if rs.tail == nil {
+				rs.tail = newTailEstimate()
+			}
+			if prev, ok := rs.ind.Value(); ok {
+				q = rs.tail.add(st.RawWaitMs, prev)
+			}
+		}
 		rs.ind.Update(st.RawWaitMs)
 	}
+	if rs.tail != nil {
+		q = rs.tail.q
+	}
 	st.IndicatorMs = math.NaN()
+	st.SetpointMs = st.ThresholdMs / q
 	step := 0
 	if v, ok := rs.ind.Value(); ok {
 		st.IndicatorMs = v
-		step = rs.ctrl.Update(v)
+		step = rs.ctrl.Update(v * q)
 	}
 	delay := time.Duration(step) * l.cfg.DelayStep
 	if delay > l.cfg.MaxDelay {

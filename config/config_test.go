@@ -16,6 +16,17 @@ func TestExampleIsValid(t *testing.T) {
 	}
 }
 
+// A resource takes the top-level objective unless it names its own.
+func TestObjectiveInherited(t *testing.T) {
+	c, err := Parse([]byte("objective: p95\nresources:\n  - name: a\n  - name: b\n    objective: mean\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Resources[0].Objective != "p95" || c.Resources[1].Objective != "mean" {
+		t.Fatalf("objectives %q, %q", c.Resources[0].Objective, c.Resources[1].Objective)
+	}
+}
+
 func TestEmptyIsDefaults(t *testing.T) {
 	c, err := Parse([]byte("# nothing\n"))
 	if err != nil {
@@ -40,6 +51,8 @@ func TestErrorsNameFieldAndLine(t *testing.T) {
 		{"static needs devices", "discovery:\n  source: static\nresources:\n  - name: a\n", "resources[0].devices"},
 		{"not yaml", "interval: [\n", "yaml"},
 		{"wrong type", "interval: fast\n", "line 1"},
+		{"objective", "objective: p99\n", "line 1: objective: unknown objective \"p99\": want mean|p95"},
+		{"resource objective", "resources:\n  - name: a\n    objective: median\n", "line 3: resources[0].objective: unknown objective"},
 	} {
 		_, err := Parse([]byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -1,0 +1,56 @@
+package agent
+
+import (
+	"math"
+	"slices"
+)
+
+// The controller holds the smoothed read wait (the indicator) at its
+// setpoint, so with the thesis' objective the threshold bounds the mean.
+// Operators state response-time objectives as percentiles, and the
+// per-interval wait scatters around the indicator: a 100 ms interval holds
+// a handful of reads, and load steps overshoot before the controller
+// catches up. With objective p95 the controller's setpoint is lowered to
+// threshold / q, where q is the 95th percentile of raw wait / indicator
+// observed over the last tailWindow intervals, so that the 95th percentile
+// of the raw wait lands on the threshold. Feeding the controller
+// indicator × q is the same thing without touching the controller.
+
+const (
+	tailWindow  = 300 // intervals (30 s at 100 ms): several load steps
+	tailMinimum = 50  // samples before q departs from 1
+	tailEvery   = 10  // recompute q every this many samples
+	tailMaxQ    = 2   // never aim below half the threshold
+)
+
+// tailEstimate is a ring of raw/indicator ratios and the current q.
+type tailEstimate struct {
+	ring    []float64
+	next, n int
+	since   int
+	q       float64
+	scratch []float64
+}
+
+func newTailEstimate() *tailEstimate {
+	return &tailEstimate{ring: make([]float64, tailWindow), q: 1}
+}
+
+// add records one interval's raw wait against the indicator it was
+// measured against (the previous interval's), and returns q.
+func (t *tailEstimate) add(raw, prevIndicator float64) float64 {
+	if prevIndicator > 0 && raw >= 0 && !math.IsInf(raw, 0) && !math.IsNaN(raw) {
+		t.ring[t.next] = raw / prevIndicator
+		t.next = (t.next + 1) % len(t.ring)
+		t.n = min(t.n+1, len(t.ring))
+		t.since++
+	}
+	if t.n >= tailMinimum && t.since >= tailEvery {
+		t.since = 0
+		t.scratch = append(t.scratch[:0], t.ring[:t.n]...)
+		slices.Sort(t.scratch)
+		p95 := t.scratch[min(len(t.scratch)-1, int(math.Ceil(0.95*float64(len(t.scratch))))-1)]
+		t.q = math.Max(1, math.Min(tailMaxQ, p95))
+	}
+	return t.q
+}
