@@ -38,6 +38,7 @@ func newCollector(status func() []ResourceStatus, t throttle.Throttle) *collecto
 		"indicator":    newDesc("resource_indicator_seconds", "Smoothed read wait (EWMA) of the resource: the controlled variable.", "resource"),
 		"raw":          newDesc("resource_read_wait_seconds", "Read wait of the resource's devices over the last interval (iostat r_await).", "resource"),
 		"threshold":    newDesc("resource_threshold_seconds", "Read-wait threshold of the resource.", "resource"),
+		"setpoint":     newDesc("resource_setpoint_seconds", "What the controller holds the indicator at: the threshold, or below it with objective p95.", "resource"),
 		"output":       newDesc("resource_controller_output_steps", "Controller output in delay steps.", "resource"),
 		"delay":        newDesc("resource_write_delay_seconds", "Write delay the controller applies to the resource's throttleable set.", "resource"),
 		"setsize":      newDesc("resource_throttleable_consumers", "Size of the resource's throttleable set.", "resource"),
@@ -78,6 +79,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		g("indicator", s.IndicatorMs/1e3, s.Name)
 		g("raw", s.RawWaitMs/1e3, s.Name)
 		g("threshold", s.ThresholdMs/1e3, s.Name)
+		if s.SetpointMs > 0 {
+			g("setpoint", s.SetpointMs/1e3, s.Name)
+		}
 		g("output", float64(s.Step), s.Name)
 		g("delay", s.Delay.Seconds(), s.Name)
 		g("setsize", float64(len(s.Throttleable)), s.Name)
