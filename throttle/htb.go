@@ -330,6 +330,11 @@ func (t *HTB) add(a netip.Addr, c htbConsumer) (err error) {
 		return fmt.Errorf("htb: add class for %v: %w", a, err)
 	}
 	undo.add(func() error { return netlink.ClassDel(cl) })
+	// The leaf goes with its class (deleting the class deletes it); handle
+	// 0 lets the kernel pick a major no other qdisc uses.
+	if err := tcAddFifoLeaf(t.ifidx, cl.Handle, 0, tcLeafBytes); err != nil {
+		return err
+	}
 	if t.filter != tcBPF {
 		f := tcFilterFor(t.filter, t.ifidx, t.marks, uint32(c.minor), tcFilterPrio)
 		if err := f.add(); err != nil {
@@ -340,24 +345,56 @@ func (t *HTB) add(a netip.Addr, c htbConsumer) (err error) {
 	return tcSetAddMark(tcRateSet(t.cfg.Label), a, t.marks.mark(uint32(c.minor)), t.marks.Mask)
 }
 
-// remove undoes add in reverse: unmark first, so no packet is classified
-// into a class that is about to go.
+// remove undoes add in reverse without dropping what the class still
+// queues (deleting a class drops its queue, which TCP would have to
+// resend): the class is first opened to the link rate so its queue
+// drains, then unmarked, so no packet is classified into a class that is
+// about to go, and deleted once empty.
 func (t *HTB) remove(a netip.Addr, c htbConsumer) error {
+	fast := t.consumerClass(c.minor, max(t.cfg.LinkRate, c.rate))
+	if err := netlink.ClassChange(fast); err != nil {
+		return fmt.Errorf("htb: open class of %v: %w", a, err)
+	}
+	t.waitEmpty(fast)
 	if err := tcSetDel(tcRateSet(t.cfg.Label), a); err != nil {
 		return err
 	}
+	t.waitEmpty(fast)
 	if t.filter != tcBPF {
 		if err := tcFilterFor(t.filter, t.ifidx, t.marks, uint32(c.minor), tcFilterPrio).del(); err != nil {
 			return err
 		}
 	}
-	// Deleting a class drops what it still queues; at worst a burst's
-	// worth of one consumer's segments, which TCP retransmits.
-	if err := netlink.ClassDel(t.consumerClass(c.minor, c.rate)); err != nil {
+	if err := netlink.ClassDel(fast); err != nil {
 		return fmt.Errorf("htb: delete class of %v: %w", a, err)
 	}
 	delete(t.minor, c.minor)
 	return nil
+}
+
+// waitEmpty polls the class's queue length until it is empty, for at most
+// 100 ms: at link rate even a full leaf drains in a fraction of that.
+func (t *HTB) waitEmpty(cl *netlink.HtbClass) {
+	link, err := netlink.LinkByIndex(t.ifidx)
+	if err != nil {
+		return
+	}
+	for deadline := time.Now().Add(100 * time.Millisecond); time.Now().Before(deadline); {
+		cls, err := netlink.ClassList(link, netlink.HANDLE_NONE)
+		if err != nil {
+			return
+		}
+		busy := false
+		for _, k := range cls {
+			if k.Attrs().Handle == cl.Handle && k.Attrs().Statistics != nil && k.Attrs().Statistics.Queue != nil {
+				busy = k.Attrs().Statistics.Queue.Qlen > 0
+			}
+		}
+		if !busy {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func (t *HTB) Clear(consumers ...netip.Addr) error {

@@ -442,3 +442,28 @@ func (u undoLog) rollback(err error) error {
 	}
 	return err
 }
+
+// tcLeafBytes bounds a rate-capped consumer's queue. A class without a
+// leaf qdisc gets pfifo with the device's txqueuelen (1000 packets), which
+// two TCP senders on the target can overflow under a cap (TCP small queues
+// let each keep ~1 MB queued): the drops are retransmissions caused by
+// the throttle. 32 MiB covers 32 such senders per consumer; memory is only
+// used while a consumer sends faster than its cap.
+const tcLeafBytes = 32 << 20
+
+// tcFifoLeafRequest builds RTM_NEWQDISC for a bfifo of limit bytes under
+// class parent (vishvananda/netlink has no fifo type with options).
+func tcFifoLeafRequest(ifindex int, parent, handle uint32, limit uint32) *nl.NetlinkRequest {
+	req := nl.NewNetlinkRequest(unix.RTM_NEWQDISC, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
+	req.AddData(&nl.TcMsg{Family: nl.FAMILY_ALL, Ifindex: int32(ifindex), Handle: handle, Parent: parent})
+	req.AddData(nl.NewRtAttr(nl.TCA_KIND, nl.ZeroTerminated("bfifo")))
+	req.AddData(nl.NewRtAttr(nl.TCA_OPTIONS, nl.Uint32Attr(limit))) // struct tc_fifo_qopt
+	return req
+}
+
+func tcAddFifoLeaf(ifindex int, parent, handle uint32, limit uint32) error {
+	if _, err := tcFifoLeafRequest(ifindex, parent, handle, limit).Execute(unix.NETLINK_ROUTE, 0); err != nil {
+		return fmt.Errorf("add bfifo leaf %s: %w", tcHandleString(handle), err)
+	}
+	return nil
+}
