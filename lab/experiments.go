@@ -2,7 +2,6 @@ package lab
 
 import (
 	"fmt"
-	"math"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -95,43 +94,6 @@ func writeMBs(iv sample.Interval) float64 { return iv.WriteBps / 1e6 }
 // intervals without completions.
 func smooth(y []float64) []float64 { return report.Smooth(y) }
 
-// aggregate averages, over ticks, the sum of f across hosts (an aggregate
-// rate).
-func aggregate(ticks []Tick, hosts []string, f func(sample.Interval) float64) float64 {
-	if len(ticks) == 0 {
-		return math.NaN()
-	}
-	var sum float64
-	for _, t := range ticks {
-		for _, h := range hosts {
-			if iv, ok := t.Dev[h]; ok {
-				sum += f(iv)
-			}
-		}
-	}
-	return sum / float64(len(ticks))
-}
-
-// values returns f of host's interval in each tick; a tick without one (the
-// device was being re-baselined) is skipped, never counted as zero.
-func values(ticks []Tick, host string, f func(sample.Interval) float64) []float64 {
-	var v []float64
-	for _, t := range ticks {
-		if iv, ok := t.Dev[host]; ok {
-			v = append(v, f(iv))
-		}
-	}
-	return v
-}
-
-func windowAggregate(res *PhaseResult, hosts []string, f func(sample.Interval) float64) float64 {
-	return aggregate(res.Window(), hosts, f)
-}
-
-func windowValues(res *PhaseResult, host string, f func(sample.Interval) float64) []float64 {
-	return values(res.Window(), host, f)
-}
-
 func sumTCP(rs []*PhaseResult) TCPCounters {
 	var n TCPCounters
 	for _, r := range rs {
@@ -181,7 +143,7 @@ func runEqualShare(r *Runner) (any, error) {
 	for _, h := range Hosts {
 		var v []float64
 		for _, res := range rs {
-			v = append(v, windowAggregate(res, []string{h}, readMBs))
+			v = append(v, report.Aggregate(res.Window(), []string{h}, readMBs))
 		}
 		m, _ := report.MeanStderr(v)
 		s.PerHostMBs[h] = round(m, 2)
@@ -267,10 +229,10 @@ func SummarizeInterference(phases []*Phase, rs []*PhaseResult) (InterferenceSumm
 			if res.Phase != phases[i] {
 				continue
 			}
-			v := windowValues(res, "b2", readWait)
+			v := report.Values(res.Window(), "b2", readWait)
 			waits = append(waits, v...)
 			run.P95PerRepeat = append(run.P95PerRepeat, round(report.Describe(v).P95, 2))
-			wr = append(wr, windowAggregate(res, Hosts[1:], writeMBs))
+			wr = append(wr, report.Aggregate(res.Window(), Hosts[1:], writeMBs))
 			if res.Repeat == 0 {
 				x, y := res.Series("b2", readWait)
 				series = append(series, report.Series{Name: phases[i].Label, X: x, Y: smooth(y)})

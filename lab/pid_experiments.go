@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/report"
-	"github.com/sanqos/sanqos/sample"
 )
 
 func init() {
@@ -107,7 +106,7 @@ func runControlled(r *Runner, autonomic bool) (any, error) {
 	series := []report.Series{}
 	x, y := base.Series("b2", readWait)
 	series = append(series, report.Series{Name: "no regulation", X: x, Y: smooth(y)})
-	wx, wy := aggregateSeries(base, Hosts[1:], writeMBs)
+	wx, wy := report.AggregateSeries(base.Ticks, Hosts[1:], writeMBs)
 	wseries := []report.Series{{Name: "no regulation", X: wx, Y: smooth(wy)}}
 	var dseries []report.Series
 	var cpu, shadowCPU, wall float64
@@ -173,7 +172,7 @@ func runControlled(r *Runner, autonomic bool) (any, error) {
 		sum.Regulated = append(sum.Regulated, run)
 		x, y := res.Series("b2", readWait)
 		series = append(series, report.Series{Name: p.Label, X: x, Y: smooth(y)})
-		wx, wy := aggregateSeries(res, Hosts[1:], writeMBs)
+		wx, wy := report.AggregateSeries(res.Ticks, Hosts[1:], writeMBs)
 		wseries = append(wseries, report.Series{Name: p.Label, X: wx, Y: smooth(wy)})
 		dseries = append(dseries, report.Series{Name: p.Label, X: dx, Y: delays})
 	}
@@ -222,23 +221,9 @@ func delaySampler(a *LabAgent, length time.Duration, xs, ys *[]float64) []Event 
 	return ev
 }
 
-func aggregateSeries(res *PhaseResult, hosts []string, f func(iv sample.Interval) float64) (x, y []float64) {
-	for _, t := range res.Ticks {
-		var s float64
-		for _, h := range hosts {
-			if iv, ok := t.Dev[h]; ok {
-				s += f(iv)
-			}
-		}
-		x = append(x, t.T)
-		y = append(y, s)
-	}
-	return x, y
-}
-
 func controlledRun(res *PhaseResult, thr time.Duration, steps []float64, onS float64) ControlledRun {
-	waits := windowValues(res, "b2", readWait)
-	run := ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: roundDist(report.Describe(waits)), WriteMBs: round(windowAggregate(res, Hosts[1:], writeMBs), 2), TCP: res.TCP}
+	waits := report.Values(res.Window(), "b2", readWait)
+	run := ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: roundDist(report.Describe(waits)), WriteMBs: round(report.Aggregate(res.Window(), Hosts[1:], writeMBs), 2), TCP: res.TCP}
 	if thr == 0 {
 		return run
 	}

@@ -55,11 +55,8 @@ type Phase struct {
 	From, To time.Duration
 }
 
-// Tick is one 100 ms sample of every LUN device of the resource.
-type Tick struct {
-	T   float64                    // seconds since phase start (end of interval)
-	Dev map[string]sample.Interval // by host
-}
+// Tick is one 100 ms sample of every LUN device of the resource, by host.
+type Tick = report.Tick
 
 // PhaseResult is what a phase recorded.
 type PhaseResult struct {

@@ -130,7 +130,7 @@ func runSteps(r *Runner, backend, dir string, set throttle.Setting) (any, error)
 			if on[h] {
 				seg.Throttled = append(seg.Throttled, h)
 			}
-			m, _ := report.MeanStderr(values(res.Between(from, to), h, f))
+			m, _ := report.MeanStderr(report.Values(res.Between(from, to), h, f))
 			seg.PerHostMBs[h] = round(m, 2)
 			if len(seg.Throttled) > 0 && len(seg.Throttled) < len(Hosts) {
 				if on[h] {
@@ -313,7 +313,7 @@ func runDelaySweepSession(r *Runner) (any, error) {
 				// window settle.
 				from := lead + time.Duration(rep*n+i)*step + time.Second
 				to := lead + time.Duration(rep*n+i+1)*step
-				m, _ := report.MeanStderr(values(res.Between(from, to), "b2", f))
+				m, _ := report.MeanStderr(report.Values(res.Between(from, to), "b2", f))
 				pt.Repeats = append(pt.Repeats, round(m, 3))
 				xs, ys = append(xs, pt.DelayMs), append(ys, m)
 			}
@@ -449,8 +449,8 @@ func runThrottleEffect(r *Runner) (any, error) {
 		// Skip the first second of a window: the throttle's step is
 		// instantaneous, the queue's drain is not.
 		ticks := res.Between(time.Duration(w.FromS*1e9)+time.Second, time.Duration(w.ToS*1e9))
-		w.ReadWaitMs = roundDist(report.Describe(values(ticks, "b2", readWait)))
-		w.WriteMBs = round(aggregate(ticks, Hosts[1:], writeMBs), 2)
+		w.ReadWaitMs = roundDist(report.Describe(report.Values(ticks, "b2", readWait)))
+		w.WriteMBs = round(report.Aggregate(ticks, Hosts[1:], writeMBs), 2)
 		sum.Windows = append(sum.Windows, w)
 	}
 	x, y := res.Series("b2", readWait)

@@ -52,7 +52,7 @@ func upLab(t *testing.T) *State {
 }
 
 func meanOver(res *PhaseResult, host string, from, to time.Duration, f func(iv sample.Interval) float64) float64 {
-	m, _ := report.MeanStderr(values(res.Between(from, to), host, f))
+	m, _ := report.MeanStderr(report.Values(res.Between(from, to), host, f))
 	return m
 }
 

@@ -259,11 +259,11 @@ func runWeighted(o Options) (any, error) {
 		var total float64
 		bytesOf := map[string]float64{}
 		for _, w := range weightedHosts {
-			bytesOf[w.host] = aggregate(res.Window(), []string{w.host}, func(iv sample.Interval) float64 { return iv.ReadBps + iv.WriteBps })
+			bytesOf[w.host] = report.Aggregate(res.Window(), []string{w.host}, func(iv sample.Interval) float64 { return iv.ReadBps + iv.WriteBps })
 			total += bytesOf[w.host]
 		}
 		for _, w := range weightedHosts {
-			pr.WriteMBs[w.host] = report.Round(aggregate(res.Window(), []string{w.host}, writeMBs), 3)
+			pr.WriteMBs[w.host] = report.Round(report.Aggregate(res.Window(), []string{w.host}, writeMBs), 3)
 			pr.Share[w.host] = report.Round(bytesOf[w.host]/total, 3)
 			pr.TargetShare[w.host] = report.Round(w.weight/wsum, 3)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sanqos/sanqos/agent"
 	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/sample"
 	"github.com/sanqos/sanqos/throttle"
 )
@@ -53,8 +54,7 @@ type Phase struct {
 
 // Tick is one interval's figures, per host (as the lab's trace).
 type Tick struct {
-	T     float64 // seconds since the phase started, at the interval's end
-	Dev   map[string]sample.Interval
+	report.Tick
 	Delay float64 // largest write delay applied (ms)
 }
 
@@ -126,7 +126,7 @@ func RunPhase(p *Phase, par Params, seed uint64) (*PhaseResult, error) {
 			}
 		}
 		cur, _ := m.Read()
-		tk := Tick{T: t.Seconds(), Dev: map[string]sample.Interval{}}
+		tk := Tick{Tick: report.Tick{T: t.Seconds(), Dev: map[string]sample.Interval{}}}
 		for dev, c := range cur {
 			h, ok := p.Hosts[dev]
 			if !ok {

@@ -148,45 +148,6 @@ func writers(n int, start, length, off time.Duration) []*Job {
 func readWait(iv sample.Interval) float64 { return iv.ReadWaitMs }
 func writeMBs(iv sample.Interval) float64 { return iv.WriteBps / 1e6 }
 
-func values(ticks []Tick, host string, f func(sample.Interval) float64) []float64 {
-	var v []float64
-	for _, t := range ticks {
-		if iv, ok := t.Dev[host]; ok {
-			v = append(v, f(iv))
-		}
-	}
-	return v
-}
-
-func aggregate(ticks []Tick, hosts []string, f func(sample.Interval) float64) float64 {
-	if len(ticks) == 0 {
-		return math.NaN()
-	}
-	var s float64
-	for _, t := range ticks {
-		for _, h := range hosts {
-			if iv, ok := t.Dev[h]; ok {
-				s += f(iv)
-			}
-		}
-	}
-	return s / float64(len(ticks))
-}
-
-func aggregateSeries(res *PhaseResult, hosts []string, f func(sample.Interval) float64) (x, y []float64) {
-	for _, t := range res.Ticks {
-		var s float64
-		for _, h := range hosts {
-			if iv, ok := t.Dev[h]; ok {
-				s += f(iv)
-			}
-		}
-		x = append(x, t.T)
-		y = append(y, s)
-	}
-	return x, y
-}
-
 // InterferenceWriters are the thesis' interference levels.
 var InterferenceWriters = []int{0, 1, 3, 12}
 
@@ -203,10 +164,10 @@ func runInterference(o Options) (any, error) {
 			return nil, err
 		}
 		all = append(all, res)
-		waits := values(res.Window(), "b2", readWait)
+		waits := report.Values(res.Window(), "b2", readWait)
 		d := report.RoundDist(report.Describe(waits))
 		sum.Runs = append(sum.Runs, report.InterferenceRun{Writers: n, ReadWaitMs: d,
-			WriteMBs: report.Round(aggregate(res.Window(), Hosts[1:], writeMBs), 2), P95PerRepeat: []float64{d.P95}})
+			WriteMBs: report.Round(report.Aggregate(res.Window(), Hosts[1:], writeMBs), 2), P95PerRepeat: []float64{d.P95}})
 		x, y := res.Series("b2", readWait)
 		series = append(series, report.Series{Name: p.Label, X: x, Y: report.Smooth(y)})
 	}
@@ -339,7 +300,7 @@ func runControlled(o Options, autonomic bool) (any, error) {
 		}
 		x, y := res.Series("b2", readWait)
 		series = append(series, report.Series{Name: p.Label, X: x, Y: report.Smooth(y)})
-		wx, wy := aggregateSeries(res, Hosts[1:], writeMBs)
+		wx, wy := report.AggregateSeries(res.Ticks, Hosts[1:], writeMBs)
 		wseries = append(wseries, report.Series{Name: p.Label, X: wx, Y: report.Smooth(wy)})
 	}
 	if o.Out == "" {
@@ -368,9 +329,9 @@ func runControlled(o Options, autonomic bool) (any, error) {
 // (lab.controlledRun): window p95, aggregate write rate, share of
 // intervals above 1.2 × threshold, mean settling time after each on-step.
 func ControlledRunOf(res *PhaseResult, thr time.Duration, steps []float64, onS float64) report.ControlledRun {
-	waits := values(res.Window(), "b2", readWait)
+	waits := report.Values(res.Window(), "b2", readWait)
 	run := report.ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: report.RoundDist(report.Describe(waits)),
-		WriteMBs: report.Round(aggregate(res.Window(), Hosts[1:], writeMBs), 2)}
+		WriteMBs: report.Round(report.Aggregate(res.Window(), Hosts[1:], writeMBs), 2)}
 	if thr == 0 {
 		return run
 	}
@@ -430,7 +391,7 @@ func SweepRate(par Params, write bool, delayMs float64, length time.Duration, se
 	if !write {
 		f = func(iv sample.Interval) float64 { return iv.ReadBps / 1e6 }
 	}
-	return aggregate(res.Window(), []string{"b2"}, f), nil
+	return report.Aggregate(res.Window(), []string{"b2"}, f), nil
 }
 
 func runDelaySweep(o Options) (any, error) {
