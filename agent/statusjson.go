@@ -33,8 +33,7 @@ func (f *JSONFloat) UnmarshalJSON(b []byte) error {
 }
 
 // The status types are defined with the loops (loop.go); their JSON form
-// lives here and in status_json.go (ResourceStatus.MarshalJSON) so the NaN
-// handling does not touch the control code. Decoding maps null back to NaN,
+// lives here so the NaN handling does not touch the control code. Decoding maps null back to NaN,
 // so a client (sanqos status) can tell "no reads" from 0 ms. Fields of the
 // embedded plain copy are shadowed by the same-named JSONFloat ones.
 
@@ -45,6 +44,11 @@ type resourceStatusJSON struct {
 	IndicatorMs JSONFloat `json:"indicator_ms"`
 	RawWaitMs   JSONFloat `json:"raw_wait_ms"`
 	ThresholdMs JSONFloat `json:"threshold_ms"`
+}
+
+// MarshalJSON writes non-finite figures as null.
+func (s ResourceStatus) MarshalJSON() ([]byte, error) {
+	return json.Marshal(resourceStatusJSON{(*resourceStatusPlain)(&s), JSONFloat(s.IndicatorMs), JSONFloat(s.RawWaitMs), JSONFloat(s.ThresholdMs)})
 }
 
 // UnmarshalJSON decodes null as NaN.
