@@ -210,28 +210,26 @@ func orDash(s string) string {
 	return s
 }
 
+// measured formats v, or prints "-" for an unmeasured (NaN) figure.
+func measured(format string, v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf(format, v)
+}
+
 // msOrDash prints a delay; none (0) prints "-".
 func msOrDash(v float64) string {
-	if math.IsNaN(v) || v == 0 {
+	if v == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.1f ms", v)
+	return measured("%.1f ms", v)
 }
 
-// waitMs prints a wait; unmeasured (NaN) prints "-".
-func waitMs(v float64) string {
-	if math.IsNaN(v) {
-		return "-"
-	}
-	return fmt.Sprintf("%.1f ms", v)
-}
-
-func mbs(v float64) string {
-	if math.IsNaN(v) {
-		return "-"
-	}
-	return fmt.Sprintf("%.2f", v)
-}
+func waitMs(v float64) string   { return measured("%.1f ms", v) }
+func mbs(v float64) string      { return measured("%.2f", v) }
+func pct(v float64) string      { return measured("%+.1f %%", v) }
+func signedMs(v float64) string { return measured("%+.2f ms", v) }
 
 // renderClasses prints the slo-classes resources' classes: the last
 // tick, and over the class's life seed 004's throughput deviation (eq. 1),
@@ -262,18 +260,4 @@ func renderClasses(w io.Writer, st agent.Status) {
 		}
 	}
 	tw.Flush()
-}
-
-func pct(v float64) string {
-	if math.IsNaN(v) {
-		return "-"
-	}
-	return fmt.Sprintf("%+.1f %%", v)
-}
-
-func signedMs(v float64) string {
-	if math.IsNaN(v) {
-		return "-"
-	}
-	return fmt.Sprintf("%+.2f ms", v)
 }
