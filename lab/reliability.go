@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/sample"
 	"github.com/sanqos/sanqos/throttle"
@@ -746,25 +748,18 @@ func scrapeAgent(addr string) (SoakSample, error) {
 	if err != nil {
 		return SoakSample{}, err
 	}
-	var s SoakSample
-	for _, l := range strings.Split(out, "\n") {
-		f := strings.Fields(l)
-		if len(f) != 2 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[1], 64)
-		if err != nil {
-			continue
-		}
-		switch f[0] {
-		case "process_resident_memory_bytes":
-			s.RSSBytes = v
-		case "go_goroutines":
-			s.Goroutines = v
-		case "process_open_fds":
-			s.FDs = v
-		}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(strings.NewReader(out))
+	if err != nil {
+		return SoakSample{}, fmt.Errorf("agent metrics: %w", err)
 	}
+	gauge := func(name string) float64 {
+		if mf := mfs[name]; mf != nil && len(mf.GetMetric()) > 0 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+		return 0
+	}
+	s := SoakSample{RSSBytes: gauge("process_resident_memory_bytes"), Goroutines: gauge("go_goroutines"), FDs: gauge("process_open_fds")}
 	if s.RSSBytes == 0 || s.Goroutines == 0 {
 		return s, errors.New("agent metrics lack process_resident_memory_bytes or go_goroutines")
 	}
