@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -172,6 +173,11 @@ func startServe(s *State) error {
 	cmd.Env = append(os.Environ(), serveEnv+"=1")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// The supervisor outlives this process; it (and the tgtd it starts)
+	// must not keep descriptors this process inherited. Run as
+	// `flock LOCK sanqos lab up`, it held the lock for as long as the lab
+	// was up.
+	cloexecInherited()
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -315,4 +321,18 @@ func Leftovers() []string {
 		}
 	}
 	return l
+}
+
+// cloexecInherited marks every descriptor above stderr close-on-exec. Go
+// opens its own that way; the rest came from whoever started us.
+func cloexecInherited() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }
