@@ -252,6 +252,9 @@ func runDelaySweep(r *Runner) (any, error) {
 			fmt.Sprintf("%s rate vs added delay (ms), %d MB per point, R²=%.3f", dir, bytes/1e6, r2), dir+" MB/s", bars); err != nil {
 			return nil, err
 		}
+		if err := timePlot(r.Dir, dir, sum.Points, sum.R2Time[dir]); err != nil {
+			return nil, err
+		}
 	}
 	if err := a.Clear(); err != nil {
 		return nil, err
@@ -336,10 +339,35 @@ func runDelaySweepSession(r *Runner) (any, error) {
 			fmt.Sprintf("%s rate vs added delay (ms) on one session, %d repeats, R²=%.3f", dir, reps, r2), dir+" MB/s", bars); err != nil {
 			return nil, err
 		}
+		if err := timePlot(r.Dir, dir, sum.Points, sum.R2Time[dir]); err != nil {
+			return nil, err
+		}
 	}
 	sum.TCP = sumTCP(all)
 	sum.Retrans = sum.TCP.RetransSegs
 	return sum, a.Clear()
+}
+
+// timePlot draws what thesis Figs 5.5/5.6 draw: the time to move 200 MB
+// per added delay, mean and standard error of the repeats.
+func timePlot(dir, direction string, points []SweepPoint, r2 float64) error {
+	var bars []report.Bar
+	for _, pt := range points {
+		if pt.Direction != direction {
+			continue
+		}
+		var ts []float64
+		for _, v := range pt.Repeats {
+			if v > 0 {
+				ts = append(ts, 200/v)
+			}
+		}
+		m, se := report.MeanStderr(ts)
+		bars = append(bars, report.Bar{Label: fmt.Sprintf("%.1f", pt.DelayMs), Value: m, Err: se})
+	}
+	return report.BarPlot(filepath.Join(dir, direction+"-time-per-200mb.png"),
+		fmt.Sprintf("Time to %s 200 MB vs added delay (ms), R²=%.3f (thesis Fig %s)", direction, r2, map[string]string{"read": "5.5", "write": "5.6"}[direction]),
+		"seconds", bars)
 }
 
 // timeR2 is the R² of a linear fit of seconds per 200 MB against delay.

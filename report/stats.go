@@ -158,3 +158,23 @@ func WelchTest(a, b []float64, level float64) Welch {
 	w.CI = [2]float64{w.Diff - q*se, w.Diff + q*se}
 	return w
 }
+
+// PairedT is a one-sample t-test on paired differences (b − a per pair),
+// with a two-sided CI at level. Pairing removes what the two members of a
+// pair share (here: the machine's slow drift), which on a shared 2-core VM
+// is most of the run-to-run variance.
+func PairedT(diffs []float64, level float64) Welch {
+	m, se := MeanStderr(diffs)
+	w := Welch{Diff: m, Level: level, DF: float64(len(diffs) - 1)}
+	if se == 0 || len(diffs) < 2 {
+		w.CI = [2]float64{m, m}
+		w.P = 1
+		return w
+	}
+	w.T = m / se
+	st := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: w.DF}
+	w.P = 2 * (1 - st.CDF(math.Abs(w.T)))
+	q := st.Quantile(1 - (1-level)/2)
+	w.CI = [2]float64{m - q*se, m + q*se}
+	return w
+}

@@ -64,3 +64,21 @@ func TestWelchTest(t *testing.T) {
 		t.Fatalf("p %v: t=2.45 at df 7.2 lies between the 0.05 and 0.01 two-sided critical values", w.P)
 	}
 }
+
+// R's t.test(c(0.1, 0.3, 0.2, 0.4, 0.0)) gives mean 0.2, t = 2.828427,
+// df 4, 99 % CI [−0.1256, 0.5256] (qt(0.995, 4) = 4.604095), p 0.04742.
+func TestPairedT(t *testing.T) {
+	w := PairedT([]float64{0.1, 0.3, 0.2, 0.4, 0.0}, 0.99)
+	if math.Abs(w.Diff-0.2) > 1e-12 || math.Abs(w.T-2.828427) > 1e-5 || w.DF != 4 {
+		t.Fatalf("%+v", w)
+	}
+	if math.Abs(w.CI[0]+0.12556) > 1e-4 || math.Abs(w.CI[1]-0.52556) > 1e-4 {
+		t.Fatalf("ci %v", w.CI)
+	}
+	if math.Abs(w.P-0.04742) > 1e-4 {
+		t.Fatalf("p %v", w.P)
+	}
+	if one := PairedT([]float64{0.5}, 0.99); one.P != 1 || one.CI != [2]float64{0.5, 0.5} {
+		t.Fatalf("one pair: %+v", one)
+	}
+}
