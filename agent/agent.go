@@ -53,7 +53,7 @@ type Agent struct {
 func New(cfg *config.Config, d Deps) *Agent {
 	a := &Agent{deps: d, cfg: cfg, reg: prometheus.NewRegistry()}
 	a.loops = NewLoops(LoopConfig{
-		Interval: cfg.Interval, DelayStep: cfg.DelayStep, MaxDelay: cfg.MaxDelay, WriteBps: cfg.WriteMBs * 1e6,
+		Interval: cfg.Interval, DelayStep: cfg.DelayStep, MaxDelay: cfg.MaxDelay, WriteBps: cfg.WriteMBs * 1e6, RiseStep: cfg.DelayRise,
 		NewRateSmoother: func() Smoother { return d.NewSmoother(cfg.EWMAAlpha) },
 	}, d.Sampler, d.Throttle, d.Log)
 	if d.Rates != nil {
@@ -105,8 +105,8 @@ func (a *Agent) Reload(cfg *config.Config) error {
 	switch {
 	case cfg.Backend != old.Backend, cfg.Mode != old.Mode, cfg.ISCSIPort != old.ISCSIPort:
 		return errors.New("backend, mode and iscsi_port changes need a restart")
-	case cfg.Interval != old.Interval, cfg.DelayStep != old.DelayStep, cfg.MaxDelay != old.MaxDelay:
-		return errors.New("interval, delay_step and max_delay changes need a restart")
+	case cfg.Interval != old.Interval, cfg.DelayStep != old.DelayStep, cfg.MaxDelay != old.MaxDelay, cfg.DelayRise != old.DelayRise:
+		return errors.New("interval, delay_step, max_delay and delay_rise changes need a restart")
 	case cfg.Socket != old.Socket, cfg.HTTP != old.HTTP, cfg.Token != old.Token:
 		return errors.New("listener and token changes need a restart")
 	}

@@ -100,6 +100,10 @@ type LoopConfig struct {
 	WriteBps float64
 	// NewRateSmoother smooths per-consumer write rates.
 	NewRateSmoother func() Smoother
+	// RiseStep bounds how fast a consumer's delay may grow: per tick at
+	// most to 2 × its previous delay + RiseStep (decreases are immediate);
+	// 0 means no bound. See riseLimit.
+	RiseStep time.Duration
 }
 
 // ResourceStatus is what a resource loop last did, for status and metrics.
@@ -292,6 +296,24 @@ type resourceState struct {
 	rates  map[netip.Addr]Smoother
 	plan   *plan
 	prev   []sample.Counters // per plan device; Device "" = none yet
+	// asked is what this resource asked for each consumer last tick, after
+	// the rise limit: the base of this tick's limit.
+	asked, spare map[netip.Addr]throttle.Setting
+}
+
+// riseLimit bounds a delay's growth in one tick to 2·prev + step. Linux
+// sends a tail-loss probe when no ACK comes within 2·srtt + 2 jiffies
+// (8 ms at HZ=250) while more than one segment is in flight; srtt follows
+// the delay within a tick (hundreds of ACKs at 1/8 gain each), so a delay
+// that at most doubles plus less than 2 jiffies keeps every ACK inside the
+// probe timeout, where a jump from ~0 to 12 ms made every throttled
+// connection probe once (spurious, DSACKed). Decreases are not limited:
+// ACKs arriving early never fire a timer.
+func riseLimit(prev, want, step time.Duration) time.Duration {
+	if step <= 0 || want <= prev {
+		return want
+	}
+	return min(want, 2*prev+step)
 }
 
 // plan is a resource's view and policy compiled for the per-tick loop:
@@ -535,9 +557,25 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 	}
 	want := make(map[netip.Addr]time.Duration, len(out.Settings))
 	var other map[netip.Addr]throttle.Setting
+	// Two maps swapped every tick: last tick's asks and this tick's.
+	asked := rs.asked
+	if l.cfg.RiseStep > 0 {
+		if rs.spare == nil {
+			rs.spare = map[netip.Addr]throttle.Setting{}
+		}
+		rs.asked, rs.spare = rs.spare, asked
+		clear(rs.asked)
+	}
 	for a, s := range out.Settings {
 		if s.IsZero() {
 			continue
+		}
+		if l.cfg.RiseStep > 0 {
+			p := asked[a]
+			s.WriteDelay = riseLimit(p.WriteDelay, s.WriteDelay, l.cfg.RiseStep)
+			s.ReadDelay = riseLimit(p.ReadDelay, s.ReadDelay, l.cfg.RiseStep)
+			out.Settings[a] = s // the policy's buffer, reused next tick: status shows what is asked
+			rs.asked[a] = s
 		}
 		if s.ReadDelay == 0 && s.Rate == 0 {
 			want[a] = s.WriteDelay

@@ -248,3 +248,53 @@ func TestStepRecompilesOnlyChangedTopology(t *testing.T) {
 		}
 	}
 }
+
+func TestRiseLimit(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name                  string
+		prev, want, step, got time.Duration
+	}{
+		{"from zero: step only", 0, 12 * ms, 2 * ms, 2 * ms},
+		{"doubles plus step", 2 * ms, 12 * ms, 2 * ms, 6 * ms},
+		{"within bound: as asked", 6 * ms, 10 * ms, 2 * ms, 10 * ms},
+		{"decrease unlimited", 20 * ms, 1 * ms, 2 * ms, 1 * ms},
+		{"release unlimited", 20 * ms, 0, 2 * ms, 0},
+		{"no bound", 0, 20 * ms, 0, 20 * ms},
+	} {
+		if got := riseLimit(tc.prev, tc.want, tc.step); got != tc.got {
+			t.Errorf("%s: riseLimit(%v, %v, %v) = %v, want %v", tc.name, tc.prev, tc.want, tc.step, got, tc.got)
+		}
+	}
+}
+
+// A jump in the controller's output reaches the writer over several ticks
+// (0 → 2 → 6 → 14 → … ms with a 2 ms rise step), and falls at once.
+func TestStepLimitsDelayRise(t *testing.T) {
+	l, mem := testLoops(t)
+	l.cfg.RiseStep = 2 * time.Millisecond
+	// 15 ms threshold, propCtl: one 0.5 ms step per ms above: 45 ms → 30
+	// steps = 15 ms wanted at once.
+	waits := []float64{10, 10, 45, 45, 45, 45, 45, 5}
+	ss := &seqSampler{}
+	var cum float64 // counters() takes the mean wait since tick 0
+	for i, w := range waits {
+		cum += w
+		ss.snaps = append(ss.snaps, counters(i+1, cum/float64(i+1)))
+	}
+	l.sampler = ss
+	var got []time.Duration
+	for i := range waits {
+		if err := l.Step(time.Unix(0, 0).Add(time.Duration(i+1) * 100 * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, mem.List()[writer].WriteDelay)
+	}
+	ms := time.Millisecond
+	want := []time.Duration{0, 0, 2 * ms, 6 * ms, 14 * ms, 15 * ms, 15 * ms, 0}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("writer's delay per tick = %v, want %v", got, want)
+		}
+	}
+}

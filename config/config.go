@@ -93,11 +93,16 @@ type Config struct {
 	Discovery Discovery     `yaml:"discovery"`
 	Threshold time.Duration `yaml:"threshold"`
 	// Objective is the resources' default objective (mean|p95).
-	Objective  string        `yaml:"objective"`
-	EWMAAlpha  float64       `yaml:"ewma_alpha"`
-	PID        PID           `yaml:"pid"`
-	DelayStep  time.Duration `yaml:"delay_step"`
-	MaxDelay   time.Duration `yaml:"max_delay"`
+	Objective string        `yaml:"objective"`
+	EWMAAlpha float64       `yaml:"ewma_alpha"`
+	PID       PID           `yaml:"pid"`
+	DelayStep time.Duration `yaml:"delay_step"`
+	MaxDelay  time.Duration `yaml:"max_delay"`
+	// DelayRise bounds a consumer's delay growth per tick to 2 × its last
+	// delay + DelayRise, so throttling never outruns TCP's tail-loss probe
+	// timer (2·srtt + 2 jiffies: 8 ms at HZ=250, 2 ms at HZ=1000); keep it
+	// below 2 jiffies. 0 disables the bound.
+	DelayRise  time.Duration `yaml:"delay_rise"`
 	WriteMBs   float64       `yaml:"throttleable_write_mb_s"`
 	Resources  []Resource    `yaml:"resources"`
 	SourcePath string        `yaml:"-"`
@@ -124,7 +129,7 @@ func Defaults() Config {
 		// 2.1 s and reached 1.56×.
 		Threshold: 15 * time.Millisecond, Objective: "mean", EWMAAlpha: 0.5,
 		PID:       PID{Kp: 0.8, Ti: 200 * time.Millisecond, Td: 0},
-		DelayStep: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond, WriteMBs: 1,
+		DelayStep: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond, DelayRise: 2 * time.Millisecond, WriteMBs: 1,
 	}
 }
 
@@ -280,6 +285,9 @@ func (c *Config) validate(root *yaml.Node) []error {
 	}
 	if c.MaxDelay < c.DelayStep || c.MaxDelay >= 100*time.Millisecond {
 		bad("want delay_step..<100ms (TCP's minimum RTO is 200 ms)", "max_delay")
+	}
+	if c.DelayRise < 0 || c.DelayRise > c.MaxDelay {
+		bad("want 0 (no bound)..max_delay; below 2 jiffies (8 ms at HZ=250) to avoid tail-loss probes", "delay_rise")
 	}
 	if c.WriteMBs < 0 {
 		bad("want >= 0", "throttleable_write_mb_s")

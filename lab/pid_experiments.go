@@ -29,6 +29,13 @@ type (
 // Thresholds of the pid and autonomic experiments (thesis Fig 5.9).
 var Thresholds = []time.Duration{10 * time.Millisecond, 15 * time.Millisecond, 20 * time.Millisecond}
 
+// controlledDefaults are the agent settings pid and autonomic run with
+// unless --agent-set names the key: the threshold bounds the reader's
+// p95 (the Done-when's measure), and 40 ms of delay — a fifth of TCP's
+// 200 ms minimum RTO — is what 12 writers need at a 10 ms threshold (at
+// 20 ms the PID pinned at max_delay and p95 stayed at 1.31×).
+var controlledDefaults = [][2]string{{"objective", "p95"}, {"max_delay", "40ms"}}
+
 // agentConfig writes the agent's config for a controlled run. autonomic
 // gives only the threshold; pid names the devices and the sets.
 func (r *Runner) agentConfig(path string, thr time.Duration, autonomic bool) error {
@@ -38,6 +45,11 @@ func (r *Runner) agentConfig(path string, thr time.Duration, autonomic bool) err
 func (r *Runner) writeAgentConfig(path, backend, http string, thr time.Duration, autonomic bool) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "backend: %s\nhttp: %s\nthreshold: %v\n%s\n", backend, http, thr, r.opts.AgentYAML)
+	for _, kv := range controlledDefaults {
+		if !strings.Contains(r.opts.AgentYAML, kv[0]+":") {
+			fmt.Fprintf(&b, "%s: %s\n", kv[0], kv[1])
+		}
+	}
 	if autonomic {
 		fmt.Fprintf(&b, "discovery:\n  source: tgt\n  tgt_control_port: %d\nresources:\n  - name: %s\n", TgtdPort, r.Res.Name)
 	} else {
@@ -54,7 +66,25 @@ func (r *Runner) writeAgentConfig(path, backend, http string, thr time.Duration,
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
-// cpuSeconds is a process's user+system CPU time.
+// tcpSides splits a phase's TCP counters by sender: the writers' hosts
+// (Hosts[1:]), the reader's (b2) and the target.
+func tcpSides(res *PhaseResult) report.TCPSides {
+	var s report.TCPSides
+	for ns, c := range res.TCPByNS {
+		switch ns {
+		case TargetNS:
+			s.Target = s.Target.Add(c)
+		case "b2":
+			s.Reader = s.Reader.Add(c)
+		default:
+			s.Writers = s.Writers.Add(c)
+		}
+	}
+	return s
+}
+
+// cpuSeconds is a process's user+system CPU time, its waited-for
+// children's (tgtadm, tc, iptables) included.
 func cpuSeconds(pid int) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -62,12 +92,14 @@ func cpuSeconds(pid int) float64 {
 	}
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 13 {
+	if len(f) < 15 {
 		return math.NaN()
 	}
 	u, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
-	return (u + st) / 100 // USER_HZ
+	cu, _ := strconv.ParseFloat(f[13], 64)
+	cs, _ := strconv.ParseFloat(f[14], 64)
+	return (u + st + cu + cs) / 100 // USER_HZ
 }
 
 func runControlled(r *Runner, autonomic bool) (any, error) {
@@ -178,6 +210,15 @@ func runControlled(r *Runner, autonomic bool) (any, error) {
 	}
 	sum.TCP = sumTCP(all)
 	sum.Retrans = sum.TCP.RetransSegs
+	var sides, reg report.TCPSides
+	for i, res := range all {
+		s := tcpSides(res)
+		sides = sides.Add(s)
+		if i > 0 {
+			reg = reg.Add(s)
+		}
+	}
+	sum.TCPBySide, sum.RegulatedTCPBySide = &sides, &reg
 	if wall > 0 {
 		sum.AgentCPUPct = round(100*cpu/wall, 2)
 		sum.ControlCPUPct = round(100*shadowCPU/wall, 2)
@@ -224,6 +265,8 @@ func delaySampler(a *LabAgent, length time.Duration, xs, ys *[]float64) []Event 
 func controlledRun(res *PhaseResult, thr time.Duration, steps []float64, onS float64) ControlledRun {
 	waits := report.Values(res.Window(), "b2", readWait)
 	run := ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: roundDist(report.Describe(waits)), WriteMBs: round(report.Aggregate(res.Window(), Hosts[1:], writeMBs), 2), TCP: res.TCP}
+	s := tcpSides(res)
+	run.TCPBySide = &s
 	if thr == 0 {
 		return run
 	}

@@ -64,7 +64,9 @@ type PhaseResult struct {
 	Repeat int
 	Ticks  []Tick
 	TCP    TCPCounters // on target + initiators during the phase
-	FioErr error
+	// TCPByNS is TCP split by namespace (target and each initiator host).
+	TCPByNS map[string]TCPCounters
+	FioErr  error
 }
 
 // Window returns the ticks inside the phase's analysis window.
@@ -218,7 +220,7 @@ func (r *Runner) Run(p *Phase, rep int) (*PhaseResult, error) {
 	for _, j := range p.Jobs {
 		hosts[j.Host] = true
 	}
-	before := tcpAll()
+	before := tcpByNS()
 	ds, err := sample.NewDiskstats("/proc", "/sys")
 	if err != nil {
 		return nil, err
@@ -322,7 +324,13 @@ loop:
 	}
 	<-fioDone
 	r.trace.Flush()
-	res.TCP = tcpAll().Sub(before)
+	res.TCPByNS = map[string]TCPCounters{}
+	for ns, c := range tcpByNS() {
+		if b, ok := before[ns]; ok {
+			res.TCPByNS[ns] = c.Sub(b)
+			res.TCP = res.TCP.Add(c.Sub(b))
+		}
+	}
 	if len(fioErrs) > 0 {
 		res.FioErr = fmt.Errorf("fio failed: %s (see %s/*.stderr)", strings.Join(fioErrs, "; "), pdir)
 		return res, res.FioErr
@@ -341,15 +349,15 @@ func ff(v float64, prec int) string {
 // (shared with the simulator's summaries).
 type TCPCounters = report.TCPCounters
 
-// tcpAll sums the counters over the target and initiator namespaces.
-func tcpAll() TCPCounters {
-	var n TCPCounters
+// tcpByNS reads the counters of the target and initiator namespaces.
+func tcpByNS() map[string]TCPCounters {
+	out := map[string]TCPCounters{}
 	for _, ns := range append([]string{TargetNS}, Hosts...) {
 		if c, err := ReadTCPCounters(ns); err == nil {
-			n = n.Add(c)
+			out[ns] = c
 		}
 	}
-	return n
+	return out
 }
 
 // ReadTCPCounters reads /proc/net/snmp and /proc/net/netstat inside ns.

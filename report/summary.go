@@ -43,6 +43,20 @@ func (c TCPCounters) Add(o TCPCounters) TCPCounters {
 	return TCPCounters{c.RetransSegs + o.RetransSegs, c.LossProbes + o.LossProbes, c.DSACKRecv + o.DSACKRecv, c.Timeouts + o.Timeouts}
 }
 
+// TCPSides splits TCP counters by who sends: the throttled writers'
+// hosts (they send the write data whose ACKs the throttle delays), the
+// protected reader's host, and the target.
+type TCPSides struct {
+	Writers TCPCounters `json:"writers"`
+	Reader  TCPCounters `json:"reader"`
+	Target  TCPCounters `json:"target"`
+}
+
+// Add is s + o, side by side.
+func (s TCPSides) Add(o TCPSides) TCPSides {
+	return TCPSides{s.Writers.Add(o.Writers), s.Reader.Add(o.Reader), s.Target.Add(o.Target)}
+}
+
 // InterferenceRun is one writer count's result.
 type InterferenceRun struct {
 	Writers      int       `json:"writers"`
@@ -79,6 +93,8 @@ type ControlledRun struct {
 	Throttled float64 `json:"pct_time_throttled,omitempty"`
 	// TCP is this run's retransmission counters (compare with baseline's).
 	TCP TCPCounters `json:"tcp"`
+	// TCPBySide is TCP split by sender (lab runs only).
+	TCPBySide *TCPSides `json:"tcp_by_side,omitempty"`
 }
 
 // ControlledSummary is summary.json of pid and autonomic.
@@ -88,6 +104,10 @@ type ControlledSummary struct {
 	Regulated  []ControlledRun `json:"regulated"`
 	Retrans    uint64          `json:"retransmits"`
 	TCP        TCPCounters     `json:"tcp"`
+	// TCPBySide splits TCP by sender over all runs; RegulatedTCPBySide
+	// over the regulated runs only (lab runs only).
+	TCPBySide          *TCPSides `json:"tcp_by_side,omitempty"`
+	RegulatedTCPBySide *TCPSides `json:"regulated_tcp_by_side,omitempty"`
 	// AgentCPUPct is the agent process's CPU (share of one core) during the
 	// regulated runs: control loops plus the userspace delay line, which
 	// handles every throttled packet. ControlCPUPct is a shadow agent's
