@@ -162,38 +162,67 @@ func (a *Agent) Run(ctx context.Context) error {
 	return a.loops.Run(ctx)
 }
 
-// discoverLoop refreshes the topology every discovery interval. A failure
-// keeps the last good topology and is logged once per distinct error, so a
-// dead target does not flood the log.
+// ConnWatcher is a RateSampler that also signals when the target's
+// connections come or go (sample.TCPRates).
+type ConnWatcher interface {
+	ConnChanges() <-chan struct{}
+}
+
+// discoverLoop refreshes the topology. Discovery (tgtadm: a process per
+// round) is the agent's most expensive periodic work, so when the rate
+// sampler reports connection changes it runs on a change, once more an
+// interval later, and every discovery.refresh; otherwise every interval.
+// A failure keeps the last good topology and is logged once per distinct
+// error, so a dead target does not flood the log.
 func (a *Agent) discoverLoop(ctx context.Context) {
 	if a.deps.Discoverer == nil {
 		return
 	}
+	var changes <-chan struct{}
+	if w, ok := a.deps.Rates.(ConnWatcher); ok {
+		changes = w.ConnChanges()
+	}
 	t := time.NewTicker(a.cfg.Discovery.Interval)
 	defer t.Stop()
+	var last time.Time
+	again := false // rediscover at the next tick (a change is settling)
 	for {
-		topo, err := a.deps.Discoverer.Discover()
-		a.mu.Lock()
-		if err != nil {
-			a.discErrs.Inc()
-			if err.Error() != a.lastDisc {
-				a.deps.Log.Warn("discovery failed; keeping the last topology", "err", err)
+		last = time.Now()
+		a.discoverOnce()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changes:
+				again = true
+			case <-t.C:
+				if changes != nil && !again && time.Since(last) < a.cfg.Discovery.Refresh {
+					continue
+				}
+				again = false
 			}
-			a.lastDisc = err.Error()
-		} else {
-			if a.lastDisc != "" {
-				a.deps.Log.Info("discovery recovered")
-			}
-			a.lastDisc = ""
-			a.loops.SetTopology(topo)
-		}
-		a.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+			break
 		}
 	}
+}
+
+func (a *Agent) discoverOnce() {
+	topo, err := a.deps.Discoverer.Discover()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err != nil {
+		a.discErrs.Inc()
+		if err.Error() != a.lastDisc {
+			a.deps.Log.Warn("discovery failed; keeping the last topology", "err", err)
+		}
+		a.lastDisc = err.Error()
+		return
+	}
+	if a.lastDisc != "" {
+		a.deps.Log.Info("discovery recovered")
+	}
+	a.lastDisc = ""
+	a.loops.SetTopology(topo)
 }
 
 // ServeHTTP starts the HTTP listener: read-only views (/metrics,

@@ -298,3 +298,47 @@ func TestStepLimitsDelayRise(t *testing.T) {
 		}
 	}
 }
+
+type countingDiscoverer chan struct{}
+
+func (c countingDiscoverer) Discover() (*Topology, error) {
+	c <- struct{}{}
+	return &Topology{Resources: map[string]ResourceView{}}, nil
+}
+
+type watchedRates chan struct{}
+
+func (watchedRates) Sample() (map[netip.Addr]sample.Rate, error) { return nil, nil }
+func (w watchedRates) ConnChanges() <-chan struct{}              { return w }
+
+// With a connection watcher, discovery runs at start, then only on a
+// connection change (at once and one interval later), not every interval.
+func TestDiscoveryRunsOnConnectionChange(t *testing.T) {
+	cfg, err := config.Parse([]byte("backend: dry-run\ndiscovery:\n  interval: 100ms\n  refresh: 10m\nresources:\n  - name: vg1\n    devices: [loop0]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, changes := make(countingDiscoverer, 10), make(watchedRates, 1)
+	a := New(cfg, Deps{Throttle: throttle.NewMemory(), Rates: changes, Discoverer: calls, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		NewController: func(*config.Config, config.Resource) Controller { return &propCtl{} },
+		NewSmoother:   func(float64) Smoother { return &lastValue{} }})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.discoverLoop(ctx)
+	<-calls // at start
+	// Five intervals without a change: no rediscovery. (A bounded wait can
+	// only miss a bug, never fail a correct loop.)
+	select {
+	case <-calls:
+		t.Fatal("rediscovered without a connection change")
+	case <-time.After(5 * cfg.Discovery.Interval):
+	}
+	changes <- struct{}{}
+	<-calls // at once
+	<-calls // and once more an interval later
+	select {
+	case <-calls:
+		t.Fatal("kept rediscovering after the change settled")
+	case <-time.After(5 * cfg.Discovery.Interval):
+	}
+}

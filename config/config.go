@@ -112,6 +112,12 @@ type Config struct {
 type Discovery struct {
 	Source   string        `yaml:"source"` // tgt|lio|iet|static
 	Interval time.Duration `yaml:"interval"`
+	// Refresh is how often discovery runs anyway when the agent sees the
+	// target's iSCSI connections (mode target): then it rediscovers when
+	// they change, once more an interval later (the login completes after
+	// the TCP handshake), and every Refresh for changes no connection
+	// shows (a LUN added to a target).
+	Refresh time.Duration `yaml:"refresh"`
 	// TgtControlPort is tgtadm's -C (0: default socket).
 	TgtControlPort int    `yaml:"tgt_control_port"`
 	Root           string `yaml:"root"` // configfs or /proc/net/iet root (tests, containers)
@@ -122,7 +128,7 @@ func Defaults() Config {
 	return Config{
 		Interval: 100 * time.Millisecond, Backend: "auto", Mode: "target", ISCSIPort: 3260,
 		Socket: "/run/sanqos/sanqos.sock", HTTP: "127.0.0.1:9311",
-		Discovery: Discovery{Source: "tgt", Interval: time.Second},
+		Discovery: Discovery{Source: "tgt", Interval: time.Second, Refresh: 10 * time.Second},
 		// Tuned in the lab (pid experiment, 15 ms, 12 writers switched on
 		// together): α 0.5, Kp 0.8, Ti 200 ms settled in 0.5 s with p95 1.33×
 		// threshold, where the thesis' α 0.25 with Kp 0.4, Ti 300 ms took
@@ -267,6 +273,9 @@ func (c *Config) validate(root *yaml.Node) []error {
 	}
 	if c.Discovery.Interval < 100*time.Millisecond || c.Discovery.Interval > time.Minute {
 		bad("want 100ms..1m", "discovery", "interval")
+	}
+	if c.Discovery.Refresh < c.Discovery.Interval || c.Discovery.Refresh > 10*time.Minute {
+		bad("want discovery.interval..10m", "discovery", "refresh")
 	}
 	if c.EWMAAlpha <= 0 || c.EWMAAlpha > 1 {
 		bad("want 0 < alpha <= 1", "ewma_alpha")

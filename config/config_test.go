@@ -44,6 +44,7 @@ func TestErrorsNameFieldAndLine(t *testing.T) {
 		{"unknown field", "interval: 100ms\nthreshhold: 10ms\n", "line 2: field threshhold not found"},
 		{"bad backend", "backend: tc\n", "line 1: backend: want auto"},
 		{"max delay near RTO", "max_delay: 150ms\n", "line 1: max_delay"},
+		{"refresh below interval", "discovery:\n  interval: 2s\n  refresh: 1s\n", "line 3: discovery.refresh"},
 		{"delay rise negative", "delay_rise: -1ms\n", "line 1: delay_rise"},
 		{"delay rise above max", "max_delay: 20ms\ndelay_rise: 30ms\n", "line 2: delay_rise"},
 		{"resource threshold", "resources:\n  - name: a\n  - name: b\n    threshold: -1ms\n", "line 4: resources[1].threshold"},

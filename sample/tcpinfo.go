@@ -37,12 +37,19 @@ type TCPRates struct {
 	at   time.Time
 	dump func(family uint8) ([]*netlink.InetDiagTCPInfoResp, error)
 	now  func() time.Time
+	// changed gets a token whenever the set of connections differs from
+	// the previous sample's (ConnChanges).
+	changed chan struct{}
 }
+
+// ConnChanges signals (coalesced) that a sample saw connections appear or
+// go: a login or logout, the moment to rediscover who uses what.
+func (t *TCPRates) ConnChanges() <-chan struct{} { return t.changed }
 
 // NewTCPRates samples connections whose local port is port, in the
 // network namespace of the calling process.
 func NewTCPRates(port uint16) *TCPRates {
-	return &TCPRates{Port: port, dump: netlink.SocketDiagTCPInfo, now: time.Now}
+	return &TCPRates{Port: port, dump: netlink.SocketDiagTCPInfo, now: time.Now, changed: make(chan struct{}, 1)}
 }
 
 // Sample returns each peer's rates since the previous call (nil on the
@@ -74,6 +81,12 @@ func (t *TCPRates) Sample() (map[netip.Addr]Rate, error) {
 	now := t.now()
 	prev, at := t.prev, t.at
 	t.prev, t.at = cur, now
+	if t.changed != nil && !sameKeys(prev, cur) {
+		select {
+		case t.changed <- struct{}{}:
+		default: // a change is already pending
+		}
+	}
 	if prev == nil {
 		return nil, nil
 	}
@@ -90,6 +103,18 @@ func (t *TCPRates) Sample() (map[netip.Addr]Rate, error) {
 		out[k.peer.Addr()] = r
 	}
 	return out, nil
+}
+
+func sameKeys(a, b map[connKey]connCounters) bool {
+	if len(a) != len(b) || a == nil {
+		return false
+	}
+	for k := range a {
+		if _, ok := b[k]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func cookieOf(c [2]uint32) uint64 { return uint64(c[0]) | uint64(c[1])<<32 }

@@ -94,3 +94,38 @@ func TestTCPRatesKernel(t *testing.T) {
 		t.Fatalf("no write rate seen for the client: %+v", r)
 	}
 }
+
+// ConnChanges fires when connections come or go (not when only their
+// counters move), and coalesces.
+func TestTCPRatesConnChanges(t *testing.T) {
+	rounds := [][]*netlink.InetDiagTCPInfoResp{
+		{resp(1, "10.0.0.3:40000", 3260, 0, 0)},
+		{resp(1, "10.0.0.3:40000", 3260, 5000, 0)},                                        // same set
+		{resp(1, "10.0.0.3:40000", 3260, 9000, 0), resp(2, "10.0.0.4:40001", 3260, 0, 0)}, // login
+		{resp(2, "10.0.0.4:40001", 3260, 10, 0)},                                          // logout
+	}
+	i := 0
+	tr := &TCPRates{Port: 3260, now: time.Now, changed: make(chan struct{}, 1), dump: func(f uint8) ([]*netlink.InetDiagTCPInfoResp, error) {
+		if f != 2 {
+			return nil, nil
+		}
+		return rounds[i], nil
+	}}
+	changed := func() bool {
+		select {
+		case <-tr.ConnChanges():
+			return true
+		default:
+			return false
+		}
+	}
+	for k, want := range []bool{true, false, true, true} {
+		i = k
+		if _, err := tr.Sample(); err != nil {
+			t.Fatal(err)
+		}
+		if got := changed(); got != want {
+			t.Errorf("round %d: change signalled %v, want %v", k, got, want)
+		}
+	}
+}
