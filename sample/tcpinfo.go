@@ -37,6 +37,12 @@ type TCPRates struct {
 	at   time.Time
 	dump func(family uint8) ([]*netlink.InetDiagTCPInfoResp, error)
 	now  func() time.Time
+	// exact looks known connections up (nil: dump every sample); known
+	// are the established ones of the last dump, sinceDump counts the
+	// samples since it.
+	exact     func([]diagID) ([]connSample, error)
+	known     []diagID
+	sinceDump int
 	// changed gets a token whenever the set of connections differs from
 	// the previous sample's (ConnChanges).
 	changed chan struct{}
@@ -49,33 +55,31 @@ func (t *TCPRates) ConnChanges() <-chan struct{} { return t.changed }
 // NewTCPRates samples connections whose local port is port, in the
 // network namespace of the calling process.
 func NewTCPRates(port uint16) *TCPRates {
-	return &TCPRates{Port: port, dump: netlink.SocketDiagTCPInfo, now: time.Now, changed: make(chan struct{}, 1)}
+	e := &exactDiag{}
+	return &TCPRates{Port: port, dump: netlink.SocketDiagTCPInfo, exact: e.lookup, now: time.Now, changed: make(chan struct{}, 1)}
 }
 
 // Sample returns each peer's rates since the previous call (nil on the
 // first call, which only sets the baseline).
 func (t *TCPRates) Sample() (map[netip.Addr]Rate, error) {
-	cur := map[connKey]connCounters{}
-	srtt := map[netip.Addr]time.Duration{}
-	for _, fam := range []uint8{syscall.AF_INET, syscall.AF_INET6} {
-		resps, err := t.dump(fam)
-		if err != nil {
+	var conns []connSample
+	var err error
+	if t.exact != nil && len(t.known) > 0 && t.sinceDump < fullEvery-1 {
+		if conns, err = t.exact(t.known); err == nil {
+			t.sinceDump++
+		}
+	}
+	if conns == nil {
+		if conns, err = t.dumpAll(); err != nil {
 			return nil, err
 		}
-		for _, r := range resps {
-			m, ti := r.InetDiagMsg, r.TCPInfo
-			if m == nil || ti == nil || m.ID.SourcePort != t.Port {
-				continue
-			}
-			ip, ok := netip.AddrFromSlice(m.ID.Destination)
-			if !ok {
-				continue
-			}
-			peer := netip.AddrPortFrom(ip.Unmap(), m.ID.DestinationPort)
-			cur[connKey{cookie: cookieOf(m.ID.Cookie), peer: peer}] = connCounters{recv: ti.Bytes_received, acked: ti.Bytes_acked}
-			if d := time.Duration(ti.Rtt) * time.Microsecond; d > srtt[peer.Addr()] {
-				srtt[peer.Addr()] = d
-			}
+	}
+	cur := make(map[connKey]connCounters, len(conns))
+	srtt := map[netip.Addr]time.Duration{}
+	for _, c := range conns {
+		cur[c.key] = connCounters{recv: c.recv, acked: c.acked}
+		if c.rtt > srtt[c.key.peer.Addr()] {
+			srtt[c.key.peer.Addr()] = c.rtt
 		}
 	}
 	now := t.now()
@@ -104,6 +108,41 @@ func (t *TCPRates) Sample() (map[netip.Addr]Rate, error) {
 	}
 	return out, nil
 }
+
+// dumpAll dumps every TCP socket of both families, keeps those on Port
+// and remembers them for exact lookups.
+func (t *TCPRates) dumpAll() ([]connSample, error) {
+	var out []connSample
+	t.known = t.known[:0]
+	t.sinceDump = 0
+	for _, fam := range []uint8{syscall.AF_INET, syscall.AF_INET6} {
+		resps, err := t.dump(fam)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range resps {
+			m, ti := r.InetDiagMsg, r.TCPInfo
+			if m == nil || ti == nil || m.ID.SourcePort != t.Port {
+				continue
+			}
+			ip, ok := netip.AddrFromSlice(m.ID.Destination)
+			if !ok {
+				continue
+			}
+			out = append(out, connSample{
+				key:  connKey{cookie: cookieOf(m.ID.Cookie), peer: netip.AddrPortFrom(ip.Unmap(), m.ID.DestinationPort)},
+				recv: ti.Bytes_received, acked: ti.Bytes_acked, rtt: time.Duration(ti.Rtt) * time.Microsecond,
+			})
+			if m.State == tcpEstablished {
+				t.known = append(t.known, idOf(fam, m.ID))
+			}
+		}
+	}
+	return out, nil
+}
+
+// tcpEstablished is TCP_ESTABLISHED: listening sockets need no rates.
+const tcpEstablished = 1
 
 func sameKeys(a, b map[connKey]connCounters) bool {
 	if len(a) != len(b) || a == nil {

@@ -93,6 +93,31 @@ func TestTCPRatesKernel(t *testing.T) {
 	if r[netip.MustParseAddr("127.0.0.1")].WriteBps <= 0 {
 		t.Fatalf("no write rate seen for the client: %+v", r)
 	}
+	if tr.sinceDump != 1 {
+		t.Fatalf("second sample dumped (sinceDump %d): the known connection was not looked up exactly", tr.sinceDump)
+	}
+	// The connection goes: the exact lookup fails, the sample falls back
+	// to a dump and the peer disappears.
+	c.Close()
+	if r, err = tr.Sample(); err != nil {
+		t.Fatal(err)
+	}
+	if tr.sinceDump != 0 {
+		t.Fatalf("no dump after the connection closed (sinceDump %d)", tr.sinceDump)
+	}
+	if n := r[netip.MustParseAddr("127.0.0.1")].Conns; n > 1 {
+		t.Fatalf("closed connection still sampled: %+v", r)
+	}
+}
+
+// Malformed exact-lookup replies are errors (the caller then dumps).
+func TestParseDiagReply(t *testing.T) {
+	if _, err := parseDiagReply(make([]byte, 10)); err == nil {
+		t.Fatal("short reply accepted")
+	}
+	if _, err := parseDiagReply(make([]byte, inetDiagMsgLen)); err == nil {
+		t.Fatal("reply without INET_DIAG_INFO accepted")
+	}
 }
 
 // ConnChanges fires when connections come or go (not when only their
