@@ -122,7 +122,10 @@ func (t *TCPRates) dumpAll() ([]connSample, error) {
 		}
 		for _, r := range resps {
 			m, ti := r.InetDiagMsg, r.TCPInfo
-			if m == nil || ti == nil || m.ID.SourcePort != t.Port {
+			// Established only, as the exact lookups see them: a listening
+			// or closing socket moves no consumer's data, and counting it in
+			// one path but not the other would look like a connection change.
+			if m == nil || ti == nil || m.ID.SourcePort != t.Port || m.State != tcpEstablished {
 				continue
 			}
 			ip, ok := netip.AddrFromSlice(m.ID.Destination)
@@ -133,9 +136,7 @@ func (t *TCPRates) dumpAll() ([]connSample, error) {
 				key:  connKey{cookie: cookieOf(m.ID.Cookie), peer: netip.AddrPortFrom(ip.Unmap(), m.ID.DestinationPort)},
 				recv: ti.Bytes_received, acked: ti.Bytes_acked, rtt: time.Duration(ti.Rtt) * time.Microsecond,
 			})
-			if m.State == tcpEstablished {
-				t.known = append(t.known, idOf(fam, m.ID))
-			}
+			t.known = append(t.known, idOf(fam, m.ID))
 		}
 	}
 	return out, nil

@@ -13,7 +13,7 @@ import (
 func resp(cookie uint32, peer string, port uint16, recv, acked uint64) *netlink.InetDiagTCPInfoResp {
 	ap := netip.MustParseAddrPort(peer)
 	return &netlink.InetDiagTCPInfoResp{
-		InetDiagMsg: &netlink.Socket{ID: netlink.SocketID{SourcePort: port, DestinationPort: ap.Port(), Destination: ap.Addr().AsSlice(), Cookie: [2]uint32{cookie, 0}}},
+		InetDiagMsg: &netlink.Socket{State: 1, ID: netlink.SocketID{SourcePort: port, DestinationPort: ap.Port(), Destination: ap.Addr().AsSlice(), Cookie: [2]uint32{cookie, 0}}},
 		TCPInfo:     &netlink.TCPInfo{Bytes_received: recv, Bytes_acked: acked, Rtt: 250},
 	}
 }
@@ -80,6 +80,7 @@ func TestTCPRatesKernel(t *testing.T) {
 	if _, err := tr.Sample(); err != nil {
 		t.Fatal(err)
 	}
+	<-tr.ConnChanges() // the first sample sees its connections appear
 	if _, err := c.Write(make([]byte, 1<<20)); err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +96,11 @@ func TestTCPRatesKernel(t *testing.T) {
 	}
 	if tr.sinceDump != 1 {
 		t.Fatalf("second sample dumped (sinceDump %d): the known connection was not looked up exactly", tr.sinceDump)
+	}
+	select {
+	case <-tr.ConnChanges():
+		t.Fatal("an exact lookup after a dump signalled a connection change")
+	default:
 	}
 	// The connection goes: the exact lookup fails, the sample falls back
 	// to a dump and the peer disappears.
