@@ -194,8 +194,10 @@ func TestAutonomicReproducesFig511(t *testing.T) {
 		t.Fatalf("%d regulated runs", len(s.Regulated))
 	}
 	for _, r := range s.Regulated {
-		if p := r.ReadWaitMs.P95; p < r.ThresholdMs || p > 1.5*r.ThresholdMs {
-			t.Errorf("threshold %v: p95 %v, want within [1, 1.5] × threshold (lab: 1.42, 1.27, 1.20)", r.ThresholdMs, p)
+		// The default objective (p95) holds p95 at the threshold, so it
+		// may land a little under it; the thesis' mean overshot.
+		if p := r.ReadWaitMs.P95; p < 0.9*r.ThresholdMs || p > 1.5*r.ThresholdMs {
+			t.Errorf("threshold %v: p95 %v, want within [0.9, 1.5] × threshold (lab, objective p95: 1.31, 1.12, 1.04)", r.ThresholdMs, p)
 		}
 		if s.Baseline.ReadWaitMs.P95 < 1.5*r.ReadWaitMs.P95 {
 			t.Errorf("threshold %v: p95 %v not well below the baseline's %v", r.ThresholdMs, r.ReadWaitMs.P95, s.Baseline.ReadWaitMs.P95)
