@@ -64,7 +64,14 @@ func NewTCPRates(port uint16) *TCPRates {
 func (t *TCPRates) Sample() (map[netip.Addr]Rate, error) {
 	var conns []connSample
 	var err error
-	if t.exact != nil && len(t.known) > 0 && t.sinceDump < fullEvery-1 {
+	switch {
+	case t.exact == nil || t.prev == nil || t.sinceDump >= fullEvery-1:
+	case len(t.known) == 0:
+		// No connections at the last dump: none to look up, and a new one
+		// waits for the next dump like on a busy target.
+		conns = []connSample{}
+		t.sinceDump++
+	default:
 		if conns, err = t.exact(t.known); err == nil {
 			t.sinceDump++
 		}

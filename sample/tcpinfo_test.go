@@ -160,3 +160,25 @@ func TestTCPRatesConnChanges(t *testing.T) {
 		}
 	}
 }
+
+// An idle target (no connections) is dumped once per fullEvery samples,
+// not every sample: a dump walks the whole established hash.
+func TestTCPRatesIdleDumpsRarely(t *testing.T) {
+	dumps := 0
+	tr := &TCPRates{Port: 3260, now: time.Now,
+		exact: func([]diagID) ([]connSample, error) { t.Fatal("lookup without known connections"); return nil, nil },
+		dump: func(f uint8) ([]*netlink.InetDiagTCPInfoResp, error) {
+			if f == 2 {
+				dumps++
+			}
+			return nil, nil
+		}}
+	for i := 0; i < 3*fullEvery; i++ {
+		if _, err := tr.Sample(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if dumps != 3 {
+		t.Fatalf("%d dumps in %d samples, want 3", dumps, 3*fullEvery)
+	}
+}
