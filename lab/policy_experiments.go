@@ -386,7 +386,7 @@ func fioClatWindow(path string, from, to time.Duration) ([]float64, error) {
 	for line := 1; sc.Scan(); line++ {
 		fs := strings.Split(sc.Text(), ",")
 		if len(fs) < 2 {
-			return nil, fmt.Errorf("%s:%d: want t_ms, ns, ...", path, line)
+			return nil, fmt.Errorf("%s:%d: want \"t_ms, ns, …\"", path, line)
 		}
 		t, err1 := strconv.ParseFloat(strings.TrimSpace(fs[0]), 64)
 		v, err2 := strconv.ParseFloat(strings.TrimSpace(fs[1]), 64)
@@ -496,14 +496,6 @@ func (r *Runner) sloJobs(length time.Duration, skip string) []Job {
 	}
 	size := r.State.Options.LUNSize / sloBulkThreads / 65536 * 65536
 	return append(jobs, Job{Name: "bulk", Host: sloBulkHost, URL: r.LUN(sloBulkHost).URL, RW: "write", BS: 64 << 10, NumJobs: sloBulkThreads, Runtime: length, Size: size})
-}
-
-func classHosts() []string {
-	var h []string
-	for _, c := range SLOLabClasses {
-		h = append(h, c.Host)
-	}
-	return h
 }
 
 // SummarizeSLORun computes one run's figures from its trace window, the
@@ -958,4 +950,149 @@ func plotShares(path string, res *PhaseResult, run WeightedRun) error {
 	}
 	return report.TimePlot(path, fmt.Sprintf("weighted (%s): each writer's share of the writers' bytes vs its target", run.Name),
 		"time (s)", "share (1 s bins)", series, refs)
+}
+
+// --- important-sets ---
+
+func init() {
+	register(&Experiment{Name: "important-sets", Title: "Thesis 5.7: the small reader named important, a second (unprotected) reader and 8 writers: read-over-write vs important-sets",
+		DefaultScale: 1, Run: runImportantSets})
+}
+
+// ImportantRun is one run of important-sets.
+type ImportantRun struct {
+	Name   string `json:"name"`
+	Policy string `json:"policy"`
+	// ImportantWaitMs is the important reader's (b2) read wait; OtherWaitMs
+	// the unprotected reader's (b3).
+	ImportantWaitMs report.Dist `json:"important_read_wait_ms"`
+	OtherWaitMs     report.Dist `json:"other_read_wait_ms"`
+	OtherReadMBs    float64     `json:"other_read_mb_s"`
+	WriteMBs        float64     `json:"write_mb_s"`
+	// IndicatorMs is the agent's smoothed indicator (its polls), and
+	// MeanDelayMs the write delay it applied to the writers.
+	IndicatorMs  float64     `json:"indicator_ms"`
+	MeanDelayMs  float64     `json:"mean_write_delay_ms"`
+	ThresholdMet bool        `json:"important_p95_within_1_25x_threshold"`
+	TCP          TCPCounters `json:"tcp"`
+}
+
+// ImportantSummary is summary.json of important-sets.
+type ImportantSummary struct {
+	Experiment  string         `json:"experiment"`
+	Scale       float64        `json:"scale"`
+	ThresholdMs float64        `json:"threshold_ms"`
+	Runs        []ImportantRun `json:"runs"`
+	// WriteGainPct is how much more the writers moved under
+	// important-sets than under read-over-write.
+	WriteGainPct float64     `json:"write_gain_pct_vs_read_over_write"`
+	Retrans      uint64      `json:"retransmits"`
+	TCP          TCPCounters `json:"tcp"`
+}
+
+// SummarizeImportantRun computes a run's figures from its trace window
+// and the agent's polls.
+func SummarizeImportantRun(name, policy string, thrMs float64, res *PhaseResult, polls []StatusSample) ImportantRun {
+	w := res.Window()
+	run := ImportantRun{Name: name, Policy: policy, TCP: res.TCP,
+		ImportantWaitMs: roundDist(report.Describe(report.Values(w, "b2", readWait))),
+		OtherWaitMs:     roundDist(report.Describe(report.Values(w, "b3", readWait))),
+		OtherReadMBs:    round(report.Aggregate(w, []string{"b3"}, readMBs), 2),
+		WriteMBs:        round(report.Aggregate(w, []string{"b4", "b5"}, writeMBs), 2)}
+	var ind, delay float64
+	var n, nd int
+	for _, p := range polls {
+		if p.T <= res.Phase.From.Seconds() || p.T > res.Phase.To.Seconds() {
+			continue
+		}
+		if v := float64(p.IndicatorMs); !math.IsNaN(v) {
+			ind += v
+			n++
+		}
+		for _, h := range []string{"b4", "b5"} {
+			delay += p.WriteDelayMs[HostAddr(h).String()]
+			nd++
+		}
+	}
+	if n > 0 {
+		run.IndicatorMs = round(ind/float64(n), 2)
+	}
+	if nd > 0 {
+		run.MeanDelayMs = round(delay/float64(nd), 2)
+	}
+	run.ThresholdMet = thrMs > 0 && run.ImportantWaitMs.P95 <= 1.25*thrMs
+	return run
+}
+
+func runImportantSets(r *Runner) (any, error) {
+	sc := r.Scale
+	lead, length := sc(10*time.Second), sc(60*time.Second)
+	const thr = 15 * time.Millisecond
+	sum := ImportantSummary{Experiment: "important-sets", Scale: r.opts.Scale, ThresholdMs: ms(thr)}
+	var all []*PhaseResult
+	var series, wseries []report.Series
+	for _, policy := range []string{"none", "read-over-write", "important-sets"} {
+		p := &Phase{Name: policy, Label: policy, Length: length, From: lead, To: length - sc(time.Second)}
+		if policy == "none" {
+			p.Name, p.Label = "agent-off", "agent off"
+		}
+		// b2: the thesis' small reader, important. b3: a second reader,
+		// two 64 KiB random-read threads, not important: its own queueing
+		// keeps its wait high whatever the writers do. b4, b5: four
+		// sequential writers each.
+		p.Jobs = []Job{r.reader(length), {Name: "other", Host: "b3", URL: r.LUN("b3").URL, RW: "randread", BS: 64 << 10, NumJobs: 2, Runtime: length}}
+		for _, h := range []string{"b4", "b5"} {
+			p.Jobs = append(p.Jobs, Job{Name: "writer", Host: h, URL: r.LUN(h).URL, RW: "write", BS: 64 << 10, NumJobs: 4, Runtime: length,
+				Size: r.State.Options.LUNSize / 4 / 65536 * 65536})
+		}
+		var polls []StatusSample
+		var a *LabAgent
+		if policy != "none" {
+			var b strings.Builder
+			fmt.Fprintf(&b, "backend: delayline\nhttp: 127.0.0.1:9311\nthreshold: %v\ndiscovery:\n  source: tgt\n  tgt_control_port: %d\nresources:\n  - name: %s\n    policy: %s\n    important: [%s]\n%s",
+				thr, TgtdPort, r.Res.Name, policy, HostAddr("b2"), r.consumerDevicesYAML())
+			cfg := filepath.Join(r.Dir, "agent-"+policy+".yaml")
+			if err := os.WriteFile(cfg, []byte(b.String()), 0o644); err != nil {
+				return nil, err
+			}
+			var err error
+			if a, err = startAgentNamed(map[string]string{"read-over-write": "row", "important-sets": "imp"}[policy], "delayline", r.Dir, "--config", cfg); err != nil {
+				return nil, err
+			}
+			p.Events = statusPoller(a, p.Name, length, &polls)
+		}
+		res, err := r.Run(p, 0)
+		if a != nil {
+			if serr := a.Stop(); err == nil {
+				err = serr
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := writeStatusLog(r.Dir, polls); err != nil {
+			return nil, err
+		}
+		all = append(all, res)
+		run := SummarizeImportantRun(p.Name, policy, ms(thr), res, polls)
+		if policy == "none" {
+			run.ThresholdMet = run.ImportantWaitMs.P95 <= 1.25*ms(thr)
+		}
+		sum.Runs = append(sum.Runs, run)
+		x, y := res.Series("b2", readWait)
+		series = append(series, report.Series{Name: p.Label, X: x, Y: smooth(y)})
+		wx, wy := report.AggregateSeries(res.Ticks, []string{"b4", "b5"}, writeMBs)
+		wseries = append(wseries, report.Series{Name: p.Label, X: wx, Y: smooth(wy)})
+	}
+	if row := sum.Runs[1].WriteMBs; row > 0 {
+		sum.WriteGainPct = round((sum.Runs[2].WriteMBs-row)/row*100, 1)
+	}
+	sum.TCP = sumTCP(all)
+	sum.Retrans = sum.TCP.RetransSegs
+	if err := report.TimePlot(filepath.Join(r.Dir, "important-wait.png"), "important-sets: the important reader's wait (b2)",
+		"time (s)", "read wait (ms, EWMA 0.15)", series, []report.Line{{Name: "threshold", Y: ms(thr)}}); err != nil {
+		return sum, err
+	}
+	return sum, report.TimePlot(filepath.Join(r.Dir, "important-writes.png"), "important-sets: the 8 writers' aggregate rate",
+		"time (s)", "MB/s (EWMA 0.15)", wseries, nil)
 }
