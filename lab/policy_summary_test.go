@@ -198,3 +198,50 @@ func TestFioClatWindowRejectsGarbage(t *testing.T) {
 		t.Fatalf("window (0, 1 s]: %v %v, want [5]", v, err)
 	}
 }
+
+// The fixture is a real weighted run at scale 1 in this lab (trace.csv,
+// the agent's status polls, the summary.json it wrote). The expected
+// writer shares come from testdata/weighted-run/oracle.py.
+func TestWeightedSummaryFromRecordedRun(t *testing.T) {
+	dir := gunzipFixture(t, "testdata/weighted-run")
+	var phases []*Phase
+	for _, n := range []string{"agent-off", "weighted-20ms", "weighted-50ms"} {
+		phases = append(phases, &Phase{Name: n, From: 10 * time.Second, To: 59 * time.Second})
+	}
+	rs, err := LoadTrace(filepath.Join(dir, "trace.csv"), phases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 3 {
+		t.Fatalf("%d phase results, want 3", len(rs))
+	}
+	polls, err := LoadStatusLog(filepath.Join(dir, "status.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("testdata/weighted-run/summary.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recorded WeightedSummary
+	if err := json.Unmarshal(b, &recorded); err != nil {
+		t.Fatal(err)
+	}
+	want := weightedOracle
+	for i, res := range rs {
+		maxDelay := []time.Duration{0, 20 * time.Millisecond, 50 * time.Millisecond}[i]
+		policy := map[bool]string{true: "none", false: "weighted"}[maxDelay == 0]
+		run := SummarizeWeightedRun(res.Phase.Name, policy, maxDelay, res, polls[res.Phase.Name])
+		for k, s := range run.Shares[1:] {
+			if math.Abs(s.WriterShare-want[i][k]) > 0.0006 {
+				t.Errorf("%s %s: writer share %v, want %v", run.Name, s.Host, s.WriterShare, want[i][k])
+			}
+		}
+		run.TCP = recorded.Runs[i].TCP
+		sameJSON(t, run.Name, run, recorded.Runs[i])
+	}
+}
+
+// weightedOracle is oracle.py's output: b3, b4, b5's share of the
+// writers' bytes per run (agent off, max_delay 20 ms, 50 ms).
+var weightedOracle = [3][3]float64{{0.333, 0.3334, 0.3336}, {0.4747, 0.3156, 0.2097}, {0.5229, 0.2976, 0.1795}}
