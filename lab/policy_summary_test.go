@@ -245,3 +245,43 @@ func TestWeightedSummaryFromRecordedRun(t *testing.T) {
 // weightedOracle is oracle.py's output: b3, b4, b5's share of the
 // writers' bytes per run (agent off, max_delay 20 ms, 50 ms).
 var weightedOracle = [3][3]float64{{0.333, 0.3334, 0.3336}, {0.4747, 0.3156, 0.2097}, {0.5229, 0.2976, 0.1795}}
+
+// The fixture is a real important-sets run at scale 1 in this lab; the
+// expected figures come from testdata/important-sets-run/oracle.py.
+func TestImportantSetsSummaryFromRecordedRun(t *testing.T) {
+	dir := gunzipFixture(t, "testdata/important-sets-run")
+	names := []string{"agent-off", "read-over-write", "important-sets"}
+	var phases []*Phase
+	for _, n := range names {
+		phases = append(phases, &Phase{Name: n, From: 10 * time.Second, To: 59 * time.Second})
+	}
+	rs, err := LoadTrace(filepath.Join(dir, "trace.csv"), phases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 3 {
+		t.Fatalf("%d phase results, want 3", len(rs))
+	}
+	polls, err := LoadStatusLog(filepath.Join(dir, "status.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		mean, p50, p95, writeMBs float64
+		meanMet                  bool
+	}{
+		{40.236, 42.834, 49.0, 12.898, false},
+		{13.865, 14.0, 22.867, 6.724, true}, // held below the threshold: over-throttled
+		{15.892, 16.225, 26.0, 9.392, true},
+	}
+	for i, res := range rs {
+		policy := []string{"none", "read-over-write", "important-sets"}[i]
+		run := SummarizeImportantRun(names[i], policy, 15, res, polls[names[i]])
+		w := want[i]
+		d := run.ImportantWaitMs
+		if math.Abs(d.Mean-w.mean) > 0.006 || math.Abs(d.P50-w.p50) > 0.006 || math.Abs(d.P95-w.p95) > 0.006 ||
+			math.Abs(run.WriteMBs-w.writeMBs) > 0.006 || run.MeanMet != w.meanMet || run.ThresholdMet {
+			t.Errorf("%s: got %+v writes %v mean met %v p95 met %v, want %+v", names[i], d, run.WriteMBs, run.MeanMet, run.ThresholdMet, w)
+		}
+	}
+}
