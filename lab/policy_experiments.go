@@ -120,7 +120,8 @@ type AgentClassFigures struct {
 	LatencyDeviationMs     agent.JSONFloat `json:"latency_deviation_ms"`
 	JitterLifeMs           agent.JSONFloat `json:"jitter_life_ms"`
 	// MissingPct is the share of the window's polls that flagged the
-	// class missing; MeanDelayMs the delay the policy put on its members.
+	// class missing; MeanDelayMs the delay the policy put on its members
+	// (with the agent off, the dry-run agent's: what it would have put).
 	MissingPct  float64 `json:"missing_pct"`
 	MeanDelayMs float64 `json:"mean_delay_ms"`
 }
