@@ -24,7 +24,8 @@ type SnapshotDiscoverer struct {
 //     config has one auto resource and the target one pool, that pool.
 //
 // Consumers are the initiator addresses with sessions on the resource's
-// targets; their devices are the resource's LUN devices they can reach.
+// targets; their devices are the resource's LUN devices they can reach,
+// narrowed to the resource's consumer_devices where it lists them.
 func (d SnapshotDiscoverer) Discover() (*Topology, error) {
 	snap, err := d.Snap()
 	if err != nil {
@@ -63,10 +64,12 @@ func (d SnapshotDiscoverer) Discover() (*Topology, error) {
 		for _, dev := range v.Devices {
 			devset[dev] = true
 		}
+		narrow := consumerDevices(r)
 		for _, c := range snap.Consumers {
 			var devs []string
+			only, narrowed := narrow[c.Addr]
 			for _, l := range c.LUNs {
-				if devset[l.Device] {
+				if devset[l.Device] && (!narrowed || only[l.Device]) {
 					devs = append(devs, l.Device)
 				}
 			}
@@ -99,4 +102,22 @@ func names(s discover.Snapshot) string {
 		return "none"
 	}
 	return strings.Join(n, ", ")
+}
+
+// consumerDevices is a resource's consumer_devices by address (config
+// validation guarantees the addresses).
+func consumerDevices(r config.Resource) map[netip.Addr]map[string]bool {
+	out := map[netip.Addr]map[string]bool{}
+	for s, devs := range r.ConsumerDevices {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			continue
+		}
+		m := map[string]bool{}
+		for _, d := range devs {
+			m[d] = true
+		}
+		out[a.Unmap()] = m
+	}
+	return out
 }

@@ -119,6 +119,35 @@ func TestWeighted(t *testing.T) {
 	}
 }
 
+// A delayed writer's 100 ms rates swing between nothing and a burst; on
+// smoothed rates its delay stays on instead of toggling every tick.
+func TestWeightedSmoothsBurstyRates(t *testing.T) {
+	p := Weighted(nil)
+	const out = 10 * time.Millisecond
+	var off int
+	for tick := 0; tick < 50; tick++ {
+		// c1 averages 8 MB/s (0 and 16 alternately), c2 a steady 2: c1's
+		// share is 5, so it is above it on average but below it every
+		// other tick.
+		x := 16.0
+		if tick%2 == 1 {
+			x = 0
+		}
+		in := input(out, ci(c1, 0, x, 0, 5), ci(c2, 0, 2, 0, 5))
+		in.Interval = 100 * time.Millisecond
+		got := p.Decide(in)
+		if tick >= 20 && got.Settings[c1].WriteDelay == 0 {
+			off++
+		}
+		if got.Settings[c2].WriteDelay != 0 {
+			t.Fatalf("tick %d: c2 below its share delayed %v", tick, got.Settings[c2])
+		}
+	}
+	if off > 0 {
+		t.Errorf("c1's delay was off in %d of 30 settled ticks", off)
+	}
+}
+
 // TestDeviationFormulas checks seed 004's eq. (1) and (2) against its own
 // tables: Table 2/3 (throughput, kb/s) and Table 5/6 (latency, ms).
 func TestDeviationFormulas(t *testing.T) {

@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"maps"
 	"net/netip"
+	"slices"
 
 	"github.com/sanqos/sanqos/config"
 )
@@ -10,7 +12,8 @@ type staticDiscoverer struct{ t *Topology }
 
 // StaticDiscoverer serves the topology written in the config: each
 // resource's devices, and its static consumers (who then have no devices
-// of their own, so only the static lists decide who is throttleable).
+// of their own, so only the static lists decide who is throttleable),
+// except those its consumer_devices names, measured on those devices.
 func StaticDiscoverer(cfg *config.Config) Discoverer {
 	t := &Topology{Resources: map[string]ResourceView{}}
 	for _, r := range cfg.Resources {
@@ -21,6 +24,9 @@ func StaticDiscoverer(cfg *config.Config) Discoverer {
 					v.Consumers[a.Unmap()] = nil
 				}
 			}
+		}
+		for a, devs := range consumerDevices(r) {
+			v.Consumers[a] = slices.Sorted(maps.Keys(devs))
 		}
 		t.Resources[r.Name] = v
 	}

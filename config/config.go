@@ -48,6 +48,13 @@ type Resource struct {
 	Weights map[string]float64 `yaml:"weights"`
 	// Classes are the slo-classes policy's service classes.
 	Classes []Class `yaml:"classes"`
+	// ConsumerDevices narrows the devices each consumer (by address) is
+	// measured on. A target that gives every initiator every LUN (one tgt
+	// target with a LUN per initiator) otherwise makes every consumer's
+	// IOPS and waits those of all the resource's devices, and slo-classes
+	// could not tell its classes apart. Rates are unaffected (they come
+	// from the wire when the agent samples TCP_INFO).
+	ConsumerDevices map[string][]string `yaml:"consumer_devices"`
 }
 
 // Objectives are what a threshold can bound (see Resource.Objective).
@@ -392,6 +399,24 @@ func (c *Config) validatePolicy(root *yaml.Node, i int) []error {
 		}
 		if w := r.Weights[a]; !(w > 0) || w > 1e6 {
 			bad("want a weight > 0 (≤ 1e6)", "resources", i, "weights", a)
+		}
+	}
+	for _, a := range slices.Sorted(maps.Keys(r.ConsumerDevices)) {
+		if _, err := netip.ParseAddr(a); err != nil {
+			bad(fmt.Sprintf("%q is not an IP address", a), "resources", i, "consumer_devices", a)
+		}
+		devs := r.ConsumerDevices[a]
+		if len(devs) == 0 {
+			bad("want at least one device", "resources", i, "consumer_devices", a)
+		}
+		explicit := !(len(r.Devices) == 1 && r.Devices[0] == "auto")
+		for k, d := range devs {
+			switch {
+			case d == "" || strings.ContainsAny(d, "/ \t"):
+				bad("want a diskstats device name (e.g. loop3, sdb)", "resources", i, "consumer_devices", a, k)
+			case explicit && !slices.Contains(r.Devices, d):
+				bad(fmt.Sprintf("%s is not one of the resource's devices", d), "resources", i, "consumer_devices", a, k)
+			}
 		}
 	}
 	if len(r.Classes) > 0 && r.Policy != "slo-classes" {
