@@ -64,6 +64,9 @@ type Capture struct {
 	closed  bool
 	running bool
 	done    chan struct{} // closed when Run has closed the socket
+	// Tap, when set before Run, sees every packet the filter passed (from
+	// the IP header) before it is decoded, e.g. a PcapWriter's Write.
+	Tap func(pkt []byte, ts time.Time)
 }
 
 // Filter is the classic BPF program that accepts TCP segments to or from
@@ -188,6 +191,9 @@ func (c *Capture) Run(fn func(Segment)) error {
 		}
 		ts := timestamp(c.oob[:oobn])
 		pkt := c.buf[:min(n, len(c.buf))]
+		if c.Tap != nil {
+			c.Tap(pkt, ts)
+		}
 		seg, ok := Decode(pkt, ts)
 		c.mu.Lock()
 		switch {

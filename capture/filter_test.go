@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"bytes"
 	"encoding/binary"
 	"testing"
 	"time"
@@ -92,5 +93,29 @@ func TestDecode(t *testing.T) {
 		if _, ok := Decode(bad, ts); ok {
 			t.Errorf("decoded %x", bad)
 		}
+	}
+}
+
+func TestPcapRoundTrip(t *testing.T) {
+	var b bytes.Buffer
+	w, err := NewPcapWriter(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, p2 := packet(false, 6, 1, 3260, 0, []byte("one")), packet(true, 6, 3260, 2, 0, []byte("two"))
+	t1, t2 := time.Unix(100, 5), time.Unix(101, 999999999)
+	w.Write(p1, t1)
+	w.Write(p2, t2)
+	w.Flush()
+	var got [][]byte
+	var ts []time.Time
+	if err := ReadPcap(&b, func(p []byte, t time.Time) { got = append(got, bytes.Clone(p)); ts = append(ts, t) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || !bytes.Equal(got[0], p1) || !bytes.Equal(got[1], p2) || !ts[0].Equal(t1) || !ts[1].Equal(t2) {
+		t.Fatalf("read back %d packets, times %v", len(got), ts)
+	}
+	if err := ReadPcap(bytes.NewReader([]byte("garbage that is not a pcap header")), func([]byte, time.Time) {}); err == nil {
+		t.Fatal("garbage accepted")
 	}
 }
