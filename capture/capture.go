@@ -56,9 +56,9 @@ const bufSize = 256 << 10
 
 // Capture is an open AF_PACKET socket on one interface.
 type Capture struct {
-	fd     int
-	buf    []byte
-	oob    []byte
+	fd      int
+	buf     []byte
+	oob     []byte
 	mu      sync.Mutex
 	stats   Stats
 	closed  bool

@@ -89,8 +89,8 @@ type Config struct {
 	// CaptureInterface is where bridge mode watches the iSCSI traffic:
 	// the bridge port towards the target.
 	CaptureInterface string `yaml:"capture_interface"`
-	Socket    string        `yaml:"socket"`
-	HTTP      string        `yaml:"http"`
+	Socket           string `yaml:"socket"`
+	HTTP             string `yaml:"http"`
 	// TokenFile holds the bearer token that opens the control API on the
 	// HTTP listener (root-only file); without it HTTP is read-only.
 	TokenFile string `yaml:"token_file"`
