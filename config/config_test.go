@@ -147,3 +147,13 @@ func TestBridgeMode(t *testing.T) {
 		}
 	}
 }
+
+func TestBridgeExampleIsValid(t *testing.T) {
+	c, err := Load("../examples/bridge.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Mode != "bridge" || c.CaptureInterface != "eth1" || c.Resources[0].Portals[0] != "192.168.10.5:3260" {
+		t.Fatalf("example parsed wrong: %+v", c)
+	}
+}
