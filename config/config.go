@@ -55,6 +55,9 @@ type Resource struct {
 	// could not tell its classes apart. Rates are unaffected (they come
 	// from the wire when the agent samples TCP_INFO).
 	ConsumerDevices map[string][]string `yaml:"consumer_devices"`
+	// Portals name the resource in bridge mode: the target's address:port
+	// (port default iscsi_port), since a bridge has no tgtadm to ask.
+	Portals []string `yaml:"portals"`
 }
 
 // Objectives are what a threshold can bound (see Resource.Objective).
@@ -90,8 +93,11 @@ type Config struct {
 	Mode      string        `yaml:"mode"`
 	ISCSIPort int           `yaml:"iscsi_port"`
 	Device    string        `yaml:"device"`
-	Socket    string        `yaml:"socket"`
-	HTTP      string        `yaml:"http"`
+	// CaptureInterface is where bridge mode watches the iSCSI traffic:
+	// the bridge port towards the target.
+	CaptureInterface string `yaml:"capture_interface"`
+	Socket           string `yaml:"socket"`
+	HTTP             string `yaml:"http"`
 	// TokenFile holds the bearer token that opens the control API on the
 	// HTTP listener (root-only file); without it HTTP is read-only.
 	TokenFile string `yaml:"token_file"`
@@ -369,6 +375,7 @@ func (c *Config) validate(root *yaml.Node) []error {
 			consumers += len(list.v)
 		}
 	}
+	errs = append(errs, c.validateBridge(root)...)
 	if consumers > MaxConsumers {
 		bad(fmt.Sprintf("%d static consumers, limit %d", consumers, MaxConsumers), "resources")
 	}
@@ -377,6 +384,59 @@ func (c *Config) validate(root *yaml.Node) []error {
 			if len(r.Devices) == 1 && r.Devices[0] == "auto" {
 				bad("static discovery needs explicit devices", "resources", i, "devices")
 			}
+		}
+	}
+	return errs
+}
+
+// validateBridge checks what bridge mode needs and refuses its settings
+// in target mode: every resource named by portals (distinct across
+// resources), no devices (there is no diskstats), and a capture interface.
+func (c *Config) validateBridge(root *yaml.Node) []error {
+	var errs []error
+	bad := func(msg string, path ...any) {
+		errs = append(errs, Error{Line: lineOf(root, path...), Field: fieldName(path...), Msg: msg})
+	}
+	if c.Mode != "bridge" {
+		if c.CaptureInterface != "" {
+			bad("applies to mode bridge only", "capture_interface")
+		}
+		for i, r := range c.Resources {
+			if len(r.Portals) > 0 {
+				bad("portals apply to mode bridge only", "resources", i, "portals")
+			}
+		}
+		return errs
+	}
+	if c.CaptureInterface == "" || len(c.CaptureInterface) > 15 || strings.ContainsAny(c.CaptureInterface, "/ \t") {
+		bad("mode bridge needs the interface towards the target (e.g. the bridge port), ≤ 15 characters", "capture_interface")
+	}
+	seen := map[netip.AddrPort]string{}
+	for i, r := range c.Resources {
+		if len(r.Portals) == 0 {
+			bad("mode bridge names a resource by its target's portals (address:port)", "resources", i, "portals")
+		}
+		if !(len(r.Devices) == 1 && r.Devices[0] == "auto") {
+			bad("mode bridge has no block devices: its read wait is measured on the wire", "resources", i, "devices")
+		}
+		for k, p := range r.Portals {
+			ap, err := netip.ParseAddrPort(p)
+			if err != nil {
+				a, aerr := netip.ParseAddr(p)
+				if aerr != nil {
+					bad(fmt.Sprintf("%q: want address:port or address", p), "resources", i, "portals", k)
+					continue
+				}
+				ap = netip.AddrPortFrom(a, uint16(c.ISCSIPort))
+			}
+			if ap.Port() == 0 {
+				bad("port 0", "resources", i, "portals", k)
+			}
+			ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+			if other, dup := seen[ap]; dup {
+				bad(fmt.Sprintf("portal %s is already resource %s's", ap, other), "resources", i, "portals", k)
+			}
+			seen[ap] = r.Name
 		}
 	}
 	return errs

@@ -127,3 +127,39 @@ func TestPolicyErrors(t *testing.T) {
 		t.Fatalf("default priorities: %v %+v", err, c)
 	}
 }
+
+// Bridge mode names resources by portal and needs a capture interface;
+// its settings are refused in target mode rather than ignored.
+func TestBridgeMode(t *testing.T) {
+	c, err := Parse([]byte("mode: bridge\ncapture_interface: p-bm\nresources:\n  - name: r0\n    portals: [10.99.0.1:3260, 10.99.0.9]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CaptureInterface != "p-bm" || len(c.Resources[0].Portals) != 2 {
+		t.Fatalf("%+v", c)
+	}
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"no interface", "mode: bridge\nresources:\n  - name: a\n    portals: [10.0.0.1]\n", "capture_interface: mode bridge needs"},
+		{"no portals", "mode: bridge\ncapture_interface: p-bm\nresources:\n  - name: a\n", "line 4: resources[0].portals"},
+		{"bad portal", "mode: bridge\ncapture_interface: p-bm\nresources:\n  - name: a\n    portals:\n      - 10.0.0.1:3260\n      - target\n", "line 7: resources[0].portals[1]: \"target\""},
+		{"shared portal", "mode: bridge\ncapture_interface: p-bm\nresources:\n  - name: a\n    portals: [10.0.0.1]\n  - name: b\n    portals: [10.0.0.1:3260]\n", "line 7: resources[1].portals[0]: portal 10.0.0.1:3260 is already resource a's"},
+		{"devices", "mode: bridge\ncapture_interface: p-bm\nresources:\n  - name: a\n    devices: [sdb]\n    portals: [10.0.0.1]\n", "line 5: resources[0].devices: mode bridge has no block devices"},
+		{"portals in target mode", "resources:\n  - name: a\n    portals: [10.0.0.1]\n", "line 3: resources[0].portals: portals apply to mode bridge only"},
+		{"interface in target mode", "capture_interface: eth0\n", "line 1: capture_interface: applies to mode bridge only"},
+	} {
+		_, err := Parse([]byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestBridgeExampleIsValid(t *testing.T) {
+	c, err := Load("../examples/bridge.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Mode != "bridge" || c.CaptureInterface != "eth1" || c.Resources[0].Portals[0] != "192.168.10.5:3260" {
+		t.Fatalf("example parsed wrong: %+v", c)
+	}
+}

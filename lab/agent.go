@@ -40,6 +40,12 @@ func StartAgent(backend string, dir string, extra ...string) (*LabAgent, error) 
 // startAgentNamed runs an agent whose socket and log are named name, so a
 // second (shadow) agent can run beside the first.
 func startAgentNamed(name, backend string, dir string, extra ...string) (*LabAgent, error) {
+	return startAgentIn(TargetNS, name, backend, dir, extra...)
+}
+
+// startAgentIn runs the agent in namespace ns: bm (target mode) or sqlan
+// (bridge mode, on the switch between initiators and target).
+func startAgentIn(ns, name, backend string, dir string, extra ...string) (*LabAgent, error) {
 	bin, err := sanqosBinary()
 	if err != nil {
 		return nil, err
@@ -51,7 +57,7 @@ func startAgentNamed(name, backend string, dir string, extra ...string) (*LabAge
 		return nil, err
 	}
 	defer logf.Close()
-	args := append([]string{"netns", "exec", TargetNS, bin, "agent", "--backend", backend, "--socket", sock, "--label", "sanqos-lab-" + name}, extra...)
+	args := append([]string{"netns", "exec", ns, bin, "agent", "--backend", backend, "--socket", sock, "--label", "sanqos-lab-" + name}, extra...)
 	cmd := exec.Command("ip", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// If the run dies, SIGTERM the agent so it removes its throttles

@@ -14,9 +14,9 @@ import (
 
 func init() {
 	register(&Experiment{Name: "pid", Title: "PID with given sets holds 10/15/20 ms under 12 writers toggled on/off (Fig 5.9/5.10)",
-		DefaultScale: 0.25, Run: func(r *Runner) (any, error) { return runControlled(r, false) }})
+		DefaultScale: 0.25, Run: func(r *Runner) (any, error) { return runControlled(r, "pid") }})
 	register(&Experiment{Name: "autonomic", Title: "Same load, sets and indicators discovered automatically (Fig 5.11–5.13)",
-		DefaultScale: 0.25, Run: func(r *Runner) (any, error) { return runControlled(r, true) }})
+		DefaultScale: 0.25, Run: func(r *Runner) (any, error) { return runControlled(r, "autonomic") }})
 }
 
 // ControlledRun and ControlledSummary are pid's and autonomic's
@@ -102,7 +102,10 @@ func cpuSeconds(pid int) float64 {
 	return (u + st + cu + cs) / 100 // USER_HZ
 }
 
-func runControlled(r *Runner, autonomic bool) (any, error) {
+// runControlled runs kind: pid, autonomic or bridge-autonomic (the agent
+// in sqlan, bridge mode, bridge_experiment.go).
+func runControlled(r *Runner, kind string) (any, error) {
+	autonomic, bridge := kind != "pid", kind == "bridge-autonomic"
 	sc := r.Scale
 	lead, on, off, cycles, tail := sc(20*time.Second), sc(25*time.Second), sc(5*time.Second), 6, sc(10*time.Second)
 	length := lead + time.Duration(cycles)*(on+off) + tail
@@ -117,10 +120,7 @@ func runControlled(r *Runner, autonomic bool) (any, error) {
 		}
 		return p
 	}
-	name := "pid"
-	if autonomic {
-		name = "autonomic"
-	}
+	name := kind
 	sum := ControlledSummary{Experiment: name}
 	base, err := r.Run(mkPhase("baseline", "agent off"), 0)
 	if err != nil {
@@ -142,46 +142,76 @@ func runControlled(r *Runner, autonomic bool) (any, error) {
 	wseries := []report.Series{{Name: "no regulation", X: wx, Y: smooth(wy)}}
 	var dseries []report.Series
 	var cpu, shadowCPU, wall float64
+	var tracking []PassiveTracking
+	var trackPlot []report.Series
 	thresholds := Thresholds
 	if len(r.opts.Thresholds) > 0 {
 		thresholds = r.opts.Thresholds
 	}
 	for _, thr := range thresholds {
 		cfgPath := filepath.Join(r.Dir, fmt.Sprintf("agent-%v.yaml", thr))
-		if err := r.agentConfig(cfgPath, thr, autonomic); err != nil {
-			return nil, err
-		}
-		shadowCfg := filepath.Join(r.Dir, fmt.Sprintf("shadow-%v.yaml", thr))
-		if err := r.writeAgentConfig(shadowCfg, "dry-run", "127.0.0.1:9312", thr, autonomic); err != nil {
-			return nil, err
-		}
-		a, err := StartAgent("delayline", r.Dir, "--config", cfgPath)
-		if err != nil {
-			return nil, err
-		}
-		shadow, err := startAgentNamed("shadow", "dry-run", r.Dir, "--config", shadowCfg)
-		if err != nil {
-			a.Stop()
-			return nil, err
+		var a, shadow *LabAgent
+		var err error
+		if bridge {
+			// No shadow: a second capture would double the work measured.
+			if err := r.bridgeAgentConfig(cfgPath, thr); err != nil {
+				return nil, err
+			}
+			if a, err = startAgentIn(SwitchNS, "agent", "delayline", r.Dir, "--config", cfgPath); err != nil {
+				return nil, err
+			}
+		} else {
+			if err := r.agentConfig(cfgPath, thr, autonomic); err != nil {
+				return nil, err
+			}
+			shadowCfg := filepath.Join(r.Dir, fmt.Sprintf("shadow-%v.yaml", thr))
+			if err := r.writeAgentConfig(shadowCfg, "dry-run", "127.0.0.1:9312", thr, autonomic); err != nil {
+				return nil, err
+			}
+			if a, err = StartAgent("delayline", r.Dir, "--config", cfgPath); err != nil {
+				return nil, err
+			}
+			if shadow, err = startAgentNamed("shadow", "dry-run", r.Dir, "--config", shadowCfg); err != nil {
+				a.Stop()
+				return nil, err
+			}
 		}
 		p := mkPhase(fmt.Sprintf("threshold-%v", thr), fmt.Sprintf("threshold %v", thr))
 		var delays []float64
 		var dx []float64
 		t0 := time.Now()
 		p.Events = delaySampler(a, length, &dx, &delays)
-		c0, s0 := cpuSeconds(a.Pid()), cpuSeconds(shadow.Pid())
+		var ps *passiveSeries
+		if bridge {
+			ps = &passiveSeries{}
+			p.Events = append(p.Events, ps.events(a, length)...)
+		}
+		c0, s0 := cpuSeconds(a.Pid()), 0.0
+		if shadow != nil {
+			s0 = cpuSeconds(shadow.Pid())
+		}
 		res, err := r.Run(p, 0)
 		cpu += cpuSeconds(a.Pid()) - c0
-		shadowCPU += cpuSeconds(shadow.Pid()) - s0
+		if shadow != nil {
+			shadowCPU += cpuSeconds(shadow.Pid()) - s0
+		}
 		wall += time.Since(t0).Seconds()
 		if serr := a.Stop(); err == nil {
 			err = serr
 		}
-		if serr := shadow.Stop(); err == nil {
-			err = serr
+		if shadow != nil {
+			if serr := shadow.Stop(); err == nil {
+				err = serr
+			}
 		}
 		if err != nil {
 			return nil, err
+		}
+		if ps != nil {
+			tracking = append(tracking, ps.track(res, thr))
+			if len(tracking) == 1 {
+				trackPlot = ps.plot(res, thr)
+			}
 		}
 		all = append(all, res)
 		run := controlledRun(res, thr, stepsAt, on.Seconds())
@@ -221,7 +251,9 @@ func runControlled(r *Runner, autonomic bool) (any, error) {
 	sum.TCPBySide, sum.RegulatedTCPBySide = &sides, &reg
 	if wall > 0 {
 		sum.AgentCPUPct = round(100*cpu/wall, 2)
-		sum.ControlCPUPct = round(100*shadowCPU/wall, 2)
+		if !bridge {
+			sum.ControlCPUPct = round(100*shadowCPU/wall, 2)
+		}
 	}
 	var refs []report.Line
 	for _, t := range thresholds {
@@ -235,8 +267,20 @@ func runControlled(r *Runner, autonomic bool) (any, error) {
 		"time (s)", "MB/s (EWMA 0.15)", wseries, nil); err != nil {
 		return nil, err
 	}
-	return sum, report.TimePlot(filepath.Join(r.Dir, "delay.png"), name+": write delay applied to the throttleable set (Fig 5.13)",
-		"time (s)", "delay (ms)", dseries, nil)
+	if err := report.TimePlot(filepath.Join(r.Dir, "delay.png"), name+": write delay applied to the throttleable set (Fig 5.13)",
+		"time (s)", "delay (ms)", dseries, nil); err != nil {
+		return nil, err
+	}
+	if !bridge {
+		return sum, nil
+	}
+	bs := BridgeSummary{ControlledSummary: sum, Passive: tracking}
+	if len(trackPlot) > 0 {
+		return bs, report.TimePlot(filepath.Join(r.Dir, "passive-vs-diskstats.png"),
+			fmt.Sprintf("%s: reader's read wait, passive (on the wire, what the agent uses) vs diskstats in bm, threshold %v", name, thresholds[0]),
+			"time (s)", "read wait (ms, EWMA 0.15)", trackPlot, nil)
+	}
+	return bs, nil
 }
 
 // delaySampler records the agent's applied write delay every second as

@@ -136,20 +136,31 @@ func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket, htt
 	api := &agent.API{T: t, Log: log}
 	done := make(chan error, 1)
 	if cfg != nil {
-		ds, err := sample.NewDiskstats("/proc", "/sys")
-		if err != nil {
-			return err
-		}
-		disc, err := newDiscoverer(cfg)
-		if err != nil {
-			return err
-		}
+		var sampler agent.Sampler
+		var disc agent.Discoverer
 		var rates agent.RateSampler
-		if cfg.Mode == "target" {
+		if cfg.Mode == "bridge" {
+			// No target to ask: the wire gives the read wait, the
+			// consumers and their rates (passive, capture).
+			b, err := startBridge(cfg, log)
+			if err != nil {
+				return err
+			}
+			defer b.Close(log)
+			sampler, disc = b.meter, b
+		} else {
+			ds, err := sample.NewDiskstats("/proc", "/sys")
+			if err != nil {
+				return err
+			}
+			if disc, err = newDiscoverer(cfg); err != nil {
+				return err
+			}
+			sampler = ds
 			// The target's own connections give per-consumer rates.
 			rates = sample.NewTCPRates(uint16(cfg.ISCSIPort))
 		}
-		a := agent.New(cfg, agent.Deps{Throttle: t, Sampler: ds, Rates: rates, Discoverer: disc, Log: log,
+		a := agent.New(cfg, agent.Deps{Throttle: t, Sampler: sampler, Rates: rates, Discoverer: disc, Log: log,
 			NewController: newPID, NewSmoother: newEWMA, ControlAPI: api.Handler()})
 		api.Status = func() any { return a.Status() }
 		dash := dashboard.New(a.Status, dashboard.Options{})
@@ -166,6 +177,9 @@ func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket, htt
 					// --http replaced the file's listener at start; keep it,
 					// or every reload would look like a listener change.
 					nc.HTTP = cfg.HTTP
+				}
+				if err == nil && cfg.Mode == "bridge" && !samePortals(cfg, nc) {
+					err = errors.New("bridge mode: resources, portals and capture_interface changes need a restart")
 				}
 				if err == nil {
 					err = a.Reload(nc)

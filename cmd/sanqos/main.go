@@ -38,7 +38,7 @@ Prometheus (/metrics, Grafana dashboard in grafana/).`,
 		SilenceErrors: true,
 	}
 	root.AddCommand(versionCmd(), labCmd(), throttleCmd(), agentCmd(), configCmd(), cleanupCmd(), statusCmd(), reportCmd(),
-		simCmd(), tuneCmd(), adviseCmd())
+		simCmd(), tuneCmd(), adviseCmd(), captureCmd())
 	completionHelp(root)
 	root.SetHelpTemplate(manHelp)
 	return root

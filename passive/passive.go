@@ -1,0 +1,238 @@
+// Package passive turns captured iSCSI traffic into the agent's inputs in
+// bridge mode (thesis 6.9), where the agent sees only packets: per
+// consumer and resource, the SCSI commands' response times (matched by
+// Initiator Task Tag, iscsipdu) and the bytes each way, published as
+// cumulative counters in /proc/diskstats' shape (sample.Counters) of one
+// pseudo-device per (resource, consumer). The agent's pipeline (sample.Diff
+// → read-wait indicator → EWMA → controller → policy) then runs unchanged;
+// resources are named by their target portals, and a consumer is any
+// initiator seen talking to one.
+//
+// It only counts: it never captures (package capture feeds it), touches
+// the kernel, or decides anything. It is safe for one feeding goroutine
+// and any number of readers.
+package passive
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sanqos/sanqos/capture"
+	"github.com/sanqos/sanqos/iscsipdu"
+	"github.com/sanqos/sanqos/sample"
+)
+
+// Resource is one resource as bridge mode knows it: the portals (address
+// and port) its target listens on.
+type Resource struct {
+	Name    string
+	Portals []netip.AddrPort
+}
+
+// maxAge is how long an unanswered command or a silent connection is
+// remembered.
+const maxAge = 30 * time.Second
+
+// DevicePrefix starts every pseudo-device name, so they never clash with
+// diskstats names.
+const DevicePrefix = "iscsi:"
+
+type devKey struct {
+	resource  string
+	initiator netip.Addr
+}
+
+// counter is a pseudo-device's cumulative counts, at full precision.
+type counter struct {
+	name               string
+	reads, writes      uint64
+	readNs, writeNs    int64
+	readBytes, wrBytes uint64
+	lastSeen           time.Time
+}
+
+type resState struct {
+	re *iscsipdu.Reassembler
+	tr *iscsipdu.Tracker
+}
+
+// Meter accumulates per-consumer counters from captured segments.
+type Meter struct {
+	mu      sync.Mutex
+	portals map[netip.AddrPort]string
+	res     map[string]*resState
+	devs    map[devKey]*counter
+	last    time.Time // newest segment seen
+	expired time.Time
+	now     func() time.Time
+}
+
+// NewMeter meters the given resources; portals must be distinct.
+func NewMeter(rs []Resource) (*Meter, error) {
+	m := &Meter{portals: map[netip.AddrPort]string{}, res: map[string]*resState{}, devs: map[devKey]*counter{},
+		now: time.Now}
+	for _, r := range rs {
+		if len(r.Portals) == 0 {
+			return nil, fmt.Errorf("resource %s: no portal", r.Name)
+		}
+		for _, p := range r.Portals {
+			p = netip.AddrPortFrom(p.Addr().Unmap(), p.Port())
+			if other, dup := m.portals[p]; dup {
+				return nil, fmt.Errorf("portal %s is in resources %s and %s", p, other, r.Name)
+			}
+			m.portals[p] = r.Name
+		}
+		name := r.Name
+		st := &resState{}
+		st.tr = iscsipdu.NewTracker(iscsipdu.Options{}, func(s iscsipdu.Sample) { m.complete(name, s) })
+		st.re = iscsipdu.NewReassembler(st.tr)
+		m.res[name] = st
+	}
+	return m, nil
+}
+
+// DeviceName is the pseudo-device of a consumer on a resource.
+func DeviceName(resource string, initiator netip.Addr) string {
+	return DevicePrefix + resource + ":" + initiator.String()
+}
+
+func (m *Meter) counter(resource string, ini netip.Addr, ts time.Time) *counter {
+	k := devKey{resource, ini}
+	c := m.devs[k]
+	if c == nil {
+		c = &counter{name: DeviceName(resource, ini)}
+		m.devs[k] = c
+	}
+	c.lastSeen = ts
+	return c
+}
+
+// complete is the tracker's callback (under m.mu, from Segment).
+func (m *Meter) complete(resource string, s iscsipdu.Sample) {
+	c := m.counter(resource, s.Initiator.Unmap(), s.At)
+	switch s.Op {
+	case iscsipdu.OpRead:
+		c.reads++
+		c.readNs += int64(s.Latency)
+	case iscsipdu.OpWrite:
+		c.writes++
+		c.writeNs += int64(s.Latency)
+	}
+}
+
+// Segment takes one captured segment (capture.Run's callback). Segments
+// that touch no configured portal are ignored.
+func (m *Meter) Segment(s capture.Segment) {
+	src := netip.AddrPortFrom(s.Src.Addr().Unmap(), s.Src.Port())
+	dst := netip.AddrPortFrom(s.Dst.Addr().Unmap(), s.Dst.Port())
+	var f iscsipdu.Flow
+	var d iscsipdu.Direction
+	resource, ok := m.portals[dst]
+	if ok {
+		f, d = iscsipdu.Flow{Initiator: src, Target: dst}, iscsipdu.ToTarget
+	} else if resource, ok = m.portals[src]; ok {
+		f, d = iscsipdu.Flow{Initiator: dst, Target: src}, iscsipdu.ToInitiator
+	} else {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.res[resource]
+	if s.Time.After(m.last) {
+		m.last = s.Time
+	}
+	if len(s.Payload) > 0 {
+		c := m.counter(resource, f.Initiator.Addr(), s.Time)
+		if d == iscsipdu.ToTarget {
+			c.wrBytes += uint64(len(s.Payload))
+		} else {
+			c.readBytes += uint64(len(s.Payload))
+		}
+		st.re.Segment(f, d, s.Seq, s.Payload, s.Time)
+	}
+	if s.Flags&(capture.FIN|capture.RST) != 0 {
+		st.re.Close(f)
+		st.tr.Close(f)
+	}
+	if m.last.Sub(m.expired) > time.Second {
+		m.expired = m.last
+		for _, r := range m.res {
+			r.tr.Expire(m.last, maxAge)
+		}
+	}
+}
+
+// Read returns the pseudo-devices' cumulative counters (the agent's
+// Sampler). Times in ms are truncated from nanosecond sums, so a
+// difference is exact to 1 ms over all commands of an interval, like
+// diskstats'.
+func (m *Meter) Read(devices ...string) (map[string]sample.Counters, error) {
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]sample.Counters, len(m.devs))
+	for _, c := range m.devs {
+		if len(devices) > 0 && !slices.Contains(devices, c.name) {
+			continue
+		}
+		out[c.name] = sample.Counters{Device: c.name, Time: now,
+			Reads: c.reads, ReadTicks: uint64(c.readNs / 1e6), ReadSectors: c.readBytes / 512,
+			Writes: c.writes, WriteTicks: uint64(c.writeNs / 1e6), WriteSectors: c.wrBytes / 512}
+	}
+	return out, nil
+}
+
+// Consumers returns per resource the consumers seen within maxAge and
+// their pseudo-device (what discovery reports in target mode).
+func (m *Meter) Consumers() map[string]map[netip.Addr]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]map[netip.Addr]string{}
+	for name := range m.res {
+		out[name] = map[netip.Addr]string{}
+	}
+	for k, c := range m.devs {
+		if m.last.Sub(c.lastSeen) > maxAge {
+			delete(m.devs, k)
+			continue
+		}
+		out[k.resource][k.initiator] = c.name
+	}
+	return out
+}
+
+// Counters are the parser's anomaly counters summed over resources.
+func (m *Meter) Counters() (iscsipdu.Counters, int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var t iscsipdu.Counters
+	gaps := 0
+	for _, r := range m.res {
+		c := r.tr.Counters()
+		t.Commands += c.Commands
+		t.Completed += c.Completed
+		t.Unmatched += c.Unmatched
+		t.Dropped += c.Dropped
+		t.Expired += c.Expired
+		t.Resyncs += c.Resyncs
+		t.FlowsRefused += c.FlowsRefused
+		gaps += r.re.Gaps
+	}
+	return t, gaps
+}
+
+// ParsePortal parses "addr:port" or a bare address (port def).
+func ParsePortal(s string, def uint16) (netip.AddrPort, error) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap, nil
+	}
+	a, err := netip.ParseAddr(strings.Trim(s, "[]"))
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("%q: want address:port or address", s)
+	}
+	return netip.AddrPortFrom(a, def), nil
+}
