@@ -16,6 +16,25 @@ type Rate struct {
 	WriteBps float64
 	Conns    int
 	SRTT     time.Duration // largest smoothed RTT among its connections
+	// The network saturation signals (seed 003: congestion from measured
+	// delay), from the same TCP_INFO dump, so the agent reads the kernel
+	// once per tick for rates and for delay.
+	//
+	// QueueDelay is the largest srtt − min_rtt among its connections: the
+	// part of the round trip spent waiting in queues. min_rtt is the
+	// kernel's windowed minimum (net.ipv4.tcp_min_rtt_wlen, 300 s by
+	// default), so on a long-lived iSCSI connection it is the path's
+	// empty-queue RTT and the difference is queueing (plus any delay our
+	// own delay line adds: see agent.NetIndicator).
+	QueueDelay time.Duration
+	MinRTT     time.Duration // smallest min_rtt among its connections
+	RTTVar     time.Duration // largest rttvar among its connections
+	// DeliveryBps is the sum of its connections' delivery rate estimates
+	// (tcpi_delivery_rate, bytes/s of the target's sending).
+	DeliveryBps float64
+	// InFlight is the bytes the target has sent it and not had acked
+	// (unacked segments × MSS), summed over its connections.
+	InFlight float64
 }
 
 type connKey struct {
@@ -49,7 +68,7 @@ func NewTCPRates(port uint16) *TCPRates {
 // first call, which only sets the baseline).
 func (t *TCPRates) Sample() (map[netip.Addr]Rate, error) {
 	cur := map[connKey]connCounters{}
-	srtt := map[netip.Addr]time.Duration{}
+	net := map[netip.Addr]Rate{} // per-peer delay signals
 	for _, fam := range []uint8{syscall.AF_INET, syscall.AF_INET6} {
 		resps, err := t.dump(fam)
 		if err != nil {
@@ -66,9 +85,9 @@ func (t *TCPRates) Sample() (map[netip.Addr]Rate, error) {
 			}
 			peer := netip.AddrPortFrom(ip.Unmap(), m.ID.DestinationPort)
 			cur[connKey{cookie: cookieOf(m.ID.Cookie), peer: peer}] = connCounters{recv: ti.Bytes_received, acked: ti.Bytes_acked}
-			if d := time.Duration(ti.Rtt) * time.Microsecond; d > srtt[peer.Addr()] {
-				srtt[peer.Addr()] = d
-			}
+			n := net[peer.Addr()]
+			addDelay(&n, ti)
+			net[peer.Addr()] = n
 		}
 	}
 	now := t.now()
@@ -82,7 +101,8 @@ func (t *TCPRates) Sample() (map[netip.Addr]Rate, error) {
 	for k, c := range cur {
 		r := out[k.peer.Addr()]
 		r.Conns++
-		r.SRTT = srtt[k.peer.Addr()]
+		n := net[k.peer.Addr()]
+		r.SRTT, r.QueueDelay, r.MinRTT, r.RTTVar, r.DeliveryBps, r.InFlight = n.SRTT, n.QueueDelay, n.MinRTT, n.RTTVar, n.DeliveryBps, n.InFlight
 		if p, ok := prev[k]; ok && secs > 0 && c.recv >= p.recv && c.acked >= p.acked {
 			r.WriteBps += float64(c.recv-p.recv) / secs
 			r.ReadBps += float64(c.acked-p.acked) / secs
@@ -90,6 +110,26 @@ func (t *TCPRates) Sample() (map[netip.Addr]Rate, error) {
 		out[k.peer.Addr()] = r
 	}
 	return out, nil
+}
+
+// addDelay folds one connection's TCP_INFO into its peer's delay signals.
+// srtt − min_rtt is taken per connection (each has its own path minimum);
+// a connection without an RTT sample yet (min_rtt 0 or ~0u) adds nothing.
+func addDelay(n *Rate, ti *netlink.TCPInfo) {
+	us := func(v uint32) time.Duration { return time.Duration(v) * time.Microsecond }
+	n.SRTT = max(n.SRTT, us(ti.Rtt))
+	n.RTTVar = max(n.RTTVar, us(ti.Rttvar))
+	n.DeliveryBps += float64(ti.Delivery_rate)
+	n.InFlight += float64(ti.Unacked) * float64(ti.Snd_mss)
+	if ti.Min_rtt == 0 || ti.Min_rtt == ^uint32(0) {
+		return
+	}
+	if n.MinRTT == 0 || us(ti.Min_rtt) < n.MinRTT {
+		n.MinRTT = us(ti.Min_rtt)
+	}
+	if ti.Rtt > ti.Min_rtt {
+		n.QueueDelay = max(n.QueueDelay, us(ti.Rtt-ti.Min_rtt))
+	}
 }
 
 func cookieOf(c [2]uint32) uint64 { return uint64(c[0]) | uint64(c[1])<<32 }
