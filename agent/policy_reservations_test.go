@@ -128,7 +128,8 @@ func TestNetIndicatorLabFixtures(t *testing.T) {
 	} {
 		t.Run(tc.fixture, func(t *testing.T) {
 			cs := ssFixture(t, tc.fixture)
-			q, n, disc := NetIndicator(cs, tc.applied)
+			nr := NetIndicator(cs, tc.applied)
+			q, n, disc := nr.QueueMs, nr.Flows, nr.Discounted
 			if n != 4 {
 				t.Fatalf("%d active flows, want the 4 initiators", n)
 			}
@@ -164,7 +165,11 @@ func TestNetIndicatorDiscountsOwnDelay(t *testing.T) {
 		{"tie goes to the unthrottled flow", []ConsumerInput{act(c1, 11), act(c2, 1)}, map[netip.Addr]throttle.Setting{c1: {WriteDelay: 10 * time.Millisecond}}, 1, 2, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q, n, disc := NetIndicator(tc.cs, tc.applied)
+			nr := NetIndicator(tc.cs, tc.applied)
+			q, n, disc := nr.QueueMs, nr.Flows, nr.Discounted
+			if tc.applied == nil && !(nr.RawQueueMs == q || math.IsNaN(q) && math.IsNaN(nr.RawQueueMs)) {
+				t.Fatalf("nothing throttled: raw %v != %v", nr.RawQueueMs, q)
+			}
 			if !(q == tc.want || math.IsNaN(q) && math.IsNaN(tc.want) || math.Abs(q-tc.want) < 1e-9) || n != tc.flows || disc != tc.disc {
 				t.Fatalf("got %v ms over %d flows (discounted %v), want %v over %d (%v)", q, n, disc, tc.want, tc.flows, tc.disc)
 			}

@@ -87,3 +87,13 @@ func TestReservationsNearCapacityWarns(t *testing.T) {
 		t.Fatalf("warnings %q", c.Warnings)
 	}
 }
+
+func TestReservationsExampleIsValid(t *testing.T) {
+	c, err := Load("../examples/reservations.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Resources[0]; r.Policy != "reservations" || len(r.Reservations) != 2 || len(c.Warnings) != 0 {
+		t.Fatalf("%+v, warnings %v", r, c.Warnings)
+	}
+}

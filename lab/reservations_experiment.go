@@ -46,9 +46,13 @@ type ResvRun struct {
 	OthersMBs    float64     `json:"others_write_mb_s"`
 	ReaderWaitMs report.Dist `json:"reader_wait_ms"`
 	// The agent's indicators, sampled from its status every 200 ms in the
-	// window: network queueing delay (srtt − min_rtt of unthrottled
-	// flows) and the disk indicator (smoothed read wait).
+	// window: network queueing delay (srtt − min_rtt of the least-delayed
+	// active flow, our delay discounted) and the disk indicator (smoothed
+	// read wait). With the agent off (dry-run backend) nothing is really
+	// delayed, so NetQueueMs is the undiscounted reading there;
+	// NetRawQueueMs is always the undiscounted one.
 	NetQueueMs    report.Dist `json:"net_queue_ms"`
+	NetRawQueueMs report.Dist `json:"net_raw_queue_ms"`
 	DiskIndicator report.Dist `json:"disk_indicator_ms"`
 	// PctCongested / PctDiskSaturated: share of status samples in which
 	// the agent called the network congested / the disk saturated.
@@ -219,7 +223,12 @@ func runReservations(r *Runner) (any, error) {
 			var x, q, d []float64
 			for _, s := range samples {
 				x = append(x, s.t)
-				q, d = append(q, nanIfNil(s.st.Network, func(n *agent.NetStatus) float64 { return float64(n.QueueMs) })), append(d, s.st.IndicatorMs)
+				q, d = append(q, nanIfNil(s.st.Network, func(n *agent.NetStatus) float64 {
+					if mode == "off" {
+						return float64(n.RawQueueMs)
+					}
+					return float64(n.QueueMs)
+				})), append(d, s.st.IndicatorMs)
 			}
 			qSeries = append(qSeries, report.Series{Name: label, X: x, Y: q})
 			dSeries = append(dSeries, report.Series{Name: label, X: x, Y: d})
@@ -326,7 +335,7 @@ func resvRun(res *PhaseResult, samples []resvSample, load, mode string, from, to
 	run.Attained = roundDist(report.Describe(run.AttainedMB))
 	run.OthersMBs = round(report.Aggregate(res.Window(), []string{"b3", "b4"}, writeMBs), 2)
 	run.ReaderWaitMs = roundDist(report.Describe(report.Values(res.Window(), "b5", readWait)))
-	var q, d, lax []float64
+	var q, raw, d, lax []float64
 	var n, cong, disk, risk int
 	throttled := map[string]bool{}
 	for _, s := range samples {
@@ -336,8 +345,14 @@ func resvRun(res *PhaseResult, samples []resvSample, load, mode string, from, to
 		n++
 		d = append(d, s.st.IndicatorMs)
 		if ns := s.st.Network; ns != nil {
-			q = append(q, float64(ns.QueueMs))
-			if ns.Congested {
+			raw = append(raw, float64(ns.RawQueueMs))
+			if mode == "off" {
+				q = append(q, float64(ns.RawQueueMs))
+			} else {
+				q = append(q, float64(ns.QueueMs))
+			}
+			// Off: the agent's own flag discounted delays it never applied.
+			if ns.Congested && mode != "off" || mode == "off" && float64(ns.RawQueueMs) > float64(ns.ThresholdMs) {
 				cong++
 			}
 			if ns.DiskSaturated {
@@ -360,7 +375,8 @@ func resvRun(res *PhaseResult, samples []resvSample, load, mode string, from, to
 			}
 		}
 	}
-	run.NetQueueMs, run.DiskIndicator, run.LaxityPct = roundDist(report.Describe(q)), roundDist(report.Describe(d)), roundDist(report.Describe(lax))
+	run.NetQueueMs, run.NetRawQueueMs = roundDist(report.Describe(q)), roundDist(report.Describe(raw))
+	run.DiskIndicator, run.LaxityPct = roundDist(report.Describe(d)), roundDist(report.Describe(lax))
 	if n > 0 {
 		run.PctCongested = round(100*float64(cong)/float64(n), 1)
 		run.PctDiskSaturated = round(100*float64(disk)/float64(n), 1)
