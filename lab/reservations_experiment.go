@@ -243,7 +243,7 @@ func runReservations(r *Runner) (any, error) {
 	}
 	sum.TCP = sumTCP(all)
 	sum.Retrans = sum.TCP.RetransSegs
-	if err := report.TimePlot(filepath.Join(r.Dir, "net-indicator.png"), "Network indicator: queueing delay (srtt − min_rtt) of unthrottled flows",
+	if err := report.TimePlot(filepath.Join(r.Dir, "net-indicator.png"), "Network indicator: queueing delay srtt − min_rtt (least-delayed active flow, our delay discounted; agent off: undiscounted)",
 		"time (s)", "ms", qSeries, []report.Line{{Name: "net_threshold", Y: durMs(resvNetThres)}}); err != nil {
 		return sum, err
 	}
