@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sanqos/sanqos/throttle"
 )
 
@@ -288,5 +289,28 @@ func TestReservationsIdleIsQuiet(t *testing.T) {
 		if len(out.Settings) != 0 || out.Reservations[0].AtRisk {
 			t.Fatalf("tick %d: %v, %+v", i, out.Settings, out.Reservations[0])
 		}
+	}
+}
+
+// The reservations policy's figures reach /metrics and pass promlint.
+func TestReservationsMetrics(t *testing.T) {
+	st := func() []ResourceStatus {
+		return []ResourceStatus{{Name: "vg1", Network: &NetStatus{QueueMs: 38.5, ThresholdMs: 2},
+			Reservations: []ReservationStatus{{Consumer: "10.99.0.2", LaxityPct: -1.5, Periods: 11, PeriodsMet: 8}}}}
+	}
+	c := newCollector(st, throttle.NewMemory())
+	if probs, err := testutil.CollectAndLint(c); err != nil || len(probs) > 0 {
+		t.Fatalf("promlint: %v %v", probs, err)
+	}
+	want := `
+# HELP sanqos_reservation_periods_met_total Ended periods in which the reservation was attained.
+# TYPE sanqos_reservation_periods_met_total counter
+sanqos_reservation_periods_met_total{consumer="10.99.0.2",resource="vg1"} 8
+# HELP sanqos_resource_net_queue_seconds Network indicator (reservations): queueing delay srtt − min_rtt of the least-delayed active flow, our own delay discounted.
+# TYPE sanqos_resource_net_queue_seconds gauge
+sanqos_resource_net_queue_seconds{resource="vg1"} 0.0385
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "sanqos_reservation_periods_met_total", "sanqos_resource_net_queue_seconds"); err != nil {
+		t.Fatal(err)
 	}
 }
