@@ -315,13 +315,20 @@ func resvRun(res *PhaseResult, samples []resvSample, load, mode string, from, to
 	// Attained per period from the reserved consumer's LUN writes.
 	per := resvPeriod.Seconds()
 	for start := from.Seconds(); start+per <= to.Seconds()+1e-9; start += per {
-		var mb float64
+		var mb, prev float64
 		for _, t := range res.Ticks {
 			if t.T > start && t.T <= start+per {
 				if iv, ok := t.Dev[resvHost]; ok {
-					mb += iv.WriteBps * iv.Seconds / 1e6
+					// A recorded trace (LoadTrace) has no interval length:
+					// the ticks' spacing is it.
+					dt := iv.Seconds
+					if dt <= 0 && prev > 0 {
+						dt = t.T - prev
+					}
+					mb += iv.WriteBps * dt / 1e6
 				}
 			}
+			prev = t.T
 		}
 		run.AttainedMB = append(run.AttainedMB, round(mb, 3))
 		run.Periods++
