@@ -26,6 +26,9 @@ type ReservationStatus struct {
 	Unit     string  `json:"unit"` // bytes | ios
 	Reserved float64 `json:"reserved"`
 	PeriodS  float64 `json:"period_s"`
+	// PeriodStart is when the current period began (periods follow each
+	// other from the consumer's first tick seen).
+	PeriodStart time.Time `json:"period_start"`
 	// Attained is what the consumer moved so far in the current period.
 	Attained float64 `json:"attained"`
 	// LaxityS is the period's time left minus the time the rest of the
@@ -366,7 +369,7 @@ func (p *reservations) Decide(in *PolicyInput) PolicyOutput {
 		if r.IOs {
 			unit = "ios"
 		}
-		st := ReservationStatus{Consumer: p.statusNames[a], Unit: unit, Reserved: r.Amount, PeriodS: r.Period.Seconds(),
+		st := ReservationStatus{Consumer: p.statusNames[a], Unit: unit, Reserved: r.Amount, PeriodS: r.Period.Seconds(), PeriodStart: r.start,
 			Attained: r.attained, Periods: r.periods, PeriodsMet: r.met, LaxityS: JSONFloat(math.NaN()), LaxityPct: JSONFloat(math.NaN())}
 		if l, ok := laxOf[a]; ok {
 			_, pct := Laxity(r.start.Add(r.Period).Sub(in.Now), r.Amount-r.attained, r.rate)

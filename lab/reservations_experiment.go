@@ -37,14 +37,18 @@ type ResvRun struct {
 	Agent string `json:"agent"` // off (dry-run policy) | reservations
 	// Per period (1 s, aligned on the phase start, inside the window): the
 	// reserved consumer's attained MB (its LUN's writes, diskstats).
-	ReservedMB   float64     `json:"reserved_mb_per_period"`
-	AttainedMB   []float64   `json:"attained_mb_per_period"`
-	Attained     report.Dist `json:"attained_mb_dist"`
-	Periods      int         `json:"periods"`
-	PeriodsMet   int         `json:"periods_met"`
-	PctMet       float64     `json:"pct_periods_met"`
-	OthersMBs    float64     `json:"others_write_mb_s"`
-	ReaderWaitMs report.Dist `json:"reader_wait_ms"`
+	ReservedMB float64 `json:"reserved_mb_per_period"`
+	// PeriodsAlignedToAgent: the periods below are the agent's (see
+	// resvRun); false: they start at the window's start.
+	PeriodsAlignedToAgent bool        `json:"periods_aligned_to_agent"`
+	FirstPeriodS          float64     `json:"first_period_at_s"`
+	AttainedMB            []float64   `json:"attained_mb_per_period"`
+	Attained              report.Dist `json:"attained_mb_dist"`
+	Periods               int         `json:"periods"`
+	PeriodsMet            int         `json:"periods_met"`
+	PctMet                float64     `json:"pct_periods_met"`
+	OthersMBs             float64     `json:"others_write_mb_s"`
+	ReaderWaitMs          report.Dist `json:"reader_wait_ms"`
 	// The agent's indicators, sampled from its status every 200 ms in the
 	// window: network queueing delay (srtt − min_rtt of the least-delayed
 	// active flow, our delay discounted) and the disk indicator (smoothed
@@ -162,7 +166,10 @@ resources:
 }
 
 type resvSample struct {
-	t        float64
+	t float64
+	// wall is when the sample was taken: with t, it maps the agent's
+	// period boundaries (wall clock) onto the phase's time.
+	wall     time.Time
 	st       agent.ResourceStatus
 	maxDelay float64
 }
@@ -235,7 +242,7 @@ func runReservations(r *Runner) (any, error) {
 			if load == "net-bound" {
 				px := make([]float64, len(run.AttainedMB))
 				for i := range px {
-					px[i] = from.Seconds() + float64(i+1)*resvPeriod.Seconds()
+					px[i] = run.FirstPeriodS + float64(i+1)*resvPeriod.Seconds()
 				}
 				aSeries = append(aSeries, report.Series{Name: label, X: px, Y: run.AttainedMB})
 			}
@@ -285,7 +292,7 @@ func (r *Runner) resvPhase(load, mode, backend, cfg string, length, from, to tim
 				if rs.Name != r.Res.Name {
 					continue
 				}
-				s := resvSample{t: t.Seconds(), st: rs}
+				s := resvSample{t: t.Seconds(), wall: time.Now(), st: rs}
 				for _, c := range rs.Consumers {
 					if mode != "off" {
 						s.maxDelay = math.Max(s.maxDelay, durMs(max(c.Setting.ReadDelay, c.Setting.WriteDelay)))
@@ -312,9 +319,24 @@ func (r *Runner) resvPhase(load, mode, backend, cfg string, length, from, to tim
 
 func resvRun(res *PhaseResult, samples []resvSample, load, mode string, from, to time.Duration) ResvRun {
 	run := ResvRun{Load: load, Agent: mode, ReservedMB: resvBytes / 1e6, TCP: res.TCP, AttainedMB: []float64{}}
-	// Attained per period from the reserved consumer's LUN writes.
+	// Attained per period from the reserved consumer's LUN writes, on the
+	// agent's own period boundaries (RAD's periods are the dispatcher's),
+	// mapped onto the phase's time by a status sample (events fire on the
+	// runner's 100 ms ticks, so a few ms off at most); without one, on
+	// periods from the window's start.
 	per := resvPeriod.Seconds()
-	for start := from.Seconds(); start+per <= to.Seconds()+1e-9; start += per {
+	first := from.Seconds()
+	for _, s := range samples {
+		if len(s.st.Reservations) == 0 || s.st.Reservations[0].PeriodStart.IsZero() {
+			continue
+		}
+		rel := s.t - s.wall.Sub(s.st.Reservations[0].PeriodStart).Seconds() // the period's start, phase time
+		first = rel + math.Ceil((from.Seconds()-rel)/per-1e-9)*per
+		run.PeriodsAlignedToAgent = true
+		break
+	}
+	run.FirstPeriodS = round(first, 3)
+	for start := first; start+per <= to.Seconds()+1e-9; start += per {
 		var mb, prev float64
 		for _, t := range res.Ticks {
 			if t.T > start && t.T <= start+per {

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/agent"
 )
 
 // Periods met, from the reserved writer's trace of a real net-bound run
@@ -26,5 +28,24 @@ func TestResvRunPeriodsFromRecordedTrace(t *testing.T) {
 		if math.Abs(run.AttainedMB[i]-w) > 0.002 {
 			t.Errorf("period %d: %v MB, want %v", i, run.AttainedMB[i], w)
 		}
+	}
+}
+
+// Periods follow the agent's boundaries, taken from a status sample: a
+// period that began 0.7 s before a sample taken at 3.5 s into the phase
+// means boundaries at 2.8 s + k s, the first one in the window at 2.8 s.
+func TestResvRunAlignsToAgentPeriods(t *testing.T) {
+	from, to := 2500*time.Millisecond, 14*time.Second
+	ph := &Phase{Name: "net-bound-reservations", From: from, To: to}
+	rs, err := LoadTrace("testdata/reservations-run/trace-b2.csv", []*Phase{ph})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wall := time.Unix(1000, 0)
+	var st agent.ResourceStatus
+	st.Reservations = []agent.ReservationStatus{{PeriodStart: wall.Add(-700 * time.Millisecond)}}
+	run := resvRun(rs[0], []resvSample{{t: 3.5, wall: wall, st: st}}, "net-bound", "reservations", from, to)
+	if !run.PeriodsAlignedToAgent || run.FirstPeriodS != 2.8 || run.Periods != 11 {
+		t.Fatalf("aligned %v, first %v s, %d periods; want true, 2.8 s, 11", run.PeriodsAlignedToAgent, run.FirstPeriodS, run.Periods)
 	}
 }
