@@ -42,7 +42,9 @@ func TestLaxity(t *testing.T) {
 }
 
 // ssFixture reads `ss -tinH` output captured on the lab's target (the
-// reservations experiment writes one per phase) into consumer inputs the
+// reservations experiment writes one per phase; these are from
+// results/reservations/20261122-132436, where the policy's maximum delay
+// was 20 ms and it throttled every busy flow in the disk-bound phase) into consumer inputs the
 // way the agent builds them from TCP_INFO: per peer, the largest srtt −
 // min_rtt of its connections; a peer that moved bytes is active.
 func ssFixture(t *testing.T, name string) []ConsumerInput {
