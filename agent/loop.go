@@ -123,7 +123,11 @@ type ResourceStatus struct {
 	Policy       string           `json:"policy,omitempty"`
 	// Classes is the slo-classes policy's per-class accounting.
 	Classes []ClassStatus `json:"classes,omitempty"`
-	Updated time.Time     `json:"updated"`
+	// Network is the network saturation indicator and Reservations the
+	// per-reservation accounting (reservations policy).
+	Network      *NetStatus          `json:"network,omitempty"`
+	Reservations []ReservationStatus `json:"reservations,omitempty"`
+	Updated      time.Time           `json:"updated"`
 }
 
 // ConsumerStatus is one consumer of a resource.
@@ -518,10 +522,14 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 				secs = max(secs, iv.Seconds)
 			}
 		}
+		ci.ReadWaitMs, ci.WriteWaitMs, ci.QueueMs, ci.SRTTMs = math.NaN(), math.NaN(), math.NaN(), math.NaN()
 		if r, ok := td.rates[pc.addr]; ok {
 			rb, wb = r.ReadBps, r.WriteBps
+			if r.MinRTT > 0 {
+				ci.QueueMs, ci.SRTTMs = ms(r.QueueDelay), ms(r.SRTT)
+			}
+			ci.DeliveryBps, ci.InFlight = r.DeliveryBps, r.InFlight
 		}
-		ci.ReadWaitMs, ci.WriteWaitMs = math.NaN(), math.NaN()
 		if nr > 0 {
 			ci.ReadWaitMs = rTicks / nr
 		}
@@ -537,10 +545,11 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 		st.Consumers = append(st.Consumers, ConsumerStatus{Addr: pc.name, ReadBps: rb, WriteBps: wb, WriteEWMA: ew, Important: pc.important})
 	}
 	for _, pc := range p.static {
-		in.Consumers = append(in.Consumers, ConsumerInput{Addr: pc.addr, Static: true, ReadWaitMs: math.NaN(), WriteWaitMs: math.NaN()})
+		in.Consumers = append(in.Consumers, ConsumerInput{Addr: pc.addr, Static: true, ReadWaitMs: math.NaN(), WriteWaitMs: math.NaN(),
+			QueueMs: math.NaN(), SRTTMs: math.NaN()})
 	}
 	out := rs.policy.Decide(in)
-	st.Policy, st.Classes = rs.policy.Name(), out.Classes
+	st.Policy, st.Classes, st.Network, st.Reservations = rs.policy.Name(), out.Classes, out.Network, out.Reservations
 	if len(out.Throttleable) > 0 {
 		st.Throttleable = make([]string, 0, len(out.Throttleable)+len(p.static))
 	}

@@ -61,6 +61,10 @@ func newCollector(status func() []ResourceStatus, t throttle.Throttle) *collecto
 		"class_miss":   newDesc("class_missing", "1 while the SLO class misses an objective.", "resource", "class"),
 		"class_tdev":   newDesc("class_throughput_deviation_percent", "Seed 004 eq. (1) over the class's life: (attained − expected)/expected × 100, MB/s.", "resource", "class"),
 		"class_ldev":   newDesc("class_latency_deviation_seconds", "Seed 004 eq. (2) over the class's life: observed − expected latency.", "resource", "class"),
+		"net_queue":    newDesc("resource_net_queue_seconds", "Network indicator (reservations): queueing delay srtt − min_rtt of the least-delayed active flow, our own delay discounted.", "resource"),
+		"resv_laxity":  newDesc("reservation_laxity_ratio", "Reservation's %laxity in its current period (1: met; ≤ 0: cannot make it at its current rate).", "resource", "consumer"),
+		"resv_met":     newDesc("reservation_periods_met_total", "Ended periods in which the reservation was attained.", "resource", "consumer"),
+		"resv_periods": newDesc("reservation_periods_total", "Ended periods of the reservation.", "resource", "consumer"),
 		"class_jitter": newDesc("class_jitter_seconds", "Mean absolute difference of consecutive per-interval latencies over the class's life.", "resource", "class"),
 	}}
 }
@@ -94,6 +98,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			g("class_tdev", float64(k.ThroughputDeviationPct), s.Name, k.Name)
 			g("class_ldev", float64(k.LatencyDeviationMs)/1e3, s.Name, k.Name)
 			g("class_jitter", float64(k.JitterMs)/1e3, s.Name, k.Name)
+		}
+		if n := s.Network; n != nil {
+			g("net_queue", float64(n.QueueMs)/1e3, s.Name)
+		}
+		for _, r := range s.Reservations {
+			g("resv_laxity", float64(r.LaxityPct), s.Name, r.Consumer)
+			ch <- prometheus.MustNewConstMetric(c.descs["resv_met"], prometheus.CounterValue, float64(r.PeriodsMet), s.Name, r.Consumer)
+			ch <- prometheus.MustNewConstMetric(c.descs["resv_periods"], prometheus.CounterValue, float64(r.Periods), s.Name, r.Consumer)
 		}
 		for _, cs := range s.Consumers {
 			g("crate", cs.ReadBps, s.Name, cs.Addr, "read")

@@ -81,6 +81,14 @@ type ConsumerInput struct {
 	ReadWaitMs float64
 	// WriteWaitMs is the devices' write await.
 	WriteWaitMs float64
+	// Network signals from the target's TCP_INFO (sample.Rate; NaN or 0
+	// when the agent does not sample TCP_INFO or the consumer has no
+	// connection): queueing delay srtt − min_rtt, srtt, the target's
+	// delivery rate to it and its bytes in flight.
+	QueueMs     float64
+	SRTTMs      float64
+	DeliveryBps float64
+	InFlight    float64
 }
 
 // PolicyOutput is a policy's decision.
@@ -94,6 +102,10 @@ type PolicyOutput struct {
 	Throttleable []int
 	// Classes is per-class accounting (slo-classes only).
 	Classes []ClassStatus
+	// Network and Reservations are the reservations policy's network
+	// indicator and per-reservation accounting.
+	Network      *NetStatus
+	Reservations []ReservationStatus
 }
 
 // roundUpStep rounds d up to whole delay steps and caps it at max, as the
@@ -143,6 +155,8 @@ func PolicyFactory(r config.Resource) func() Policy {
 			cls = append(cls, sc)
 		}
 		return func() Policy { return SLOClasses(cls) }
+	case "reservations":
+		return reservationsFactory(r)
 	}
 	return ReadOverWrite
 }

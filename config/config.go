@@ -58,13 +58,18 @@ type Resource struct {
 	// Portals name the resource in bridge mode: the target's address:port
 	// (port default iscsi_port), since a bridge has no tgtadm to ask.
 	Portals []string `yaml:"portals"`
+	// Reservations, NetThreshold and CapacityMBs configure the
+	// reservations policy (reservations.go).
+	Reservations []Reservation `yaml:"reservations"`
+	NetThreshold time.Duration `yaml:"net_threshold"`
+	CapacityMBs  float64       `yaml:"capacity_mb_s"`
 }
 
 // Objectives are what a threshold can bound (see Resource.Objective).
 var Objectives = []string{"mean", "p95"}
 
 // Policies are the valid resource policies, in the order help lists them.
-var Policies = []string{"read-over-write", "important-sets", "weighted", "slo-classes"}
+var Policies = []string{"read-over-write", "important-sets", "weighted", "slo-classes", "reservations"}
 
 // Class is one service class of the slo-classes policy (seed 004's task,
 // knowledge and power users): its members and their objectives. A zero
@@ -121,6 +126,9 @@ type Config struct {
 	WriteMBs   float64       `yaml:"throttleable_write_mb_s"`
 	Resources  []Resource    `yaml:"resources"`
 	SourcePath string        `yaml:"-"`
+	// Warnings are problems that do not stop the config (e.g. reservations
+	// close to the stated capacity); the agent logs them.
+	Warnings []string `yaml:"-"`
 }
 
 // Discovery chooses where consumers and resources come from.
@@ -363,6 +371,7 @@ func (c *Config) validate(root *yaml.Node) []error {
 			bad(fmt.Sprintf("unknown policy %q: want %s", r.Policy, strings.Join(Policies, "|")), "resources", i, "policy")
 		}
 		errs = append(errs, c.validatePolicy(root, i)...)
+		errs = append(errs, c.validateReservations(root, i)...)
 		for _, list := range []struct {
 			key string
 			v   []string

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"syscall"
-	"time"
 
 	mdnl "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netlink"
@@ -32,11 +31,11 @@ type diagID struct {
 	id     [48]byte
 }
 
-// connSample is one connection's counters from either path.
+// connSample is one connection's TCP_INFO from either path. An exact
+// lookup fills only the fields Sample reads (parseDiagReply).
 type connSample struct {
-	key         connKey
-	recv, acked uint64
-	rtt         time.Duration
+	key connKey
+	ti  netlink.TCPInfo
 }
 
 // idOf builds the inet_diag_sockid of a dumped socket.
@@ -79,6 +78,11 @@ func parseDiagReply(b []byte) (connSample, error) {
 	if len(b) < inetDiagMsgLen {
 		return connSample{}, fmt.Errorf("inet_diag reply of %d bytes", len(b))
 	}
+	// A closing connection still answers by cookie; the dump would skip
+	// it, so the lookup fails and the caller dumps to see it go.
+	if b[1] != tcpEstablished {
+		return connSample{}, fmt.Errorf("connection in TCP state %d, not established", b[1])
+	}
 	fam := b[0]
 	id := b[4:52]
 	var ip netip.Addr
@@ -98,12 +102,20 @@ func parseDiagReply(b []byte) (connSample, error) {
 		}
 		if binary.NativeEndian.Uint16(a[2:]) == inetDiagInfo {
 			ti := a[4:l]
-			if len(ti) < 136 {
-				return connSample{}, fmt.Errorf("tcp_info of %d bytes, want ≥ 136 (bytes_received)", len(ti))
+			// Offsets in struct tcp_info (linux/tcp.h); delivery_rate, the
+			// last field read, has been there since Linux 4.9.
+			if len(ti) < 168 {
+				return connSample{}, fmt.Errorf("tcp_info of %d bytes, want ≥ 168 (delivery_rate)", len(ti))
 			}
-			s.rtt = time.Duration(binary.NativeEndian.Uint32(ti[68:])) * time.Microsecond
-			s.acked = binary.NativeEndian.Uint64(ti[120:])
-			s.recv = binary.NativeEndian.Uint64(ti[128:])
+			u32 := func(off int) uint32 { return binary.NativeEndian.Uint32(ti[off:]) }
+			s.ti.Snd_mss = u32(16)
+			s.ti.Unacked = u32(24)
+			s.ti.Rtt = u32(68)
+			s.ti.Rttvar = u32(72)
+			s.ti.Bytes_acked = binary.NativeEndian.Uint64(ti[120:])
+			s.ti.Bytes_received = binary.NativeEndian.Uint64(ti[128:])
+			s.ti.Min_rtt = u32(148)
+			s.ti.Delivery_rate = binary.NativeEndian.Uint64(ti[160:])
 			return s, nil
 		}
 		a = a[(l+3)&^3:]

@@ -16,6 +16,25 @@ type Rate struct {
 	WriteBps float64
 	Conns    int
 	SRTT     time.Duration // largest smoothed RTT among its connections
+	// The network saturation signals (seed 003: congestion from measured
+	// delay), from the same TCP_INFO dump, so the agent reads the kernel
+	// once per tick for rates and for delay.
+	//
+	// QueueDelay is the largest srtt − min_rtt among its connections: the
+	// part of the round trip spent waiting in queues. min_rtt is the
+	// kernel's windowed minimum (net.ipv4.tcp_min_rtt_wlen, 300 s by
+	// default), so on a long-lived iSCSI connection it is the path's
+	// empty-queue RTT and the difference is queueing (plus any delay our
+	// own delay line adds: see agent.NetIndicator).
+	QueueDelay time.Duration
+	MinRTT     time.Duration // smallest min_rtt among its connections
+	RTTVar     time.Duration // largest rttvar among its connections
+	// DeliveryBps is the sum of its connections' delivery rate estimates
+	// (tcpi_delivery_rate, bytes/s of the target's sending).
+	DeliveryBps float64
+	// InFlight is the bytes the target has sent it and not had acked
+	// (unacked segments × MSS), summed over its connections.
+	InFlight float64
 }
 
 type connKey struct {
@@ -82,12 +101,13 @@ func (t *TCPRates) Sample() (map[netip.Addr]Rate, error) {
 		}
 	}
 	cur := make(map[connKey]connCounters, len(conns))
-	srtt := map[netip.Addr]time.Duration{}
-	for _, c := range conns {
-		cur[c.key] = connCounters{recv: c.recv, acked: c.acked}
-		if c.rtt > srtt[c.key.peer.Addr()] {
-			srtt[c.key.peer.Addr()] = c.rtt
-		}
+	net := map[netip.Addr]Rate{} // per-peer delay signals
+	for i := range conns {
+		c := &conns[i]
+		cur[c.key] = connCounters{recv: c.ti.Bytes_received, acked: c.ti.Bytes_acked}
+		n := net[c.key.peer.Addr()]
+		addDelay(&n, &c.ti)
+		net[c.key.peer.Addr()] = n
 	}
 	now := t.now()
 	prev, at := t.prev, t.at
@@ -106,7 +126,8 @@ func (t *TCPRates) Sample() (map[netip.Addr]Rate, error) {
 	for k, c := range cur {
 		r := out[k.peer.Addr()]
 		r.Conns++
-		r.SRTT = srtt[k.peer.Addr()]
+		n := net[k.peer.Addr()]
+		r.SRTT, r.QueueDelay, r.MinRTT, r.RTTVar, r.DeliveryBps, r.InFlight = n.SRTT, n.QueueDelay, n.MinRTT, n.RTTVar, n.DeliveryBps, n.InFlight
 		if p, ok := prev[k]; ok && secs > 0 && c.recv >= p.recv && c.acked >= p.acked {
 			r.WriteBps += float64(c.recv-p.recv) / secs
 			r.ReadBps += float64(c.acked-p.acked) / secs
@@ -140,8 +161,8 @@ func (t *TCPRates) dumpAll() ([]connSample, error) {
 				continue
 			}
 			out = append(out, connSample{
-				key:  connKey{cookie: cookieOf(m.ID.Cookie), peer: netip.AddrPortFrom(ip.Unmap(), m.ID.DestinationPort)},
-				recv: ti.Bytes_received, acked: ti.Bytes_acked, rtt: time.Duration(ti.Rtt) * time.Microsecond,
+				key: connKey{cookie: cookieOf(m.ID.Cookie), peer: netip.AddrPortFrom(ip.Unmap(), m.ID.DestinationPort)},
+				ti:  *ti,
 			})
 			t.known = append(t.known, idOf(fam, m.ID))
 		}
@@ -165,3 +186,23 @@ func sameKeys(a, b map[connKey]connCounters) bool {
 }
 
 func cookieOf(c [2]uint32) uint64 { return uint64(c[0]) | uint64(c[1])<<32 }
+
+// addDelay folds one connection's TCP_INFO into its peer's delay signals.
+// srtt − min_rtt is taken per connection (each has its own path minimum);
+// a connection without an RTT sample yet (min_rtt 0 or ~0u) adds nothing.
+func addDelay(n *Rate, ti *netlink.TCPInfo) {
+	us := func(v uint32) time.Duration { return time.Duration(v) * time.Microsecond }
+	n.SRTT = max(n.SRTT, us(ti.Rtt))
+	n.RTTVar = max(n.RTTVar, us(ti.Rttvar))
+	n.DeliveryBps += float64(ti.Delivery_rate)
+	n.InFlight += float64(ti.Unacked) * float64(ti.Snd_mss)
+	if ti.Min_rtt == 0 || ti.Min_rtt == ^uint32(0) {
+		return
+	}
+	if n.MinRTT == 0 || us(ti.Min_rtt) < n.MinRTT {
+		n.MinRTT = us(ti.Min_rtt)
+	}
+	if ti.Rtt > ti.Min_rtt {
+		n.QueueDelay = max(n.QueueDelay, us(ti.Rtt-ti.Min_rtt))
+	}
+}

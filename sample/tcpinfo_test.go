@@ -62,6 +62,8 @@ func TestTCPRatesKernel(t *testing.T) {
 	}
 	defer l.Close()
 	got := make(chan int64)
+	done := make(chan struct{})
+	defer close(done)
 	go func() {
 		c, err := l.Accept()
 		if err != nil {
@@ -70,6 +72,7 @@ func TestTCPRatesKernel(t *testing.T) {
 		defer c.Close()
 		n, _ := io.CopyN(io.Discard, c, 1<<20)
 		got <- n
+		<-done // the server side stays established until the test ends
 	}()
 	c, err := net.Dial("tcp", l.Addr().String())
 	if err != nil {
@@ -97,6 +100,27 @@ func TestTCPRatesKernel(t *testing.T) {
 	if tr.sinceDump != 1 {
 		t.Fatalf("second sample dumped (sinceDump %d): the known connection was not looked up exactly", tr.sinceDump)
 	}
+	// The exact lookup reads tcp_info by offset: on the now quiet
+	// connection it must see what the dump (vishvananda/netlink's parser)
+	// sees, field by field.
+	byExact, err := tr.exact(tr.known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byDump, err := tr.dumpAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(byExact) != 1 || len(byDump) != 1 {
+		t.Fatalf("exact %d, dump %d connections", len(byExact), len(byDump))
+	}
+	e, d := byExact[0].ti, byDump[0].ti
+	if e.Snd_mss != d.Snd_mss || e.Unacked != d.Unacked || e.Rtt != d.Rtt || e.Rttvar != d.Rttvar ||
+		e.Bytes_acked != d.Bytes_acked || e.Bytes_received != d.Bytes_received || e.Min_rtt != d.Min_rtt ||
+		e.Delivery_rate != d.Delivery_rate || e.Bytes_received != 1<<20 {
+		t.Fatalf("exact lookup %+v\ndump %+v", e, d)
+	}
+	tr.sinceDump = 1
 	select {
 	case <-tr.ConnChanges():
 		t.Fatal("an exact lookup after a dump signalled a connection change")
@@ -121,7 +145,14 @@ func TestParseDiagReply(t *testing.T) {
 	if _, err := parseDiagReply(make([]byte, 10)); err == nil {
 		t.Fatal("short reply accepted")
 	}
-	if _, err := parseDiagReply(make([]byte, inetDiagMsgLen)); err == nil {
+	closing := make([]byte, inetDiagMsgLen)
+	closing[1] = 8 // TCP_CLOSE_WAIT
+	if _, err := parseDiagReply(closing); err == nil {
+		t.Fatal("closing connection accepted")
+	}
+	established := make([]byte, inetDiagMsgLen)
+	established[1] = tcpEstablished
+	if _, err := parseDiagReply(established); err == nil {
 		t.Fatal("reply without INET_DIAG_INFO accepted")
 	}
 }

@@ -85,6 +85,9 @@ In the lab, the experiments' agent runs in namespace bm: see
 				if cfg, err = config.Load(cfgPath); err != nil {
 					return err
 				}
+				for _, w := range cfg.Warnings {
+					log.Warn("config", "warning", w)
+				}
 				bo.Name, bo.Port = cfg.Backend, cfg.ISCSIPort
 				if cfg.Device != "" {
 					bo.Device = cfg.Device

@@ -29,6 +29,9 @@ line) if it is invalid. Run it before 'systemctl reload sanqos'.`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%d resources, backend %s, threshold %v, interval %v)\n",
 				args[0], len(cfg.Resources), cfg.Backend, cfg.Threshold, cfg.Interval)
+			for _, w := range cfg.Warnings {
+				fmt.Fprintf(cmd.OutOrStdout(), "warning: %s\n", w)
+			}
 			return nil
 		},
 	})

@@ -176,6 +176,7 @@ func renderStatus(w io.Writer, st agent.Status) {
 	}
 	tw.Flush()
 	renderClasses(w, st)
+	renderReservations(w, st)
 	fmt.Fprintln(w)
 	if len(f.Consumers) == 0 {
 		fmt.Fprintln(w, "no consumers seen or throttled")
@@ -257,6 +258,45 @@ func renderClasses(w io.Writer, st agent.Status) {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f s\t%s\t%s\t%s\t%s\n", r.Name, c.Name, mbs(float64(c.IOPS)), mbs(float64(c.MBs)),
 				waitMs(float64(c.LatencyMs)), state, msOrDash(c.DelayMs), c.CreditS, pct(float64(c.ThroughputDeviationPct)),
 				pct(float64(c.IOPSDeviationPct)), signedMs(float64(c.LatencyDeviationMs)), waitMs(float64(c.JitterMs)))
+		}
+	}
+	tw.Flush()
+}
+
+// renderReservations prints the reservations resources' network indicator
+// and each reservation's current period, laxity and periods met.
+func renderReservations(w io.Writer, st agent.Status) {
+	has := false
+	for _, r := range st.Resources {
+		has = has || r.Network != nil
+	}
+	if !has {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RESOURCE\tNET QUEUE\t(RAW)\tNET\tDISK\tAT RISK\tRELIEF STEPS")
+	for _, r := range st.Resources {
+		if n := r.Network; n != nil {
+			net, disk := "ok", "ok"
+			if n.Congested {
+				net = "CONGESTED"
+			}
+			if n.DiskSaturated {
+				disk = "SATURATED"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", r.Name, waitMs(float64(n.QueueMs)), waitMs(float64(n.RawQueueMs)), net, disk, n.AtRisk, n.Level)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(tw, "RESOURCE\tRESERVED\tCONSUMER\tPERIOD\tATTAINED\tLAXITY\tPERIODS MET")
+	for _, r := range st.Resources {
+		for _, v := range r.Reservations {
+			lax := measured("%.0f %%", 100*float64(v.LaxityPct))
+			if v.AtRisk {
+				lax += " AT RISK"
+			}
+			fmt.Fprintf(tw, "%s\t%.4g %s\t%s\t%.3g s\t%.4g\t%s\t%d/%d\n", r.Name, v.Reserved, v.Unit, v.Consumer, v.PeriodS, v.Attained, lax, v.PeriodsMet, v.Periods)
 		}
 	}
 	tw.Flush()

@@ -217,3 +217,18 @@ func TestStatusClasses(t *testing.T) {
 		}
 	}
 }
+
+func TestStatusReservations(t *testing.T) {
+	st := agent.Status{Resources: []agent.ResourceStatus{{Name: "vg1", Policy: "reservations",
+		Network: &agent.NetStatus{QueueMs: 38.7, RawQueueMs: 40.1, Congested: true, AtRisk: 1, Level: 12},
+		Reservations: []agent.ReservationStatus{{Consumer: "10.99.0.2", Unit: "bytes", Reserved: 1e6, PeriodS: 1, Attained: 4e5,
+			LaxityPct: -1.5, AtRisk: true, Periods: 11, PeriodsMet: 8}},
+	}}}
+	var b bytes.Buffer
+	renderReservations(&b, st)
+	for _, want := range []string{"NET QUEUE", "38.7 ms", "40.1 ms", "CONGESTED", "1e+06 bytes", "10.99.0.2", "-150 % AT RISK", "8/11"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("reservations table lacks %q:\n%s", want, b.String())
+		}
+	}
+}
