@@ -29,7 +29,12 @@ type InterleavedDirection struct {
 	WindowS      float64    `json:"window_s"`
 	BaseMBs      float64    `json:"base_mb_s"`
 	IdleRulesMBs float64    `json:"idle_rules_mb_s"`
-	PairPct      []float64  `json:"pair_pct"`
+	// TargetTxPktsPerS is what the target sent per second in the measured
+	// windows (eth0 tx_packets: GSO packets, as netfilter sees them).
+	// Times the per-packet cost of the idle rules (the throttle package's
+	// BenchmarkIdleRules) it bounds their CPU cost at this load.
+	TargetTxPktsPerS float64   `json:"target_tx_packets_per_s"`
+	PairPct          []float64 `json:"pair_pct"`
 }
 
 // ruleToggle takes a label's iptables rules out of their chains and puts
@@ -128,8 +133,9 @@ func (t *ruleToggle) set(on bool) error {
 	return nil
 }
 
-// ifaceBytes reads an interface's byte counters (both directions) inside
-// a namespace over netlink: no fork at the instant that bounds a window.
+// ifaceBytes reads an interface's byte counters (both directions) and
+// transmitted packets inside a namespace over netlink: no fork at the
+// instant that bounds a window.
 type ifaceBytes struct {
 	h    *netlink.Handle
 	name string
@@ -148,17 +154,22 @@ func newIfaceBytes(ns, name string) (*ifaceBytes, error) {
 	return &ifaceBytes{h: h, name: name}, nil
 }
 
-func (b *ifaceBytes) read() (uint64, time.Time, error) {
+type ifaceCount struct {
+	bytes, txPkts uint64
+	at            time.Time
+}
+
+func (b *ifaceBytes) read() (ifaceCount, error) {
 	l, err := b.h.LinkByName(b.name)
 	if err != nil {
-		return 0, time.Time{}, err
+		return ifaceCount{}, err
 	}
 	now := time.Now()
 	s := l.Attrs().Statistics
 	if s == nil {
-		return 0, now, fmt.Errorf("%s: no statistics", b.name)
+		return ifaceCount{}, fmt.Errorf("%s: no statistics", b.name)
 	}
-	return s.TxBytes + s.RxBytes, now, nil
+	return ifaceCount{bytes: s.TxBytes + s.RxBytes, txPkts: s.TxPackets, at: now}, nil
 }
 
 func (b *ifaceBytes) Close() { b.h.Close() }
@@ -197,8 +208,9 @@ func runOverheadInterleaved(r *Runner, dir string, length, window time.Duration)
 	// for odd i.
 	onAt := func(k int) bool { return (k/2)%2 != k%2 }
 	rates := make([]float64, n)
-	var start uint64
-	var startT time.Time
+	var start ifaceCount
+	var pkts uint64
+	var measured time.Duration
 	var measErr error
 	note := func(err error) {
 		if err != nil && measErr == nil {
@@ -212,10 +224,12 @@ func runOverheadInterleaved(r *Runner, dir string, length, window time.Duration)
 		at := lead + time.Duration(k)*window
 		p.Events = append(p.Events, Event{At: at, Name: fmt.Sprintf("window %d", k), Do: func() error {
 			if k > 0 {
-				b, t, err := ctr.read()
+				c, err := ctr.read()
 				note(err)
-				if secs := t.Sub(startT).Seconds(); err == nil && secs > 0 {
-					rates[k-1] = float64(b-start) / secs / 1e6
+				if el := c.at.Sub(start.at); err == nil && el > 0 {
+					rates[k-1] = float64(c.bytes-start.bytes) / el.Seconds() / 1e6
+					pkts += c.txPkts - start.txPkts
+					measured += el
 				}
 			}
 			if k < n {
@@ -226,7 +240,7 @@ func runOverheadInterleaved(r *Runner, dir string, length, window time.Duration)
 		if k < n {
 			p.Events = append(p.Events, Event{At: at + guard, Name: fmt.Sprintf("window %d measured", k), Do: func() error {
 				var err error
-				start, startT, err = ctr.read()
+				start, err = ctr.read()
 				note(err)
 				return nil
 			}})
@@ -262,7 +276,8 @@ func runOverheadInterleaved(r *Runner, dir string, length, window time.Duration)
 	mi, _ := report.MeanStderr(idle)
 	pct := func(l float64) float64 { return round((math.Exp(l)-1)*100, 3) }
 	out = InterleavedDirection{OverheadPct: pct(w.Diff), CI99Pct: [2]float64{pct(w.CI[0]), pct(w.CI[1])}, P: round(w.P, 4),
-		Pairs: len(diffs), WindowS: window.Seconds(), BaseMBs: round(mb, 2), IdleRulesMBs: round(mi, 2)}
+		Pairs: len(diffs), WindowS: window.Seconds(), BaseMBs: round(mb, 2), IdleRulesMBs: round(mi, 2),
+		TargetTxPktsPerS: round(float64(pkts)/measured.Seconds(), 0)}
 	for _, d := range diffs {
 		out.PairPct = append(out.PairPct, pct(d))
 	}
