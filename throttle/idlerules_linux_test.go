@@ -65,7 +65,7 @@ func BenchmarkIdleRules(b *testing.B) {
 	var sent [2]int
 	for i := 0; i < b.N; i++ {
 		for k := 0; k < 2; k++ {
-			on := (i+k)%2
+			on := (i + k) % 2
 			var d *DelayLine
 			if on == 1 {
 				l.t.do(func() { d, err = NewDelayLine(DelayLineConfig{Queue: 7, Label: "sqt-idle"}) })
