@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -122,10 +123,16 @@ type Config struct {
 	// below 2 jiffies. 0 (default) disables the bound: in the lab a bound
 	// that removes most probes (1 ms) doubled the 10 ms threshold's p95,
 	// and 6 ms removed none (README, "Delay rise limit").
-	DelayRise  time.Duration `yaml:"delay_rise"`
-	WriteMBs   float64       `yaml:"throttleable_write_mb_s"`
-	Resources  []Resource    `yaml:"resources"`
-	SourcePath string        `yaml:"-"`
+	DelayRise time.Duration `yaml:"delay_rise"`
+	// DelayRamp is how fast the delay line lets a consumer's delay grow,
+	// in ms of delay per ms of its traffic (throttle/ramp.go): fast enough
+	// to reach max_delay within a tick, slow enough that the throttled
+	// sender's srtt follows and it sends no spurious tail-loss probe.
+	// 0 applies each new delay at once.
+	DelayRamp  float64    `yaml:"delay_ramp"`
+	WriteMBs   float64    `yaml:"throttleable_write_mb_s"`
+	Resources  []Resource `yaml:"resources"`
+	SourcePath string     `yaml:"-"`
 	// Warnings are problems that do not stop the config (e.g. reservations
 	// close to the stated capacity); the agent logs them.
 	Warnings []string `yaml:"-"`
@@ -163,7 +170,7 @@ func Defaults() Config {
 		// the writes vs 92–93 %).
 		Threshold: 15 * time.Millisecond, Objective: "p95", EWMAAlpha: 0.5,
 		PID:       PID{Kp: 0.8, Ti: 200 * time.Millisecond, Td: 0},
-		DelayStep: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond, DelayRise: 0, WriteMBs: 1,
+		DelayStep: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond, DelayRise: 0, DelayRamp: 0.5, WriteMBs: 1,
 	}
 }
 
@@ -325,6 +332,9 @@ func (c *Config) validate(root *yaml.Node) []error {
 	}
 	if c.DelayRise < 0 || c.DelayRise > c.MaxDelay {
 		bad("want 0 (no bound)..max_delay; below 2 jiffies (8 ms at HZ=250) to avoid tail-loss probes", "delay_rise")
+	}
+	if c.DelayRamp < 0 || c.DelayRamp > 10 || math.IsNaN(c.DelayRamp) {
+		bad("want 0 (new delays at once)..10 ms of delay per ms of traffic", "delay_ramp")
 	}
 	if c.WriteMBs < 0 {
 		bad("want >= 0", "throttleable_write_mb_s")

@@ -59,6 +59,8 @@ type DelayLine struct {
 	mu       sync.Mutex // everything below; held while sending verdicts so releases keep their order
 	dq       *delayQueue
 	settings map[netip.Addr]Setting
+	ramps    map[netip.AddrPort]*flowRamp // per flow (consumer address and port)
+	swept    int64                        // when ramps were last swept of idle flows
 	counters map[netip.Addr]*DelayCounters
 	stats    DelayLineStats
 	armed    int64 // due time the timerfd is armed for, 0 if none pending
@@ -83,6 +85,9 @@ type DelayLineConfig struct {
 	QueueLimit int
 	// Label names the rules and sets (see Classifier) ("sanqos-dl").
 	Label string
+	// Ramp is how fast a consumer's delay may grow: ms of delay per ms
+	// of its traffic (ramp.go); 0 applies a new delay at once.
+	Ramp float64
 }
 
 // DelayCounters are one consumer's totals since the delay line started.
@@ -156,6 +161,7 @@ func NewDelayLine(cfg DelayLineConfig) (*DelayLine, error) {
 		cfg: cfg, q: q, tfd: tfd,
 		dq:        newDelayQueue(),
 		settings:  map[netip.Addr]Setting{},
+		ramps:     map[netip.AddrPort]*flowRamp{},
 		counters:  map[netip.Addr]*DelayCounters{},
 		recvDone:  make(chan struct{}),
 		schedDone: make(chan struct{}),
@@ -233,6 +239,11 @@ func (d *DelayLine) Set(settings map[netip.Addr]Setting) error {
 	for a := range old {
 		if _, ok := next[a]; !ok {
 			ids = d.dq.drain(a, ids)
+			for k := range d.ramps {
+				if k.Addr() == a {
+					delete(d.ramps, k)
+				}
+			}
 		}
 	}
 	d.accept(ids)
@@ -391,7 +402,7 @@ func (d *DelayLine) receive() {
 // hold queues p, or appends it to now if it passes at once; at the queue
 // limit it appends the packet due soonest instead. d.mu must be held.
 func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
-	dst, kind := classifyPacket(p.Payload)
+	dst, port, kind := classifyPacket(p.Payload)
 	s, ok := d.settings[dst]
 	if d.closing {
 		return append(now, p.ID)
@@ -401,9 +412,19 @@ func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
 		return append(now, p.ID)
 	}
 	c := d.counter(dst)
-	delay := s.ReadDelay
+	delay, dir := s.ReadDelay, 0
 	if kind == kindAck {
-		delay = s.WriteDelay
+		delay, dir = s.WriteDelay, 1
+	}
+	flow := netip.AddrPortFrom(dst, port)
+	if d.cfg.Ramp > 0 {
+		d.sweepRamps(t)
+		r := d.ramps[flow]
+		if r == nil {
+			r = &flowRamp{}
+			d.ramps[flow] = r
+		}
+		delay = time.Duration(r[dir].next(int64(delay), t, d.cfg.Ramp))
 	}
 	if delay == 0 && !d.dq.holds(dst) {
 		return append(now, p.ID)
@@ -415,7 +436,7 @@ func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
 			d.stats.PassedAtLimit++
 		}
 	}
-	due := d.dq.push(dst, p.ID, t+int64(delay))
+	due := d.dq.push(flow, p.ID, t+int64(delay))
 	c.Packets++
 	c.Bytes += uint64(p.Len())
 	if kind == kindAck {

@@ -7,7 +7,7 @@ import (
 )
 
 // This file holds the clock-free parts of the delay line: packet
-// classification and the per-consumer FIFOs. Times are int64 nanoseconds on
+// classification and the per-flow FIFOs. Times are int64 nanoseconds on
 // whatever clock the caller uses, so tests drive them by hand.
 
 // pktKind says which of a consumer's delays a packet gets.
@@ -19,58 +19,63 @@ const (
 	kindUnknown                // not parseable: accepted undelayed
 )
 
-// classifyPacket reads the destination and the kind from the first bytes of
-// a network-layer packet. A pure ACK is TCP with ACK set, none of SYN, FIN,
+// classifyPacket reads the destination, its TCP port (0 if not TCP or not
+// readable: such packets share one FIFO per consumer) and the kind from
+// the first bytes of a network-layer packet. A pure ACK is TCP with ACK set, none of SYN, FIN,
 // RST, and a known payload length of zero; anything doubtful (IPv6
 // extension headers, fragments, BIG TCP's zero length field) counts as data,
 // because delaying an ACK by the read delay is the smaller mistake.
-func classifyPacket(b []byte) (dst netip.Addr, kind pktKind) {
+func classifyPacket(b []byte) (dst netip.Addr, port uint16, kind pktKind) {
 	if len(b) < 1 {
-		return netip.Addr{}, kindUnknown
+		return netip.Addr{}, 0, kindUnknown
 	}
 	var l4 []byte
 	var l4len int // TCP header + payload, -1 if unknown
 	switch b[0] >> 4 {
 	case 4:
 		if len(b) < 20 {
-			return netip.Addr{}, kindUnknown
+			return netip.Addr{}, 0, kindUnknown
 		}
 		dst = netip.AddrFrom4([4]byte(b[16:20]))
 		ihl := int(b[0]&0x0f) * 4
 		if b[9] != 6 || ihl < 20 || binary.BigEndian.Uint16(b[6:])&0x3fff != 0 {
-			return dst, kindData // not TCP, or a fragment
+			return dst, 0, kindData // not TCP, or a fragment
 		}
 		tot := int(binary.BigEndian.Uint16(b[2:]))
 		if tot == 0 || len(b) < ihl {
-			return dst, kindData
+			return dst, 0, kindData
 		}
 		l4, l4len = b[ihl:], tot-ihl
 	case 6:
 		if len(b) < 40 {
-			return netip.Addr{}, kindUnknown
+			return netip.Addr{}, 0, kindUnknown
 		}
 		dst = netip.AddrFrom16([16]byte(b[24:40]))
 		if b[6] != 6 {
-			return dst, kindData // extension headers or not TCP
+			return dst, 0, kindData // extension headers or not TCP
 		}
 		plen := int(binary.BigEndian.Uint16(b[4:]))
 		if plen == 0 {
-			return dst, kindData // jumbogram
+			return dst, 0, kindData // jumbogram
 		}
 		l4, l4len = b[40:], plen
 	default:
-		return netip.Addr{}, kindUnknown
+		return netip.Addr{}, 0, kindUnknown
 	}
+	if len(l4) < 4 {
+		return dst, 0, kindData
+	}
+	port = binary.BigEndian.Uint16(l4[2:])
 	if len(l4) < 14 {
-		return dst, kindData
+		return dst, port, kindData
 	}
 	doff := int(l4[12]>>4) * 4
 	flags := l4[13]
 	const fin, syn, rst, ack = 0x01, 0x02, 0x04, 0x10
 	if flags&ack != 0 && flags&(syn|fin|rst) == 0 && doff >= 20 && l4len == doff {
-		return dst, kindAck
+		return dst, port, kindAck
 	}
-	return dst, kindData
+	return dst, port, kindData
 }
 
 type heldPkt struct {
@@ -78,12 +83,15 @@ type heldPkt struct {
 	due int64
 }
 
-// fifo holds one consumer's packets in arrival order. Due times never
-// decrease along it (push enforces that), so releasing from the head only
-// keeps every flow in order; the price is that a short-delay packet behind
-// a long-delay one of the same consumer waits for it.
+// fifo holds one flow's packets (a consumer's address and port) in
+// arrival order. Due times never decrease along it (push enforces that),
+// so releasing from the head only keeps the flow in order; the price is
+// that a short-delay packet behind a long-delay one of the same flow (an
+// ACK behind data) waits for it. FIFOs are per flow, not per consumer, so
+// a consumer's new connection is not held behind its old ones' delay
+// while its own delay ramps up (ramp.go).
 type fifo struct {
-	addr netip.Addr
+	key  netip.AddrPort
 	pkts []heldPkt
 	head int
 	idx  int // position in the heap
@@ -105,27 +113,39 @@ func (h *fifoHeap) Pop() any {
 	return f
 }
 
-// delayQueue is every held packet: a FIFO per consumer and a heap of the
-// non-empty FIFOs ordered by their head's due time.
+// delayQueue is every held packet: a FIFO per flow, indexed by consumer,
+// and a heap of the non-empty FIFOs ordered by their head's due time.
 type delayQueue struct {
-	byAddr map[netip.Addr]*fifo
+	byAddr map[netip.Addr]map[uint16]*fifo
 	h      fifoHeap
 	n      int
 }
 
-func newDelayQueue() *delayQueue { return &delayQueue{byAddr: map[netip.Addr]*fifo{}} }
+func newDelayQueue() *delayQueue { return &delayQueue{byAddr: map[netip.Addr]map[uint16]*fifo{}} }
 
 func (q *delayQueue) len() int { return q.n }
 
-func (q *delayQueue) holds(a netip.Addr) bool { return q.byAddr[a] != nil }
+// holds says whether any of consumer a's flows has packets held.
+func (q *delayQueue) holds(a netip.Addr) bool { return len(q.byAddr[a]) > 0 }
 
-// push holds packet id for consumer a until due, or until the packet ahead
-// of it in a's FIFO leaves if that is later. It returns the due time used.
-func (q *delayQueue) push(a netip.Addr, id uint32, due int64) int64 {
-	f := q.byAddr[a]
+func (q *delayQueue) forget(f *fifo) {
+	a := f.key.Addr()
+	delete(q.byAddr[a], f.key.Port())
+	if len(q.byAddr[a]) == 0 {
+		delete(q.byAddr, a)
+	}
+}
+
+// push holds packet id of flow k until due, or until the packet ahead of
+// it in k's FIFO leaves if that is later. It returns the due time used.
+func (q *delayQueue) push(k netip.AddrPort, id uint32, due int64) int64 {
+	f := q.byAddr[k.Addr()][k.Port()]
 	if f == nil {
-		f = &fifo{addr: a}
-		q.byAddr[a] = f
+		f = &fifo{key: k}
+		if q.byAddr[k.Addr()] == nil {
+			q.byAddr[k.Addr()] = map[uint16]*fifo{}
+		}
+		q.byAddr[k.Addr()][k.Port()] = f
 		f.pkts = append(f.pkts, heldPkt{id, due})
 		heap.Push(&q.h, f)
 		q.n++
@@ -165,7 +185,7 @@ func (q *delayQueue) popDue(now int64, out []uint32, late func(int64)) []uint32 
 		q.n--
 		if f.len() == 0 {
 			heap.Pop(&q.h)
-			delete(q.byAddr, f.addr)
+			q.forget(f)
 			continue
 		}
 		if f.head > 64 && f.head*2 > len(f.pkts) {
@@ -178,8 +198,8 @@ func (q *delayQueue) popDue(now int64, out []uint32, late func(int64)) []uint32 
 }
 
 // popEarliest removes and returns the held packet due soonest, and its
-// consumer. It is the head of its consumer's FIFO, so releasing it early
-// keeps that consumer's packets in order.
+// consumer. It is the head of its flow's FIFO, so releasing it early
+// keeps that flow's packets in order.
 func (q *delayQueue) popEarliest() (uint32, netip.Addr, bool) {
 	if len(q.h) == 0 {
 		return 0, netip.Addr{}, false
@@ -190,32 +210,31 @@ func (q *delayQueue) popEarliest() (uint32, netip.Addr, bool) {
 	q.n--
 	if f.len() == 0 {
 		heap.Pop(&q.h)
-		delete(q.byAddr, f.addr)
+		q.forget(f)
 	} else {
 		heap.Fix(&q.h, 0)
 	}
-	return id, f.addr, true
+	return id, f.key.Addr(), true
 }
 
-// drain appends consumer a's packets to out and forgets them.
+// drain appends consumer a's packets to out, each flow's in order, and
+// forgets them.
 func (q *delayQueue) drain(a netip.Addr, out []uint32) []uint32 {
-	f := q.byAddr[a]
-	if f == nil {
-		return out
+	for _, f := range q.byAddr[a] {
+		for _, p := range f.pkts[f.head:] {
+			out = append(out, p.id)
+		}
+		q.n -= f.len()
+		heap.Remove(&q.h, f.idx)
 	}
-	for _, p := range f.pkts[f.head:] {
-		out = append(out, p.id)
-	}
-	q.n -= f.len()
-	heap.Remove(&q.h, f.idx)
 	delete(q.byAddr, a)
 	return out
 }
 
-// drainAll appends every held packet to out, each consumer's in order.
+// drainAll appends every held packet to out, each flow's in order.
 func (q *delayQueue) drainAll(out []uint32) []uint32 {
 	for len(q.h) > 0 {
-		out = q.drain(q.h[0].addr, out)
+		out = q.drain(q.h[0].key.Addr(), out)
 	}
 	return out
 }

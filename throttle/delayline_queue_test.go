@@ -70,7 +70,7 @@ func TestClassifyPacket(t *testing.T) {
 		{"not ip", []byte{0x11, 0, 0, 0}, netip.Addr{}, kindUnknown},
 	}
 	for _, c := range cases {
-		dst, kind := classifyPacket(c.pkt)
+		dst, _, kind := classifyPacket(c.pkt)
 		if dst != c.dst || kind != c.want {
 			t.Errorf("%s: got %v kind %d, want %v kind %d", c.name, dst, kind, c.dst, c.want)
 		}
@@ -84,15 +84,15 @@ func TestDelayQueueOrderAndTiming(t *testing.T) {
 	const ms = int64(1e6)
 	// a: data with a 20 ms read delay, then an ACK with a 1 ms write delay
 	// that must not overtake it.
-	if due := q.push(a, 1, 0+20*ms); due != 20*ms {
+	if due := q.push(netip.AddrPortFrom(a, 40000), 1, 0+20*ms); due != 20*ms {
 		t.Fatalf("due %d", due)
 	}
-	if due := q.push(a, 2, 1*ms+1*ms); due != 20*ms {
+	if due := q.push(netip.AddrPortFrom(a, 40000), 2, 1*ms+1*ms); due != 20*ms {
 		t.Fatalf("later packet would overtake: due %d, want %d", due, 20*ms)
 	}
-	q.push(b, 3, 2*ms+500_000) // b: 0.5 ms
-	q.push(a, 4, 25*ms)
-	q.push(b, 5, 3*ms)
+	q.push(netip.AddrPortFrom(b, 40000), 3, 2*ms+500_000) // b: 0.5 ms
+	q.push(netip.AddrPortFrom(a, 40000), 4, 25*ms)
+	q.push(netip.AddrPortFrom(b, 40000), 5, 3*ms)
 	if n, ok := q.next(); !ok || n != 2*ms+500_000 {
 		t.Fatalf("next %d %v", n, ok)
 	}
@@ -113,7 +113,7 @@ func TestDelayQueueOrderAndTiming(t *testing.T) {
 	if got := q.popDue(20*ms, nil, nil); !slices.Equal(got, []uint32{1, 2}) {
 		t.Fatalf("at 20 ms got %v", got)
 	}
-	q.push(b, 6, 30*ms)
+	q.push(netip.AddrPortFrom(b, 40000), 6, 30*ms)
 	if got := q.drainAll(nil); !slices.Equal(got, []uint32{4, 6}) && !slices.Equal(got, []uint32{6, 4}) {
 		t.Fatalf("drainAll %v", got)
 	}
@@ -139,7 +139,7 @@ func TestDelayQueueManyConsumers(t *testing.T) {
 		c := (step * 7) % len(addrs)
 		id++
 		owner[id] = c
-		q.push(addrs[c], id, int64(step)+int64(c%5)*1000)
+		q.push(netip.AddrPortFrom(addrs[c], 40000), id, int64(step)+int64(c%5)*1000)
 	}
 	last := map[int]uint32{}
 	released := 0
@@ -168,10 +168,10 @@ func TestDelayQueuePopEarliestKeepsOrder(t *testing.T) {
 	a := netip.MustParseAddr("10.0.0.1")
 	b := netip.MustParseAddr("10.0.0.2")
 	q := newDelayQueue()
-	q.push(a, 1, 50)
-	q.push(b, 2, 10)
-	q.push(a, 3, 5) // waits behind 1: due 50
-	q.push(b, 4, 60)
+	q.push(netip.AddrPortFrom(a, 40000), 1, 50)
+	q.push(netip.AddrPortFrom(b, 40000), 2, 10)
+	q.push(netip.AddrPortFrom(a, 40000), 3, 5) // waits behind 1: due 50
+	q.push(netip.AddrPortFrom(b, 40000), 4, 60)
 	var got []uint32
 	var owners []netip.Addr
 	for {
@@ -190,5 +190,37 @@ func TestDelayQueuePopEarliestKeepsOrder(t *testing.T) {
 	}
 	if q.len() != 0 || q.holds(a) || q.holds(b) {
 		t.Fatal("queue not empty")
+	}
+}
+
+// Flows of one consumer are separate FIFOs: a new connection is not held
+// behind the delay of its older ones; draining the consumer takes all.
+func TestDelayQueuePerFlow(t *testing.T) {
+	a := netip.MustParseAddr("10.0.0.1")
+	old, fresh := netip.AddrPortFrom(a, 40000), netip.AddrPortFrom(a, 40002)
+	q := newDelayQueue()
+	q.push(old, 1, 20)
+	if due := q.push(fresh, 2, 1); due != 1 {
+		t.Fatalf("new flow's packet due %d: held behind the old flow", due)
+	}
+	if got := q.popDue(1, nil, nil); !slices.Equal(got, []uint32{2}) || !q.holds(a) {
+		t.Fatalf("at 1: %v, holds %v", got, q.holds(a))
+	}
+	q.push(fresh, 3, 30)
+	got := q.drain(a, nil)
+	slices.Sort(got)
+	if !slices.Equal(got, []uint32{1, 3}) || q.holds(a) || q.len() != 0 || len(q.h) != 0 {
+		t.Fatalf("drain %v, holds %v, len %d", got, q.holds(a), q.len())
+	}
+}
+
+func TestClassifyPacketPort(t *testing.T) {
+	p := tcp4(0x10, 0, 0)
+	binary.BigEndian.PutUint16(p[22:], 40123) // TCP destination port
+	if dst, port, kind := classifyPacket(p); port != 40123 || kind != kindAck || !dst.IsValid() {
+		t.Fatalf("got %v port %d kind %d", dst, port, kind)
+	}
+	if _, port, _ := classifyPacket(p[:22]); port != 0 {
+		t.Fatalf("truncated TCP header gave port %d", port)
 	}
 }

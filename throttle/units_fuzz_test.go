@@ -41,7 +41,7 @@ func FuzzClassifyPacket(f *testing.F) {
 	f.Add([]byte{0x60})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		dst, kind := classifyPacket(b)
+		dst, _, kind := classifyPacket(b)
 		if kind == kindAck && len(b) < 34 {
 			t.Fatalf("%d bytes classified as a pure ACK", len(b))
 		}

@@ -29,11 +29,13 @@ type backendOptions struct {
 	Device string // interface towards the consumers (netem, htb)
 	// QueueLimit bounds the packets the delay line holds (0: its default).
 	QueueLimit int
+	// Ramp is the delay line's growth limit (config delay_ramp).
+	Ramp float64
 }
 
 func agentCmd() *cobra.Command {
 	socket := agent.DefaultSocket
-	bo := backendOptions{Name: "auto", Port: 3260, Chain: "OUTPUT", Label: "sanqos"}
+	bo := backendOptions{Name: "auto", Port: 3260, Chain: "OUTPUT", Label: "sanqos", Ramp: config.Defaults().DelayRamp}
 	var logJSON bool
 	var cfgPath, httpAddr string
 	c := &cobra.Command{
@@ -88,7 +90,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 				for _, w := range cfg.Warnings {
 					log.Warn("config", "warning", w)
 				}
-				bo.Name, bo.Port = cfg.Backend, cfg.ISCSIPort
+				bo.Name, bo.Port, bo.Ramp = cfg.Backend, cfg.ISCSIPort, cfg.DelayRamp
 				if cfg.Device != "" {
 					bo.Device = cfg.Device
 				}
@@ -253,7 +255,7 @@ func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 		return nil, fmt.Errorf("queue-limit %d: want 0 (default) to %d", o.QueueLimit, 1<<20)
 	}
 	delayLine := func() (throttle.Throttle, error) {
-		return throttle.NewDelayLine(throttle.DelayLineConfig{Port: uint16(o.Port), Chain: o.Chain, Label: o.Label + "-dl", QueueLimit: o.QueueLimit})
+		return throttle.NewDelayLine(throttle.DelayLineConfig{Port: uint16(o.Port), Chain: o.Chain, Label: o.Label + "-dl", QueueLimit: o.QueueLimit, Ramp: o.Ramp})
 	}
 	device := func() (string, error) {
 		if o.Device != "" {
