@@ -6,27 +6,38 @@ import (
 	"time"
 )
 
+// startLabAgent brings the lab up, builds sanqos and starts an agent on
+// the config write produces, for a test that then drives load through r;
+// the agent is stopped and r closed when the test ends.
+func startLabAgent(t *testing.T, name string, write func(r *Runner, cfg string) error, start func(r *Runner, cfg string) (*LabAgent, error)) (*Runner, *LabAgent) {
+	t.Helper()
+	upLab(t)
+	buildSanqos(t)
+	r, err := NewRunner(name, RunOptions{Scale: 1, Results: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	cfg := filepath.Join(r.Dir, "agent.yaml")
+	if err := write(r, cfg); err != nil {
+		t.Fatal(err)
+	}
+	a, err := start(r, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Stop() })
+	return r, a
+}
+
 // The autonomic agent, given only a 15 ms threshold, brings the reader's
 // wait back under it while 12 writers run, and lifts every throttle after
 // they stop.
 func TestAutonomicAgentHoldsThresholdInLab(t *testing.T) {
-	upLab(t)
-	buildSanqos(t)
-	r, err := NewRunner("agent-test", RunOptions{Scale: 1, Results: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	thr := 15 * time.Millisecond
-	cfg := filepath.Join(r.Dir, "agent.yaml")
-	if err := r.agentConfig(cfg, thr, true); err != nil {
-		t.Fatal(err)
-	}
-	a, err := StartAgent("delayline", r.Dir, "--config", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop()
+	r, a := startLabAgent(t, "agent-test",
+		func(r *Runner, cfg string) error { return r.agentConfig(cfg, thr, true) },
+		func(r *Runner, cfg string) (*LabAgent, error) { return StartAgent("delayline", r.Dir, "--config", cfg) })
 	const lead, writing, after = 3 * time.Second, 20 * time.Second, 6 * time.Second
 	p := &Phase{Name: "autonomic", Label: "agent on", Length: lead + writing + after, From: lead, To: lead + writing,
 		Jobs: append([]Job{r.reader(lead + writing + after)}, r.writers(12, lead, writing)...)}

@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,23 +12,12 @@ import (
 // target's diskstats see it) is back near the threshold, lifts every
 // throttle after the load ends, and leaves no rule in sqlan when stopped.
 func TestBridgeAgentHoldsThresholdInLab(t *testing.T) {
-	upLab(t)
-	buildSanqos(t)
-	r, err := NewRunner("bridge-agent-test", RunOptions{Scale: 1, Results: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	thr := 15 * time.Millisecond
-	cfg := filepath.Join(r.Dir, "agent.yaml")
-	if err := r.bridgeAgentConfig(cfg, thr); err != nil {
-		t.Fatal(err)
-	}
-	a, err := startAgentIn(SwitchNS, "agent", "delayline", r.Dir, "--config", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop()
+	r, a := startLabAgent(t, "bridge-agent-test",
+		func(r *Runner, cfg string) error { return r.bridgeAgentConfig(cfg, thr) },
+		func(r *Runner, cfg string) (*LabAgent, error) {
+			return startAgentIn(SwitchNS, "agent", "delayline", r.Dir, "--config", cfg)
+		})
 	const lead, writing, after = 3 * time.Second, 20 * time.Second, 6 * time.Second
 	p := &Phase{Name: "bridge", Label: "bridge agent on", Length: lead + writing + after, From: lead, To: lead + writing,
 		Jobs: append([]Job{r.reader(lead + writing + after)}, r.writers(12, lead, writing)...)}

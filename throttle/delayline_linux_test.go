@@ -17,48 +17,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/bridgetest"
 	"github.com/sanqos/sanqos/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
-// nsWorker runs closures on one OS thread moved into a network namespace.
-// The thread stays locked until the worker stops, so the runtime then
-// discards it; no other goroutine ever runs in that namespace. Sockets
-// opened in a closure keep the namespace for life, and programs it executes
-// (iptables) inherit it.
-type nsWorker struct{ ch chan func() }
+// nsWorker runs closures on one OS thread moved into a network namespace
+// (programs it executes, such as iptables, inherit it).
+type nsWorker = bridgetest.Worker
 
-func newNsWorker(tb testing.TB, name string) *nsWorker {
-	tb.Helper()
-	w := &nsWorker{ch: make(chan func())}
-	errc := make(chan error)
-	go func() {
-		runtime.LockOSThread()
-		f, err := os.Open("/run/netns/" + name)
-		if err == nil {
-			err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
-			f.Close()
-		}
-		errc <- err
-		if err != nil {
-			return
-		}
-		for fn := range w.ch {
-			fn()
-		}
-	}()
-	if err := <-errc; err != nil {
-		tb.Fatalf("enter netns %s: %v", name, err)
-	}
-	tb.Cleanup(func() { close(w.ch) })
-	return w
-}
-
-func (w *nsWorker) do(fn func()) {
-	done := make(chan struct{})
-	w.ch <- func() { defer close(done); fn() }
-	<-done
-}
+func newNsWorker(tb testing.TB, name string) *nsWorker { return bridgetest.NewWorker(tb, name) }
 
 // lab is two throwaway namespaces joined by a veth pair: the target side
 // (where the delay line runs, like the agent in target mode) and a consumer.
@@ -128,12 +96,12 @@ func (l *lab) delayLine(tb testing.TB) *DelayLine {
 	tb.Helper()
 	var d *DelayLine
 	var err error
-	l.t.do(func() { d, err = NewDelayLine(DelayLineConfig{Queue: 7, Label: "sqt-dl"}) })
+	l.t.Do(func() { d, err = NewDelayLine(DelayLineConfig{Queue: 7, Label: "sqt-dl"}) })
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
-		l.t.do(func() {
+		l.t.Do(func() {
 			if err := d.Close(); err != nil {
 				tb.Errorf("close: %v", err)
 			}
@@ -145,7 +113,7 @@ func (l *lab) delayLine(tb testing.TB) *DelayLine {
 func (l *lab) set(tb testing.TB, d *DelayLine, m map[netip.Addr]Setting) {
 	tb.Helper()
 	var err error
-	l.t.do(func() { err = d.Set(m) })
+	l.t.Do(func() { err = d.Set(m) })
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -161,13 +129,13 @@ func (l *lab) conn(tb testing.TB, v6 bool) (*net.TCPConn, *net.TCPConn) {
 	}
 	var ln *net.TCPListener
 	var err error
-	l.t.do(func() { ln, err = net.ListenTCP("tcp", net.TCPAddrFromAddrPort(addr)) })
+	l.t.Do(func() { ln, err = net.ListenTCP("tcp", net.TCPAddrFromAddrPort(addr)) })
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer ln.Close()
 	var cc *net.TCPConn
-	l.c.do(func() { cc, err = net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(addr)) })
+	l.c.Do(func() { cc, err = net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(addr)) })
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -183,7 +151,7 @@ func (l *lab) conn(tb testing.TB, v6 bool) (*net.TCPConn, *net.TCPConn) {
 func retrans(tb testing.TB, w *nsWorker) int64 {
 	tb.Helper()
 	var v int64 = -1
-	w.do(func() {
+	w.Do(func() {
 		f, err := os.Open("/proc/thread-self/net/snmp")
 		if err != nil {
 			return
@@ -398,7 +366,7 @@ func TestDelayLineCloseCleansUp(t *testing.T) {
 	}
 	held := d.Stats().Held
 	var err error
-	l.t.do(func() { err = d.Close() })
+	l.t.Do(func() { err = d.Close() })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +409,7 @@ func TestCleanupDelayLine(t *testing.T) {
 	l := newLab(t)
 	var stale, other *Classifier
 	var err error
-	l.t.do(func() {
+	l.t.Do(func() {
 		stale, err = NewClassifier(ClassifierConfig{Label: "sqt-stale", Classes: []Class{{Name: "q", Target: []string{"NFQUEUE", "--queue-num", "9", "--queue-bypass"}}}})
 		if err != nil {
 			return
@@ -462,7 +430,7 @@ func TestCleanupDelayLine(t *testing.T) {
 	if got := stale.Members("q"); len(got) != 2 {
 		t.Fatalf("members %v", got)
 	}
-	l.t.do(func() { err = CleanupDelayLine("sqt-stale") })
+	l.t.Do(func() { err = CleanupDelayLine("sqt-stale") })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +446,7 @@ func TestCleanupDelayLine(t *testing.T) {
 	if strings.Count(out, "--comment sqt-stale2") != 4 || strings.Count(out, "\nsqt-stale2.") != 4 {
 		t.Errorf("other label's objects touched:\n%s", out)
 	}
-	l.t.do(func() {
+	l.t.Do(func() {
 		if err := stale.Close(); err != nil {
 			t.Errorf("close after cleanup: %v", err)
 		}
@@ -536,7 +504,7 @@ func BenchmarkDelayLine(b *testing.B) {
 
 func netstatDump(tb testing.TB, w *nsWorker) map[string]int64 {
 	m := map[string]int64{}
-	w.do(func() {
+	w.Do(func() {
 		for _, f := range []string{"/proc/thread-self/net/netstat", "/proc/thread-self/net/snmp"} {
 			b, _ := os.ReadFile(f)
 			lines := strings.Split(string(b), "\n")

@@ -27,12 +27,12 @@ func BenchmarkIdleRules(b *testing.B) {
 	l := newLab(b)
 	// Nobody answers ARP for it; the permanent entry sends without asking.
 	sink := netip.MustParseAddr("10.231.0.99")
-	l.t.do(func() {
+	l.t.Do(func() {
 		sh(b, "sh", "-c", "ip neigh replace "+sink.String()+" lladdr 02:00:00:00:00:99 nud permanent dev $(ip -o -4 addr show to 10.231.0.0/24 | awk '{print $2}')")
 	})
 	var fd int
 	var err error
-	l.t.do(func() { fd, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW) })
+	l.t.Do(func() { fd, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW) })
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func BenchmarkIdleRules(b *testing.B) {
 	// The filter table comes into a namespace with its first rule and
 	// stays: create it before timing, so both sides traverse it and only
 	// the rule differs.
-	l.t.do(func() {
+	l.t.Do(func() {
 		var d *DelayLine
 		if d, err = NewDelayLine(DelayLineConfig{Queue: 7, Label: "sqt-idle"}); err == nil {
 			err = d.Close()
@@ -68,7 +68,7 @@ func BenchmarkIdleRules(b *testing.B) {
 			on := (i + k) % 2
 			var d *DelayLine
 			if on == 1 {
-				l.t.do(func() { d, err = NewDelayLine(DelayLineConfig{Queue: 7, Label: "sqt-idle"}) })
+				l.t.Do(func() { d, err = NewDelayLine(DelayLineConfig{Queue: 7, Label: "sqt-idle"}) })
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -82,7 +82,7 @@ func BenchmarkIdleRules(b *testing.B) {
 			spent[on] += time.Since(start)
 			sent[on] += block
 			if d != nil {
-				l.t.do(func() { err = d.Close() })
+				l.t.Do(func() { err = d.Close() })
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -16,11 +16,11 @@ func TestDelayLineRamp(t *testing.T) {
 	l := newLab(t)
 	var d *DelayLine
 	var err error
-	l.t.do(func() { d, err = NewDelayLine(DelayLineConfig{Queue: 9, Label: "sqt-ramp", Ramp: 1}) })
+	l.t.Do(func() { d, err = NewDelayLine(DelayLineConfig{Queue: 9, Label: "sqt-ramp", Ramp: 1}) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.t.do(func() { d.Close() }) })
+	t.Cleanup(func() { l.t.Do(func() { d.Close() }) })
 	tc, cc := l.conn(t, false)
 	cc.SetNoDelay(true)
 	tc.SetNoDelay(true)
@@ -43,6 +43,20 @@ func TestDelayLineRamp(t *testing.T) {
 	slices.Sort(tail)
 	if a := tail[2] - base; a < 19*time.Millisecond || a > 22*time.Millisecond {
 		t.Errorf("after %d round trips the added delay is %v, want the 20 ms setting", len(rtts), a)
+	}
+
+	// A connection opened now takes the consumer's delay from its
+	// SYN-ACK on: no ramp for a new login, or a throttled writer's new
+	// session would reach the disk undelayed.
+	start := time.Now()
+	tc2, cc2 := l.conn(t, false)
+	if hs := time.Since(start); hs < 19*time.Millisecond {
+		t.Errorf("handshake took %v: the SYN-ACK was not delayed", hs)
+	}
+	cc2.SetNoDelay(true)
+	tc2.SetNoDelay(true)
+	if first := slices.Min(pingPong(t, tc2, cc2, 3)) - base; first < 19*time.Millisecond {
+		t.Errorf("a new connection's first round trips added %v, want the 20 ms setting at once", first)
 	}
 
 	l.set(t, d, map[netip.Addr]Setting{l.cAddr: {ReadDelay: time.Millisecond}})

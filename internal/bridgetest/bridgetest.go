@@ -31,7 +31,9 @@ func (w *Worker) Do(fn func()) {
 	<-done
 }
 
-func newWorker(tb testing.TB, name string) *Worker {
+// NewWorker starts a Worker in the named namespace (/run/netns/name); it
+// stops at test cleanup.
+func NewWorker(tb testing.TB, name string) *Worker {
 	tb.Helper()
 	w := &Worker{ch: make(chan func())}
 	errc := make(chan error)
@@ -112,6 +114,6 @@ func New(tb testing.TB) *Bridge {
 		Sh(tb, "ip", "-n", x.ns, "addr", "add", x.a6.String()+"/64", "dev", "eth0", "nodad")
 		Sh(tb, "ip", "-n", x.ns, "link", "set", "eth0", "up")
 	}
-	b.I, b.T, b.S = newWorker(tb, b.INS), newWorker(tb, b.TNS), newWorker(tb, b.SNS)
+	b.I, b.T, b.S = NewWorker(tb, b.INS), NewWorker(tb, b.TNS), NewWorker(tb, b.SNS)
 	return b
 }
