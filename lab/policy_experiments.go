@@ -276,6 +276,38 @@ func statusPoller(a *LabAgent, phase string, length time.Duration, out *[]Status
 }
 
 // writeStatusLog appends samples to dir/status.jsonl.
+// runPolled runs phase p while polling agent a's status (nil: no agent,
+// no polls), stops a, and appends the polls to the run's status log.
+func (r *Runner) runPolled(p *Phase, a *LabAgent, length time.Duration) (*PhaseResult, []StatusSample, error) {
+	var polls []StatusSample
+	if a != nil {
+		p.Events = append(p.Events, statusPoller(a, p.Name, length, &polls)...)
+	}
+	res, err := r.Run(p, 0)
+	if a != nil {
+		if serr := a.Stop(); err == nil {
+			err = serr
+		}
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := writeStatusLog(r.Dir, polls); err != nil {
+		return nil, nil, err
+	}
+	return res, polls, nil
+}
+
+// startConfigured writes config text to file in the run directory and
+// starts a delay-line agent called name on it.
+func (r *Runner) startConfigured(file, config, name string) (*LabAgent, error) {
+	cfg := filepath.Join(r.Dir, file)
+	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
+		return nil, err
+	}
+	return startAgentNamed(name, "delayline", r.Dir, "--config", cfg)
+}
+
 func writeStatusLog(dir string, samples []StatusSample) error {
 	f, err := os.OpenFile(filepath.Join(dir, "status.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -550,16 +582,8 @@ func runSLOClassesLab(r *Runner) (any, error) {
 			return nil, err
 		}
 		p := &Phase{Name: run.name, Label: run.name, Length: length, From: lead, To: length - sc(time.Second), Jobs: r.sloJobs(length, "")}
-		var polls []StatusSample
-		p.Events = statusPoller(a, p.Name, length, &polls)
-		res, err := r.Run(p, 0)
-		if serr := a.Stop(); err == nil {
-			err = serr
-		}
+		res, polls, err := r.runPolled(p, a, length)
 		if err != nil {
-			return nil, err
-		}
-		if err := writeStatusLog(r.Dir, polls); err != nil {
 			return nil, err
 		}
 		all = append(all, res)
@@ -631,16 +655,8 @@ func (r *Runner) runSLOBurst() (BurstFigures, *PhaseResult, []StatusSample, erro
 		Job{Name: cl.Name, Host: cl.Host, URL: url, RW: "randread", BS: sloBS, Rate: int(cl.MBs * 1e6), Start: low + high, Runtime: tail})
 	p := &Phase{Name: "burst", Label: fmt.Sprintf("%s at %.1f× then %.0f× its objective", cl.Name, burstLowRatio, float64(burstHighRatio)),
 		Length: length, From: low, To: low + high, Jobs: jobs}
-	var polls []StatusSample
-	p.Events = statusPoller(a, p.Name, length, &polls)
-	res, err := r.Run(p, 0)
-	if serr := a.Stop(); err == nil {
-		err = serr
-	}
+	res, polls, err := r.runPolled(p, a, length)
 	if err != nil {
-		return BurstFigures{}, nil, nil, err
-	}
-	if err := writeStatusLog(r.Dir, polls); err != nil {
 		return BurstFigures{}, nil, nil, err
 	}
 	return SummarizeBurst(cl, r.opts.Scale, res, polls, low, low+high), res, polls, nil
@@ -879,7 +895,6 @@ func runWeightedLab(r *Runner) (any, error) {
 			p.Jobs = append(p.Jobs, Job{Name: "writer", Host: h.Host, URL: r.LUN(h.Host).URL, RW: "write", BS: 64 << 10, NumJobs: weightedWriterThreads,
 				Runtime: length, Size: r.State.Options.LUNSize / weightedWriterThreads / 65536 * 65536})
 		}
-		var polls []StatusSample
 		var a *LabAgent
 		policy := "none"
 		if run.maxDelay > 0 {
@@ -890,26 +905,13 @@ func runWeightedLab(r *Runner) (any, error) {
 			for _, h := range WeightedHosts {
 				fmt.Fprintf(&b, "      %s: %v\n", HostAddr(h.Host), h.Weight)
 			}
-			cfg := filepath.Join(r.Dir, "agent-"+run.name+".yaml")
-			if err := os.WriteFile(cfg, []byte(b.String()), 0o644); err != nil {
-				return nil, err
-			}
 			var err error
-			if a, err = startAgentNamed(fmt.Sprintf("w%d", run.maxDelay.Milliseconds()), "delayline", r.Dir, "--config", cfg); err != nil {
+			if a, err = r.startConfigured("agent-"+run.name+".yaml", b.String(), fmt.Sprintf("w%d", run.maxDelay.Milliseconds())); err != nil {
 				return nil, err
 			}
-			p.Events = statusPoller(a, p.Name, length, &polls)
 		}
-		res, err := r.Run(p, 0)
-		if a != nil {
-			if serr := a.Stop(); err == nil {
-				err = serr
-			}
-		}
+		res, polls, err := r.runPolled(p, a, length)
 		if err != nil {
-			return nil, err
-		}
-		if err := writeStatusLog(r.Dir, polls); err != nil {
 			return nil, err
 		}
 		all = append(all, res)
@@ -1053,32 +1055,18 @@ func runImportantSets(r *Runner) (any, error) {
 			p.Jobs = append(p.Jobs, Job{Name: "writer", Host: h, URL: r.LUN(h).URL, RW: "write", BS: 64 << 10, NumJobs: 4, Runtime: length,
 				Size: r.State.Options.LUNSize / 4 / 65536 * 65536})
 		}
-		var polls []StatusSample
 		var a *LabAgent
 		if policy != "none" {
 			var b strings.Builder
 			fmt.Fprintf(&b, "backend: delayline\nhttp: 127.0.0.1:9311\nthreshold: %v\ndiscovery:\n  source: tgt\n  tgt_control_port: %d\nresources:\n  - name: %s\n    policy: %s\n    important: [%s]\n%s",
 				thr, TgtdPort, r.Res.Name, policy, HostAddr("b2"), r.consumerDevicesYAML())
-			cfg := filepath.Join(r.Dir, "agent-"+policy+".yaml")
-			if err := os.WriteFile(cfg, []byte(b.String()), 0o644); err != nil {
-				return nil, err
-			}
 			var err error
-			if a, err = startAgentNamed(map[string]string{"read-over-write": "row", "important-sets": "imp"}[policy], "delayline", r.Dir, "--config", cfg); err != nil {
+			if a, err = r.startConfigured("agent-"+policy+".yaml", b.String(), map[string]string{"read-over-write": "row", "important-sets": "imp"}[policy]); err != nil {
 				return nil, err
 			}
-			p.Events = statusPoller(a, p.Name, length, &polls)
 		}
-		res, err := r.Run(p, 0)
-		if a != nil {
-			if serr := a.Stop(); err == nil {
-				err = serr
-			}
-		}
+		res, polls, err := r.runPolled(p, a, length)
 		if err != nil {
-			return nil, err
-		}
-		if err := writeStatusLog(r.Dir, polls); err != nil {
 			return nil, err
 		}
 		all = append(all, res)
