@@ -21,9 +21,14 @@ import (
 // unchanged. Pure ACKs get the write delay (the consumer's send window opens
 // later, so its writes slow down), everything else the read delay.
 //
-// Ordering: each consumer's packets wait in one FIFO and leave from its
-// head, so no packet overtakes an earlier one of the same flow; a packet
-// with a short delay behind one with a long delay waits for it.
+// Ordering: each flow's packets (consumer address and port) wait in one
+// FIFO and leave from its head, so no packet overtakes an earlier one of
+// the same flow; a packet with a short delay behind one with a long delay
+// waits for it.
+//
+// Ramping: with Ramp set, each flow's delay grows toward its consumer's
+// setting at a bounded rate (ramp.go), so a throttled sender's srtt keeps
+// up and it sends no spurious tail-loss probes.
 //
 // Timing: due times are met by a timerfd (absolute CLOCK_MONOTONIC, no
 // timer slack) read by a dedicated goroutine, not by Go timers, whose idle
@@ -403,6 +408,14 @@ func (d *DelayLine) receive() {
 // limit it appends the packet due soonest instead. d.mu must be held.
 func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
 	dst, port, kind := classifyPacket(p.Payload)
+	if d.cfg.Ramp <= 0 {
+		// Without ramps, one FIFO per consumer and SYN-ACKs as data:
+		// the delay line as measured for the agent's figures (README).
+		port = 0
+		if kind == kindSynAck {
+			kind = kindData
+		}
+	}
 	s, ok := d.settings[dst]
 	if d.closing {
 		return append(now, p.ID)
@@ -413,8 +426,11 @@ func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
 	}
 	c := d.counter(dst)
 	delay, dir := s.ReadDelay, 0
-	if kind == kindAck {
+	switch kind {
+	case kindAck:
 		delay, dir = s.WriteDelay, 1
+	case kindSynAck:
+		delay = max(s.ReadDelay, s.WriteDelay)
 	}
 	flow := netip.AddrPortFrom(dst, port)
 	if d.cfg.Ramp > 0 {
@@ -422,9 +438,19 @@ func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
 		r := d.ramps[flow]
 		if r == nil {
 			r = &flowRamp{}
+			if kind == kindSynAck {
+				// A new connection takes its consumer's delays at once:
+				// its first RTT sample (this SYN-ACK) already holds them,
+				// and starting it undelayed lets a throttled writer's new
+				// login dump its queue on the disk (lab: p95 1.6 × the
+				// threshold).
+				r[0], r[1] = ramp{eff: int64(s.ReadDelay), at: t}, ramp{eff: int64(s.WriteDelay), at: t}
+			}
 			d.ramps[flow] = r
 		}
-		delay = time.Duration(r[dir].next(int64(delay), t, d.cfg.Ramp))
+		if kind != kindSynAck {
+			delay = time.Duration(r[dir].next(int64(delay), t, d.cfg.Ramp))
+		}
 	}
 	if delay == 0 && !d.dq.holds(dst) {
 		return append(now, p.ID)

@@ -17,6 +17,7 @@ const (
 	kindData    pktKind = iota // payload or anything not a pure ACK: read delay
 	kindAck                    // pure ACK: write delay
 	kindUnknown                // not parseable: accepted undelayed
+	kindSynAck                 // a connection's SYN-ACK: the larger delay (ramp.go)
 )
 
 // classifyPacket reads the destination, its TCP port (0 if not TCP or not
@@ -74,6 +75,9 @@ func classifyPacket(b []byte) (dst netip.Addr, port uint16, kind pktKind) {
 	const fin, syn, rst, ack = 0x01, 0x02, 0x04, 0x10
 	if flags&ack != 0 && flags&(syn|fin|rst) == 0 && doff >= 20 && l4len == doff {
 		return dst, port, kindAck
+	}
+	if flags&(syn|ack|fin|rst) == syn|ack {
+		return dst, port, kindSynAck
 	}
 	return dst, port, kindData
 }

@@ -54,7 +54,7 @@ func TestClassifyPacket(t *testing.T) {
 		{"v4 ack with timestamps+sack", tcp4(ack|ece, 32, 0), v4, kindAck},
 		{"v4 data", tcp4(ack|psh, 12, 1), v4, kindData},
 		{"v4 data truncated by copy range", truncated, v4, kindData},
-		{"v4 syn-ack", tcp4(syn|ack, 20, 0), v4, kindData},
+		{"v4 syn-ack", tcp4(syn|ack, 20, 0), v4, kindSynAck},
 		{"v4 fin", tcp4(fin|ack, 12, 0), v4, kindData},
 		{"v4 rst", tcp4(rst|ack, 0, 0), v4, kindData},
 		{"v4 no ack flag", tcp4(0, 0, 0), v4, kindData},
