@@ -123,7 +123,11 @@ func TestDelayLineThrottlesOneConsumerInLab(t *testing.T) {
 	if b3slow > 0.6*b3free {
 		t.Errorf("5 ms write delay did not slow b3: %.1f → %.1f MB/s", b3free, b3slow)
 	}
-	if b4during < 0.9*b4free {
+	// A throttle that leaked onto b4 would take ~70 % of its rate, as it
+	// does b3's; 20 % allows the VM's own swings over 3 s windows (one CI
+	// run saw b4 7.6 → 6.4 MB/s with b4 untouched; reruns 7.0 → 7.0,
+	// 8.8 → 8.9, 9.2 → 9.4).
+	if b4during < 0.8*b4free {
 		t.Errorf("undelayed neighbour b4 slowed: %.1f → %.1f MB/s", b4free, b4during)
 	}
 	if b3again < 0.7*b3free {
