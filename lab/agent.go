@@ -31,6 +31,11 @@ type LabAgent struct {
 	log    string
 }
 
+// AgentFlags are added to every agent the lab starts (`lab run
+// --agent-flag`), e.g. a delay line option for experiments that run the
+// agent without a config.
+var AgentFlags []string
+
 // StartAgent runs `sanqos agent` inside bm with the given backend and extra
 // arguments, and waits until its socket answers.
 func StartAgent(backend string, dir string, extra ...string) (*LabAgent, error) {
@@ -57,7 +62,8 @@ func startAgentIn(ns, name, backend string, dir string, extra ...string) (*LabAg
 		return nil, err
 	}
 	defer logf.Close()
-	args := append([]string{"netns", "exec", ns, bin, "agent", "--backend", backend, "--socket", sock, "--label", "sanqos-lab-" + name}, extra...)
+	args := append([]string{"netns", "exec", ns, bin, "agent", "--backend", backend, "--socket", sock, "--label", "sanqos-lab-" + name}, AgentFlags...)
+	args = append(args, extra...)
 	cmd := exec.Command("ip", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// If the run dies, SIGTERM the agent so it removes its throttles

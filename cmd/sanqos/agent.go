@@ -115,6 +115,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f.StringVar(&bo.Chain, "chain", bo.Chain, "netfilter chain: OUTPUT (target mode) or FORWARD (bridge mode)")
 	f.StringVar(&bo.Label, "label", bo.Label, "label of the kernel objects this agent creates")
 	f.StringVar(&bo.Device, "device", "", "interface towards the consumers, for netem and htb (default: the only non-loopback one)")
+	f.Float64Var(&bo.Ramp, "delay-ramp", bo.Ramp, "how fast the delay line lets a connection's delay grow, ms per ms of its traffic; 0: at once (config delay_ramp overrides)")
 	f.IntVar(&bo.QueueLimit, "queue-limit", 0, "most packets the delay line holds at once; beyond it the soonest-due leaves early (default 4096)")
 	f.StringVar(&httpAddr, "http", "", "HTTP listener for the dashboard and /metrics (overrides the config's http; \"\" turns it off; without --config, off unless given)")
 	f.BoolVar(&logJSON, "log-json", false, "log JSON instead of logfmt")
@@ -250,6 +251,9 @@ func newDiscoverer(cfg *config.Config) (agent.Discoverer, error) {
 func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 	if o.Port < 1 || o.Port > 65535 {
 		return nil, fmt.Errorf("iscsi-port %d out of range", o.Port)
+	}
+	if o.Ramp < 0 || o.Ramp > 10 || o.Ramp != o.Ramp {
+		return nil, fmt.Errorf("delay-ramp %v: want 0 (new delays at once) to 10 ms per ms", o.Ramp)
 	}
 	if o.QueueLimit < 0 || o.QueueLimit > 1<<20 {
 		return nil, fmt.Errorf("queue-limit %d: want 0 (default) to %d", o.QueueLimit, 1<<20)

@@ -208,6 +208,7 @@ func labRunCmd() *cobra.Command {
 	f.StringVar(&o.Resource, "resource", "", "resource to load (default: the first)")
 	f.DurationSliceVar(&o.Thresholds, "thresholds", nil, "pid/autonomic: thresholds to regulate to (default 10ms,15ms,20ms)")
 	f.StringVar(&o.AgentYAML, "agent-set", "", "pid/autonomic: YAML appended to the agent's config, e.g. 'pid: {kp: 1, ti: 200ms}'")
+	f.StringArrayVar(&lab.AgentFlags, "agent-flag", nil, "flag added to every agent the run starts, e.g. --agent-flag=--delay-ramp=0.5 (repeatable)")
 	return c
 }
 
