@@ -8,8 +8,8 @@ import (
 	"net/netip"
 	"syscall"
 
-	mdnl "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // Why exact lookups: a sock_diag dump walks the kernel's whole TCP
@@ -64,13 +64,18 @@ const (
 	inetDiagMsgLen   = 72 // struct inet_diag_msg
 )
 
-// request is an exact-lookup inet_diag_req_v2 asking for TCP_INFO.
-func (d diagID) request() []byte {
-	b := make([]byte, 56)
-	b[0], b[1], b[2] = d.family, syscall.IPPROTO_TCP, 1<<(inetDiagInfo-1)
-	binary.NativeEndian.PutUint32(b[4:], ^uint32(0))
-	copy(b[8:], d.id[:])
-	return b
+// appendRequest appends the exact lookup of d as a whole netlink message:
+// header, then an inet_diag_req_v2 asking for TCP_INFO.
+func (d diagID) appendRequest(b []byte, seq uint32) []byte {
+	const l = nlmsgHdrLen + 56
+	b = binary.NativeEndian.AppendUint32(b, l)
+	b = binary.NativeEndian.AppendUint16(b, sockDiagByFamily)
+	b = binary.NativeEndian.AppendUint16(b, unix.NLM_F_REQUEST)
+	b = binary.NativeEndian.AppendUint32(b, seq)
+	b = binary.NativeEndian.AppendUint32(b, 0) // to the kernel
+	b = append(b, d.family, syscall.IPPROTO_TCP, 1<<(inetDiagInfo-1), 0)
+	b = binary.NativeEndian.AppendUint32(b, ^uint32(0)) // states: any
+	return append(b, d.id[:]...)
 }
 
 // parseDiagReply reads an inet_diag_msg with its INET_DIAG_INFO.
@@ -123,53 +128,121 @@ func parseDiagReply(b []byte) (connSample, error) {
 	return connSample{}, errors.New("inet_diag reply without INET_DIAG_INFO")
 }
 
-// exactDiag looks connections up over one long-lived sock_diag socket.
+// exactDiag looks connections up over one long-lived NETLINK_SOCK_DIAG
+// socket driven by plain non-blocking syscalls. The kernel answers
+// sock_diag requests inside the send that carries them (sock_diag_rcv runs
+// in the sender's context and queues each reply on this socket before the
+// send returns), so after a send every reply is already waiting: they are
+// read without blocking, and a missing one is an error, never a wait.
+//
+// Why not mdlayher/netlink, which this used before: its socket goes
+// through the runtime poller and starts a cancellation-watcher goroutine
+// for every send and every receive, and peeks before each receive. In the
+// lab's profile of the control loop that bookkeeping (goroutines, thread
+// wake-ups, extra syscalls) cost three times the kernel's lookups.
 type exactDiag struct {
-	c    *mdnl.Conn
-	msgs []mdnl.Message
+	fd   int // valid while open
+	open bool
+	req  []byte       // requests of one batch, reused
+	buf  []byte       // receive buffer, reused
+	out  []connSample // the last lookup's result, reused (see lookup)
 }
 
+// diagBatch bounds the requests sent at once, so that their replies
+// (under 1 KiB of receive buffer each) fit the socket's default receive
+// buffer (~208 KiB) and none is dropped.
+const diagBatch = 64
+
+// diagRecvBuf holds any one netlink datagram: the kernel sizes dump
+// datagrams at most to 32 KiB, an exact reply is under 1 KiB.
+const diagRecvBuf = 64 << 10
+
+// nlmsgHdrLen is sizeof(struct nlmsghdr).
+const nlmsgHdrLen = 16
+
+func (e *exactDiag) dial() error {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return fmt.Errorf("sock_diag socket: %w", err)
+	}
+	e.fd, e.open = fd, true
+	if e.buf == nil {
+		e.buf = make([]byte, diagRecvBuf)
+	}
+	return nil
+}
+
+// lookup asks for each connection's TCP_INFO by its id. Any failure (a
+// connection gone answers ENOENT) drops the socket with whatever replies
+// it still holds and returns the error; the caller then dumps. The
+// result is valid until the next lookup: TCPRates.Sample reads it and
+// lets it go within the same call.
 func (e *exactDiag) lookup(ids []diagID) ([]connSample, error) {
-	if e.c == nil {
-		c, err := mdnl.Dial(syscall.NETLINK_INET_DIAG, nil) // = NETLINK_SOCK_DIAG
-		if err != nil {
+	if !e.open {
+		if err := e.dial(); err != nil {
 			return nil, err
 		}
-		e.c = c
 	}
-	e.msgs = e.msgs[:0]
-	for _, d := range ids {
-		e.msgs = append(e.msgs, mdnl.Message{Header: mdnl.Header{Type: sockDiagByFamily, Flags: mdnl.Request}, Data: d.request()})
-	}
-	if _, err := e.c.SendMessages(e.msgs); err != nil {
-		return nil, err
-	}
-	out := make([]connSample, 0, len(ids))
-	for len(out) < len(ids) {
-		// A failed lookup (ENOENT: the connection is gone) comes back as
-		// an error. The other requests' replies would then confuse the
-		// next round, so the socket goes with them; the caller dumps.
-		ms, err := e.c.Receive()
-		if err != nil {
+	e.out = e.out[:0]
+	for len(ids) > 0 {
+		batch := ids[:min(len(ids), diagBatch)]
+		ids = ids[len(batch):]
+		e.req = e.req[:0]
+		for i, d := range batch {
+			e.req = d.appendRequest(e.req, uint32(i+1))
+		}
+		if _, err := unix.Write(e.fd, e.req); err != nil {
 			e.close()
-			return nil, err
+			return nil, fmt.Errorf("sock_diag send: %w", err)
 		}
-		for _, m := range ms {
-			s, err := parseDiagReply(m.Data)
+		for got := 0; got < len(batch); {
+			n, err := unix.Read(e.fd, e.buf)
 			if err != nil {
 				e.close()
-				return nil, err
+				if err == unix.EAGAIN {
+					return nil, fmt.Errorf("sock_diag: %d of %d replies", got, len(batch))
+				}
+				return nil, fmt.Errorf("sock_diag receive: %w", err)
 			}
-			out = append(out, s)
+			for m := e.buf[:n]; len(m) >= nlmsgHdrLen; {
+				l := int(binary.NativeEndian.Uint32(m))
+				if l < nlmsgHdrLen || l > len(m) {
+					e.close()
+					return nil, fmt.Errorf("sock_diag: netlink message of %d bytes in %d", l, len(m))
+				}
+				typ, data := binary.NativeEndian.Uint16(m[4:]), m[nlmsgHdrLen:l]
+				m = m[min((l+3)&^3, len(m)):]
+				switch typ {
+				case sockDiagByFamily:
+				case unix.NLMSG_ERROR:
+					e.close()
+					if len(data) >= 4 {
+						if code := int32(binary.NativeEndian.Uint32(data)); code < 0 {
+							return nil, fmt.Errorf("sock_diag lookup: %w", unix.Errno(-code))
+						}
+					}
+					return nil, errors.New("sock_diag lookup: unexpected acknowledgement")
+				default:
+					e.close()
+					return nil, fmt.Errorf("sock_diag: unexpected netlink message type %d", typ)
+				}
+				s, err := parseDiagReply(data)
+				if err != nil {
+					e.close()
+					return nil, err
+				}
+				e.out = append(e.out, s)
+				got++
+			}
 		}
 	}
-	return out, nil
+	return e.out, nil
 }
 
 // close drops the socket, and with it any unread replies.
 func (e *exactDiag) close() {
-	if e.c != nil {
-		e.c.Close()
-		e.c = nil
+	if e.open {
+		unix.Close(e.fd)
+		e.open = false
 	}
 }
