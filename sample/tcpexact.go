@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"syscall"
 
@@ -31,31 +30,19 @@ type diagID struct {
 	id     [48]byte
 }
 
+// idOfReply is the id of the socket an inet_diag_msg describes (at least
+// inetDiagMsgLen bytes): what the kernel says, byte for byte.
+func idOfReply(b []byte) diagID {
+	d := diagID{family: b[0]}
+	copy(d.id[:], b[4:52])
+	return d
+}
+
 // connSample is one connection's TCP_INFO from either path. An exact
 // lookup fills only the fields Sample reads (parseDiagReply).
 type connSample struct {
 	key connKey
 	ti  netlink.TCPInfo
-}
-
-// idOf builds the inet_diag_sockid of a dumped socket.
-func idOf(fam uint8, s netlink.SocketID) diagID {
-	d := diagID{family: fam}
-	binary.BigEndian.PutUint16(d.id[0:], s.SourcePort)
-	binary.BigEndian.PutUint16(d.id[2:], s.DestinationPort)
-	putIP := func(b []byte, ip net.IP) {
-		if v4 := ip.To4(); fam == syscall.AF_INET && v4 != nil {
-			copy(b, v4)
-		} else {
-			copy(b, ip.To16())
-		}
-	}
-	putIP(d.id[4:20], s.Source)
-	putIP(d.id[20:36], s.Destination)
-	binary.NativeEndian.PutUint32(d.id[36:], s.Interface)
-	binary.NativeEndian.PutUint32(d.id[40:], s.Cookie[0])
-	binary.NativeEndian.PutUint32(d.id[44:], s.Cookie[1])
-	return d
 }
 
 const (
@@ -237,6 +224,78 @@ func (e *exactDiag) lookup(ids []diagID) ([]connSample, error) {
 		}
 	}
 	return e.out, nil
+}
+
+// dump asks for every established TCP socket of family and hands each
+// reply (an inet_diag_msg with its INET_DIAG_INFO) to each, which must
+// not keep it. The kernel walks its whole established hash for this
+// (see fullEvery); filtering by state there spares building replies for
+// listening and closing sockets, which the caller skips anyway.
+func (e *exactDiag) dump(fam uint8, each func(reply []byte)) error {
+	if !e.open {
+		if err := e.dial(); err != nil {
+			return err
+		}
+	}
+	e.req = binary.NativeEndian.AppendUint32(e.req[:0], nlmsgHdrLen+56)
+	e.req = binary.NativeEndian.AppendUint16(e.req, sockDiagByFamily)
+	e.req = binary.NativeEndian.AppendUint16(e.req, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	e.req = binary.NativeEndian.AppendUint32(e.req, 1)
+	e.req = binary.NativeEndian.AppendUint32(e.req, 0)
+	e.req = append(e.req, fam, syscall.IPPROTO_TCP, 1<<(inetDiagInfo-1), 0)
+	e.req = binary.NativeEndian.AppendUint32(e.req, 1<<tcpEstablished)
+	e.req = append(e.req, make([]byte, 48)...) // any socket
+	if _, err := unix.Write(e.fd, e.req); err != nil {
+		e.close()
+		return fmt.Errorf("sock_diag dump: %w", err)
+	}
+	fail := func(err error) error {
+		e.close()
+		return err
+	}
+	for {
+		// The kernel queues the dump's next part while handing over the
+		// last one (netlink_recvmsg), so a read rarely finds nothing;
+		// should it, wait for the part rather than lose the dump.
+		n, err := unix.Read(e.fd, e.buf)
+		if err == unix.EAGAIN {
+			fds := []unix.PollFd{{Fd: int32(e.fd), Events: unix.POLLIN}}
+			if k, perr := unix.Poll(fds, 1000); perr != nil || k == 0 {
+				return fail(errors.New("sock_diag dump: no reply within 1 s"))
+			}
+			continue
+		}
+		if err != nil {
+			return fail(fmt.Errorf("sock_diag dump: %w", err))
+		}
+		for m := e.buf[:n]; len(m) >= nlmsgHdrLen; {
+			l := int(binary.NativeEndian.Uint32(m))
+			if l < nlmsgHdrLen || l > len(m) {
+				return fail(fmt.Errorf("sock_diag dump: netlink message of %d bytes in %d", l, len(m)))
+			}
+			typ, flags, data := binary.NativeEndian.Uint16(m[4:]), binary.NativeEndian.Uint16(m[6:]), m[nlmsgHdrLen:l]
+			m = m[min((l+3)&^3, len(m)):]
+			if flags&unix.NLM_F_DUMP_INTR != 0 {
+				return fail(errors.New("sock_diag dump interrupted: results may be inconsistent"))
+			}
+			switch typ {
+			case sockDiagByFamily:
+				each(data)
+			case unix.NLMSG_DONE, unix.NLMSG_ERROR:
+				var code int32
+				if len(data) >= 4 {
+					code = int32(binary.NativeEndian.Uint32(data))
+				}
+				if code < 0 {
+					return fail(fmt.Errorf("sock_diag dump: %w", unix.Errno(-code)))
+				}
+				if typ == unix.NLMSG_ERROR {
+					return fail(errors.New("sock_diag dump: unexpected acknowledgement"))
+				}
+				return nil
+			}
+		}
+	}
 }
 
 // close drops the socket, and with it any unread replies.

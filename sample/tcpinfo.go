@@ -1,6 +1,7 @@
 package sample
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"syscall"
 	"time"
@@ -54,7 +55,9 @@ type TCPRates struct {
 	Port uint16
 	prev map[connKey]connCounters
 	at   time.Time
-	dump func(family uint8) ([]*netlink.InetDiagTCPInfoResp, error)
+	// dump hands every established TCP socket of a family to each as its
+	// raw inet_diag reply (exactDiag.dump).
+	dump func(family uint8, each func(reply []byte)) error
 	now  func() time.Time
 	// exact looks known connections up (nil: dump every sample); known
 	// are the established ones of the last dump, sinceDump counts the
@@ -75,7 +78,7 @@ func (t *TCPRates) ConnChanges() <-chan struct{} { return t.changed }
 // network namespace of the calling process.
 func NewTCPRates(port uint16) *TCPRates {
 	e := &exactDiag{}
-	return &TCPRates{Port: port, dump: netlink.SocketDiagTCPInfo, exact: e.lookup, now: time.Now, changed: make(chan struct{}, 1)}
+	return &TCPRates{Port: port, dump: e.dump, exact: e.lookup, now: time.Now, changed: make(chan struct{}, 1)}
 }
 
 // Sample returns each peer's rates since the previous call (nil on the
@@ -143,28 +146,23 @@ func (t *TCPRates) dumpAll() ([]connSample, error) {
 	var out []connSample
 	t.known = t.known[:0]
 	t.sinceDump = 0
-	for _, fam := range []uint8{syscall.AF_INET, syscall.AF_INET6} {
-		resps, err := t.dump(fam)
-		if err != nil {
-			return nil, err
+	keep := func(b []byte) {
+		// Established only, as the exact lookups see them: a listening
+		// or closing socket moves no consumer's data, and counting it in
+		// one path but not the other would look like a connection change.
+		if len(b) < inetDiagMsgLen || b[1] != tcpEstablished || binary.BigEndian.Uint16(b[4:]) != t.Port {
+			return
 		}
-		for _, r := range resps {
-			m, ti := r.InetDiagMsg, r.TCPInfo
-			// Established only, as the exact lookups see them: a listening
-			// or closing socket moves no consumer's data, and counting it in
-			// one path but not the other would look like a connection change.
-			if m == nil || ti == nil || m.ID.SourcePort != t.Port || m.State != tcpEstablished {
-				continue
-			}
-			ip, ok := netip.AddrFromSlice(m.ID.Destination)
-			if !ok {
-				continue
-			}
-			out = append(out, connSample{
-				key: connKey{cookie: cookieOf(m.ID.Cookie), peer: netip.AddrPortFrom(ip.Unmap(), m.ID.DestinationPort)},
-				ti:  *ti,
-			})
-			t.known = append(t.known, idOf(fam, m.ID))
+		s, err := parseDiagReply(b)
+		if err != nil {
+			return // no TCP_INFO: no rates from it
+		}
+		out = append(out, s)
+		t.known = append(t.known, idOfReply(b))
+	}
+	for _, fam := range []uint8{syscall.AF_INET, syscall.AF_INET6} {
+		if err := t.dump(fam, keep); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil

@@ -1,9 +1,11 @@
 package sample
 
 import (
+	"encoding/binary"
 	"io"
 	"net"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +20,46 @@ func resp(cookie uint32, peer string, port uint16, recv, acked uint64) *netlink.
 	}
 }
 
+// encodeReply is resp as the kernel sends it: an inet_diag_msg and its
+// INET_DIAG_INFO (the tcp_info fields the sampler reads).
+func encodeReply(fam uint8, r *netlink.InetDiagTCPInfoResp) []byte {
+	m, ti := r.InetDiagMsg, r.TCPInfo
+	b := make([]byte, inetDiagMsgLen, inetDiagMsgLen+4+232)
+	b[0], b[1] = fam, m.State
+	binary.BigEndian.PutUint16(b[4:], m.ID.SourcePort)
+	binary.BigEndian.PutUint16(b[6:], m.ID.DestinationPort)
+	copy(b[24:40], m.ID.Destination)
+	binary.NativeEndian.PutUint32(b[44:], m.ID.Cookie[0])
+	binary.NativeEndian.PutUint32(b[48:], m.ID.Cookie[1])
+	if ti == nil {
+		return b
+	}
+	info := make([]byte, 232)
+	binary.NativeEndian.PutUint32(info[16:], ti.Snd_mss)
+	binary.NativeEndian.PutUint32(info[24:], ti.Unacked)
+	binary.NativeEndian.PutUint32(info[68:], ti.Rtt)
+	binary.NativeEndian.PutUint32(info[72:], ti.Rttvar)
+	binary.NativeEndian.PutUint64(info[120:], ti.Bytes_acked)
+	binary.NativeEndian.PutUint64(info[128:], ti.Bytes_received)
+	binary.NativeEndian.PutUint32(info[148:], ti.Min_rtt)
+	binary.NativeEndian.PutUint64(info[160:], ti.Delivery_rate)
+	b = binary.NativeEndian.AppendUint16(b, uint16(4+len(info)))
+	b = binary.NativeEndian.AppendUint16(b, inetDiagInfo)
+	return append(b, info...)
+}
+
+// dumpOf turns a fixture of dumps per family into TCPRates.dump, the
+// replies encoded as the kernel sends them.
+func dumpOf(f func(fam uint8) ([]*netlink.InetDiagTCPInfoResp, error)) func(uint8, func([]byte)) error {
+	return func(fam uint8, each func([]byte)) error {
+		rs, err := f(fam)
+		for _, r := range rs {
+			each(encodeReply(fam, r))
+		}
+		return err
+	}
+}
+
 func TestTCPRatesPerConnection(t *testing.T) {
 	rounds := [][]*netlink.InetDiagTCPInfoResp{
 		{resp(1, "10.0.0.3:40000", 3260, 1000, 0), resp(2, "10.0.0.2:40001", 3260, 0, 500), resp(9, "10.0.0.9:22", 22, 0, 0)},
@@ -27,12 +69,12 @@ func TestTCPRatesPerConnection(t *testing.T) {
 	}
 	i := 0
 	now := time.Unix(0, 0)
-	tr := &TCPRates{Port: 3260, now: func() time.Time { return now }, dump: func(f uint8) ([]*netlink.InetDiagTCPInfoResp, error) {
+	tr := &TCPRates{Port: 3260, now: func() time.Time { return now }, dump: dumpOf(func(f uint8) ([]*netlink.InetDiagTCPInfoResp, error) {
 		if f != 2 { // AF_INET only in this fixture
 			return nil, nil
 		}
 		return rounds[i], nil
-	}}
+	})}
 	if r, err := tr.Sample(); err != nil || r != nil {
 		t.Fatalf("first sample is a baseline: %v %v", r, err)
 	}
@@ -100,25 +142,46 @@ func TestTCPRatesKernel(t *testing.T) {
 	if tr.sinceDump != 1 {
 		t.Fatalf("second sample dumped (sinceDump %d): the known connection was not looked up exactly", tr.sinceDump)
 	}
-	// The exact lookup reads tcp_info by offset: on the now quiet
-	// connection it must see what the dump (vishvananda/netlink's parser)
-	// sees, field by field.
+	// Both paths read tcp_info by offset: on the now quiet connection
+	// they must see what vishvananda/netlink's parser of a dump sees,
+	// field by field, and name the same socket.
 	byExact, err := tr.exact(tr.known)
 	if err != nil {
 		t.Fatal(err)
 	}
+	known := tr.known[0]
 	byDump, err := tr.dumpAll()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(byExact) != 1 || len(byDump) != 1 {
+	if len(byExact) != 1 || len(byDump) != 1 || len(tr.known) != 1 || tr.known[0] != known {
 		t.Fatalf("exact %d, dump %d connections", len(byExact), len(byDump))
 	}
-	e, d := byExact[0].ti, byDump[0].ti
-	if e.Snd_mss != d.Snd_mss || e.Unacked != d.Unacked || e.Rtt != d.Rtt || e.Rttvar != d.Rttvar ||
-		e.Bytes_acked != d.Bytes_acked || e.Bytes_received != d.Bytes_received || e.Min_rtt != d.Min_rtt ||
-		e.Delivery_rate != d.Delivery_rate || e.Bytes_received != 1<<20 {
-		t.Fatalf("exact lookup %+v\ndump %+v", e, d)
+	var oracle []*netlink.InetDiagTCPInfoResp
+	for _, fam := range []uint8{syscall.AF_INET, syscall.AF_INET6} {
+		rs, err := netlink.SocketDiagTCPInfo(fam)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			if r.InetDiagMsg.ID.SourcePort == tr.Port && r.InetDiagMsg.State == tcpEstablished {
+				oracle = append(oracle, r)
+			}
+		}
+	}
+	if len(oracle) != 1 || cookieOf(oracle[0].InetDiagMsg.ID.Cookie) != byDump[0].key.cookie {
+		t.Fatalf("vishvananda/netlink dumped %d connections", len(oracle))
+	}
+	o := *oracle[0].TCPInfo
+	for name, got := range map[string]netlink.TCPInfo{"exact": byExact[0].ti, "dump": byDump[0].ti} {
+		if got.Snd_mss != o.Snd_mss || got.Unacked != o.Unacked || got.Rtt != o.Rtt || got.Rttvar != o.Rttvar ||
+			got.Bytes_acked != o.Bytes_acked || got.Bytes_received != o.Bytes_received || got.Min_rtt != o.Min_rtt ||
+			got.Delivery_rate != o.Delivery_rate || got.Bytes_received != 1<<20 {
+			t.Fatalf("%s %+v\nvishvananda/netlink %+v", name, got, o)
+		}
+	}
+	if byExact[0].key != byDump[0].key {
+		t.Fatalf("exact %+v, dump %+v", byExact[0].key, byDump[0].key)
 	}
 	tr.sinceDump = 1
 	select {
@@ -167,12 +230,12 @@ func TestTCPRatesConnChanges(t *testing.T) {
 		{resp(2, "10.0.0.4:40001", 3260, 10, 0)},                                          // logout
 	}
 	i := 0
-	tr := &TCPRates{Port: 3260, now: time.Now, changed: make(chan struct{}, 1), dump: func(f uint8) ([]*netlink.InetDiagTCPInfoResp, error) {
+	tr := &TCPRates{Port: 3260, now: time.Now, changed: make(chan struct{}, 1), dump: dumpOf(func(f uint8) ([]*netlink.InetDiagTCPInfoResp, error) {
 		if f != 2 {
 			return nil, nil
 		}
 		return rounds[i], nil
-	}}
+	})}
 	changed := func() bool {
 		select {
 		case <-tr.ConnChanges():
@@ -198,12 +261,12 @@ func TestTCPRatesIdleDumpsRarely(t *testing.T) {
 	dumps := 0
 	tr := &TCPRates{Port: 3260, now: time.Now,
 		exact: func([]diagID) ([]connSample, error) { t.Fatal("lookup without known connections"); return nil, nil },
-		dump: func(f uint8) ([]*netlink.InetDiagTCPInfoResp, error) {
+		dump: dumpOf(func(f uint8) ([]*netlink.InetDiagTCPInfoResp, error) {
 			if f == 2 {
 				dumps++
 			}
 			return nil, nil
-		}}
+		})}
 	for i := 0; i < 3*fullEvery; i++ {
 		if _, err := tr.Sample(); err != nil {
 			t.Fatal(err)
