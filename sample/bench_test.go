@@ -49,3 +49,18 @@ func BenchmarkTCPRatesSample(b *testing.B) {
 		}
 	}
 }
+
+// One tick's /proc/diskstats read, from the fixture captured on the lab
+// machine (ten devices).
+func BenchmarkDiskstatsRead(b *testing.B) {
+	d, err := NewDiskstats("testdata/proc", "testdata/sys")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := d.Read(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -2,8 +2,12 @@ package sample
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/prometheus/procfs/blockdevice"
 )
 
 func TestDelta(t *testing.T) {
@@ -87,5 +91,95 @@ func TestReadFixture(t *testing.T) {
 	}
 	if len(some) != 1 || some["loop0"].Device != "loop0" {
 		t.Fatalf("filter by name: got %v", some)
+	}
+}
+
+// The parser reads what prometheus/procfs reads (its former parser): on
+// the fixture, on counters near 2^64 and on short and kernel-4.x lines.
+func TestDiskstatsMatchesProcfs(t *testing.T) {
+	fixture, err := os.ReadFile("testdata/proc/diskstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string]string{
+		"fixture": string(fixture),
+		"big":     " 8 0 sda 18446744073709551615 1 18446744073709551614 4294967295 5 6 7 4294967294 8 9 10 0 0 0 0 0 0\n",
+		"mixed":   " 8 0 sda 1 2 3 4 5 6 7 8 9 10 11\n 8 1 sda1 1 2 3\n\n 8 2 sda2 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15\n",
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "diskstats"), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		fs, err := blockdevice.NewFS(dir, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := fs.ProcDiskstats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := NewDiskstats(dir, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := time.Unix(5, 0)
+		d.now = func() time.Time { return at }
+		for round := 0; round < 2; round++ { // the second over the kept-open file
+			got, err := d.Read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("%s: %d devices, procfs %d", name, len(got), len(want))
+			}
+			for _, s := range want {
+				c := Counters{Device: s.DeviceName, Time: at, Reads: s.ReadIOs, ReadSectors: s.ReadSectors, ReadTicks: s.ReadTicks,
+					Writes: s.WriteIOs, WriteSectors: s.WriteSectors, WriteTicks: s.WriteTicks, InFlight: s.IOsInProgress}
+				if got[s.DeviceName] != c {
+					t.Fatalf("%s: %+v, procfs %+v", name, got[s.DeviceName], c)
+				}
+			}
+		}
+	}
+	for _, bad := range []string{" 8 0 sda x\n", " 8 0 sda 1 2 3 4 5 6 7 8 9 10 -11\n", " 8 0 sda 18446744073709551616 2 3 4 5 6 7 8 9 10 11\n"} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "diskstats"), []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d, err := NewDiskstats(dir, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Read(); err == nil {
+			t.Fatalf("%q accepted", bad)
+		}
+	}
+}
+
+// The live file, read twice over the kept-open descriptor: the second
+// read regenerates it (counters never go back) rather than hitting EOF.
+func TestDiskstatsLiveRereads(t *testing.T) {
+	if _, err := os.Stat("/proc/diskstats"); err != nil {
+		t.Skip("no /proc/diskstats")
+	}
+	d, err := NewDiskstats("/proc", "/sys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := d.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := d.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) == 0 || len(b) != len(a) {
+		t.Fatalf("first read %d devices, second %d", len(a), len(b))
+	}
+	for name, c := range a {
+		if b[name].Reads < c.Reads || b[name].Writes < c.Writes {
+			t.Fatalf("%s went back: %+v then %+v", name, c, b[name])
+		}
 	}
 }
