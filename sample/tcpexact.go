@@ -178,12 +178,12 @@ func (e *exactDiag) lookup(ids []diagID) ([]connSample, error) {
 		for i, d := range batch {
 			e.req = d.appendRequest(e.req, uint32(i+1))
 		}
-		if _, err := unix.Write(e.fd, e.req); err != nil {
+		if _, err := rawWrite(e.fd, e.req); err != nil {
 			e.close()
 			return nil, fmt.Errorf("sock_diag send: %w", err)
 		}
 		for got := 0; got < len(batch); {
-			n, err := unix.Read(e.fd, e.buf)
+			n, err := rawRead(e.fd, e.buf)
 			if err != nil {
 				e.close()
 				if err == unix.EAGAIN {
@@ -245,7 +245,7 @@ func (e *exactDiag) dump(fam uint8, each func(reply []byte)) error {
 	e.req = append(e.req, fam, syscall.IPPROTO_TCP, 1<<(inetDiagInfo-1), 0)
 	e.req = binary.NativeEndian.AppendUint32(e.req, 1<<tcpEstablished)
 	e.req = append(e.req, make([]byte, 48)...) // any socket
-	if _, err := unix.Write(e.fd, e.req); err != nil {
+	if _, err := rawWrite(e.fd, e.req); err != nil {
 		e.close()
 		return fmt.Errorf("sock_diag dump: %w", err)
 	}
@@ -257,7 +257,7 @@ func (e *exactDiag) dump(fam uint8, each func(reply []byte)) error {
 		// The kernel queues the dump's next part while handing over the
 		// last one (netlink_recvmsg), so a read rarely finds nothing;
 		// should it, wait for the part rather than lose the dump.
-		n, err := unix.Read(e.fd, e.buf)
+		n, err := rawRead(e.fd, e.buf)
 		if err == unix.EAGAIN {
 			fds := []unix.PollFd{{Fd: int32(e.fd), Events: unix.POLLIN}}
 			if k, perr := unix.Poll(fds, 1000); perr != nil || k == 0 {
