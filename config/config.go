@@ -131,10 +131,14 @@ type Config struct {
 	// its SYN-ACK on. 0 (default) applies each new delay at once, one FIFO
 	// per consumer: in the lab 0.5 removed the probes but let load steps
 	// through (p95 1.5–2.2 × the threshold; README, "delay_ramp").
-	DelayRamp  float64    `yaml:"delay_ramp"`
-	WriteMBs   float64    `yaml:"throttleable_write_mb_s"`
-	Resources  []Resource `yaml:"resources"`
-	SourcePath string     `yaml:"-"`
+	DelayRamp float64 `yaml:"delay_ramp"`
+	// DelayFollow has the delay line cap each packet's delay by a model
+	// of its sender's srtt (throttle/follow.go): the fastest rise that
+	// sends no spurious tail-loss probe. Excludes delay_ramp.
+	DelayFollow bool       `yaml:"delay_follow"`
+	WriteMBs    float64    `yaml:"throttleable_write_mb_s"`
+	Resources   []Resource `yaml:"resources"`
+	SourcePath  string     `yaml:"-"`
 	// Warnings are problems that do not stop the config (e.g. reservations
 	// close to the stated capacity); the agent logs them.
 	Warnings []string `yaml:"-"`
@@ -337,6 +341,9 @@ func (c *Config) validate(root *yaml.Node) []error {
 	}
 	if c.DelayRamp < 0 || c.DelayRamp > 10 || math.IsNaN(c.DelayRamp) {
 		bad("want 0 (new delays at once)..10 ms of delay per ms of traffic", "delay_ramp")
+	}
+	if c.DelayFollow && c.DelayRamp > 0 {
+		bad("delay_follow and delay_ramp exclude each other", "delay_follow")
 	}
 	if c.WriteMBs < 0 {
 		bad("want >= 0", "throttleable_write_mb_s")

@@ -27,8 +27,12 @@ import (
 // waits for it.
 //
 // Ramping: with Ramp set, each flow's delay grows toward its consumer's
-// setting at a bounded rate (ramp.go), so a throttled sender's srtt keeps
-// up and it sends no spurious tail-loss probes.
+// setting at a bounded rate (ramp.go); with Follow, each packet's delay is
+// capped by a model of its sender's srtt (follow.go). Either way a
+// throttled sender's srtt keeps up and it sends no spurious tail-loss
+// probes; Follow rises as fast as that allows. Without either, a new
+// delay applies at once. A SYN-ACK always gets the larger of the two
+// delays: it is the first RTT sample of both ends.
 //
 // Timing: due times are met by a timerfd (absolute CLOCK_MONOTONIC, no
 // timer slack) read by a dedicated goroutine, not by Go timers, whose idle
@@ -93,6 +97,10 @@ type DelayLineConfig struct {
 	// Ramp is how fast a consumer's delay may grow: ms of delay per ms
 	// of its traffic (ramp.go); 0 applies a new delay at once.
 	Ramp float64
+	// Follow caps each packet's delay by a model of its sender's srtt
+	// (follow.go) instead of Ramp: the fastest rise that sends no
+	// spurious tail-loss probe. Excludes Ramp.
+	Follow bool
 }
 
 // DelayCounters are one consumer's totals since the delay line started.
@@ -408,13 +416,11 @@ func (d *DelayLine) receive() {
 // limit it appends the packet due soonest instead. d.mu must be held.
 func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
 	dst, port, kind := classifyPacket(p.Payload)
-	if d.cfg.Ramp <= 0 {
-		// Without ramps, one FIFO per consumer and SYN-ACKs as data:
-		// the delay line as measured for the agent's figures (README).
+	perFlow := d.cfg.Ramp > 0 || d.cfg.Follow
+	if !perFlow {
+		// Without ramps, one FIFO per consumer: the delay line as
+		// measured for the agent's figures (README).
 		port = 0
-		if kind == kindSynAck {
-			kind = kindData
-		}
 	}
 	s, ok := d.settings[dst]
 	if d.closing {
@@ -433,9 +439,10 @@ func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
 		delay = max(s.ReadDelay, s.WriteDelay)
 	}
 	flow := netip.AddrPortFrom(dst, port)
-	if d.cfg.Ramp > 0 {
+	var r *flowRamp
+	if perFlow {
 		d.sweepRamps(t)
-		r := d.ramps[flow]
+		r = d.ramps[flow]
 		if r == nil {
 			r = &flowRamp{}
 			if kind == kindSynAck {
@@ -444,32 +451,46 @@ func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
 				// and starting it undelayed lets a throttled writer's new
 				// login dump its queue on the disk (lab: p95 1.6 × the
 				// threshold).
-				r[0], r[1] = ramp{eff: int64(s.ReadDelay), at: t}, ramp{eff: int64(s.WriteDelay), at: t}
+				r.ramp[0], r.ramp[1] = ramp{eff: int64(s.ReadDelay), at: t}, ramp{eff: int64(s.WriteDelay), at: t}
 			}
 			d.ramps[flow] = r
 		}
-		if kind != kindSynAck {
-			delay = time.Duration(r[dir].next(int64(delay), t, d.cfg.Ramp))
+		switch {
+		case kind == kindSynAck:
+		case d.cfg.Follow:
+			delay = min(delay, time.Duration(r.follow[dir].cap(t)))
+		default:
+			delay = time.Duration(r.ramp[dir].next(int64(delay), t, d.cfg.Ramp))
 		}
 	}
-	if delay == 0 && !d.dq.holds(dst) {
-		return append(now, p.ID)
-	}
-	if d.dq.len() >= d.cfg.QueueLimit {
-		if id, a, ok := d.dq.popEarliest(); ok {
-			now = append(now, id)
-			d.counter(a).PassedAtLimit++
-			d.stats.PassedAtLimit++
+	due := t
+	if delay != 0 || d.dq.holds(dst) {
+		if d.dq.len() >= d.cfg.QueueLimit {
+			if id, a, ok := d.dq.popEarliest(); ok {
+				now = append(now, id)
+				d.counter(a).PassedAtLimit++
+				d.stats.PassedAtLimit++
+			}
 		}
+		due = d.dq.push(flow, p.ID, t+int64(delay))
+		c.Packets++
+		c.Bytes += uint64(p.Len())
+		if kind == kindAck {
+			c.Acks++
+		}
+		if d.armed == 0 || due < d.armed {
+			d.arm(due)
+		}
+	} else {
+		now = append(now, p.ID)
 	}
-	due := d.dq.push(flow, p.ID, t+int64(delay))
-	c.Packets++
-	c.Bytes += uint64(p.Len())
-	if kind == kindAck {
-		c.Acks++
-	}
-	if d.armed == 0 || due < d.armed {
-		d.arm(due)
+	if d.cfg.Follow {
+		if kind == kindSynAck {
+			r.follow[0].start(t, due)
+			r.follow[1].start(t, due)
+		} else {
+			r.follow[dir].sent(t, due, kind == kindAck, tcpAckNumber(p.Payload))
+		}
 	}
 	return now
 }

@@ -82,6 +82,32 @@ func classifyPacket(b []byte) (dst netip.Addr, port uint16, kind pktKind) {
 	return dst, port, kindData
 }
 
+// tcpAckNumber is a TCP segment's acknowledgement number, 0 if b is not an
+// unfragmented TCP segment long enough to carry one.
+func tcpAckNumber(b []byte) uint32 {
+	if len(b) < 1 {
+		return 0
+	}
+	var l4 []byte
+	switch b[0] >> 4 {
+	case 4:
+		ihl := int(b[0]&0x0f) * 4
+		if len(b) < 20 || b[9] != 6 || ihl < 20 || len(b) < ihl {
+			return 0
+		}
+		l4 = b[ihl:]
+	case 6:
+		if len(b) < 40 || b[6] != 6 {
+			return 0
+		}
+		l4 = b[40:]
+	}
+	if len(l4) < 12 {
+		return 0
+	}
+	return binary.BigEndian.Uint32(l4[8:])
+}
+
 type heldPkt struct {
 	id  uint32
 	due int64

@@ -37,9 +37,16 @@ func (r *ramp) next(target, t int64, rate float64) int64 {
 	return r.eff
 }
 
-// flowRamp is one flow's ramps: payload (read delay), pure ACKs (write
-// delay).
-type flowRamp [2]ramp
+// flowRamp is one flow's ramp state, per direction: payload (read delay),
+// pure ACKs (write delay). ramp is used with Ramp, follow with Follow.
+type flowRamp struct {
+	ramp   [2]ramp
+	follow [2]follower
+}
+
+func (r *flowRamp) last() int64 {
+	return max(r.ramp[0].at, r.ramp[1].at, r.follow[0].at, r.follow[1].at)
+}
 
 // rampIdle is how long a flow may send nothing before its ramp is
 // forgotten; sweepRamps looks at most once per rampIdle.
@@ -54,7 +61,7 @@ func (d *DelayLine) sweepRamps(t int64) {
 	}
 	d.swept = t
 	for k, r := range d.ramps {
-		if t-max(r[0].at, r[1].at) >= int64(rampIdle) {
+		if t-r.last() >= int64(rampIdle) {
 			delete(d.ramps, k)
 		}
 	}

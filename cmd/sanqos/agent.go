@@ -31,6 +31,8 @@ type backendOptions struct {
 	QueueLimit int
 	// Ramp is the delay line's growth limit (config delay_ramp).
 	Ramp float64
+	// Follow caps delays by the sender's modelled srtt (config delay_follow).
+	Follow bool
 }
 
 func agentCmd() *cobra.Command {
@@ -90,7 +92,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 				for _, w := range cfg.Warnings {
 					log.Warn("config", "warning", w)
 				}
-				bo.Name, bo.Port, bo.Ramp = cfg.Backend, cfg.ISCSIPort, cfg.DelayRamp
+				bo.Name, bo.Port, bo.Ramp, bo.Follow = cfg.Backend, cfg.ISCSIPort, cfg.DelayRamp, cfg.DelayFollow
 				if cfg.Device != "" {
 					bo.Device = cfg.Device
 				}
@@ -116,6 +118,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f.StringVar(&bo.Label, "label", bo.Label, "label of the kernel objects this agent creates")
 	f.StringVar(&bo.Device, "device", "", "interface towards the consumers, for netem and htb (default: the only non-loopback one)")
 	f.Float64Var(&bo.Ramp, "delay-ramp", bo.Ramp, "how fast the delay line lets a connection's delay grow, ms per ms of its traffic; 0: at once (config delay_ramp overrides)")
+	f.BoolVar(&bo.Follow, "delay-follow", bo.Follow, "cap each packet's delay by a model of its sender's srtt: the fastest rise without spurious tail-loss probes (config delay_follow overrides)")
 	f.IntVar(&bo.QueueLimit, "queue-limit", 0, "most packets the delay line holds at once; beyond it the soonest-due leaves early (default 4096)")
 	f.StringVar(&httpAddr, "http", "", "HTTP listener for the dashboard and /metrics (overrides the config's http; \"\" turns it off; without --config, off unless given)")
 	f.BoolVar(&logJSON, "log-json", false, "log JSON instead of logfmt")
@@ -255,11 +258,14 @@ func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 	if o.Ramp < 0 || o.Ramp > 10 || o.Ramp != o.Ramp {
 		return nil, fmt.Errorf("delay-ramp %v: want 0 (new delays at once) to 10 ms per ms", o.Ramp)
 	}
+	if o.Follow && o.Ramp > 0 {
+		return nil, errors.New("delay-follow and delay-ramp exclude each other")
+	}
 	if o.QueueLimit < 0 || o.QueueLimit > 1<<20 {
 		return nil, fmt.Errorf("queue-limit %d: want 0 (default) to %d", o.QueueLimit, 1<<20)
 	}
 	delayLine := func() (throttle.Throttle, error) {
-		return throttle.NewDelayLine(throttle.DelayLineConfig{Port: uint16(o.Port), Chain: o.Chain, Label: o.Label + "-dl", QueueLimit: o.QueueLimit, Ramp: o.Ramp})
+		return throttle.NewDelayLine(throttle.DelayLineConfig{Port: uint16(o.Port), Chain: o.Chain, Label: o.Label + "-dl", QueueLimit: o.QueueLimit, Ramp: o.Ramp, Follow: o.Follow})
 	}
 	device := func() (string, error) {
 		if o.Device != "" {

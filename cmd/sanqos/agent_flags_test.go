@@ -15,6 +15,7 @@ func TestNewBackendRefusesBadOptions(t *testing.T) {
 		{backendOptions{Name: "delayline", Port: 3260, Ramp: -1}, "delay-ramp"},
 		{backendOptions{Name: "delayline", Port: 3260, Ramp: 50}, "delay-ramp"},
 		{backendOptions{Name: "delayline", Port: 3260, Ramp: math.NaN()}, "delay-ramp"},
+		{backendOptions{Name: "delayline", Port: 3260, Ramp: 0.5, Follow: true}, "delay-follow and delay-ramp"},
 		{backendOptions{Name: "delayline", Port: 0}, "iscsi-port"},
 		{backendOptions{Name: "delayline", Port: 3260, QueueLimit: -1}, "queue-limit"},
 	} {
