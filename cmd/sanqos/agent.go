@@ -105,6 +105,11 @@ In the lab, the experiments' agent runs in namespace bm: see
 				if cmd.Flags().Changed("http") {
 					cfg.HTTP = httpAddr
 				}
+			} else if !cmd.Flags().Changed("delay-follow") && bo.Ramp == 0 {
+				// Manual throttles have no control loop waiting for the
+				// delay to bite, so the few round trips the srtt cap
+				// takes cost nothing and save every spurious probe.
+				bo.Follow = true
 			}
 			return runAgent(cfg, cfgPath, bo, socket, httpAddr, cmd.Flags().Changed("http"), log)
 		},
@@ -118,7 +123,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f.StringVar(&bo.Label, "label", bo.Label, "label of the kernel objects this agent creates")
 	f.StringVar(&bo.Device, "device", "", "interface towards the consumers, for netem and htb (default: the only non-loopback one)")
 	f.Float64Var(&bo.Ramp, "delay-ramp", bo.Ramp, "how fast the delay line lets a connection's delay grow, ms per ms of its traffic; 0: at once (config delay_ramp overrides)")
-	f.BoolVar(&bo.Follow, "delay-follow", bo.Follow, "cap each packet's delay by a model of its sender's srtt: the fastest rise without spurious tail-loss probes (config delay_follow overrides)")
+	f.BoolVar(&bo.Follow, "delay-follow", bo.Follow, "cap each packet's delay by a model of its sender's srtt: the fastest rise without spurious tail-loss probes (default on without --config unless --delay-ramp is set; with --config, the config's delay_follow)")
 	f.IntVar(&bo.QueueLimit, "queue-limit", 0, "most packets the delay line holds at once; beyond it the soonest-due leaves early (default 4096)")
 	f.StringVar(&httpAddr, "http", "", "HTTP listener for the dashboard and /metrics (overrides the config's http; \"\" turns it off; without --config, off unless given)")
 	f.BoolVar(&logJSON, "log-json", false, "log JSON instead of logfmt")
