@@ -440,6 +440,10 @@ func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
 	}
 	flow := netip.AddrPortFrom(dst, port)
 	var r *flowRamp
+	var ack uint32 // with Follow
+	if d.cfg.Follow {
+		ack = tcpAckNumber(p.Payload)
+	}
 	if perFlow {
 		d.sweepRamps(t)
 		r = d.ramps[flow]
@@ -458,7 +462,7 @@ func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
 		switch {
 		case kind == kindSynAck:
 		case d.cfg.Follow:
-			delay = min(delay, time.Duration(r.follow[dir].cap(t)))
+			delay = r.follow.limit(kind, delay, t, ack)
 		default:
 			delay = time.Duration(r.ramp[dir].next(int64(delay), t, d.cfg.Ramp))
 		}
@@ -485,12 +489,7 @@ func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
 		now = append(now, p.ID)
 	}
 	if d.cfg.Follow {
-		if kind == kindSynAck {
-			r.follow[0].start(t, due)
-			r.follow[1].start(t, due)
-		} else {
-			r.follow[dir].sent(t, due, kind == kindAck, tcpAckNumber(p.Payload))
-		}
+		r.follow.held(kind, t, due, ack)
 	}
 	return now
 }

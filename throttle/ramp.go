@@ -37,15 +37,15 @@ func (r *ramp) next(target, t int64, rate float64) int64 {
 	return r.eff
 }
 
-// flowRamp is one flow's ramp state, per direction: payload (read delay),
-// pure ACKs (write delay). ramp is used with Ramp, follow with Follow.
+// flowRamp is one flow's ramp state: per direction (payload: read delay,
+// pure ACKs: write delay) with Ramp, both ends' srtt models with Follow.
 type flowRamp struct {
 	ramp   [2]ramp
-	follow [2]follower
+	follow follow
 }
 
 func (r *flowRamp) last() int64 {
-	return max(r.ramp[0].at, r.ramp[1].at, r.follow[0].at, r.follow[1].at)
+	return max(r.ramp[0].at, r.ramp[1].at, r.follow.last())
 }
 
 // rampIdle is how long a flow may send nothing before its ramp is
