@@ -35,6 +35,29 @@ type backendOptions struct {
 	Follow bool
 }
 
+// resolve returns the options in effect: a config's backend settings
+// override the flags; without one, the delay line follows each sender's
+// srtt unless --delay-follow or --delay-ramp says otherwise, because
+// manual throttles have no control loop waiting for the delay to bite, so
+// the few round trips the srtt cap takes cost nothing and save every
+// spurious probe.
+func (o backendOptions) resolve(cfg *config.Config, followFlagSet bool) backendOptions {
+	if cfg == nil {
+		if !followFlagSet && o.Ramp == 0 {
+			o.Follow = true
+		}
+		return o
+	}
+	o.Name, o.Port, o.Ramp, o.Follow = cfg.Backend, cfg.ISCSIPort, cfg.DelayRamp, cfg.DelayFollow
+	if cfg.Device != "" {
+		o.Device = cfg.Device
+	}
+	if cfg.Mode == "bridge" {
+		o.Chain = "FORWARD"
+	}
+	return o
+}
+
 func agentCmd() *cobra.Command {
 	socket := agent.DefaultSocket
 	bo := backendOptions{Name: "auto", Port: 3260, Chain: "OUTPUT", Label: "sanqos", Ramp: config.Defaults().DelayRamp}
@@ -92,25 +115,14 @@ In the lab, the experiments' agent runs in namespace bm: see
 				for _, w := range cfg.Warnings {
 					log.Warn("config", "warning", w)
 				}
-				bo.Name, bo.Port, bo.Ramp, bo.Follow = cfg.Backend, cfg.ISCSIPort, cfg.DelayRamp, cfg.DelayFollow
-				if cfg.Device != "" {
-					bo.Device = cfg.Device
-				}
-				if cfg.Mode == "bridge" {
-					bo.Chain = "FORWARD"
-				}
 				if !cmd.Flags().Changed("socket") {
 					socket = cfg.Socket
 				}
 				if cmd.Flags().Changed("http") {
 					cfg.HTTP = httpAddr
 				}
-			} else if !cmd.Flags().Changed("delay-follow") && bo.Ramp == 0 {
-				// Manual throttles have no control loop waiting for the
-				// delay to bite, so the few round trips the srtt cap
-				// takes cost nothing and save every spurious probe.
-				bo.Follow = true
 			}
+			bo = bo.resolve(cfg, cmd.Flags().Changed("delay-follow"))
 			return runAgent(cfg, cfgPath, bo, socket, httpAddr, cmd.Flags().Changed("http"), log)
 		},
 	}

@@ -4,6 +4,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/sanqos/sanqos/config"
 )
 
 // Bad backend options are refused before anything touches the kernel.
@@ -21,6 +23,43 @@ func TestNewBackendRefusesBadOptions(t *testing.T) {
 	} {
 		if _, err := newBackend(c.o, nil); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: err %v, want one naming %s", c.o, err, c.want)
+		}
+	}
+}
+
+// The config decides the backend; without one the delay line follows each
+// sender's srtt unless a flag says otherwise.
+func TestBackendOptionsResolve(t *testing.T) {
+	def := backendOptions{Name: "auto", Port: 3260, Chain: "OUTPUT"}
+	withFollow := func(on bool) *config.Config {
+		c := config.Defaults()
+		c.DelayFollow = on
+		return &c
+	}
+	bridge := config.Defaults()
+	bridge.Mode, bridge.Backend, bridge.Device = "bridge", "delayline", "br0"
+	for _, c := range []struct {
+		name    string
+		o       backendOptions
+		cfg     *config.Config
+		flagSet bool
+		follow  bool
+		ramp    float64
+		chain   string
+		backend string
+		device  string
+	}{
+		{name: "manual: follows", o: def, follow: true, chain: "OUTPUT", backend: "auto"},
+		{name: "manual, --delay-follow=false", o: def, flagSet: true, chain: "OUTPUT", backend: "auto"},
+		{name: "manual, --delay-ramp", o: backendOptions{Name: "auto", Chain: "OUTPUT", Ramp: 0.5}, ramp: 0.5, chain: "OUTPUT", backend: "auto"},
+		{name: "config: its delay_follow (off)", o: def, cfg: withFollow(false), chain: "OUTPUT", backend: "auto"},
+		{name: "config: its delay_follow (on)", o: def, cfg: withFollow(true), follow: true, chain: "OUTPUT", backend: "auto"},
+		{name: "config overrides the flag", o: backendOptions{Name: "htb", Follow: true, Chain: "OUTPUT"}, cfg: withFollow(false), chain: "OUTPUT", backend: "auto"},
+		{name: "bridge mode", o: def, cfg: &bridge, chain: "FORWARD", backend: "delayline", device: "br0"},
+	} {
+		got := c.o.resolve(c.cfg, c.flagSet)
+		if got.Follow != c.follow || got.Ramp != c.ramp || got.Chain != c.chain || got.Name != c.backend || got.Device != c.device {
+			t.Errorf("%s: %+v", c.name, got)
 		}
 	}
 }
