@@ -164,6 +164,10 @@ type SweepPoint struct {
 	MBs       float64   `json:"mb_s"`
 	Stderr    float64   `json:"stderr"`
 	Repeats   []float64 `json:"repeats"`
+	// TCP counts the target's and b2's TCP events during this point's
+	// steps, each from the change into it (delay-sweep only): it tells a
+	// probe the delay caused from one the lab makes unthrottled.
+	TCP *TCPCounters `json:"tcp,omitempty"`
 }
 
 // SweepSummary is summary.json of delay-sweep.
@@ -182,6 +186,10 @@ type SweepSummary struct {
 	RatioAtMax map[string]float64 `json:"ratio_max_delay_vs_0"`
 	Retrans    uint64             `json:"retransmits"`
 	TCP        TCPCounters        `json:"tcp"`
+	// LeadTCP is the target's and b2's count over each direction's
+	// undelayed lead (login and first seconds, delay-sweep only): what
+	// the lab does unthrottled, beside the points' own counts.
+	LeadTCP TCPCounters `json:"tcp_unthrottled_lead"`
 }
 
 // SweepDelays are the thesis' delays: 0, then 0.6 to 9.6 ms in 1 ms steps.
@@ -287,6 +295,8 @@ func runDelaySweepSession(r *Runner) (any, error) {
 		length := lead + time.Duration(n*reps)*step
 		p := &Phase{Name: dir, Label: dir + " sweep", Length: length + time.Second, From: 0, To: length,
 			Jobs: []Job{{Name: "sweep", Host: "b2", URL: r.LUN("b2").URL, RW: dir, BS: 64 << 10, Runtime: length}}}
+		// Counters at each change, so each step's TCP events are known.
+		marks := make([]TCPCounters, 0, n*reps+1)
 		for k := 0; k < n*reps; k++ {
 			d := SweepDelays[k%n]
 			set := throttle.Setting{ReadDelay: d}
@@ -294,12 +304,23 @@ func runDelaySweepSession(r *Runner) (any, error) {
 				set = throttle.Setting{WriteDelay: d}
 			}
 			p.Events = append(p.Events, Event{At: lead + time.Duration(k)*step, Name: d.String(), Do: func() error {
+				marks = append(marks, sweepTCP())
 				return a.Set(map[netip.Addr]throttle.Setting{b2: set})
 			}})
 		}
+		// The lead runs undelayed (the read sweep ends at 9.6 ms): its
+		// login and first seconds are the unthrottled control.
+		if err := a.Clear(); err != nil {
+			return nil, err
+		}
+		lead0 := sweepTCP()
 		res, err := r.Run(p, 0)
 		if err != nil {
 			return nil, err
+		}
+		marks = append(marks, sweepTCP())
+		if len(marks) > 1 {
+			sum.LeadTCP = sum.LeadTCP.Add(marks[0].Sub(lead0))
 		}
 		all = append(all, res)
 		f := readMBs
@@ -322,6 +343,7 @@ func runDelaySweepSession(r *Runner) (any, error) {
 			}
 			m, se := report.MeanStderr(pt.Repeats)
 			pt.MBs, pt.Stderr = round(m, 3), round(se, 3)
+			pt.TCP = pointTCP(marks, n, reps, i)
 			sum.Points = append(sum.Points, pt)
 			bars = append(bars, report.Bar{Label: fmt.Sprintf("%.1f", pt.DelayMs), Value: pt.MBs, Err: pt.Stderr})
 			if i == 0 {
@@ -346,6 +368,31 @@ func runDelaySweepSession(r *Runner) (any, error) {
 	sum.TCP = sumTCP(all)
 	sum.Retrans = sum.TCP.RetransSegs
 	return sum, a.Clear()
+}
+
+// pointTCP sums the counts of delay i's steps, given the counters at each
+// of the n·reps changes and at the end; nil if an event did not run.
+func pointTCP(marks []TCPCounters, n, reps, i int) *TCPCounters {
+	if len(marks) != n*reps+1 {
+		return nil
+	}
+	var c TCPCounters
+	for rep := 0; rep < reps; rep++ {
+		k := rep*n + i
+		c = c.Add(marks[k+1].Sub(marks[k]))
+	}
+	return &c
+}
+
+// sweepTCP sums the counters of the two ends of the swept session.
+func sweepTCP() TCPCounters {
+	var c TCPCounters
+	for _, ns := range []string{TargetNS, "b2"} {
+		if v, err := ReadTCPCounters(ns); err == nil {
+			c = c.Add(v)
+		}
+	}
+	return c
 }
 
 // timePlot draws what thesis Figs 5.5/5.6 draw: the time to move 200 MB
