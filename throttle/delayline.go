@@ -390,7 +390,13 @@ func (d *DelayLine) receive() {
 		if len(pkts) > 0 {
 			t := d.mono()
 			d.mu.Lock()
-			now = now[:0]
+			// Held packets already due leave with this batch's verdicts:
+			// under steady traffic most releases then ride on a receive
+			// instead of a timer wake-up of their own. Popped first, so a
+			// consumer whose last held packet leaves here holds nothing
+			// when its new packets are classified, and they follow it in
+			// the same sendmsg.
+			now = d.dq.popDue(t, now[:0], d.late)
 			for i := range pkts {
 				now = d.hold(&pkts[i], t, now)
 			}
