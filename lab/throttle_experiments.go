@@ -166,8 +166,12 @@ type SweepPoint struct {
 	Repeats   []float64 `json:"repeats"`
 	// TCP counts the target's and b2's TCP events during this point's
 	// steps, each from the change into it (delay-sweep only): it tells a
-	// probe the delay caused from one the lab makes unthrottled.
-	TCP *TCPCounters `json:"tcp,omitempty"`
+	// probe the delay caused from one the lab makes unthrottled. By sender:
+	// the target (the reads' data) and b2 (the writes' data, whose ACKs a
+	// write delay holds).
+	TCP          *TCPCounters `json:"tcp,omitempty"`
+	TCPTarget    *TCPCounters `json:"tcp_target,omitempty"`
+	TCPInitiator *TCPCounters `json:"tcp_initiator,omitempty"`
 }
 
 // SweepSummary is summary.json of delay-sweep.
@@ -296,7 +300,7 @@ func runDelaySweepSession(r *Runner) (any, error) {
 		p := &Phase{Name: dir, Label: dir + " sweep", Length: length + time.Second, From: 0, To: length,
 			Jobs: []Job{{Name: "sweep", Host: "b2", URL: r.LUN("b2").URL, RW: dir, BS: 64 << 10, Runtime: length}}}
 		// Counters at each change, so each step's TCP events are known.
-		marks := make([]TCPCounters, 0, n*reps+1)
+		var marksT, marksI []TCPCounters // target, initiator
 		for k := 0; k < n*reps; k++ {
 			d := SweepDelays[k%n]
 			set := throttle.Setting{ReadDelay: d}
@@ -304,7 +308,7 @@ func runDelaySweepSession(r *Runner) (any, error) {
 				set = throttle.Setting{WriteDelay: d}
 			}
 			p.Events = append(p.Events, Event{At: lead + time.Duration(k)*step, Name: d.String(), Do: func() error {
-				marks = append(marks, sweepTCP())
+				marksT, marksI = appendSweepTCP(marksT, marksI)
 				return a.Set(map[netip.Addr]throttle.Setting{b2: set})
 			}})
 		}
@@ -313,14 +317,14 @@ func runDelaySweepSession(r *Runner) (any, error) {
 		if err := a.Clear(); err != nil {
 			return nil, err
 		}
-		lead0 := sweepTCP()
+		lead0T, lead0I := appendSweepTCP(nil, nil)
 		res, err := r.Run(p, 0)
 		if err != nil {
 			return nil, err
 		}
-		marks = append(marks, sweepTCP())
-		if len(marks) > 1 {
-			sum.LeadTCP = sum.LeadTCP.Add(marks[0].Sub(lead0))
+		marksT, marksI = appendSweepTCP(marksT, marksI)
+		if len(marksT) > 1 {
+			sum.LeadTCP = sum.LeadTCP.Add(marksT[0].Sub(lead0T[0])).Add(marksI[0].Sub(lead0I[0]))
 		}
 		all = append(all, res)
 		f := readMBs
@@ -343,7 +347,11 @@ func runDelaySweepSession(r *Runner) (any, error) {
 			}
 			m, se := report.MeanStderr(pt.Repeats)
 			pt.MBs, pt.Stderr = round(m, 3), round(se, 3)
-			pt.TCP = pointTCP(marks, n, reps, i)
+			pt.TCPTarget, pt.TCPInitiator = pointTCP(marksT, n, reps, i), pointTCP(marksI, n, reps, i)
+			if pt.TCPTarget != nil && pt.TCPInitiator != nil {
+				c := pt.TCPTarget.Add(*pt.TCPInitiator)
+				pt.TCP = &c
+			}
 			sum.Points = append(sum.Points, pt)
 			bars = append(bars, report.Bar{Label: fmt.Sprintf("%.1f", pt.DelayMs), Value: pt.MBs, Err: pt.Stderr})
 			if i == 0 {
@@ -384,15 +392,11 @@ func pointTCP(marks []TCPCounters, n, reps, i int) *TCPCounters {
 	return &c
 }
 
-// sweepTCP sums the counters of the two ends of the swept session.
-func sweepTCP() TCPCounters {
-	var c TCPCounters
-	for _, ns := range []string{TargetNS, "b2"} {
-		if v, err := ReadTCPCounters(ns); err == nil {
-			c = c.Add(v)
-		}
-	}
-	return c
+// appendSweepTCP appends the counters of the swept session's two ends.
+func appendSweepTCP(target, initiator []TCPCounters) ([]TCPCounters, []TCPCounters) {
+	t, _ := ReadTCPCounters(TargetNS)
+	i, _ := ReadTCPCounters("b2")
+	return append(target, t), append(initiator, i)
 }
 
 // timePlot draws what thesis Figs 5.5/5.6 draw: the time to move 200 MB
