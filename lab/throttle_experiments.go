@@ -308,7 +308,11 @@ func runDelaySweepSession(r *Runner) (any, error) {
 				set = throttle.Setting{WriteDelay: d}
 			}
 			p.Events = append(p.Events, Event{At: lead + time.Duration(k)*step, Name: d.String(), Do: func() error {
-				marksT, marksI = appendSweepTCP(marksT, marksI)
+				t, i, err := readSweepTCP()
+				if err != nil {
+					return err
+				}
+				marksT, marksI = append(marksT, t), append(marksI, i)
 				return a.Set(map[netip.Addr]throttle.Setting{b2: set})
 			}})
 		}
@@ -317,14 +321,21 @@ func runDelaySweepSession(r *Runner) (any, error) {
 		if err := a.Clear(); err != nil {
 			return nil, err
 		}
-		lead0T, lead0I := appendSweepTCP(nil, nil)
+		lead0T, lead0I, err := readSweepTCP()
+		if err != nil {
+			return nil, err
+		}
 		res, err := r.Run(p, 0)
 		if err != nil {
 			return nil, err
 		}
-		marksT, marksI = appendSweepTCP(marksT, marksI)
+		endT, endI, err := readSweepTCP()
+		if err != nil {
+			return nil, err
+		}
+		marksT, marksI = append(marksT, endT), append(marksI, endI)
 		if len(marksT) > 1 {
-			sum.LeadTCP = sum.LeadTCP.Add(marksT[0].Sub(lead0T[0])).Add(marksI[0].Sub(lead0I[0]))
+			sum.LeadTCP = sum.LeadTCP.Add(marksT[0].Sub(lead0T)).Add(marksI[0].Sub(lead0I))
 		}
 		all = append(all, res)
 		f := readMBs
@@ -392,11 +403,15 @@ func pointTCP(marks []TCPCounters, n, reps, i int) *TCPCounters {
 	return &c
 }
 
-// appendSweepTCP appends the counters of the swept session's two ends.
-func appendSweepTCP(target, initiator []TCPCounters) ([]TCPCounters, []TCPCounters) {
-	t, _ := ReadTCPCounters(TargetNS)
-	i, _ := ReadTCPCounters("b2")
-	return append(target, t), append(initiator, i)
+// readSweepTCP reads the counters of the swept session's two ends. An
+// error ends the sweep: a zero reading would turn the next difference
+// into a wrapped uint64, not a count.
+func readSweepTCP() (target, initiator TCPCounters, err error) {
+	if target, err = ReadTCPCounters(TargetNS); err != nil {
+		return target, initiator, err
+	}
+	initiator, err = ReadTCPCounters("b2")
+	return target, initiator, err
 }
 
 // timePlot draws what thesis Figs 5.5/5.6 draw: the time to move 200 MB

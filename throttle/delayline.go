@@ -60,7 +60,7 @@ type DelayLine struct {
 	cfg  DelayLineConfig
 	cls  *Classifier
 	q    *nfqueue.Conn
-	tfd  int       // the timerfd, for settime
+	tfd  int       // the timerfd, for settime (tf.Fd() would make it blocking)
 	tf   *os.File  // the same fd in Go's netpoller, for waiting
 	base time.Time // monotonic reference for mono()
 	mon0 int64     // CLOCK_MONOTONIC at base
