@@ -63,9 +63,11 @@ type ClassifierConfig struct {
 type Class struct {
 	// Name distinguishes the class in set names ([A-Za-z0-9_-], at most 8).
 	Name string
-	// Match are extra iptables match arguments after the set match, e.g.
-	// a length match to pick pure ACKs. May be empty.
-	Match []string
+	// Match are alternative extra iptables match arguments after the set
+	// match, per family (4, 6): one rule each, all jumping to Target, so a
+	// packet matching any of them is the class's. A family without
+	// entries gets one rule that matches every packet to the set.
+	Match map[int][][]string
 	// Target is the jump target and its options, e.g. {"NFQUEUE",
 	// "--queue-num", "0", "--queue-bypass"} or {"MARK", "--set-mark", "3"}.
 	// The same arguments are used for both families.
@@ -169,15 +171,21 @@ func (c *Classifier) install() error {
 			if err := c.createSet(set, fam); err != nil {
 				return fmt.Errorf("classifier: create ipset %s: %w", set, err)
 			}
-			spec := []string{"-p", "tcp", "--sport", strconv.Itoa(int(c.cfg.Port)),
-				"-m", "set", "--match-set", set, "dst"}
-			spec = append(spec, cl.Match...)
-			spec = append(spec, "-m", "comment", "--comment", c.cfg.Label, "-j")
-			spec = append(spec, cl.Target...)
-			if err := c.ipt[fam/6].Insert(c.cfg.Table, c.cfg.Chain, 1, spec...); err != nil {
-				return fmt.Errorf("classifier: insert rule in %s/%s: %w", c.cfg.Table, c.cfg.Chain, err)
+			alts := cl.Match[fam]
+			if len(alts) == 0 {
+				alts = [][]string{nil}
 			}
-			c.rules = append(c.rules, installedRule{fam, spec})
+			for _, m := range alts {
+				spec := []string{"-p", "tcp", "--sport", strconv.Itoa(int(c.cfg.Port)),
+					"-m", "set", "--match-set", set, "dst"}
+				spec = append(spec, m...)
+				spec = append(spec, "-m", "comment", "--comment", c.cfg.Label, "-j")
+				spec = append(spec, cl.Target...)
+				if err := c.ipt[fam/6].Insert(c.cfg.Table, c.cfg.Chain, 1, spec...); err != nil {
+					return fmt.Errorf("classifier: insert rule in %s/%s: %w", c.cfg.Table, c.cfg.Chain, err)
+				}
+				c.rules = append(c.rules, installedRule{fam, spec})
+			}
 		}
 	}
 	return nil
@@ -354,10 +362,17 @@ func CleanupClassifier(label string) error {
 				}
 				for _, r := range rules {
 					f := strings.Fields(r)
-					// -S output: "-A CHAIN spec...". The label has no
-					// spaces or quotes, so splitting on spaces is exact.
+					// -S output: "-A CHAIN spec...". No argument of ours
+					// has spaces, so splitting on spaces is exact, but -S
+					// quotes some (u32 expressions): iptables wants them
+					// bare.
 					if len(f) < 3 || f[0] != "-A" || !hasComment(f, label) {
 						continue
+					}
+					for i, a := range f {
+						if len(a) >= 2 && a[0] == '"' && a[len(a)-1] == '"' {
+							f[i] = a[1 : len(a)-1]
+						}
 					}
 					if err := ipt.Delete(table, chain, f[2:]...); err != nil {
 						errs = append(errs, fmt.Errorf("delete %s/%s %q: %w", table, chain, r, err))

@@ -9,7 +9,9 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sanqos/sanqos/nfqueue"
 	"golang.org/x/sys/unix"
@@ -19,8 +21,12 @@ import (
 // family, from a Classifier) sends packets from the storage port to the
 // throttled consumers into an NFQUEUE; the delay line holds each one for its
 // consumer's delay, counted from when it reached us, then accepts it
-// unchanged. Pure ACKs get the write delay (the consumer's send window opens
-// later, so its writes slow down), everything else the read delay.
+// unchanged. With WriteOnReplies (default) the rules leave pure ACKs out
+// of the queue, and every segment with payload gets the larger of the
+// consumer's read and write delays: a writer's R2Ts and status wait, its
+// data is acknowledged on time. With WriteOnACKs (the thesis) pure ACKs
+// get the write delay (the consumer's send window opens later), everything
+// else the read delay.
 //
 // Ordering: each flow's packets (consumer address and port) wait in one
 // FIFO and leave from its head, so no packet overtakes an earlier one of
@@ -35,9 +41,18 @@ import (
 // delay applies at once. A SYN-ACK always gets the larger of the two
 // delays: it is the first RTT sample of both ends.
 //
-// Timing: due times are met by a timerfd (absolute CLOCK_MONOTONIC, no
-// timer slack) read by a dedicated goroutine, not by Go timers, whose idle
-// wake-ups are rounded to 1 ms by epoll_wait on Linux.
+// Timing and cost: one goroutine does all the packet work. It waits in
+// Go's netpoller on an epoll set holding the queue's socket and a timerfd
+// armed for the next due packet (absolute CLOCK_MONOTONIC, no timer slack;
+// Go timers round sub-ms waits up to 1 ms), then, without blocking again,
+// releases what is due, reads what arrived and sends every verdict in one
+// write. Those calls are raw system calls: the runtime's bookkeeping for
+// calls that may block woke its sysmon thread on every packet. In the lab,
+// against the earlier design (a goroutine each for receiving and releasing,
+// mdlayher/netlink's per-call watcher goroutines), a held packet went from
+// ~250 µs of agent CPU to ~120 µs, a fifth of which is the receiving
+// namespace's network stack that veth runs in our context (README, "Agent
+// CPU").
 //
 // Bounded memory: at most QueueLimit packets are held (the kernel keeps the
 // packets, we keep 16 bytes each). A packet arriving at the limit is held
@@ -60,8 +75,10 @@ type DelayLine struct {
 	cfg  DelayLineConfig
 	cls  *Classifier
 	q    *nfqueue.Conn
-	tfd  int       // the timerfd, for settime (tf.Fd() would make it blocking)
-	tf   *os.File  // the same fd in Go's netpoller, for waiting
+	qfd  int       // q's socket, read by run, written under mu
+	tfd  int       // timerfd for the next due time (absolute, no slack)
+	epfd int       // epoll set of qfd and tfd
+	ep   *os.File  // epoll set of qfd and tfd, waited on in Go's netpoller
 	base time.Time // monotonic reference for mono()
 	mon0 int64     // CLOCK_MONOTONIC at base
 
@@ -74,14 +91,14 @@ type DelayLine struct {
 	swept    int64                        // when ramps were last swept of idle flows
 	counters map[netip.Addr]*DelayCounters
 	stats    DelayLineStats
-	armed    int64 // due time the timerfd is armed for, 0 if none pending
 	closing  bool
-	stopped  bool
 	scratch  []uint32
+	vbuf     []byte      // verdict messages, reused
 	late     func(int64) // test/benchmark hook: lateness of each release
 
-	recvDone  chan struct{}
-	schedDone chan struct{}
+	// drainBy bounds the drain on Close, should the barrier's ack be lost.
+	drainBy atomic.Int64
+	done    chan struct{}
 }
 
 // DelayLineConfig configures a DelayLine. Zero values take the defaults.
@@ -103,6 +120,8 @@ type DelayLineConfig struct {
 	// (follow.go) instead of Ramp: the fastest rise that sends no
 	// spurious tail-loss probe. Excludes Ramp.
 	Follow bool
+	// WriteOn says which packets carry the write delay (replies).
+	WriteOn WriteOn
 }
 
 // DelayCounters are one consumer's totals since the delay line started.
@@ -167,37 +186,38 @@ func NewDelayLine(cfg DelayLineConfig) (*DelayLine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("delayline: %w", err)
 	}
-	// Non-blocking, so the scheduler goroutine waits in Go's netpoller
-	// (epoll) rather than in a read(2) that pins a thread: a goroutine
-	// blocked in a syscall keeps the runtime's sysmon waking every 20 µs
-	// to take its P back, which was a quarter of the delay line's CPU
-	// (perf, autonomic at 15 ms).
-	tfd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC|unix.TFD_NONBLOCK)
+	qfd, err := q.FD()
 	if err != nil {
 		q.Close()
-		return nil, fmt.Errorf("delayline: timerfd: %w", err)
+		return nil, fmt.Errorf("delayline: %w", err)
+	}
+	// A timerfd (no timer slack) for due times, in one epoll set with the
+	// socket, so one goroutine waits for both in the netpoller.
+	tfd, epfd, ep, err := pollSet(qfd)
+	if err != nil {
+		q.Close()
+		return nil, fmt.Errorf("delayline: %w", err)
 	}
 	d := &DelayLine{
-		cfg: cfg, q: q, tfd: tfd, tf: os.NewFile(uintptr(tfd), "delayline-timerfd"),
-		dq:        newDelayQueue(),
-		settings:  map[netip.Addr]Setting{},
-		ramps:     map[netip.AddrPort]*flowRamp{},
-		counters:  map[netip.Addr]*DelayCounters{},
-		recvDone:  make(chan struct{}),
-		schedDone: make(chan struct{}),
+		cfg: cfg, q: q, qfd: qfd, tfd: tfd, epfd: epfd, ep: ep,
+		dq:       newDelayQueue(),
+		settings: map[netip.Addr]Setting{},
+		ramps:    map[netip.AddrPort]*flowRamp{},
+		counters: map[netip.Addr]*DelayCounters{},
+		done:     make(chan struct{}),
 	}
 	var ts unix.Timespec
 	d.base = time.Now()
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	d.mon0 = ts.Nano()
-	go d.receive()
-	go d.schedule()
+	go d.run(ep)
 	d.cls, err = NewClassifier(ClassifierConfig{
 		Label: cfg.Label,
 		Chain: cfg.Chain,
 		Port:  cfg.Port,
 		Classes: []Class{{
 			Name:   delayLineClass,
+			Match:  queuedMatch(cfg.WriteOn),
 			Target: []string{"NFQUEUE", "--queue-num", strconv.Itoa(int(cfg.Queue)), "--queue-bypass"},
 		}},
 	})
@@ -206,6 +226,30 @@ func NewDelayLine(cfg DelayLineConfig) (*DelayLine, error) {
 		return nil, fmt.Errorf("delayline: %w", err)
 	}
 	return d, nil
+}
+
+// queuedMatch is what the queue's rules take besides the consumer set:
+// with WriteOnACKs every packet; with WriteOnReplies every packet but the
+// pure ACKs, which nothing delays then and which would only cost a trip
+// through userspace each (they are most of a writer's packets). u32 reads
+// fail past the end of the packet, so "a 4-byte read at IHL·4 + doff·4"
+// means "at least 4 bytes of payload"; header lengths are multiples of 4,
+// so a total length that is not has 1–3. SYN, FIN and RST are queued too,
+// to stay in order with the data of their connection. IPv6 assumes no
+// extension headers (the userspace classifier treats those as data).
+func queuedMatch(w WriteOn) map[int][][]string {
+	if w == WriteOnACKs {
+		return nil
+	}
+	ctl := []string{"-m", "tcp", "!", "--tcp-flags", "SYN,FIN,RST", "NONE"}
+	return map[int][][]string{
+		4: {ctl,
+			{"-m", "u32", "--u32", "0>>22&0x3C@12>>26&0x3C@0=0:4294967295"},
+			{"-m", "u32", "--u32", "0&0x3=1:3"}},
+		6: {ctl,
+			{"-m", "u32", "--u32", "52>>26&0x3C@40=0:4294967295"},
+			{"-m", "u32", "--u32", "4>>16&0x3=1:3"}},
+	}
 }
 
 // CleanupDelayLine removes the rules and sets a crashed delay line with this
@@ -334,7 +378,7 @@ func (d *DelayLine) Close() error {
 	return errors.Join(err, d.shutdown())
 }
 
-// shutdown drains the socket up to a barrier and stops both goroutines.
+// shutdown drains the socket up to a barrier and stops the loop.
 func (d *DelayLine) shutdown() error {
 	d.mu.Lock()
 	d.closing = true
@@ -342,21 +386,23 @@ func (d *DelayLine) shutdown() error {
 	var errs []error
 	// With the rules gone nothing new is queued; everything queued
 	// before is in our socket ahead of the barrier's ack.
+	d.drainBy.Store(d.mono() + int64(2*time.Second))
 	if err := d.q.Sync(); err != nil {
 		errs = append(errs, fmt.Errorf("delayline: drain barrier: %w", err))
+		d.drainBy.Store(d.mono()) // nothing to wait for: end at the next wake
 	}
-	// Safety net should the ack be lost (it needs room in our socket).
-	d.q.SetReadDeadline(time.Now().Add(2 * time.Second))
-	<-d.recvDone
-	d.mu.Lock()
-	d.stopped = true
-	d.arm(1) // in the past: wakes the scheduler at once
-	d.mu.Unlock()
-	<-d.schedDone
-	d.tf.Close()
+	// The loop ends on the barrier's ack, or at drainBy by the timer.
+	_ = rawTimerfdSet(d.tfd, d.drainBy.Load())
+	select {
+	case <-d.done:
+	case <-time.After(3 * time.Second):
+		errs = append(errs, errors.New("delayline: drain did not end; closing the queue"))
+	}
 	if err := d.q.Close(); err != nil {
 		errs = append(errs, err)
 	}
+	unix.Close(d.tfd)
+	d.ep.Close()
 	return errors.Join(errs...)
 }
 
@@ -365,64 +411,139 @@ func (d *DelayLine) accept(ids []uint32) {
 	if len(ids) == 0 {
 		return
 	}
-	if err := d.q.SetVerdicts(ids, nfqueue.Accept); err != nil {
+	var err error
+	if d.vbuf, err = d.q.WriteVerdicts(d.qfd, d.vbuf, ids, nfqueue.Accept); err != nil {
 		d.stats.Errors++
 	}
 }
 
-// arm sets the timerfd to fire at due; d.mu must be held.
-func (d *DelayLine) arm(due int64) {
-	if due < 1 {
-		due = 1 // zero would disarm
+// run is the delay line's only packet-handling goroutine: wait for a
+// packet or the next due time, release what is due, hold what came.
+func (d *DelayLine) run(ep *os.File) {
+	defer close(d.done)
+	rc, err := ep.SyscallConn()
+	if err != nil {
+		panic(err) // an *os.File from os.NewFile always has one
 	}
-	d.armed = due
-	its := unix.ItimerSpec{Value: unix.NsecToTimespec(due)}
-	if err := unix.TimerfdSettime(d.tfd, unix.TFD_TIMER_ABSTIME, &its, nil); err != nil {
-		d.stats.Errors++
-	}
-}
-
-func (d *DelayLine) receive() {
-	defer close(d.recvDone)
-	var now []uint32
-	for {
-		pkts, err := d.q.Receive()
-		if len(pkts) > 0 {
+	evs := make([]unix.EpollEvent, 4)
+	buf := make([]byte, 64<<10)
+	var pkts []nfqueue.Packet
+	var out []uint32
+	var armed int64 // due time the timerfd is set for, 0 if none
+	var tbuf [8]byte
+	// The callback runs until the end: returning false parks this
+	// goroutine in the netpoller until our epoll set has an event again.
+	// Edge-triggered there, so each pass empties the set first.
+	rc.Read(func(uintptr) bool {
+		for {
+			n, err := rawEpollWait(d.epfd, evs)
+			if err == unix.EINTR {
+				continue
+			}
+			if n <= 0 {
+				return false
+			}
+			synced := false
 			t := d.mono()
 			d.mu.Lock()
-			// Held packets already due leave with this batch's verdicts:
-			// under steady traffic most releases then ride on a receive
-			// instead of a timer wake-up of their own. Popped first, so a
-			// consumer whose last held packet leaves here holds nothing
-			// when its new packets are classified, and they follow it in
-			// the same sendmsg.
-			now = d.dq.popDue(t, now[:0], d.late)
-			for i := range pkts {
-				now = d.hold(&pkts[i], t, now)
+			// Due packets first, then arrivals: a consumer whose last
+			// held packet leaves now holds nothing when its new packets
+			// are classified, and they follow it in the same write.
+			out = d.dq.popDue(t, out[:0], d.late)
+			for _, ev := range evs[:n] {
+				if int(ev.Fd) == d.tfd {
+					rawRead(d.tfd, tbuf[:]) // EAGAIN after a re-arm: fine
+					armed = 0
+					continue
+				}
+				for {
+					pkts, err = d.q.ReadPackets(d.qfd, buf, pkts[:0])
+					for j := range pkts {
+						out = d.hold(&pkts[j], t, out)
+					}
+					// Payloads point into buf: used up before the next read.
+					if err == nfqueue.ErrSynced {
+						synced = true
+					}
+					if err != nil {
+						if err != unix.EAGAIN && !synced {
+							d.stats.Errors++
+						}
+						break
+					}
+				}
 			}
-			// Sent under d.mu, so the scheduler cannot release an
-			// earlier packet of the same consumer after these.
-			d.accept(now)
+			d.accept(out)
+			by := d.drainBy.Load()
+			if synced || by != 0 && t >= by {
+				// Whatever is still held (a drain cut short) leaves now:
+				// the kernel drops what is queued when the socket closes.
+				d.accept(d.dq.drainAll(out[:0]))
+				d.mu.Unlock()
+				return true
+			}
+			next, ok := d.dq.next()
+			if by != 0 && (!ok || by < next) {
+				next, ok = by, true
+			}
 			d.mu.Unlock()
-		}
-		if err == nfqueue.ErrSynced {
-			return
-		}
-		if err != nil {
-			if nfqueue.IsClosed(err) {
-				return
+			if ok && next != armed && rawTimerfdSet(d.tfd, next) == nil {
+				armed = next
 			}
-			d.mu.Lock()
-			closing := d.closing
-			if !nfqueue.IsTimeout(err) {
-				d.stats.Errors++
-			}
-			d.mu.Unlock()
-			if closing && nfqueue.IsTimeout(err) {
-				return // the barrier failed; a deadline ended the drain
+		}
+	})
+}
+
+// pollSet makes the timerfd and an epoll set of it and the queue's
+// socket; the set goes into Go's netpoller as ep.
+func pollSet(qfd int) (tfd, epfd int, ep *os.File, err error) {
+	if tfd, err = unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC|unix.TFD_NONBLOCK); err != nil {
+		return -1, -1, nil, fmt.Errorf("timerfd: %w", err)
+	}
+	if epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err == nil {
+		for _, fd := range []int{qfd, tfd} {
+			if err = unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+				break
 			}
 		}
 	}
+	if err == nil {
+		// Non-blocking, so os.NewFile registers it with the netpoller.
+		err = unix.SetNonblock(epfd, true)
+	}
+	if err != nil {
+		unix.Close(tfd)
+		if epfd >= 0 {
+			unix.Close(epfd)
+		}
+		return -1, -1, nil, fmt.Errorf("epoll: %w", err)
+	}
+	return tfd, epfd, os.NewFile(uintptr(epfd), "delayline-epoll"), nil
+}
+
+// The loop's per-packet system calls bypass the runtime's bookkeeping
+// (see nfqueue.rawRecv): none of them blocks.
+
+func rawEpollWait(epfd int, evs []unix.EpollEvent) (int, error) {
+	n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
+
+func rawRead(fd int, b []byte) {
+	unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+}
+
+// rawTimerfdSet arms fd for the absolute CLOCK_MONOTONIC time due (ns).
+func rawTimerfdSet(fd int, due int64) error {
+	its := unix.ItimerSpec{Value: unix.NsecToTimespec(max(due, 1))}
+	_, _, e := unix.RawSyscall6(unix.SYS_TIMERFD_SETTIME, uintptr(fd), unix.TFD_TIMER_ABSTIME, uintptr(unsafe.Pointer(&its)), 0, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
 }
 
 // hold queues p, or appends it to now if it passes at once; at the queue
@@ -443,12 +564,18 @@ func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
 		d.stats.Unclassified++
 		return append(now, p.ID)
 	}
+	if kind == kindAck && d.cfg.WriteOn == WriteOnReplies {
+		// The rules keep pure ACKs out; one that came anyway (a rule
+		// swap) passes like its kin, ahead of held replies, which TCP
+		// takes as it takes any ACK sent before a segment it follows.
+		return append(now, p.ID)
+	}
 	c := d.counter(dst)
 	delay, dir := s.ReadDelay, 0
-	switch kind {
-	case kindAck:
+	switch {
+	case kind == kindAck:
 		delay, dir = s.WriteDelay, 1
-	case kindSynAck:
+	case kind == kindSynAck, d.cfg.WriteOn == WriteOnReplies:
 		delay = max(s.ReadDelay, s.WriteDelay)
 	}
 	flow := netip.AddrPortFrom(dst, port)
@@ -495,9 +622,6 @@ func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
 		if kind == kindAck {
 			c.Acks++
 		}
-		if d.armed == 0 || due < d.armed {
-			d.arm(due)
-		}
 	} else {
 		now = append(now, p.ID)
 	}
@@ -514,43 +638,4 @@ func (d *DelayLine) counter(a netip.Addr) *DelayCounters {
 		d.counters[a] = c
 	}
 	return c
-}
-
-func (d *DelayLine) schedule() {
-	defer close(d.schedDone)
-	var buf [8]byte
-	var out []uint32
-	for {
-		// Parks until the armed due time; re-arming from the receiver
-		// moves the wake-up earlier (settime clears a pending expiry, and
-		// the netpoller reports the next one).
-		if _, err := d.tf.Read(buf[:]); err != nil {
-			d.mu.Lock()
-			d.stats.Errors++
-			stopped := d.stopped
-			d.mu.Unlock()
-			if stopped {
-				return
-			}
-			continue
-		}
-		d.mu.Lock()
-		t := d.mono()
-		out = d.dq.popDue(t, out[:0], d.late)
-		if len(out) > 0 {
-			if err := d.q.SetVerdicts(out, nfqueue.Accept); err != nil {
-				d.stats.Errors++
-			}
-		}
-		if next, ok := d.dq.next(); ok {
-			d.arm(next)
-		} else {
-			d.armed = 0
-		}
-		stopped := d.stopped
-		d.mu.Unlock()
-		if stopped {
-			return
-		}
-	}
 }

@@ -94,9 +94,17 @@ func newLab(tb testing.TB) *lab {
 // (a second Close after the test's own is a no-op).
 func (l *lab) delayLine(tb testing.TB) *DelayLine {
 	tb.Helper()
+	return l.delayLineWith(tb, DelayLineConfig{})
+}
+
+// delayLineWith is delayLine with cfg's options (queue and label are the
+// tests').
+func (l *lab) delayLineWith(tb testing.TB, cfg DelayLineConfig) *DelayLine {
+	tb.Helper()
 	var d *DelayLine
 	var err error
-	l.t.Do(func() { d, err = NewDelayLine(DelayLineConfig{Queue: 7, Label: "sqt-dl"}) })
+	cfg.Queue, cfg.Label = 7, "sqt-dl"
+	l.t.Do(func() { d, err = NewDelayLine(cfg) })
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -254,11 +262,11 @@ func pct(d []time.Duration, p float64) time.Duration {
 	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
-// TestDelayLineWriteThrottle: delaying a bulk writer's ACKs lowers its
-// throughput, with zero retransmissions even at 20 ms.
+// TestDelayLineWriteThrottle: with WriteOnACKs, delaying a bulk writer's
+// ACKs lowers its throughput, with zero retransmissions even at 20 ms.
 func TestDelayLineWriteThrottle(t *testing.T) {
 	l := newLab(t)
-	d := l.delayLine(t)
+	d := l.delayLineWith(t, DelayLineConfig{WriteOn: WriteOnACKs})
 	tc, cc := l.conn(t, false)
 	base := bulk(t, cc, tc, 700*time.Millisecond)
 
@@ -284,6 +292,75 @@ func TestDelayLineWriteThrottle(t *testing.T) {
 	}
 	if c.Acks == 0 || c.Packets < c.Acks {
 		t.Errorf("counters did not count delayed ACKs: %+v", c)
+	}
+}
+
+// commands runs an iSCSI-like writer for dur: the consumer sends a 64 KiB
+// command, the target reads it whole and answers with a 48-byte status,
+// and the consumer waits for it before the next. It returns each
+// command's time.
+func commands(tb testing.TB, tc, cc *net.TCPConn, dur time.Duration) []time.Duration {
+	tb.Helper()
+	go func() {
+		cmd, status := make([]byte, 64<<10), make([]byte, 48)
+		for {
+			if _, err := io.ReadFull(tc, cmd); err != nil {
+				return
+			}
+			if _, err := tc.Write(status); err != nil {
+				return
+			}
+		}
+	}()
+	cmd, status := make([]byte, 64<<10), make([]byte, 48)
+	var took []time.Duration
+	for end := time.Now().Add(dur); time.Now().Before(end); {
+		start := time.Now()
+		if _, err := cc.Write(cmd); err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := io.ReadFull(cc, status); err != nil {
+			tb.Fatal(err)
+		}
+		took = append(took, time.Since(start))
+	}
+	return took
+}
+
+// TestDelayLineWriteOnReplies: with the default WriteOnReplies a write
+// delay holds the target's replies, so each command of a writer takes the
+// delay longer; the pure ACKs of its data never enter the queue (so its
+// TCP never waits for one and sends no loss probe, even when a 20 ms delay
+// hits a connection whose srtt is the bare veth's); nothing retransmits.
+func TestDelayLineWriteOnReplies(t *testing.T) {
+	l := newLab(t)
+	d := l.delayLine(t)
+	tc, cc := l.conn(t, false)
+	base := pct(commands(t, tc, cc, 300*time.Millisecond), 0.5)
+
+	tc, cc = l.conn(t, false)
+	commands(t, tc, cc, 50*time.Millisecond) // srtt learns the bare path
+	r0c, r0t := retrans(t, l.c), retrans(t, l.t)
+	const delay = 20 * time.Millisecond
+	l.set(t, d, map[netip.Addr]Setting{l.cAddr: {WriteDelay: delay}})
+	took := commands(t, tc, cc, time.Second)
+	rs := tcpRetrans(t, cc)
+	r1c, r1t := retrans(t, l.c), retrans(t, l.t)
+	c := d.Counters()[l.cAddr]
+	p50 := pct(took, 0.5)
+	t.Logf("command p50 %v undelayed, %v with %v on replies (%d commands); retransmissions: socket %d, consumer ns %d, target ns %d; counters %+v stats %+v",
+		base, p50, delay, len(took), rs, r1c-r0c, r1t-r0t, c, d.Stats())
+	if p50 < base+delay-time.Millisecond || p50 > base+delay+5*time.Millisecond {
+		t.Errorf("command p50 %v with a %v write delay, want about %v", p50, delay, base+delay)
+	}
+	if rs != 0 || r1c != r0c || r1t != r0t {
+		t.Errorf("retransmissions: socket %d, consumer ns %d, target ns %d", rs, r1c-r0c, r1t-r0t)
+	}
+	// One status per command, plus at most the FIN of the first
+	// connection: a queued pure ACK would show as one packet more per
+	// 64 KiB command.
+	if c.Acks != 0 || c.Packets < uint64(len(took)) || c.Packets > uint64(len(took))+2 {
+		t.Errorf("queued %d packets (%d ACKs) for %d commands: want one reply each, no ACKs", c.Packets, c.Acks, len(took))
 	}
 }
 
@@ -410,12 +487,14 @@ func TestCleanupDelayLine(t *testing.T) {
 	var stale, other *Classifier
 	var err error
 	l.t.Do(func() {
-		stale, err = NewClassifier(ClassifierConfig{Label: "sqt-stale", Classes: []Class{{Name: "q", Target: []string{"NFQUEUE", "--queue-num", "9", "--queue-bypass"}}}})
+		// The delay line's own rules: iptables -S quotes their u32
+		// expressions, which cleanup must undo.
+		stale, err = NewClassifier(ClassifierConfig{Label: "sqt-stale", Classes: []Class{{Name: "q", Match: queuedMatch(WriteOnReplies), Target: []string{"NFQUEUE", "--queue-num", "9", "--queue-bypass"}}}})
 		if err != nil {
 			return
 		}
 		other, err = NewClassifier(ClassifierConfig{Label: "sqt-stale2", Table: "mangle", Chain: "POSTROUTING",
-			Classes: []Class{{Name: "m1", Target: []string{"MARK", "--set-mark", "1"}}, {Name: "m2", Match: []string{"-m", "length", "--length", "0:128"}, Target: []string{"MARK", "--set-mark", "2"}}}})
+			Classes: []Class{{Name: "m1", Target: []string{"MARK", "--set-mark", "1"}}, {Name: "m2", Match: map[int][][]string{4: {{"-m", "length", "--length", "0:128"}}}, Target: []string{"MARK", "--set-mark", "2"}}}})
 		if err != nil {
 			return
 		}

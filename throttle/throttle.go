@@ -30,11 +30,55 @@ type Setting struct {
 	// ReadDelay is added to segments carrying payload towards the consumer
 	// (read data, iSCSI responses): it slows the consumer's reads.
 	ReadDelay time.Duration `json:"read_delay_ns"`
-	// WriteDelay is added to pure ACKs towards the consumer: the consumer's
-	// TCP send window then opens later, which slows its writes.
+	// WriteDelay slows the consumer's writes. Which packets carry it is
+	// the backend's WriteOn: the target's replies (R2Ts and SCSI status,
+	// so each write command completes later) or, as in the thesis, its
+	// pure ACKs (the consumer's TCP send window opens later).
 	WriteDelay time.Duration `json:"write_delay_ns"`
 	// Rate caps bytes/s sent towards the consumer (0 = uncapped).
 	Rate uint64 `json:"rate_bytes_per_s"`
+}
+
+// WriteOn says which packets towards a consumer carry its write delay.
+//
+// Why replies are the default: a delayed pure ACK holds back the
+// acknowledgement of the consumer's own data, and a Linux sender whose
+// data is unacknowledged for 2·srtt + 2 ms sends a tail-loss probe. After
+// any quiet spell a writer's srtt is the bare network RTT (tens of µs
+// here), so the first delayed ACKs of every load step drew spurious
+// probes (lab, autonomic: ~140 per run, every one a retransmission on the
+// wire). Holding the target's replies instead leaves every ACK of the
+// consumer's data on time; what waits is the target's own segment, which
+// its TCP does not retransmit while it is held (tcp_write_xmit sees the
+// clone still queued in the host: skb_still_in_host_queue), and which is
+// alone in flight for an iSCSI writer (PTO 2·srtt + 200 ms when one
+// segment is out). The write still completes the delay later.
+type WriteOn uint8
+
+const (
+	// WriteOnReplies puts the write delay on the target's segments that
+	// carry payload (R2T, SCSI status, NOP-In); pure ACKs pass at once.
+	WriteOnReplies WriteOn = iota
+	// WriteOnACKs puts it on the target's pure ACKs (thesis 4.3.2).
+	WriteOnACKs
+)
+
+func (w WriteOn) String() string {
+	if w == WriteOnACKs {
+		return "acks"
+	}
+	return "replies"
+}
+
+// ParseWriteOn reads "replies" or "acks" ("" is replies).
+func ParseWriteOn(s string) (WriteOn, error) {
+	switch s {
+	case "", "replies":
+		return WriteOnReplies, nil
+	case "acks":
+		return WriteOnACKs, nil
+	}
+	return 0, fmt.Errorf("write_delay_on %q: want replies or acks", s)
 }
 
 // IsZero reports whether s throttles nothing.
