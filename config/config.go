@@ -135,10 +135,15 @@ type Config struct {
 	// DelayFollow has the delay line cap each packet's delay by a model
 	// of its sender's srtt (throttle/follow.go): the fastest rise that
 	// sends no spurious tail-loss probe. Excludes delay_ramp.
-	DelayFollow bool       `yaml:"delay_follow"`
-	WriteMBs    float64    `yaml:"throttleable_write_mb_s"`
-	Resources   []Resource `yaml:"resources"`
-	SourcePath  string     `yaml:"-"`
+	DelayFollow bool `yaml:"delay_follow"`
+	// WriteDelayOn says which packets carry a write delay: "replies"
+	// (default: the target's R2Ts and status; ACKs of the consumer's data
+	// stay on time, so no spurious tail-loss probes) or "acks" (the
+	// thesis: its pure ACKs). See throttle.WriteOn.
+	WriteDelayOn string     `yaml:"write_delay_on"`
+	WriteMBs     float64    `yaml:"throttleable_write_mb_s"`
+	Resources    []Resource `yaml:"resources"`
+	SourcePath   string     `yaml:"-"`
 	// Warnings are problems that do not stop the config (e.g. reservations
 	// close to the stated capacity); the agent logs them.
 	Warnings []string `yaml:"-"`
@@ -177,6 +182,7 @@ func Defaults() Config {
 		Threshold: 15 * time.Millisecond, Objective: "p95", EWMAAlpha: 0.5,
 		PID:       PID{Kp: 0.8, Ti: 200 * time.Millisecond, Td: 0},
 		DelayStep: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond, DelayRise: 0, DelayRamp: 0, WriteMBs: 1,
+		WriteDelayOn: "replies",
 	}
 }
 
@@ -344,6 +350,11 @@ func (c *Config) validate(root *yaml.Node) []error {
 	}
 	if c.DelayFollow && c.DelayRamp > 0 {
 		bad("delay_follow and delay_ramp exclude each other", "delay_follow")
+	}
+	switch c.WriteDelayOn {
+	case "replies", "acks":
+	default:
+		bad("want replies (default) or acks", "write_delay_on")
 	}
 	if c.WriteMBs < 0 {
 		bad("want >= 0", "throttleable_write_mb_s")

@@ -49,6 +49,7 @@ func TestErrorsNameFieldAndLine(t *testing.T) {
 		{"delay rise above max", "max_delay: 20ms\ndelay_rise: 30ms\n", "line 2: delay_rise"},
 		{"delay ramp negative", "delay_ramp: -0.5\n", "line 1: delay_ramp"},
 		{"delay ramp absurd", "delay_ramp: 100\n", "line 1: delay_ramp"},
+		{"write delay on", "write_delay_on: data\n", "line 1: write_delay_on: want replies (default) or acks"},
 		{"follow and ramp", "delay_ramp: 0.5\ndelay_follow: true\n", "line 2: delay_follow: delay_follow and delay_ramp exclude each other"},
 		{"resource threshold", "resources:\n  - name: a\n  - name: b\n    threshold: -1ms\n", "line 4: resources[1].threshold"},
 		{"bad consumer", "resources:\n  - name: a\n    important: [10.0.0.1, nope]\n", "line 3: resources[0].important[1]: \"nope\""},

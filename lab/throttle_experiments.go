@@ -62,6 +62,11 @@ type StepsSummary struct {
 	TCP             TCPCounters `json:"tcp"`
 }
 
+// thesisWrites makes the agent of the thesis' throttle figures (5.4–5.6,
+// 5.8) put write delays on pure ACKs, as the thesis did; the agent's
+// default, the target's replies, is what pid and autonomic measure.
+var thesisWrites = []string{"--write-delay-on", "acks"}
+
 func describeSetting(s throttle.Setting) string {
 	switch {
 	case s.Rate > 0:
@@ -76,7 +81,7 @@ func describeSetting(s throttle.Setting) string {
 // runSteps is the thesis' stepwise throttling: four equal sequential jobs;
 // b2, b3, b4 are throttled one after another, then released in turn.
 func runSteps(r *Runner, backend, dir string, set throttle.Setting) (any, error) {
-	a, err := StartAgent(backend, r.Dir)
+	a, err := StartAgent(backend, r.Dir, thesisWrites...)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +206,7 @@ var SweepDelays = []time.Duration{0, 600 * time.Microsecond, 1600 * time.Microse
 	4600 * time.Microsecond, 5600 * time.Microsecond, 6600 * time.Microsecond, 7600 * time.Microsecond, 8600 * time.Microsecond, 9600 * time.Microsecond}
 
 func runDelaySweep(r *Runner) (any, error) {
-	a, err := StartAgent("delayline", r.Dir)
+	a, err := StartAgent("delayline", r.Dir, thesisWrites...)
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +288,7 @@ func runDelaySweep(r *Runner) (any, error) {
 // CUBIC's HyStart sees the RTT jump by more than its 4 ms minimum and ends
 // slow start at a small window; see delay-sweep-fresh.)
 func runDelaySweepSession(r *Runner) (any, error) {
-	a, err := StartAgent("delayline", r.Dir)
+	a, err := StartAgent("delayline", r.Dir, thesisWrites...)
 	if err != nil {
 		return nil, err
 	}
@@ -495,7 +500,7 @@ type EffectSummary struct {
 }
 
 func runThrottleEffect(r *Runner) (any, error) {
-	a, err := StartAgent("delayline", r.Dir)
+	a, err := StartAgent("delayline", r.Dir, thesisWrites...)
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ func TestNewBackendRefusesBadOptions(t *testing.T) {
 		{backendOptions{Name: "delayline", Port: 3260, Ramp: 0.5, Follow: true}, "delay-follow and delay-ramp"},
 		{backendOptions{Name: "delayline", Port: 0}, "iscsi-port"},
 		{backendOptions{Name: "delayline", Port: 3260, QueueLimit: -1}, "queue-limit"},
+		{backendOptions{Name: "delayline", Port: 3260, WriteOn: "data"}, "write_delay_on"},
 	} {
 		if _, err := newBackend(c.o, nil); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: err %v, want one naming %s", c.o, err, c.want)
@@ -36,6 +37,13 @@ func TestBackendOptionsResolve(t *testing.T) {
 		c.DelayFollow = on
 		return &c
 	}
+	acks := def
+	acks.WriteOn = "acks"
+	withWriteOn := func(w string) *config.Config {
+		c := config.Defaults()
+		c.WriteDelayOn = w
+		return &c
+	}
 	bridge := config.Defaults()
 	bridge.Mode, bridge.Backend, bridge.Device = "bridge", "delayline", "br0"
 	for _, c := range []struct {
@@ -48,17 +56,20 @@ func TestBackendOptionsResolve(t *testing.T) {
 		chain   string
 		backend string
 		device  string
+		writeOn string
 	}{
-		{name: "manual: follows", o: def, follow: true, chain: "OUTPUT", backend: "auto"},
-		{name: "manual, --delay-follow=false", o: def, flagSet: true, chain: "OUTPUT", backend: "auto"},
-		{name: "manual, --delay-ramp", o: backendOptions{Name: "auto", Chain: "OUTPUT", Ramp: 0.5}, ramp: 0.5, chain: "OUTPUT", backend: "auto"},
-		{name: "config: its delay_follow (off)", o: def, cfg: withFollow(false), chain: "OUTPUT", backend: "auto"},
-		{name: "config: its delay_follow (on)", o: def, cfg: withFollow(true), follow: true, chain: "OUTPUT", backend: "auto"},
-		{name: "config overrides the flag", o: backendOptions{Name: "htb", Follow: true, Chain: "OUTPUT"}, cfg: withFollow(false), chain: "OUTPUT", backend: "auto"},
-		{name: "bridge mode", o: def, cfg: &bridge, chain: "FORWARD", backend: "delayline", device: "br0"},
+		{name: "manual, replies: no cap needed", o: def, chain: "OUTPUT", backend: "auto"},
+		{name: "manual, acks: follows", o: acks, follow: true, chain: "OUTPUT", backend: "auto", writeOn: "acks"},
+		{name: "config: its write_delay_on", o: acks, cfg: withWriteOn("replies"), chain: "OUTPUT", backend: "auto", writeOn: "replies"},
+		{name: "manual, acks, --delay-follow=false", o: acks, flagSet: true, chain: "OUTPUT", backend: "auto", writeOn: "acks"},
+		{name: "manual, --delay-ramp", o: backendOptions{Name: "auto", Chain: "OUTPUT", Ramp: 0.5, WriteOn: "acks"}, ramp: 0.5, chain: "OUTPUT", backend: "auto", writeOn: "acks"},
+		{name: "config: its delay_follow (off)", o: def, cfg: withFollow(false), chain: "OUTPUT", backend: "auto", writeOn: "replies"},
+		{name: "config: its delay_follow (on)", o: def, cfg: withFollow(true), follow: true, chain: "OUTPUT", backend: "auto", writeOn: "replies"},
+		{name: "config overrides the flag", o: backendOptions{Name: "htb", Follow: true, Chain: "OUTPUT"}, cfg: withFollow(false), chain: "OUTPUT", backend: "auto", writeOn: "replies"},
+		{name: "bridge mode", o: def, cfg: &bridge, chain: "FORWARD", backend: "delayline", device: "br0", writeOn: "replies"},
 	} {
 		got := c.o.resolve(c.cfg, c.flagSet)
-		if got.Follow != c.follow || got.Ramp != c.ramp || got.Chain != c.chain || got.Name != c.backend || got.Device != c.device {
+		if got.Follow != c.follow || got.Ramp != c.ramp || got.Chain != c.chain || got.Name != c.backend || got.Device != c.device || got.WriteOn != c.writeOn {
 			t.Errorf("%s: %+v", c.name, got)
 		}
 	}

@@ -19,9 +19,13 @@ func throttleCmd() *cobra.Command {
 		Use:   "throttle",
 		Short: "Set, clear and list per-consumer throttles on the running agent",
 		Long: `Manual throttles, applied by the running agent's backend (delay line, netem
-or HTB). A read delay is added to segments carrying data to the consumer, a
-write delay to the pure ACKs sent to it (its writes then open their TCP
-window later); a rate caps bytes/s sent to it. Delays must be below 100 ms,
+or HTB). A read delay is added to segments carrying data to the consumer. A
+write delay is added, by default, to the target's replies to it (R2Ts and
+SCSI status: each write command completes that much later, while its data
+is acknowledged on time, so its TCP sends no spurious loss probes); with the
+agent's --write-delay-on acks (the thesis' method, and the netem backend's)
+to the pure ACKs sent to it instead (its writes then open their TCP window
+later). A rate caps bytes/s sent to it. Delays must be below 100 ms,
 far from TCP's 200 ms minimum retransmission timeout.
 
 Throttles set here are shown by 'sanqos status' and the dashboard. Talks to
@@ -76,7 +80,7 @@ write delay it set itself.`,
 		},
 	}
 	set.Flags().StringVar(&readDelay, "read-delay", "", "delay of data segments to the consumer, e.g. 4.6ms")
-	set.Flags().StringVar(&writeDelay, "write-delay", "", "delay of pure ACKs to the consumer, e.g. 2ms")
+	set.Flags().StringVar(&writeDelay, "write-delay", "", "delay of the target's replies (or, with the agent's --write-delay-on acks, its pure ACKs) to the consumer, e.g. 2ms")
 	set.Flags().StringVar(&rate, "rate", "", "rate cap towards the consumer, e.g. 10MiB/s or 80Mbit/s")
 	var all bool
 	clr := &cobra.Command{
