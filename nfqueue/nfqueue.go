@@ -224,13 +224,29 @@ func (c *Conn) Receive() ([]Packet, error) {
 	}
 	pkts := make([]Packet, 0, len(msgs))
 	for _, m := range msgs {
-		if m.Header.Type == netlink.Error && m.Header.Sequence != 0 && m.Header.Sequence == c.syncSeq.Load() {
+		if pkts, err = c.take(pkts, uint16(m.Header.Type), m.Header.Sequence, m.Data); err != nil {
+			return pkts, err
+		}
+	}
+	return pkts, nil
+}
+
+// take appends the packet one netlink message carries to pkts. The
+// barrier's ack is ErrSynced, a kernel error message an error; other
+// messages (acks of other requests) are skipped.
+func (c *Conn) take(pkts []Packet, typ uint16, seq uint32, body []byte) ([]Packet, error) {
+	switch typ {
+	case unix.NLMSG_ERROR:
+		if seq != 0 && seq == c.syncSeq.Load() {
 			return pkts, ErrSynced
 		}
-		if m.Header.Type != netlink.HeaderType(subsysQueue<<8|msgPacket) {
-			continue
+		if len(body) >= 4 {
+			if e := int32(binary.NativeEndian.Uint32(body)); e != 0 {
+				return pkts, fmt.Errorf("nfqueue: kernel: %w", unix.Errno(-e))
+			}
 		}
-		p, err := decodePacket(m.Data)
+	case subsysQueue<<8 | msgPacket:
+		p, err := decodePacket(body)
 		if err != nil {
 			return pkts, err
 		}
@@ -272,23 +288,8 @@ func (c *Conn) ReadPackets(fd int, buf []byte, pkts []Packet) ([]Packet, error) 
 		if l < unix.NLMSG_HDRLEN || l > len(b) {
 			return pkts, errors.New("nfqueue: truncated netlink message")
 		}
-		body := b[unix.NLMSG_HDRLEN:l]
-		switch {
-		case typ == unix.NLMSG_ERROR:
-			if seq != 0 && seq == c.syncSeq.Load() {
-				return pkts, ErrSynced
-			}
-			if len(body) >= 4 {
-				if e := int32(binary.NativeEndian.Uint32(body)); e != 0 {
-					return pkts, fmt.Errorf("nfqueue: kernel: %w", unix.Errno(-e))
-				}
-			}
-		case typ == subsysQueue<<8|msgPacket:
-			p, err := decodePacket(body)
-			if err != nil {
-				return pkts, err
-			}
-			pkts = append(pkts, p)
+		if pkts, err = c.take(pkts, typ, seq, b[unix.NLMSG_HDRLEN:l]); err != nil {
+			return pkts, err
 		}
 		b = b[min(nlmsgAlign(l), len(b)):]
 	}
@@ -346,6 +347,9 @@ func (c *Conn) WriteVerdicts(fd int, buf []byte, ids []uint32, v Verdict) ([]byt
 	return buf, nil
 }
 
+// appendVerdict appends one verdict message: netlink header, nfgenmsg and
+// the NFQA_VERDICT_HDR attribute (struct nfqnl_msg_verdict_hdr { be32
+// verdict; be32 id; }), built by hand, as it runs once per packet.
 func appendVerdict(b []byte, queue uint16, typ uint16, id uint32, v Verdict) []byte {
 	b = binary.NativeEndian.AppendUint32(b, verdictLen)
 	b = binary.NativeEndian.AppendUint16(b, subsysQueue<<8|typ)
@@ -480,21 +484,14 @@ func configMessage(queue uint16, attrs []netlink.Attribute) netlink.Message {
 }
 
 func verdictMessage(queue uint16, typ uint16, id uint32, v Verdict) netlink.Message {
-	// nfgenmsg + one attribute NFQA_VERDICT_HDR (4-byte header + struct
-	// nfqnl_msg_verdict_hdr { be32 verdict; be32 id; }), built by hand: this
-	// runs once per packet.
-	b := make([]byte, 4+4+8)
-	copy(b, nfgenmsg(unix.AF_UNSPEC, queue))
-	binary.NativeEndian.PutUint16(b[4:], 12)
-	binary.NativeEndian.PutUint16(b[6:], attrVerdictHdr)
-	binary.BigEndian.PutUint32(b[8:], uint32(v))
-	binary.BigEndian.PutUint32(b[12:], id)
+	// The body appendVerdict builds for the raw path, so both paths
+	// send the same bytes.
 	return netlink.Message{
 		Header: netlink.Header{
 			Type:  netlink.HeaderType(subsysQueue<<8 | typ),
 			Flags: netlink.Request,
 		},
-		Data: b,
+		Data: appendVerdict(nil, queue, typ, id, v)[unix.NLMSG_HDRLEN:],
 	}
 }
 

@@ -50,9 +50,9 @@ import (
 // calls that may block woke its sysmon thread on every packet. In the lab,
 // against the earlier design (a goroutine each for receiving and releasing,
 // mdlayher/netlink's per-call watcher goroutines), a held packet went from
-// ~250 µs of agent CPU to ~120 µs, a fifth of which is the receiving
-// namespace's network stack that veth runs in our context (README, "Agent
-// CPU").
+// ~250 µs of agent CPU to ~130 µs, a fifth of which is the receiving
+// namespace's network stack that veth runs in our context (README, Known
+// limitations, "The delay line costs CPU").
 //
 // Bounded memory: at most QueueLimit packets are held (the kernel keeps the
 // packets, we keep 16 bytes each). A packet arriving at the limit is held
@@ -77,8 +77,8 @@ type DelayLine struct {
 	q    *nfqueue.Conn
 	qfd  int       // q's socket, read by run, written under mu
 	tfd  int       // timerfd for the next due time (absolute, no slack)
-	epfd int       // epoll set of qfd and tfd
-	ep   *os.File  // epoll set of qfd and tfd, waited on in Go's netpoller
+	epfd int       // epoll set of qfd and tfd, for the raw epoll_wait
+	ep   *os.File  // the same set in Go's netpoller (ep.Fd() would make it blocking)
 	base time.Time // monotonic reference for mono()
 	mon0 int64     // CLOCK_MONOTONIC at base
 
@@ -210,7 +210,7 @@ func NewDelayLine(cfg DelayLineConfig) (*DelayLine, error) {
 	d.base = time.Now()
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	d.mon0 = ts.Nano()
-	go d.run(ep)
+	go d.run()
 	d.cls, err = NewClassifier(ClassifierConfig{
 		Label: cfg.Label,
 		Chain: cfg.Chain,
@@ -419,9 +419,9 @@ func (d *DelayLine) accept(ids []uint32) {
 
 // run is the delay line's only packet-handling goroutine: wait for a
 // packet or the next due time, release what is due, hold what came.
-func (d *DelayLine) run(ep *os.File) {
+func (d *DelayLine) run() {
 	defer close(d.done)
-	rc, err := ep.SyscallConn()
+	rc, err := d.ep.SyscallConn()
 	if err != nil {
 		panic(err) // an *os.File from os.NewFile always has one
 	}
@@ -565,9 +565,10 @@ func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
 		return append(now, p.ID)
 	}
 	if kind == kindAck && d.cfg.WriteOn == WriteOnReplies {
-		// The rules keep pure ACKs out; one that came anyway (a rule
-		// swap) passes like its kin, ahead of held replies, which TCP
-		// takes as it takes any ACK sent before a segment it follows.
+		// The rules keep pure ACKs out; one that matches anyway (IPv6
+		// extension headers move the offsets the u32 tests read) passes
+		// like its kin, ahead of held replies, which TCP takes as it
+		// takes any ACK sent before a segment it follows.
 		return append(now, p.ID)
 	}
 	c := d.counter(dst)
