@@ -24,6 +24,19 @@ func inNS(ns, name string, args ...string) (string, error) {
 	return run("ip", append([]string{"netns", "exec", ns, name}, args...)...)
 }
 
+// writeInNS writes value to a file as seen from inside a network namespace
+// (sysfs shows each namespace its own devices), through tee's stdin.
+func writeInNS(ns, path, value string) error {
+	cmd := exec.Command("ip", "netns", "exec", ns, "tee", path)
+	cmd.Stdin = strings.NewReader(value)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("write %s in %s: %v: %s", path, ns, err, strings.TrimSpace(errb.String()))
+	}
+	return nil
+}
+
 // Prereqs are the programs the lab needs, with the command installing them.
 var Prereqs = []struct{ Cmd, Install string }{
 	{"ip", "apt-get install iproute2"},

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -32,6 +33,19 @@ func TestLabInterferenceAndCleanDown(t *testing.T) {
 	o := s.Options
 	if c := s.Capacity[0]; c.SeqWriteMBs < 5 || c.RandReadMs <= 0 {
 		t.Fatalf("implausible capacity %+v", c)
+	}
+	// Every veth end steers by flow (RPS), so no flow is reordered by its
+	// sender changing CPU.
+	for _, ns := range append([]string{TargetNS}, Hosts...) {
+		for _, c := range []struct{ ns, dev string }{{ns, "eth0"}, {SwitchNS, "p-" + ns}} {
+			out, err := inNS(c.ns, "cat", "/sys/class/net/"+c.dev+"/queues/rx-0/rps_cpus")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m, err := strconv.ParseUint(strings.ReplaceAll(strings.TrimSpace(out), ",", ""), 16, 64); err != nil || m == 0 {
+				t.Fatalf("%s %s rps_cpus %q: RPS off", c.ns, c.dev, out)
+			}
+		}
 	}
 	// A running experiment holds the lab: down and rebuild refuse.
 	l, err := acquireRunLock()

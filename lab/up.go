@@ -28,7 +28,8 @@ func Up(o Options, log io.Writer) (*State, error) {
 	if s, err := LoadState(); err == nil {
 		if problems := s.Health(); len(problems) == 0 {
 			fmt.Fprintln(log, "lab is already up")
-			return s, nil
+			// A lab built by an older sanqos gets flow steering too.
+			return s, steerByFlow()
 		} else {
 			fmt.Fprintf(log, "lab is broken (%s): rebuilding\n", strings.Join(problems, "; "))
 		}

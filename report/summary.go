@@ -103,7 +103,11 @@ type ControlledSummary struct {
 	Baseline   ControlledRun   `json:"baseline"`
 	Regulated  []ControlledRun `json:"regulated"`
 	Retrans    uint64          `json:"retransmits"`
-	TCP        TCPCounters     `json:"tcp"`
+	// RegulatedRetrans counts only the regulated runs' retransmitted
+	// segments (every sender): the baseline's, with no agent, are the
+	// lab's own (lab runs only).
+	RegulatedRetrans *uint64     `json:"regulated_retransmits,omitempty"`
+	TCP              TCPCounters `json:"tcp"`
 	// TCPBySide splits TCP by sender over all runs; RegulatedTCPBySide
 	// over the regulated runs only (lab runs only).
 	TCPBySide          *TCPSides `json:"tcp_by_side,omitempty"`
