@@ -3,6 +3,7 @@ package lab
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os/exec"
 	"strings"
 )
@@ -10,7 +11,13 @@ import (
 // run executes a program directly (never through a shell) and returns its
 // stdout; the error carries stderr so failures say what the tool said.
 func run(name string, args ...string) (string, error) {
+	return runStdin(nil, name, args...)
+}
+
+// runStdin is run with stdin read from in (nil: none).
+func runStdin(in io.Reader, name string, args ...string) (string, error) {
 	cmd := exec.Command(name, args...)
+	cmd.Stdin = in
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -27,14 +34,8 @@ func inNS(ns, name string, args ...string) (string, error) {
 // writeInNS writes value to a file as seen from inside a network namespace
 // (sysfs shows each namespace its own devices), through tee's stdin.
 func writeInNS(ns, path, value string) error {
-	cmd := exec.Command("ip", "netns", "exec", ns, "tee", path)
-	cmd.Stdin = strings.NewReader(value)
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("write %s in %s: %v: %s", path, ns, err, strings.TrimSpace(errb.String()))
-	}
-	return nil
+	_, err := runStdin(strings.NewReader(value), "ip", "netns", "exec", ns, "tee", path)
+	return err
 }
 
 // Prereqs are the programs the lab needs, with the command installing them.

@@ -36,15 +36,13 @@ func TestLabInterferenceAndCleanDown(t *testing.T) {
 	}
 	// Every veth end steers by flow (RPS), so no flow is reordered by its
 	// sender changing CPU.
-	for _, ns := range append([]string{TargetNS}, Hosts...) {
-		for _, c := range []struct{ ns, dev string }{{ns, "eth0"}, {SwitchNS, "p-" + ns}} {
-			out, err := inNS(c.ns, "cat", "/sys/class/net/"+c.dev+"/queues/rx-0/rps_cpus")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m, err := strconv.ParseUint(strings.ReplaceAll(strings.TrimSpace(out), ",", ""), 16, 64); err != nil || m == 0 {
-				t.Fatalf("%s %s rps_cpus %q: RPS off", c.ns, c.dev, out)
-			}
+	for _, e := range vethEnds() {
+		out, err := inNS(e.NS, "cat", e.RPSPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err := strconv.ParseUint(strings.ReplaceAll(strings.TrimSpace(out), ",", ""), 16, 64); err != nil || m == 0 {
+			t.Fatalf("%s %s rps_cpus %q: RPS off", e.NS, e.Dev, out)
 		}
 	}
 	// A running experiment holds the lab: down and rebuild refuse.

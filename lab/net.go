@@ -78,19 +78,27 @@ func setupNetwork(o Options) error {
 // as ours). Idempotent.
 func steerByFlow() error {
 	mask := fmt.Sprintf("%x", uint64(1)<<min(runtime.NumCPU(), 32)-1)
-	devs := map[string][]string{SwitchNS: nil}
-	for _, ns := range append([]string{TargetNS}, Hosts...) {
-		devs[ns] = []string{"eth0"}
-		devs[SwitchNS] = append(devs[SwitchNS], "p-"+ns)
-	}
-	for ns, ds := range devs {
-		for _, d := range ds {
-			if err := writeInNS(ns, "/sys/class/net/"+d+"/queues/rx-0/rps_cpus", mask); err != nil {
-				return err
-			}
+	for _, e := range vethEnds() {
+		if err := writeInNS(e.NS, e.RPSPath(), mask); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// vethEnd is one end of a host's veth pair: eth0 in the host's namespace,
+// p-HOST on the bridge.
+type vethEnd struct{ NS, Dev string }
+
+// RPSPath is the sysfs file of its receive queue's RPS CPU mask.
+func (e vethEnd) RPSPath() string { return "/sys/class/net/" + e.Dev + "/queues/rx-0/rps_cpus" }
+
+func vethEnds() []vethEnd {
+	var ends []vethEnd
+	for _, ns := range append([]string{TargetNS}, Hosts...) {
+		ends = append(ends, vethEnd{ns, "eth0"}, vethEnd{SwitchNS, "p-" + ns})
+	}
+	return ends
 }
 
 func teardownNetwork() []error {

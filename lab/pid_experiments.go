@@ -249,7 +249,7 @@ func runControlled(r *Runner, kind string) (any, error) {
 		}
 	}
 	sum.TCPBySide, sum.RegulatedTCPBySide = &sides, &reg
-	regRetrans := reg.Writers.RetransSegs + reg.Reader.RetransSegs + reg.Target.RetransSegs
+	regRetrans := reg.Total().RetransSegs
 	sum.RegulatedRetrans = &regRetrans
 	if wall > 0 {
 		sum.AgentCPUPct = round(100*cpu/wall, 2)

@@ -52,6 +52,9 @@ type TCPSides struct {
 	Target  TCPCounters `json:"target"`
 }
 
+// Total is every side's counters summed.
+func (s TCPSides) Total() TCPCounters { return s.Writers.Add(s.Reader).Add(s.Target) }
+
 // Add is s + o, side by side.
 func (s TCPSides) Add(o TCPSides) TCPSides {
 	return TCPSides{s.Writers.Add(o.Writers), s.Reader.Add(o.Reader), s.Target.Add(o.Target)}
