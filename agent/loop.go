@@ -306,13 +306,14 @@ type resourceState struct {
 }
 
 // riseLimit bounds a delay's growth in one tick to 2·prev + step. Linux
-// sends a tail-loss probe when no ACK comes within 2·srtt + 2 jiffies
-// (8 ms at HZ=250) while more than one segment is in flight; srtt follows
-// the delay within a tick (hundreds of ACKs at 1/8 gain each), so a delay
-// that at most doubles plus less than 2 jiffies keeps every ACK inside the
-// probe timeout, where a jump from ~0 to 12 ms made every throttled
-// connection probe once (spurious, DSACKed). Decreases are not limited:
-// ACKs arriving early never fire a timer.
+// sends a tail-loss probe when no ACK comes within 2·srtt + 2 ms
+// (TCP_TIMEOUT_MIN_US; older kernels add 2 jiffies) while more than one
+// segment is in flight; srtt follows the delay within a tick (hundreds
+// of ACKs at 1/8 gain each), so a delay that at most doubles plus less
+// than 2 ms keeps every ACK inside the probe timeout, where a jump from
+// ~0 to 12 ms made every throttled connection probe once (spurious,
+// DSACKed). Decreases are not limited: ACKs arriving early never fire a
+// timer.
 func riseLimit(prev, want, step time.Duration) time.Duration {
 	if step <= 0 || want <= prev {
 		return want

@@ -119,8 +119,9 @@ type Config struct {
 	MaxDelay  time.Duration `yaml:"max_delay"`
 	// DelayRise bounds a consumer's delay growth per tick to 2 × its last
 	// delay + DelayRise, so throttling never outruns TCP's tail-loss probe
-	// timer (2·srtt + 2 jiffies: 8 ms at HZ=250, 2 ms at HZ=1000); keep it
-	// below 2 jiffies. 0 (default) disables the bound: in the lab a bound
+	// timer (2·srtt + 2 ms, rounded up to a jiffy: recent kernels add
+	// TCP_TIMEOUT_MIN_US; older kernels add 2 jiffies, 8 ms at HZ=250);
+	// keep it below 2 ms. 0 (default) disables the bound: in the lab a bound
 	// that removes most probes (1 ms) doubled the 10 ms threshold's p95,
 	// and 6 ms removed none (README, "Delay rise limit").
 	DelayRise time.Duration `yaml:"delay_rise"`
@@ -343,7 +344,7 @@ func (c *Config) validate(root *yaml.Node) []error {
 		bad("want delay_step..<100ms (TCP's minimum RTO is 200 ms)", "max_delay")
 	}
 	if c.DelayRise < 0 || c.DelayRise > c.MaxDelay {
-		bad("want 0 (no bound)..max_delay; below 2 jiffies (8 ms at HZ=250) to avoid tail-loss probes", "delay_rise")
+		bad("want 0 (no bound)..max_delay; below 2ms to avoid tail-loss probes", "delay_rise")
 	}
 	if c.DelayRamp < 0 || c.DelayRamp > 10 || math.IsNaN(c.DelayRamp) {
 		bad("want 0 (new delays at once)..10 ms of delay per ms of traffic", "delay_ramp")
