@@ -49,6 +49,10 @@ type NetemConfig struct {
 	Limit uint32
 	// MarkTTL is how long a delay outlives this process (DefaultMarkTTL).
 	MarkTTL time.Duration
+	// WriteOn says which packets carry the write delay (replies): with
+	// replies every segment but the pure ACKs takes the larger of the
+	// consumer's two delays, as in the delay line.
+	WriteOn WriteOn
 	// Log receives start-up and clean-up messages; default slog.Default().
 	Log *slog.Logger
 }
@@ -114,6 +118,24 @@ func (c *NetemConfig) stepOf(d time.Duration) (int, error) {
 		return 0, fmt.Errorf("delay %v above the netem backend's maximum %v", d, c.MaxDelay)
 	}
 	return s, nil
+}
+
+// stateOf maps a consumer's setting to its steps: a read step for the
+// segments with payload (and SYN/FIN/RST), a write step for its pure ACKs.
+func (c *NetemConfig) stateOf(s Setting) (netemState, error) {
+	r, err := c.stepOf(s.ReadDelay)
+	if err != nil {
+		return netemState{}, fmt.Errorf("read %w", err)
+	}
+	w, err := c.stepOf(s.WriteDelay)
+	if err != nil {
+		return netemState{}, fmt.Errorf("write %w", err)
+	}
+	st := netemState{read: r, writ: w, set: Setting{ReadDelay: time.Duration(r) * c.Step, WriteDelay: time.Duration(w) * c.Step}}
+	if c.WriteOn == WriteOnReplies {
+		st.read, st.writ = max(r, w), 0
+	}
+	return st, nil
 }
 
 // netemPlan is the tc tree as objects, before anything touches the kernel;
@@ -192,7 +214,7 @@ func NewNetem(cfg NetemConfig) (*Netem, error) {
 		}
 		return nil, fmt.Errorf("netem on %s: %w", cfg.Device, err)
 	}
-	cfg.Log.Info("netem throttle ready", "device", cfg.Device, "label", cfg.Label,
+	cfg.Log.Info("netem throttle ready", "device", cfg.Device, "label", cfg.Label, "write_delay_on", cfg.WriteOn.String(),
 		"root", tcHandleString(t.plan.Root.Handle), "steps", cfg.steps(), "step", cfg.Step,
 		"filter", string(t.filter), "chain", cfg.Chain, "mark_ttl", cfg.MarkTTL)
 	t.lease = startMarkLease(cfg.MarkTTL, t.refresh)
@@ -252,16 +274,31 @@ func (t *Netem) build() error {
 			return err
 		}
 	}
+	return t.buildMarking()
+}
+
+// buildMarking installs the mangle chains that mark packets with their
+// consumer's step; the tc tree that reads the marks must exist first.
+func (t *Netem) buildMarking() error {
 	nf, err := newTcNetfilter(t.cfg.Label, t.cfg.Chain, t.cfg.Device, t.cfg.Port)
 	if err != nil {
 		return err
 	}
 	t.nf = nf
 	ch := tcChains(t.cfg.Label)
-	return nf.install([][]string{
-		append(append([]string{}, tcPureACK...), "-j", ch[1]),
+	return nf.install(netemMainRules(ch))
+}
+
+// netemMainRules send pure ACKs to the ACK chain and everything else to
+// the data chain. The first is a goto: its return leaves our main chain,
+// so a pure ACK is not marked again by the data chain's rules (with -j a
+// consumer in both a read and a write step had its ACKs take the read
+// delay).
+func netemMainRules(ch []string) [][]string {
+	return [][]string{
+		append(append([]string{}, tcPureACK...), "-g", ch[1]),
 		{"-j", ch[2]},
-	})
+	}
 }
 
 // ensureStep creates the set and the one rule of (dir, step) on first use.
@@ -303,16 +340,11 @@ func (t *Netem) Set(settings map[netip.Addr]Setting) error {
 		if !a.Unmap().Is4() {
 			return fmt.Errorf("netem: consumer %v: IPv6: %w", a, ErrUnsupported)
 		}
-		r, err := t.cfg.stepOf(s.ReadDelay)
+		st, err := t.cfg.stateOf(s)
 		if err != nil {
-			return fmt.Errorf("consumer %v: read %w", a, err)
+			return fmt.Errorf("consumer %v: %w", a, err)
 		}
-		w, err := t.cfg.stepOf(s.WriteDelay)
-		if err != nil {
-			return fmt.Errorf("consumer %v: write %w", a, err)
-		}
-		next[a.Unmap()] = netemState{read: r, writ: w, set: Setting{
-			ReadDelay: time.Duration(r) * t.cfg.Step, WriteDelay: time.Duration(w) * t.cfg.Step}}
+		next[a.Unmap()] = st
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -159,3 +159,34 @@ func TestNetemProbeAndCleanFailure(t *testing.T) {
 	t.Logf("NewNetem: %v", err)
 	n.assertNothingLeft(t)
 }
+
+func TestNetemStateOf(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		on         WriteOn
+		s          Setting
+		read, writ int
+	}{
+		{WriteOnACKs, Setting{ReadDelay: ms, WriteDelay: 3 * ms}, 2, 6},
+		{WriteOnReplies, Setting{ReadDelay: ms, WriteDelay: 3 * ms}, 6, 0},
+		{WriteOnReplies, Setting{ReadDelay: 3 * ms, WriteDelay: ms}, 6, 0},
+		{WriteOnReplies, Setting{WriteDelay: 1100 * time.Microsecond}, 3, 0}, // rounded up
+		{WriteOnACKs, Setting{}, 0, 0},
+	} {
+		cfg := NetemConfig{Device: "x", WriteOn: tc.on}
+		if err := cfg.defaults(); err != nil {
+			t.Fatal(err)
+		}
+		st, err := cfg.stateOf(tc.s)
+		if err != nil || st.read != tc.read || st.writ != tc.writ {
+			t.Errorf("%v %+v: steps %d/%d (%v), want %d/%d", tc.on, tc.s, st.read, st.writ, err, tc.read, tc.writ)
+		}
+	}
+	cfg := NetemConfig{Device: "x"}
+	if err := cfg.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfg.stateOf(Setting{WriteDelay: 21 * ms}); err == nil {
+		t.Error("accepted a write delay above the maximum")
+	}
+}

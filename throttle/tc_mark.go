@@ -111,9 +111,9 @@ func (n *tcNetfilter) install(mainRules [][]string) error {
 }
 
 func (n *tcNetfilter) append(chain string, spec []string) error {
-	// The comment goes before "-j": iptables parses target options to
-	// the end of the line.
-	i := slices.Index(spec, "-j")
+	// The comment goes before "-j" (or "-g"): iptables parses target
+	// options to the end of the line.
+	i := slices.IndexFunc(spec, func(a string) bool { return a == "-j" || a == "-g" })
 	if i < 0 {
 		i = len(spec)
 	}

@@ -310,17 +310,12 @@ func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 		if err != nil && o.Name == "netem" {
 			return nil, err
 		}
-		cfg := throttle.NetemConfig{Device: dev, Label: o.Label + "-ne", Port: uint16(o.Port), Chain: chainFor(o.Chain), Log: log}
+		cfg := throttle.NetemConfig{Device: dev, Label: o.Label + "-ne", Port: uint16(o.Port), Chain: chainFor(o.Chain), WriteOn: writeOn, Log: log}
 		var t throttle.Throttle
 		if o.Name == "netem" {
 			t, err = throttle.NewNetem(cfg)
 		} else {
 			t, err = throttle.Auto(cfg, delayLine)
-		}
-		if err == nil && t.Name() == "netem" && writeOn == throttle.WriteOnReplies {
-			// Its mangle rules mark pure ACKs for the write delay; replies
-			// are not built for it yet.
-			log.Warn("the netem backend puts write delays on pure ACKs (write_delay_on: acks); expect spurious tail-loss probes at load steps")
 		}
 		return t, err
 	case "htb":
