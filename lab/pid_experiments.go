@@ -142,6 +142,7 @@ func runControlled(r *Runner, kind string) (any, error) {
 	wseries := []report.Series{{Name: "no regulation", X: wx, Y: smooth(wy)}}
 	var dseries []report.Series
 	var cpu, shadowCPU, wall float64
+	var held uint64 // packets the delay line held
 	var tracking []PassiveTracking
 	var trackPlot []report.Series
 	thresholds := Thresholds
@@ -196,6 +197,14 @@ func runControlled(r *Runner, kind string) (any, error) {
 			shadowCPU += cpuSeconds(shadow.Pid()) - s0
 		}
 		wall += time.Since(t0).Seconds()
+		if err == nil {
+			// A fresh agent: its counters are this run's.
+			cs, cerr := a.Counters()
+			for _, c := range cs {
+				held += c.Packets
+			}
+			err = cerr
+		}
 		if serr := a.Stop(); err == nil {
 			err = serr
 		}
@@ -255,6 +264,10 @@ func runControlled(r *Runner, kind string) (any, error) {
 		sum.AgentCPUPct = round(100*cpu/wall, 2)
 		if !bridge {
 			sum.ControlCPUPct = round(100*shadowCPU/wall, 2)
+			if held > 0 {
+				sum.DelayLinePackets = held
+				sum.DelayLineUSPerPacket = round(1e6*(cpu-shadowCPU)/float64(held), 1)
+			}
 		}
 	}
 	var refs []report.Line

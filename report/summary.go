@@ -122,6 +122,12 @@ type ControlledSummary struct {
 	// (sampling, discovery, TCP_INFO, PID) alone.
 	AgentCPUPct   float64 `json:"agent_cpu_pct"`
 	ControlCPUPct float64 `json:"control_loop_cpu_pct"`
+	// DelayLinePackets were held by the agent's delay line over the
+	// regulated runs; DelayLineUSPerPacket is the agent's CPU beyond its
+	// shadow's (the backend is all that differs) per held packet, so the
+	// data plane's share at another packet rate can be worked out.
+	DelayLinePackets     uint64  `json:"delayline_packets,omitempty"`
+	DelayLineUSPerPacket float64 `json:"delayline_cpu_us_per_packet,omitempty"`
 }
 
 // Round rounds v to d decimals; NaN and ±Inf become 0 (JSON has neither).
