@@ -122,6 +122,8 @@ func (c *NetemConfig) stepOf(d time.Duration) (int, error) {
 
 // stateOf maps a consumer's setting to its steps: a read step for the
 // segments with payload (and SYN/FIN/RST), a write step for its pure ACKs.
+// With WriteOnReplies the write delay rides on the segments with payload
+// too, so they take the larger step and pure ACKs none.
 func (c *NetemConfig) stateOf(s Setting) (netemState, error) {
 	r, err := c.stepOf(s.ReadDelay)
 	if err != nil {

@@ -311,13 +311,10 @@ func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 			return nil, err
 		}
 		cfg := throttle.NetemConfig{Device: dev, Label: o.Label + "-ne", Port: uint16(o.Port), Chain: chainFor(o.Chain), WriteOn: writeOn, Log: log}
-		var t throttle.Throttle
 		if o.Name == "netem" {
-			t, err = throttle.NewNetem(cfg)
-		} else {
-			t, err = throttle.Auto(cfg, delayLine)
+			return throttle.NewNetem(cfg)
 		}
-		return t, err
+		return throttle.Auto(cfg, delayLine)
 	case "htb":
 		dev, err := device()
 		if err != nil {
