@@ -101,6 +101,15 @@ func (a *API) Handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, out)
 	})
+	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
+		// The backend's totals that belong to no consumer (the delay
+		// line's held packets and release lateness); zero for the rest.
+		var out throttle.DelayLineStats
+		if s, ok := a.T.(Statser); ok {
+			out = s.Stats()
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		if a.Status == nil {
 			writeJSON(w, http.StatusOK, map[string]string{"backend": a.T.Name()})

@@ -73,3 +73,23 @@ func TestClientServerRoundTrip(t *testing.T) {
 		t.Fatalf("no agent: %v", err)
 	}
 }
+
+// The delay line's totals reach a client whole: the lab sums release
+// lateness across runs from them.
+func TestClientStats(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	l, err := ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: (&API{T: countingThrottle{throttle.NewMemory()}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	got, err := NewClient(sock).Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (countingThrottle{}).Stats(); got != want {
+		t.Errorf("stats %+v, want %+v", got, want)
+	}
+}

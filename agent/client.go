@@ -117,5 +117,12 @@ func (c *Client) Counters() (map[string]throttle.DelayCounters, error) {
 	return out, c.do(http.MethodGet, "/v1/counters", nil, &out)
 }
 
+// Stats returns the backend's totals that belong to no consumer (GET
+// /v1/stats).
+func (c *Client) Stats() (throttle.DelayLineStats, error) {
+	var out throttle.DelayLineStats
+	return out, c.do(http.MethodGet, "/v1/stats", nil, &out)
+}
+
 // Status returns the agent's status document.
 func (c *Client) Status(out any) error { return c.do(http.MethodGet, "/v1/status", nil, out) }

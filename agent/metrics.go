@@ -52,6 +52,7 @@ func newCollector(status func() []ResourceStatus, t throttle.Throttle) *collecto
 		"dl_held":      newDesc("delayline_held_packets", "Packets the delay line holds now."),
 		"dl_unclass":   newDesc("delayline_unclassified_packets_total", "Queued packets that matched no consumer and were accepted at once."),
 		"dl_errors":    newDesc("delayline_errors_total", "Netlink receive and verdict errors of the delay line."),
+		"dl_late":      newDesc("delayline_release_lateness_seconds", "How late held packets left against their due time (added to the delay; ms means the line lacked CPU)."),
 		"cthrottled":   newDesc("consumer_throttled", "1 while the resource's controller delays the consumer (throttleable and output above zero).", "resource", "consumer"),
 		"backend_info": newDesc("backend_info", "The throttle backend in use.", "backend"),
 		"class_iops":   newDesc("class_iops", "SLO class's IOPS over the last interval (slo-classes).", "resource", "class"),
@@ -133,8 +134,21 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		g("dl_held", float64(s.Held))
 		ch <- prometheus.MustNewConstMetric(c.descs["dl_unclass"], prometheus.CounterValue, float64(s.Unclassified))
 		ch <- prometheus.MustNewConstMetric(c.descs["dl_errors"], prometheus.CounterValue, float64(s.Errors))
+		ch <- lateHistogram(c.descs["dl_late"], s.Late)
 	}
 	g("backend_info", 1, c.t.Name())
+}
+
+// lateHistogram turns the delay line's own buckets (per bucket) into
+// Prometheus' (cumulative, in seconds).
+func lateHistogram(d *prometheus.Desc, l throttle.Lateness) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(throttle.LateBounds))
+	var cum uint64
+	for i, b := range throttle.LateBounds {
+		cum += l.Counts[i]
+		buckets[b.Seconds()] = cum
+	}
+	return prometheus.MustNewConstHistogram(d, l.Count, l.Sum.Seconds(), buckets)
 }
 
 func b2f(b bool) float64 {

@@ -27,7 +27,9 @@ func (countingThrottle) Counters() map[netip.Addr]throttle.DelayCounters {
 }
 
 func (countingThrottle) Stats() throttle.DelayLineStats {
-	return throttle.DelayLineStats{Held: 3, Unclassified: 2, Errors: 0}
+	l := throttle.Lateness{Count: 3, Sum: 5100 * time.Microsecond, Max: 5 * time.Millisecond}
+	l.Counts[0], l.Counts[2], l.Counts[7] = 1, 1, 1 // 40 µs, 60 µs, 5 ms
+	return throttle.DelayLineStats{Held: 3, Unclassified: 2, Errors: 0, Late: l}
 }
 
 func fixedStatus() []ResourceStatus {
@@ -85,6 +87,13 @@ func TestMetricsScrape(t *testing.T) {
 		`sanqos_delayline_held_packets 3`,
 		`sanqos_delayline_unclassified_packets_total 2`,
 		`sanqos_delayline_errors_total 0`,
+		`sanqos_delayline_release_lateness_seconds_bucket{le="5e-05"} 1`,
+		`sanqos_delayline_release_lateness_seconds_bucket{le="0.00025"} 2`,
+		`sanqos_delayline_release_lateness_seconds_bucket{le="0.004"} 2`,
+		`sanqos_delayline_release_lateness_seconds_bucket{le="0.008"} 3`,
+		`sanqos_delayline_release_lateness_seconds_bucket{le="+Inf"} 3`,
+		`sanqos_delayline_release_lateness_seconds_sum 0.0051`,
+		`sanqos_delayline_release_lateness_seconds_count 3`,
 		`sanqos_backend_info{backend="dry-run"} 1`,
 		`# TYPE sanqos_delayline_bytes_total counter`,
 		`# TYPE sanqos_resource_indicator_seconds gauge`,

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/report"
+	"github.com/sanqos/sanqos/throttle"
 )
 
 func init() {
@@ -143,6 +145,7 @@ func runControlled(r *Runner, kind string) (any, error) {
 	var dseries []report.Series
 	var cpu, shadowCPU, wall float64
 	var held uint64 // packets the delay line held
+	var late throttle.Lateness
 	var tracking []PassiveTracking
 	var trackPlot []report.Series
 	thresholds := Thresholds
@@ -203,7 +206,9 @@ func runControlled(r *Runner, kind string) (any, error) {
 			for _, c := range cs {
 				held += c.Packets
 			}
-			err = cerr
+			st, serr := a.Stats()
+			late = late.Add(st.Late)
+			err = errors.Join(cerr, serr)
 		}
 		if serr := a.Stop(); err == nil {
 			err = serr
@@ -269,6 +274,9 @@ func runControlled(r *Runner, kind string) (any, error) {
 				sum.DelayLineUSPerPacket = round(1e6*(cpu-shadowCPU)/float64(held), 1)
 			}
 		}
+		if late.Count > 0 {
+			sum.DelayLineLate = lateSummary(late)
+		}
 	}
 	var refs []report.Line
 	for _, t := range thresholds {
@@ -332,4 +340,12 @@ func controlledRun(res *PhaseResult, thr time.Duration, steps []float64, onS flo
 	x, y := res.Series("b2", readWait)
 	run.PctAbove, run.SettleS = report.Regulation(run.ThresholdMs, waits, x, y, steps, onS)
 	return run
+}
+
+func lateSummary(l throttle.Lateness) *report.LateSummary {
+	ms := func(d time.Duration) float64 { return round(float64(d)/1e6, 3) }
+	return &report.LateSummary{
+		P50: ms(l.Quantile(0.5)), P99: ms(l.Quantile(0.99)), Max: ms(l.Max),
+		PctOver2: round(100*l.Over(2*time.Millisecond), 2), Releases: l.Count,
+	}
 }

@@ -6,6 +6,9 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/sanqos/sanqos/report"
+	"github.com/sanqos/sanqos/throttle"
 )
 
 // The fixture is trace.csv of a real interference run (scale 0.1) in this
@@ -62,5 +65,18 @@ func TestLoadTraceErrors(t *testing.T) {
 		if _, err := LoadTrace(path, []*Phase{{Name: "p"}}); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// The summary's lateness is in ms at the histogram's resolution, with the
+// exact maximum, so a starved delay line reads as such in summary.json.
+func TestLateSummary(t *testing.T) {
+	var l throttle.Lateness
+	l.Counts[1], l.Counts[5], l.Counts[len(throttle.LateBounds)] = 98, 1, 1 // ≤100 µs, ≤2 ms, >16 ms
+	l.Count, l.Max = 100, 23456*time.Microsecond
+	got := *lateSummary(l)
+	want := report.LateSummary{P50: 0.1, P99: 2, Max: 23.456, PctOver2: 1, Releases: 100}
+	if got != want {
+		t.Errorf("lateSummary = %+v, want %+v", got, want)
 	}
 }

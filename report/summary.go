@@ -128,6 +128,20 @@ type ControlledSummary struct {
 	// data plane's share at another packet rate can be worked out.
 	DelayLinePackets     uint64  `json:"delayline_packets,omitempty"`
 	DelayLineUSPerPacket float64 `json:"delayline_cpu_us_per_packet,omitempty"`
+	// DelayLineLate is how late the held packets left against their due
+	// time, over the regulated runs: the delay line's own error.
+	DelayLineLate *LateSummary `json:"delayline_release_late_ms,omitempty"`
+}
+
+// LateSummary condenses a release-lateness histogram. P50 and P99 are the
+// upper bounds of the buckets that hold them (the histogram's resolution);
+// Max is exact.
+type LateSummary struct {
+	P50      float64 `json:"p50"`
+	P99      float64 `json:"p99"`
+	Max      float64 `json:"max"`
+	PctOver2 float64 `json:"pct_over_2ms"`
+	Releases uint64  `json:"releases"`
 }
 
 // Round rounds v to d decimals; NaN and ±Inf become 0 (JSON has neither).

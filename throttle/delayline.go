@@ -142,6 +142,9 @@ type DelayLineStats struct {
 	PassedAtLimit uint64 `json:"passed_at_limit"` // all consumers
 	Unclassified  uint64 `json:"unclassified"`    // unparseable or not a consumer: accepted at once
 	Errors        uint64 `json:"errors"`          // netlink receive/verdict errors
+	// Late is how late held packets left against their due time: the
+	// line's own error, added to every delay it applies.
+	Late Lateness `json:"release_late"`
 }
 
 // delayLineClass is the classifier class the NFQUEUE rules belong to.
@@ -431,6 +434,12 @@ func (d *DelayLine) run() {
 	var out []uint32
 	var armed int64 // due time the timerfd is set for, 0 if none
 	var tbuf [8]byte
+	late := func(ns int64) {
+		d.stats.Late.observe(ns)
+		if d.late != nil {
+			d.late(ns)
+		}
+	}
 	// The callback runs until the end: returning false parks this
 	// goroutine in the netpoller until our epoll set has an event again.
 	// Edge-triggered there, so each pass empties the set first.
@@ -449,7 +458,7 @@ func (d *DelayLine) run() {
 			// Due packets first, then arrivals: a consumer whose last
 			// held packet leaves now holds nothing when its new packets
 			// are classified, and they follow it in the same write.
-			out = d.dq.popDue(t, out[:0], d.late)
+			out = d.dq.popDue(t, out[:0], late)
 			for _, ev := range evs[:n] {
 				if int(ev.Fd) == d.tfd {
 					rawRead(d.tfd, tbuf[:]) // EAGAIN after a re-arm: fine

@@ -293,6 +293,12 @@ func TestDelayLineWriteThrottle(t *testing.T) {
 	if c.Acks == 0 || c.Packets < c.Acks {
 		t.Errorf("counters did not count delayed ACKs: %+v", c)
 	}
+	// Every release is timed: none before it was held (Stats is read
+	// first, and counters only grow), and the releases so far are many.
+	late := d.Stats().Late
+	if held := d.Counters()[l.cAddr].Packets; late.Count == 0 || late.Count > held {
+		t.Errorf("release lateness counted %d releases of %d held packets", late.Count, held)
+	}
 }
 
 // commands runs an iSCSI-like writer for dur: the consumer sends a 64 KiB
