@@ -190,6 +190,7 @@ func runControlled(r *Runner, kind string) (any, error) {
 			ps = &passiveSeries{}
 			p.Events = append(p.Events, ps.events(a, length)...)
 		}
+		var runLate throttle.Lateness
 		c0, s0 := cpuSeconds(a.Pid()), 0.0
 		if shadow != nil {
 			s0 = cpuSeconds(shadow.Pid())
@@ -207,6 +208,7 @@ func runControlled(r *Runner, kind string) (any, error) {
 				held += c.Packets
 			}
 			st, serr := a.Stats()
+			runLate = st.Late
 			late = late.Add(st.Late)
 			err = errors.Join(cerr, serr)
 		}
@@ -229,6 +231,9 @@ func runControlled(r *Runner, kind string) (any, error) {
 		}
 		all = append(all, res)
 		run := controlledRun(res, thr, stepsAt, on.Seconds())
+		if runLate.Count > 0 {
+			run.DelayLineLate = lateSummary(runLate)
+		}
 		var on int
 		for i, d := range delays {
 			run.MaxDelay = math.Max(run.MaxDelay, d)
@@ -334,6 +339,9 @@ func controlledRun(res *PhaseResult, thr time.Duration, steps []float64, onS flo
 	run := ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: roundDist(report.Describe(waits)), WriteMBs: round(report.Aggregate(res.Window(), Hosts[1:], writeMBs), 2), TCP: res.TCP}
 	s := tcpSides(res)
 	run.TCPBySide = &s
+	if res.Host != (report.HostCPU{}) {
+		run.Host = &res.Host
+	}
 	if thr == 0 {
 		return run
 	}

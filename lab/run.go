@@ -66,7 +66,9 @@ type PhaseResult struct {
 	TCP    TCPCounters // on target + initiators during the phase
 	// TCPByNS is TCP split by namespace (target and each initiator host).
 	TCPByNS map[string]TCPCounters
-	FioErr  error
+	// Host is the machine's CPU use over the phase (zero if unreadable).
+	Host   report.HostCPU
+	FioErr error
 }
 
 // Window returns the ticks inside the phase's analysis window.
@@ -221,6 +223,7 @@ func (r *Runner) Run(p *Phase, rep int) (*PhaseResult, error) {
 		hosts[j.Host] = true
 	}
 	before := tcpByNS()
+	cpu0, cpuErr := hostCPU()
 	ds, err := sample.NewDiskstats("/proc", "/sys")
 	if err != nil {
 		return nil, err
@@ -324,6 +327,9 @@ loop:
 	}
 	<-fioDone
 	r.trace.Flush()
+	if cpu1, err := hostCPU(); err == nil && cpuErr == nil {
+		res.Host = hostCPUUse(cpu0, cpu1)
+	}
 	res.TCPByNS = map[string]TCPCounters{}
 	for ns, c := range tcpByNS() {
 		if b, ok := before[ns]; ok {

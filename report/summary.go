@@ -98,6 +98,18 @@ type ControlledRun struct {
 	TCP TCPCounters `json:"tcp"`
 	// TCPBySide is TCP split by sender (lab runs only).
 	TCPBySide *TCPSides `json:"tcp_by_side,omitempty"`
+	// Host is the lab machine's CPU use over the run, and DelayLineLate
+	// how late this run's delay line released (lab runs only): a run with
+	// probes can be told apart as starved or not.
+	Host          *HostCPU     `json:"host_cpu,omitempty"`
+	DelayLineLate *LateSummary `json:"delayline_release_late_ms,omitempty"`
+}
+
+// HostCPU is a machine's CPU use over a run, in % of all its CPUs' time.
+// StealPct is time the hypervisor gave to others while a vCPU had work.
+type HostCPU struct {
+	BusyPct  float64 `json:"busy_pct"`
+	StealPct float64 `json:"steal_pct"`
 }
 
 // ControlledSummary is summary.json of pid and autonomic.

@@ -1,0 +1,32 @@
+package lab
+
+import (
+	"github.com/prometheus/procfs"
+	"github.com/sanqos/sanqos/report"
+)
+
+// hostCPU reads the machine's CPU totals. Every process of the lab (target,
+// initiators, agent) shares this machine's CPUs, and steal is the time the
+// hypervisor ran something else while a vCPU had work: both explain a late
+// ACK or a late release that the code under test did not cause.
+func hostCPU() (procfs.CPUStat, error) {
+	fs, err := procfs.NewFS("/proc")
+	if err != nil {
+		return procfs.CPUStat{}, err
+	}
+	s, err := fs.Stat()
+	return s.CPUTotal, err
+}
+
+// hostCPUUse is what the machine did between two readings, as shares of all
+// CPUs' time: busy (user, system, interrupts) and stolen by the host.
+func hostCPUUse(a, b procfs.CPUStat) report.HostCPU {
+	d := func(x, y float64) float64 { return max(y-x, 0) }
+	busy := d(a.User, b.User) + d(a.Nice, b.Nice) + d(a.System, b.System) + d(a.IRQ, b.IRQ) + d(a.SoftIRQ, b.SoftIRQ)
+	steal := d(a.Steal, b.Steal)
+	total := busy + steal + d(a.Idle, b.Idle) + d(a.Iowait, b.Iowait)
+	if total <= 0 {
+		return report.HostCPU{}
+	}
+	return report.HostCPU{BusyPct: round(100*busy/total, 1), StealPct: round(100*steal/total, 2)}
+}
