@@ -159,6 +159,9 @@ func (a *Agent) Metrics() http.Handler {
 // every throttle the loops applied.
 func (a *Agent) Run(ctx context.Context) error {
 	go a.discoverLoop(ctx)
+	if s, ok := a.deps.Throttle.(Statser); ok {
+		go a.watchLateness(ctx, s)
+	}
 	return a.loops.Run(ctx)
 }
 
