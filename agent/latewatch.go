@@ -33,11 +33,7 @@ type lateVerdict struct {
 }
 
 func (w *lateWatch) check(now throttle.Lateness) lateVerdict {
-	var win throttle.Lateness
-	for i := range win.Counts {
-		win.Counts[i] = now.Counts[i] - w.last.Counts[i]
-	}
-	win.Count = now.Count - w.last.Count
+	win := now.Sub(w.last)
 	w.last = now
 	v := lateVerdict{releases: win.Count, share: win.Over(lateBound)}
 	if win.Count < lateMinCount {

@@ -57,6 +57,17 @@ func (l Lateness) Add(o Lateness) Lateness {
 	return l
 }
 
+// Sub returns the releases counted in l since an earlier reading o of the
+// same histogram. Max stays l's: a maximum cannot be taken back out.
+func (l Lateness) Sub(o Lateness) Lateness {
+	for i := range l.Counts {
+		l.Counts[i] -= o.Counts[i]
+	}
+	l.Count -= o.Count
+	l.Sum -= o.Sum
+	return l
+}
+
 // Quantile returns the upper bound of the bucket holding quantile q, or Max
 // if that is the overflow bucket or smaller (so never more than was seen).
 // It returns 0 for an empty histogram.

@@ -73,4 +73,7 @@ func TestLatenessAdd(t *testing.T) {
 	if a.Count != 1 {
 		t.Errorf("Add changed its receiver: %+v", a)
 	}
+	if d := s.Sub(a); d.Count != b.Count || d.Counts != b.Counts || d.Sum != b.Sum || d.Max != s.Max {
+		t.Errorf("(a+b)-a = %+v, want b's counts %+v with the cumulative max", d, b)
+	}
 }

@@ -24,8 +24,9 @@ write delay is added, by default, to the target's replies to it (R2Ts and
 SCSI status: each write command completes that much later, while its data
 is acknowledged on time, so its TCP sends no spurious loss probes); with the
 agent's --write-delay-on acks (the thesis' method) to the pure ACKs sent to
-it instead (its writes then open their TCP window later). A rate caps bytes/s sent to it. Delays must be below 100 ms,
-far from TCP's 200 ms minimum retransmission timeout.
+it instead (its writes then open their TCP window later). A rate caps
+bytes/s sent to it. Delays must be below 100 ms, far from TCP's 200 ms
+minimum retransmission timeout.
 
 Throttles set here are shown by 'sanqos status' and the dashboard. Talks to
 the agent over its root-only unix socket.`,
