@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sanqos/sanqos/config"
 	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/throttle"
 )
@@ -28,8 +29,14 @@ type (
 	ControlledSummary = report.ControlledSummary
 )
 
-// Thresholds of the pid and autonomic experiments (thesis Fig 5.9).
+// Thresholds of the pid experiment (thesis Fig 5.9).
 var Thresholds = []time.Duration{10 * time.Millisecond, 15 * time.Millisecond, 20 * time.Millisecond}
+
+// AutonomicThresholds adds 5 ms to the thesis' three: near the modelled
+// group's own service time for a random 8 KiB read (~6.3 ms at qd 1), so
+// the run shows where slowing writers stops helping
+// (ControlledRun.Unreachable) rather than only where it works.
+var AutonomicThresholds = append([]time.Duration{5 * time.Millisecond}, Thresholds...)
 
 // controlledDefaults are the agent settings pid and autonomic run with
 // unless --agent-set names the key: the threshold bounds the reader's
@@ -137,6 +144,9 @@ func runControlled(r *Runner, kind string) (any, error) {
 		return s
 	}()
 	sum.Baseline = controlledRun(base, 0, stepsAt, on.Seconds())
+	// The reader alone, before the first writer: what no throttle of
+	// writers can improve on.
+	sum.ReaderAloneP95Ms = round(report.Describe(report.Values(base.Between(time.Second, lead), "b2", readWait)).P95, 2)
 	series := []report.Series{}
 	x, y := base.Series("b2", readWait)
 	series = append(series, report.Series{Name: "no regulation", X: x, Y: smooth(y)})
@@ -149,6 +159,9 @@ func runControlled(r *Runner, kind string) (any, error) {
 	var tracking []PassiveTracking
 	var trackPlot []report.Series
 	thresholds := Thresholds
+	if kind == "autonomic" {
+		thresholds = AutonomicThresholds
+	}
 	if len(r.opts.Thresholds) > 0 {
 		thresholds = r.opts.Thresholds
 	}
@@ -250,6 +263,9 @@ func runControlled(r *Runner, kind string) (any, error) {
 		if inWin > 0 {
 			run.Throttled = round(100*float64(on)/float64(inWin), 1)
 		}
+		if run.ThresholdMs <= sum.ReaderAloneP95Ms {
+			run.Unreachable = fmt.Sprintf("the threshold is at or below the reader's p95 with no writer at all (%.2f ms): the group's own service time for its reads, which slowing writers cannot shorten", sum.ReaderAloneP95Ms)
+		}
 		sum.Regulated = append(sum.Regulated, run)
 		x, y := res.Series("b2", readWait)
 		series = append(series, report.Series{Name: p.Label, X: x, Y: smooth(y)})
@@ -283,6 +299,19 @@ func runControlled(r *Runner, kind string) (any, error) {
 			sum.DelayLineLate = lateSummary(late)
 		}
 	}
+	if kind == "autonomic" {
+		cfg, err := config.Load(filepath.Join(r.Dir, fmt.Sprintf("agent-%v.yaml", thresholds[0])))
+		if err != nil {
+			return nil, err
+		}
+		judge := func(res *PhaseResult, thr time.Duration) ControlledRun {
+			return controlledRun(res, thr, stepsAt, on.Seconds())
+		}
+		if sum.Oracle, err = runOracle(r, thresholds, cfg.DelayStep, cfg.MaxDelay, mkPhase, judge); err != nil {
+			return nil, err
+		}
+	}
+	sum.Judge()
 	var refs []report.Line
 	for _, t := range thresholds {
 		refs = append(refs, report.Line{Name: fmt.Sprintf("%v", t), Y: float64(t) / 1e6})
@@ -337,6 +366,8 @@ func delaySampler(a *LabAgent, length time.Duration, xs, ys *[]float64) []Event 
 func controlledRun(res *PhaseResult, thr time.Duration, steps []float64, onS float64) ControlledRun {
 	waits := report.Values(res.Window(), "b2", readWait)
 	run := ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: roundDist(report.Describe(waits)), WriteMBs: round(report.Aggregate(res.Window(), Hosts[1:], writeMBs), 2), TCP: res.TCP}
+	onset := report.FirstSecond(res.Ticks, "b2", Hosts[1:], steps, onS)
+	run.Onset = &onset
 	s := tcpSides(res)
 	run.TCPBySide = &s
 	if res.Host != (report.HostCPU{}) {

@@ -19,6 +19,7 @@ type Dist struct {
 	Mean float64 `json:"mean"`
 	P50  float64 `json:"p50"`
 	P95  float64 `json:"p95"`
+	P99  float64 `json:"p99"`
 	Max  float64 `json:"max"`
 }
 
@@ -33,7 +34,7 @@ func Describe(xs []float64) Dist {
 	for _, x := range v {
 		sum += x
 	}
-	return Dist{N: len(v), Mean: sum / float64(len(v)), P50: Quantile(v, 0.5), P95: Quantile(v, 0.95), Max: v[len(v)-1]}
+	return Dist{N: len(v), Mean: sum / float64(len(v)), P50: Quantile(v, 0.5), P95: Quantile(v, 0.95), P99: Quantile(v, 0.99), Max: v[len(v)-1]}
 }
 
 func finite(xs []float64) []float64 {

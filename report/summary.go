@@ -103,6 +103,56 @@ type ControlledRun struct {
 	// probes can be told apart as starved or not.
 	Host          *HostCPU     `json:"host_cpu,omitempty"`
 	DelayLineLate *LateSummary `json:"delayline_release_late_ms,omitempty"`
+	// Onset is the reader's wait in the first second after each load step.
+	Onset *Onset `json:"onset,omitempty"`
+	// Unreachable says why slowing writers cannot hold this threshold: it
+	// is at or below the reader's own wait with no writer at all.
+	Unreachable string `json:"unreachable,omitempty"`
+	// Criteria relates the run to its threshold, the baseline and the
+	// oracle of the same invocation (ControlledSummary.Judge).
+	Criteria *Criteria `json:"criteria,omitempty"`
+}
+
+// Criteria are a regulated run's figures as ratios: to its threshold, to
+// the unregulated baseline and to the oracle, all from one invocation.
+type Criteria struct {
+	P95X           float64 `json:"p95_x_threshold"`
+	P99X           float64 `json:"p99_x_threshold"`
+	FirstSecondX   float64 `json:"first_second_x_threshold"`
+	KeptVsBaseline float64 `json:"write_kept_vs_baseline"`
+	// KeptVsOracle is the run's write rate over the oracle's at the same
+	// threshold (0: no oracle ran).
+	KeptVsOracle float64 `json:"write_kept_vs_oracle,omitempty"`
+	// Retrans, LossProbes and Timeouts are this run's (every sender); the
+	// Baseline ones the unregulated run's, for "no more than the baseline".
+	Retrans            uint64 `json:"retrans_segs"`
+	LossProbes         uint64 `json:"loss_probes"`
+	Timeouts           uint64 `json:"rto_timeouts"`
+	BaselineRetrans    uint64 `json:"baseline_retrans_segs"`
+	BaselineLossProbes uint64 `json:"baseline_loss_probes"`
+}
+
+// OracleRun is the best static write delay on every writer for one
+// threshold: the smallest that holds the reader's p95 at the threshold
+// under steady load, found by bisection, then run with the experiment's
+// own load pattern. A controller that must find its delay online is
+// judged by the writes it keeps against this one, which knew it.
+type OracleRun struct {
+	ThresholdMs float64 `json:"threshold_ms"`
+	DelayMs     float64 `json:"delay_ms"`
+	// Reachable is false when even the largest delay left the steady p95
+	// above the threshold; DelayMs is then the largest.
+	Reachable bool          `json:"reachable"`
+	Probes    []OracleProbe `json:"probes"`
+	// Run is the load pattern at DelayMs (nil if it did not run).
+	Run *ControlledRun `json:"run,omitempty"`
+}
+
+// OracleProbe is one steady-load probe of the bisection.
+type OracleProbe struct {
+	DelayMs  float64 `json:"delay_ms"`
+	P95Ms    float64 `json:"p95_ms"`
+	WriteMBs float64 `json:"write_mb_s"`
 }
 
 // HostCPU is a machine's CPU use over a run, in % of all its CPUs' time.
@@ -143,6 +193,39 @@ type ControlledSummary struct {
 	// DelayLineLate is how late the held packets left against their due
 	// time, over the regulated runs: the delay line's own error.
 	DelayLineLate *LateSummary `json:"delayline_release_late_ms,omitempty"`
+	// ReaderAloneP95Ms is the reader's p95 wait before any writer starts:
+	// the floor no throttle of writers can go below.
+	ReaderAloneP95Ms float64 `json:"reader_alone_p95_ms,omitempty"`
+	// Oracle holds the best static delay per threshold (lab autonomic).
+	Oracle []OracleRun `json:"oracle,omitempty"`
+}
+
+// Judge fills every regulated run's Criteria from the baseline and the
+// oracle of the same threshold.
+func (s *ControlledSummary) Judge() {
+	for i := range s.Regulated {
+		r := &s.Regulated[i]
+		if r.ThresholdMs <= 0 {
+			continue
+		}
+		c := &Criteria{
+			P95X: Round(r.ReadWaitMs.P95/r.ThresholdMs, 2), P99X: Round(r.ReadWaitMs.P99/r.ThresholdMs, 2),
+			Retrans: r.TCP.RetransSegs, LossProbes: r.TCP.LossProbes, Timeouts: r.TCP.Timeouts,
+			BaselineRetrans: s.Baseline.TCP.RetransSegs, BaselineLossProbes: s.Baseline.TCP.LossProbes,
+		}
+		if r.Onset != nil && r.Onset.Steps > 0 {
+			c.FirstSecondX = Round(r.Onset.WorstMeanMs/r.ThresholdMs, 2)
+		}
+		if s.Baseline.WriteMBs > 0 {
+			c.KeptVsBaseline = Round(r.WriteMBs/s.Baseline.WriteMBs, 3)
+		}
+		for _, o := range s.Oracle {
+			if o.ThresholdMs == r.ThresholdMs && o.Run != nil && o.Run.WriteMBs > 0 {
+				c.KeptVsOracle = Round(r.WriteMBs/o.Run.WriteMBs, 3)
+			}
+		}
+		r.Criteria = c
+	}
 }
 
 // LateSummary condenses a release-lateness histogram. P50 and P99 are the
@@ -167,7 +250,7 @@ func Round(v float64, d int) float64 {
 
 // RoundDist rounds a distribution's figures to 2 decimals.
 func RoundDist(d Dist) Dist {
-	d.Mean, d.P50, d.P95, d.Max = Round(d.Mean, 2), Round(d.P50, 2), Round(d.P95, 2), Round(d.Max, 2)
+	d.Mean, d.P50, d.P95, d.P99, d.Max = Round(d.Mean, 2), Round(d.P50, 2), Round(d.P95, 2), Round(d.P99, 2), Round(d.Max, 2)
 	return d
 }
 

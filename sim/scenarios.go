@@ -303,6 +303,7 @@ func runControlled(o Options, autonomic bool) (any, error) {
 		wx, wy := report.AggregateSeries(res.Ticks, Hosts[1:], writeMBs)
 		wseries = append(wseries, report.Series{Name: p.Label, X: wx, Y: report.Smooth(wy)})
 	}
+	sum.Judge()
 	if o.Out == "" {
 		return sum, nil
 	}
@@ -332,6 +333,8 @@ func ControlledRunOf(res *PhaseResult, thr time.Duration, steps []float64, onS f
 	waits := report.Values(res.Window(), "b2", readWait)
 	run := report.ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: report.RoundDist(report.Describe(waits)),
 		WriteMBs: report.Round(report.Aggregate(res.Window(), Hosts[1:], writeMBs), 2)}
+	onset := report.FirstSecond(res.Ticks, "b2", Hosts[1:], steps, onS)
+	run.Onset = &onset
 	if thr == 0 {
 		return run
 	}
