@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sanqos/sanqos/control"
 	"github.com/sanqos/sanqos/sample"
 	"github.com/sanqos/sanqos/throttle"
 )
@@ -104,6 +105,24 @@ type LoopConfig struct {
 	// most to 2 × its previous delay + RiseStep (decreases are immediate);
 	// 0 means no bound. See riseLimit.
 	RiseStep time.Duration
+	// Onset preloads each resource's controller at the first sample of a
+	// write surge with the output that held it last time (control,
+	// onset.go).
+	Onset bool
+}
+
+// onsetHold is how many ticks a feed-forward preload is kept from the
+// release rule: the surge reaches the reader's smoothed wait two or
+// three samples after the writers' bytes reach the target.
+const onsetHold = 3
+
+// onsetMemoryAlpha weights each loaded sample in the remembered output:
+// about the last second and a half of regulation at 100 ms.
+const onsetMemoryAlpha = 0.1
+
+// preloader is a controller that takes a feed-forward (control.PID).
+type preloader interface {
+	Preload(level float64, hold int) int
 }
 
 // ResourceStatus is what a resource loop last did, for status and metrics.
@@ -114,13 +133,18 @@ type ResourceStatus struct {
 	RawWaitMs   float64  `json:"raw_wait_ms"`
 	// SetpointMs is what the controller holds the indicator at: the
 	// threshold, or below it with objective p95.
-	SetpointMs   float64          `json:"setpoint_ms"`
-	ThresholdMs  float64          `json:"threshold_ms"`
-	Step         int              `json:"step"`
-	Delay        time.Duration    `json:"delay_ns"`
-	Throttleable []string         `json:"throttleable"`
-	Consumers    []ConsumerStatus `json:"consumers"`
-	Policy       string           `json:"policy,omitempty"`
+	SetpointMs float64 `json:"setpoint_ms"`
+	// Onsets counts the write surges the onset detector found;
+	// FeedForwardMs is the delay it would preload at the next (0 until
+	// the resource has been regulated under load).
+	Onsets        uint64           `json:"onsets"`
+	FeedForwardMs float64          `json:"feedforward_ms"`
+	ThresholdMs   float64          `json:"threshold_ms"`
+	Step          int              `json:"step"`
+	Delay         time.Duration    `json:"delay_ns"`
+	Throttleable  []string         `json:"throttleable"`
+	Consumers     []ConsumerStatus `json:"consumers"`
+	Policy        string           `json:"policy,omitempty"`
 	// Classes is the slo-classes policy's per-class accounting.
 	Classes []ClassStatus `json:"classes,omitempty"`
 	// Network is the network saturation indicator and Reservations the
@@ -297,6 +321,8 @@ type resourceState struct {
 	in     PolicyInput // reused every tick: no per-tick slice of consumers
 	ind    Smoother
 	tail   *tailEstimate // objective p95 only
+	onset  *control.OnsetDetector
+	mem    *control.Memory
 	rates  map[netip.Addr]Smoother
 	plan   *plan
 	prev   []sample.Counters // per plan device; Device "" = none yet
@@ -427,6 +453,10 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 	if rs.ctrl == nil {
 		rs.ctrl, rs.ind = spec.NewController(), spec.NewSmoother()
 		rs.rates = map[netip.Addr]Smoother{}
+		if _, ok := rs.ctrl.(preloader); ok && l.cfg.Onset {
+			rs.onset = control.NewOnsetDetector(control.DefaultOnsetConfig(l.cfg.WriteBps))
+			rs.mem = control.NewMemory(onsetMemoryAlpha)
+		}
 	}
 	switch {
 	case rs.plan == nil || rs.plan.specs != specs:
@@ -485,21 +515,13 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 	}
 	st.IndicatorMs = math.NaN()
 	st.SetpointMs = st.ThresholdMs / q
-	step := 0
-	if v, ok := rs.ind.Value(); ok {
-		st.IndicatorMs = v
-		step = rs.ctrl.Update(v * q)
-	}
-	delay := time.Duration(step) * l.cfg.DelayStep
-	if delay > l.cfg.MaxDelay {
-		delay = l.cfg.MaxDelay
-	}
-	st.Step, st.Delay = step, delay
 	// The policy names who is slowed and how (read-over-write: writers
 	// above the rate threshold, 4.5.1, plus the static ones, never the
-	// important ones).
+	// important ones). Its input is gathered first, since the writers'
+	// rates are also the onset detector's signal; the controller's
+	// output is filled in before the policy decides.
 	in := &rs.in
-	*in = PolicyInput{Now: now, Interval: l.cfg.Interval, IndicatorMs: st.IndicatorMs, ThresholdMs: st.ThresholdMs, Output: delay,
+	*in = PolicyInput{Now: now, Interval: l.cfg.Interval, ThresholdMs: st.ThresholdMs,
 		DelayStep: l.cfg.DelayStep, MaxDelay: l.cfg.MaxDelay, WriteBps: l.cfg.WriteBps, Consumers: in.Consumers[:0],
 		settingsBuf: in.settingsBuf, thrBuf: in.thrBuf}
 	st.Consumers = make([]ConsumerStatus, 0, len(p.consumers))
@@ -549,6 +571,10 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 		in.Consumers = append(in.Consumers, ConsumerInput{Addr: pc.addr, Static: true, ReadWaitMs: math.NaN(), WriteWaitMs: math.NaN(),
 			QueueMs: math.NaN(), SRTTMs: math.NaN()})
 	}
+	step := l.control(rs, &st, q)
+	delay := min(time.Duration(step)*l.cfg.DelayStep, l.cfg.MaxDelay)
+	st.Step, st.Delay = step, delay
+	in.IndicatorMs, in.Output = st.IndicatorMs, delay
 	out := rs.policy.Decide(in)
 	st.Policy, st.Classes, st.Network, st.Reservations = rs.policy.Name(), out.Classes, out.Network, out.Reservations
 	if len(out.Throttleable) > 0 {
@@ -607,6 +633,47 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 	l.status[name] = st
 	l.mu.Unlock()
 	return desire{resource: name, delays: want, other: other}
+}
+
+// control runs the resource's controller on this tick's indicator (× q,
+// the tail objective's factor), with the onset feed-forward: the writers'
+// aggregate rate this tick (rs.in, the policy's input) is the detector's
+// signal, and the output of loaded ticks is what the memory learns.
+func (l *Loops) control(rs *resourceState, st *ResourceStatus, q float64) int {
+	fired := false
+	if rs.onset != nil {
+		var w float64
+		var n int
+		for _, c := range rs.in.Consumers {
+			if !c.Important {
+				w += c.WriteBps
+				if c.WriteBps >= l.cfg.WriteBps && c.WriteBps > 0 {
+					n++
+				}
+			}
+		}
+		fired = rs.onset.Update(w, n)
+	}
+	step := 0
+	if v, ok := rs.ind.Value(); ok {
+		st.IndicatorMs = v
+		step = rs.ctrl.Update(v * q)
+	}
+	if rs.onset == nil {
+		return step
+	}
+	lvl, known := rs.mem.Level()
+	switch {
+	case fired && known:
+		step = rs.ctrl.(preloader).Preload(lvl, onsetHold)
+	case rs.onset.Settled():
+		rs.mem.Observe(float64(step))
+	}
+	st.Onsets = rs.onset.Fired()
+	if known {
+		st.FeedForwardMs = ms(time.Duration(lvl * float64(l.cfg.DelayStep)))
+	}
+	return step
 }
 
 func (s ResourceSpec) measuredDevices(v ResourceView) []string {

@@ -141,10 +141,15 @@ type Config struct {
 	// (default: the target's R2Ts and status; ACKs of the consumer's data
 	// stay on time, so no spurious tail-loss probes) or "acks" (the
 	// thesis: its pure ACKs). See throttle.WriteOn.
-	WriteDelayOn string     `yaml:"write_delay_on"`
-	WriteMBs     float64    `yaml:"throttleable_write_mb_s"`
-	Resources    []Resource `yaml:"resources"`
-	SourcePath   string     `yaml:"-"`
+	WriteDelayOn string `yaml:"write_delay_on"`
+	// OnsetFeedForward preloads a resource's controller with the delay
+	// that held its threshold last time, on the first sample of a write
+	// surge, instead of waiting for the smoothed wait to cross (control
+	// package, onset.go). Default true.
+	OnsetFeedForward bool       `yaml:"onset_feedforward"`
+	WriteMBs         float64    `yaml:"throttleable_write_mb_s"`
+	Resources        []Resource `yaml:"resources"`
+	SourcePath       string     `yaml:"-"`
 	// Warnings are problems that do not stop the config (e.g. reservations
 	// close to the stated capacity); the agent logs them.
 	Warnings []string `yaml:"-"`
@@ -183,7 +188,7 @@ func Defaults() Config {
 		Threshold: 15 * time.Millisecond, Objective: "p95", EWMAAlpha: 0.5,
 		PID:       PID{Kp: 0.8, Ti: 200 * time.Millisecond, Td: 0},
 		DelayStep: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond, DelayRise: 0, DelayRamp: 0, WriteMBs: 1,
-		WriteDelayOn: "replies",
+		WriteDelayOn: "replies", OnsetFeedForward: true,
 	}
 }
 

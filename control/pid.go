@@ -3,6 +3,7 @@ package control
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -157,6 +158,9 @@ type PID struct {
 	lastError      float64
 	updates        uint64
 	ignoredSamples uint64
+	// hold suspends the release rule for this many Updates after a
+	// Preload (onset.go).
+	hold int
 }
 
 // NewPID validates cfg and returns an unthrottled controller.
@@ -196,7 +200,15 @@ func (p *PID) Update(measured float64) int {
 	// Clamping Ui (rather than holding it at Ui_{k−1} as the flowchart
 	// does) lets the integral alone reach u_max; either bounds windup.
 	ui := p.ui + p.ki*e
-	if measured <= p.releaseBelow && e <= 0 {
+	switch {
+	case p.hold > 0:
+		// After a preload the integral already stands for the load: the
+		// surge's own error, which the preload answers before the wait
+		// shows it, must not wind it further (P still acts on it), and
+		// the release rule waits until the surge can have been seen.
+		ui = math.Min(ui, p.ui)
+		p.hold--
+	case measured <= p.releaseBelow && e <= 0:
 		ui *= p.releaseFactor
 	}
 	p.ui = clamp(ui, 0, umax)
@@ -218,12 +230,30 @@ func (p *PID) Update(measured float64) int {
 // Output implements Controller.
 func (p *PID) Output() int { return p.out }
 
+// Preload raises the integral, and with it the output, to at least level
+// steps (clamped to [0, u_max]) without a measurement, and for the next
+// hold Updates lets the integral only fall, by its ordinary law, never
+// rise or be halved by the release rule: the feed-forward of onset.go.
+// The ordinary law continues from the new integral, so the hand-back to
+// feedback control is bumpless. A level below the current integral
+// changes nothing: feed-forward never loosens a throttle.
+func (p *PID) Preload(level float64, hold int) int {
+	if !finite(level) || level <= p.ui {
+		return p.out
+	}
+	p.ui = clamp(level, 0, float64(p.cfg.MaxSteps))
+	p.u = math.Max(p.u, p.ui)
+	p.out = ceilStep(p.u, p.cfg.MaxSteps)
+	p.hold = max(p.hold, hold)
+	return p.out
+}
+
 // Delay returns the packet delay of the current output.
 func (p *PID) Delay() time.Duration { return Step(p.out, p.cfg.Step) }
 
 // Reset implements Controller.
 func (p *PID) Reset() {
-	p.ui, p.u, p.ePrev, p.started, p.out = 0, 0, 0, false, 0
+	p.ui, p.u, p.ePrev, p.started, p.out, p.hold = 0, 0, 0, false, 0, 0
 	p.lastP, p.lastD, p.lastMeasured, p.lastError = 0, 0, 0, 0
 }
 
