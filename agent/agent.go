@@ -54,7 +54,7 @@ func New(cfg *config.Config, d Deps) *Agent {
 	a := &Agent{deps: d, cfg: cfg, reg: prometheus.NewRegistry()}
 	a.loops = NewLoops(LoopConfig{
 		Interval: cfg.Interval, DelayStep: cfg.DelayStep, MaxDelay: cfg.MaxDelay, WriteBps: cfg.WriteMBs * 1e6, RiseStep: cfg.DelayRise,
-		Onset:           cfg.OnsetFeedForward,
+		Onset: cfg.OnsetFeedForward, RateLeverSteps: cfg.RateLeverSteps,
 		NewRateSmoother: func() Smoother { return d.NewSmoother(cfg.EWMAAlpha) },
 	}, d.Sampler, d.Throttle, d.Log)
 	if d.Rates != nil {

@@ -109,6 +109,10 @@ type LoopConfig struct {
 	// write surge with the output that held it last time (control,
 	// onset.go).
 	Onset bool
+	// RateLeverSteps extends the controller's range past MaxDelay by this
+	// many steps of write-rate caps on the heaviest writers (lever.go); 0
+	// keeps the delay the only lever. The backend must cap write rates.
+	RateLeverSteps int
 }
 
 // onsetHold is how many ticks a feed-forward preload is kept from the
@@ -134,6 +138,15 @@ type ResourceStatus struct {
 	// SetpointMs is what the controller holds the indicator at: the
 	// threshold, or below it with objective p95.
 	SetpointMs float64 `json:"setpoint_ms"`
+	// RateLeverStep is how far the controller is into the write-cap range
+	// past the maximum delay (0: the delay alone acts).
+	RateLeverStep int `json:"rate_lever_step,omitempty"`
+	// FloorMs is the read wait while no writer is active (an EWMA of
+	// quiet samples): what slowing writers cannot improve on. Unreachable
+	// says the threshold is within 10 % of it: the write-cap lever stays
+	// off, since it would only starve the writers.
+	FloorMs     float64 `json:"floor_ms,omitempty"`
+	Unreachable bool    `json:"unreachable,omitempty"`
 	// Onsets counts the write surges the onset detector found;
 	// FeedForwardMs is the delay it would preload at the next (0 until
 	// the resource has been regulated under load).
@@ -323,6 +336,8 @@ type resourceState struct {
 	tail   *tailEstimate // objective p95 only
 	onset  *control.OnsetDetector
 	mem    *control.Memory
+	floor  floorEstimate
+	lever  rateLever
 	rates  map[netip.Addr]Smoother
 	plan   *plan
 	prev   []sample.Counters // per plan device; Device "" = none yet
@@ -453,7 +468,7 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 	if rs.ctrl == nil {
 		rs.ctrl, rs.ind = spec.NewController(), spec.NewSmoother()
 		rs.rates = map[netip.Addr]Smoother{}
-		if _, ok := rs.ctrl.(preloader); ok && l.cfg.Onset {
+		if _, ok := rs.ctrl.(preloader); ok && (l.cfg.Onset || l.cfg.RateLeverSteps > 0) {
 			rs.onset = control.NewOnsetDetector(control.DefaultOnsetConfig(l.cfg.WriteBps))
 			rs.mem = control.NewMemory(onsetMemoryAlpha)
 		}
@@ -512,6 +527,12 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 	}
 	if rs.tail != nil {
 		q = rs.tail.q
+	}
+	if f, ok := rs.floor.value(); ok {
+		// The tail factor never aims the controller below the wait
+		// reads have with no writer at all (objective.go).
+		q = min(q, max(1, st.ThresholdMs/(floorMargin*f)))
+		st.FloorMs, st.Unreachable = f, st.ThresholdMs <= unreachableMargin*f
 	}
 	st.IndicatorMs = math.NaN()
 	st.SetpointMs = st.ThresholdMs / q
@@ -577,6 +598,7 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 	in.IndicatorMs, in.Output = st.IndicatorMs, delay
 	out := rs.policy.Decide(in)
 	st.Policy, st.Classes, st.Network, st.Reservations = rs.policy.Name(), out.Classes, out.Network, out.Reservations
+	l.applyRateLever(rs, &st, in, out, step)
 	if len(out.Throttleable) > 0 {
 		st.Throttleable = make([]string, 0, len(out.Throttleable)+len(p.static))
 	}
@@ -613,7 +635,7 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 			out.Settings[a] = s // the policy's buffer, reused next tick: status shows what is asked
 			rs.asked[a] = s
 		}
-		if s.ReadDelay == 0 && s.Rate == 0 {
+		if s.ReadDelay == 0 && s.Rate == 0 && s.WriteRate == 0 {
 			want[a] = s.WriteDelay
 			continue
 		}
@@ -662,8 +684,12 @@ func (l *Loops) control(rs *resourceState, st *ResourceStatus, q float64) int {
 	if rs.onset == nil {
 		return step
 	}
+	if !rs.onset.Loaded() {
+		rs.floor.observe(st.RawWaitMs)
+	}
 	lvl, known := rs.mem.Level()
 	switch {
+	case !l.cfg.Onset:
 	case fired && known:
 		step = rs.ctrl.(preloader).Preload(lvl, onsetHold)
 	case rs.onset.Settled():
@@ -674,6 +700,55 @@ func (l *Loops) control(rs *resourceState, st *ResourceStatus, q float64) int {
 		st.FeedForwardMs = ms(time.Duration(lvl * float64(l.cfg.DelayStep)))
 	}
 	return step
+}
+
+// applyRateLever adds write-rate caps to the policy's settings while the
+// controller is past the delay range (lever.go). Only the policies whose
+// settings are the controller's delay on the throttleable set take part:
+// the others map the output to settings of their own.
+func (l *Loops) applyRateLever(rs *resourceState, st *ResourceStatus, in *PolicyInput, out PolicyOutput, step int) {
+	n := l.cfg.RateLeverSteps
+	k := step - int(l.cfg.MaxDelay/l.cfg.DelayStep)
+	name := rs.policy.Name()
+	if n <= 0 || k < 0 || st.Unreachable || (name != "read-over-write" && name != "important-sets") {
+		rs.lever.reset()
+		return
+	}
+	writers := make([]netip.Addr, 0, len(out.Settings))
+	for a, s := range out.Settings {
+		if s.WriteDelay > 0 {
+			writers = append(writers, a)
+		}
+	}
+	ewma := make(map[netip.Addr]float64, len(writers))
+	for _, c := range in.Consumers {
+		if _, ok := out.Settings[c.Addr]; ok {
+			ewma[c.Addr] = c.WriteEWMA
+		}
+	}
+	rate := func(a netip.Addr) float64 { return ewma[a] }
+	if k == 0 {
+		rs.lever.reset()
+		rs.lever.observeMax(writers, rate)
+		return
+	}
+	st.RateLeverStep = k
+	for a, c := range rs.lever.caps(k, n, writers, rate) {
+		// A capped writer stays slowed even when its capped rate falls
+		// below the policy's throttleable threshold: dropping it would
+		// release it at full speed into the queue the cap just emptied.
+		s := out.Settings[a]
+		s.WriteDelay, s.WriteRate = in.Output, c
+		out.Settings[a] = s
+	}
+}
+
+// minCap is the tighter of two rate caps, 0 meaning none.
+func minCap(a, b uint64) uint64 {
+	if a == 0 || (b > 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 func (s ResourceSpec) measuredDevices(v ResourceView) []string {
@@ -737,9 +812,7 @@ func (a *actuator) diff() (merged map[netip.Addr]throttle.Setting, batch map[net
 		for c, o := range d.other {
 			s := merged[c]
 			s.WriteDelay, s.ReadDelay = max(s.WriteDelay, o.WriteDelay), max(s.ReadDelay, o.ReadDelay)
-			if o.Rate > 0 && (s.Rate == 0 || o.Rate < s.Rate) {
-				s.Rate = o.Rate
-			}
+			s.Rate, s.WriteRate = minCap(s.Rate, o.Rate), minCap(s.WriteRate, o.WriteRate)
 			merged[c] = s
 		}
 	}

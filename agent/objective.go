@@ -54,3 +54,41 @@ func (t *tailEstimate) add(raw, prevIndicator float64) float64 {
 	}
 	return t.q
 }
+
+// The floor: the read wait with no writer active. Objective p95 aims the
+// controller at threshold / q, and q is the tail of raw / indicator over
+// the last 30 s, which the first samples of every load step (a read
+// queued behind the writers' first commands, five times the indicator)
+// push toward its bound of 2. A setpoint at or below the floor cannot be
+// reached by slowing writers, so the controller would pin at its maximum
+// and, with the write-cap lever, starve the writers for nothing. q is
+// therefore capped so that the setpoint stays floorMargin above the
+// floor; a threshold within unreachableMargin of it is reported
+// unreachable (status), and the write-cap lever stays off there.
+const (
+	floorMargin       = 1.05
+	unreachableMargin = 1.1
+	floorAlpha        = 0.05 // about two seconds of quiet samples
+	floorMinimum      = 10   // quiet samples before the floor is used
+)
+
+// floorEstimate is an EWMA of the raw read wait over samples in which the
+// onset detector saw no writer.
+type floorEstimate struct {
+	v float64
+	n int
+}
+
+func (f *floorEstimate) observe(ms float64) {
+	if math.IsNaN(ms) || math.IsInf(ms, 0) {
+		return
+	}
+	if f.n == 0 {
+		f.v = ms
+	} else {
+		f.v += floorAlpha * (ms - f.v)
+	}
+	f.n++
+}
+
+func (f *floorEstimate) value() (float64, bool) { return f.v, f.n >= floorMinimum }

@@ -146,10 +146,16 @@ type Config struct {
 	// that held its threshold last time, on the first sample of a write
 	// surge, instead of waiting for the smoothed wait to cross (control
 	// package, onset.go). Default true.
-	OnsetFeedForward bool       `yaml:"onset_feedforward"`
-	WriteMBs         float64    `yaml:"throttleable_write_mb_s"`
-	Resources        []Resource `yaml:"resources"`
-	SourcePath       string     `yaml:"-"`
+	OnsetFeedForward bool `yaml:"onset_feedforward"`
+	// RateLeverSteps extends each resource's controller past max_delay
+	// with this many steps of write-rate caps on the heaviest writers
+	// (agent, lever.go): at the top of the range the capped writers keep
+	// 10 % of the rate they had when the delay ran out. 0 (default): the
+	// delay is the only lever. Needs a backend that caps write rates.
+	RateLeverSteps int        `yaml:"rate_lever_steps"`
+	WriteMBs       float64    `yaml:"throttleable_write_mb_s"`
+	Resources      []Resource `yaml:"resources"`
+	SourcePath     string     `yaml:"-"`
 	// Warnings are problems that do not stop the config (e.g. reservations
 	// close to the stated capacity); the agent logs them.
 	Warnings []string `yaml:"-"`
@@ -356,6 +362,12 @@ func (c *Config) validate(root *yaml.Node) []error {
 	}
 	if c.DelayFollow && c.DelayRamp > 0 {
 		bad("delay_follow and delay_ramp exclude each other", "delay_follow")
+	}
+	switch {
+	case c.RateLeverSteps < 0 || c.RateLeverSteps > 200:
+		bad("want 0 (the delay alone)..200 steps of write-rate caps past max_delay", "rate_lever_steps")
+	case c.RateLeverSteps > 0 && !strings.HasSuffix(c.Backend, "+htb") && c.Backend != "dry-run":
+		bad(fmt.Sprintf("needs a backend that delays and caps write rates (delayline+htb), not %s", c.Backend), "rate_lever_steps")
 	}
 	switch c.WriteDelayOn {
 	case "replies", "acks":

@@ -242,7 +242,12 @@ type Model struct {
 	lastRate time.Duration
 }
 
-type wireBytes struct{ read, write, lastRead, lastWrite uint64 }
+// wireBytes is a consumer's traffic; shaperFree is when its write-rate
+// cap (an HTB class on the target's ingress) has sent everything queued.
+type wireBytes struct {
+	read, write, lastRead, lastWrite uint64
+	shaperFree                       time.Duration
+}
 
 // NewModel builds a model; seed fixes every random choice.
 func NewModel(p Params, seed uint64, res []Resource, jobs []*Job) *Model {
@@ -332,9 +337,17 @@ func (m *Model) issue(ji int) {
 	}
 	r := &request{job: ji, write: j.Write, seq: !j.Random, bytes: j.BS}
 	if j.Write {
-		// The data crosses the network first; delayed ACKs hold it back.
-		d := m.thr.get(j.Consumer).WriteDelay
-		m.push(event{at: t + m.P.transfer(true, j.BS, d), kind: evArrive, req: r})
+		// The data crosses the network first; delayed ACKs hold it back,
+		// and a write-rate cap passes the consumer's bytes one after
+		// another at its rate, shared by all the consumer's jobs.
+		s := m.thr.get(j.Consumer)
+		at := t + m.P.transfer(true, j.BS, s.WriteDelay)
+		if s.WriteRate > 0 {
+			w := m.wire[j.Consumer]
+			w.shaperFree = max(w.shaperFree, t) + time.Duration(float64(j.BS)/float64(s.WriteRate)*1e9)
+			at = max(at, w.shaperFree)
+		}
+		m.push(event{at: at, kind: evArrive, req: r})
 	} else {
 		m.push(event{at: t + m.P.RTT/2, kind: evArrive, req: r})
 	}

@@ -56,6 +56,10 @@ type Phase struct {
 type Tick struct {
 	report.Tick
 	Delay float64 // largest write delay applied (ms)
+	// Capped is how many consumers had a write-rate cap (the second
+	// lever), CapMBs the tightest cap (MB/s; 0: none).
+	Capped int
+	CapMBs float64
 }
 
 // PhaseResult is a phase's trace.
@@ -138,6 +142,13 @@ func RunPhase(p *Phase, par Params, seed uint64) (*PhaseResult, error) {
 		}
 		for _, s := range m.Throttle().List() {
 			tk.Delay = math.Max(tk.Delay, float64(s.WriteDelay)/1e6)
+			if s.WriteRate > 0 {
+				c := float64(s.WriteRate) / 1e6
+				if tk.Capped == 0 || c < tk.CapMBs {
+					tk.CapMBs = c
+				}
+				tk.Capped++
+			}
 		}
 		res.Ticks = append(res.Ticks, tk)
 		prev = cur

@@ -386,3 +386,55 @@ func TestOnsetFeedForward(t *testing.T) {
 		}
 	}
 }
+
+// The second lever (agent/lever.go), on one seed. With max_delay 5 ms the
+// delay runs out long before the 10 ms threshold is held, as 40 ms does
+// at 10 ms in the lab: write caps then appear only while the delay is at
+// its maximum, are gone before the delay falls, and bring p95 to the
+// threshold. At 5 ms, below the reader's own wait with no writer
+// (~6.3 ms), the lever stays off rather than starve the writers for
+// nothing.
+func TestRateLeverHandOver(t *testing.T) {
+	run := func(yaml string, thr time.Duration) (*PhaseResult, report.ControlledRun) {
+		o := DefaultOptions()
+		o.Scale, o.AgentYAML = 0.25, yaml
+		p, steps, err := ControlledPhase(o, thr, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := RunPhase(p, o.Params, o.Seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, ControlledRunOf(res, thr, steps, o.scale(25*time.Second).Seconds())
+	}
+	res, lever := run("max_delay: 5ms\nrate_lever_steps: 20", 10*time.Millisecond)
+	_, plain := run("max_delay: 5ms", 10*time.Millisecond)
+	if lever.ReadWaitMs.P95 > 1.2*lever.ThresholdMs || plain.ReadWaitMs.P95 <= 1.2*plain.ThresholdMs {
+		t.Errorf("p95 %v ms with the lever, %v without: want the lever alone within 1.2 × 10 ms", lever.ReadWaitMs.P95, plain.ReadWaitMs.P95)
+	}
+	capped := 0
+	for i, tk := range res.Ticks {
+		if tk.Capped == 0 {
+			continue
+		}
+		capped++
+		if tk.Delay != 5 {
+			t.Fatalf("t=%.1f s: %d writers capped at %.2f MB/s with the delay at %v ms, below its maximum", tk.T, tk.Capped, tk.CapMBs, tk.Delay)
+		}
+		if next := res.Ticks[min(i+1, len(res.Ticks)-1)]; next.Delay < 5 && next.Capped > 0 {
+			t.Fatalf("t=%.1f s: the delay fell while caps remained", next.T)
+		}
+	}
+	t.Logf("10 ms, max_delay 5 ms: %d of %d ticks capped; p95 %v vs %v ms, writes %v vs %v MB/s", capped, len(res.Ticks),
+		lever.ReadWaitMs.P95, plain.ReadWaitMs.P95, lever.WriteMBs, plain.WriteMBs)
+	if capped == 0 {
+		t.Fatal("the lever never engaged")
+	}
+	res, _ = run("rate_lever_steps: 20", 5*time.Millisecond)
+	for _, tk := range res.Ticks {
+		if tk.Capped > 0 {
+			t.Fatalf("t=%.1f s: writers capped at 5 ms, below the reader's own wait with no writer", tk.T)
+		}
+	}
+}

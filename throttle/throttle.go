@@ -37,6 +37,9 @@ type Setting struct {
 	WriteDelay time.Duration `json:"write_delay_ns"`
 	// Rate caps bytes/s sent towards the consumer (0 = uncapped).
 	Rate uint64 `json:"rate_bytes_per_s"`
+	// WriteRate caps bytes/s received from the consumer: its writes
+	// (0 = uncapped).
+	WriteRate uint64 `json:"write_rate_bytes_per_s,omitempty"`
 }
 
 // WriteOn says which packets towards a consumer carry its write delay.

@@ -1,0 +1,126 @@
+package agent
+
+import (
+	"net/netip"
+	"slices"
+)
+
+// The second lever: write-rate caps above the delay's ceiling.
+//
+// A delay slows a writer by lengthening each command's round trip, so its
+// effect saturates: past some delay a writer with enough commands in
+// flight keeps the resource as busy as before, and a threshold close to
+// the resource's own service time (10 ms here, with twelve writers) is
+// not reached at any delay TCP tolerates. Rather than sit at the ceiling,
+// the controller's range is extended past it (split-range control, as a
+// process plant sequences two valves on one controller): steps
+// 0..maxDelay/step set the delay; the next RateLeverSteps keep the delay
+// at its maximum and cap the writers' rates (seed 001's HTB classes, on
+// the target's ingress), from 100 % of the rates they had when the delay
+// ran out, down to 10 % at the top of the range.
+//
+// The cap is water-filled over the writers' measured contributions: the
+// allowed total is shared so that the heaviest writers are capped first,
+// all to one level, and a writer below that level is not capped at all.
+// Because it is one controller output, the hand-over is the PID's own
+// motion: when the wait recovers, the integral walks back through the cap
+// range (caps loosen, then vanish) before the delay starts to fall, and a
+// load that returns climbs back through the delays first. No separate
+// logic decides which lever acts, so the two cannot fight.
+
+// rateLever holds the writers' rates when the delay ran out: the base the
+// caps are fractions of. ref is empty while the controller is in the
+// delay range; atMax is each writer's rate the last time the delay sat at
+// its maximum with no cap, kept across load steps: a surge that the onset
+// feed-forward sends straight into the cap range must not take the
+// writers' first, still rising, sample as their rate.
+type rateLever struct {
+	ref   map[netip.Addr]float64
+	order []netip.Addr // ref's writers, heaviest first (ties by address)
+	atMax map[netip.Addr]float64
+}
+
+// observeMax records the writers' rates while the delay is at its maximum
+// and no cap applies.
+func (l *rateLever) observeMax(writers []netip.Addr, rate func(netip.Addr) float64) {
+	if l.atMax == nil {
+		l.atMax = map[netip.Addr]float64{}
+	}
+	for _, a := range writers {
+		l.atMax[a] = rate(a)
+	}
+}
+
+// rateLeverFloor is the fraction of the reference kept at the top of the
+// cap range: a writer is slowed, never stopped, so its commands keep
+// completing and its initiator sees no timeouts.
+const rateLeverFloor = 0.1
+
+// caps returns the write-rate cap of each writer for k steps into a
+// range of n (k ≥ 1), given the throttleable writers and their current
+// write rates (EWMA). Writers first seen while capping join the reference
+// at their current rate.
+func (l *rateLever) caps(k, n int, writers []netip.Addr, rate func(netip.Addr) float64) map[netip.Addr]uint64 {
+	if l.ref == nil {
+		l.ref = map[netip.Addr]float64{}
+	}
+	added := false
+	for _, a := range writers {
+		if _, ok := l.ref[a]; !ok {
+			r, seen := l.atMax[a]
+			if !seen {
+				r = rate(a)
+			}
+			l.ref[a] = r
+			added = true
+		}
+	}
+	if added {
+		l.order = l.order[:0]
+		for a := range l.ref {
+			l.order = append(l.order, a)
+		}
+		slices.SortFunc(l.order, func(a, b netip.Addr) int {
+			if l.ref[a] != l.ref[b] {
+				if l.ref[a] > l.ref[b] {
+					return -1
+				}
+				return 1
+			}
+			return a.Compare(b)
+		})
+	}
+	var total float64
+	for _, a := range l.order {
+		total += l.ref[a]
+	}
+	keep := 1 - (1-rateLeverFloor)*float64(min(k, n))/float64(n)
+	level := waterLevel(l.order, l.ref, keep*total)
+	out := make(map[netip.Addr]uint64, len(l.order))
+	for _, a := range l.order {
+		if l.ref[a] > level {
+			out[a] = uint64(max(level, 1))
+		}
+	}
+	return out
+}
+
+// waterLevel returns L with Σ min(ref_i, L) = allowed, for writers sorted
+// heaviest first.
+func waterLevel(order []netip.Addr, ref map[netip.Addr]float64, allowed float64) float64 {
+	// Walk from the lightest: each writer below the level keeps its rate,
+	// the rest share what is left equally.
+	rest := allowed
+	for i := len(order) - 1; i >= 0; i-- {
+		share := rest / float64(i+1)
+		if r := ref[order[i]]; r < share {
+			rest -= r
+			continue
+		}
+		return share
+	}
+	return rest // every writer fits: no cap (unreachable for allowed < total)
+}
+
+// reset forgets the reference (the controller is back in the delay range).
+func (l *rateLever) reset() { l.ref, l.order = nil, l.order[:0] }
