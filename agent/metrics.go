@@ -55,6 +55,12 @@ func newCollector(status func() []ResourceStatus, t throttle.Throttle) *collecto
 		"dl_late":      newDesc("delayline_release_lateness_seconds", "How late held packets left against their due time (added to the delay; ms means the line lacked CPU)."),
 		"cthrottled":   newDesc("consumer_throttled", "1 while the resource's controller delays the consumer (throttleable and output above zero).", "resource", "consumer"),
 		"backend_info": newDesc("backend_info", "The throttle backend in use.", "backend"),
+		"onsets":       newDesc("resource_onsets_total", "Write surges the onset detector found on the resource.", "resource"),
+		"feedforward":  newDesc("resource_feedforward_seconds", "Delay the onset feed-forward preloads at the next surge (0 until the resource has been regulated under load).", "resource"),
+		"floor":        newDesc("resource_floor_seconds", "Read wait while no writer is active: what slowing writers cannot improve on.", "resource"),
+		"unreachable":  newDesc("resource_unreachable", "1 while the threshold is within 10 % of the floor.", "resource"),
+		"lever":        newDesc("resource_rate_lever_steps", "How far the controller is into the write-cap range past the maximum delay.", "resource"),
+		"cwrate_cap":   newDesc("consumer_write_rate_cap_bytes_per_second", "Write-rate cap applied to the consumer (the second lever).", "consumer"),
 		"class_iops":   newDesc("class_iops", "SLO class's IOPS over the last interval (slo-classes).", "resource", "class"),
 		"class_bps":    newDesc("class_bytes_per_second", "SLO class's throughput over the last interval.", "resource", "class"),
 		"class_lat":    newDesc("class_latency_seconds", "SLO class's I/O-weighted wait over the last interval.", "resource", "class"),
@@ -90,6 +96,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		g("output", float64(s.Step), s.Name)
 		g("delay", s.Delay.Seconds(), s.Name)
 		g("setsize", float64(len(s.Throttleable)), s.Name)
+		ch <- prometheus.MustNewConstMetric(c.descs["onsets"], prometheus.CounterValue, float64(s.Onsets), s.Name)
+		g("feedforward", s.FeedForwardMs/1e3, s.Name)
+		if s.FloorMs > 0 {
+			g("floor", s.FloorMs/1e3, s.Name)
+			g("unreachable", b2f(s.Unreachable), s.Name)
+		}
+		g("lever", float64(s.RateLeverStep), s.Name)
 		for _, k := range s.Classes {
 			g("class_iops", float64(k.IOPS), s.Name, k.Name)
 			g("class_bps", float64(k.MBs)*1e6, s.Name, k.Name)
@@ -119,6 +132,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		g("cdelay", s.WriteDelay.Seconds(), a.String(), "write")
 		if s.Rate > 0 {
 			g("crate_cap", float64(s.Rate), a.String())
+		}
+		if s.WriteRate > 0 {
+			g("cwrate_cap", float64(s.WriteRate), a.String())
 		}
 	}
 	if cc, ok := c.t.(Counterer); ok {

@@ -35,6 +35,7 @@ func (countingThrottle) Stats() throttle.DelayLineStats {
 func fixedStatus() []ResourceStatus {
 	return []ResourceStatus{{
 		Name: "vg1", IndicatorMs: 16.5, RawWaitMs: 18, ThresholdMs: 15, Step: 4, Delay: 2 * time.Millisecond,
+		Onsets: 2, FeedForwardMs: 12.5, FloorMs: 6.4, RateLeverStep: 3,
 		Throttleable: []string{writer.String()},
 		Consumers: []ConsumerStatus{
 			{Addr: reader.String(), ReadBps: 1e6},
@@ -48,7 +49,7 @@ func fixedStatus() []ResourceStatus {
 // and that promlint (the naming conventions) has nothing to say.
 func TestMetricsScrape(t *testing.T) {
 	mem := throttle.NewMemory()
-	if err := mem.Set(map[netip.Addr]throttle.Setting{writer: {WriteDelay: 2 * time.Millisecond, Rate: 5e6}}); err != nil {
+	if err := mem.Set(map[netip.Addr]throttle.Setting{writer: {WriteDelay: 2 * time.Millisecond, Rate: 5e6, WriteRate: 3e6}}); err != nil {
 		t.Fatal(err)
 	}
 	c := newCollector(fixedStatus, countingThrottle{mem})
@@ -95,6 +96,12 @@ func TestMetricsScrape(t *testing.T) {
 		`sanqos_delayline_release_lateness_seconds_sum 0.0051`,
 		`sanqos_delayline_release_lateness_seconds_count 3`,
 		`sanqos_backend_info{backend="dry-run"} 1`,
+		`sanqos_resource_onsets_total{resource="vg1"} 2`,
+		`sanqos_resource_feedforward_seconds{resource="vg1"} 0.0125`,
+		`sanqos_resource_floor_seconds{resource="vg1"} 0.0064`,
+		`sanqos_resource_unreachable{resource="vg1"} 0`,
+		`sanqos_resource_rate_lever_steps{resource="vg1"} 3`,
+		`sanqos_consumer_write_rate_cap_bytes_per_second{consumer="10.99.0.3"} 3e+06`,
 		`# TYPE sanqos_delayline_bytes_total counter`,
 		`# TYPE sanqos_resource_indicator_seconds gauge`,
 	} {

@@ -56,6 +56,10 @@ type ResourcePoint struct {
 	// Writers are the write rates (MB/s) of the consumers writing to the
 	// resource, so the rate chart can show who is slowed (thesis Fig 5.13).
 	Writers map[string]agent.JSONFloat `json:"writers,omitempty"`
+	// RateLeverStep is how far into the write-cap range the controller is;
+	// Unreachable says the threshold sits on the read wait with no writer.
+	RateLeverStep int  `json:"rate_lever_step,omitempty"`
+	Unreachable   bool `json:"unreachable,omitempty"`
 }
 
 // ConsumerRow is one line of the consumers table: the consumer's rates
@@ -159,7 +163,7 @@ func FrameOf(s agent.Status) Frame {
 	}
 	for _, rs := range s.Resources {
 		p := ResourcePoint{Name: rs.Name, IndicatorMs: agent.JSONFloat(rs.IndicatorMs), RawWaitMs: agent.JSONFloat(rs.RawWaitMs), ThresholdMs: agent.JSONFloat(rs.ThresholdMs),
-			DelayMs: ms(rs.Delay), Step: rs.Step, Throttleable: len(rs.Throttleable)}
+			DelayMs: ms(rs.Delay), Step: rs.Step, Throttleable: len(rs.Throttleable), RateLeverStep: rs.RateLeverStep, Unreachable: rs.Unreachable}
 		for _, c := range rs.Consumers {
 			p.ReadMBs += agent.JSONFloat(c.ReadBps / 1e6)
 			p.WriteMBs += agent.JSONFloat(c.WriteBps / 1e6)

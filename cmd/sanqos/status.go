@@ -161,6 +161,10 @@ func renderStatus(w io.Writer, st agent.Status) {
 		for i, r := range f.Resources {
 			state := "ok"
 			switch {
+			case r.Unreachable:
+				state = "UNREACHABLE" // the threshold is at the wait reads have with no writer
+			case r.RateLeverStep > 0:
+				state = "capping" // past the maximum delay: writers' rates capped
 			case float64(r.IndicatorMs) > float64(r.ThresholdMs):
 				state = "ABOVE"
 			case r.DelayMs > 0:

@@ -62,6 +62,8 @@ var testStatus = agent.Status{
 		{Name: "vg1", IndicatorMs: 16.5, ThresholdMs: 15, Step: 4, Delay: 2 * time.Millisecond, Throttleable: []string{"10.99.0.3"},
 			Consumers: []agent.ConsumerStatus{{Addr: "10.99.0.2", ReadBps: 1.5e6}, {Addr: "10.99.0.3", WriteBps: 12e6, Throttled: true}}},
 		{Name: "vg2", IndicatorMs: math.NaN(), RawWaitMs: math.NaN(), ThresholdMs: 20},
+		{Name: "vg3", IndicatorMs: 9, ThresholdMs: 8, Step: 43, Delay: 20 * time.Millisecond, RateLeverStep: 3},
+		{Name: "vg4", IndicatorMs: 6.5, ThresholdMs: 5, Step: 40, Delay: 20 * time.Millisecond, FloorMs: 6.4, Unreachable: true},
 	},
 }
 
@@ -87,6 +89,8 @@ func TestStatusTable(t *testing.T) {
 	}{
 		{"vg1", []string{"vg1", "16.5", "ms", "15.0", "ms", "ABOVE", "2.0", "ms", "4", "10.99.0.3"}},
 		{"vg2", []string{"vg2", "-", "20.0", "ms", "ok", "-", "0", "-"}}, // no reads: no wait, not 0 ms
+		{"vg3", []string{"vg3", "9.0", "ms", "8.0", "ms", "capping", "20.0", "ms", "43", "-"}},
+		{"vg4", []string{"vg4", "6.5", "ms", "5.0", "ms", "UNREACHABLE", "20.0", "ms", "40", "-"}},
 		{"10.99.0.3", []string{"10.99.0.3", "vg1", "12.00", "0.00", "-", "-", "-", "throttleable"}},
 		{"10.99.0.2", []string{"10.99.0.2", "vg1", "0.00", "1.50", "-", "-", "-", "-"}},
 		{"10.9.9.9", []string{"10.9.9.9", "-", "0.00", "0.00", "2.0", "ms", "-", "-", "slowed"}}, // manual throttle
@@ -131,7 +135,7 @@ func TestStatusJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if len(st.Resources) != 2 || st.Resources[0].IndicatorMs != 16.5 || !math.IsNaN(st.Resources[1].IndicatorMs) || st.Throttles["10.9.9.9"].WriteDelay != 2*time.Millisecond {
+	if len(st.Resources) != 4 || !st.Resources[3].Unreachable || st.Resources[2].RateLeverStep != 3 || st.Resources[0].IndicatorMs != 16.5 || !math.IsNaN(st.Resources[1].IndicatorMs) || st.Throttles["10.9.9.9"].WriteDelay != 2*time.Millisecond {
 		t.Fatalf("round trip: %+v", st)
 	}
 	if !strings.Contains(out, `"indicator_ms": null`) {
