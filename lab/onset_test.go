@@ -10,11 +10,9 @@ import (
 	"github.com/sanqos/sanqos/report"
 )
 
-// The fixture is a real autonomic run at scale 0.25 in this lab (its
-// baseline and two regulated phases, first three load steps); the expected
-// figures come from testdata/autonomic-run/expected.py, standard-library
-// Python over the same file.
-func TestFirstSecondFromRecordedRun(t *testing.T) {
+// autonomicFixture loads testdata/autonomic-run's three phases.
+func autonomicFixture(t *testing.T) []*PhaseResult {
+	t.Helper()
 	dir := gunzipFixture(t, "testdata/autonomic-run")
 	var phases []*Phase
 	for _, n := range []string{"baseline", "threshold-10ms", "threshold-20ms"} {
@@ -24,6 +22,15 @@ func TestFirstSecondFromRecordedRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rs
+}
+
+// The fixture is a real autonomic run at scale 0.25 in this lab (its
+// baseline and two regulated phases, first three load steps); the expected
+// figures come from testdata/autonomic-run/expected.py, standard-library
+// Python over the same file.
+func TestFirstSecondFromRecordedRun(t *testing.T) {
+	rs := autonomicFixture(t)
 	want := map[string]report.Onset{
 		"baseline":       {WorstMeanMs: 47.18, MedianMeanMs: 45.74, PeakMs: 69, Steps: 3},
 		"threshold-10ms": {WorstMeanMs: 14.97, MedianMeanMs: 12.75, PeakMs: 73, Steps: 3},
@@ -44,15 +51,7 @@ func TestFirstSecondFromRecordedRun(t *testing.T) {
 // not in the lead, not while the load runs under a changing throttle, not
 // in the pauses.
 func TestOnsetDetectorOnRecordedRun(t *testing.T) {
-	dir := gunzipFixture(t, "testdata/autonomic-run")
-	var phases []*Phase
-	for _, n := range []string{"baseline", "threshold-10ms", "threshold-20ms"} {
-		phases = append(phases, &Phase{Name: n, From: 5 * time.Second, To: 21 * time.Second})
-	}
-	rs, err := LoadTrace(filepath.Join(dir, "trace.csv"), phases)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs := autonomicFixture(t)
 	// First ticks with writes, read off the trace (expected.py prints
 	// them with the onsets).
 	want := map[string][]float64{
