@@ -277,7 +277,7 @@ func (d *DelayLine) Set(settings map[netip.Addr]Setting) error {
 		return err
 	}
 	for a, s := range settings {
-		if s.Rate != 0 {
+		if s.Rate != 0 || s.WriteRate != 0 {
 			return fmt.Errorf("consumer %v: rate cap: %w", a, ErrUnsupported)
 		}
 	}

@@ -262,6 +262,9 @@ func (t *HTB) Set(settings map[netip.Addr]Setting) error {
 		if s.ReadDelay != 0 || s.WriteDelay != 0 {
 			return fmt.Errorf("htb: consumer %v: delay: %w", a, ErrUnsupported)
 		}
+		if s.WriteRate != 0 {
+			return fmt.Errorf("htb: consumer %v: write cap (backend delayline+htb): %w", a, ErrUnsupported)
+		}
 		if !a.Unmap().Is4() {
 			return fmt.Errorf("htb: consumer %v: IPv6: %w", a, ErrUnsupported)
 		}

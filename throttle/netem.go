@@ -336,7 +336,7 @@ func (t *Netem) Set(settings map[netip.Addr]Setting) error {
 	}
 	next := map[netip.Addr]netemState{}
 	for a, s := range settings {
-		if s.Rate != 0 {
+		if s.Rate != 0 || s.WriteRate != 0 {
 			return fmt.Errorf("netem: consumer %v: rate cap: %w", a, ErrUnsupported)
 		}
 		if !a.Unmap().Is4() {

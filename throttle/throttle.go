@@ -98,6 +98,9 @@ func (s Setting) Validate() error {
 	if s.Rate > MaxRate {
 		return fmt.Errorf("rate %d B/s is above the %d B/s limit", s.Rate, uint64(MaxRate))
 	}
+	if s.WriteRate > MaxRate {
+		return fmt.Errorf("write rate %d B/s is above the %d B/s limit", s.WriteRate, uint64(MaxRate))
+	}
 	return nil
 }
 

@@ -134,7 +134,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f := c.Flags()
 	f.StringVar(&cfgPath, "config", "", "YAML config (see examples/sanqos.yaml); without it, manual throttles only")
 	f.StringVar(&socket, "socket", socket, "control socket path (root-only)")
-	f.StringVar(&bo.Name, "backend", bo.Name, "throttle backend: auto|delayline|netem|htb|dry-run (config overrides)")
+	f.StringVar(&bo.Name, "backend", bo.Name, "throttle backend: auto|delayline|netem|htb|delayline+htb|dry-run (config overrides)")
 	f.IntVar(&bo.Port, "iscsi-port", bo.Port, "the target's TCP port whose traffic is throttled (config overrides)")
 	f.StringVar(&bo.Chain, "chain", bo.Chain, "netfilter chain: OUTPUT (target mode) or FORWARD (bridge mode)")
 	f.StringVar(&bo.Label, "label", bo.Label, "label of the kernel objects this agent creates")
@@ -321,8 +321,24 @@ func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 			return nil, err
 		}
 		return throttle.NewHTB(throttle.HTBConfig{Device: dev, Label: o.Label + "-htb", Port: uint16(o.Port), Chain: chainFor(o.Chain), Log: log})
+	case "delayline+htb":
+		// The delay line for delays; write-rate caps on the target's
+		// ingress for the controller's second lever (rate_lever_steps).
+		dev, err := device()
+		if err != nil {
+			return nil, err
+		}
+		dl, err := delayLine()
+		if err != nil {
+			return nil, err
+		}
+		wc, err := throttle.NewWriteCap(throttle.WriteCapConfig{Device: dev, Label: o.Label + "-wc", Port: uint16(o.Port), Log: log})
+		if err != nil {
+			return nil, errors.Join(err, dl.Close())
+		}
+		return throttle.Layered(dl, wc), nil
 	default:
-		return nil, fmt.Errorf("unknown backend %q (auto|delayline|netem|htb|dry-run)", o.Name)
+		return nil, fmt.Errorf("unknown backend %q (auto|delayline|netem|htb|delayline+htb|dry-run)", o.Name)
 	}
 }
 

@@ -15,7 +15,8 @@ func cleanupCmd() *cobra.Command {
 		Short: "Remove the rules, sets and qdiscs a crashed agent left behind",
 		Long: `Removes every kernel object an agent with this label created, in the current
 network namespace: the delay line's iptables rules and ipsets, and the netem
-and HTB backends' qdiscs, mangle chains and ipsets. Objects are found by
+and HTB backends' qdiscs, mangle chains and ipsets, and the write caps' IFB
+and ingress filter. Objects are found by
 label (rule comments, set names, qdisc handles), never by guessing, so other
 software's rules are left alone.
 
@@ -24,7 +25,8 @@ needed when an agent crashed and will not be restarted. Do not run it
 against a live agent's label: its throttles would vanish under it. A left
 delay-line rule is harmless meanwhile (--queue-bypass lets traffic through
 when no agent reads the queue); a left netem mark is not, until its ipset
-entries time out.`,
+entries time out, nor a left write cap, until its heartbeat lapses
+(one second).`,
 		Example: `  sudo sanqos cleanup
   sudo ip netns exec bm sanqos cleanup --label sanqos-lab-agent`,
 		Args: cobra.NoArgs,
@@ -34,11 +36,12 @@ entries time out.`,
 				throttle.CleanupDelayLine(label+"-dl"),
 				throttle.CleanupTC(label+"-ne"),
 				throttle.CleanupTC(label+"-htb"),
+				throttle.CleanupWriteCap(label+"-wc"),
 			)
 			if err != nil {
 				return fmt.Errorf("cleanup of %q: %w", label, err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "removed every object labelled %s-{dl,ne,htb}\n", label)
+			fmt.Fprintf(cmd.OutOrStdout(), "removed every object labelled %s-{dl,ne,htb,wc}\n", label)
 			return nil
 		},
 	}

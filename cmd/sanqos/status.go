@@ -192,14 +192,21 @@ func renderStatus(w io.Writer, st agent.Status) {
 		switch {
 		case c.Important:
 			state = "important"
-		case c.WriteDelayMs > 0 || c.ReadDelayMs > 0 || c.RateCapMBs > 0:
+		case c.WriteDelayMs > 0 || c.ReadDelayMs > 0 || c.RateCapMBs > 0 || c.WriteCapMBs > 0:
 			state = "slowed"
 		case c.Throttleable:
 			state = "throttleable"
 		}
-		rate := "-"
+		var caps []string
 		if c.RateCapMBs > 0 {
-			rate = fmt.Sprintf("%.2f MB/s", c.RateCapMBs)
+			caps = append(caps, fmt.Sprintf("%.2f MB/s", c.RateCapMBs))
+		}
+		if c.WriteCapMBs > 0 {
+			caps = append(caps, fmt.Sprintf("write %.2f MB/s", c.WriteCapMBs))
+		}
+		rate := "-"
+		if len(caps) > 0 {
+			rate = strings.Join(caps, ", ")
 		}
 		res := strings.Join(c.Resources, ",")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Addr, orDash(res), mbs(float64(c.WriteMBs)), mbs(float64(c.ReadMBs)),

@@ -35,7 +35,7 @@ the agent over its root-only unix socket.`,
   sudo sanqos throttle clear --all`,
 	}
 	c.PersistentFlags().StringVar(&socket, "socket", socket, "the agent's control socket")
-	var readDelay, writeDelay, rate string
+	var readDelay, writeDelay, rate, writeRate string
 	set := &cobra.Command{
 		Use:   "set CONSUMER...",
 		Short: "Throttle consumers (IPv4/IPv6 addresses)",
@@ -45,13 +45,14 @@ A controller running for the consumer's resource may later change a
 write delay it set itself.`,
 		Example: `  sanqos throttle set 10.99.0.3 --write-delay 2ms
   sanqos throttle set 10.99.0.2 --read-delay 4.6ms --write-delay 2ms
-  sanqos throttle set 10.99.0.4 10.99.0.5 --rate 10MiB/s`,
+  sanqos throttle set 10.99.0.4 10.99.0.5 --rate 10MiB/s
+  sanqos throttle set 10.99.0.3 --write-rate 2MiB/s     # backend delayline+htb`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var s throttle.Setting
 			var err error
-			if readDelay == "" && writeDelay == "" && rate == "" {
-				return errors.New("give --read-delay, --write-delay and/or --rate")
+			if readDelay == "" && writeDelay == "" && rate == "" && writeRate == "" {
+				return errors.New("give --read-delay, --write-delay, --rate and/or --write-rate")
 			}
 			if readDelay != "" {
 				if s.ReadDelay, err = throttle.ParseDelay(readDelay); err != nil {
@@ -65,6 +66,11 @@ write delay it set itself.`,
 			}
 			if rate != "" {
 				if s.Rate, err = throttle.ParseRate(rate); err != nil {
+					return err
+				}
+			}
+			if writeRate != "" {
+				if s.WriteRate, err = throttle.ParseRate(writeRate); err != nil {
 					return err
 				}
 			}
@@ -82,6 +88,7 @@ write delay it set itself.`,
 	set.Flags().StringVar(&readDelay, "read-delay", "", "delay of data segments to the consumer, e.g. 4.6ms")
 	set.Flags().StringVar(&writeDelay, "write-delay", "", "delay of the target's replies (or, with the agent's --write-delay-on acks, its pure ACKs) to the consumer, e.g. 2ms")
 	set.Flags().StringVar(&rate, "rate", "", "rate cap towards the consumer, e.g. 10MiB/s or 80Mbit/s")
+	set.Flags().StringVar(&writeRate, "write-rate", "", "cap on the consumer's writes (what reaches the target from it), e.g. 2MiB/s; backend delayline+htb")
 	var all bool
 	clr := &cobra.Command{
 		Use:     "clear CONSUMER...|--all",
@@ -117,14 +124,10 @@ write delay it set itself.`,
 			}
 			sort.Slice(addrs, func(i, k int) bool { return addrs[i].Less(addrs[k]) })
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "CONSUMER\tREAD DELAY\tWRITE DELAY\tRATE")
+			fmt.Fprintln(w, "CONSUMER\tREAD DELAY\tWRITE DELAY\tRATE\tWRITE RATE")
 			for _, a := range addrs {
 				s := m[a]
-				r := "-"
-				if s.Rate > 0 {
-					r = fmt.Sprintf("%.2f MB/s", float64(s.Rate)/1e6)
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", a, fmtDelay(s.ReadDelay), fmtDelay(s.WriteDelay), r)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", a, fmtDelay(s.ReadDelay), fmtDelay(s.WriteDelay), fmtRate(s.Rate), fmtRate(s.WriteRate))
 			}
 			return w.Flush()
 		},
@@ -150,4 +153,11 @@ func parseAddrs(args []string) ([]netip.Addr, error) {
 		out = append(out, a.Unmap())
 	}
 	return out, nil
+}
+
+func fmtRate(r uint64) string {
+	if r == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f MB/s", float64(r)/1e6)
 }

@@ -1,0 +1,69 @@
+package throttle
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+)
+
+// Layered drives two backends as one: delays (read and write) go to the
+// first, rate caps (read and write) to the second, so the agent's second
+// lever — write-rate caps past the delay's ceiling — runs beside any delay
+// backend. Each Set is all-or-nothing across both: if the second refuses,
+// the first gets back the settings it had for those consumers.
+func Layered(delay, rate Throttle) Throttle { return &layered{delay: delay, rate: rate} }
+
+type layered struct{ delay, rate Throttle }
+
+func (l *layered) Name() string { return l.delay.Name() + "+" + l.rate.Name() }
+
+func split(s Setting) (delay, rate Setting) {
+	return Setting{ReadDelay: s.ReadDelay, WriteDelay: s.WriteDelay}, Setting{Rate: s.Rate, WriteRate: s.WriteRate}
+}
+
+func (l *layered) Set(settings map[netip.Addr]Setting) error {
+	if err := ValidateAll(settings); err != nil {
+		return err
+	}
+	d, r := map[netip.Addr]Setting{}, map[netip.Addr]Setting{}
+	for a, s := range settings {
+		d[a], r[a] = split(s)
+	}
+	before := l.delay.List()
+	if err := l.delay.Set(d); err != nil {
+		return err
+	}
+	if err := l.rate.Set(r); err != nil {
+		undo := map[netip.Addr]Setting{}
+		for a := range d {
+			undo[a] = before[a] // zero where it had none
+		}
+		if uerr := l.delay.Set(undo); uerr != nil {
+			return errors.Join(err, fmt.Errorf("restoring the delays after the failed caps: %w", uerr))
+		}
+		return err
+	}
+	return nil
+}
+
+func (l *layered) Clear(consumers ...netip.Addr) error {
+	return errors.Join(l.rate.Clear(consumers...), l.delay.Clear(consumers...))
+}
+
+func (l *layered) List() map[netip.Addr]Setting {
+	out := maps.Clone(l.delay.List())
+	if out == nil {
+		out = map[netip.Addr]Setting{}
+	}
+	for a, s := range l.rate.List() {
+		m := out[a]
+		m.Rate, m.WriteRate = s.Rate, s.WriteRate
+		out[a] = m
+	}
+	return out
+}
+
+// Close closes the caps first: a writer must never be left capped by a
+// half-closed pair.
+func (l *layered) Close() error { return errors.Join(l.rate.Close(), l.delay.Close()) }

@@ -1,0 +1,438 @@
+package throttle
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// WriteCap caps how fast consumers' writes reach the target: seed 001's
+// per-consumer HTB classes, on the target's ingress, where a writer's data
+// arrives. HTB shapes only what a device sends, so ingress traffic is
+// steered into an IFB device whose root is the HTB tree; a capped
+// writer's segments wait in its class and its TCP sees a slower path,
+// nothing is dropped (each leaf's queue holds more than the writer's
+// window, which the target's receive buffer bounds).
+//
+// The steering is a tc BPF program on the device's clsact ingress, not a
+// u32 + mirred filter, for the same reason the other tc backends classify
+// by ipset marks with timeouts: fail-open. tc objects outlive the
+// process, so the program redirects a packet only while a heartbeat the
+// backend refreshes (TTL/3) lies in the future; when the agent dies the
+// heartbeat lapses within TTL and every packet takes the normal path,
+// however many caps were set. The program also names the packet's class
+// (skb->priority = major:minor, which HTB takes as the class when the
+// major is its own), so the IFB needs no filters: capping a consumer is a
+// class change and one map update.
+//
+// IPv4 consumers only: the program reads fixed IPv4 offsets.
+type WriteCap struct {
+	cfg   WriteCapConfig
+	major uint16
+	dev   netlink.Link
+	ifb   netlink.Link
+
+	prog      *ebpf.Program
+	consumers *ebpf.Map // IPv4 (host order) → classid
+	beat      *ebpf.Map // [0] → heartbeat deadline, CLOCK_MONOTONIC ns
+
+	mu    sync.Mutex
+	cur   map[netip.Addr]htbConsumer
+	minor map[uint16]bool
+
+	stop, done chan struct{}
+}
+
+// WriteCapConfig configures WriteCap.
+type WriteCapConfig struct {
+	// Device is the target's interface towards the consumers (required).
+	Device string
+	// Label names every object (default "sanqos"); a restart removes what
+	// a crashed instance of the same label left.
+	Label string
+	// Port is the target's TCP port: only segments to it are capped.
+	Port uint16
+	// LinkRate (bytes/s) is the IFB root's rate; default the device's
+	// speed, else MaxRate.
+	LinkRate uint64
+	// TTL is how long caps outlive the last heartbeat (DefaultMarkTTL).
+	TTL time.Duration
+	Log *slog.Logger
+}
+
+// writeCapMaxConsumers bounds the capped consumers (class minors and
+// map entries); the lever caps a resource's heaviest writers, a handful.
+const writeCapMaxConsumers = 4096
+
+// writeCapPrio is our filter's priority on the clsact ingress hook; the
+// handle is the label's major, so several labels never collide.
+const writeCapPrio = 12
+
+// writeCapQueue is each leaf's queue in packets. A writer can have at
+// most its TCP window in flight, which the target's receive buffer
+// bounds (tcp_rmem max: 6 MiB by default, 4,300 full segments); 10,000
+// holds that with room, so the shaper delays and never drops.
+const writeCapQueue = 10000
+
+// WriteCapIFB is the IFB device of a label.
+func WriteCapIFB(label string) string { return fmt.Sprintf("sqw%04x", tcRootMajor(label)) }
+
+// NewWriteCap builds the IFB tree and attaches the steering program; on
+// error nothing remains.
+func NewWriteCap(cfg WriteCapConfig) (*WriteCap, error) {
+	if cfg.Label == "" {
+		cfg.Label = "sanqos"
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultMarkTTL
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if err := tcCheckLabel(cfg.Label); err != nil {
+		return nil, err
+	}
+	if cfg.Device == "" {
+		return nil, errors.New("write cap: no device")
+	}
+	if cfg.LinkRate == 0 {
+		cfg.LinkRate = linkSpeed(cfg.Device)
+	}
+	if cfg.LinkRate > MaxRate {
+		return nil, fmt.Errorf("write cap: link rate %d B/s above %d", cfg.LinkRate, uint64(MaxRate))
+	}
+	dev, err := netlink.LinkByName(cfg.Device)
+	if err != nil {
+		return nil, fmt.Errorf("write cap: device %s: %w", cfg.Device, err)
+	}
+	if err := CleanupWriteCap(cfg.Label); err != nil {
+		return nil, fmt.Errorf("write cap: remove stale objects of label %s: %w", cfg.Label, err)
+	}
+	w := &WriteCap{cfg: cfg, major: tcRootMajor(cfg.Label), dev: dev, cur: map[netip.Addr]htbConsumer{}, minor: map[uint16]bool{},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	if err := w.build(); err != nil {
+		w.closeObjects()
+		if cerr := CleanupWriteCap(cfg.Label); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("cleanup after failed start: %w", cerr))
+		}
+		return nil, fmt.Errorf("write cap on %s: %w", cfg.Device, err)
+	}
+	go w.heartbeat()
+	cfg.Log.Info("write-rate caps ready", "device", cfg.Device, "ifb", WriteCapIFB(cfg.Label), "ttl", cfg.TTL)
+	return w, nil
+}
+
+func (w *WriteCap) build() error {
+	la := netlink.NewLinkAttrs()
+	la.Name = WriteCapIFB(w.cfg.Label)
+	la.TxQLen = writeCapQueue
+	if err := netlink.LinkAdd(&netlink.Ifb{LinkAttrs: la}); err != nil {
+		return fmt.Errorf("add ifb %s: %w", la.Name, err)
+	}
+	ifb, err := netlink.LinkByName(la.Name)
+	if err != nil {
+		return err
+	}
+	w.ifb = ifb
+	if err := netlink.LinkSetUp(ifb); err != nil {
+		return fmt.Errorf("ifb up: %w", err)
+	}
+	// The HTB backend's fixed tree (root class at the link rate, a
+	// default class), under this label's major.
+	p := (&HTBConfig{Label: w.cfg.Label, LinkRate: w.cfg.LinkRate}).plan(ifb.Attrs().Index)
+	if err := netlink.QdiscAdd(p.Root); err != nil {
+		return fmt.Errorf("add htb on ifb: %w", err)
+	}
+	for _, c := range p.Classes {
+		if err := netlink.ClassAdd(c); err != nil {
+			return fmt.Errorf("add htb class on ifb: %w", err)
+		}
+	}
+	if w.consumers, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: writeCapMaxConsumers}); err != nil {
+		return fmt.Errorf("bpf map: %w", err)
+	}
+	if w.beat, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1}); err != nil {
+		return fmt.Errorf("bpf map: %w", err)
+	}
+	if err := w.refresh(); err != nil {
+		return err
+	}
+	w.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sanqos_wcap", Type: ebpf.SchedCLS, License: "GPL",
+		Instructions: writeCapProgram(w.cfg.Port, w.consumers.FD(), w.beat.FD(), ifb.Attrs().Index)})
+	if err != nil {
+		return fmt.Errorf("load steering program: %w", err)
+	}
+	q := &netlink.Clsact{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: w.dev.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}}
+	if err := netlink.QdiscReplace(q); err != nil {
+		return fmt.Errorf("clsact on %s: %w", w.cfg.Device, err)
+	}
+	if err := netlink.FilterAdd(w.filter(w.dev.Attrs().Index, w.prog.FD())); err != nil {
+		return fmt.Errorf("attach steering program: %w", err)
+	}
+	return nil
+}
+
+func (w *WriteCap) filter(ifindex, fd int) *netlink.BpfFilter {
+	return &netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{LinkIndex: ifindex, Parent: netlink.HANDLE_MIN_INGRESS,
+		Handle: uint32(w.major), Protocol: unix.ETH_P_ALL, Priority: writeCapPrio}, Fd: fd, Name: "sanqos_wcap", DirectAction: true}
+}
+
+// writeCapProgram steers TCP segments to port (0: any) from a consumer in
+// the map into the IFB, tagged with the consumer's class, while the
+// heartbeat lasts; everything else passes (TC_ACT_OK). LD_ABS/LD_IND read
+// the packet in host byte order and end the program (returning 0, pass)
+// on a short packet.
+func writeCapProgram(port uint16, consumers, beat, ifindex int) asm.Instructions {
+	const priorityOff = 32 // offsetof(struct __sk_buff, priority)
+	insns := asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.LoadAbs(12, asm.Half), // ethertype
+		asm.JNE.Imm(asm.R0, unix.ETH_P_IP, "pass"),
+		asm.LoadAbs(14+9, asm.Byte), // IP protocol
+		asm.JNE.Imm(asm.R0, unix.IPPROTO_TCP, "pass"),
+	}
+	if port != 0 {
+		insns = append(insns,
+			asm.LoadAbs(14, asm.Byte),
+			asm.And.Imm(asm.R0, 0x0f),
+			asm.LSh.Imm(asm.R0, 2), // IP header length
+			asm.Mov.Reg(asm.R7, asm.R0),
+			asm.LoadInd(asm.R0, asm.R7, 14+2, asm.Half), // TCP destination port
+			asm.JNE.Imm(asm.R0, int32(port), "pass"),
+		)
+	}
+	return append(insns,
+		asm.LoadAbs(14+12, asm.Word), // source address
+		asm.StoreMem(asm.RFP, -4, asm.R0, asm.Word),
+		asm.StoreImm(asm.RFP, -8, 0, asm.Word),
+		asm.LoadMapPtr(asm.R1, beat),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -8),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "pass"),
+		asm.LoadMem(asm.R8, asm.R0, 0, asm.DWord),
+		asm.FnKtimeGetNs.Call(),
+		asm.JGT.Reg(asm.R0, asm.R8, "pass"), // heartbeat lapsed: fail open
+		asm.LoadMapPtr(asm.R1, consumers),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -4),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "pass"),
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.Word),
+		asm.StoreMem(asm.R6, priorityOff, asm.R1, asm.Word),
+		asm.Mov.Imm(asm.R1, int32(ifindex)),
+		asm.Mov.Imm(asm.R2, 0), // to the IFB's egress, where its HTB is
+		asm.FnRedirect.Call(),
+		asm.Return(),
+		asm.Mov.Imm(asm.R0, 0).WithSymbol("pass"),
+		asm.Return(),
+	)
+}
+
+func monoNow() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
+
+// refresh moves the heartbeat's deadline to now + TTL.
+func (w *WriteCap) refresh() error {
+	if err := w.beat.Put(uint32(0), monoNow()+uint64(w.cfg.TTL)); err != nil {
+		return fmt.Errorf("write-cap heartbeat: %w", err)
+	}
+	return nil
+}
+
+func (w *WriteCap) heartbeat() {
+	defer close(w.done)
+	t := time.NewTicker(w.cfg.TTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+			if err := w.refresh(); err != nil {
+				w.cfg.Log.Error("write caps will lapse", "err", err)
+			}
+		}
+	}
+}
+
+// Name implements Throttle.
+func (w *WriteCap) Name() string { return "writecap" }
+
+// Set implements Throttle: only WriteRate; other fields are not this
+// backend's (Layered sends them elsewhere).
+func (w *WriteCap) Set(settings map[netip.Addr]Setting) error {
+	if err := ValidateAll(settings); err != nil {
+		return err
+	}
+	for a, s := range settings {
+		if s.ReadDelay != 0 || s.WriteDelay != 0 || s.Rate != 0 {
+			return fmt.Errorf("consumer %v: delays and read caps: %w", a, ErrUnsupported)
+		}
+		if s.WriteRate != 0 && !a.Unmap().Is4() {
+			return fmt.Errorf("consumer %v: write caps on IPv6: %w", a, ErrUnsupported)
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	next := maps.Clone(w.cur)
+	used := maps.Clone(w.minor)
+	var added []uint16
+	rollback := func() {
+		for _, m := range added {
+			_ = netlink.ClassDel(netlink.NewHtbClass(netlink.ClassAttrs{LinkIndex: w.ifb.Attrs().Index, Handle: netlink.MakeHandle(w.major, m)}, netlink.HtbClassAttrs{}))
+		}
+	}
+	for a, s := range settings {
+		a = a.Unmap()
+		old, had := next[a]
+		if s.WriteRate == 0 {
+			delete(next, a)
+			continue
+		}
+		c := htbConsumer{minor: old.minor, rate: s.WriteRate}
+		if !had {
+			m, ok := freeMinor(used)
+			if !ok {
+				rollback()
+				return fmt.Errorf("write cap: more than %d capped consumers", writeCapMaxConsumers)
+			}
+			c.minor, used[m] = m, true
+			added = append(added, m)
+		}
+		if had && old.rate == c.rate {
+			continue
+		}
+		if err := netlink.ClassReplace(w.class(c)); err != nil {
+			rollback()
+			return fmt.Errorf("write cap class for %v: %w", a, err)
+		}
+		next[a] = c
+	}
+	// The map last: a packet is steered only to a class that exists.
+	for a, c := range next {
+		if err := w.consumers.Put(ipv4Key(a), uint32(netlink.MakeHandle(w.major, c.minor))); err != nil {
+			rollback()
+			return fmt.Errorf("write cap map: %w", err)
+		}
+	}
+	for a, c := range w.cur {
+		if _, ok := next[a]; !ok {
+			_ = w.consumers.Delete(ipv4Key(a))
+			_ = netlink.ClassDel(w.class(c))
+			delete(used, c.minor)
+		}
+	}
+	w.cur, w.minor = next, used
+	return w.refresh()
+}
+
+func (w *WriteCap) class(c htbConsumer) *netlink.HtbClass {
+	return tcHtbClass(w.ifb.Attrs().Index, netlink.MakeHandle(w.major, c.minor), netlink.MakeHandle(w.major, htbRootMinor), c.rate, c.rate, 1)
+}
+
+func ipv4Key(a netip.Addr) uint32 {
+	b := a.Unmap().As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+func freeMinor(used map[uint16]bool) (uint16, bool) {
+	for m := uint16(htbFirstConsumer); m < htbFirstConsumer+writeCapMaxConsumers; m++ {
+		if !used[m] {
+			return m, true
+		}
+	}
+	return 0, false
+}
+
+// Clear implements Throttle.
+func (w *WriteCap) Clear(consumers ...netip.Addr) error {
+	w.mu.Lock()
+	if len(consumers) == 0 {
+		for a := range w.cur {
+			consumers = append(consumers, a)
+		}
+	}
+	w.mu.Unlock()
+	m := map[netip.Addr]Setting{}
+	for _, a := range consumers {
+		m[a] = Setting{}
+	}
+	return w.Set(m)
+}
+
+// List implements Throttle.
+func (w *WriteCap) List() map[netip.Addr]Setting {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[netip.Addr]Setting, len(w.cur))
+	for a, c := range w.cur {
+		out[a] = Setting{WriteRate: c.rate}
+	}
+	return out
+}
+
+// Close implements Throttle: the filter first (traffic takes the normal
+// path at once), then the IFB with its tree, then the program and maps.
+func (w *WriteCap) Close() error {
+	close(w.stop)
+	<-w.done
+	err := CleanupWriteCap(w.cfg.Label)
+	w.closeObjects()
+	return err
+}
+
+func (w *WriteCap) closeObjects() {
+	for _, c := range []interface{ Close() error }{w.prog, w.consumers, w.beat} {
+		if c != nil && c != (*ebpf.Program)(nil) && c != (*ebpf.Map)(nil) {
+			c.Close()
+		}
+	}
+}
+
+// CleanupWriteCap removes a label's steering filters (from every link's
+// ingress) and its IFB, also after a crash.
+func CleanupWriteCap(label string) error {
+	if err := tcCheckLabel(label); err != nil {
+		return err
+	}
+	major := tcRootMajor(label)
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("list links: %w", err)
+	}
+	var errs []error
+	for _, l := range links {
+		if l.Attrs().Name == WriteCapIFB(label) {
+			if err := netlink.LinkDel(l); err != nil {
+				errs = append(errs, fmt.Errorf("delete %s: %w", l.Attrs().Name, err))
+			}
+			continue
+		}
+		fs, err := netlink.FilterList(l, netlink.HANDLE_MIN_INGRESS)
+		if err != nil {
+			continue // no clsact/ingress qdisc on this link
+		}
+		for _, f := range fs {
+			a := f.Attrs()
+			if a.Priority == writeCapPrio && a.Handle == uint32(major) {
+				if err := netlink.FilterDel(f); err != nil {
+					errs = append(errs, fmt.Errorf("delete steering filter on %s: %w", l.Attrs().Name, err))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

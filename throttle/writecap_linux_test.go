@@ -1,0 +1,244 @@
+package throttle
+
+import (
+	"encoding/binary"
+	"math"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/sanqos/sanqos/internal/testenv"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// skbCtx is struct __sk_buff up to priority (offset 32): the input
+// context BPF_PROG_TEST_RUN takes for a tc program.
+type skbCtx struct {
+	Len, PktType, Mark, QueueMapping, Protocol, VlanPresent, VlanTCI, VlanProto, Priority uint32
+}
+
+// tcpFrame builds an Ethernet + IPv4 (ihl words) + TCP header to dport
+// from src.
+func tcpFrame(ethertype uint16, proto uint8, ihl int, src netip.Addr, dport uint16) []byte {
+	b := make([]byte, 14+ihl*4+20)
+	binary.BigEndian.PutUint16(b[12:], ethertype)
+	ip := b[14:]
+	ip[0] = 0x40 | byte(ihl)
+	binary.BigEndian.PutUint16(ip[2:], uint16(ihl*4+20))
+	ip[8], ip[9] = 64, proto
+	s := src.As4()
+	copy(ip[12:], s[:])
+	copy(ip[16:], []byte{10, 201, 0, 1})
+	binary.BigEndian.PutUint16(ip[ihl*4+2:], dport)
+	return b
+}
+
+// The steering program, run by the kernel on crafted frames
+// (BPF_PROG_TEST_RUN): it redirects, tagged with the consumer's class,
+// exactly the TCP segments to the target port from a capped consumer, and
+// nothing once the heartbeat has lapsed.
+func TestWriteCapProgram(t *testing.T) {
+	testenv.RequireRoot(t)
+	consumers, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumers.Close()
+	beat, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer beat.Close()
+	capped, other := netip.MustParseAddr("10.201.0.2"), netip.MustParseAddr("10.201.0.3")
+	const class = 0x51ab0010
+	if err := consumers.Put(ipv4Key(capped), uint32(class)); err != nil {
+		t.Fatal(err)
+	}
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL", Instructions: writeCapProgram(3260, consumers.FD(), beat.FD(), 1)})
+	if err != nil {
+		t.Fatalf("the kernel's verifier refused the program: %v", err)
+	}
+	defer prog.Close()
+	const redirect = 7 // TC_ACT_REDIRECT
+	for _, tc := range []struct {
+		name    string
+		frame   []byte
+		lapsed  bool
+		ret     uint32
+		classid uint32
+	}{
+		{"a capped consumer's segment to the target port", tcpFrame(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, capped, 3260), false, redirect, class},
+		{"IP options move the port", tcpFrame(unix.ETH_P_IP, unix.IPPROTO_TCP, 7, capped, 3260), false, redirect, class},
+		{"another port", tcpFrame(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, capped, 22), false, 0, 0},
+		{"an uncapped consumer", tcpFrame(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, other, 3260), false, 0, 0},
+		{"UDP", tcpFrame(unix.ETH_P_IP, unix.IPPROTO_UDP, 5, capped, 3260), false, 0, 0},
+		{"not IPv4", tcpFrame(unix.ETH_P_IPV6, unix.IPPROTO_TCP, 5, capped, 3260), false, 0, 0},
+		{"a lapsed heartbeat fails open", tcpFrame(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, capped, 3260), true, 0, 0},
+	} {
+		deadline := monoNow() + uint64(time.Minute)
+		if tc.lapsed {
+			deadline = monoNow() - 1
+		}
+		if err := beat.Put(uint32(0), deadline); err != nil {
+			t.Fatal(err)
+		}
+		// The kernel copies its whole __sk_buff back (192 bytes on 6.x):
+		// give it room, and read priority where the struct has it.
+		out := make([]byte, 256)
+		ret, err := prog.Run(&ebpf.RunOptions{Data: tc.frame, Context: skbCtx{}, ContextOut: out})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if prio := binary.NativeEndian.Uint32(out[32:]); ret != tc.ret || prio != tc.classid {
+			t.Errorf("%s: returned %d with priority %#x, want %d and %#x", tc.name, ret, prio, tc.ret, tc.classid)
+		}
+	}
+}
+
+// A write cap on a veth: one consumer capped while its neighbour sends
+// freely, a change of cap at run time, no packet dropped, nothing left
+// after Close.
+func TestWriteCapInNamespaces(t *testing.T) {
+	n := newTCTestNet(t)
+	n.enterA(t)
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(n.addrA, n.port).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	w, err := NewWriteCap(WriteCapConfig{Device: n.devA, Label: n.label, Port: n.port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			w.Close()
+		}
+	})
+	capped, free := n.addrsB[0], n.addrsB[1]
+	const cap1, cap2 = 2 << 20, 4 << 20
+	if err := w.Set(map[netip.Addr]Setting{capped: {WriteRate: cap1}}); err != nil {
+		t.Fatal(err)
+	}
+	// The consumers write as fast as TCP lets them; the "target" reads.
+	var received []net.Conn
+	for _, src := range []netip.Addr{capped, free} {
+		c, err := n.dialFromB(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		received = append(received, s)
+		go func() {
+			buf := make([]byte, 64<<10)
+			for {
+				if _, err := c.Write(buf); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	m := newMeter(received)
+	check := func(limit float64) {
+		t.Helper()
+		r := m.rates(time.Second, 2*time.Second)
+		e := math.Abs(r[0]-limit) / limit
+		t.Logf("write cap %.0f B/s: capped consumer %.0f B/s (%.1f%% off), uncapped neighbour %.0f B/s", limit, r[0], 100*e, r[1])
+		// HTB counts whole frames; the payload is lower by the headers'
+		// share (~4.5 % for full segments).
+		if e > 0.08 {
+			t.Errorf("capped consumer writes %.0f B/s, %.1f%% off its cap %.0f", r[0], 100*e, limit)
+		}
+		if r[1] < 5*limit {
+			t.Errorf("uncapped neighbour only %.0f B/s: it is being shaped", r[1])
+		}
+	}
+	check(cap1)
+	if err := w.Set(map[netip.Addr]Setting{capped: {WriteRate: cap2}}); err != nil {
+		t.Fatal(err)
+	}
+	check(cap2)
+	if got := w.List(); got[capped].WriteRate != cap2 || len(got) != 1 {
+		t.Errorf("List = %v", got)
+	}
+	if qs, err := netlink.QdiscList(w.ifb); err == nil {
+		for _, q := range qs {
+			if s := q.Attrs().Statistics; s != nil && s.Queue != nil && s.Queue.Drops > 0 {
+				t.Errorf("%s on the IFB dropped %d packets", q.Type(), s.Queue.Drops)
+			}
+		}
+	}
+	// A dead agent's caps lapse: with the heartbeat past (as when nothing
+	// refreshes it), the program steers nothing.
+	close(w.stop)
+	<-w.done
+	w.stop, w.done = make(chan struct{}), make(chan struct{})
+	go func() { <-w.stop; close(w.done) }()
+	if err := w.beat.Put(uint32(0), monoNow()-1); err != nil {
+		t.Fatal(err)
+	}
+	r := m.rates(500*time.Millisecond, time.Second)
+	t.Logf("heartbeat lapsed: formerly capped consumer %.0f B/s", r[0])
+	if r[0] < 3*cap2 {
+		t.Errorf("a lapsed heartbeat left the consumer capped at %.0f B/s", r[0])
+	}
+	closed = true
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	assertWriteCapGone(t, n)
+}
+
+func assertWriteCapGone(t *testing.T, n *tcTestNet) {
+	t.Helper()
+	if _, err := netlink.LinkByName(WriteCapIFB(n.label)); err == nil {
+		t.Errorf("IFB %s left", WriteCapIFB(n.label))
+	}
+	l, err := netlink.LinkByName(n.devA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs, _ := netlink.FilterList(l, netlink.HANDLE_MIN_INGRESS); len(fs) != 0 {
+		t.Errorf("ingress filters left: %v", fs)
+	}
+}
+
+// A crashed instance's IFB and filter are removed by the next start with
+// its label, and by CleanupWriteCap.
+func TestWriteCapCleanupAfterCrash(t *testing.T) {
+	n := newTCTestNet(t)
+	n.enterA(t)
+	w, err := NewWriteCap(WriteCapConfig{Device: n.devA, Label: n.label, Port: n.port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Set(map[netip.Addr]Setting{n.addrsB[0]: {WriteRate: 1 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	close(w.stop) // the process dies: no Close
+	<-w.done
+	w2, err := NewWriteCap(WriteCapConfig{Device: n.devA, Label: n.label, Port: n.port})
+	if err != nil {
+		t.Fatalf("restart over stale objects: %v", err)
+	}
+	if len(w2.List()) != 0 {
+		t.Error("new instance inherited consumers")
+	}
+	if err := w2.Set(map[netip.Addr]Setting{n.addrsB[1]: {WriteRate: 1 << 20}, n.addrsB[0]: {ReadDelay: time.Millisecond}}); err == nil || len(w2.List()) != 0 {
+		t.Errorf("a batch with a delay must be refused whole: %v, %v", err, w2.List())
+	}
+	if err := w2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w.closeObjects()
+	assertWriteCapGone(t, n)
+}
