@@ -53,9 +53,23 @@ func (r *Runner) agentConfig(path string, thr time.Duration, autonomic bool) err
 
 func (r *Runner) writeAgentConfig(path, backend, http string, thr time.Duration, autonomic bool) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "backend: %s\nhttp: %s\nthreshold: %v\n%s\n", backend, http, thr, r.opts.AgentYAML)
+	// --agent-set may name the regulating agent's backend (delayline+htb
+	// for the write-cap lever); the shadow stays dry-run.
+	extra := r.opts.AgentYAML
+	var kept []string
+	for _, line := range strings.Split(extra, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "backend:") {
+			if backend != "dry-run" {
+				backend = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "backend:"))
+			}
+			continue
+		}
+		kept = append(kept, line)
+	}
+	extra = strings.Join(kept, "\n")
+	fmt.Fprintf(&b, "backend: %s\nhttp: %s\nthreshold: %v\n%s\n", backend, http, thr, extra)
 	for _, kv := range controlledDefaults {
-		if !strings.Contains(r.opts.AgentYAML, kv[0]+":") {
+		if !strings.Contains(extra, kv[0]+":") {
 			fmt.Fprintf(&b, "%s: %s\n", kv[0], kv[1])
 		}
 	}

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/config"
 	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/throttle"
 )
@@ -78,5 +80,27 @@ func TestLateSummary(t *testing.T) {
 	want := report.LateSummary{P50: 0.1, P99: 2, Max: 23.456, PctOver2: 1, Releases: 100}
 	if got != want {
 		t.Errorf("lateSummary = %+v, want %+v", got, want)
+	}
+}
+
+// --agent-set may name the regulating agent's backend (the write-cap
+// lever needs delayline+htb); the shadow agent keeps dry-run, and both
+// configs are valid as written.
+func TestAgentConfigBackendOverride(t *testing.T) {
+	r := &Runner{Res: &Resource{Name: "vg1"}, opts: RunOptions{AgentYAML: "backend: delayline+htb\nrate_lever_steps: 20"}}
+	dir := t.TempDir()
+	for _, tc := range []struct{ backend, want string }{{"delayline", "delayline+htb"}, {"dry-run", "dry-run"}} {
+		p := filepath.Join(dir, tc.backend+".yaml")
+		if err := r.writeAgentConfig(p, tc.backend, "127.0.0.1:9311", 10*time.Millisecond, true); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(p)
+		if err != nil {
+			b, _ := os.ReadFile(p)
+			t.Fatalf("%s: %v\n%s", tc.backend, err, b)
+		}
+		if cfg.Backend != tc.want || cfg.RateLeverSteps != 20 || cfg.MaxDelay != 40*time.Millisecond {
+			t.Errorf("%s: backend %q, lever %d, max delay %v", tc.backend, cfg.Backend, cfg.RateLeverSteps, cfg.MaxDelay)
+		}
 	}
 }
