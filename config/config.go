@@ -296,9 +296,9 @@ func (c *Config) validate(root *yaml.Node) []error {
 		bad("want 10ms..10s", "interval")
 	}
 	switch c.Backend {
-	case "auto", "delayline", "netem", "htb", "delayline+htb", "dry-run":
+	case "auto", "edt", "delayline", "netem", "htb", "delayline+htb", "dry-run":
 	default:
-		bad("want auto|delayline|netem|htb|delayline+htb|dry-run", "backend")
+		bad("want auto|edt|delayline|netem|htb|delayline+htb|dry-run", "backend")
 	}
 	switch c.Mode {
 	case "target", "bridge":

@@ -16,9 +16,13 @@ func TestAutoChoosesAndSaysSo(t *testing.T) {
 	if !known || has {
 		t.Skip("this test covers kernels without netem (the machines here)")
 	}
+	if ok, _ := EDTAvailable(); ok {
+		t.Skip("this test covers kernels without fq (the machines here)")
+	}
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
-	th, err := Auto(NetemConfig{Device: "unused", Log: log}, func() (Throttle, error) { return NewMemory(), nil })
+	noEDT := func() (Throttle, error) { t.Fatal("edt chosen on a kernel without fq"); return nil, nil }
+	th, err := Auto(NetemConfig{Device: "unused", Log: log}, noEDT, func() (Throttle, error) { return NewMemory(), nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,11 +30,11 @@ func TestAutoChoosesAndSaysSo(t *testing.T) {
 	if th.Name() != "dry-run" {
 		t.Errorf("chose %s", th.Name())
 	}
-	if s := buf.String(); !strings.Contains(s, "backend=dry-run") || !strings.Contains(s, "no netem") {
+	if s := buf.String(); !strings.Contains(s, "backend=dry-run") || !strings.Contains(s, "neither fq") || !strings.Contains(s, "edt not available") {
 		t.Errorf("log does not say which backend and why: %q", s)
 	}
 	boom := errors.New("boom")
-	if _, err := Auto(NetemConfig{Device: "unused", Log: log}, func() (Throttle, error) { return nil, boom }); !errors.Is(err, boom) {
+	if _, err := Auto(NetemConfig{Device: "unused", Log: log}, noEDT, func() (Throttle, error) { return nil, boom }); !errors.Is(err, boom) {
 		t.Errorf("delay line failure not reported: %v", err)
 	}
 }

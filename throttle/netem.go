@@ -441,47 +441,57 @@ func (t *Netem) Close() error {
 // creating one on a veth pair in a scratch network namespace that
 // disappears with the probe; nothing of the caller's namespace is touched.
 func NetemAvailable() (bool, error) {
-	type result struct {
-		ok  bool
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		// The thread is never unlocked: when this goroutine ends, Go
-		// discards the thread, and with it the scratch namespace, so the
-		// caller's threads never see it.
-		runtime.LockOSThread()
-		ok, err := netemProbe()
-		ch <- result{ok, err}
-	}()
-	r := <-ch
-	return r.ok, r.err
+	return qdiscAvailable("netem", func(ifindex int) netlink.Qdisc {
+		return netlink.NewNetem(netlink.QdiscAttrs{LinkIndex: ifindex, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT},
+			netlink.NetemQdiscAttrs{Latency: 1000})
+	})
 }
 
-func netemProbe() (bool, error) {
-	ns, err := netns.New()
+// inScratchNS runs f on a veth (sqtprobe0) in a scratch network namespace.
+// The thread is never unlocked: when the goroutine ends, Go discards the
+// thread, and with it the namespace, so the caller's threads never see it.
+func inScratchNS(f func(dev netlink.Link) error) error {
+	ch := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		ch <- func() error {
+			ns, err := netns.New()
+			if err != nil {
+				return fmt.Errorf("new namespace: %w", err)
+			}
+			defer ns.Close()
+			la := netlink.NewLinkAttrs()
+			la.Name = "sqtprobe0"
+			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "sqtprobe1"}); err != nil {
+				return fmt.Errorf("veth: %w", err)
+			}
+			link, err := netlink.LinkByName(la.Name)
+			if err != nil {
+				return err
+			}
+			return f(link)
+		}()
+	}()
+	return <-ch
+}
+
+// qdiscAvailable reports whether the kernel has a qdisc kind, by adding
+// the one q builds to a scratch veth.
+func qdiscAvailable(kind string, q func(ifindex int) netlink.Qdisc) (bool, error) {
+	ok := false
+	err := inScratchNS(func(dev netlink.Link) error {
+		err := netlink.QdiscAdd(q(dev.Attrs().Index))
+		switch {
+		case err == nil:
+			ok = true
+		case tcKindMissing(err):
+		default:
+			return err
+		}
+		return nil
+	})
 	if err != nil {
-		return false, fmt.Errorf("netem probe: new namespace: %w", err)
+		return false, fmt.Errorf("%s probe: %w", kind, err)
 	}
-	defer ns.Close()
-	la := netlink.NewLinkAttrs()
-	la.Name = "sqtprobe0"
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "sqtprobe1"}); err != nil {
-		return false, fmt.Errorf("netem probe: veth: %w", err)
-	}
-	link, err := netlink.LinkByName(la.Name)
-	if err != nil {
-		return false, fmt.Errorf("netem probe: %w", err)
-	}
-	q := netlink.NewNetem(netlink.QdiscAttrs{LinkIndex: link.Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT},
-		netlink.NetemQdiscAttrs{Latency: 1000})
-	err = netlink.QdiscAdd(q)
-	switch {
-	case err == nil:
-		return true, nil
-	case tcKindMissing(err):
-		return false, nil
-	default:
-		return false, fmt.Errorf("netem probe: %w", err)
-	}
+	return ok, nil
 }

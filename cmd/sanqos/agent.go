@@ -134,7 +134,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f := c.Flags()
 	f.StringVar(&cfgPath, "config", "", "YAML config (see examples/sanqos.yaml); without it, manual throttles only")
 	f.StringVar(&socket, "socket", socket, "control socket path (root-only)")
-	f.StringVar(&bo.Name, "backend", bo.Name, "throttle backend: auto|delayline|netem|htb|delayline+htb|dry-run (config overrides)")
+	f.StringVar(&bo.Name, "backend", bo.Name, "throttle backend: auto|edt|delayline|netem|htb|delayline+htb|dry-run (config overrides; see 'sanqos throttle backends')")
 	f.IntVar(&bo.Port, "iscsi-port", bo.Port, "the target's TCP port whose traffic is throttled (config overrides)")
 	f.StringVar(&bo.Chain, "chain", bo.Chain, "netfilter chain: OUTPUT (target mode) or FORWARD (bridge mode)")
 	f.StringVar(&bo.Label, "label", bo.Label, "label of the kernel objects this agent creates")
@@ -300,6 +300,9 @@ func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 		}
 		return onlyInterface()
 	}
+	edt := func(dev string) (throttle.Throttle, error) {
+		return throttle.NewEDT(throttle.EDTConfig{Device: dev, Label: o.Label + "-edt", Port: uint16(o.Port), WriteOn: writeOn, Log: log})
+	}
 	switch o.Name {
 	case "dry-run":
 		return throttle.NewMemory(), nil
@@ -314,13 +317,19 @@ func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 		if o.Name == "netem" {
 			return throttle.NewNetem(cfg)
 		}
-		return throttle.Auto(cfg, delayLine)
+		return throttle.Auto(cfg, func() (throttle.Throttle, error) { return edt(dev) }, delayLine)
 	case "htb":
 		dev, err := device()
 		if err != nil {
 			return nil, err
 		}
 		return throttle.NewHTB(throttle.HTBConfig{Device: dev, Label: o.Label + "-htb", Port: uint16(o.Port), Chain: chainFor(o.Chain), Log: log})
+	case "edt":
+		dev, err := device()
+		if err != nil {
+			return nil, err
+		}
+		return edt(dev)
 	case "delayline+htb":
 		// The delay line for delays; write-rate caps on the target's
 		// ingress for the controller's second lever (rate_lever_steps).
@@ -338,7 +347,7 @@ func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 		}
 		return throttle.Layered(dl, wc), nil
 	default:
-		return nil, fmt.Errorf("unknown backend %q (auto|delayline|netem|htb|delayline+htb|dry-run)", o.Name)
+		return nil, fmt.Errorf("unknown backend %q (auto|edt|delayline|netem|htb|delayline+htb|dry-run)", o.Name)
 	}
 }
 

@@ -15,8 +15,8 @@ func cleanupCmd() *cobra.Command {
 		Short: "Remove the rules, sets and qdiscs a crashed agent left behind",
 		Long: `Removes every kernel object an agent with this label created, in the current
 network namespace: the delay line's iptables rules and ipsets, and the netem
-and HTB backends' qdiscs, mangle chains and ipsets, and the write caps' IFB
-and ingress filter. Objects are found by
+and HTB backends' qdiscs, mangle chains and ipsets, the write caps' IFB and
+ingress filter, and the EDT backend's fq root and egress filter. Objects are found by
 label (rule comments, set names, qdisc handles), never by guessing, so other
 software's rules are left alone.
 
@@ -37,11 +37,12 @@ entries time out, nor a left write cap, until its heartbeat lapses
 				throttle.CleanupTC(label+"-ne"),
 				throttle.CleanupTC(label+"-htb"),
 				throttle.CleanupWriteCap(label+"-wc"),
+				throttle.CleanupEDT(label+"-edt"),
 			)
 			if err != nil {
 				return fmt.Errorf("cleanup of %q: %w", label, err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "removed every object labelled %s-{dl,ne,htb,wc}\n", label)
+			fmt.Fprintf(cmd.OutOrStdout(), "removed every object labelled %s-{dl,ne,htb,wc,edt}\n", label)
 			return nil
 		},
 	}

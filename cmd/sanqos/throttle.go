@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -132,7 +133,45 @@ write delay it set itself.`,
 			return w.Flush()
 		},
 	}
-	c.AddCommand(set, clr, list)
+	var asJSON bool
+	backends := &cobra.Command{
+		Use:   "backends",
+		Short: "List the throttle backends and whether this kernel runs them",
+		Long: `Probes, in scratch network namespaces, which throttle backends this kernel
+can run and says why the others cannot; needs root. 'auto' takes the first
+available of edt, netem and delayline.`,
+		Example: "  sudo sanqos throttle backends\n  sudo sanqos throttle backends --json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bs := throttle.Backends()
+			if asJSON {
+				e := json.NewEncoder(cmd.OutOrStdout())
+				e.SetIndent("", "  ")
+				return e.Encode(bs)
+			}
+			auto := ""
+			for _, b := range bs {
+				if b.Available && auto == "" && (b.Name == "edt" || b.Name == "netem" || b.Name == "delayline") {
+					auto = b.Name
+				}
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "BACKEND\tAVAILABLE\tWHY")
+			for _, b := range bs {
+				avail := "no"
+				if b.Available {
+					avail = "yes"
+				}
+				if b.Name == auto {
+					avail += " (auto)"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\n", b.Name, avail, b.Why)
+			}
+			return w.Flush()
+		},
+	}
+	backends.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.AddCommand(set, clr, list, backends)
 	return c
 }
 

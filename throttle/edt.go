@@ -1,0 +1,431 @@
+package throttle
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// EDT is the delay backend at kernel speed: the earliest-departure-time
+// model that Linux TCP pacing itself uses. A tc BPF program on the target
+// interface's egress stamps each segment to a throttled consumer with
+// skb->tstamp = now + its delay, and the fq qdisc at the root releases
+// every packet at its time. No packet crosses into userspace: a
+// consumer's delay is one BPF map update, the per-packet cost a map
+// lookup. fq keeps each flow in order (a flow's packets leave in
+// sequence, the later ones no earlier than the first), and a timestamp
+// the sender's own pacing set later than ours is kept.
+//
+// Which packets carry which delay follows WriteOn, as in the delay line:
+// segments with payload take the read delay, and with replies (default)
+// the larger of read and write; pure ACKs take the write delay only with
+// acks.
+//
+// Fail-open as the write caps: tc objects outlive the process, so the
+// program delays only while a heartbeat the backend refreshes lies in the
+// future; a dead agent's delays end within TTL.
+//
+// It needs sch_fq (CONFIG_NET_SCH_FQ) and BPF; EDTAvailable says whether
+// this kernel has both. IPv4 consumers only.
+type EDT struct {
+	cfg   EDTConfig
+	major uint16
+	dev   netlink.Link
+
+	prog   *ebpf.Program
+	delays *ebpf.Map // IPv4 (host order) → {read ns, write ns}
+	beat   *ebpf.Map
+
+	mu  sync.Mutex
+	cur map[netip.Addr]Setting
+
+	stop, done chan struct{}
+}
+
+// EDTConfig configures EDT.
+type EDTConfig struct {
+	Device  string // the target's interface towards the consumers (required)
+	Label   string // default "sanqos"
+	Port    uint16 // the target's TCP port (source port of delayed segments); 0: any
+	WriteOn WriteOn
+	TTL     time.Duration // heartbeat: default DefaultMarkTTL
+	Log     *slog.Logger
+}
+
+// ErrNoFq is returned (wrapped) when the kernel has no fq qdisc.
+var ErrNoFq = errors.New("kernel has no fq qdisc (CONFIG_NET_SCH_FQ)")
+
+// fq's limits. A delayed flow queues what its sender has in flight below
+// TCP, which TCP Small Queues bound (tcp_limit_output_bytes, ~1–4 MB: a
+// few thousand segments, far fewer with GSO); fq's default of 100 packets
+// per flow would drop a delayed read, so both limits are raised well past
+// it. The horizon (how far ahead a timestamp may lie) is set above
+// MaxDelay, and beyond it fq caps instead of dropping.
+const (
+	edtFlowLimit  = 10000
+	edtLimit      = 100000
+	edtHorizonUS  = 1000000
+	edtFilterPrio = 13
+)
+
+// NewEDT replaces the device's root qdisc with fq and attaches the
+// program; on error nothing remains. A root qdisc that is neither a
+// kernel default nor fq is someone's configuration: it is refused, not
+// replaced.
+func NewEDT(cfg EDTConfig) (*EDT, error) {
+	if cfg.Label == "" {
+		cfg.Label = "sanqos"
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultMarkTTL
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if err := tcCheckLabel(cfg.Label); err != nil {
+		return nil, err
+	}
+	dev, err := netlink.LinkByName(cfg.Device)
+	if err != nil {
+		return nil, fmt.Errorf("edt: device %q: %w", cfg.Device, err)
+	}
+	if err := CleanupEDT(cfg.Label); err != nil {
+		return nil, fmt.Errorf("edt: remove stale objects of label %s: %w", cfg.Label, err)
+	}
+	e := &EDT{cfg: cfg, major: tcRootMajor(cfg.Label), dev: dev, cur: map[netip.Addr]Setting{}, stop: make(chan struct{}), done: make(chan struct{})}
+	if err := e.build(); err != nil {
+		e.closeObjects()
+		if cerr := CleanupEDT(cfg.Label); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("cleanup after failed start: %w", cerr))
+		}
+		return nil, fmt.Errorf("edt on %s: %w", cfg.Device, err)
+	}
+	go e.heartbeat()
+	cfg.Log.Info("edt throttle ready", "device", cfg.Device, "root", tcHandleString(netlink.MakeHandle(e.major, 0)), "write_delay_on", cfg.WriteOn)
+	return e, nil
+}
+
+// replaceableRoot reports whether a root qdisc is one the kernel attached
+// by itself (or plain fq), which EDT may take over and give back.
+func replaceableRoot(kind string) bool {
+	switch kind {
+	case "noqueue", "pfifo_fast", "mq", "fq_codel", "fq":
+		return true
+	}
+	return false
+}
+
+func (e *EDT) build() error {
+	qs, err := netlink.QdiscList(e.dev)
+	if err != nil {
+		return err
+	}
+	for _, q := range qs {
+		if q.Attrs().Parent == netlink.HANDLE_ROOT && !replaceableRoot(q.Type()) {
+			return fmt.Errorf("root qdisc %s %s is someone's configuration; remove it or pick another backend", q.Type(), tcHandleString(q.Attrs().Handle))
+		}
+	}
+	fq := netlink.NewFq(netlink.QdiscAttrs{LinkIndex: e.dev.Attrs().Index, Handle: netlink.MakeHandle(e.major, 0), Parent: netlink.HANDLE_ROOT})
+	fq.FlowPacketLimit, fq.PacketLimit, fq.Horizon, fq.HorizonDropPolicy = edtFlowLimit, edtLimit, edtHorizonUS, netlink.HORIZON_DROP_POLICY_CAP
+	if err := netlink.QdiscReplace(fq); err != nil {
+		if tcKindMissing(err) {
+			return ErrNoFq
+		}
+		return fmt.Errorf("fq root: %w", err)
+	}
+	if e.delays, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 16, MaxEntries: 65536}); err != nil {
+		return fmt.Errorf("bpf map: %w", err)
+	}
+	if e.beat, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1}); err != nil {
+		return fmt.Errorf("bpf map: %w", err)
+	}
+	if err := e.refresh(); err != nil {
+		return err
+	}
+	e.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sanqos_edt", Type: ebpf.SchedCLS, License: "GPL",
+		Instructions: edtProgram(e.cfg.Port, e.cfg.WriteOn, e.delays.FD(), e.beat.FD())})
+	if err != nil {
+		return fmt.Errorf("load program: %w", err)
+	}
+	q := &netlink.Clsact{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: e.dev.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}}
+	if err := netlink.QdiscReplace(q); err != nil {
+		return fmt.Errorf("clsact: %w", err)
+	}
+	f := &netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{LinkIndex: e.dev.Attrs().Index, Parent: netlink.HANDLE_MIN_EGRESS,
+		Handle: uint32(e.major), Protocol: unix.ETH_P_ALL, Priority: edtFilterPrio}, Fd: e.prog.FD(), Name: "sanqos_edt", DirectAction: true}
+	if err := netlink.FilterAdd(f); err != nil {
+		return fmt.Errorf("attach program: %w", err)
+	}
+	return nil
+}
+
+// skbTstampOff is offsetof(struct __sk_buff, tstamp).
+const skbTstampOff = 152
+
+// edtProgram stamps TCP segments from port (0: any) to a consumer in the
+// delays map with now + its delay, never earlier than a stamp they carry,
+// while the heartbeat lasts. It always returns TC_ACT_OK: it delays, it
+// never drops or redirects.
+func edtProgram(port uint16, writeOn WriteOn, delays, beat int) asm.Instructions {
+	insns := asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.LoadAbs(12, asm.Half),
+		asm.JNE.Imm(asm.R0, unix.ETH_P_IP, "pass"),
+		asm.LoadAbs(14+9, asm.Byte),
+		asm.JNE.Imm(asm.R0, unix.IPPROTO_TCP, "pass"),
+		asm.LoadAbs(14, asm.Byte),
+		asm.And.Imm(asm.R0, 0x0f),
+		asm.LSh.Imm(asm.R0, 2),
+		asm.Mov.Reg(asm.R7, asm.R0), // IP header length
+	}
+	if port != 0 {
+		insns = append(insns,
+			asm.LoadInd(asm.R0, asm.R7, 14, asm.Half), // TCP source port
+			asm.JNE.Imm(asm.R0, int32(port), "pass"),
+		)
+	}
+	insns = append(insns,
+		// Payload length = IP total length − IP header − TCP header.
+		asm.LoadInd(asm.R0, asm.R7, 14+12, asm.Byte),
+		asm.RSh.Imm(asm.R0, 4),
+		asm.LSh.Imm(asm.R0, 2),
+		asm.Mov.Reg(asm.R8, asm.R0),
+		asm.Add.Reg(asm.R8, asm.R7),
+		asm.LoadAbs(14+2, asm.Half),
+		asm.Sub.Reg(asm.R0, asm.R8),
+		asm.Mov.Reg(asm.R9, asm.R0),  // payload bytes (≤ 0: a pure ACK)
+		asm.LoadAbs(14+16, asm.Word), // destination: the consumer
+		asm.StoreMem(asm.RFP, -4, asm.R0, asm.Word),
+		asm.StoreImm(asm.RFP, -8, 0, asm.Word),
+		asm.LoadMapPtr(asm.R1, beat),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -8),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "pass"),
+		asm.LoadMem(asm.R7, asm.R0, 0, asm.DWord), // heartbeat deadline
+		asm.FnKtimeGetNs.Call(),
+		asm.JGT.Reg(asm.R0, asm.R7, "pass"), // lapsed: fail open
+		asm.LoadMapPtr(asm.R1, delays),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -4),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "pass"),
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord), // read delay
+		asm.LoadMem(asm.R2, asm.R0, 8, asm.DWord), // write delay
+		asm.Mov.Imm(asm.R8, 0),
+		asm.JSLE.Imm(asm.R9, 0, "ack"),
+		asm.Mov.Reg(asm.R8, asm.R1),
+	)
+	if writeOn == WriteOnReplies {
+		insns = append(insns,
+			asm.JGE.Reg(asm.R8, asm.R2, "stamp"),
+			asm.Mov.Reg(asm.R8, asm.R2),
+		)
+	}
+	insns = append(insns, asm.Ja.Label("stamp"))
+	if writeOn == WriteOnACKs {
+		insns = append(insns, asm.Mov.Reg(asm.R8, asm.R2).WithSymbol("ack"))
+	} else {
+		insns = append(insns, asm.Mov.Imm(asm.R8, 0).WithSymbol("ack"))
+	}
+	return append(insns,
+		asm.JEq.Imm(asm.R8, 0, "pass").WithSymbol("stamp"),
+		asm.FnKtimeGetNs.Call(),
+		asm.Add.Reg(asm.R0, asm.R8),
+		asm.LoadMem(asm.R1, asm.R6, skbTstampOff, asm.DWord),
+		asm.JGE.Reg(asm.R1, asm.R0, "pass"), // the sender's own stamp is later
+		asm.StoreMem(asm.R6, skbTstampOff, asm.R0, asm.DWord),
+		asm.Mov.Imm(asm.R0, 0).WithSymbol("pass"),
+		asm.Return(),
+	)
+}
+
+func (e *EDT) refresh() error {
+	if err := e.beat.Put(uint32(0), monoNow()+uint64(e.cfg.TTL)); err != nil {
+		return fmt.Errorf("edt heartbeat: %w", err)
+	}
+	return nil
+}
+
+func (e *EDT) heartbeat() {
+	defer close(e.done)
+	t := time.NewTicker(e.cfg.TTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+			if err := e.refresh(); err != nil {
+				e.cfg.Log.Error("edt delays will lapse", "err", err)
+			}
+		}
+	}
+}
+
+// Name implements Throttle.
+func (e *EDT) Name() string { return "edt" }
+
+// Set implements Throttle.
+func (e *EDT) Set(settings map[netip.Addr]Setting) error {
+	if err := ValidateAll(settings); err != nil {
+		return err
+	}
+	for a, s := range settings {
+		if s.Rate != 0 || s.WriteRate != 0 {
+			return fmt.Errorf("edt: consumer %v: rate cap: %w", a, ErrUnsupported)
+		}
+		if !s.IsZero() && !a.Unmap().Is4() {
+			return fmt.Errorf("edt: consumer %v: IPv6: %w", a, ErrUnsupported)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var done []netip.Addr
+	for a, s := range settings {
+		a = a.Unmap()
+		var err error
+		if s.IsZero() {
+			if err = e.delays.Delete(ipv4Key(a)); errors.Is(err, ebpf.ErrKeyNotExist) {
+				err = nil
+			}
+		} else {
+			err = e.delays.Put(ipv4Key(a), [2]uint64{uint64(s.ReadDelay), uint64(s.WriteDelay)})
+		}
+		if err != nil {
+			// Put back what was applied: all or nothing.
+			for _, b := range done {
+				if old, ok := e.cur[b]; ok {
+					_ = e.delays.Put(ipv4Key(b), [2]uint64{uint64(old.ReadDelay), uint64(old.WriteDelay)})
+				} else {
+					_ = e.delays.Delete(ipv4Key(b))
+				}
+			}
+			return fmt.Errorf("edt: consumer %v: %w", a, err)
+		}
+		done = append(done, a)
+	}
+	for a, s := range settings {
+		if s.IsZero() {
+			delete(e.cur, a.Unmap())
+		} else {
+			e.cur[a.Unmap()] = s
+		}
+	}
+	return e.refresh()
+}
+
+// Clear implements Throttle.
+func (e *EDT) Clear(consumers ...netip.Addr) error {
+	e.mu.Lock()
+	if len(consumers) == 0 {
+		for a := range e.cur {
+			consumers = append(consumers, a)
+		}
+	}
+	e.mu.Unlock()
+	m := map[netip.Addr]Setting{}
+	for _, a := range consumers {
+		m[a] = Setting{}
+	}
+	return e.Set(m)
+}
+
+// List implements Throttle.
+func (e *EDT) List() map[netip.Addr]Setting {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[netip.Addr]Setting, len(e.cur))
+	for a, s := range e.cur {
+		out[a] = s
+	}
+	return out
+}
+
+// Close implements Throttle: the program first (no new stamps), then the
+// fq root (the kernel reattaches its default, and sends what fq held).
+func (e *EDT) Close() error {
+	close(e.stop)
+	<-e.done
+	err := CleanupEDT(e.cfg.Label)
+	e.closeObjects()
+	return err
+}
+
+func (e *EDT) closeObjects() {
+	if e.prog != nil {
+		e.prog.Close()
+	}
+	for _, m := range []*ebpf.Map{e.delays, e.beat} {
+		if m != nil {
+			m.Close()
+		}
+	}
+}
+
+// CleanupEDT removes a label's program filter and fq root from every
+// link, also after a crash.
+func CleanupEDT(label string) error {
+	if err := tcCheckLabel(label); err != nil {
+		return err
+	}
+	major := tcRootMajor(label)
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("list links: %w", err)
+	}
+	var errs []error
+	for _, l := range links {
+		if fs, err := netlink.FilterList(l, netlink.HANDLE_MIN_EGRESS); err == nil {
+			for _, f := range fs {
+				if a := f.Attrs(); a.Priority == edtFilterPrio && a.Handle == uint32(major) {
+					if err := netlink.FilterDel(f); err != nil {
+						errs = append(errs, fmt.Errorf("delete edt filter on %s: %w", l.Attrs().Name, err))
+					}
+				}
+			}
+		}
+		qs, err := netlink.QdiscList(l)
+		if err != nil {
+			continue
+		}
+		for _, q := range qs {
+			if q.Attrs().Parent == netlink.HANDLE_ROOT && uint16(q.Attrs().Handle>>16) == major && q.Type() == "fq" {
+				if err := netlink.QdiscDel(q); err != nil {
+					errs = append(errs, fmt.Errorf("delete fq on %s: %w", l.Attrs().Name, err))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// EDTAvailable reports whether this kernel can run the EDT backend: an fq
+// qdisc and a tc BPF program, probed on a veth in a scratch namespace.
+// The reason says what is missing.
+func EDTAvailable() (bool, string) {
+	ok, why := false, ""
+	err := inScratchNS(func(dev netlink.Link) error {
+		e, err := NewEDT(EDTConfig{Device: dev.Attrs().Name, Label: "probe", Log: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return err
+		}
+		ok, why = true, "fq qdisc and tc BPF programs work"
+		return e.Close()
+	})
+	switch {
+	case errors.Is(err, ErrNoFq):
+		return false, ErrNoFq.Error()
+	case err != nil:
+		return false, "edt probe: " + err.Error()
+	}
+	return ok, why
+}

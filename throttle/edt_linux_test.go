@@ -1,0 +1,192 @@
+package throttle
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/sanqos/sanqos/internal/testenv"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// segment builds an Ethernet + IPv4 + TCP frame from sport to dst with
+// n bytes of payload.
+func segment(sport uint16, dst netip.Addr, n int) []byte {
+	b := make([]byte, 14+20+20+n)
+	binary.BigEndian.PutUint16(b[12:], unix.ETH_P_IP)
+	ip := b[14:]
+	ip[0], ip[9] = 0x45, unix.IPPROTO_TCP
+	binary.BigEndian.PutUint16(ip[2:], uint16(40+n))
+	copy(ip[12:], []byte{10, 201, 0, 1})
+	d := dst.As4()
+	copy(ip[16:], d[:])
+	tcp := ip[20:]
+	binary.BigEndian.PutUint16(tcp[0:], sport)
+	tcp[12] = 5 << 4
+	return b
+}
+
+// The EDT program, run by the kernel on crafted frames
+// (BPF_PROG_TEST_RUN): the departure time it stamps, per kind of segment
+// and write_delay_on, against the delay line's rules.
+func TestEDTProgram(t *testing.T) {
+	testenv.RequireRoot(t)
+	delays, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 16, MaxEntries: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer delays.Close()
+	beat, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer beat.Close()
+	slow, other := netip.MustParseAddr("10.201.0.2"), netip.MustParseAddr("10.201.0.3")
+	const read, write = 2 * time.Millisecond, 5 * time.Millisecond
+	if err := delays.Put(ipv4Key(slow), [2]uint64{uint64(read), uint64(write)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, on := range []WriteOn{WriteOnReplies, WriteOnACKs} {
+		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL", Instructions: edtProgram(3260, on, delays.FD(), beat.FD())})
+		if err != nil {
+			t.Fatalf("%v: the kernel's verifier refused the program: %v", on, err)
+		}
+		replyDelay, ackDelay := max(read, write), time.Duration(0)
+		if on == WriteOnACKs {
+			replyDelay, ackDelay = read, write
+		}
+		later := monoNow() + uint64(time.Hour)
+		for _, tc := range []struct {
+			name   string
+			frame  []byte
+			stamp  uint64 // the skb's tstamp on entry
+			lapsed bool
+			delay  time.Duration // -1: the stamp must be left as it was
+		}{
+			{"a segment with payload", segment(3260, slow, 48), 0, false, replyDelay},
+			{"a pure ACK", segment(3260, slow, 0), 0, false, ackDelay},
+			{"another source port", segment(22, slow, 48), 0, false, 0},
+			{"an unthrottled consumer", segment(3260, other, 48), 0, false, 0},
+			{"a lapsed heartbeat fails open", segment(3260, slow, 48), 0, true, 0},
+			{"the sender's later stamp is kept", segment(3260, slow, 48), later, false, -1},
+		} {
+			deadline := monoNow() + uint64(time.Minute)
+			if tc.lapsed {
+				deadline = monoNow() - 1
+			}
+			if err := beat.Put(uint32(0), deadline); err != nil {
+				t.Fatal(err)
+			}
+			in := make([]byte, skbTstampOff+8)
+			binary.NativeEndian.PutUint64(in[skbTstampOff:], tc.stamp)
+			out := make([]byte, 256)
+			before := monoNow()
+			ret, err := prog.Run(&ebpf.RunOptions{Data: tc.frame, Context: in, ContextOut: out})
+			after := monoNow()
+			if err != nil {
+				t.Fatalf("%v, %s: %v", on, tc.name, err)
+			}
+			got := binary.NativeEndian.Uint64(out[skbTstampOff:])
+			switch {
+			case ret != 0:
+				t.Errorf("%v, %s: returned %d, want TC_ACT_OK", on, tc.name, ret)
+			case tc.delay == -1 && got != tc.stamp, tc.delay == 0 && got != tc.stamp:
+				t.Errorf("%v, %s: stamp %d, want it left at %d", on, tc.name, got, tc.stamp)
+			case tc.delay > 0 && (got < before+uint64(tc.delay) || got > after+uint64(tc.delay)):
+				t.Errorf("%v, %s: stamp now+%v, want now+%v", on, tc.name, time.Duration(got-before), tc.delay)
+			}
+		}
+		prog.Close()
+	}
+}
+
+// End to end on a veth: where the kernel has sch_fq, a delayed consumer's
+// replies take the delay and its neighbour's do not, and Close gives the
+// device its default qdisc back with nothing of ours left. Where it has
+// none (this lab's 6.18), NewEDT refuses with ErrNoFq and leaves nothing:
+// the stock-kernel tier runs the first half.
+func TestEDTDelaysOrRefusesCleanly(t *testing.T) {
+	n := newTCTestNet(t)
+	n.enterA(t)
+	l, err := netlink.LinkByName(n.devA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootBefore := rootKind(t, l)
+	e, err := NewEDT(EDTConfig{Device: n.devA, Label: n.label, Port: n.port})
+	if ok, why := EDTAvailable(); !ok {
+		t.Logf("EDTAvailable: %s", why)
+		if !errors.Is(err, ErrNoFq) {
+			t.Fatalf("without fq NewEDT returned %v, want ErrNoFq", err)
+		}
+		assertEDTGone(t, n, l, rootBefore)
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(n.addrA, n.port).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	slow, free := n.addrsB[0], n.addrsB[1]
+	const d = 20 * time.Millisecond
+	if err := e.Set(map[netip.Addr]Setting{slow: {ReadDelay: d}}); err != nil {
+		t.Fatal(err)
+	}
+	p50 := map[netip.Addr]time.Duration{}
+	for _, src := range []netip.Addr{slow, free} {
+		c, err := n.dialFromB(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		p50[src] = pct(pingPong(t, s.(*net.TCPConn), c.(*net.TCPConn), 30), 0.5)
+	}
+	t.Logf("round trip p50: delayed %v, neighbour %v", p50[slow], p50[free])
+	if p50[slow] < d || p50[slow] > d+5*time.Millisecond {
+		t.Errorf("delayed consumer's round trip %v, want %v plus a little", p50[slow], d)
+	}
+	if p50[free] > 5*time.Millisecond {
+		t.Errorf("neighbour's round trip %v: it is being delayed", p50[free])
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	assertEDTGone(t, n, l, rootBefore)
+}
+
+func rootKind(t *testing.T, l netlink.Link) string {
+	t.Helper()
+	qs, err := netlink.QdiscList(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if q.Attrs().Parent == netlink.HANDLE_ROOT {
+			return q.Type()
+		}
+	}
+	return ""
+}
+
+func assertEDTGone(t *testing.T, n *tcTestNet, l netlink.Link, root string) {
+	t.Helper()
+	if got := rootKind(t, l); got != root {
+		t.Errorf("root qdisc %q, was %q", got, root)
+	}
+	if fs, _ := netlink.FilterList(l, netlink.HANDLE_MIN_EGRESS); len(fs) != 0 {
+		t.Errorf("egress filters left: %v", fs)
+	}
+}
