@@ -109,7 +109,7 @@ func TestEDTProgram(t *testing.T) {
 // replies take the delay and its neighbour's do not, and Close gives the
 // device its default qdisc back with nothing of ours left. Where it has
 // none (this lab's 6.18), NewEDT refuses with ErrNoFq and leaves nothing:
-// the stock-kernel tier runs the first half.
+// the stock-kernel tier (lab/guest) runs the first half.
 func TestEDTDelaysOrRefusesCleanly(t *testing.T) {
 	n := newTCTestNet(t)
 	n.enterA(t)
@@ -124,12 +124,50 @@ func TestEDTDelaysOrRefusesCleanly(t *testing.T) {
 		if !errors.Is(err, ErrNoFq) {
 			t.Fatalf("without fq NewEDT returned %v, want ErrNoFq", err)
 		}
-		assertEDTGone(t, n, l, rootBefore)
+		assertDelayBackendGone(t, l, rootBefore)
 		return
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
+	delaysOneConsumer(t, n, e)
+	assertDelayBackendGone(t, l, rootBefore)
+}
+
+// The thesis' tree end to end, likewise: where the kernel has netem, a
+// delayed consumer's replies take the delay through its step's netem leaf
+// and its neighbour's do not; where it has none, NewNetem refuses and
+// leaves nothing.
+func TestNetemDelaysOrRefusesCleanly(t *testing.T) {
+	n := newTCTestNet(t)
+	n.enterA(t)
+	l, err := netlink.LinkByName(n.devA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootBefore := rootKind(t, l)
+	ne, err := NewNetem(NetemConfig{Device: n.devA, Label: n.label, Port: n.port, MaxDelay: 40 * time.Millisecond})
+	if ok, perr := NetemAvailable(); perr != nil || !ok {
+		t.Logf("NetemAvailable: %v %v", ok, perr)
+		if !errors.Is(err, ErrNoNetem) {
+			t.Fatalf("without netem NewNetem returned %v, want ErrNoNetem", err)
+		}
+		assertDelayBackendGone(t, l, rootBefore)
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	delaysOneConsumer(t, n, ne)
+	assertDelayBackendGone(t, l, rootBefore)
+	n.assertNothingLeft(t)
+}
+
+// delaysOneConsumer gives one of B's addresses a 20 ms read delay and
+// checks the round trips of both (the reply is a segment with payload),
+// then closes the backend.
+func delaysOneConsumer(t *testing.T, n *tcTestNet, th Throttle) {
+	t.Helper()
 	ln, err := net.Listen("tcp", netip.AddrPortFrom(n.addrA, n.port).String())
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +175,7 @@ func TestEDTDelaysOrRefusesCleanly(t *testing.T) {
 	defer ln.Close()
 	slow, free := n.addrsB[0], n.addrsB[1]
 	const d = 20 * time.Millisecond
-	if err := e.Set(map[netip.Addr]Setting{slow: {ReadDelay: d}}); err != nil {
+	if err := th.Set(map[netip.Addr]Setting{slow: {ReadDelay: d}}); err != nil {
 		t.Fatal(err)
 	}
 	p50 := map[netip.Addr]time.Duration{}
@@ -154,17 +192,16 @@ func TestEDTDelaysOrRefusesCleanly(t *testing.T) {
 		defer s.Close()
 		p50[src] = pct(pingPong(t, s.(*net.TCPConn), c.(*net.TCPConn), 30), 0.5)
 	}
-	t.Logf("round trip p50: delayed %v, neighbour %v", p50[slow], p50[free])
+	t.Logf("%s: round trip p50: delayed %v, neighbour %v", th.Name(), p50[slow], p50[free])
 	if p50[slow] < d || p50[slow] > d+5*time.Millisecond {
 		t.Errorf("delayed consumer's round trip %v, want %v plus a little", p50[slow], d)
 	}
 	if p50[free] > 5*time.Millisecond {
 		t.Errorf("neighbour's round trip %v: it is being delayed", p50[free])
 	}
-	if err := e.Close(); err != nil {
+	if err := th.Close(); err != nil {
 		t.Fatal(err)
 	}
-	assertEDTGone(t, n, l, rootBefore)
 }
 
 func rootKind(t *testing.T, l netlink.Link) string {
@@ -181,7 +218,7 @@ func rootKind(t *testing.T, l netlink.Link) string {
 	return ""
 }
 
-func assertEDTGone(t *testing.T, n *tcTestNet, l netlink.Link, root string) {
+func assertDelayBackendGone(t *testing.T, l netlink.Link, root string) {
 	t.Helper()
 	if got := rootKind(t, l); got != root {
 		t.Errorf("root qdisc %q, was %q", got, root)

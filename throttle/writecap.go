@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
@@ -23,16 +24,20 @@ import (
 // nothing is dropped (each leaf's queue holds more than the writer's
 // window, which the target's receive buffer bounds).
 //
-// The steering is a tc BPF program on the device's clsact ingress, not a
-// u32 + mirred filter, for the same reason the other tc backends classify
-// by ipset marks with timeouts: fail-open. tc objects outlive the
-// process, so the program redirects a packet only while a heartbeat the
-// backend refreshes (TTL/3) lies in the future; when the agent dies the
-// heartbeat lapses within TTL and every packet takes the normal path,
-// however many caps were set. The program also names the packet's class
-// (skb->priority = major:minor, which HTB takes as the class when the
-// major is its own), so the IFB needs no filters: capping a consumer is a
-// class change and one map update.
+// The steering is two filters on the device's clsact ingress. A tc BPF
+// program picks the packets: for a capped consumer's segment it names the
+// class (skb->priority = major:minor, which HTB takes as the class when
+// the major is its own, so the IFB needs no filters of its own) and hands
+// the packet on to the next filter, a match-all u32 whose mirred action
+// redirects it into the IFB; every other packet it passes at once. (The
+// program's own bpf_redirect into an IFB works on 6.18 but is dropped by
+// 6.1's IFB, which accepts only what mirred marks as redirected.) It does
+// this only while a heartbeat the backend refreshes (TTL/3) lies in the
+// future, for the reason the other tc backends classify by ipset entries
+// with timeouts: fail-open. tc objects outlive the process; when the
+// agent dies the heartbeat lapses within TTL and every packet takes the
+// normal path, however many caps were set. Capping a consumer is a class
+// change and one map update.
 //
 // IPv4 consumers only: the program reads fixed IPv4 offsets.
 type WriteCap struct {
@@ -73,9 +78,10 @@ type WriteCapConfig struct {
 // map entries); the lever caps a resource's heaviest writers, a handful.
 const writeCapMaxConsumers = 4096
 
-// writeCapPrio is our filter's priority on the clsact ingress hook; the
-// handle is the label's major, so several labels never collide.
-const writeCapPrio = 12
+// writeCapPrios are our two filters' priorities on the clsact ingress
+// hook, derived from the label's major so that several labels never
+// collide: the program first, the redirect after it.
+func writeCapPrios(major uint16) (program, redirect uint16) { return major, major + 0x100 }
 
 // writeCapQueue is each leaf's queue in packets. A writer can have at
 // most its TCP window in flight, which the target's receive buffer
@@ -167,7 +173,7 @@ func (w *WriteCap) build() error {
 		return err
 	}
 	w.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sanqos_wcap", Type: ebpf.SchedCLS, License: "GPL",
-		Instructions: writeCapProgram(w.cfg.Port, w.consumers.FD(), w.beat.FD(), ifb.Attrs().Index)})
+		Instructions: writeCapProgram(w.cfg.Port, w.consumers.FD(), w.beat.FD())})
 	if err != nil {
 		return fmt.Errorf("load steering program: %w", err)
 	}
@@ -175,23 +181,32 @@ func (w *WriteCap) build() error {
 	if err := netlink.QdiscReplace(q); err != nil {
 		return fmt.Errorf("clsact on %s: %w", w.cfg.Device, err)
 	}
-	if err := netlink.FilterAdd(w.filter(w.dev.Attrs().Index, w.prog.FD())); err != nil {
+	progPrio, redirPrio := writeCapPrios(w.major)
+	idx := w.dev.Attrs().Index
+	redirect := &netlink.U32{FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: netlink.HANDLE_MIN_INGRESS, Priority: redirPrio, Protocol: unix.ETH_P_ALL},
+		Sel:     &netlink.TcU32Sel{Flags: nl.TC_U32_TERMINAL, Nkeys: 1, Keys: []netlink.TcU32Key{{}}}, // matches every packet it sees
+		Actions: []netlink.Action{netlink.NewMirredAction(ifb.Attrs().Index)}}
+	if err := netlink.FilterAdd(redirect); err != nil {
+		return fmt.Errorf("add redirect filter: %w", err)
+	}
+	prog := &netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: netlink.HANDLE_MIN_INGRESS,
+		Handle: 1, Protocol: unix.ETH_P_ALL, Priority: progPrio}, Fd: w.prog.FD(), Name: "sanqos_wcap", DirectAction: true}
+	if err := netlink.FilterAdd(prog); err != nil {
 		return fmt.Errorf("attach steering program: %w", err)
 	}
 	return nil
 }
 
-func (w *WriteCap) filter(ifindex, fd int) *netlink.BpfFilter {
-	return &netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{LinkIndex: ifindex, Parent: netlink.HANDLE_MIN_INGRESS,
-		Handle: uint32(w.major), Protocol: unix.ETH_P_ALL, Priority: writeCapPrio}, Fd: fd, Name: "sanqos_wcap", DirectAction: true}
-}
+// tcActUnspec is TC_ACT_UNSPEC: in direct-action mode, "go on to the next
+// filter", here the redirect into the IFB.
+const tcActUnspec = -1
 
-// writeCapProgram steers TCP segments to port (0: any) from a consumer in
-// the map into the IFB, tagged with the consumer's class, while the
-// heartbeat lasts; everything else passes (TC_ACT_OK). LD_ABS/LD_IND read
-// the packet in host byte order and end the program (returning 0, pass)
-// on a short packet.
-func writeCapProgram(port uint16, consumers, beat, ifindex int) asm.Instructions {
+// writeCapProgram tags TCP segments to port (0: any) from a consumer in
+// the map with the consumer's class and hands them to the next filter
+// (TC_ACT_UNSPEC), while the heartbeat lasts; everything else passes
+// (TC_ACT_OK). LD_ABS/LD_IND read the packet in host byte order and end
+// the program (returning 0, pass) on a short packet.
+func writeCapProgram(port uint16, consumers, beat int) asm.Instructions {
 	const priorityOff = 32 // offsetof(struct __sk_buff, priority)
 	insns := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
@@ -229,9 +244,7 @@ func writeCapProgram(port uint16, consumers, beat, ifindex int) asm.Instructions
 		asm.JEq.Imm(asm.R0, 0, "pass"),
 		asm.LoadMem(asm.R1, asm.R0, 0, asm.Word),
 		asm.StoreMem(asm.R6, priorityOff, asm.R1, asm.Word),
-		asm.Mov.Imm(asm.R1, int32(ifindex)),
-		asm.Mov.Imm(asm.R2, 0), // to the IFB's egress, where its HTB is
-		asm.FnRedirect.Call(),
+		asm.Mov.Imm(asm.R0, tcActUnspec),
 		asm.Return(),
 		asm.Mov.Imm(asm.R0, 0).WithSymbol("pass"),
 		asm.Return(),
@@ -425,9 +438,9 @@ func CleanupWriteCap(label string) error {
 		if err != nil {
 			continue // no clsact/ingress qdisc on this link
 		}
+		progPrio, redirPrio := writeCapPrios(major)
 		for _, f := range fs {
-			a := f.Attrs()
-			if a.Priority == writeCapPrio && a.Handle == uint32(major) {
+			if a := f.Attrs(); a.Priority == progPrio || a.Priority == redirPrio {
 				if err := netlink.FilterDel(f); err != nil {
 					errs = append(errs, fmt.Errorf("delete steering filter on %s: %w", l.Attrs().Name, err))
 				}

@@ -37,7 +37,8 @@ func tcpFrame(ethertype uint16, proto uint8, ihl int, src netip.Addr, dport uint
 }
 
 // The steering program, run by the kernel on crafted frames
-// (BPF_PROG_TEST_RUN): it redirects, tagged with the consumer's class,
+// (BPF_PROG_TEST_RUN): it hands on to the redirect, tagged with the
+// consumer's class,
 // exactly the TCP segments to the target port from a capped consumer, and
 // nothing once the heartbeat has lapsed.
 func TestWriteCapProgram(t *testing.T) {
@@ -57,12 +58,12 @@ func TestWriteCapProgram(t *testing.T) {
 	if err := consumers.Put(ipv4Key(capped), uint32(class)); err != nil {
 		t.Fatal(err)
 	}
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL", Instructions: writeCapProgram(3260, consumers.FD(), beat.FD(), 1)})
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL", Instructions: writeCapProgram(3260, consumers.FD(), beat.FD())})
 	if err != nil {
 		t.Fatalf("the kernel's verifier refused the program: %v", err)
 	}
 	defer prog.Close()
-	const redirect = 7 // TC_ACT_REDIRECT
+	const redirect = 0xffffffff // TC_ACT_UNSPEC: on to the redirect filter
 	for _, tc := range []struct {
 		name    string
 		frame   []byte
