@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 )
@@ -98,7 +99,7 @@ func reason(ok bool, err error, yes, no string) string {
 // kernel's nfnetlink_queue (its /proc file appears with the module) and
 // iptables to install the NFQUEUE rule.
 func delayLineAvailable() (bool, string) {
-	if _, err := os.Stat("/proc/net/netfilter/nfnetlink_queue"); err != nil {
+	if _, err := os.Stat("/proc/net/netfilter/nfnetlink_queue"); err != nil && !kernelModule("nfnetlink_queue") {
 		return false, "kernel has no nfnetlink_queue (CONFIG_NETFILTER_NETLINK_QUEUE)"
 	}
 	if _, err := exec.LookPath("iptables"); err != nil {
@@ -121,4 +122,18 @@ func writeCapAvailable() (bool, string) {
 		return false, "write caps: " + err.Error()
 	}
 	return true, "delay line plus write caps (ifb, htb and a tc BPF program work)"
+}
+
+// kernelModule reports whether the running kernel ships a module (it then
+// loads on first use), from its modules.dep.
+func kernelModule(name string) bool {
+	rel, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return false
+	}
+	dep, err := os.ReadFile("/lib/modules/" + strings.TrimSpace(string(rel)) + "/modules.dep")
+	if err != nil {
+		return false
+	}
+	return strings.Contains(string(dep), "/"+name+".ko")
 }

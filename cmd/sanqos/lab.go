@@ -30,7 +30,7 @@ initiator; each LUN a loop device on a shared modelled disk group (or, with
   sudo sanqos lab run autonomic
   sudo sanqos lab down`,
 	}
-	c.AddCommand(labUpCmd(), labDownCmd(), labStatusCmd(), labServeCmd(), labRunCmd(), labDashboardCmd())
+	c.AddCommand(labUpCmd(), labDownCmd(), labStatusCmd(), labServeCmd(), labRunCmd(), labDashboardCmd(), labGuestCmd())
 	return c
 }
 

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -11,6 +12,10 @@ import (
 
 func main() {
 	if err := rootCmd().Execute(); err != nil {
+		var code exitCodeError
+		if errors.As(err, &code) {
+			os.Exit(int(code)) // lab guest: the guest command's own exit code
+		}
 		fmt.Fprintln(os.Stderr, "sanqos:", err)
 		os.Exit(1)
 	}
