@@ -16,7 +16,9 @@ import (
 // exitCodeError carries a guest script's exit code out of RunE.
 type exitCodeError int
 
-func (e exitCodeError) Error() string { return fmt.Sprintf("the command exited %d in the guest", int(e)) }
+func (e exitCodeError) Error() string {
+	return fmt.Sprintf("the command exited %d in the guest", int(e))
+}
 
 func labGuestCmd() *cobra.Command {
 	var o guest.Options
