@@ -281,8 +281,9 @@ func (w *WriteCap) heartbeat() {
 	}
 }
 
-// Name implements Throttle.
-func (w *WriteCap) Name() string { return "writecap" }
+// Name implements Throttle: an HTB backend, on the ingress; layered under
+// the delay line it makes the config's delayline+htb.
+func (w *WriteCap) Name() string { return "htb" }
 
 // Set implements Throttle: only WriteRate; other fields are not this
 // backend's (Layered sends them elsewhere).
