@@ -42,12 +42,10 @@ type EDT struct {
 
 	prog   *ebpf.Program
 	delays *ebpf.Map // IPv4 (host order) → {read ns, write ns}
-	beat   *ebpf.Map
+	lease  *bpfLease
 
 	mu  sync.Mutex
 	cur map[netip.Addr]Setting
-
-	stop, done chan struct{}
 }
 
 // EDTConfig configures EDT.
@@ -100,7 +98,7 @@ func NewEDT(cfg EDTConfig) (*EDT, error) {
 	if err := CleanupEDT(cfg.Label); err != nil {
 		return nil, fmt.Errorf("edt: remove stale objects of label %s: %w", cfg.Label, err)
 	}
-	e := &EDT{cfg: cfg, major: tcRootMajor(cfg.Label), dev: dev, cur: map[netip.Addr]Setting{}, stop: make(chan struct{}), done: make(chan struct{})}
+	e := &EDT{cfg: cfg, major: tcRootMajor(cfg.Label), dev: dev, cur: map[netip.Addr]Setting{}}
 	if err := e.build(); err != nil {
 		e.closeObjects()
 		if cerr := CleanupEDT(cfg.Label); cerr != nil {
@@ -108,7 +106,7 @@ func NewEDT(cfg EDTConfig) (*EDT, error) {
 		}
 		return nil, fmt.Errorf("edt on %s: %w", cfg.Device, err)
 	}
-	go e.heartbeat()
+	e.lease.start()
 	cfg.Log.Info("edt throttle ready", "device", cfg.Device, "root", tcHandleString(netlink.MakeHandle(e.major, 0)), "write_delay_on", cfg.WriteOn)
 	return e, nil
 }
@@ -144,14 +142,11 @@ func (e *EDT) build() error {
 	if e.delays, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 16, MaxEntries: 65536}); err != nil {
 		return fmt.Errorf("bpf map: %w", err)
 	}
-	if e.beat, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1}); err != nil {
-		return fmt.Errorf("bpf map: %w", err)
-	}
-	if err := e.refresh(); err != nil {
+	if e.lease, err = newBPFLease(e.cfg.TTL, e.cfg.Log, "edt delays"); err != nil {
 		return err
 	}
 	e.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sanqos_edt", Type: ebpf.SchedCLS, License: "GPL",
-		Instructions: edtProgram(e.cfg.Port, e.cfg.WriteOn, e.delays.FD(), e.beat.FD())})
+		Instructions: edtProgram(e.cfg.Port, e.cfg.WriteOn, e.delays.FD(), e.lease.m.FD())})
 	if err != nil {
 		return fmt.Errorf("load program: %w", err)
 	}
@@ -204,20 +199,9 @@ func edtProgram(port uint16, writeOn WriteOn, delays, beat int) asm.Instructions
 		asm.Mov.Reg(asm.R9, asm.R0),  // payload bytes (≤ 0: a pure ACK)
 		asm.LoadAbs(14+16, asm.Word), // destination: the consumer
 		asm.StoreMem(asm.RFP, -4, asm.R0, asm.Word),
-		asm.StoreImm(asm.RFP, -8, 0, asm.Word),
-		asm.LoadMapPtr(asm.R1, beat),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -8),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "pass"),
-		asm.LoadMem(asm.R7, asm.R0, 0, asm.DWord), // heartbeat deadline
-		asm.FnKtimeGetNs.Call(),
-		asm.JGT.Reg(asm.R0, asm.R7, "pass"), // lapsed: fail open
-		asm.LoadMapPtr(asm.R1, delays),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -4),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "pass"),
+	)
+	insns = append(insns, leaseAndLookup(beat, delays)...)
+	insns = append(insns,
 		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord), // read delay
 		asm.LoadMem(asm.R2, asm.R0, 8, asm.DWord), // write delay
 		asm.Mov.Imm(asm.R8, 0),
@@ -246,29 +230,6 @@ func edtProgram(port uint16, writeOn WriteOn, delays, beat int) asm.Instructions
 		asm.Mov.Imm(asm.R0, 0).WithSymbol("pass"),
 		asm.Return(),
 	)
-}
-
-func (e *EDT) refresh() error {
-	if err := e.beat.Put(uint32(0), monoNow()+uint64(e.cfg.TTL)); err != nil {
-		return fmt.Errorf("edt heartbeat: %w", err)
-	}
-	return nil
-}
-
-func (e *EDT) heartbeat() {
-	defer close(e.done)
-	t := time.NewTicker(e.cfg.TTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-e.stop:
-			return
-		case <-t.C:
-			if err := e.refresh(); err != nil {
-				e.cfg.Log.Error("edt delays will lapse", "err", err)
-			}
-		}
-	}
 }
 
 // Name implements Throttle.
@@ -320,24 +281,11 @@ func (e *EDT) Set(settings map[netip.Addr]Setting) error {
 			e.cur[a.Unmap()] = s
 		}
 	}
-	return e.refresh()
+	return e.lease.refresh()
 }
 
 // Clear implements Throttle.
-func (e *EDT) Clear(consumers ...netip.Addr) error {
-	e.mu.Lock()
-	if len(consumers) == 0 {
-		for a := range e.cur {
-			consumers = append(consumers, a)
-		}
-	}
-	e.mu.Unlock()
-	m := map[netip.Addr]Setting{}
-	for _, a := range consumers {
-		m[a] = Setting{}
-	}
-	return e.Set(m)
-}
+func (e *EDT) Clear(consumers ...netip.Addr) error { return clearVia(e.List, e.Set, consumers) }
 
 // List implements Throttle.
 func (e *EDT) List() map[netip.Addr]Setting {
@@ -353,8 +301,7 @@ func (e *EDT) List() map[netip.Addr]Setting {
 // Close implements Throttle: the program first (no new stamps), then the
 // fq root (the kernel reattaches its default, and sends what fq held).
 func (e *EDT) Close() error {
-	close(e.stop)
-	<-e.done
+	e.lease.end()
 	err := CleanupEDT(e.cfg.Label)
 	e.closeObjects()
 	return err
@@ -364,11 +311,10 @@ func (e *EDT) closeObjects() {
 	if e.prog != nil {
 		e.prog.Close()
 	}
-	for _, m := range []*ebpf.Map{e.delays, e.beat} {
-		if m != nil {
-			m.Close()
-		}
+	if e.delays != nil {
+		e.delays.Close()
 	}
+	e.lease.close()
 }
 
 // CleanupEDT removes a label's program filter and fq root from every
@@ -378,21 +324,14 @@ func CleanupEDT(label string) error {
 		return err
 	}
 	major := tcRootMajor(label)
+	errs := deleteFilters(netlink.HANDLE_MIN_EGRESS, func(a netlink.FilterAttrs) bool {
+		return a.Priority == edtFilterPrio && a.Handle == uint32(major)
+	})
 	links, err := netlink.LinkList()
 	if err != nil {
 		return fmt.Errorf("list links: %w", err)
 	}
-	var errs []error
 	for _, l := range links {
-		if fs, err := netlink.FilterList(l, netlink.HANDLE_MIN_EGRESS); err == nil {
-			for _, f := range fs {
-				if a := f.Attrs(); a.Priority == edtFilterPrio && a.Handle == uint32(major) {
-					if err := netlink.FilterDel(f); err != nil {
-						errs = append(errs, fmt.Errorf("delete edt filter on %s: %w", l.Attrs().Name, err))
-					}
-				}
-			}
-		}
 		qs, err := netlink.QdiscList(l)
 		if err != nil {
 			continue

@@ -3,6 +3,7 @@ package throttle
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
@@ -14,21 +15,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// segment builds an Ethernet + IPv4 + TCP frame from sport to dst with
-// n bytes of payload.
+// segment is the target's segment from sport to dst with n bytes of
+// payload.
 func segment(sport uint16, dst netip.Addr, n int) []byte {
-	b := make([]byte, 14+20+20+n)
-	binary.BigEndian.PutUint16(b[12:], unix.ETH_P_IP)
-	ip := b[14:]
-	ip[0], ip[9] = 0x45, unix.IPPROTO_TCP
-	binary.BigEndian.PutUint16(ip[2:], uint16(40+n))
-	copy(ip[12:], []byte{10, 201, 0, 1})
-	d := dst.As4()
-	copy(ip[16:], d[:])
-	tcp := ip[20:]
-	binary.BigEndian.PutUint16(tcp[0:], sport)
-	tcp[12] = 5 << 4
-	return b
+	return frame{ethertype: unix.ETH_P_IP, proto: unix.IPPROTO_TCP, src: netip.MustParseAddr("10.201.0.1"), dst: dst, sport: sport, dport: 40000, payload: n}.bytes()
 }
 
 // The EDT program, run by the kernel on crafted frames
@@ -111,27 +101,9 @@ func TestEDTProgram(t *testing.T) {
 // none (this lab's 6.18), NewEDT refuses with ErrNoFq and leaves nothing:
 // the stock-kernel tier (lab/guest) runs the first half.
 func TestEDTDelaysOrRefusesCleanly(t *testing.T) {
-	n := newTCTestNet(t)
-	n.enterA(t)
-	l, err := netlink.LinkByName(n.devA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rootBefore := rootKind(t, l)
-	e, err := NewEDT(EDTConfig{Device: n.devA, Label: n.label, Port: n.port})
-	if ok, why := EDTAvailable(); !ok {
-		t.Logf("EDTAvailable: %s", why)
-		if !errors.Is(err, ErrNoFq) {
-			t.Fatalf("without fq NewEDT returned %v, want ErrNoFq", err)
-		}
-		assertDelayBackendGone(t, l, rootBefore)
-		return
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	delaysOneConsumer(t, n, e)
-	assertDelayBackendGone(t, l, rootBefore)
+	delaysOrRefuses(t, ErrNoFq, func() (bool, string) { return EDTAvailable() }, func(n *tcTestNet) (Throttle, error) {
+		return NewEDT(EDTConfig{Device: n.devA, Label: n.label, Port: n.port})
+	})
 }
 
 // The thesis' tree end to end, likewise: where the kernel has netem, a
@@ -139,6 +111,18 @@ func TestEDTDelaysOrRefusesCleanly(t *testing.T) {
 // and its neighbour's do not; where it has none, NewNetem refuses and
 // leaves nothing.
 func TestNetemDelaysOrRefusesCleanly(t *testing.T) {
+	delaysOrRefuses(t, ErrNoNetem, func() (bool, string) {
+		ok, err := NetemAvailable()
+		return ok && err == nil, fmt.Sprint(ok, err)
+	}, func(n *tcTestNet) (Throttle, error) {
+		return NewNetem(NetemConfig{Device: n.devA, Label: n.label, Port: n.port, MaxDelay: 40 * time.Millisecond})
+	})
+}
+
+// delaysOrRefuses runs a kernel delay backend's end-to-end test where the
+// kernel has what it needs (available), and otherwise checks that its
+// constructor refuses with refusal and leaves the device as it was.
+func delaysOrRefuses(t *testing.T, refusal error, available func() (bool, string), build func(*tcTestNet) (Throttle, error)) {
 	n := newTCTestNet(t)
 	n.enterA(t)
 	l, err := netlink.LinkByName(n.devA)
@@ -146,11 +130,11 @@ func TestNetemDelaysOrRefusesCleanly(t *testing.T) {
 		t.Fatal(err)
 	}
 	rootBefore := rootKind(t, l)
-	ne, err := NewNetem(NetemConfig{Device: n.devA, Label: n.label, Port: n.port, MaxDelay: 40 * time.Millisecond})
-	if ok, perr := NetemAvailable(); perr != nil || !ok {
-		t.Logf("NetemAvailable: %v %v", ok, perr)
-		if !errors.Is(err, ErrNoNetem) {
-			t.Fatalf("without netem NewNetem returned %v, want ErrNoNetem", err)
+	th, err := build(n)
+	if ok, why := available(); !ok {
+		t.Logf("not available: %s", why)
+		if !errors.Is(err, refusal) {
+			t.Fatalf("the constructor returned %v, want %v", err, refusal)
 		}
 		assertDelayBackendGone(t, l, rootBefore)
 		return
@@ -158,7 +142,7 @@ func TestNetemDelaysOrRefusesCleanly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	delaysOneConsumer(t, n, ne)
+	delaysOneConsumer(t, n, th)
 	assertDelayBackendGone(t, l, rootBefore)
 	n.assertNothingLeft(t)
 }

@@ -48,13 +48,11 @@ type WriteCap struct {
 
 	prog      *ebpf.Program
 	consumers *ebpf.Map // IPv4 (host order) → classid
-	beat      *ebpf.Map // [0] → heartbeat deadline, CLOCK_MONOTONIC ns
+	lease     *bpfLease
 
 	mu    sync.Mutex
 	cur   map[netip.Addr]htbConsumer
 	minor map[uint16]bool
-
-	stop, done chan struct{}
 }
 
 // WriteCapConfig configures WriteCap.
@@ -123,8 +121,7 @@ func NewWriteCap(cfg WriteCapConfig) (*WriteCap, error) {
 	if err := CleanupWriteCap(cfg.Label); err != nil {
 		return nil, fmt.Errorf("write cap: remove stale objects of label %s: %w", cfg.Label, err)
 	}
-	w := &WriteCap{cfg: cfg, major: tcRootMajor(cfg.Label), dev: dev, cur: map[netip.Addr]htbConsumer{}, minor: map[uint16]bool{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+	w := &WriteCap{cfg: cfg, major: tcRootMajor(cfg.Label), dev: dev, cur: map[netip.Addr]htbConsumer{}, minor: map[uint16]bool{}}
 	if err := w.build(); err != nil {
 		w.closeObjects()
 		if cerr := CleanupWriteCap(cfg.Label); cerr != nil {
@@ -132,7 +129,7 @@ func NewWriteCap(cfg WriteCapConfig) (*WriteCap, error) {
 		}
 		return nil, fmt.Errorf("write cap on %s: %w", cfg.Device, err)
 	}
-	go w.heartbeat()
+	w.lease.start()
 	cfg.Log.Info("write-rate caps ready", "device", cfg.Device, "ifb", WriteCapIFB(cfg.Label), "ttl", cfg.TTL)
 	return w, nil
 }
@@ -166,14 +163,11 @@ func (w *WriteCap) build() error {
 	if w.consumers, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: writeCapMaxConsumers}); err != nil {
 		return fmt.Errorf("bpf map: %w", err)
 	}
-	if w.beat, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1}); err != nil {
-		return fmt.Errorf("bpf map: %w", err)
-	}
-	if err := w.refresh(); err != nil {
+	if w.lease, err = newBPFLease(w.cfg.TTL, w.cfg.Log, "write caps"); err != nil {
 		return err
 	}
 	w.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sanqos_wcap", Type: ebpf.SchedCLS, License: "GPL",
-		Instructions: writeCapProgram(w.cfg.Port, w.consumers.FD(), w.beat.FD())})
+		Instructions: writeCapProgram(w.cfg.Port, w.consumers.FD(), w.lease.m.FD())})
 	if err != nil {
 		return fmt.Errorf("load steering program: %w", err)
 	}
@@ -225,23 +219,12 @@ func writeCapProgram(port uint16, consumers, beat int) asm.Instructions {
 			asm.JNE.Imm(asm.R0, int32(port), "pass"),
 		)
 	}
-	return append(insns,
+	insns = append(insns,
 		asm.LoadAbs(14+12, asm.Word), // source address
 		asm.StoreMem(asm.RFP, -4, asm.R0, asm.Word),
-		asm.StoreImm(asm.RFP, -8, 0, asm.Word),
-		asm.LoadMapPtr(asm.R1, beat),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -8),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "pass"),
-		asm.LoadMem(asm.R8, asm.R0, 0, asm.DWord),
-		asm.FnKtimeGetNs.Call(),
-		asm.JGT.Reg(asm.R0, asm.R8, "pass"), // heartbeat lapsed: fail open
-		asm.LoadMapPtr(asm.R1, consumers),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -4),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "pass"),
+	)
+	insns = append(insns, leaseAndLookup(beat, consumers)...)
+	return append(insns,
 		asm.LoadMem(asm.R1, asm.R0, 0, asm.Word),
 		asm.StoreMem(asm.R6, priorityOff, asm.R1, asm.Word),
 		asm.Mov.Imm(asm.R0, tcActUnspec),
@@ -249,36 +232,6 @@ func writeCapProgram(port uint16, consumers, beat int) asm.Instructions {
 		asm.Mov.Imm(asm.R0, 0).WithSymbol("pass"),
 		asm.Return(),
 	)
-}
-
-func monoNow() uint64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return uint64(ts.Nano())
-}
-
-// refresh moves the heartbeat's deadline to now + TTL.
-func (w *WriteCap) refresh() error {
-	if err := w.beat.Put(uint32(0), monoNow()+uint64(w.cfg.TTL)); err != nil {
-		return fmt.Errorf("write-cap heartbeat: %w", err)
-	}
-	return nil
-}
-
-func (w *WriteCap) heartbeat() {
-	defer close(w.done)
-	t := time.NewTicker(w.cfg.TTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-w.stop:
-			return
-		case <-t.C:
-			if err := w.refresh(); err != nil {
-				w.cfg.Log.Error("write caps will lapse", "err", err)
-			}
-		}
-	}
 }
 
 // Name implements Throttle: an HTB backend, on the ingress; layered under
@@ -350,16 +303,11 @@ func (w *WriteCap) Set(settings map[netip.Addr]Setting) error {
 		}
 	}
 	w.cur, w.minor = next, used
-	return w.refresh()
+	return w.lease.refresh()
 }
 
 func (w *WriteCap) class(c htbConsumer) *netlink.HtbClass {
 	return tcHtbClass(w.ifb.Attrs().Index, netlink.MakeHandle(w.major, c.minor), netlink.MakeHandle(w.major, htbRootMinor), c.rate, c.rate, 1)
-}
-
-func ipv4Key(a netip.Addr) uint32 {
-	b := a.Unmap().As4()
-	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 }
 
 func freeMinor(used map[uint16]bool) (uint16, bool) {
@@ -372,20 +320,7 @@ func freeMinor(used map[uint16]bool) (uint16, bool) {
 }
 
 // Clear implements Throttle.
-func (w *WriteCap) Clear(consumers ...netip.Addr) error {
-	w.mu.Lock()
-	if len(consumers) == 0 {
-		for a := range w.cur {
-			consumers = append(consumers, a)
-		}
-	}
-	w.mu.Unlock()
-	m := map[netip.Addr]Setting{}
-	for _, a := range consumers {
-		m[a] = Setting{}
-	}
-	return w.Set(m)
-}
+func (w *WriteCap) Clear(consumers ...netip.Addr) error { return clearVia(w.List, w.Set, consumers) }
 
 // List implements Throttle.
 func (w *WriteCap) List() map[netip.Addr]Setting {
@@ -401,19 +336,20 @@ func (w *WriteCap) List() map[netip.Addr]Setting {
 // Close implements Throttle: the filter first (traffic takes the normal
 // path at once), then the IFB with its tree, then the program and maps.
 func (w *WriteCap) Close() error {
-	close(w.stop)
-	<-w.done
+	w.lease.end()
 	err := CleanupWriteCap(w.cfg.Label)
 	w.closeObjects()
 	return err
 }
 
 func (w *WriteCap) closeObjects() {
-	for _, c := range []interface{ Close() error }{w.prog, w.consumers, w.beat} {
-		if c != nil && c != (*ebpf.Program)(nil) && c != (*ebpf.Map)(nil) {
-			c.Close()
-		}
+	if w.prog != nil {
+		w.prog.Close()
 	}
+	if w.consumers != nil {
+		w.consumers.Close()
+	}
+	w.lease.close()
 }
 
 // CleanupWriteCap removes a label's steering filters (from every link's
@@ -423,29 +359,13 @@ func CleanupWriteCap(label string) error {
 		return err
 	}
 	major := tcRootMajor(label)
-	links, err := netlink.LinkList()
-	if err != nil {
-		return fmt.Errorf("list links: %w", err)
-	}
-	var errs []error
-	for _, l := range links {
-		if l.Attrs().Name == WriteCapIFB(label) {
-			if err := netlink.LinkDel(l); err != nil {
-				errs = append(errs, fmt.Errorf("delete %s: %w", l.Attrs().Name, err))
-			}
-			continue
-		}
-		fs, err := netlink.FilterList(l, netlink.HANDLE_MIN_INGRESS)
-		if err != nil {
-			continue // no clsact/ingress qdisc on this link
-		}
-		progPrio, redirPrio := writeCapPrios(major)
-		for _, f := range fs {
-			if a := f.Attrs(); a.Priority == progPrio || a.Priority == redirPrio {
-				if err := netlink.FilterDel(f); err != nil {
-					errs = append(errs, fmt.Errorf("delete steering filter on %s: %w", l.Attrs().Name, err))
-				}
-			}
+	progPrio, redirPrio := writeCapPrios(major)
+	errs := deleteFilters(netlink.HANDLE_MIN_INGRESS, func(a netlink.FilterAttrs) bool {
+		return a.Priority == progPrio || a.Priority == redirPrio
+	})
+	if l, err := netlink.LinkByName(WriteCapIFB(label)); err == nil {
+		if err := netlink.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("delete %s: %w", l.Attrs().Name, err))
 		}
 	}
 	return errors.Join(errs...)

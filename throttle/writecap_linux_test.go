@@ -20,20 +20,37 @@ type skbCtx struct {
 	Len, PktType, Mark, QueueMapping, Protocol, VlanPresent, VlanTCI, VlanProto, Priority uint32
 }
 
-// tcpFrame builds an Ethernet + IPv4 (ihl words) + TCP header to dport
-// from src.
-func tcpFrame(ethertype uint16, proto uint8, ihl int, src netip.Addr, dport uint16) []byte {
-	b := make([]byte, 14+ihl*4+20)
-	binary.BigEndian.PutUint16(b[12:], ethertype)
+// frame is an Ethernet + IPv4 + TCP (or other proto) frame, for the
+// BPF programs' tests.
+type frame struct {
+	ethertype    uint16
+	proto        uint8
+	ihl          int // IPv4 header words (default 5)
+	src, dst     netip.Addr
+	sport, dport uint16
+	payload      int
+}
+
+func (f frame) bytes() []byte {
+	ihl := max(f.ihl, 5)
+	b := make([]byte, 14+ihl*4+20+f.payload)
+	binary.BigEndian.PutUint16(b[12:], f.ethertype)
 	ip := b[14:]
-	ip[0] = 0x40 | byte(ihl)
-	binary.BigEndian.PutUint16(ip[2:], uint16(ihl*4+20))
-	ip[8], ip[9] = 64, proto
-	s := src.As4()
-	copy(ip[12:], s[:])
-	copy(ip[16:], []byte{10, 201, 0, 1})
-	binary.BigEndian.PutUint16(ip[ihl*4+2:], dport)
+	ip[0], ip[8], ip[9] = 0x40|byte(ihl), 64, f.proto
+	binary.BigEndian.PutUint16(ip[2:], uint16(ihl*4+20+f.payload))
+	src, dst := f.src.As4(), f.dst.As4()
+	copy(ip[12:], src[:])
+	copy(ip[16:], dst[:])
+	tcp := ip[ihl*4:]
+	binary.BigEndian.PutUint16(tcp[0:], f.sport)
+	binary.BigEndian.PutUint16(tcp[2:], f.dport)
+	tcp[12] = 5 << 4
 	return b
+}
+
+// toTarget is a consumer's segment to the target's port.
+func toTarget(ethertype uint16, proto uint8, ihl int, src netip.Addr, dport uint16) []byte {
+	return frame{ethertype: ethertype, proto: proto, ihl: ihl, src: src, dst: netip.MustParseAddr("10.201.0.1"), sport: 40000, dport: dport}.bytes()
 }
 
 // The steering program, run by the kernel on crafted frames
@@ -71,13 +88,13 @@ func TestWriteCapProgram(t *testing.T) {
 		ret     uint32
 		classid uint32
 	}{
-		{"a capped consumer's segment to the target port", tcpFrame(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, capped, 3260), false, redirect, class},
-		{"IP options move the port", tcpFrame(unix.ETH_P_IP, unix.IPPROTO_TCP, 7, capped, 3260), false, redirect, class},
-		{"another port", tcpFrame(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, capped, 22), false, 0, 0},
-		{"an uncapped consumer", tcpFrame(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, other, 3260), false, 0, 0},
-		{"UDP", tcpFrame(unix.ETH_P_IP, unix.IPPROTO_UDP, 5, capped, 3260), false, 0, 0},
-		{"not IPv4", tcpFrame(unix.ETH_P_IPV6, unix.IPPROTO_TCP, 5, capped, 3260), false, 0, 0},
-		{"a lapsed heartbeat fails open", tcpFrame(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, capped, 3260), true, 0, 0},
+		{"a capped consumer's segment to the target port", toTarget(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, capped, 3260), false, redirect, class},
+		{"IP options move the port", toTarget(unix.ETH_P_IP, unix.IPPROTO_TCP, 7, capped, 3260), false, redirect, class},
+		{"another port", toTarget(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, capped, 22), false, 0, 0},
+		{"an uncapped consumer", toTarget(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, other, 3260), false, 0, 0},
+		{"UDP", toTarget(unix.ETH_P_IP, unix.IPPROTO_UDP, 5, capped, 3260), false, 0, 0},
+		{"not IPv4", toTarget(unix.ETH_P_IPV6, unix.IPPROTO_TCP, 5, capped, 3260), false, 0, 0},
+		{"a lapsed heartbeat fails open", toTarget(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, capped, 3260), true, 0, 0},
 	} {
 		deadline := monoNow() + uint64(time.Minute)
 		if tc.lapsed {
@@ -180,11 +197,8 @@ func TestWriteCapInNamespaces(t *testing.T) {
 	}
 	// A dead agent's caps lapse: with the heartbeat past (as when nothing
 	// refreshes it), the program steers nothing.
-	close(w.stop)
-	<-w.done
-	w.stop, w.done = make(chan struct{}), make(chan struct{})
-	go func() { <-w.stop; close(w.done) }()
-	if err := w.beat.Put(uint32(0), monoNow()-1); err != nil {
+	w.lease.end()
+	if err := w.lease.m.Put(uint32(0), monoNow()-1); err != nil {
 		t.Fatal(err)
 	}
 	r := m.rates(500*time.Millisecond, time.Second)
@@ -225,8 +239,7 @@ func TestWriteCapCleanupAfterCrash(t *testing.T) {
 	if err := w.Set(map[netip.Addr]Setting{n.addrsB[0]: {WriteRate: 1 << 20}}); err != nil {
 		t.Fatal(err)
 	}
-	close(w.stop) // the process dies: no Close
-	<-w.done
+	w.lease.end() // the process dies: no Close
 	w2, err := NewWriteCap(WriteCapConfig{Device: n.devA, Label: n.label, Port: n.port})
 	if err != nil {
 		t.Fatalf("restart over stale objects: %v", err)

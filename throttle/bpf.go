@@ -1,0 +1,165 @@
+package throttle
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// What the two tc BPF backends (EDT, write caps) share: the heartbeat
+// that makes them fail open, the program fragment that checks it and
+// finds the consumer, and their bookkeeping.
+
+// bpfLease is a BPF backend's heartbeat: a deadline (CLOCK_MONOTONIC ns,
+// as bpf_ktime_get_ns) in a one-entry array map that the program checks
+// before acting on any packet, moved to now + TTL every TTL/3. When the
+// agent dies nobody moves it, and within TTL the program lets everything
+// pass as if it were not there: tc filters outlive their process, this
+// does not.
+type bpfLease struct {
+	m          *ebpf.Map
+	ttl        time.Duration
+	log        *slog.Logger
+	what       string // "edt delays", "write caps": for the log
+	stop, done chan struct{}
+}
+
+func newBPFLease(ttl time.Duration, log *slog.Logger, what string) (*bpfLease, error) {
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		return nil, fmt.Errorf("bpf map: %w", err)
+	}
+	l := &bpfLease{m: m, ttl: ttl, log: log, what: what}
+	if err := l.refresh(); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func monoNow() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
+
+// refresh moves the deadline to now + TTL.
+func (l *bpfLease) refresh() error {
+	if err := l.m.Put(uint32(0), monoNow()+uint64(l.ttl)); err != nil {
+		return fmt.Errorf("%s heartbeat: %w", l.what, err)
+	}
+	return nil
+}
+
+// start refreshes every TTL/3 until end.
+func (l *bpfLease) start() {
+	l.stop, l.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(l.done)
+		t := time.NewTicker(l.ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-l.stop:
+				return
+			case <-t.C:
+				if err := l.refresh(); err != nil {
+					l.log.Error(l.what+" will lapse", "err", err)
+				}
+			}
+		}
+	}()
+}
+
+// end stops refreshing (the deadline then lapses within TTL).
+func (l *bpfLease) end() {
+	if l == nil || l.stop == nil {
+		return
+	}
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	<-l.done
+}
+
+func (l *bpfLease) close() {
+	if l != nil {
+		l.end()
+		l.m.Close()
+	}
+}
+
+// leaseAndLookup is the program fragment both backends run once they have
+// stored the consumer's key (IPv4, host order) at RFP−4: it jumps to
+// "pass" if the lease has lapsed or the consumer is not in consumers, and
+// otherwise leaves a pointer to its value in R0. It clobbers R1–R5 and R7.
+func leaseAndLookup(lease, consumers int) asm.Instructions {
+	return asm.Instructions{
+		asm.StoreImm(asm.RFP, -8, 0, asm.Word),
+		asm.LoadMapPtr(asm.R1, lease),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -8),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "pass"),
+		asm.LoadMem(asm.R7, asm.R0, 0, asm.DWord), // the deadline
+		asm.FnKtimeGetNs.Call(),
+		asm.JGT.Reg(asm.R0, asm.R7, "pass"), // lapsed: fail open
+		asm.LoadMapPtr(asm.R1, consumers),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -4),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "pass"),
+	}
+}
+
+func ipv4Key(a netip.Addr) uint32 {
+	b := a.Unmap().As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+// clearVia clears the named consumers (all of list's with none) through
+// set, as every backend's Clear does.
+func clearVia(list func() map[netip.Addr]Setting, set func(map[netip.Addr]Setting) error, consumers []netip.Addr) error {
+	if len(consumers) == 0 {
+		for a := range list() {
+			consumers = append(consumers, a)
+		}
+	}
+	m := make(map[netip.Addr]Setting, len(consumers))
+	for _, a := range consumers {
+		m[a] = Setting{}
+	}
+	return set(m)
+}
+
+// deleteFilters removes, from every link's clsact hook parent, the
+// filters mine picks; links without the hook are skipped.
+func deleteFilters(parent uint32, mine func(netlink.FilterAttrs) bool) []error {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return []error{fmt.Errorf("list links: %w", err)}
+	}
+	var errs []error
+	for _, l := range links {
+		fs, err := netlink.FilterList(l, parent)
+		if err != nil {
+			continue
+		}
+		for _, f := range fs {
+			if mine(*f.Attrs()) {
+				if err := netlink.FilterDel(f); err != nil {
+					errs = append(errs, fmt.Errorf("delete filter on %s: %w", l.Attrs().Name, err))
+				}
+			}
+		}
+	}
+	return errs
+}
