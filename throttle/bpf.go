@@ -16,6 +16,25 @@ import (
 // that makes them fail open, the program fragment that checks it and
 // finds the consumer, and their bookkeeping.
 
+// bpfObjects are a BPF backend's kernel-side objects: its program, the
+// map of its consumers and its lease.
+type bpfObjects struct {
+	prog      *ebpf.Program
+	consumers *ebpf.Map
+	lease     *bpfLease
+}
+
+// close releases them (the program stays attached until its filter goes).
+func (o *bpfObjects) close() {
+	if o.prog != nil {
+		o.prog.Close()
+	}
+	if o.consumers != nil {
+		o.consumers.Close()
+	}
+	o.lease.close()
+}
+
 // bpfLease is a BPF backend's heartbeat: a deadline (CLOCK_MONOTONIC ns,
 // as bpf_ktime_get_ns) in a one-entry array map that the program checks
 // before acting on any packet, moved to now + TTL every TTL/3. When the

@@ -40,9 +40,7 @@ type EDT struct {
 	major uint16
 	dev   netlink.Link
 
-	prog   *ebpf.Program
-	delays *ebpf.Map // IPv4 (host order) → {read ns, write ns}
-	lease  *bpfLease
+	bpfObjects // consumers: IPv4 (host order) → {read ns, write ns}
 
 	mu  sync.Mutex
 	cur map[netip.Addr]Setting
@@ -100,7 +98,7 @@ func NewEDT(cfg EDTConfig) (*EDT, error) {
 	}
 	e := &EDT{cfg: cfg, major: tcRootMajor(cfg.Label), dev: dev, cur: map[netip.Addr]Setting{}}
 	if err := e.build(); err != nil {
-		e.closeObjects()
+		e.close()
 		if cerr := CleanupEDT(cfg.Label); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("cleanup after failed start: %w", cerr))
 		}
@@ -139,14 +137,14 @@ func (e *EDT) build() error {
 		}
 		return fmt.Errorf("fq root: %w", err)
 	}
-	if e.delays, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 16, MaxEntries: 65536}); err != nil {
+	if e.consumers, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 16, MaxEntries: 65536}); err != nil {
 		return fmt.Errorf("bpf map: %w", err)
 	}
 	if e.lease, err = newBPFLease(e.cfg.TTL, e.cfg.Log, "edt delays"); err != nil {
 		return err
 	}
 	e.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sanqos_edt", Type: ebpf.SchedCLS, License: "GPL",
-		Instructions: edtProgram(e.cfg.Port, e.cfg.WriteOn, e.delays.FD(), e.lease.m.FD())})
+		Instructions: edtProgram(e.cfg.Port, e.cfg.WriteOn, e.consumers.FD(), e.lease.m.FD())})
 	if err != nil {
 		return fmt.Errorf("load program: %w", err)
 	}
@@ -255,19 +253,19 @@ func (e *EDT) Set(settings map[netip.Addr]Setting) error {
 		a = a.Unmap()
 		var err error
 		if s.IsZero() {
-			if err = e.delays.Delete(ipv4Key(a)); errors.Is(err, ebpf.ErrKeyNotExist) {
+			if err = e.consumers.Delete(ipv4Key(a)); errors.Is(err, ebpf.ErrKeyNotExist) {
 				err = nil
 			}
 		} else {
-			err = e.delays.Put(ipv4Key(a), [2]uint64{uint64(s.ReadDelay), uint64(s.WriteDelay)})
+			err = e.consumers.Put(ipv4Key(a), [2]uint64{uint64(s.ReadDelay), uint64(s.WriteDelay)})
 		}
 		if err != nil {
 			// Put back what was applied: all or nothing.
 			for _, b := range done {
 				if old, ok := e.cur[b]; ok {
-					_ = e.delays.Put(ipv4Key(b), [2]uint64{uint64(old.ReadDelay), uint64(old.WriteDelay)})
+					_ = e.consumers.Put(ipv4Key(b), [2]uint64{uint64(old.ReadDelay), uint64(old.WriteDelay)})
 				} else {
-					_ = e.delays.Delete(ipv4Key(b))
+					_ = e.consumers.Delete(ipv4Key(b))
 				}
 			}
 			return fmt.Errorf("edt: consumer %v: %w", a, err)
@@ -303,18 +301,8 @@ func (e *EDT) List() map[netip.Addr]Setting {
 func (e *EDT) Close() error {
 	e.lease.end()
 	err := CleanupEDT(e.cfg.Label)
-	e.closeObjects()
+	e.close()
 	return err
-}
-
-func (e *EDT) closeObjects() {
-	if e.prog != nil {
-		e.prog.Close()
-	}
-	if e.delays != nil {
-		e.delays.Close()
-	}
-	e.lease.close()
 }
 
 // CleanupEDT removes a label's program filter and fq root from every

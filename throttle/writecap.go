@@ -46,9 +46,7 @@ type WriteCap struct {
 	dev   netlink.Link
 	ifb   netlink.Link
 
-	prog      *ebpf.Program
-	consumers *ebpf.Map // IPv4 (host order) → classid
-	lease     *bpfLease
+	bpfObjects // consumers: IPv4 (host order) → classid
 
 	mu    sync.Mutex
 	cur   map[netip.Addr]htbConsumer
@@ -123,7 +121,7 @@ func NewWriteCap(cfg WriteCapConfig) (*WriteCap, error) {
 	}
 	w := &WriteCap{cfg: cfg, major: tcRootMajor(cfg.Label), dev: dev, cur: map[netip.Addr]htbConsumer{}, minor: map[uint16]bool{}}
 	if err := w.build(); err != nil {
-		w.closeObjects()
+		w.close()
 		if cerr := CleanupWriteCap(cfg.Label); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("cleanup after failed start: %w", cerr))
 		}
@@ -338,18 +336,8 @@ func (w *WriteCap) List() map[netip.Addr]Setting {
 func (w *WriteCap) Close() error {
 	w.lease.end()
 	err := CleanupWriteCap(w.cfg.Label)
-	w.closeObjects()
+	w.close()
 	return err
-}
-
-func (w *WriteCap) closeObjects() {
-	if w.prog != nil {
-		w.prog.Close()
-	}
-	if w.consumers != nil {
-		w.consumers.Close()
-	}
-	w.lease.close()
 }
 
 // CleanupWriteCap removes a label's steering filters (from every link's

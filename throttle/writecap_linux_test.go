@@ -253,6 +253,6 @@ func TestWriteCapCleanupAfterCrash(t *testing.T) {
 	if err := w2.Close(); err != nil {
 		t.Fatal(err)
 	}
-	w.closeObjects()
+	w.close()
 	assertWriteCapGone(t, n)
 }
