@@ -691,7 +691,11 @@ func (l *Loops) control(rs *resourceState, st *ResourceStatus, q float64) int {
 	switch {
 	case !l.cfg.Onset:
 	case fired && known:
-		step = rs.ctrl.(preloader).Preload(lvl, onsetHold)
+		// Never into the write-cap range: a cap that appears at once
+		// queues several of a writer's windows at a low rate, longer than
+		// its TCP's retransmission timeout (lab, 10 ms with the lever:
+		// 658 retransmissions, 8 RTOs). The PID walks there by itself.
+		step = rs.ctrl.(preloader).Preload(min(lvl, float64(l.cfg.MaxDelay/l.cfg.DelayStep)), onsetHold)
 	case rs.onset.Settled():
 		rs.mem.Observe(float64(step))
 	}
