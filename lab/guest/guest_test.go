@@ -78,12 +78,14 @@ func TestStockKernelThrottleBackends(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the throttle tests: %v\n%s", err, out)
 	}
-	pkg, err := filepath.Abs("../../throttle")
-	if err != nil {
+	// The tests read their testdata relative to the package; the work
+	// directory carries a copy, since the guest sees only the host's
+	// root read-only with tmpfs over /tmp, where a checkout may live.
+	if err := os.CopyFS(filepath.Join(dir, "testdata"), os.DirFS("../../throttle/testdata")); err != nil {
 		t.Fatal(err)
 	}
 	res, err := Run(context.Background(), Options{Dir: dir}, fmt.Sprintf(
-		"cd %s && CI=true %s/throttle.test -test.run 'DelaysOrRefuses|WriteCap|HTB|Netem' -test.v -test.count=1", pkg, dir))
+		"CI=true %s/throttle.test -test.run 'DelaysOrRefuses|WriteCap|HTB|Netem' -test.v -test.count=1", dir))
 	if err != nil {
 		t.Fatal(err)
 	}
