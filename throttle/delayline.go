@@ -280,6 +280,9 @@ func (d *DelayLine) Set(settings map[netip.Addr]Setting) error {
 		if s.Rate != 0 {
 			return fmt.Errorf("consumer %v: rate cap: %w", a, ErrUnsupported)
 		}
+		if s.WriteRate != 0 {
+			return fmt.Errorf("consumer %v: write rate cap: %w", a, ErrUnsupported)
+		}
 	}
 	d.setMu.Lock()
 	defer d.setMu.Unlock()

@@ -132,6 +132,8 @@ type HTB struct {
 	cur   map[netip.Addr]htbConsumer
 	minor map[uint16]bool // minors in use
 	lease *markLease
+	// ing caps writes (WriteRate); nil until the first one is set.
+	ing *htbIngress
 }
 
 type htbConsumer struct {
@@ -250,14 +252,16 @@ func (t *HTB) allocMinor() (uint16, error) {
 	return 0, fmt.Errorf("htb: all %d consumer classes in use", t.maxMinor()-htbFirstConsumer+1)
 }
 
-// Set caps each consumer at its Rate; a changed rate is one class change
-// (no teardown, so the consumer's queue and TCP state survive); Rate 0
-// removes the consumer. Delays are not this backend's (ErrUnsupported).
+// Set caps each consumer at its Rate (egress, its reads) and WriteRate
+// (ingress through the IFB, its writes); a changed rate is one class
+// change (no teardown, so the consumer's queue and TCP state survive); a
+// zero rate removes that cap. Delays are not this backend's
+// (ErrUnsupported).
 func (t *HTB) Set(settings map[netip.Addr]Setting) error {
 	if err := ValidateAll(settings); err != nil {
 		return err
 	}
-	next := map[netip.Addr]uint64{}
+	next, wnext := map[netip.Addr]uint64{}, map[netip.Addr]uint64{}
 	for a, s := range settings {
 		if s.ReadDelay != 0 || s.WriteDelay != 0 {
 			return fmt.Errorf("htb: consumer %v: delay: %w", a, ErrUnsupported)
@@ -266,10 +270,50 @@ func (t *HTB) Set(settings map[netip.Addr]Setting) error {
 			return fmt.Errorf("htb: consumer %v: IPv6: %w", a, ErrUnsupported)
 		}
 		next[a.Unmap()] = s.Rate
+		wnext[a.Unmap()] = s.WriteRate
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.apply(next)
+	return t.applyBoth(next, wnext)
+}
+
+// applyBoth applies read and write caps all-or-nothing: the egress side
+// first, then the ingress side; if that fails, the egress caps of these
+// consumers go back to what they were.
+func (t *HTB) applyBoth(next, wnext map[netip.Addr]uint64) error {
+	if t.ing == nil && !allZero(wnext) {
+		g, err := newHTBIngress(&t.cfg, t.ifidx)
+		if err != nil {
+			return fmt.Errorf("htb: write caps on %s: %w", t.cfg.Device, err)
+		}
+		t.ing = g
+	}
+	prev := make(map[netip.Addr]uint64, len(next))
+	for a := range next {
+		prev[a] = t.cur[a].rate
+	}
+	if err := t.apply(next); err != nil {
+		return err
+	}
+	if t.ing == nil {
+		return nil
+	}
+	if err := t.ing.apply(wnext); err != nil {
+		if rerr := t.apply(prev); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("rollback of read caps: %w", rerr))
+		}
+		return err
+	}
+	return nil
+}
+
+func allZero(m map[netip.Addr]uint64) bool {
+	for _, v := range m {
+		if v != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (t *HTB) apply(next map[netip.Addr]uint64) error {
@@ -400,16 +444,21 @@ func (t *HTB) waitEmpty(cl *netlink.HtbClass) {
 func (t *HTB) Clear(consumers ...netip.Addr) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	next := map[netip.Addr]uint64{}
+	next, wnext := map[netip.Addr]uint64{}, map[netip.Addr]uint64{}
 	if len(consumers) == 0 {
 		for a := range t.cur {
 			next[a] = 0
 		}
+		if t.ing != nil {
+			for a := range t.ing.cur {
+				wnext[a] = 0
+			}
+		}
 	}
 	for _, a := range consumers {
-		next[a.Unmap()] = 0
+		next[a.Unmap()], wnext[a.Unmap()] = 0, 0
 	}
-	return t.apply(next)
+	return t.applyBoth(next, wnext)
 }
 
 func (t *HTB) List() map[netip.Addr]Setting {
@@ -419,13 +468,26 @@ func (t *HTB) List() map[netip.Addr]Setting {
 	for a, c := range maps.All(t.cur) {
 		out[a] = Setting{Rate: c.rate}
 	}
+	if t.ing != nil {
+		for a, c := range t.ing.cur {
+			s := out[a]
+			s.WriteRate = c.rate
+			out[a] = s
+		}
+	}
 	return out
 }
 
-// refresh re-adds every capped consumer, resetting its entry's timeout.
+// refresh re-adds every capped consumer, resetting its entry's timeout,
+// and pushes the write caps' lease deadlines forward.
 func (t *HTB) refresh() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.ing != nil {
+		if err := t.ing.refresh(); err != nil {
+			t.cfg.Log.Warn("htb: refreshing write-cap leases", "err", err)
+		}
+	}
 	for a, c := range t.cur {
 		if err := tcSetAddMark(tcRateSet(t.cfg.Label), a, t.marks.mark(uint32(c.minor)), t.marks.Mask); err != nil {
 			t.cfg.Log.Warn("htb: refreshing a consumer's mark", "consumer", a, "err", err)
@@ -434,12 +496,17 @@ func (t *HTB) refresh() {
 }
 
 // Close deletes the root qdisc it created (and with it every class and
-// filter), the rules and the set.
+// filter), the rules and the set, and the write caps' redirect and IFB.
 func (t *HTB) Close() error {
 	t.lease.end()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	clear(t.cur)
 	clear(t.minor)
-	return CleanupTC(t.cfg.Label)
+	err := CleanupTC(t.cfg.Label)
+	if t.ing != nil {
+		t.ing.lease.close()
+		t.ing = nil
+	}
+	return err
 }

@@ -339,6 +339,9 @@ func (t *Netem) Set(settings map[netip.Addr]Setting) error {
 		if s.Rate != 0 {
 			return fmt.Errorf("netem: consumer %v: rate cap: %w", a, ErrUnsupported)
 		}
+		if s.WriteRate != 0 {
+			return fmt.Errorf("netem: consumer %v: write rate cap: %w", a, ErrUnsupported)
+		}
 		if !a.Unmap().Is4() {
 			return fmt.Errorf("netem: consumer %v: IPv6: %w", a, ErrUnsupported)
 		}

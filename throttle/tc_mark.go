@@ -341,7 +341,8 @@ func tcCleanupSets(label string) error {
 
 // CleanupTC removes every object the netem or HTB backend with this label
 // created — root qdiscs (with their classes, leaves and filters), mangle
-// rules and chains, ipsets — also those of a process that crashed. It is
+// rules and chains, ipsets, the write caps' ingress redirect and IFB —
+// also those of a process that crashed. It is
 // what New* does first and Close does last; call it at start-up or from
 // an operator's "sanqos cleanup".
 func CleanupTC(label string) error {
@@ -349,6 +350,12 @@ func CleanupTC(label string) error {
 		return err
 	}
 	var errs []error
+	// The ingress redirect and its IFB go first: the root qdiscs below
+	// include the IFB's, and a redirect to a device without its tree
+	// would pass writes uncapped but reordered.
+	if err := tcCleanupIngress(label); err != nil {
+		errs = append(errs, err)
+	}
 	links, err := netlink.LinkList()
 	if err != nil {
 		errs = append(errs, fmt.Errorf("list links: %w", err))

@@ -35,8 +35,13 @@ type Setting struct {
 	// so each write command completes later) or, as in the thesis, its
 	// pure ACKs (the consumer's TCP send window opens later).
 	WriteDelay time.Duration `json:"write_delay_ns"`
-	// Rate caps bytes/s sent towards the consumer (0 = uncapped).
+	// Rate caps bytes/s sent towards the consumer (0 = uncapped): its
+	// reads.
 	Rate uint64 `json:"rate_bytes_per_s"`
+	// WriteRate caps bytes/s received from the consumer (0 = uncapped):
+	// its writes. It is shaped on the target's ingress, which only the
+	// htb backend can do; the others refuse it (ErrUnsupported).
+	WriteRate uint64 `json:"write_rate_bytes_per_s"`
 }
 
 // WriteOn says which packets towards a consumer carry its write delay.
@@ -95,6 +100,9 @@ func (s Setting) Validate() error {
 	if s.Rate > MaxRate {
 		return fmt.Errorf("rate %d B/s is above the %d B/s limit", s.Rate, uint64(MaxRate))
 	}
+	if s.WriteRate > MaxRate {
+		return fmt.Errorf("write rate %d B/s is above the %d B/s limit", s.WriteRate, uint64(MaxRate))
+	}
 	return nil
 }
 
@@ -118,7 +126,7 @@ var ErrUnsupported = errors.New("not supported by this backend")
 // ipset swap, one qdisc change), never one per member where avoidable.
 type Throttle interface {
 	// Name is the backend name as used in config and logs
-	// ("delayline", "netem", "htb").
+	// ("delayline", "netem", "htb", "delayline+htb").
 	Name() string
 	// Set replaces the settings of the given consumers. A zero Setting
 	// clears that consumer.
