@@ -66,6 +66,12 @@ type Resource struct {
 	CapacityMBs  float64       `yaml:"capacity_mb_s"`
 }
 
+// Backends are the valid throttle backends, in the order help lists them.
+// "delayline+htb" runs both: delays by the delay line, rate caps (read
+// and write) by HTB; it is what issue 21's second lever, write caps at
+// the delay ceiling, needs.
+var Backends = []string{"auto", "delayline", "netem", "htb", "delayline+htb", "dry-run"}
+
 // Objectives are what a threshold can bound (see Resource.Objective).
 var Objectives = []string{"mean", "p95"}
 
@@ -284,10 +290,8 @@ func (c *Config) validate(root *yaml.Node) []error {
 	if c.Interval < 10*time.Millisecond || c.Interval > 10*time.Second {
 		bad("want 10ms..10s", "interval")
 	}
-	switch c.Backend {
-	case "auto", "delayline", "netem", "htb", "dry-run":
-	default:
-		bad("want auto|delayline|netem|htb|dry-run", "backend")
+	if !slices.Contains(Backends, c.Backend) {
+		bad("want "+strings.Join(Backends, "|"), "backend")
 	}
 	switch c.Mode {
 	case "target", "bridge":

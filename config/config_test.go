@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,19 @@ func TestEmptyIsDefaults(t *testing.T) {
 	}
 	if c.Backend != "auto" || c.Threshold != 15*time.Millisecond {
 		t.Fatalf("%+v", c)
+	}
+}
+
+// Every listed backend is accepted, the layered one included.
+func TestBackendsAccepted(t *testing.T) {
+	for _, b := range Backends {
+		c, err := Parse([]byte("backend: " + b + "\n"))
+		if err != nil || c.Backend != b {
+			t.Errorf("backend %s: %v", b, err)
+		}
+	}
+	if !slices.Contains(Backends, "delayline+htb") {
+		t.Error("no layered backend")
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/sanqos/sanqos/agent"
@@ -134,7 +135,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f := c.Flags()
 	f.StringVar(&cfgPath, "config", "", "YAML config (see examples/sanqos.yaml); without it, manual throttles only")
 	f.StringVar(&socket, "socket", socket, "control socket path (root-only)")
-	f.StringVar(&bo.Name, "backend", bo.Name, "throttle backend: auto|delayline|netem|htb|dry-run (config overrides)")
+	f.StringVar(&bo.Name, "backend", bo.Name, "throttle backend: "+strings.Join(config.Backends, "|")+" (config overrides)")
 	f.IntVar(&bo.Port, "iscsi-port", bo.Port, "the target's TCP port whose traffic is throttled (config overrides)")
 	f.StringVar(&bo.Chain, "chain", bo.Chain, "netfilter chain: OUTPUT (target mode) or FORWARD (bridge mode)")
 	f.StringVar(&bo.Label, "label", bo.Label, "label of the kernel objects this agent creates")
@@ -300,6 +301,13 @@ func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 		}
 		return onlyInterface()
 	}
+	htb := func() (throttle.Throttle, error) {
+		dev, err := device()
+		if err != nil {
+			return nil, err
+		}
+		return throttle.NewHTB(throttle.HTBConfig{Device: dev, Label: o.Label + "-htb", Port: uint16(o.Port), Chain: chainFor(o.Chain), Log: log})
+	}
 	switch o.Name {
 	case "dry-run":
 		return throttle.NewMemory(), nil
@@ -316,13 +324,24 @@ func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 		}
 		return throttle.Auto(cfg, delayLine)
 	case "htb":
-		dev, err := device()
+		return htb()
+	case "delayline+htb":
+		// The device is checked first, so a missing one costs no
+		// delay line start-up and teardown.
+		if _, err := device(); err != nil {
+			return nil, err
+		}
+		d, err := delayLine()
 		if err != nil {
 			return nil, err
 		}
-		return throttle.NewHTB(throttle.HTBConfig{Device: dev, Label: o.Label + "-htb", Port: uint16(o.Port), Chain: chainFor(o.Chain), Log: log})
+		r, err := htb()
+		if err != nil {
+			return nil, errors.Join(err, d.Close())
+		}
+		return throttle.Layered(d, r), nil
 	default:
-		return nil, fmt.Errorf("unknown backend %q (auto|delayline|netem|htb|dry-run)", o.Name)
+		return nil, fmt.Errorf("unknown backend %q (%s)", o.Name, strings.Join(config.Backends, "|"))
 	}
 }
 

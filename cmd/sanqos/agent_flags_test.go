@@ -21,6 +21,10 @@ func TestNewBackendRefusesBadOptions(t *testing.T) {
 		{backendOptions{Name: "delayline", Port: 0}, "iscsi-port"},
 		{backendOptions{Name: "delayline", Port: 3260, QueueLimit: -1}, "queue-limit"},
 		{backendOptions{Name: "delayline", Port: 3260, WriteOn: "data"}, "write_delay_on"},
+		// The layered backend checks the delay line's options too.
+		{backendOptions{Name: "delayline+htb", Port: 3260, Ramp: -1}, "delay-ramp"},
+		{backendOptions{Name: "delayline+htb", Port: 0}, "iscsi-port"},
+		{backendOptions{Name: "htb+delayline", Port: 3260}, "auto|delayline|netem|htb|delayline+htb|dry-run"},
 	} {
 		if _, err := newBackend(c.o, nil); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: err %v, want one naming %s", c.o, err, c.want)
