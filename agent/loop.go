@@ -587,7 +587,7 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 			out.Settings[a] = s // the policy's buffer, reused next tick: status shows what is asked
 			rs.asked[a] = s
 		}
-		if s.ReadDelay == 0 && s.Rate == 0 {
+		if s.ReadDelay == 0 && s.Rate == 0 && s.WriteRate == 0 {
 			want[a] = s.WriteDelay
 			continue
 		}
@@ -656,8 +656,17 @@ func (a *actuator) put(d desire) {
 
 func (a *actuator) releaseAll() { clear(a.per) }
 
+// minCap merges two rate caps: the smaller, where 0 means "uncapped".
+func minCap(a, b uint64) uint64 {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
+}
+
 // diff merges the wishes (per consumer the largest delay of each kind
-// wins, and the smallest non-zero rate cap) and returns the merged state
+// wins, and the smallest non-zero rate cap of each direction) and returns
+// the merged state
 // and the batch that takes the applied state there.
 func (a *actuator) diff() (merged map[netip.Addr]throttle.Setting, batch map[netip.Addr]throttle.Setting) {
 	merged = make(map[netip.Addr]throttle.Setting, len(a.applied))
@@ -670,9 +679,8 @@ func (a *actuator) diff() (merged map[netip.Addr]throttle.Setting, batch map[net
 		for c, o := range d.other {
 			s := merged[c]
 			s.WriteDelay, s.ReadDelay = max(s.WriteDelay, o.WriteDelay), max(s.ReadDelay, o.ReadDelay)
-			if o.Rate > 0 && (s.Rate == 0 || o.Rate < s.Rate) {
-				s.Rate = o.Rate
-			}
+			s.Rate = minCap(s.Rate, o.Rate)
+			s.WriteRate = minCap(s.WriteRate, o.WriteRate)
 			merged[c] = s
 		}
 	}

@@ -45,6 +45,7 @@ func newCollector(status func() []ResourceStatus, t throttle.Throttle) *collecto
 		"crate":        newDesc("consumer_bytes_per_second", "Consumer's I/O rate on the resource over the last interval.", "resource", "consumer", "direction"),
 		"cdelay":       newDesc("consumer_delay_seconds", "Delay applied to the consumer's packets.", "consumer", "direction"),
 		"crate_cap":    newDesc("consumer_rate_cap_bytes_per_second", "Rate cap applied to the consumer.", "consumer"),
+		"cwrate_cap":   newDesc("consumer_write_rate_cap_bytes_per_second", "Write rate cap (bytes/s received from the consumer) applied to it.", "consumer"),
 		"dl_packets":   newDesc("delayline_packets_total", "Packets held by the delay line.", "consumer"),
 		"dl_bytes":     newDesc("delayline_bytes_total", "Bytes held by the delay line.", "consumer"),
 		"dl_acks":      newDesc("delayline_acks_total", "Pure ACKs held by the delay line (the write delay's packets).", "consumer"),
@@ -119,6 +120,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		g("cdelay", s.WriteDelay.Seconds(), a.String(), "write")
 		if s.Rate > 0 {
 			g("crate_cap", float64(s.Rate), a.String())
+		}
+		if s.WriteRate > 0 {
+			g("cwrate_cap", float64(s.WriteRate), a.String())
 		}
 	}
 	if cc, ok := c.t.(Counterer); ok {

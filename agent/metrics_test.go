@@ -48,7 +48,7 @@ func fixedStatus() []ResourceStatus {
 // and that promlint (the naming conventions) has nothing to say.
 func TestMetricsScrape(t *testing.T) {
 	mem := throttle.NewMemory()
-	if err := mem.Set(map[netip.Addr]throttle.Setting{writer: {WriteDelay: 2 * time.Millisecond, Rate: 5e6}}); err != nil {
+	if err := mem.Set(map[netip.Addr]throttle.Setting{writer: {WriteDelay: 2 * time.Millisecond, Rate: 5e6, WriteRate: 3e6}}); err != nil {
 		t.Fatal(err)
 	}
 	c := newCollector(fixedStatus, countingThrottle{mem})
@@ -80,6 +80,7 @@ func TestMetricsScrape(t *testing.T) {
 		`sanqos_consumer_delay_seconds{consumer="10.99.0.3",direction="write"} 0.002`,
 		`sanqos_consumer_delay_seconds{consumer="10.99.0.3",direction="read"} 0`,
 		`sanqos_consumer_rate_cap_bytes_per_second{consumer="10.99.0.3"} 5e+06`,
+		`sanqos_consumer_write_rate_cap_bytes_per_second{consumer="10.99.0.3"} 3e+06`,
 		`sanqos_delayline_packets_total{consumer="10.99.0.3"} 10`,
 		`sanqos_delayline_bytes_total{consumer="10.99.0.3"} 660`,
 		`sanqos_delayline_acks_total{consumer="10.99.0.3"} 9`,

@@ -69,8 +69,10 @@ type ConsumerRow struct {
 	ReadDelayMs  float64         `json:"read_delay_ms"`
 	WriteDelayMs float64         `json:"write_delay_ms"`
 	RateCapMBs   float64         `json:"rate_cap_mb_s,omitempty"`
-	Throttleable bool            `json:"throttleable"`
-	Important    bool            `json:"important"`
+	// WriteRateCapMBs caps what the consumer sends (its writes).
+	WriteRateCapMBs float64 `json:"write_rate_cap_mb_s,omitempty"`
+	Throttleable    bool    `json:"throttleable"`
+	Important       bool    `json:"important"`
 }
 
 // Frame is what the page receives every period. History frames carry no
@@ -186,6 +188,7 @@ func FrameOf(s agent.Status) Frame {
 		r := row(addr)
 		r.ReadDelayMs, r.WriteDelayMs = ms(set.ReadDelay), ms(set.WriteDelay)
 		r.RateCapMBs = float64(set.Rate) / 1e6
+		r.WriteRateCapMBs = float64(set.WriteRate) / 1e6
 	}
 	for _, r := range rows {
 		f.Consumers = append(f.Consumers, *r)

@@ -25,8 +25,10 @@ SCSI status: each write command completes that much later, while its data
 is acknowledged on time, so its TCP sends no spurious loss probes); with the
 agent's --write-delay-on acks (the thesis' method) to the pure ACKs sent to
 it instead (its writes then open their TCP window later). A rate caps
-bytes/s sent to it. Delays must be below 100 ms, far from TCP's 200 ms
-minimum retransmission timeout.
+bytes/s sent to it (its reads); a write rate caps bytes/s received from it
+(its writes, shaped on the target's ingress). Rates need the agent's htb
+or delayline+htb backend. Delays must be below 100 ms, far from TCP's
+200 ms minimum retransmission timeout.
 
 Throttles set here are shown by 'sanqos status' and the dashboard. Talks to
 the agent over its root-only unix socket.`,
@@ -35,7 +37,7 @@ the agent over its root-only unix socket.`,
   sudo sanqos throttle clear --all`,
 	}
 	c.PersistentFlags().StringVar(&socket, "socket", socket, "the agent's control socket")
-	var readDelay, writeDelay, rate string
+	var readDelay, writeDelay, rate, writeRate string
 	set := &cobra.Command{
 		Use:   "set CONSUMER...",
 		Short: "Throttle consumers (IPv4/IPv6 addresses)",
@@ -45,28 +47,13 @@ A controller running for the consumer's resource may later change a
 write delay it set itself.`,
 		Example: `  sanqos throttle set 10.99.0.3 --write-delay 2ms
   sanqos throttle set 10.99.0.2 --read-delay 4.6ms --write-delay 2ms
-  sanqos throttle set 10.99.0.4 10.99.0.5 --rate 10MiB/s`,
+  sanqos throttle set 10.99.0.4 10.99.0.5 --rate 10MiB/s
+  sanqos throttle set 10.99.0.3 --write-delay 5ms --write-rate 10MiB/s`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var s throttle.Setting
-			var err error
-			if readDelay == "" && writeDelay == "" && rate == "" {
-				return errors.New("give --read-delay, --write-delay and/or --rate")
-			}
-			if readDelay != "" {
-				if s.ReadDelay, err = throttle.ParseDelay(readDelay); err != nil {
-					return err
-				}
-			}
-			if writeDelay != "" {
-				if s.WriteDelay, err = throttle.ParseDelay(writeDelay); err != nil {
-					return err
-				}
-			}
-			if rate != "" {
-				if s.Rate, err = throttle.ParseRate(rate); err != nil {
-					return err
-				}
+			s, err := settingFromFlags(readDelay, writeDelay, rate, writeRate)
+			if err != nil {
+				return err
 			}
 			addrs, err := parseAddrs(args)
 			if err != nil {
@@ -81,7 +68,8 @@ write delay it set itself.`,
 	}
 	set.Flags().StringVar(&readDelay, "read-delay", "", "delay of data segments to the consumer, e.g. 4.6ms")
 	set.Flags().StringVar(&writeDelay, "write-delay", "", "delay of the target's replies (or, with the agent's --write-delay-on acks, its pure ACKs) to the consumer, e.g. 2ms")
-	set.Flags().StringVar(&rate, "rate", "", "rate cap towards the consumer, e.g. 10MiB/s or 80Mbit/s")
+	set.Flags().StringVar(&rate, "rate", "", "rate cap towards the consumer (its reads), e.g. 10MiB/s or 80Mbit/s")
+	set.Flags().StringVar(&writeRate, "write-rate", "", "rate cap on what the consumer sends (its writes), e.g. 10MiB/s")
 	var all bool
 	clr := &cobra.Command{
 		Use:     "clear CONSUMER...|--all",
@@ -117,20 +105,54 @@ write delay it set itself.`,
 			}
 			sort.Slice(addrs, func(i, k int) bool { return addrs[i].Less(addrs[k]) })
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "CONSUMER\tREAD DELAY\tWRITE DELAY\tRATE")
+			fmt.Fprintln(w, "CONSUMER\tREAD DELAY\tWRITE DELAY\tRATE\tWRITE RATE")
 			for _, a := range addrs {
 				s := m[a]
-				r := "-"
-				if s.Rate > 0 {
-					r = fmt.Sprintf("%.2f MB/s", float64(s.Rate)/1e6)
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", a, fmtDelay(s.ReadDelay), fmtDelay(s.WriteDelay), r)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", a, fmtDelay(s.ReadDelay), fmtDelay(s.WriteDelay), fmtRate(s.Rate), fmtRate(s.WriteRate))
 			}
 			return w.Flush()
 		},
 	}
 	c.AddCommand(set, clr, list)
 	return c
+}
+
+// settingFromFlags builds the one setting `throttle set` applies; an
+// empty flag leaves that field zero.
+func settingFromFlags(readDelay, writeDelay, rate, writeRate string) (throttle.Setting, error) {
+	var s throttle.Setting
+	var err error
+	if readDelay == "" && writeDelay == "" && rate == "" && writeRate == "" {
+		return s, errors.New("give --read-delay, --write-delay, --rate and/or --write-rate")
+	}
+	if readDelay != "" {
+		if s.ReadDelay, err = throttle.ParseDelay(readDelay); err != nil {
+			return s, err
+		}
+	}
+	if writeDelay != "" {
+		if s.WriteDelay, err = throttle.ParseDelay(writeDelay); err != nil {
+			return s, err
+		}
+	}
+	if rate != "" {
+		if s.Rate, err = throttle.ParseRate(rate); err != nil {
+			return s, err
+		}
+	}
+	if writeRate != "" {
+		if s.WriteRate, err = throttle.ParseRate(writeRate); err != nil {
+			return s, fmt.Errorf("write rate: %w", err)
+		}
+	}
+	return s, nil
+}
+
+func fmtRate(r uint64) string {
+	if r == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f MB/s", float64(r)/1e6)
 }
 
 func fmtDelay(d time.Duration) string {

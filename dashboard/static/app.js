@@ -153,7 +153,7 @@ function render() {
 
 function stateOf(c) {
   if (c.important) return "important";
-  if (c.write_delay_ms > 0 || c.read_delay_ms > 0 || c.rate_cap_mb_s > 0) return "slowed";
+  if (c.write_delay_ms > 0 || c.read_delay_ms > 0 || c.rate_cap_mb_s > 0 || c.write_rate_cap_mb_s > 0) return "slowed";
   return c.throttleable ? "throttleable" : "";
 }
 
@@ -175,7 +175,8 @@ function renderTable() {
       ["write_mb_s", fmt(c.write_mb_s), 1], ["read_mb_s", fmt(c.read_mb_s), 1],
       ["write_delay_ms", c.write_delay_ms ? c.write_delay_ms.toFixed(1) : "-", 1],
       ["read_delay_ms", c.read_delay_ms ? c.read_delay_ms.toFixed(1) : "-", 1],
-      ["rate_cap_mb_s", c.rate_cap_mb_s ? fmt(c.rate_cap_mb_s) : "-", 1], ["state", st]];
+      ["rate_cap_mb_s", c.rate_cap_mb_s ? fmt(c.rate_cap_mb_s) : "-", 1],
+      ["write_rate_cap_mb_s", c.write_rate_cap_mb_s ? fmt(c.write_rate_cap_mb_s) : "-", 1], ["state", st]];
     for (const [col, text, num] of cells) {
       const td = document.createElement("td");
       td.dataset.col = col; td.textContent = text;
