@@ -289,11 +289,3 @@ func (s ingressRedirectSpec) add() error {
 	}
 	return nil
 }
-
-func (s ingressRedirectSpec) del() error {
-	req, _ := s.request(unix.RTM_DELTFILTER, 0)
-	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
-		return fmt.Errorf("delete ingress redirect filter: %w", err)
-	}
-	return nil
-}

@@ -135,7 +135,7 @@ func TestIngressRedirectRequest(t *testing.T) {
 	if err != nil || len(acts) != 1 || !bytes.Contains(acts[0].Value, []byte("mirred\x00")) {
 		t.Errorf("actions %v %v", acts, err)
 	}
-	// A delete names the filter only.
+	// A delete (what FilterDel sends) names the filter only.
 	del, _ := s.request(unix.RTM_DELTFILTER, 0)
 	if bytes.Contains(del.Serialize(), []byte("mirred")) {
 		t.Error("delete carries options")
@@ -297,6 +297,17 @@ func TestHTBWriteCapInNamespaces(t *testing.T) {
 	mu.Unlock()
 
 	r := m.rates(time.Second, 2*time.Second)
+	// What the writer keeps queued in its class: bounded by its window
+	// (our receive buffer), far below the leaf.
+	var backlog uint32
+	if l, err := netlink.LinkByName(ifbName(n.label)); err == nil {
+		qs, _ := netlink.QdiscList(l)
+		for _, q := range qs {
+			if st := q.Attrs().Statistics; st != nil && st.Queue != nil && q.Attrs().Parent == netlink.MakeHandle(h.ing.major, h.ing.cur[capped].minor) {
+				backlog = st.Queue.Backlog
+			}
+		}
+	}
 	drops, err := ifbDrops(n.label)
 	if err != nil {
 		t.Fatal(err)
@@ -306,8 +317,8 @@ func TestHTBWriteCapInNamespaces(t *testing.T) {
 	for _, c := range senders {
 		perConn = append(perConn, tcpRetrans(t, c.(*net.TCPConn)))
 	}
-	t.Logf("write cap %d B/s: capped writer %.0f B/s (%.1f%% off), uncapped neighbour %.0f B/s; ifb drops %d; B retransmissions %d (per connection %v); leaf %d bytes",
-		wcap, r[ic], 100*(r[ic]-wcap)/wcap, r[ifree], drops, retrans, perConn, h.ing.leaf)
+	t.Logf("write cap %d B/s: capped writer %.0f B/s (%.1f%% off), uncapped neighbour %.0f B/s; ifb drops %d; B retransmissions %d (per connection %v); queued %d of the leaf's %d bytes",
+		wcap, r[ic], 100*(r[ic]-wcap)/wcap, r[ifree], drops, retrans, perConn, backlog, h.ing.leaf)
 	if e := math.Abs(r[ic]-wcap) / wcap; e > 0.2 {
 		t.Errorf("capped writer sends %.0f B/s, %.0f%% off its cap %d", r[ic], 100*e, wcap)
 	}
@@ -324,6 +335,20 @@ func TestHTBWriteCapInNamespaces(t *testing.T) {
 	// writer's own count is the one that must be zero.
 	if perConn[0] != 0 {
 		t.Errorf("capped writer retransmitted %d segments (B total %d)", perConn[0], retrans)
+	}
+
+	// A changed cap is one class change: the writer follows it.
+	const wcap2 = 8 << 20
+	if err := h.Set(map[netip.Addr]Setting{capped: {WriteRate: wcap2}}); err != nil {
+		t.Fatal(err)
+	}
+	r = m.rates(time.Second, 2*time.Second)
+	t.Logf("write cap %d B/s: capped writer %.0f B/s (%.1f%% off)", wcap2, r[ic], 100*(r[ic]-wcap2)/wcap2)
+	if e := math.Abs(r[ic]-wcap2) / wcap2; e > 0.2 {
+		t.Errorf("capped writer sends %.0f B/s, %.0f%% off its new cap %d", r[ic], 100*e, wcap2)
+	}
+	if d, _ := ifbDrops(n.label); d != 0 || tcpRetrans(t, senders[0].(*net.TCPConn)) != 0 {
+		t.Errorf("after the change: ifb drops %d, capped writer retransmissions %d", d, tcpRetrans(t, senders[0].(*net.TCPConn)))
 	}
 
 	// The agent "dies": no more refreshes. Within the TTL the redirect
