@@ -182,24 +182,20 @@ func renderStatus(w io.Writer, st agent.Status) {
 		fmt.Fprintln(w, "no consumers seen or throttled")
 		return
 	}
-	fmt.Fprintln(tw, "CONSUMER\tRESOURCES\tWRITE MB/s\tREAD MB/s\tWRITE DELAY\tREAD DELAY\tRATE CAP\tSTATE")
+	fmt.Fprintln(tw, "CONSUMER\tRESOURCES\tWRITE MB/s\tREAD MB/s\tWRITE DELAY\tREAD DELAY\tRATE CAP\tWRITE CAP\tSTATE")
 	for _, c := range f.Consumers {
 		state := ""
 		switch {
 		case c.Important:
 			state = "important"
-		case c.WriteDelayMs > 0 || c.ReadDelayMs > 0 || c.RateCapMBs > 0:
+		case c.WriteDelayMs > 0 || c.ReadDelayMs > 0 || c.RateCapMBs > 0 || c.WriteRateCapMBs > 0:
 			state = "slowed"
 		case c.Throttleable:
 			state = "throttleable"
 		}
-		rate := "-"
-		if c.RateCapMBs > 0 {
-			rate = fmt.Sprintf("%.2f MB/s", c.RateCapMBs)
-		}
 		res := strings.Join(c.Resources, ",")
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Addr, orDash(res), mbs(float64(c.WriteMBs)), mbs(float64(c.ReadMBs)),
-			msOrDash(c.WriteDelayMs), msOrDash(c.ReadDelayMs), rate, orDash(state))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Addr, orDash(res), mbs(float64(c.WriteMBs)), mbs(float64(c.ReadMBs)),
+			msOrDash(c.WriteDelayMs), msOrDash(c.ReadDelayMs), fmtRate(uint64(c.RateCapMBs*1e6)), fmtRate(uint64(c.WriteRateCapMBs*1e6)), orDash(state))
 	}
 	tw.Flush()
 }

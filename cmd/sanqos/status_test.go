@@ -39,7 +39,7 @@ func serveAPI(t *testing.T, st agent.Status) string {
 	srv := &http.Server{Handler: api.Handler()}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
-	if err := mem.Set(map[netip.Addr]throttle.Setting{netip.MustParseAddr("10.9.9.9"): {WriteDelay: 2 * time.Millisecond}}); err != nil {
+	if err := mem.Set(map[netip.Addr]throttle.Setting{netip.MustParseAddr("10.9.9.9"): {WriteDelay: 2 * time.Millisecond}, netip.MustParseAddr("10.9.9.8"): {WriteRate: 10e6}}); err != nil {
 		t.Fatal(err)
 	}
 	return sock
@@ -87,9 +87,10 @@ func TestStatusTable(t *testing.T) {
 	}{
 		{"vg1", []string{"vg1", "16.5", "ms", "15.0", "ms", "ABOVE", "2.0", "ms", "4", "10.99.0.3"}},
 		{"vg2", []string{"vg2", "-", "20.0", "ms", "ok", "-", "0", "-"}}, // no reads: no wait, not 0 ms
-		{"10.99.0.3", []string{"10.99.0.3", "vg1", "12.00", "0.00", "-", "-", "-", "throttleable"}},
-		{"10.99.0.2", []string{"10.99.0.2", "vg1", "0.00", "1.50", "-", "-", "-", "-"}},
-		{"10.9.9.9", []string{"10.9.9.9", "-", "0.00", "0.00", "2.0", "ms", "-", "-", "slowed"}}, // manual throttle
+		{"10.99.0.3", []string{"10.99.0.3", "vg1", "12.00", "0.00", "-", "-", "-", "-", "throttleable"}},
+		{"10.99.0.2", []string{"10.99.0.2", "vg1", "0.00", "1.50", "-", "-", "-", "-", "-"}},
+		{"10.9.9.9", []string{"10.9.9.9", "-", "0.00", "0.00", "2.0", "ms", "-", "-", "-", "slowed"}},     // manual throttle
+		{"10.9.9.8", []string{"10.9.9.8", "-", "0.00", "0.00", "-", "-", "-", "10.00", "MB/s", "slowed"}}, // manual write cap
 	} {
 		if got := find(tc.row); strings.Join(got, " ") != strings.Join(tc.want, " ") {
 			t.Errorf("%s row:\n got %q\nwant %q", tc.row, got, tc.want)
