@@ -102,8 +102,9 @@ func TestNetemSetRejectsBeforeKernel(t *testing.T) {
 	}
 	a := netip.MustParseAddr("10.0.0.2")
 	for name, s := range map[netip.Addr]Setting{
-		a:                              {Rate: 1000},
-		netip.MustParseAddr("fd00::2"): {ReadDelay: time.Millisecond},
+		a:                               {Rate: 1000},
+		netip.MustParseAddr("10.0.0.3"): {WriteRate: 1000},
+		netip.MustParseAddr("fd00::2"):  {ReadDelay: time.Millisecond},
 	} {
 		if err := n.Set(map[netip.Addr]Setting{name: s}); !errors.Is(err, ErrUnsupported) {
 			t.Errorf("%v %+v: %v, want ErrUnsupported", name, s, err)
