@@ -99,26 +99,27 @@ type htbIngress struct {
 }
 
 // ingressParent returns the filter parent of the device's ingress hook,
-// adding a clsact qdisc when there is none. Someone else's ingress or
-// clsact qdisc is shared: filters of other priorities coexist.
-func ingressParent(link netlink.Link) (uint32, error) {
+// adding a clsact qdisc when there is none (then also returned, so a
+// failed start can remove it). Someone else's ingress or clsact qdisc is
+// shared: filters of other priorities coexist.
+func ingressParent(link netlink.Link) (uint32, netlink.Qdisc, error) {
 	qs, err := netlink.QdiscList(link)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	for _, q := range qs {
 		switch q.Type() {
 		case "clsact":
-			return netlink.HANDLE_MIN_INGRESS, nil
+			return netlink.HANDLE_MIN_INGRESS, nil, nil
 		case "ingress":
-			return netlink.MakeHandle(0xffff, 0), nil
+			return netlink.MakeHandle(0xffff, 0), nil, nil
 		}
 	}
 	q := &netlink.Clsact{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: link.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}}
 	if err := netlink.QdiscAdd(q); err != nil {
-		return 0, fmt.Errorf("add clsact qdisc: %w", err)
+		return 0, nil, fmt.Errorf("add clsact qdisc: %w", err)
 	}
-	return netlink.HANDLE_MIN_INGRESS, nil
+	return netlink.HANDLE_MIN_INGRESS, q, nil
 }
 
 // newHTBIngress builds IFB, tree, lease and redirect; on error it removes
@@ -126,11 +127,18 @@ func ingressParent(link netlink.Link) (uint32, error) {
 func newHTBIngress(cfg *HTBConfig, ifidx int) (_ *htbIngress, err error) {
 	g := &htbIngress{label: cfg.Label, ifidx: ifidx, major: tcRootMajor(cfg.Label), linkRate: cfg.LinkRate,
 		leaf: ingressLeafBytes(tcpRmemMax()), cfg: cfg, cur: map[netip.Addr]htbConsumer{}, minor: map[uint16]bool{}}
+	var added netlink.Qdisc // a clsact we added
 	defer func() {
 		if err != nil {
 			g.lease.close()
 			if cerr := tcCleanupIngress(cfg.Label); cerr != nil {
 				err = errors.Join(err, fmt.Errorf("cleanup: %w", cerr))
+			}
+			// Without our filter in it, cleanup cannot tell it is ours.
+			if added != nil {
+				if qerr := netlink.QdiscDel(added); qerr != nil && !errors.Is(qerr, syscall.ENOENT) && !errors.Is(qerr, syscall.EINVAL) {
+					err = errors.Join(err, fmt.Errorf("cleanup: delete clsact: %w", qerr))
+				}
 			}
 		}
 	}()
@@ -179,7 +187,7 @@ func newHTBIngress(cfg *HTBConfig, ifidx int) (_ *htbIngress, err error) {
 	if err != nil {
 		return nil, err
 	}
-	parent, err := ingressParent(link)
+	parent, added, err := ingressParent(link)
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,7 @@ package throttle
 // no ingress classifier that can consult anything with a timeout (no
 // em_ipset, basic, flower, act_connmark or act_ctinfo; iptables marks are
 // set after tc ingress). cls_bpf and bpf(2) are present, and eBPF can read
-// the clock (bpf_ktime_get_ns). The program is 24 instructions, built
+// the clock (bpf_ktime_get_ns). The program is 32 instructions, built
 // here like the classic mark program in tc.go, so no BPF toolchain or
 // library is needed.
 
@@ -36,13 +36,18 @@ const (
 	ebpfAnd64K  = 0x57 // BPF_ALU64|BPF_AND|BPF_K
 	ebpfLsh64K  = 0x67 // BPF_ALU64|BPF_LSH|BPF_K
 	ebpfLdAbsB  = 0x30 // BPF_LD|BPF_ABS|BPF_B
+	ebpfLdAbsH  = 0x28 // BPF_LD|BPF_ABS|BPF_H
 	ebpfLdAbsW  = 0x20 // BPF_LD|BPF_ABS|BPF_W
+	ebpfLdIndB  = 0x50 // BPF_LD|BPF_IND|BPF_B
 	ebpfLdIndH  = 0x48 // BPF_LD|BPF_IND|BPF_H
+	ebpfAdd64X  = 0x0f // BPF_ALU64|BPF_ADD|BPF_X
+	ebpfRsh64K  = 0x77 // BPF_ALU64|BPF_RSH|BPF_K
 	ebpfLdImm64 = 0x18 // BPF_LD|BPF_IMM|BPF_DW
 	ebpfStxW    = 0x63 // BPF_STX|BPF_MEM|BPF_W
 	ebpfLdxDW   = 0x79 // BPF_LDX|BPF_MEM|BPF_DW
 	ebpfJneK    = 0x55 // BPF_JMP|BPF_JNE|BPF_K
 	ebpfJeqK    = 0x15 // BPF_JMP|BPF_JEQ|BPF_K
+	ebpfJeqX    = 0x1d // BPF_JMP|BPF_JEQ|BPF_X
 	ebpfJgeX    = 0x3d // BPF_JMP|BPF_JGE|BPF_X (unsigned)
 	ebpfCall    = 0x85
 	ebpfExit    = 0x95
@@ -65,28 +70,45 @@ type ebpfInsn struct {
 }
 
 // ebpfLeaseProgram matches (returns -1, so the filter's mirred action
-// runs) IPv4 TCP packets to port whose source address has a map entry
-// (key: the address as LD_ABS returns it, in host order; value: a u64
-// CLOCK_MONOTONIC deadline in ns) that has not passed; everything else
-// returns 0, "no match", and goes on unredirected. port 0 matches any TCP
-// port. Non-first IP fragments read the port from payload and are then
-// rarely matched; storage traffic is not fragmented (PMTU discovery).
+// runs) IPv4 TCP segments with payload to port whose source address has a
+// map entry (key: the address as LD_ABS returns it, in host order; value:
+// a u64 CLOCK_MONOTONIC deadline in ns) that has not passed; everything
+// else returns 0, "no match", and goes on unredirected. port 0 matches any
+// TCP port.
+//
+// Pure ACKs are not redirected: they carry no write data, and a consumer
+// that also reads would otherwise have the ACKs of its reads queued
+// behind its capped writes, slowing the reads it was not capped for. An
+// ACK that overtakes the consumer's queued data is harmless: the two run
+// in opposite directions' sequence spaces, and a data segment carrying
+// an older ACK is not a duplicate ACK. Non-first IP fragments read port
+// and offsets from payload and are then rarely matched; storage traffic
+// is not fragmented (PMTU discovery).
 func ebpfLeaseProgram(mapFD int, port uint16) []ebpfInsn {
 	p := []ebpfInsn{
 		{Code: ebpfMov64X, Dst: 6, Src: 1}, // r6 = skb (LD_ABS wants it there)
 		{Code: ebpfLdAbsB, Imm: skfNetOff + 9},
-		{Code: ebpfJneK, Dst: 0, Off: 0, Imm: unix.IPPROTO_TCP}, // → miss, patched below
+		{Code: ebpfJneK, Dst: 0, Imm: unix.IPPROTO_TCP}, // → miss, patched below
+		{Code: ebpfLdAbsB, Imm: skfNetOff + 0},
+		{Code: ebpfAnd64K, Dst: 0, Imm: 0x0f},
+		{Code: ebpfLsh64K, Dst: 0, Imm: 2},
+		{Code: ebpfMov64X, Dst: 7, Src: 0}, // r7 = IP header length
 	}
 	if port != 0 {
 		p = append(p,
-			ebpfInsn{Code: ebpfLdAbsB, Imm: skfNetOff + 0},
-			ebpfInsn{Code: ebpfAnd64K, Dst: 0, Imm: 0x0f},
-			ebpfInsn{Code: ebpfLsh64K, Dst: 0, Imm: 2},
-			ebpfInsn{Code: ebpfMov64X, Dst: 7, Src: 0},                 // r7 = IP header length
-			ebpfInsn{Code: ebpfLdIndH, Src: 7, Imm: skfNetOff + 2},     // TCP destination port
-			ebpfInsn{Code: ebpfJneK, Dst: 0, Off: 0, Imm: int32(port)}, // → miss
+			ebpfInsn{Code: ebpfLdIndH, Src: 7, Imm: skfNetOff + 2}, // TCP destination port
+			ebpfInsn{Code: ebpfJneK, Dst: 0, Imm: int32(port)},     // → miss
 		)
 	}
+	p = append(p,
+		ebpfInsn{Code: ebpfLdAbsH, Imm: skfNetOff + 2}, // IP total length
+		ebpfInsn{Code: ebpfMov64X, Dst: 8, Src: 0},
+		ebpfInsn{Code: ebpfLdIndB, Src: 7, Imm: skfNetOff + 12}, // TCP data offset << 4
+		ebpfInsn{Code: ebpfRsh64K, Dst: 0, Imm: 4},
+		ebpfInsn{Code: ebpfLsh64K, Dst: 0, Imm: 2},
+		ebpfInsn{Code: ebpfAdd64X, Dst: 0, Src: 7}, // both headers
+		ebpfInsn{Code: ebpfJeqX, Dst: 8, Src: 0},   // no payload → miss
+	)
 	p = append(p,
 		ebpfInsn{Code: ebpfLdAbsW, Imm: skfNetOff + 12}, // source address
 		ebpfInsn{Code: ebpfStxW, Dst: 10, Src: 0, Off: -4},
@@ -108,7 +130,7 @@ func ebpfLeaseProgram(mapFD int, port uint16) []ebpfInsn {
 	miss := len(p) - 2
 	for i := range p {
 		switch p[i].Code {
-		case ebpfJneK, ebpfJeqK, ebpfJgeX:
+		case ebpfJneK, ebpfJeqK, ebpfJeqX, ebpfJgeX:
 			p[i].Off = int16(miss - i - 1)
 		}
 	}

@@ -3,6 +3,7 @@ package throttle
 import (
 	"bytes"
 	"encoding/binary"
+	"io"
 	"math"
 	"net"
 	"net/netip"
@@ -22,7 +23,7 @@ func TestEBPFLeaseProgram(t *testing.T) {
 	for _, c := range []struct {
 		port uint16
 		n    int // instructions
-	}{{0, 19}, {3260, 25}} {
+	}{{0, 30}, {3260, 32}} {
 		p := ebpfLeaseProgram(42, c.port)
 		if len(p) != c.n {
 			t.Errorf("port %d: %d instructions, want %d", c.port, len(p), c.n)
@@ -36,7 +37,7 @@ func TestEBPFLeaseProgram(t *testing.T) {
 		jumps := 0
 		for i, in := range p {
 			switch in.Code {
-			case ebpfJneK, ebpfJeqK, ebpfJgeX:
+			case ebpfJneK, ebpfJeqK, ebpfJeqX, ebpfJgeX:
 				jumps++
 				if i+1+int(in.Off) != miss {
 					t.Errorf("port %d: jump %d lands on %d, not the miss at %d", c.port, i, i+1+int(in.Off), miss)
@@ -47,7 +48,7 @@ func TestEBPFLeaseProgram(t *testing.T) {
 				}
 			}
 		}
-		if want := map[uint16]int{0: 3, 3260: 4}[c.port]; jumps != want {
+		if want := map[uint16]int{0: 4, 3260: 5}[c.port]; jumps != want {
 			t.Errorf("port %d: %d jumps, want %d", c.port, jumps, want)
 		}
 		if p[miss-2] != (ebpfInsn{Code: ebpfMov64K, Imm: -1}) {
@@ -455,5 +456,96 @@ func TestHTBWriteCapAllOrNothing(t *testing.T) {
 	got := h.List()
 	if len(got) != 1 || got[a] != (Setting{Rate: 1 << 20, WriteRate: 1 << 20}) {
 		t.Errorf("state changed by a failed batch: %v", got)
+	}
+}
+
+// ifbPackets counts what the IFB's root qdisc has seen.
+func ifbPackets(t *testing.T, label string) uint32 {
+	t.Helper()
+	l, err := netlink.LinkByName(ifbName(label))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := netlink.QdiscList(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if q.Attrs().Parent == netlink.HANDLE_ROOT && q.Attrs().Statistics != nil {
+			return q.Attrs().Statistics.Basic.Packets
+		}
+	}
+	t.Fatal("no root qdisc on the ifb")
+	return 0
+}
+
+// A write-capped consumer's reads are not slowed: the ACKs it sends for
+// them are not redirected, so they never wait behind its capped writes.
+// Its data segments are.
+func TestHTBWriteCapLetsPureACKsPass(t *testing.T) {
+	n := newTCTestNet(t)
+	n.enterA(t)
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(n.addrA, n.port).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	h, err := NewHTB(HTBConfig{Device: n.devA, Label: n.label, Port: n.port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	c := n.addrsB[0]
+	if err := h.Set(map[netip.Addr]Setting{c: {WriteRate: 1 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		s, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		accepted <- s
+	}()
+	p0 := ifbPackets(t, n.label)
+	cl, err := n.dialFromB(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	srv := <-accepted
+	defer srv.Close()
+	// The target sends 32 MiB (the consumer reads): everything the
+	// consumer sends back is a pure ACK.
+	go func() {
+		buf := make([]byte, 1<<20)
+		for range 32 {
+			if _, err := srv.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	got, buf := 0, make([]byte, 1<<20)
+	for got < 32<<20 {
+		k, err := cl.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += k
+	}
+	if d := ifbPackets(t, n.label) - p0; d != 0 {
+		t.Errorf("%d of the reader's pure ACKs (or handshake) went through the ifb", d)
+	}
+	// Its writes do go through it.
+	if _, err := cl.Write(make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(srv, make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	if d := ifbPackets(t, n.label) - p0; d == 0 {
+		t.Error("the consumer's write data bypassed the ifb")
+	} else {
+		t.Logf("write of 64 KiB: %d packets through the ifb; 32 MiB read: none", d)
 	}
 }
