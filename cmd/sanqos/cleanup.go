@@ -14,10 +14,11 @@ func cleanupCmd() *cobra.Command {
 		Use:   "cleanup",
 		Short: "Remove the rules, sets and qdiscs a crashed agent left behind",
 		Long: `Removes every kernel object an agent with this label created, in the current
-network namespace: the delay line's iptables rules and ipsets, and the netem
-and HTB backends' qdiscs, mangle chains and ipsets. Objects are found by
-label (rule comments, set names, qdisc handles), never by guessing, so other
-software's rules are left alone.
+network namespace: the delay line's iptables rules and ipsets, the netem
+and HTB backends' qdiscs, mangle chains and ipsets, and the HTB write caps'
+ingress redirect and IFB device. Objects are found by label (rule
+comments, set names, qdisc handles, the filter's name, the IFB's name),
+never by guessing, so other software's rules are left alone.
 
 An agent does the same for its own label when it starts, so this is only
 needed when an agent crashed and will not be restarted. Do not run it
