@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/sanqos/sanqos/internal/testenv"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -25,17 +24,7 @@ func segment(sport uint16, dst netip.Addr, n int) []byte {
 // (BPF_PROG_TEST_RUN): the departure time it stamps, per kind of segment
 // and write_delay_on, against the delay line's rules.
 func TestEDTProgram(t *testing.T) {
-	testenv.RequireRoot(t)
-	delays, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 16, MaxEntries: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer delays.Close()
-	beat, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer beat.Close()
+	delays, beat := programMaps(t, 16)
 	slow, other := netip.MustParseAddr("10.201.0.2"), netip.MustParseAddr("10.201.0.3")
 	const read, write = 2 * time.Millisecond, 5 * time.Millisecond
 	if err := delays.Put(ipv4Key(slow), [2]uint64{uint64(read), uint64(write)}); err != nil {

@@ -48,6 +48,23 @@ func (f frame) bytes() []byte {
 	return b
 }
 
+// programMaps makes a BPF program's maps for a test: consumers (IPv4 key,
+// valueSize bytes) and the one-entry lease. Needs root.
+func programMaps(t *testing.T, valueSize uint32) (consumers, lease *ebpf.Map) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	var err error
+	if consumers, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: valueSize, MaxEntries: 16}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { consumers.Close() })
+	if lease, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lease.Close() })
+	return consumers, lease
+}
+
 // toTarget is a consumer's segment to the target's port.
 func toTarget(ethertype uint16, proto uint8, ihl int, src netip.Addr, dport uint16) []byte {
 	return frame{ethertype: ethertype, proto: proto, ihl: ihl, src: src, dst: netip.MustParseAddr("10.201.0.1"), sport: 40000, dport: dport}.bytes()
@@ -59,17 +76,7 @@ func toTarget(ethertype uint16, proto uint8, ihl int, src netip.Addr, dport uint
 // exactly the TCP segments to the target port from a capped consumer, and
 // nothing once the heartbeat has lapsed.
 func TestWriteCapProgram(t *testing.T) {
-	testenv.RequireRoot(t)
-	consumers, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer consumers.Close()
-	beat, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer beat.Close()
+	consumers, beat := programMaps(t, 4)
 	capped, other := netip.MustParseAddr("10.201.0.2"), netip.MustParseAddr("10.201.0.3")
 	const class = 0x51ab0010
 	if err := consumers.Put(ipv4Key(capped), uint32(class)); err != nil {
