@@ -15,7 +15,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 pkgs=(tgt libiscsi-dev libiscsi-bin iptables ipset iproute2 fuse3 kmod curl
-	dpkg-dev build-essential pkg-config zlib1g-dev libaio-dev chromium)
+	dpkg-dev build-essential pkg-config zlib1g-dev libaio-dev chromium etcd-server)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
