@@ -214,7 +214,8 @@ func (n *Node) Publish(res string, ind Indicator, now time.Time) {
 // shared step while the last record it received is fresh; without one it
 // applies max(local, what is left of the lost shared step), and that
 // residue decays linearly to zero over Decay. Entering cluster mode from
-// another mode blends from the applied value to the shared one over Blend.
+// another mode blends a rise from the applied value to the shared one over
+// Blend; a fall is applied at once.
 func (n *Node) Delay(res string, local int, now time.Time) (int, Mode) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -230,9 +231,15 @@ func (n *Node) Delay(res string, local int, now time.Time) (int, Mode) {
 			rs.mode, rs.edgeAt, rs.edgeFrom = ModeCluster, now, rs.applied
 			n.cfg.Log.Info("following the shared delay", "resource", res, "leader", rs.shared.Leader)
 		}
+		// Only a rise is blended: a lower delay is applied at once, as the
+		// agent's rise limit does (a release never hurts TCP, and a
+		// throttle the cluster no longer asks for must not linger).
 		target := float64(rs.shared.Step)
 		f := min(1, float64(now.Sub(rs.edgeAt))/float64(n.cfg.Blend))
 		out = rs.edgeFrom + (target-rs.edgeFrom)*f
+		if target <= out {
+			out, rs.edgeAt = target, now.Add(-n.cfg.Blend) // blend over
+		}
 	default:
 		if rs.mode == ModeCluster {
 			rs.mode, rs.edgeAt, rs.edgeFrom = ModeDegraded, now, rs.applied
