@@ -146,16 +146,15 @@ type resState struct {
 	edgeAt   time.Time // when the current mode began
 	edgeFrom float64   // applied value at that edge
 	// Leader side.
-	leading   bool
-	elec      *concurrency.Election
-	ctrl      control.Controller
-	preset    bool // the controller is new: start it from the output in force
-	seq       uint64
-	pending   *Shared // record to write
-	lastRec   time.Time
-	lastStep  int
-	agents    map[string]Indicator // every agent's indicator, from the watch
-	campaigns int                  // campaigns started in the current session
+	leading  bool
+	elec     *concurrency.Election
+	ctrl     control.Controller
+	preset   bool // the controller is new: start it from the output in force
+	seq      uint64
+	pending  *Shared // record to write
+	lastRec  time.Time
+	lastStep int
+	agents   map[string]Indicator // every agent's indicator, from the watch
 }
 
 // NewNode joins the cluster: it keeps a session (lease) with etcd, and
@@ -265,6 +264,14 @@ func (n *Node) Delay(res string, local int, now time.Time) (int, Mode) {
 // record is republished when the step changes and at least three times
 // per Fresh, so followers can tell a live leader from a dead one.
 func (n *Node) lead(rs *resState, now time.Time) {
+	if rs.ctrl == nil { // Renew: a new policy's gains and threshold
+		ctrl, err := n.cfg.NewController(rs.name)
+		if err != nil {
+			n.cfg.Log.Error("cannot rebuild the shared controller; keeping the old step", "resource", rs.name, "err", err)
+			return
+		}
+		rs.ctrl, rs.preset = ctrl, true
+	}
 	// Our own indicator is fresher in memory than its echo from etcd.
 	agents := maps(rs.agents)
 	agents[n.cfg.AgentID] = rs.ind
@@ -272,7 +279,9 @@ func (n *Node) lead(rs *resState, now time.Time) {
 	if rs.preset {
 		rs.preset = false
 		from := weightedLocalStep(agents)
-		if rs.haveRec && now.Sub(rs.recvAt) <= n.cfg.Decay {
+		if rs.lastStep >= 0 && rs.seq > 0 {
+			from = rs.lastStep // renewed: continue from our own output
+		} else if rs.haveRec && now.Sub(rs.recvAt) <= n.cfg.Decay {
 			from = rs.shared.Step // take over from the previous leader
 		}
 		if p, ok := rs.ctrl.(interface{ Preset(int) }); ok {
@@ -406,6 +415,19 @@ func (n *Node) Status(now time.Time) []ResourceStatus {
 	}
 	sort.Slice(out, func(i, k int) bool { return out[i].Resource < out[k].Resource })
 	return out
+}
+
+// Renew rebuilds the shared controllers this agent leads, through
+// NewController, at their next tick: a new policy (threshold, gains) takes
+// effect on the shared loop, starting from the step in force.
+func (n *Node) Renew() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, rs := range n.res {
+		if rs.leading {
+			rs.ctrl = nil
+		}
+	}
 }
 
 // Leading reports whether this agent leads the resource.
