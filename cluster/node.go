@@ -40,8 +40,11 @@ type Config struct {
 	// last record it got: under 1 s after etcd or the leader is lost.
 	Fresh time.Duration
 	// Decay bounds how long a lost shared step outlives its source: it
-	// falls linearly to zero over Decay (default 2 s), so no consumer
-	// stays throttled by a cluster that is gone.
+	// falls linearly to zero over Decay (default 4 s), so no consumer
+	// stays throttled by a cluster that is gone. It should outlast a leader
+	// failover (measured 2.0–3.5 s with TTL 2 s: the lease's expiry, etcd's
+	// 0.5 s expiry scan, the new leader's first record), or a consumer that
+	// only the shared step throttles is let go while leaders change.
 	Decay time.Duration
 	// Blend is how long the move from the local step to the shared one
 	// takes when an agent (re)joins (default 1 s): no jump on rejoin.
@@ -81,7 +84,7 @@ func (c *Config) defaults() error {
 		c.Fresh = 500 * time.Millisecond
 	}
 	if c.Decay <= 0 {
-		c.Decay = 2 * time.Second
+		c.Decay = 4 * time.Second
 	}
 	if c.Blend <= 0 {
 		c.Blend = time.Second
@@ -396,7 +399,8 @@ type ResourceStatus struct {
 	Step     int           `json:"shared_step"`
 	Applied  float64       `json:"applied_step"`
 	Age      time.Duration `json:"age_ns"`
-	Agents   int           `json:"agents"`
+	// Agents is how many agents' indicators the shared step came from.
+	Agents int `json:"agents"`
 	// Consumers the shared step applies to (all agents').
 	Consumers []netip.Addr `json:"consumers,omitempty"`
 }
@@ -407,9 +411,10 @@ func (n *Node) Status(now time.Time) []ResourceStatus {
 	defer n.mu.Unlock()
 	out := make([]ResourceStatus, 0, len(n.res))
 	for _, rs := range n.res {
-		s := ResourceStatus{Resource: rs.name, Mode: rs.mode, Leading: rs.leading, Applied: rs.applied, Agents: len(rs.agents)}
+		s := ResourceStatus{Resource: rs.name, Mode: rs.mode, Leading: rs.leading, Applied: rs.applied}
 		if rs.haveRec {
 			s.Leader, s.Seq, s.Step, s.Age, s.Consumers = rs.shared.Leader, rs.shared.Seq, rs.shared.Step, now.Sub(rs.recvAt), rs.shared.Consumers
+			s.Agents = rs.shared.Agents
 		}
 		out = append(out, s)
 	}
@@ -488,6 +493,7 @@ func (n *Node) sessions() {
 		scancel()
 		for _, rs := range n.res {
 			rs.leading, rs.elec, rs.ctrl, rs.pending = false, nil, nil, nil
+			clear(rs.agents)
 		}
 		n.mu.Unlock()
 		if n.ctx.Err() != nil {
@@ -532,13 +538,27 @@ func (n *Node) startCampaign(rs *resState) {
 			cancel()
 			return
 		}
+		// Read every agent's indicator before leading, so the controller
+		// starts from the outputs in force (bumpless), then keep them.
+		gctx, cancel := context.WithTimeout(sctx, time.Second)
+		resp, err := n.cfg.Client.Get(gctx, agentsPrefix(n.cfg.Prefix, rs.name), clientv3.WithPrefix())
+		cancel()
+		var from int64
 		n.mu.Lock()
 		if n.sessionCtx != sctx { // the session ended meanwhile
 			n.mu.Unlock()
 			return
 		}
+		clear(rs.agents)
+		if err == nil {
+			for _, kv := range resp.Kvs {
+				n.apply(rs, string(kv.Key), kv.Value, false)
+			}
+			from = resp.Header.Revision + 1
+		}
 		rs.leading, rs.elec, rs.ctrl, rs.preset, rs.lastStep = true, e, ctrl, true, -1
 		n.mu.Unlock()
+		n.watchAgents(sctx, rs, from)
 	}()
 }
 
@@ -624,30 +644,56 @@ func (n *Node) publishOnce(now time.Time) {
 	}
 }
 
-// watch keeps rs's view of etcd: every agent's indicator and the shared
-// record. It reads the resource's keys, then watches from the next
-// revision; when the watch ends (etcd restarted past a compaction, or
-// lost its leader) it starts over. A record found by the initial read is
-// remembered but not counted as fresh: only one that arrives while we
-// watch proves a live leader (a dead one's record outlives it by a TTL).
+// watch keeps rs's shared record in step with etcd (see follow). Only
+// the shared record: every agent of a resource needs it, but only the
+// leader needs the other agents' indicators (watchAgents), so a follower's
+// watch traffic does not grow with the number of agents.
+//
+// A record found by the initial read is remembered but not counted as
+// fresh: only one that arrives while we watch proves a live leader (a dead
+// one's record outlives it by a TTL).
 func (n *Node) watch(rs *resState) {
-	prefix := resourceKey(n.cfg.Prefix, rs.name)
-	for n.ctx.Err() == nil {
-		gctx, cancel := context.WithTimeout(n.ctx, time.Second)
-		resp, err := n.cfg.Client.Get(gctx, prefix, clientv3.WithPrefix())
-		cancel()
-		if err != nil {
-			pause(n.ctx, retryPace)
-			continue
+	n.follow(n.ctx, rs, delayKey(n.cfg.Prefix, rs.name), false, nil, 0)
+}
+
+// watchAgents keeps a leader's view of every agent's indicator while its
+// leadership (ctx) lasts, from revision from on (its initial read was done
+// by the caller).
+func (n *Node) watchAgents(ctx context.Context, rs *resState, from int64) {
+	n.follow(ctx, rs, agentsPrefix(n.cfg.Prefix, rs.name), true, func() { clear(rs.agents) }, from)
+}
+
+// follow reads key (or the keys under it, with prefix) and watches it from
+// the next revision until ctx ends; when a watch ends (etcd compacted past
+// it, or lost its leader) it starts over with a fresh read. reset runs,
+// under n.mu, before a fresh read is applied. With from > 0 the first read
+// is skipped and the watch starts at from.
+func (n *Node) follow(ctx context.Context, rs *resState, key string, prefix bool, reset func(), from int64) {
+	var opts []clientv3.OpOption
+	if prefix {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	for ctx.Err() == nil {
+		if from == 0 {
+			gctx, cancel := context.WithTimeout(ctx, time.Second)
+			resp, err := n.cfg.Client.Get(gctx, key, opts...)
+			cancel()
+			if err != nil {
+				pause(ctx, retryPace)
+				continue
+			}
+			n.mu.Lock()
+			if reset != nil {
+				reset()
+			}
+			for _, kv := range resp.Kvs {
+				n.apply(rs, string(kv.Key), kv.Value, false)
+			}
+			n.mu.Unlock()
+			from = resp.Header.Revision + 1
 		}
-		n.mu.Lock()
-		clear(rs.agents)
-		for _, kv := range resp.Kvs {
-			n.apply(rs, string(kv.Key), kv.Value, false)
-		}
-		n.mu.Unlock()
-		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(n.ctx))
-		for wr := range n.cfg.Client.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
+		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for wr := range n.cfg.Client.Watch(wctx, key, append(opts, clientv3.WithRev(from))...) {
 			if wr.Err() != nil {
 				break
 			}
@@ -662,6 +708,7 @@ func (n *Node) watch(rs *resState) {
 			n.mu.Unlock()
 		}
 		wcancel()
+		from = 0
 	}
 }
 
