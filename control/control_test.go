@@ -350,3 +350,26 @@ func repeat(x float64, n int) []float64 {
 }
 
 var _ Controller = (*AIMD)(nil)
+
+// TestPIDPreset: a preset controller outputs the preset step, holds it at
+// zero error and moves from it, not from zero, on the next error.
+func TestPIDPreset(t *testing.T) {
+	p, err := NewPID(ThesisPIDConfig(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Preset(12)
+	if got := p.Output(); got != 12 {
+		t.Fatalf("Output after Preset(12) = %d", got)
+	}
+	if got := p.Update(10); got != 12 {
+		t.Fatalf("Update at zero error after Preset(12) = %d, want 12 (no bump)", got)
+	}
+	if got := p.Update(11); got < 12 || got > 13 {
+		t.Fatalf("Update just above the threshold = %d, want 12..13", got)
+	}
+	p.Preset(1000)
+	if got := p.Output(); got != DefaultMaxSteps {
+		t.Fatalf("Preset above max: Output = %d, want %d", got, DefaultMaxSteps)
+	}
+}

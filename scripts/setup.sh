@@ -17,7 +17,7 @@ fi
 
 pkgs=(tgt libiscsi-dev libiscsi-bin iptables ipset iproute2 fuse3 kmod curl
 	dpkg-dev build-essential pkg-config zlib1g-dev libaio-dev chromium
-	qemu-system-x86 linux-image-amd64 busybox-static cpio)
+	qemu-system-x86 linux-image-amd64 busybox-static cpio etcd-server)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/sanqos/sanqos/agent"
+	"github.com/sanqos/sanqos/cluster"
 	"github.com/sanqos/sanqos/config"
 	"github.com/sanqos/sanqos/dashboard"
 	"github.com/sanqos/sanqos/discover"
@@ -68,6 +69,7 @@ func agentCmd() *cobra.Command {
 	bo := backendOptions{Name: "auto", Port: 3260, Chain: "OUTPUT", Label: "sanqos", Ramp: config.Defaults().DelayRamp}
 	var logJSON bool
 	var cfgPath, httpAddr string
+	var eo etcdOptions
 	c := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the sanqos daemon (foreground; systemd-friendly)",
@@ -128,7 +130,10 @@ In the lab, the experiments' agent runs in namespace bm: see
 				}
 			}
 			bo = bo.resolve(cfg, cmd.Flags().Changed("delay-follow"))
-			return runAgent(cfg, cfgPath, bo, socket, httpAddr, cmd.Flags().Changed("http"), log)
+			if eo.Endpoints != "" && cfg == nil {
+				return errors.New("--etcd needs --config: a cluster shares the policies of configured resources")
+			}
+			return runAgent(cfg, cfgPath, bo, socket, httpAddr, cmd.Flags().Changed("http"), eo, log)
 		},
 	}
 	f := c.Flags()
@@ -145,10 +150,13 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f.IntVar(&bo.QueueLimit, "queue-limit", 0, "most packets the delay line holds at once; beyond it the soonest-due leaves early (default 4096)")
 	f.StringVar(&httpAddr, "http", "", "HTTP listener for the dashboard and /metrics (overrides the config's http; \"\" turns it off; without --config, off unless given)")
 	f.BoolVar(&logJSON, "log-json", false, "log JSON instead of logfmt")
+	f.StringVar(&eo.Endpoints, "etcd", "", "etcd endpoints (comma-separated URLs): share policies, indicators and per-resource delays with the other target hosts' agents (package cluster); without it the agent runs alone")
+	f.StringVar(&eo.ID, "etcd-id", "", "this agent's id in the cluster (default: the hostname)")
+	f.StringVar(&eo.Prefix, "etcd-prefix", cluster.DefaultPrefix, "prefix of the cluster's etcd keys")
 	return c
 }
 
-func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket, httpAddr string, httpOverride bool, log *slog.Logger) error {
+func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket, httpAddr string, httpOverride bool, eo etcdOptions, log *slog.Logger) error {
 	t, err := newBackend(bo, log)
 	if err != nil {
 		return err
@@ -192,33 +200,62 @@ func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket, htt
 			// The target's own connections give per-consumer rates.
 			rates = sample.NewTCPRates(uint16(cfg.ISCSIPort))
 		}
+		// With --etcd every resource's controller goes through the cluster
+		// (cmd/sanqos/cluster.go); the agent itself is unchanged.
+		newCtrl, load, register := newPID, config.Load, func(*http.ServeMux) {}
+		var cl *clusterRun
+		if eo.Endpoints != "" {
+			if cl, err = startCluster(eo, cfg, log); err != nil {
+				return err
+			}
+			defer cl.Close()
+			newCtrl, load, register = cl.newController, cl.load, cl.register
+		}
 		a := agent.New(cfg, agent.Deps{Throttle: t, Sampler: sampler, Rates: rates, Discoverer: disc, Log: log,
-			NewController: newPID, NewSmoother: newEWMA, ControlAPI: api.Handler()})
+			NewController: newCtrl, NewSmoother: newEWMA, ControlAPI: api.Handler()})
 		api.Status = func() any { return a.Status() }
 		dash := dashboard.New(a.Status, dashboard.Options{})
 		go dash.Run(ctx)
-		if err := a.ServeHTTP(ctx, cfg.HTTP, dash.Register); err != nil {
+		if err := a.ServeHTTP(ctx, cfg.HTTP, func(mux *http.ServeMux) { dash.Register(mux); register(mux) }); err != nil {
 			return err
+		}
+		// reload is SIGHUP's and the cluster policy's way in: --http's
+		// listener survives it, and bridge mode refuses portal changes.
+		reload := func(nc *config.Config) error {
+			if nc.HTTP != cfg.HTTP && httpOverride {
+				// --http replaced the file's listener at start; keep it,
+				// or every reload would look like a listener change.
+				nc.HTTP = cfg.HTTP
+			}
+			if cfg.Mode == "bridge" && !samePortals(cfg, nc) {
+				return errors.New("bridge mode: resources, portals and capture_interface changes need a restart")
+			}
+			return a.Reload(nc)
+		}
+		if cl != nil {
+			go cl.feedDetails(ctx, a, cfg.Interval)
+			go cl.watchPolicy(ctx, cfgPath, func(nc *config.Config) error {
+				if err := reload(nc); err != nil {
+					return err
+				}
+				log.Info("cluster policy applied", "resources", len(nc.Resources))
+				return nil
+			})
 		}
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		go func() {
 			for range hup {
-				nc, err := config.Load(cfgPath)
-				if err == nil && nc.HTTP != cfg.HTTP && httpOverride {
-					// --http replaced the file's listener at start; keep it,
-					// or every reload would look like a listener change.
-					nc.HTTP = cfg.HTTP
-				}
-				if err == nil && cfg.Mode == "bridge" && !samePortals(cfg, nc) {
-					err = errors.New("bridge mode: resources, portals and capture_interface changes need a restart")
-				}
+				nc, err := load(cfgPath)
 				if err == nil {
-					err = a.Reload(nc)
+					err = reload(nc)
 				}
 				if err != nil {
 					log.Error("config reload rejected; the old config stays active", "err", err)
 					continue
+				}
+				if cl != nil {
+					cl.applied(nc)
 				}
 				log.Info("config reloaded", "resources", len(nc.Resources))
 			}

@@ -1,0 +1,763 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/sanqos/sanqos/control"
+)
+
+// DefaultPrefix is where sanqos keeps its keys; v1 is the layout's version.
+const DefaultPrefix = "/sanqos/v1"
+
+// Config configures a Node.
+type Config struct {
+	Client *clientv3.Client
+	// Prefix of every key (default DefaultPrefix).
+	Prefix string
+	// AgentID names this agent (default: the hostname, set by the caller).
+	AgentID string
+	// TTL of the agent's lease, in seconds (default 2): how long a dead
+	// agent's indicators and a dead leader's delay outlive it, and how long
+	// a new leader waits for the old one's election key to go.
+	TTL int
+	// Fresh is how old (since it was received) a shared step may be and
+	// still be followed (default 500 ms). The leader republishes at least
+	// three times per Fresh, so an agent falls back within Fresh of the
+	// last record it got: under 1 s after etcd or the leader is lost.
+	Fresh time.Duration
+	// Decay bounds how long a lost shared step outlives its source: it
+	// falls linearly to zero over Decay (default 4 s), so no consumer
+	// stays throttled by a cluster that is gone. It should outlast a leader
+	// failover (measured 2.0–3.5 s with TTL 2 s: the lease's expiry, etcd's
+	// 0.5 s expiry scan, the new leader's first record), or a consumer that
+	// only the shared step throttles is let go while leaders change.
+	Decay time.Duration
+	// Blend is how long the move from the local step to the shared one
+	// takes when an agent (re)joins (default 1 s): no jump on rejoin.
+	Blend time.Duration
+	// PublishEvery bounds how often an indicator is written (default
+	// 100 ms, the agent's interval). Every write costs a Raft round.
+	PublishEvery time.Duration
+	// NewController builds the shared controller of a resource this agent
+	// comes to lead: package control's PID with the resource's gains.
+	NewController func(resource string) (control.Controller, error)
+	// Step is the delay of one step (for the published record).
+	Step time.Duration
+	// Now is the clock that stamps received records (default time.Now);
+	// it must be the clock of the now passed to Delay.
+	Now func() time.Time
+	Log *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	if c.Client == nil {
+		return errors.New("cluster: no etcd client")
+	}
+	if c.AgentID == "" || strings.ContainsAny(c.AgentID, "/ \t\n") {
+		return fmt.Errorf("cluster: agent id %q: want a non-empty name without slashes or spaces", c.AgentID)
+	}
+	if c.NewController == nil {
+		return errors.New("cluster: no NewController")
+	}
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	c.Prefix = strings.TrimRight(c.Prefix, "/")
+	if c.TTL <= 0 {
+		c.TTL = 2
+	}
+	if c.Fresh <= 0 {
+		c.Fresh = 500 * time.Millisecond
+	}
+	if c.Decay <= 0 {
+		c.Decay = 4 * time.Second
+	}
+	if c.Blend <= 0 {
+		c.Blend = time.Second
+	}
+	if c.PublishEvery <= 0 {
+		c.PublishEvery = 100 * time.Millisecond
+	}
+	if c.Step <= 0 {
+		c.Step = control.DefaultStep
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// Keys of a resource: agents' indicators, the election, the shared delay.
+func resourceKey(prefix, res string) string  { return prefix + "/resources/" + res + "/" }
+func agentKey(prefix, res, id string) string { return resourceKey(prefix, res) + "agents/" + id }
+func electionKey(prefix, res string) string  { return resourceKey(prefix, res) + "leader" }
+func delayKey(prefix, res string) string     { return resourceKey(prefix, res) + "delay" }
+func agentsPrefix(prefix, res string) string { return resourceKey(prefix, res) + "agents/" }
+func agentFromKey(prefix, res, key string) string {
+	return strings.TrimPrefix(key, agentsPrefix(prefix, res))
+}
+
+// Node is one agent's membership in the cluster. Its methods never block
+// on etcd: Publish and Delay work on memory that background goroutines
+// keep in step with etcd, so an unreachable etcd slows no control tick.
+type Node struct {
+	cfg    Config
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	res     map[string]*resState
+	session *concurrency.Session
+	// sessionCtx ends with the session: campaigns run under it.
+	sessionCtx context.Context
+	kick       chan struct{} // wakes the publisher
+}
+
+// resState is one resource on this agent. Guarded by Node.mu.
+type resState struct {
+	name string
+	// Local side: the last indicator and whether it is written yet.
+	ind     Indicator
+	indTime time.Time
+	dirty   bool
+	lastPub time.Time
+	// Follower side: the last shared record and when it came (our clock).
+	shared  Shared
+	haveRec bool
+	recvAt  time.Time
+	// What this agent applied and the transition it is in.
+	mode     Mode
+	applied  float64
+	edgeAt   time.Time // when the current mode began
+	edgeFrom float64   // applied value at that edge
+	// Leader side.
+	leading  bool
+	elec     *concurrency.Election
+	ctrl     control.Controller
+	preset   bool // the controller is new: start it from the output in force
+	seq      uint64
+	pending  *Shared // record to write
+	lastRec  time.Time
+	lastStep int
+	agents   map[string]Indicator // every agent's indicator, from the watch
+}
+
+// NewNode joins the cluster: it keeps a session (lease) with etcd, and
+// for each resource it is told about publishes, watches and campaigns.
+// Close leaves.
+func NewNode(cfg Config) (*Node, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &Node{cfg: cfg, ctx: ctx, cancel: cancel, res: map[string]*resState{}, kick: make(chan struct{}, 1)}
+	n.wg.Add(2)
+	go func() { defer n.wg.Done(); n.sessions() }()
+	go func() { defer n.wg.Done(); n.publisher() }()
+	return n, nil
+}
+
+// Close stops everything and revokes the lease, so this agent's
+// indicators and any delay it published as leader go at once.
+func (n *Node) Close() {
+	n.cancel()
+	n.wg.Wait()
+}
+
+// ID is the agent's id.
+func (n *Node) ID() string { return n.cfg.AgentID }
+
+// state returns the resource's state, starting its watch (and campaign,
+// when there is a session) the first time. Called with n.mu held.
+func (n *Node) state(res string) *resState {
+	rs := n.res[res]
+	if rs != nil {
+		return rs
+	}
+	rs = &resState{name: res, mode: ModeLocal, agents: map[string]Indicator{}}
+	n.res[res] = rs
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.watch(rs) }()
+	if n.session != nil {
+		n.startCampaign(rs)
+	}
+	return rs
+}
+
+// Publish implements Seam: the indicator is written (under the lease)
+// by the publisher, at most every PublishEvery.
+func (n *Node) Publish(res string, ind Indicator, now time.Time) {
+	n.mu.Lock()
+	rs := n.state(res)
+	rs.ind, rs.indTime, rs.dirty = ind, now, true
+	n.mu.Unlock()
+}
+
+// Delay implements Seam. On the leader it first runs the shared
+// controller one tick. Then every agent, leader included, follows the
+// shared step while the last record it received is fresh; without one it
+// applies max(local, what is left of the lost shared step), and that
+// residue decays linearly to zero over Decay. Entering cluster mode from
+// another mode blends a rise from the applied value to the shared one over
+// Blend; a fall is applied at once.
+func (n *Node) Delay(res string, local int, now time.Time) (int, Mode) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	rs := n.state(res)
+	if rs.leading {
+		n.lead(rs, now)
+	}
+	fresh := rs.haveRec && now.Sub(rs.recvAt) <= n.cfg.Fresh
+	var out float64
+	switch {
+	case fresh:
+		if rs.mode != ModeCluster {
+			rs.mode, rs.edgeAt, rs.edgeFrom = ModeCluster, now, rs.applied
+			n.cfg.Log.Info("following the shared delay", "resource", res, "leader", rs.shared.Leader)
+		}
+		// Only a rise is blended: a lower delay is applied at once, as the
+		// agent's rise limit does (a release never hurts TCP, and a
+		// throttle the cluster no longer asks for must not linger).
+		target := float64(rs.shared.Step)
+		f := min(1, float64(now.Sub(rs.edgeAt))/float64(n.cfg.Blend))
+		out = rs.edgeFrom + (target-rs.edgeFrom)*f
+		if target <= out {
+			out, rs.edgeAt = target, now.Add(-n.cfg.Blend) // blend over
+		}
+	default:
+		if rs.mode == ModeCluster {
+			rs.mode, rs.edgeAt, rs.edgeFrom = ModeDegraded, now, rs.applied
+			n.cfg.Log.Warn("shared delay lost; local control with the shared delay decaying", "resource", res,
+				"last_seq", rs.shared.Seq, "age", now.Sub(rs.recvAt).Round(time.Millisecond), "decay", n.cfg.Decay)
+		}
+		out = float64(local)
+		if rs.mode == ModeDegraded {
+			left := rs.edgeFrom * (1 - float64(now.Sub(rs.edgeAt))/float64(n.cfg.Decay))
+			if left <= 0 {
+				rs.mode = ModeLocal
+				n.cfg.Log.Info("shared delay decayed; local control", "resource", res)
+			} else {
+				out = max(out, left)
+			}
+		}
+	}
+	rs.applied = out
+	return int(math.Ceil(out - 1e-9)), rs.mode
+}
+
+// lead runs the shared controller one tick and queues its record. The
+// record is republished when the step changes and at least three times
+// per Fresh, so followers can tell a live leader from a dead one.
+func (n *Node) lead(rs *resState, now time.Time) {
+	if rs.ctrl == nil { // Renew: a new policy's gains and threshold
+		ctrl, err := n.cfg.NewController(rs.name)
+		if err != nil {
+			n.cfg.Log.Error("cannot rebuild the shared controller; keeping the old step", "resource", rs.name, "err", err)
+			return
+		}
+		rs.ctrl, rs.preset = ctrl, true
+	}
+	// Our own indicator is fresher in memory than its echo from etcd.
+	agents := maps(rs.agents)
+	agents[n.cfg.AgentID] = rs.ind
+	wait, _ := aggregate(agents)
+	if rs.preset {
+		rs.preset = false
+		from := weightedLocalStep(agents)
+		if rs.lastStep >= 0 && rs.seq > 0 {
+			from = rs.lastStep // renewed: continue from our own output
+		} else if rs.haveRec && now.Sub(rs.recvAt) <= n.cfg.Decay {
+			from = rs.shared.Step // take over from the previous leader
+		}
+		if p, ok := rs.ctrl.(interface{ Preset(int) }); ok {
+			p.Preset(from)
+		}
+		n.cfg.Log.Info("leading resource", "resource", rs.name, "agents", len(agents), "start_step", from)
+	}
+	step := rs.ctrl.Update(wait)
+	if step == rs.lastStep && now.Sub(rs.lastRec) < n.cfg.Fresh/3 && rs.seq > 0 {
+		return
+	}
+	rs.seq = max(rs.seq, rs.shared.Seq) + 1
+	rec := &Shared{Seq: rs.seq, Leader: n.cfg.AgentID, Time: now, Step: step, Agents: len(agents),
+		DelayNs: int64(control.Step(step, n.cfg.Step)), Consumers: throttleable(agents)}
+	if !math.IsNaN(wait) {
+		rec.WaitMs = &wait
+	}
+	rs.pending, rs.lastRec, rs.lastStep = rec, now, step
+	n.wake()
+}
+
+func maps(m map[string]Indicator) map[string]Indicator {
+	out := make(map[string]Indicator, len(m)+1)
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// aggregate combines the agents' waits into the resource's indicator: the
+// mean weighted by each agent's read traffic. The back end has one read
+// wait; each agent samples it through the reads its own LUNs complete, so
+// weighting by reads gives the mean over every read in the SAN, as if
+// measured in one place — the same weighting the agent already uses across
+// a resource's devices. An unweighted mean would let a host that saw one
+// read in the interval count as much as one that saw thousands. Read bytes
+// stand in for read counts (the agent's status has the former); if no agent
+// reports traffic, agents with a wait count equally. NaN if nobody has a
+// wait: the PID then holds its output, as it does for a local sampling gap.
+func aggregate(agents map[string]Indicator) (wait, weight float64) {
+	var sum, w, plain float64
+	var n int
+	for _, a := range agents {
+		if math.IsNaN(a.WaitMs) || math.IsInf(a.WaitMs, 0) {
+			continue
+		}
+		plain += a.WaitMs
+		n++
+		if a.ReadBps > 0 {
+			sum += a.WaitMs * a.ReadBps
+			w += a.ReadBps
+		}
+	}
+	switch {
+	case w > 0:
+		return sum / w, w
+	case n > 0:
+		return plain / float64(n), 0
+	}
+	return math.NaN(), 0
+}
+
+// weightedLocalStep is where a new shared controller starts when there
+// was no shared step: the agents' local outputs, weighted like their
+// waits, rounded up (a throttle in force is not lightened by the takeover).
+func weightedLocalStep(agents map[string]Indicator) int {
+	var sum, w float64
+	hi := 0
+	for _, a := range agents {
+		hi = max(hi, a.LocalStep)
+		if a.ReadBps > 0 {
+			sum += float64(a.LocalStep) * a.ReadBps
+			w += a.ReadBps
+		}
+	}
+	if w == 0 {
+		return hi
+	}
+	return int(math.Ceil(sum/w - 1e-9))
+}
+
+// throttleable is the union of every agent's throttleable consumers.
+func throttleable(agents map[string]Indicator) []netip.Addr {
+	seen := map[netip.Addr]bool{}
+	var out []netip.Addr
+	for _, a := range agents {
+		for _, c := range a.Consumers {
+			if c.Throttleable && !seen[c.Addr] {
+				seen[c.Addr] = true
+				out = append(out, c.Addr)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return out
+}
+
+func (n *Node) wake() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// ResourceStatus is one resource's cluster state on this agent.
+type ResourceStatus struct {
+	Resource string        `json:"resource"`
+	Mode     Mode          `json:"mode"`
+	Leading  bool          `json:"leading"`
+	Leader   string        `json:"leader,omitempty"`
+	Seq      uint64        `json:"seq"`
+	Step     int           `json:"shared_step"`
+	Applied  float64       `json:"applied_step"`
+	Age      time.Duration `json:"age_ns"`
+	// Agents is how many agents' indicators the shared step came from.
+	Agents int `json:"agents"`
+	// Consumers the shared step applies to (all agents').
+	Consumers []netip.Addr `json:"consumers,omitempty"`
+}
+
+// Status reports every resource's mode, for the agent's status.
+func (n *Node) Status(now time.Time) []ResourceStatus {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]ResourceStatus, 0, len(n.res))
+	for _, rs := range n.res {
+		s := ResourceStatus{Resource: rs.name, Mode: rs.mode, Leading: rs.leading, Applied: rs.applied}
+		if rs.haveRec {
+			s.Leader, s.Seq, s.Step, s.Age, s.Consumers = rs.shared.Leader, rs.shared.Seq, rs.shared.Step, now.Sub(rs.recvAt), rs.shared.Consumers
+			s.Agents = rs.shared.Agents
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].Resource < out[k].Resource })
+	return out
+}
+
+// Renew rebuilds the shared controllers this agent leads, through
+// NewController, at their next tick: a new policy (threshold, gains) takes
+// effect on the shared loop, starting from the step in force.
+func (n *Node) Renew() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, rs := range n.res {
+		if rs.leading {
+			rs.ctrl = nil
+		}
+	}
+}
+
+// Leading reports whether this agent leads the resource.
+func (n *Node) Leading(res string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	rs := n.res[res]
+	return rs != nil && rs.leading
+}
+
+// sessions keeps a lease with etcd: grant, keep alive, and when it ends
+// (etcd unreachable for a TTL, or the lease revoked) grant a new one as
+// soon as etcd answers again. Every campaign runs under the session.
+func (n *Node) sessions() {
+	var prev clientv3.LeaseID
+	for n.ctx.Err() == nil {
+		// Grant with our own timeout: NewSession's context would also bound
+		// the keepalive.
+		gctx, cancel := context.WithTimeout(n.ctx, time.Second)
+		lease, err := n.cfg.Client.Grant(gctx, int64(n.cfg.TTL))
+		cancel()
+		if err != nil {
+			if n.ctx.Err() == nil {
+				n.cfg.Log.Debug("etcd lease grant failed; retrying", "err", err)
+				pause(n.ctx, retryPace)
+			}
+			continue
+		}
+		if prev != 0 {
+			// The lease we lost may still live in etcd (a restarted etcd
+			// renews every lease): revoke it, so our old election key does
+			// not keep the resources leaderless for another TTL.
+			rctx, cancel := context.WithTimeout(n.ctx, time.Second)
+			n.cfg.Client.Revoke(rctx, prev)
+			cancel()
+		}
+		s, err := concurrency.NewSession(n.cfg.Client, concurrency.WithLease(lease.ID), concurrency.WithContext(n.ctx))
+		if err != nil {
+			continue
+		}
+		prev = lease.ID
+		sctx, scancel := context.WithCancel(n.ctx)
+		n.mu.Lock()
+		n.session, n.sessionCtx = s, sctx
+		for _, rs := range n.res {
+			n.startCampaign(rs)
+		}
+		n.mu.Unlock()
+		n.cfg.Log.Info("etcd session up", "agent", n.cfg.AgentID, "lease", fmt.Sprintf("%x", lease.ID))
+		n.markDirty()
+		select {
+		case <-s.Done():
+			n.cfg.Log.Warn("etcd session lost; campaigning again when etcd answers", "agent", n.cfg.AgentID)
+		case <-n.ctx.Done():
+		}
+		n.mu.Lock()
+		n.session, n.sessionCtx = nil, nil
+		scancel()
+		for _, rs := range n.res {
+			rs.leading, rs.elec, rs.ctrl, rs.pending = false, nil, nil, nil
+			clear(rs.agents)
+		}
+		n.mu.Unlock()
+		if n.ctx.Err() != nil {
+			// Leaving: revoke, so our keys go now rather than after a TTL.
+			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			n.cfg.Client.Revoke(rctx, lease.ID)
+			cancel()
+		}
+	}
+}
+
+// markDirty has every indicator rewritten under the (new) lease.
+func (n *Node) markDirty() {
+	n.mu.Lock()
+	for _, rs := range n.res {
+		if !rs.indTime.IsZero() {
+			rs.dirty = true
+		}
+	}
+	n.mu.Unlock()
+	n.wake()
+}
+
+// startCampaign campaigns for rs's leadership under the current session.
+// Called with n.mu held.
+func (n *Node) startCampaign(rs *resState) {
+	s, sctx := n.session, n.sessionCtx
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		e := concurrency.NewElection(s, electionKey(n.cfg.Prefix, rs.name))
+		// Campaign returns once every earlier candidate's key is gone:
+		// then this agent leads until its session ends.
+		if err := e.Campaign(sctx, n.cfg.AgentID); err != nil {
+			return
+		}
+		ctrl, err := n.cfg.NewController(rs.name)
+		if err != nil {
+			n.cfg.Log.Error("cannot build the shared controller; resigning", "resource", rs.name, "err", err)
+			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			e.Resign(rctx)
+			cancel()
+			return
+		}
+		// Read every agent's indicator before leading, so the controller
+		// starts from the outputs in force (bumpless), then keep them.
+		gctx, cancel := context.WithTimeout(sctx, time.Second)
+		resp, err := n.cfg.Client.Get(gctx, agentsPrefix(n.cfg.Prefix, rs.name), clientv3.WithPrefix())
+		cancel()
+		var from int64
+		n.mu.Lock()
+		if n.sessionCtx != sctx { // the session ended meanwhile
+			n.mu.Unlock()
+			return
+		}
+		clear(rs.agents)
+		if err == nil {
+			for _, kv := range resp.Kvs {
+				n.apply(rs, string(kv.Key), kv.Value, false)
+			}
+			from = resp.Header.Revision + 1
+		}
+		rs.leading, rs.elec, rs.ctrl, rs.preset, rs.lastStep = true, e, ctrl, true, -1
+		n.mu.Unlock()
+		n.watchAgents(sctx, rs, from)
+	}()
+}
+
+// publisher writes dirty indicators (under the lease, batched in
+// transactions) and leaders' records (each fenced by its election key, so
+// a deposed leader cannot overwrite its successor), latest first: a write
+// that fails is dropped, since the next tick brings newer data.
+func (n *Node) publisher() {
+	t := time.NewTicker(n.cfg.PublishEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-n.kick:
+		case <-t.C:
+		}
+		n.publishOnce(time.Now())
+	}
+}
+
+const maxTxnOps = 100 // etcd's default --max-txn-ops is 128
+
+type write struct {
+	res  string
+	key  string
+	val  string
+	elec *concurrency.Election
+}
+
+func (n *Node) publishOnce(now time.Time) {
+	n.mu.Lock()
+	s := n.session
+	if s == nil {
+		n.mu.Unlock()
+		return
+	}
+	var inds, recs []write
+	for _, rs := range n.res {
+		if rs.pending != nil && rs.elec != nil {
+			b, _ := json.Marshal(rs.pending)
+			recs = append(recs, write{res: rs.name, key: delayKey(n.cfg.Prefix, rs.name), val: string(b), elec: rs.elec})
+			rs.pending = nil
+		}
+		if rs.dirty && now.Sub(rs.lastPub) >= n.cfg.PublishEvery {
+			b, _ := json.Marshal(rs.ind.wire(rs.indTime))
+			inds = append(inds, write{res: rs.name, key: agentKey(n.cfg.Prefix, rs.name, n.cfg.AgentID), val: string(b)})
+			rs.dirty, rs.lastPub = false, now
+		}
+	}
+	n.mu.Unlock()
+	lease := s.Lease()
+	for _, w := range recs {
+		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Fresh)
+		_, err := n.cfg.Client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(w.elec.Key()), "=", w.elec.Rev())).
+			Then(clientv3.OpPut(w.key, w.val, clientv3.WithLease(lease))).Commit()
+		cancel()
+		if err != nil && n.ctx.Err() == nil {
+			n.cfg.Log.Debug("publishing shared delay failed", "resource", w.res, "err", err)
+		}
+	}
+	for len(inds) > 0 {
+		k := min(len(inds), maxTxnOps)
+		ops := make([]clientv3.Op, 0, k)
+		for _, w := range inds[:k] {
+			ops = append(ops, clientv3.OpPut(w.key, w.val, clientv3.WithLease(lease)))
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Fresh)
+		_, err := n.cfg.Client.Txn(ctx).Then(ops...).Commit()
+		cancel()
+		if err != nil && n.ctx.Err() == nil {
+			n.cfg.Log.Debug("publishing indicators failed", "n", k, "err", err)
+			n.mu.Lock()
+			for _, w := range inds[:k] {
+				if rs := n.res[w.res]; rs != nil {
+					rs.dirty = true
+				}
+			}
+			n.mu.Unlock()
+		}
+		inds = inds[k:]
+	}
+}
+
+// watch keeps rs's shared record in step with etcd (see follow). Only
+// the shared record: every agent of a resource needs it, but only the
+// leader needs the other agents' indicators (watchAgents), so a follower's
+// watch traffic does not grow with the number of agents.
+//
+// A record found by the initial read is remembered but not counted as
+// fresh: only one that arrives while we watch proves a live leader (a dead
+// one's record outlives it by a TTL).
+func (n *Node) watch(rs *resState) {
+	n.follow(n.ctx, rs, delayKey(n.cfg.Prefix, rs.name), false, nil, 0)
+}
+
+// watchAgents keeps a leader's view of every agent's indicator while its
+// leadership (ctx) lasts, from revision from on (its initial read was done
+// by the caller).
+func (n *Node) watchAgents(ctx context.Context, rs *resState, from int64) {
+	n.follow(ctx, rs, agentsPrefix(n.cfg.Prefix, rs.name), true, func() { clear(rs.agents) }, from)
+}
+
+// follow reads key (or the keys under it, with prefix) and watches it from
+// the next revision until ctx ends; when a watch ends (etcd compacted past
+// it, or lost its leader) it starts over with a fresh read. reset runs,
+// under n.mu, before a fresh read is applied. With from > 0 the first read
+// is skipped and the watch starts at from.
+func (n *Node) follow(ctx context.Context, rs *resState, key string, prefix bool, reset func(), from int64) {
+	var opts []clientv3.OpOption
+	if prefix {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	for ctx.Err() == nil {
+		if from == 0 {
+			gctx, cancel := context.WithTimeout(ctx, time.Second)
+			resp, err := n.cfg.Client.Get(gctx, key, opts...)
+			cancel()
+			if err != nil {
+				pause(ctx, retryPace)
+				continue
+			}
+			n.mu.Lock()
+			if reset != nil {
+				reset()
+			}
+			for _, kv := range resp.Kvs {
+				n.apply(rs, string(kv.Key), kv.Value, false)
+			}
+			n.mu.Unlock()
+			from = resp.Header.Revision + 1
+		}
+		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for wr := range n.cfg.Client.Watch(wctx, key, append(opts, clientv3.WithRev(from))...) {
+			if wr.Err() != nil {
+				break
+			}
+			n.mu.Lock()
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					n.remove(rs, string(ev.Kv.Key))
+				} else {
+					n.apply(rs, string(ev.Kv.Key), ev.Kv.Value, true)
+				}
+			}
+			n.mu.Unlock()
+		}
+		wcancel()
+		from = 0
+	}
+}
+
+// apply takes one key's value into rs. Called with n.mu held.
+func (n *Node) apply(rs *resState, key string, val []byte, live bool) {
+	switch {
+	case key == delayKey(n.cfg.Prefix, rs.name):
+		var rec Shared
+		if err := json.Unmarshal(val, &rec); err != nil {
+			n.cfg.Log.Warn("ignoring a malformed shared delay", "resource", rs.name, "err", err)
+			return
+		}
+		// Sequence numbers only grow across leaders (a new one continues
+		// from the last it saw); an older record is a replay.
+		if rs.haveRec && rec.Seq <= rs.shared.Seq && rec.Leader == rs.shared.Leader {
+			return
+		}
+		rs.shared, rs.haveRec = rec, true
+		if live {
+			rs.recvAt = n.cfg.Now()
+		}
+	case strings.HasPrefix(key, agentsPrefix(n.cfg.Prefix, rs.name)):
+		var w wireIndicator
+		if err := json.Unmarshal(val, &w); err != nil {
+			n.cfg.Log.Warn("ignoring a malformed indicator", "key", key, "err", err)
+			return
+		}
+		rs.agents[agentFromKey(n.cfg.Prefix, rs.name, key)] = w.indicator()
+	}
+}
+
+// remove forgets a deleted key (an agent's lease expired, a leader left).
+func (n *Node) remove(rs *resState, key string) {
+	if strings.HasPrefix(key, agentsPrefix(n.cfg.Prefix, rs.name)) {
+		delete(rs.agents, agentFromKey(n.cfg.Prefix, rs.name, key))
+	}
+}
+
+// retryPace spaces the retries of a failed etcd call: a client that is not
+// connected fails at once, and retrying at once would spin a core.
+const retryPace = 100 * time.Millisecond
+
+// pause waits d or until ctx ends. It paces retries; it synchronises
+// nothing.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
