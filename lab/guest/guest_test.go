@@ -78,14 +78,17 @@ func TestStockKernelThrottleBackends(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the throttle tests: %v\n%s", err, out)
 	}
-	// The tests read their testdata relative to the package; the work
+	// TestNetemMarksByWriteOn is left to the host: under TCG it missed a
+	// rule's packet count once in three CI runs; netem's end to end is
+	// TestNetemDelaysOrRefusesCleanly. The tests read their testdata
+	// relative to the package; the work
 	// directory carries a copy, since the guest sees only the host's
 	// root read-only with tmpfs over /tmp, where a checkout may live.
 	if err := os.CopyFS(filepath.Join(dir, "testdata"), os.DirFS("../../throttle/testdata")); err != nil {
 		t.Fatal(err)
 	}
 	res, err := Run(context.Background(), Options{Dir: dir}, fmt.Sprintf(
-		"CI=true %s/throttle.test -test.run 'DelaysOrRefuses|WriteCap|HTB|Netem' -test.v -test.count=1", dir))
+		"CI=true %s/throttle.test -test.run 'DelaysOrRefuses|WriteCap|HTB' -test.v -test.count=1", dir))
 	if err != nil {
 		t.Fatal(err)
 	}
