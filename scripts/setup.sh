@@ -34,7 +34,12 @@ if [ -x /usr/sbin/iptables-legacy ]; then
 	update-alternatives --set ip6tables /usr/sbin/ip6tables-legacy >/dev/null
 fi
 
-if ! "$FIO_PREFIX/bin/fio" --enghelp 2>/dev/null | grep -qx '[[:space:]]*libiscsi'; then
+# --disable-native: fio's default -march=native emits AVX-512 on this
+# host, which QEMU's TCG (the stock-kernel tier, lab/guest) cannot run
+# (SIGILL). The stamp marks a portable build, so an older native one is
+# rebuilt.
+stamp="$FIO_PREFIX/share/sanqos-fio-portable"
+if [ ! -e "$stamp" ] || ! "$FIO_PREFIX/bin/fio" --enghelp 2>/dev/null | grep -qx '[[:space:]]*libiscsi'; then
 	src=/var/cache/sanqos/fio-src
 	if ! grep -rqs '^Types: deb-src' /etc/apt/sources.list.d/ /etc/apt/sources.list; then
 		# Mirror the existing deb entries as deb-src so `apt-get source` works.
@@ -45,8 +50,9 @@ if ! "$FIO_PREFIX/bin/fio" --enghelp 2>/dev/null | grep -qx '[[:space:]]*libiscs
 	rm -rf "$src" && mkdir -p "$src"
 	(cd "$src" && apt-get source -qq fio >/dev/null)
 	dir=$(find "$src" -maxdepth 1 -mindepth 1 -type d -name 'fio-*' | head -n1)
-	(cd "$dir" && ./configure --prefix="$FIO_PREFIX" --enable-libiscsi >/dev/null &&
+	(cd "$dir" && ./configure --prefix="$FIO_PREFIX" --enable-libiscsi --disable-native >/dev/null &&
 		make -s -j"$(nproc)" >/dev/null && make -s install >/dev/null)
+	mkdir -p "$(dirname "$stamp")" && touch "$stamp"
 fi
 "$FIO_PREFIX/bin/fio" --enghelp | grep -q libiscsi
 echo "setup.sh: ok ($("$FIO_PREFIX/bin/fio" --version), $(tgtd --version 2>/dev/null | head -n1 || echo tgt))"

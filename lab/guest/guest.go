@@ -281,6 +281,11 @@ func Run(ctx context.Context, o Options, script string) (Result, error) {
 	}
 	if o.Accel == "kvm" {
 		args = append(args, "-cpu", "host")
+	} else {
+		// TCG's default CPU (qemu64) lacks what binaries built on this
+		// host use (fio built from source dies of SIGILL there): emulate
+		// every feature TCG can.
+		args = append(args, "-cpu", "max")
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
