@@ -124,6 +124,21 @@ const onsetHold = 3
 // about the last second and a half of regulation at 100 ms.
 const onsetMemoryAlpha = 0.1
 
+// retarget hands a running loop to a controller built from a reloaded
+// spec (a new threshold from SIGHUP or a cluster policy): the new one
+// starts at the old one's step (control.PID's Preset), so the change moves
+// the setpoint without a bump. A controller that cannot be preset or read
+// is kept, so its loop never jumps to zero.
+func retarget(old, fresh Controller) Controller {
+	o, ok1 := old.(interface{ Output() int })
+	p, ok2 := fresh.(interface{ Preset(int) })
+	if !ok1 || !ok2 {
+		return old
+	}
+	p.Preset(o.Output())
+	return fresh
+}
+
 // preloader is a controller that takes a feed-forward (control.PID).
 type preloader interface {
 	Preload(level float64, hold int) int
@@ -477,6 +492,9 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 	case rs.plan == nil || rs.plan.specs != specs:
 		// A reload may change the policy; its state (credits) restarts.
 		rs.policy = spec.newPolicy()
+		if rs.plan != nil && (*rs.plan.specs)[name].Threshold != spec.Threshold {
+			rs.ctrl = retarget(rs.ctrl, spec.NewController())
+		}
 		l.compile(rs, spec, view, topo, specs)
 	case rs.plan.topo != topo:
 		// Discovery publishes a fresh topology every round; most rounds
@@ -676,11 +694,17 @@ func (l *Loops) control(rs *resourceState, st *ResourceStatus, q float64) int {
 		}
 		fired = rs.onset.Update(w, n)
 	}
-	step := 0
+	// No indicator yet (no read completed on the resource) still goes
+	// through the controller, as NaN: a local PID holds its output, and a
+	// cluster seam (package cluster) publishes the agent's writers and
+	// follows the shared step. A target host that only serves writers
+	// must still be throttled by the resource's leader.
+	m := math.NaN()
 	if v, ok := rs.ind.Value(); ok {
 		st.IndicatorMs = v
-		step = rs.ctrl.Update(v * q)
+		m = v * q
 	}
+	step := rs.ctrl.Update(m)
 	if rs.onset == nil {
 		return step
 	}

@@ -18,8 +18,13 @@ import (
 // millisecond above the threshold.
 type propCtl struct{ thr float64 }
 
-func (p *propCtl) Update(m float64) int { return max(0, int(math.Ceil(m-p.thr))) }
-func (p *propCtl) Reset()               {}
+func (p *propCtl) Update(m float64) int {
+	if math.IsNaN(m) {
+		return 0
+	}
+	return max(0, int(math.Ceil(m-p.thr)))
+}
+func (p *propCtl) Reset() {}
 
 // lastValue is an identity smoother (no filtering) for deterministic tests.
 type lastValue struct {

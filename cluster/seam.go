@@ -168,6 +168,21 @@ func (c *seamController) Update(measured float64) int {
 
 func (c *seamController) Reset() { c.local.Reset() }
 
+// Output and Preset reach the local controller, so a reload that changes
+// the threshold (agent.retarget) carries the local loop's state over.
+func (c *seamController) Output() int {
+	if o, ok := c.local.(interface{ Output() int }); ok {
+		return o.Output()
+	}
+	return 0
+}
+
+func (c *seamController) Preset(step int) {
+	if p, ok := c.local.(interface{ Preset(int) }); ok {
+		p.Preset(step)
+	}
+}
+
 // Details turns the agent's status of a resource into the indicator's
 // traffic and consumers (WaitMs and LocalStep come from the controller).
 func Details(st agent.ResourceStatus) Indicator {
