@@ -11,6 +11,7 @@
 package lab
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,6 +63,11 @@ type Options struct {
 	// flight per round trip, which is what lets delayed ACKs throttle
 	// writes (thesis 4.1, seed 001 ch. 4); see README "Lab".
 	TargetRmem int `json:"target_rmem"`
+	// Targets is the number of target hosts (namespaces bm, bm2, bm3,
+	// each with its own tgtd) in front of the shared resources; with more
+	// than one, Up also starts an etcd server for cluster control (see
+	// EtcdURL). 0 means 1.
+	Targets int `json:"targets,omitempty"`
 }
 
 // DefaultTargetRmem caps the target's TCP receive buffer in the lab.
@@ -100,10 +106,21 @@ func (o Options) Validate() error {
 	if o.TargetRmem != 0 && (o.TargetRmem < 4096 || o.TargetRmem > 64<<20) {
 		return fmt.Errorf("target rmem %d: want 0 (default) or 4 KiB..64 MiB", o.TargetRmem)
 	}
+	if o.Targets < 0 || o.Targets > MaxTargets {
+		return fmt.Errorf("targets %d: want 1..%d", o.Targets, MaxTargets)
+	}
 	if !o.RealDisk {
 		return o.Model.Validate()
 	}
 	return nil
+}
+
+// same reports whether a lab built with o is the one p asks for.
+func (o Options) same(p Options) bool {
+	o.Targets, p.Targets = o.targetCount(), p.targetCount()
+	a, _ := json.Marshal(o)
+	b, _ := json.Marshal(p)
+	return bytes.Equal(a, b)
 }
 
 func isName(s string) bool {
@@ -118,6 +135,7 @@ func isName(s string) bool {
 // LUN is one initiator's logical volume on a resource.
 type LUN struct {
 	Host    string `json:"host"`
+	Target  string `json:"target,omitempty"` // target host's namespace (empty: bm)
 	Number  int    `json:"lun"`
 	File    string `json:"file"`    // backing file the loop device reads
 	Store   string `json:"store"`   // where its bytes live

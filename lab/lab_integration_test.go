@@ -114,6 +114,8 @@ func TestOptionsValidate(t *testing.T) {
 		{"tiny lun", func(o *Options) { o.LUNSize = 1 << 20 }},
 		{"bad model", func(o *Options) { o.Model.Bandwidth = 0 }},
 		{"bad rmem", func(o *Options) { o.TargetRmem = 10 }},
+		{"too many targets", func(o *Options) { o.Targets = MaxTargets + 1 }},
+		{"negative targets", func(o *Options) { o.Targets = -1 }},
 	} {
 		o := DefaultOptions()
 		tc.mut(&o)

@@ -2,14 +2,36 @@ package lab
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 )
 
-// Namespaces are every namespace the lab owns.
-func Namespaces() []string { return append([]string{SwitchNS, TargetNS}, Hosts...) }
+// Namespaces are every namespace the lab can own (every possible target
+// host): what Down removes and Leftovers reports.
+func Namespaces() []string {
+	ns := []string{SwitchNS}
+	for _, t := range allTargets() {
+		ns = append(ns, t.NS)
+	}
+	return append(ns, Hosts...)
+}
+
+// namespaces are the namespaces a lab built with o has.
+func (o Options) namespaces() []string {
+	ns := []string{SwitchNS}
+	for _, t := range o.TargetHosts() {
+		ns = append(ns, t.NS)
+	}
+	return append(ns, Hosts...)
+}
+
+// hostNamespaces are o's target and initiator namespaces (each with a
+// veth on the bridge).
+func (o Options) hostNamespaces() []string { return o.namespaces()[1:] }
 
 func nsExists(ns string) bool {
 	_, err := os.Stat(filepath.Join("/run/netns", ns))
@@ -34,14 +56,18 @@ func setupNetwork(o Options) error {
 			}
 		}
 	}
-	for _, ns := range append([]string{TargetNS}, Hosts...) {
+	addrs := map[string]netip.Addr{}
+	for _, t := range o.TargetHosts() {
+		addrs[t.NS] = t.Addr
+	}
+	for _, h := range Hosts {
+		addrs[h] = HostAddr(h)
+	}
+	for _, ns := range o.hostNamespaces() {
 		if nsExists(ns) {
 			continue
 		}
-		addr := TargetAddr
-		if ns != TargetNS {
-			addr = HostAddr(ns)
-		}
+		addr := addrs[ns]
 		port := "p-" + ns
 		steps := [][]string{
 			{"netns", "add", ns},
@@ -62,8 +88,20 @@ func setupNetwork(o Options) error {
 	}
 	if o.TargetRmem > 0 {
 		v := fmt.Sprintf("4096 %d %d", min(o.TargetRmem, 131072), o.TargetRmem)
-		if _, err := inNS(TargetNS, "sysctl", "-q", "-w", "net.ipv4.tcp_rmem="+v); err != nil {
-			return err
+		for _, t := range o.TargetHosts() {
+			if _, err := inNS(t.NS, "sysctl", "-q", "-w", "net.ipv4.tcp_rmem="+v); err != nil {
+				return err
+			}
+		}
+	}
+	if o.targetCount() > 1 {
+		// etcd listens on the bridge itself, in the switch namespace:
+		// every target host reaches it, and no extra namespace is needed.
+		out, _ := run("ip", "-n", SwitchNS, "-br", "addr", "show", bridgeName)
+		if !strings.Contains(out, EtcdAddr.String()+"/") {
+			if _, err := run("ip", "-n", SwitchNS, "addr", "add", EtcdAddr.String()+"/24", "dev", bridgeName); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -95,8 +133,10 @@ func (e vethEnd) RPSPath() string { return "/sys/class/net/" + e.Dev + "/queues/
 
 func vethEnds() []vethEnd {
 	var ends []vethEnd
-	for _, ns := range append([]string{TargetNS}, Hosts...) {
-		ends = append(ends, vethEnd{ns, "eth0"}, vethEnd{SwitchNS, "p-" + ns})
+	for _, ns := range Namespaces()[1:] {
+		if nsExists(ns) {
+			ends = append(ends, vethEnd{ns, "eth0"}, vethEnd{SwitchNS, "p-" + ns})
+		}
 	}
 	return ends
 }

@@ -94,10 +94,10 @@ func (r *Runner) writeAgentConfig(path, backend, http string, thr time.Duration,
 func tcpSides(res *PhaseResult) report.TCPSides {
 	var s report.TCPSides
 	for ns, c := range res.TCPByNS {
-		switch ns {
-		case TargetNS:
+		switch {
+		case isTargetNS(ns):
 			s.Target = s.Target.Add(c)
-		case "b2":
+		case ns == "b2":
 			s.Reader = s.Reader.Add(c)
 		default:
 			s.Writers = s.Writers.Add(c)

@@ -358,7 +358,10 @@ type TCPCounters = report.TCPCounters
 // tcpByNS reads the counters of the target and initiator namespaces.
 func tcpByNS() map[string]TCPCounters {
 	out := map[string]TCPCounters{}
-	for _, ns := range append([]string{TargetNS}, Hosts...) {
+	for _, ns := range Namespaces()[1:] {
+		if !nsExists(ns) {
+			continue
+		}
 		if c, err := ReadTCPCounters(ns); err == nil {
 			out[ns] = c
 		}

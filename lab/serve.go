@@ -57,11 +57,13 @@ func Serve(log *slog.Logger) error {
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
 	var stopping sync.WaitGroup
 	quit := make(chan struct{})
-	stopping.Add(1)
-	go func() {
-		defer stopping.Done()
-		superviseTgtd(log, quit)
-	}()
+	for _, t := range s.Options.TargetHosts() {
+		stopping.Add(1)
+		go func() {
+			defer stopping.Done()
+			superviseTgtd(t, log.With("target", t.NS), quit)
+		}()
+	}
 	<-stop
 	log.Info("stopping")
 	close(quit)
@@ -89,13 +91,14 @@ func Serve(log *slog.Logger) error {
 	return nil
 }
 
-// superviseTgtd runs tgtd in the foreground inside the target namespace
-// and restarts it (with the lab's targets) whenever it exits unasked.
-func superviseTgtd(log *slog.Logger, quit <-chan struct{}) {
+// superviseTgtd runs target host t's tgtd in the foreground inside its
+// namespace and restarts it (with the lab's targets) whenever it exits
+// unasked.
+func superviseTgtd(t TargetHost, log *slog.Logger, quit <-chan struct{}) {
 	backoff := 200 * time.Millisecond
 	for restart := false; ; restart = true {
-		cmd := exec.Command("ip", "netns", "exec", TargetNS, "tgtd", "-f", "-C", tgtPort,
-			"--iscsi", fmt.Sprintf("portal=%s:%d", TargetAddr, ISCSIPort))
+		cmd := exec.Command("ip", "netns", "exec", t.NS, "tgtd", "-f", "-C", t.port(),
+			"--iscsi", fmt.Sprintf("portal=%s:%d", t.Addr, ISCSIPort))
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
 			log.Error("tgtd start", "err", err)
@@ -106,11 +109,11 @@ func superviseTgtd(log *slog.Logger, quit <-chan struct{}) {
 		go func() {
 			// Restore targets once a restarted daemon answers (the first
 			// start is configured by Up, which creates the loop devices).
-			if !restart || waitFor("tgtd", 10*time.Second, tgtReady) != nil {
+			if !restart || waitFor("tgtd", 10*time.Second, func() bool { return tgtReadyOn(t) }) != nil {
 				return
 			}
 			if s, err := LoadState(); err == nil && lunsAttached(s) {
-				if err := configureTargets(s); err != nil {
+				if err := configureTargetsOn(s, t); err != nil {
 					log.Error("restore targets", "err", err)
 				}
 			}

@@ -9,68 +9,112 @@ import (
 	"time"
 )
 
-var tgtPort = strconv.Itoa(TgtdPort)
+// tgtadm talks to bm's tgtd (the only one in a single-target lab).
+func tgtadm(args ...string) (string, error) { return tgtadmOn(Target(0), args...) }
 
-func tgtadm(args ...string) (string, error) {
-	return run("tgtadm", append([]string{"-C", tgtPort, "--lld", "iscsi"}, args...)...)
+func tgtadmOn(t TargetHost, args ...string) (string, error) {
+	return run("tgtadm", append([]string{"-C", t.port(), "--lld", "iscsi"}, args...)...)
 }
 
-func tgtSocket() string { return fmt.Sprintf("/var/run/tgtd/socket.%d", TgtdPort) }
+func tgtSocket(t TargetHost) string { return fmt.Sprintf("/var/run/tgtd/socket.%d", t.CtlPort) }
 
-// tgtReady reports whether our tgtd answers on its control port.
-func tgtReady() bool {
-	_, err := run("tgtadm", "-C", tgtPort, "--op", "show", "--mode", "sys")
+// tgtReady reports whether bm's tgtd answers on its control port.
+func tgtReady() bool { return tgtReadyOn(Target(0)) }
+
+func tgtReadyOn(t TargetHost) bool {
+	_, err := run("tgtadm", "-C", t.port(), "--op", "show", "--mode", "sys")
 	return err == nil
 }
 
-// configureTargets creates one target per resource with one LUN per host.
-// It skips targets that already exist, so a re-run after a tgtd restart
-// restores exactly the lab's configuration.
+// tgtsReady reports whether every target host's tgtd answers.
+func (s *State) tgtsReady() bool {
+	for _, t := range s.Options.TargetHosts() {
+		if !tgtReadyOn(t) {
+			return false
+		}
+	}
+	return true
+}
+
+// configureTargets creates, on every target host, one target per resource
+// with one LUN per host that connects through it. It skips targets that
+// already exist, so a re-run after a tgtd restart restores exactly the
+// lab's configuration.
 func configureTargets(s *State) error {
-	out, err := tgtadm("--op", "show", "--mode", "target")
+	for _, t := range s.Options.TargetHosts() {
+		if err := configureTargetsOn(s, t); err != nil {
+			return fmt.Errorf("%s: %w", t.NS, err)
+		}
+	}
+	return nil
+}
+
+func configureTargetsOn(s *State, t TargetHost) error {
+	out, err := tgtadmOn(t, "--op", "show", "--mode", "target")
 	if err != nil {
 		return err
 	}
 	for _, r := range s.targets() {
-		if strings.Contains(out, r.IQN+"\n") {
+		var luns []LUN
+		for _, l := range r.LUNs {
+			if l.target() == t.NS {
+				luns = append(luns, l)
+			}
+		}
+		if len(luns) == 0 || strings.Contains(out, r.IQN+"\n") {
 			continue
 		}
 		tid := strconv.Itoa(r.TID)
-		if _, err := tgtadm("--op", "new", "--mode", "target", "--tid", tid, "-T", r.IQN); err != nil {
+		if _, err := tgtadmOn(t, "--op", "new", "--mode", "target", "--tid", tid, "-T", r.IQN); err != nil {
 			return err
 		}
-		for _, l := range r.LUNs {
-			if _, err := tgtadm("--op", "new", "--mode", "logicalunit", "--tid", tid, "--lun", strconv.Itoa(l.Number),
+		for _, l := range luns {
+			if _, err := tgtadmOn(t, "--op", "new", "--mode", "logicalunit", "--tid", tid, "--lun", strconv.Itoa(l.Number),
 				"--backing-store", l.Backing, "--bsoflags", "direct"); err != nil {
 				return err
 			}
 		}
-		if _, err := tgtadm("--op", "bind", "--mode", "target", "--tid", tid, "-I", "ALL"); err != nil {
+		if _, err := tgtadmOn(t, "--op", "bind", "--mode", "target", "--tid", tid, "-I", "ALL"); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// stopTgtd shuts our tgtd down the way it listens to (it ignores SIGTERM):
-// offline, delete every target, delete the system; then SIGKILL whatever
-// still runs with our control port.
+// target is the namespace of the target host the LUN is served by.
+func (l LUN) target() string {
+	if l.Target == "" {
+		return TargetNS
+	}
+	return l.Target
+}
+
+// stopTgtd shuts every target host's tgtd down.
 func stopTgtd() {
-	if tgtReady() {
-		tgtadm("--op", "update", "--mode", "sys", "--name", "State", "-v", "offline")
-		out, _ := tgtadm("--op", "show", "--mode", "target")
+	for _, t := range allTargets() {
+		stopTgtdOn(t)
+	}
+}
+
+// stopTgtdOn shuts one tgtd down the way it listens to (it ignores
+// SIGTERM): offline, delete every target, delete the system; then SIGKILL
+// whatever still runs with its control port.
+func stopTgtdOn(t TargetHost) {
+	if tgtReadyOn(t) {
+		tgtadmOn(t, "--op", "update", "--mode", "sys", "--name", "State", "-v", "offline")
+		out, _ := tgtadmOn(t, "--op", "show", "--mode", "target")
 		for _, line := range strings.Split(out, "\n") {
 			var tid int
 			var name string
 			if n, _ := fmt.Sscanf(line, "Target %d: %s", &tid, &name); n == 2 {
-				tgtadm("--op", "delete", "--mode", "target", "--tid", strconv.Itoa(tid), "--force")
+				tgtadmOn(t, "--op", "delete", "--mode", "target", "--tid", strconv.Itoa(tid), "--force")
 			}
 		}
-		run("tgtadm", "-C", tgtPort, "--op", "delete", "--mode", "system")
+		run("tgtadm", "-C", t.port(), "--op", "delete", "--mode", "system")
 	}
 	deadline := time.Now().Add(3 * time.Second)
 	for {
-		pids := findProcs(isOurTgtd)
+		pids := findProcs(func(argv []string) bool { return tgtdPort(argv) == t.port() })
 		if len(pids) == 0 {
 			break
 		}
@@ -80,19 +124,30 @@ func stopTgtd() {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	os.Remove(tgtSocket())
-	os.Remove(tgtSocket() + ".lock")
+	os.Remove(tgtSocket(t))
+	os.Remove(tgtSocket(t) + ".lock")
 }
 
-// isOurTgtd matches tgtd processes started with our control port.
+// isOurTgtd matches tgtd processes started with one of our control ports.
 func isOurTgtd(argv []string) bool {
-	if len(argv) == 0 || filepath.Base(argv[0]) != "tgtd" {
-		return false
-	}
-	for i, a := range argv {
-		if (a == "-C" || a == "--control-port") && i+1 < len(argv) && argv[i+1] == tgtPort {
+	p := tgtdPort(argv)
+	for _, t := range allTargets() {
+		if p == t.port() {
 			return true
 		}
 	}
 	return false
+}
+
+// tgtdPort is a tgtd command line's control port ("" if not tgtd).
+func tgtdPort(argv []string) string {
+	if len(argv) == 0 || filepath.Base(argv[0]) != "tgtd" {
+		return ""
+	}
+	for i, a := range argv {
+		if (a == "-C" || a == "--control-port") && i+1 < len(argv) {
+			return argv[i+1]
+		}
+	}
+	return ""
 }

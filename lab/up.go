@@ -26,12 +26,16 @@ func Up(o Options, log io.Writer) (*State, error) {
 		return nil, err
 	}
 	if s, err := LoadState(); err == nil {
-		if problems := s.Health(); len(problems) == 0 {
+		problems := s.Health()
+		switch {
+		case len(problems) > 0:
+			fmt.Fprintf(log, "lab is broken (%s): rebuilding\n", strings.Join(problems, "; "))
+		case !s.Options.same(o):
+			fmt.Fprintln(log, "lab was built with other options: rebuilding")
+		default:
 			fmt.Fprintln(log, "lab is already up")
 			// A lab built by an older sanqos gets flow steering too.
 			return s, steerByFlow()
-		} else {
-			fmt.Fprintf(log, "lab is broken (%s): rebuilding\n", strings.Join(problems, "; "))
 		}
 	}
 	if err := checkIdle(); err != nil {
@@ -52,7 +56,7 @@ func build(o Options, log io.Writer) (*State, error) {
 	if err := os.MkdirAll(StateDir, 0o700); err != nil {
 		return nil, err
 	}
-	fmt.Fprintln(log, "network: namespaces", strings.Join(Namespaces(), " "))
+	fmt.Fprintln(log, "network: namespaces", strings.Join(o.namespaces(), " "))
 	if err := setupNetwork(o); err != nil {
 		return nil, err
 	}
@@ -90,7 +94,11 @@ func build(o Options, log io.Writer) (*State, error) {
 			if err != nil {
 				return nil, err
 			}
-			l.URL = fmt.Sprintf(`iscsi\://%s\:%d/%s/%d`, TargetAddr, ISCSIPort, strings.ReplaceAll(r.IQN, ":", `\:`), l.Number)
+			t := o.TargetOf(h)
+			if t.NS != TargetNS {
+				l.Target = t.NS
+			}
+			l.URL = fmt.Sprintf(`iscsi\://%s\:%d/%s/%d`, t.Addr, ISCSIPort, strings.ReplaceAll(r.IQN, ":", `\:`), l.Number)
 			r.LUNs = append(r.LUNs, l)
 		}
 		s.Resources = append(s.Resources, r)
@@ -131,8 +139,14 @@ func build(o Options, log io.Writer) (*State, error) {
 	if err := s.save(); err != nil {
 		return nil, err
 	}
-	if err := waitFor("tgtd control socket", 10*time.Second, tgtReady); err != nil {
+	if err := waitFor("tgtd control sockets", 10*time.Second, s.tgtsReady); err != nil {
 		return nil, err
+	}
+	if o.targetCount() > 1 {
+		fmt.Fprintln(log, "etcd: starting on", EtcdURL(), "(cluster control across the target hosts)")
+		if err := StartEtcd(); err != nil {
+			return nil, err
+		}
 	}
 	if err := configureTargets(s); err != nil {
 		return nil, err
@@ -226,7 +240,7 @@ func waitFor(what string, timeout time.Duration, ok func() bool) error {
 // Health lists what is wrong with a built lab (empty: healthy).
 func (s *State) Health() []string {
 	var p []string
-	for _, ns := range Namespaces() {
+	for _, ns := range s.Options.namespaces() {
 		if !nsExists(ns) {
 			p = append(p, "namespace "+ns+" missing")
 		}
@@ -234,8 +248,13 @@ func (s *State) Health() []string {
 	if !alive(s.ServePID) {
 		p = append(p, "supervisor not running")
 	}
-	if !tgtReady() {
-		p = append(p, "tgtd not answering")
+	for _, t := range s.Options.TargetHosts() {
+		if !tgtReadyOn(t) {
+			p = append(p, "tgtd of "+t.NS+" not answering")
+		}
+	}
+	if s.Options.targetCount() > 1 && !EtcdRunning() {
+		p = append(p, "etcd not running")
 	}
 	for _, r := range s.Resources {
 		for _, l := range r.LUNs {
@@ -273,7 +292,8 @@ func ForceDown(log io.Writer) error {
 	waitFor("supervisor exit", 5*time.Second, func() bool { return len(findProcs(isServe)) == 0 })
 	killAll(findProcs(isServe))
 	stopTgtd()
-	for _, ns := range append([]string{TargetNS}, Hosts...) {
+	StopEtcd()
+	for _, ns := range Namespaces()[1:] {
 		killAll(nsPids(ns))
 	}
 	errs = append(errs, detachLoops(ourLoops())...)
@@ -315,6 +335,9 @@ func Leftovers() []string {
 	}
 	if len(findProcs(isServe)) > 0 {
 		l = append(l, "supervisor")
+	}
+	if EtcdRunning() {
+		l = append(l, "etcd")
 	}
 	for _, d := range []string{StateDir, StoreDir, RealDir} {
 		if _, err := os.Stat(d); err == nil {

@@ -45,7 +45,8 @@ resource's capacity. Running it again on a healthy lab changes nothing; a
 half-broken lab is rebuilt.`,
 		Example: `  sudo sanqos lab up
   sudo sanqos lab up --real-disk
-  sudo sanqos lab up --resources vg1,vg2 --disk-seek 8ms`,
+  sudo sanqos lab up --resources vg1,vg2 --disk-seek 8ms
+  sudo sanqos lab up --targets 3     # three target hosts and etcd: cluster-autonomic`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := lab.Up(o, cmd.OutOrStdout())
@@ -64,6 +65,7 @@ half-broken lab is rebuilt.`,
 	f.DurationVar(&o.Model.Overhead, "disk-overhead", o.Model.Overhead, "modelled fixed cost per request")
 	f.Float64Var(&o.Model.Bandwidth, "disk-bandwidth", o.Model.Bandwidth, "modelled transfer rate, bytes/s")
 	f.Float64Var(&o.Model.WriteCost, "disk-write-cost", o.Model.WriteCost, "modelled transfer-time multiplier of writes (parity/mirror cost)")
+	f.IntVar(&o.Targets, "targets", 1, fmt.Sprintf("target hosts (namespaces bm, bm2, …, each with its own tgtd) in front of the shared resources, 1..%d; with more than one, an etcd server for `sanqos agent --etcd` runs on the lab bridge (experiment cluster-autonomic)", lab.MaxTargets))
 	f.IntVar(&o.TargetRmem, "target-rmem", o.TargetRmem, "cap the target's TCP receive buffer (bytes, 0 = kernel default); see README \"The lab\"")
 	return c
 }
@@ -134,7 +136,12 @@ func printStatus(cmd *cobra.Command, s *lab.State) {
 	if s.Options.RealDisk {
 		kind = "this machine's disk"
 	}
-	fmt.Fprintf(w, "target\t%s:%d in netns %s (tgtd -C %d)\n", lab.TargetAddr, lab.ISCSIPort, lab.TargetNS, lab.TgtdPort)
+	for _, t := range s.Options.TargetHosts() {
+		fmt.Fprintf(w, "target\t%s:%d in netns %s (tgtd -C %d)\n", t.Addr, lab.ISCSIPort, t.NS, t.CtlPort)
+	}
+	if len(s.Options.TargetHosts()) > 1 {
+		fmt.Fprintf(w, "etcd\t%s (in netns %s, log %s)\n", lab.EtcdURL(), lab.SwitchNS, lab.EtcdLog())
+	}
 	fmt.Fprintf(w, "shared resource\t%s\n", kind)
 	if s.Options.TargetRmem > 0 {
 		fmt.Fprintf(w, "target TCP rmem\t%d bytes (a 64 KiB write spans several window rounds, as in the thesis)\n", s.Options.TargetRmem)
@@ -146,7 +153,7 @@ func printStatus(cmd *cobra.Command, s *lab.State) {
 			fmt.Fprintf(w, "  capacity\t%.1f MB/s sequential 64 KiB writes (4 streams); %.0f IOPS / %.2f ms random 8 KiB reads (qd 1)\n", c.SeqWriteMBs, c.RandReadIOPS, c.RandReadMs)
 		}
 		for _, l := range r.LUNs {
-			fmt.Fprintf(w, "  LUN %d\t%s (%s) → /dev/%s\n", l.Number, l.Host, lab.HostAddr(l.Host), l.Loop)
+			fmt.Fprintf(w, "  LUN %d\t%s (%s) → /dev/%s via %s\n", l.Number, l.Host, lab.HostAddr(l.Host), l.Loop, s.Options.TargetOf(l.Host).NS)
 		}
 	}
 	w.Flush()
