@@ -19,6 +19,7 @@ type Job struct {
 	Start   time.Duration
 	Runtime time.Duration // 0: until Size is moved
 	Size    int64         // bytes per thread region (0: whole LUN)
+	Offset  int64         // where the first thread's region starts
 	Verify  bool          // write crc32c headers and check them on read
 }
 
@@ -38,8 +39,8 @@ func (j Job) Validate() error {
 	if j.Runtime <= 0 && j.Size <= 0 {
 		return fmt.Errorf("job %s: needs a runtime or a size", j.Name)
 	}
-	if j.NumJobs < 0 || j.Rate < 0 || j.Start < 0 {
-		return fmt.Errorf("job %s: negative numjobs, rate or start", j.Name)
+	if j.NumJobs < 0 || j.Rate < 0 || j.Start < 0 || j.Offset < 0 || j.Offset%512 != 0 {
+		return fmt.Errorf("job %s: negative numjobs, rate, start or offset, or an offset not a multiple of 512", j.Name)
 	}
 	return nil
 }
@@ -76,6 +77,9 @@ func JobFile(host string, jobs []Job, logPrefix string) (string, error) {
 		}
 		if j.Size > 0 {
 			fmt.Fprintf(&b, "size=%d\noffset_increment=%d\n", j.Size, j.Size)
+		}
+		if j.Offset > 0 {
+			fmt.Fprintf(&b, "offset=%d\n", j.Offset)
 		}
 		if j.Runtime > 0 {
 			fmt.Fprintf(&b, "time_based\nruntime=%dms\n", j.Runtime.Milliseconds())
