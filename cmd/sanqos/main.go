@@ -42,7 +42,7 @@ Prometheus (/metrics, Grafana dashboard in grafana/).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(versionCmd(), labCmd(), throttleCmd(), agentCmd(), configCmd(), cleanupCmd(), statusCmd(), reportCmd(),
+	root.AddCommand(versionCmd(), clusterCmd(), labCmd(), throttleCmd(), agentCmd(), configCmd(), cleanupCmd(), statusCmd(), reportCmd(),
 		simCmd(), tuneCmd(), adviseCmd(), captureCmd())
 	completionHelp(root)
 	root.SetHelpTemplate(manHelp)
