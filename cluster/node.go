@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -78,19 +77,19 @@ func (c *Config) defaults() error {
 	}
 	c.Prefix = strings.TrimRight(c.Prefix, "/")
 	if c.TTL <= 0 {
-		c.TTL = 2
+		c.TTL = DefaultTTL
 	}
 	if c.Fresh <= 0 {
-		c.Fresh = 500 * time.Millisecond
+		c.Fresh = DefaultFresh
 	}
 	if c.Decay <= 0 {
-		c.Decay = 4 * time.Second
+		c.Decay = DefaultDecay
 	}
 	if c.Blend <= 0 {
-		c.Blend = time.Second
+		c.Blend = DefaultBlend
 	}
 	if c.PublishEvery <= 0 {
-		c.PublishEvery = 100 * time.Millisecond
+		c.PublishEvery = DefaultPublishEvery
 	}
 	if c.Step <= 0 {
 		c.Step = control.DefaultStep
@@ -104,15 +103,7 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// Keys of a resource: agents' indicators, the election, the shared delay.
-func resourceKey(prefix, res string) string  { return prefix + "/resources/" + res + "/" }
-func agentKey(prefix, res, id string) string { return resourceKey(prefix, res) + "agents/" + id }
-func electionKey(prefix, res string) string  { return resourceKey(prefix, res) + "leader" }
-func delayKey(prefix, res string) string     { return resourceKey(prefix, res) + "delay" }
-func agentsPrefix(prefix, res string) string { return resourceKey(prefix, res) + "agents/" }
-func agentFromKey(prefix, res, key string) string {
-	return strings.TrimPrefix(key, agentsPrefix(prefix, res))
-}
+func (c *Config) timing() Timing { return Timing{Fresh: c.Fresh, Decay: c.Decay, Blend: c.Blend} }
 
 // Node is one agent's membership in the cluster. Its methods never block
 // on etcd: Publish and Delay work on memory that background goroutines
@@ -139,25 +130,15 @@ type resState struct {
 	indTime time.Time
 	dirty   bool
 	lastPub time.Time
-	// Follower side: the last shared record and when it came (our clock).
-	shared  Shared
-	haveRec bool
-	recvAt  time.Time
-	// What this agent applied and the transition it is in.
-	mode     Mode
-	applied  float64
-	edgeAt   time.Time // when the current mode began
-	edgeFrom float64   // applied value at that edge
+	// Follower side: the last shared record, when it came (our clock),
+	// what this agent applied and the transition it is in.
+	f Follower
 	// Leader side.
-	leading  bool
-	elec     *concurrency.Election
-	ctrl     control.Controller
-	preset   bool // the controller is new: start it from the output in force
-	seq      uint64
-	pending  *Shared // record to write
-	lastRec  time.Time
-	lastStep int
-	agents   map[string]Indicator // every agent's indicator, from the watch
+	leading bool
+	elec    *concurrency.Election
+	lead    Leader
+	pending *Shared              // record to write
+	agents  map[string]Indicator // every agent's indicator, from the watch
 }
 
 // NewNode joins the cluster: it keeps a session (lease) with etcd, and
@@ -192,7 +173,7 @@ func (n *Node) state(res string) *resState {
 	if rs != nil {
 		return rs
 	}
-	rs = &resState{name: res, mode: ModeLocal, agents: map[string]Indicator{}}
+	rs = &resState{name: res, f: Follower{Mode: ModeLocal}, agents: map[string]Indicator{}}
 	n.res[res] = rs
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.watch(rs) }()
@@ -217,7 +198,7 @@ func (n *Node) Publish(res string, ind Indicator, now time.Time) {
 // applies max(local, what is left of the lost shared step), and that
 // residue decays linearly to zero over Decay. Entering cluster mode from
 // another mode blends a rise from the applied value to the shared one over
-// Blend; a fall is applied at once.
+// Blend; a fall is applied at once. (Follower.Step.)
 func (n *Node) Delay(res string, local int, now time.Time) (int, Mode) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -225,93 +206,45 @@ func (n *Node) Delay(res string, local int, now time.Time) (int, Mode) {
 	if rs.leading {
 		n.lead(rs, now)
 	}
-	fresh := rs.haveRec && now.Sub(rs.recvAt) <= n.cfg.Fresh
-	var out float64
-	switch {
-	case fresh:
-		if rs.mode != ModeCluster {
-			rs.mode, rs.edgeAt, rs.edgeFrom = ModeCluster, now, rs.applied
-			n.cfg.Log.Info("following the shared delay", "resource", res, "leader", rs.shared.Leader)
-		}
-		// Only a rise is blended: a lower delay is applied at once, as the
-		// agent's rise limit does (a release never hurts TCP, and a
-		// throttle the cluster no longer asks for must not linger).
-		target := float64(rs.shared.Step)
-		f := min(1, float64(now.Sub(rs.edgeAt))/float64(n.cfg.Blend))
-		out = rs.edgeFrom + (target-rs.edgeFrom)*f
-		if target <= out {
-			out, rs.edgeAt = target, now.Add(-n.cfg.Blend) // blend over
-		}
-	default:
-		if rs.mode == ModeCluster {
-			rs.mode, rs.edgeAt, rs.edgeFrom = ModeDegraded, now, rs.applied
-			n.cfg.Log.Warn("shared delay lost; local control with the shared delay decaying", "resource", res,
-				"last_seq", rs.shared.Seq, "age", now.Sub(rs.recvAt).Round(time.Millisecond), "decay", n.cfg.Decay)
-		}
-		out = float64(local)
-		if rs.mode == ModeDegraded {
-			left := rs.edgeFrom * (1 - float64(now.Sub(rs.edgeAt))/float64(n.cfg.Decay))
-			if left <= 0 {
-				rs.mode = ModeLocal
-				n.cfg.Log.Info("shared delay decayed; local control", "resource", res)
-			} else {
-				out = max(out, left)
-			}
-		}
+	prev := rs.f.Mode
+	step, mode := rs.f.Step(n.cfg.timing(), local, now)
+	if mode == ModeCluster && prev != ModeCluster {
+		n.cfg.Log.Info("following the shared delay", "resource", res, "leader", rs.f.Shared.Leader)
 	}
-	rs.applied = out
-	return int(math.Ceil(out - 1e-9)), rs.mode
+	if prev == ModeCluster && mode != ModeCluster {
+		n.cfg.Log.Warn("shared delay lost; local control with the shared delay decaying", "resource", res,
+			"last_seq", rs.f.Shared.Seq, "age", now.Sub(rs.f.RecvAt).Round(time.Millisecond), "decay", n.cfg.Decay)
+	}
+	if mode == ModeLocal && prev != ModeLocal {
+		n.cfg.Log.Info("shared delay decayed; local control", "resource", res)
+	}
+	return step, mode
 }
 
-// lead runs the shared controller one tick and queues its record. The
-// record is republished when the step changes and at least three times
-// per Fresh, so followers can tell a live leader from a dead one.
+// lead runs the shared controller one tick (Leader.Step) and queues its
+// record for the publisher.
 func (n *Node) lead(rs *resState, now time.Time) {
-	if rs.ctrl == nil { // Renew: a new policy's gains and threshold
+	if !rs.lead.HasController() { // Renew: a new policy's gains and threshold
 		ctrl, err := n.cfg.NewController(rs.name)
 		if err != nil {
 			n.cfg.Log.Error("cannot rebuild the shared controller; keeping the old step", "resource", rs.name, "err", err)
 			return
 		}
-		rs.ctrl, rs.preset = ctrl, true
+		rs.lead.Renewed(ctrl)
 	}
 	// Our own indicator is fresher in memory than its echo from etcd.
-	agents := maps(rs.agents)
-	agents[n.cfg.AgentID] = rs.ind
-	wait, _ := aggregate(agents)
-	if rs.preset {
-		rs.preset = false
-		from := weightedLocalStep(agents)
-		if rs.lastStep >= 0 && rs.seq > 0 {
-			from = rs.lastStep // renewed: continue from our own output
-		} else if rs.haveRec && now.Sub(rs.recvAt) <= n.cfg.Decay {
-			from = rs.shared.Step // take over from the previous leader
+	l := rs.lead.Step(n.cfg.AgentID, rs.ind, rs.agents, &rs.f, n.cfg.timing(), n.cfg.Step, now)
+	if l.Preset {
+		agents := len(rs.agents)
+		if _, ok := rs.agents[n.cfg.AgentID]; !ok {
+			agents++
 		}
-		if p, ok := rs.ctrl.(interface{ Preset(int) }); ok {
-			p.Preset(from)
-		}
-		n.cfg.Log.Info("leading resource", "resource", rs.name, "agents", len(agents), "start_step", from)
+		n.cfg.Log.Info("leading resource", "resource", rs.name, "agents", agents, "start_step", l.From)
 	}
-	step := rs.ctrl.Update(wait)
-	if step == rs.lastStep && now.Sub(rs.lastRec) < n.cfg.Fresh/3 && rs.seq > 0 {
-		return
+	if l.Rec != nil {
+		rs.pending = l.Rec
+		n.wake()
 	}
-	rs.seq = max(rs.seq, rs.shared.Seq) + 1
-	rec := &Shared{Seq: rs.seq, Leader: n.cfg.AgentID, Time: now, Step: step, Agents: len(agents),
-		DelayNs: int64(control.Step(step, n.cfg.Step)), Consumers: throttleable(agents)}
-	if !math.IsNaN(wait) {
-		rec.WaitMs = &wait
-	}
-	rs.pending, rs.lastRec, rs.lastStep = rec, now, step
-	n.wake()
-}
-
-func maps(m map[string]Indicator) map[string]Indicator {
-	out := make(map[string]Indicator, len(m)+1)
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // aggregate combines the agents' waits into the resource's indicator: the
@@ -411,10 +344,10 @@ func (n *Node) Status(now time.Time) []ResourceStatus {
 	defer n.mu.Unlock()
 	out := make([]ResourceStatus, 0, len(n.res))
 	for _, rs := range n.res {
-		s := ResourceStatus{Resource: rs.name, Mode: rs.mode, Leading: rs.leading, Applied: rs.applied}
-		if rs.haveRec {
-			s.Leader, s.Seq, s.Step, s.Age, s.Consumers = rs.shared.Leader, rs.shared.Seq, rs.shared.Step, now.Sub(rs.recvAt), rs.shared.Consumers
-			s.Agents = rs.shared.Agents
+		s := ResourceStatus{Resource: rs.name, Mode: rs.f.Mode, Leading: rs.leading, Applied: rs.f.Applied}
+		if f := &rs.f; f.HaveRec {
+			s.Leader, s.Seq, s.Step, s.Age, s.Consumers = f.Shared.Leader, f.Shared.Seq, f.Shared.Step, now.Sub(f.RecvAt), f.Shared.Consumers
+			s.Agents = f.Shared.Agents
 		}
 		out = append(out, s)
 	}
@@ -430,7 +363,7 @@ func (n *Node) Renew() {
 	defer n.mu.Unlock()
 	for _, rs := range n.res {
 		if rs.leading {
-			rs.ctrl = nil
+			rs.lead.Drop()
 		}
 	}
 }
@@ -492,7 +425,8 @@ func (n *Node) sessions() {
 		n.session, n.sessionCtx = nil, nil
 		scancel()
 		for _, rs := range n.res {
-			rs.leading, rs.elec, rs.ctrl, rs.pending = false, nil, nil, nil
+			rs.leading, rs.elec, rs.pending = false, nil, nil
+			rs.lead.Drop()
 			clear(rs.agents)
 		}
 		n.mu.Unlock()
@@ -524,7 +458,7 @@ func (n *Node) startCampaign(rs *resState) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		e := concurrency.NewElection(s, electionKey(n.cfg.Prefix, rs.name))
+		e := concurrency.NewElection(s, ElectionKey(n.cfg.Prefix, rs.name))
 		// Campaign returns once every earlier candidate's key is gone:
 		// then this agent leads until its session ends.
 		if err := e.Campaign(sctx, n.cfg.AgentID); err != nil {
@@ -541,7 +475,7 @@ func (n *Node) startCampaign(rs *resState) {
 		// Read every agent's indicator before leading, so the controller
 		// starts from the outputs in force (bumpless), then keep them.
 		gctx, cancel := context.WithTimeout(sctx, time.Second)
-		resp, err := n.cfg.Client.Get(gctx, agentsPrefix(n.cfg.Prefix, rs.name), clientv3.WithPrefix())
+		resp, err := n.cfg.Client.Get(gctx, AgentsPrefix(n.cfg.Prefix, rs.name), clientv3.WithPrefix())
 		cancel()
 		var from int64
 		n.mu.Lock()
@@ -556,7 +490,8 @@ func (n *Node) startCampaign(rs *resState) {
 			}
 			from = resp.Header.Revision + 1
 		}
-		rs.leading, rs.elec, rs.ctrl, rs.preset, rs.lastStep = true, e, ctrl, true, -1
+		rs.leading, rs.elec = true, e
+		rs.lead.Elected(ctrl)
 		n.mu.Unlock()
 		n.watchAgents(sctx, rs, from)
 	}()
@@ -580,8 +515,6 @@ func (n *Node) publisher() {
 	}
 }
 
-const maxTxnOps = 100 // etcd's default --max-txn-ops is 128
-
 type write struct {
 	res  string
 	key  string
@@ -599,13 +532,13 @@ func (n *Node) publishOnce(now time.Time) {
 	var inds, recs []write
 	for _, rs := range n.res {
 		if rs.pending != nil && rs.elec != nil {
-			b, _ := json.Marshal(rs.pending)
-			recs = append(recs, write{res: rs.name, key: delayKey(n.cfg.Prefix, rs.name), val: string(b), elec: rs.elec})
+			b, _ := EncodeShared(rs.pending)
+			recs = append(recs, write{res: rs.name, key: DelayKey(n.cfg.Prefix, rs.name), val: string(b), elec: rs.elec})
 			rs.pending = nil
 		}
 		if rs.dirty && now.Sub(rs.lastPub) >= n.cfg.PublishEvery {
-			b, _ := json.Marshal(rs.ind.wire(rs.indTime))
-			inds = append(inds, write{res: rs.name, key: agentKey(n.cfg.Prefix, rs.name, n.cfg.AgentID), val: string(b)})
+			b, _ := EncodeIndicator(rs.ind, rs.indTime)
+			inds = append(inds, write{res: rs.name, key: AgentKey(n.cfg.Prefix, rs.name, n.cfg.AgentID), val: string(b)})
 			rs.dirty, rs.lastPub = false, now
 		}
 	}
@@ -622,7 +555,7 @@ func (n *Node) publishOnce(now time.Time) {
 		}
 	}
 	for len(inds) > 0 {
-		k := min(len(inds), maxTxnOps)
+		k := min(len(inds), MaxTxnOps)
 		ops := make([]clientv3.Op, 0, k)
 		for _, w := range inds[:k] {
 			ops = append(ops, clientv3.OpPut(w.key, w.val, clientv3.WithLease(lease)))
@@ -653,14 +586,14 @@ func (n *Node) publishOnce(now time.Time) {
 // fresh: only one that arrives while we watch proves a live leader (a dead
 // one's record outlives it by a TTL).
 func (n *Node) watch(rs *resState) {
-	n.follow(n.ctx, rs, delayKey(n.cfg.Prefix, rs.name), false, nil, 0)
+	n.follow(n.ctx, rs, DelayKey(n.cfg.Prefix, rs.name), false, nil, 0)
 }
 
 // watchAgents keeps a leader's view of every agent's indicator while its
 // leadership (ctx) lasts, from revision from on (its initial read was done
 // by the caller).
 func (n *Node) watchAgents(ctx context.Context, rs *resState, from int64) {
-	n.follow(ctx, rs, agentsPrefix(n.cfg.Prefix, rs.name), true, func() { clear(rs.agents) }, from)
+	n.follow(ctx, rs, AgentsPrefix(n.cfg.Prefix, rs.name), true, func() { clear(rs.agents) }, from)
 }
 
 // follow reads key (or the keys under it, with prefix) and watches it from
@@ -715,34 +648,30 @@ func (n *Node) follow(ctx context.Context, rs *resState, key string, prefix bool
 // apply takes one key's value into rs. Called with n.mu held.
 func (n *Node) apply(rs *resState, key string, val []byte, live bool) {
 	switch {
-	case key == delayKey(n.cfg.Prefix, rs.name):
-		var rec Shared
-		if err := json.Unmarshal(val, &rec); err != nil {
+	case key == DelayKey(n.cfg.Prefix, rs.name):
+		rec, err := DecodeShared(val)
+		if err != nil {
 			n.cfg.Log.Warn("ignoring a malformed shared delay", "resource", rs.name, "err", err)
 			return
 		}
-		// Sequence numbers only grow across leaders (a new one continues
-		// from the last it saw); an older record is a replay.
-		if rs.haveRec && rec.Seq <= rs.shared.Seq && rec.Leader == rs.shared.Leader {
-			return
-		}
-		rs.shared, rs.haveRec = rec, true
+		var now time.Time
 		if live {
-			rs.recvAt = n.cfg.Now()
+			now = n.cfg.Now()
 		}
-	case strings.HasPrefix(key, agentsPrefix(n.cfg.Prefix, rs.name)):
-		var w wireIndicator
-		if err := json.Unmarshal(val, &w); err != nil {
+		rs.f.Receive(rec, live, now)
+	case strings.HasPrefix(key, AgentsPrefix(n.cfg.Prefix, rs.name)):
+		ind, err := DecodeIndicator(val)
+		if err != nil {
 			n.cfg.Log.Warn("ignoring a malformed indicator", "key", key, "err", err)
 			return
 		}
-		rs.agents[agentFromKey(n.cfg.Prefix, rs.name, key)] = w.indicator()
+		rs.agents[agentFromKey(n.cfg.Prefix, rs.name, key)] = ind
 	}
 }
 
 // remove forgets a deleted key (an agent's lease expired, a leader left).
 func (n *Node) remove(rs *resState, key string) {
-	if strings.HasPrefix(key, agentsPrefix(n.cfg.Prefix, rs.name)) {
+	if strings.HasPrefix(key, AgentsPrefix(n.cfg.Prefix, rs.name)) {
 		delete(rs.agents, agentFromKey(n.cfg.Prefix, rs.name, key))
 	}
 }

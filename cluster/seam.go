@@ -15,6 +15,9 @@
 //     back to its own local controller, with the shared delay decaying to
 //     zero within a bound (Node.Delay).
 //
+// Its per-tick rules (step.go) are pure, with no etcd or clock, so that
+// package sim runs the same code for a hundred agents on virtual time.
+//
 // It must not touch the kernel or the throttles: it only moves indicators,
 // policies and delays through etcd and tells the agent's per-resource loop
 // which step to use. Applying the step to packets stays the agent's job,

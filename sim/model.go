@@ -10,9 +10,13 @@
 // throttle.Throttle (recorded settings feed the TCP model), and drives the
 // agent's own pipeline with agent.Agent.Step under a virtual clock. It must
 // not reimplement any control logic, read the wall clock inside a model
-// run, touch the kernel, or need root. Same seed, same result: every random
-// choice comes from one seeded math/rand/v2 source and ties in the event
-// queue break by insertion order.
+// run, touch the kernel, or need root. Same seed, same result: every
+// random choice comes from one seeded math/rand/v2 source and ties in the
+// event queue break by insertion order.
+//
+// For many agents (cluster_scale.go) it also models etcd and the
+// goroutines of a cluster.Node around package cluster's own per-tick
+// rules; it never starts an etcd or talks to one.
 package sim
 
 import (

@@ -120,7 +120,7 @@ RESULTS/sim-SCENARIO/RUN-ID/, and sim.json with the wall time and speed-up
 		},
 	}
 	f.add(c)
-	c.AddCommand(simCalibrateCmd(), simScaleCmd())
+	c.AddCommand(simCalibrateCmd(), simScaleCmd(), simClusterScaleCmd())
 	return c
 }
 
@@ -262,5 +262,95 @@ BENCHMARKS.md.`,
 	c.Flags().DurationVar(&so.Length, "length", so.Length, "simulated time")
 	c.Flags().Uint64Var(&so.Seed, "seed", so.Seed, "random seed")
 	c.Flags().StringVar(&results, "results", "results", "results directory")
+	return c
+}
+
+func simClusterScaleCmd() *cobra.Command {
+	o := sim.DefaultClusterScale()
+	var results string
+	c := &cobra.Command{
+		Use:   "cluster-scale",
+		Short: "100 agents, 1,000 shared resources, 10,000 consumers on a modelled etcd: propagation times, per-agent and etcd load",
+		Long: `Runs package cluster's own per-tick code (the follower's and the leader's
+rules, the shared PID, the indicator and record encodings, policy validation
+and merge) for every agent of a SAN, on virtual time, against a model of
+etcd (client latency, group commit, apply cost, watches, leases) and of the
+cluster node's goroutines (publisher, watches, campaigns). Each resource is
+behind --spread agents; its writer starts and stops, so shared steps move.
+
+Measures how long a policy takes to reach every agent, how long a leader's
+shared step takes to be applied by every agent of its resource, each agent's
+CPU per tick in that code and its etcd traffic, etcd's total load beside
+the same figures derived on paper, and two failures: the busiest leader
+killed (fallback, failover) and etcd lost (fallback, decay to zero).
+Writes RESULTS/sim-cluster-scale/RUN-ID/summary.json. The virtual-time
+figures are the same for a seed; the CPU figures time this machine.`,
+		Example: `  sanqos sim cluster-scale
+  sanqos sim cluster-scale --agents 10 --resources 50 --consumers 500 --length 15s --kill-at 5s --outage-at 9s
+  sanqos sim cluster-scale --etcd-one-way 5ms --etcd-commit 10ms`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t0 := time.Now()
+			s, err := sim.RunClusterScale(o)
+			if err != nil {
+				return err
+			}
+			wall := time.Since(t0)
+			dir, err := runDir(results, "sim-cluster-scale")
+			if err != nil {
+				return err
+			}
+			if err := writeJSON(filepath.Join(dir, "summary.json"), s); err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "%d agents, %d resources (%g per agent, %d agents each), %d consumers; formed in %.0f ms\n",
+				s.Agents, s.Resources, s.ResourcesPerAgent.Mean, s.Spread, s.Consumers, s.FormedMs)
+			fmt.Fprintf(w, "policy to every agent: p50 %.1f ms p95 %.1f ms max %.1f ms (%d changes, all applied: %v); in effect by max %.0f ms; merge CPU p50 %.1f ms\n",
+				s.PolicyPropagationMs.P50, s.PolicyPropagationMs.P95, s.PolicyPropagationMs.Max, s.PolicyChanges, s.PolicyAppliedByAll,
+				s.PolicyInEffectMs.Max, s.PolicyApplyCPUMs.P50)
+			fmt.Fprintf(w, "shared step to every agent of its resource: p50 %.0f ms p95 %.0f ms max %.0f ms (%d records); delivered p50 %.1f ms p95 %.1f ms\n",
+				s.SharedPropagationMs.P50, s.SharedPropagationMs.P95, s.SharedPropagationMs.Max, s.SharedRecords, s.SharedDeliveredMs.P50, s.SharedDeliveredMs.P95)
+			fmt.Fprintf(w, "per agent: CPU %.0f µs/tick (p95 over agents %.0f), %.0f puts/s, %.0f watch events/s, %.1f kB/s out, %.1f kB/s in; leads %.0f-%.0f resources\n",
+				s.AgentCPUPerTickUs.Mean, s.AgentCPUPerTickUs.P95, s.AgentPutsPerS.Mean, s.AgentEventsPerS.Mean,
+				s.AgentBytesOutPerS.Mean/1e3, s.AgentBytesInPerS.Mean/1e3, s.ResourcesLed.P50, s.ResourcesLed.Max)
+			fmt.Fprintf(w, "etcd: %.0f puts/s in %.0f write requests/s, %.0f watch events/s, %d keys, %d leases, apply utilisation %.1f %%\n",
+				s.EtcdPutsPerS, s.EtcdTxnsPerS, s.EtcdEventsPerS, s.EtcdKeys, s.EtcdLeases, 100*s.EtcdUtilisation)
+			for _, e := range s.PaperVsModel {
+				paper := fmt.Sprintf("%.0f", e.PaperLow)
+				if e.PaperHigh != e.PaperLow {
+					paper = fmt.Sprintf("%.0f-%.0f", e.PaperLow, e.PaperHigh)
+				}
+				fmt.Fprintf(w, "  %-26s paper %-13s model %.0f\n", e.Quantity, paper, e.Model)
+			}
+			if s.Killed != "" {
+				fmt.Fprintf(w, "leader %s (%d resources) killed: followers local after max %.0f ms (max %.0f ms after their last record), new leader followed after p50 %.0f ms max %.0f ms\n",
+					s.Killed, s.KilledLed, s.FallbackMs.Max, s.FallbackSinceRecMs.Max, s.FailoverMs.P50, s.FailoverMs.Max)
+			}
+			if s.OutageFallbackMs.N > 0 {
+				fmt.Fprintf(w, "etcd lost: every agent local after max %.0f ms, shared step decayed to zero after max %.0f ms (%d not decayed)\n",
+					s.OutageFallbackMs.Max, s.OutageDecayMs.Max, s.OutageNotDecayed)
+			}
+			fmt.Fprintf(w, "simulated %.0f s in %.1f s wall\n%s\n", s.SimulatedS, wall.Seconds(), dir)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.IntVar(&o.Agents, "agents", o.Agents, "agents (target hosts)")
+	f.IntVar(&o.Resources, "resources", o.Resources, "shared resources")
+	f.IntVar(&o.Consumers, "consumers", o.Consumers, "consumers (each through one agent)")
+	f.IntVar(&o.Spread, "spread", o.Spread, "agents serving each resource")
+	f.DurationVar(&o.Length, "length", o.Length, "simulated time")
+	f.Uint64Var(&o.Seed, "seed", o.Seed, "random seed")
+	f.IntVar(&o.Policies, "policies", o.Policies, "policy changes")
+	f.DurationVar(&o.PolicyFrom, "policy-from", o.PolicyFrom, "first policy change")
+	f.DurationVar(&o.PolicyEvery, "policy-every", o.PolicyEvery, "time between policy changes")
+	f.DurationVar(&o.Warmup, "warmup", o.Warmup, "rates are counted from here to --kill-at")
+	f.DurationVar(&o.KillAt, "kill-at", o.KillAt, "the busiest leader dies (0: never)")
+	f.DurationVar(&o.OutageAt, "outage-at", o.OutageAt, "etcd stops answering until the end (0: never)")
+	f.DurationVar(&o.Etcd.OneWay, "etcd-one-way", o.Etcd.OneWay, "median agent-etcd latency, each way")
+	f.DurationVar(&o.Etcd.Commit, "etcd-commit", o.Etcd.Commit, "median commit time (member round trip + WAL fdatasync)")
+	f.DurationVar(&o.Etcd.ApplyCost, "etcd-apply", o.Etcd.ApplyCost, "etcd server time per write request (capacity = 1/this)")
+	f.StringVar(&results, "results", "results", "results directory")
 	return c
 }

@@ -1,0 +1,246 @@
+package cluster
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/sanqos/sanqos/control"
+)
+
+// The pure half of a Node: what an agent decides for one resource each
+// tick, with no etcd, goroutine or clock of its own. Node runs exactly
+// this code between its watches and its publisher; package sim runs it
+// too, on virtual time against a model of etcd, to measure what the
+// cluster costs at a scale no test here can start (issue 22). Keeping one
+// copy is the point: a simulator with its own version of the rules would
+// measure that version.
+
+// Defaults of Config, exported so that a model of the cluster runs with
+// the timing the agents run with.
+const (
+	DefaultTTL          = 2 // seconds
+	DefaultFresh        = 500 * time.Millisecond
+	DefaultDecay        = 4 * time.Second
+	DefaultBlend        = time.Second
+	DefaultPublishEvery = 100 * time.Millisecond
+)
+
+// MaxTxnOps is how many indicators one transaction carries (etcd's
+// default --max-txn-ops is 128).
+const MaxTxnOps = 100
+
+// Timing is what the follower and the leader take from Config.
+type Timing struct {
+	Fresh, Decay, Blend time.Duration
+}
+
+// Keys of a resource: agents' indicators, the election, the shared delay.
+func resourceKey(prefix, res string) string { return prefix + "/resources/" + res + "/" }
+
+// AgentKey is where agent id publishes its indicator of res.
+func AgentKey(prefix, res, id string) string { return resourceKey(prefix, res) + "agents/" + id }
+
+// ElectionKey is the prefix of res's election (one key per candidate).
+func ElectionKey(prefix, res string) string { return resourceKey(prefix, res) + "leader" }
+
+// DelayKey is where res's leader publishes the shared delay.
+func DelayKey(prefix, res string) string { return resourceKey(prefix, res) + "delay" }
+
+// AgentsPrefix is the prefix of every agent's indicator of res.
+func AgentsPrefix(prefix, res string) string { return resourceKey(prefix, res) + "agents/" }
+
+func agentFromKey(prefix, res, key string) string {
+	return strings.TrimPrefix(key, AgentsPrefix(prefix, res))
+}
+
+// EncodeIndicator is an indicator as it is written to etcd, stamped with
+// the time it was measured.
+func EncodeIndicator(ind Indicator, at time.Time) ([]byte, error) {
+	return json.Marshal(ind.wire(at))
+}
+
+// DecodeIndicator reads what EncodeIndicator wrote (WaitMs NaN for null).
+func DecodeIndicator(b []byte) (Indicator, error) {
+	var w wireIndicator
+	if err := json.Unmarshal(b, &w); err != nil {
+		return Indicator{}, err
+	}
+	return w.indicator(), nil
+}
+
+// EncodeShared is a shared record as its leader writes it.
+func EncodeShared(rec *Shared) ([]byte, error) { return json.Marshal(rec) }
+
+// DecodeShared reads a shared record.
+func DecodeShared(b []byte) (Shared, error) {
+	var rec Shared
+	err := json.Unmarshal(b, &rec)
+	return rec, err
+}
+
+// Follower is one agent's side of one resource's shared step: the last
+// record it received and the step it applied. The zero value is an agent
+// in local control that has heard nothing yet.
+type Follower struct {
+	// Shared is the last record taken, HaveRec whether there is one, and
+	// RecvAt when it arrived live (the receiver's clock; zero if it was
+	// only read, see Receive).
+	Shared  Shared
+	HaveRec bool
+	RecvAt  time.Time
+	// Mode and Applied are what the last Step returned (Applied before
+	// rounding up).
+	Mode    Mode
+	Applied float64
+	// The transition in progress: when the current mode began, from
+	// which applied value.
+	edgeAt   time.Time
+	edgeFrom float64
+}
+
+// Receive takes a shared record. A record that arrived live (from the
+// watch) is stamped now; one found by a read is remembered but not
+// counted as fresh, because only a live one proves a live leader (a dead
+// one's record outlives it by a TTL). It reports false for a replay: the
+// same leader's record with a sequence number not above the last one
+// (sequence numbers only grow across leaders, since a new one continues
+// from the last it saw).
+func (f *Follower) Receive(rec Shared, live bool, now time.Time) bool {
+	if f.HaveRec && rec.Seq <= f.Shared.Seq && rec.Leader == f.Shared.Leader {
+		return false
+	}
+	f.Shared, f.HaveRec = rec, true
+	if live {
+		f.RecvAt = now
+	}
+	return true
+}
+
+// Fresh reports whether the shared step may be followed at now.
+func (f *Follower) Fresh(t Timing, now time.Time) bool {
+	return f.HaveRec && now.Sub(f.RecvAt) <= t.Fresh
+}
+
+// Step is the step to apply given the local controller's, and where it
+// came from (see Node.Delay): the shared step while the last record is
+// fresh, a rise blended in over Blend when entering cluster mode and a
+// fall applied at once; without a fresh record max(local, what is left of
+// the lost shared step), that residue falling linearly to zero over Decay.
+func (f *Follower) Step(t Timing, local int, now time.Time) (int, Mode) {
+	if f.Mode == "" {
+		f.Mode = ModeLocal
+	}
+	var out float64
+	switch {
+	case f.Fresh(t, now):
+		if f.Mode != ModeCluster {
+			f.Mode, f.edgeAt, f.edgeFrom = ModeCluster, now, f.Applied
+		}
+		// Only a rise is blended: a lower delay is applied at once, as the
+		// agent's rise limit does (a release never hurts TCP, and a
+		// throttle the cluster no longer asks for must not linger).
+		target := float64(f.Shared.Step)
+		k := min(1, float64(now.Sub(f.edgeAt))/float64(t.Blend))
+		out = f.edgeFrom + (target-f.edgeFrom)*k
+		if target <= out {
+			out, f.edgeAt = target, now.Add(-t.Blend) // blend over
+		}
+	default:
+		if f.Mode == ModeCluster {
+			f.Mode, f.edgeAt, f.edgeFrom = ModeDegraded, now, f.Applied
+		}
+		out = float64(local)
+		if f.Mode == ModeDegraded {
+			left := f.edgeFrom * (1 - float64(now.Sub(f.edgeAt))/float64(t.Decay))
+			if left <= 0 {
+				f.Mode = ModeLocal
+			} else {
+				out = max(out, left)
+			}
+		}
+	}
+	f.Applied = out
+	return int(math.Ceil(out - 1e-9)), f.Mode
+}
+
+// Leader is the shared controller of one resource on the agent that leads
+// it, and the records it has published.
+type Leader struct {
+	ctrl     control.Controller
+	preset   bool // the controller is new: start it from the output in force
+	seq      uint64
+	lastRec  time.Time
+	lastStep int
+}
+
+// Elected starts a leadership with a new controller: its first Step
+// starts it from the outputs in force.
+func (l *Leader) Elected(ctrl control.Controller) {
+	l.ctrl, l.preset, l.lastStep = ctrl, true, -1
+}
+
+// Renewed replaces the controller while leading (a new policy's gains and
+// threshold): it goes on from this leader's own last step.
+func (l *Leader) Renewed(ctrl control.Controller) { l.ctrl, l.preset = ctrl, true }
+
+// HasController is false after Drop, until Elected or Renewed.
+func (l *Leader) HasController() bool { return l.ctrl != nil }
+
+// Drop forgets the controller (a policy renewal, or the end of the
+// leadership); the sequence number is kept, so records keep growing.
+func (l *Leader) Drop() { l.ctrl = nil }
+
+// Lead is one tick of a leader.
+type Lead struct {
+	// Rec is the record to publish, nil when the step is unchanged and
+	// the last record is younger than Fresh/3.
+	Rec *Shared
+	// Preset: the controller was new this tick and started from From.
+	Preset bool
+	From   int
+}
+
+// Step runs the shared controller one tick over every agent's indicator —
+// agents as received, with this agent's own (id, own) laid over its echo,
+// which is older — and makes the record to publish. The record is
+// republished when the step changes and at least three times per Fresh,
+// so followers can tell a live leader from a dead one. f is this agent's
+// follower side: a new leader takes over from the previous leader's step
+// if it is no older than Decay, and continues its sequence numbers.
+func (l *Leader) Step(id string, own Indicator, agents map[string]Indicator, f *Follower, t Timing, step time.Duration, now time.Time) Lead {
+	all := make(map[string]Indicator, len(agents)+1)
+	for k, v := range agents {
+		all[k] = v
+	}
+	all[id] = own
+	wait, _ := aggregate(all)
+	var out Lead
+	if l.preset {
+		l.preset = false
+		from := weightedLocalStep(all)
+		if l.lastStep >= 0 && l.seq > 0 {
+			from = l.lastStep // renewed: continue from our own output
+		} else if f.HaveRec && now.Sub(f.RecvAt) <= t.Decay {
+			from = f.Shared.Step // take over from the previous leader
+		}
+		if p, ok := l.ctrl.(interface{ Preset(int) }); ok {
+			p.Preset(from)
+		}
+		out.Preset, out.From = true, from
+	}
+	s := l.ctrl.Update(wait)
+	if s == l.lastStep && now.Sub(l.lastRec) < t.Fresh/3 && l.seq > 0 {
+		return out
+	}
+	l.seq = max(l.seq, f.Shared.Seq) + 1
+	rec := &Shared{Seq: l.seq, Leader: id, Time: now, Step: s, Agents: len(all),
+		DelayNs: int64(control.Step(s, step)), Consumers: throttleable(all)}
+	if !math.IsNaN(wait) {
+		rec.WaitMs = &wait
+	}
+	l.lastRec, l.lastStep = now, s
+	out.Rec = rec
+	return out
+}

@@ -1,0 +1,151 @@
+package sim
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/report"
+)
+
+// smallCluster is the cluster-scale scenario cut down to run in well under
+// a second: 10 agents, 50 resources, 500 consumers; three policy changes,
+// the busiest leader killed at 5 s, etcd lost at 9 s, and time for the
+// last Decay.
+func smallCluster() ClusterScaleOptions {
+	o := DefaultClusterScale()
+	o.Agents, o.Resources, o.Consumers = 10, 50, 500
+	o.Length = 14500 * time.Millisecond
+	o.Policies, o.PolicyFrom, o.PolicyEvery = 3, 2500*time.Millisecond, time.Second
+	o.KillAt, o.OutageAt = 5*time.Second, 9*time.Second
+	return o
+}
+
+// TestClusterScale: what the cluster promises, at a scale no etcd-backed
+// test reaches, for a fast and a slow etcd and two spreads.
+func TestClusterScale(t *testing.T) {
+	slow := smallCluster()
+	slow.Etcd.OneWay, slow.Etcd.Commit = 2*time.Millisecond, 8*time.Millisecond
+	wide := smallCluster()
+	wide.Spread = 5
+	for _, tc := range []struct {
+		name string
+		o    ClusterScaleOptions
+		// paced: the publisher keeps its pace, so records reach every
+		// agent within Fresh and the load is the paper's. Not with a slow
+		// etcd: Node's publisher writes each record in its own
+		// transaction, one after the other, so a leader of 15 resources
+		// needs ~15 × 12 ms per round and falls behind its ticks.
+		paced bool
+	}{
+		{"default etcd, spread 3", smallCluster(), true},
+		{"slow etcd (2 ms each way, 8 ms commits)", slow, false},
+		{"spread 5", wide, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.o
+			s, err := RunClusterScale(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bound := ms(o.Etcd.WatchBound())
+			tick := ms(Interval)
+			t.Logf("formed %.0f ms; policy p50 %.1f max %.1f ms (bound %.1f); shared p50 %.0f max %.0f ms; fallback max %.0f ms, failover max %.0f ms, decay max %.0f ms; agent CPU %.0f µs/tick",
+				s.FormedMs, s.PolicyPropagationMs.P50, s.PolicyPropagationMs.Max, bound, s.SharedPropagationMs.P50, s.SharedPropagationMs.Max,
+				s.FallbackMs.Max, s.FailoverMs.Max, s.OutageDecayMs.Max, s.AgentCPUPerTickUs.Mean)
+
+			// Every live agent applied every policy, within one write's
+			// bound, and ran with it by its next tick.
+			if !s.PolicyAppliedByAll || s.PolicyChanges != o.Policies || s.PolicyAgentMs.N != o.Policies*o.Agents {
+				t.Errorf("policies: %d changes, applied by all %v, %d (change, agent) pairs; want %d and %d",
+					s.PolicyChanges, s.PolicyAppliedByAll, s.PolicyAgentMs.N, o.Policies, o.Policies*o.Agents)
+			}
+			if s.PolicyPropagationMs.Max > bound || s.PolicyInEffectMs.Max > bound+tick {
+				t.Errorf("policy reached every agent in max %.1f ms, in effect %.1f ms; bound %.1f (+ a tick)", s.PolicyPropagationMs.Max, s.PolicyInEffectMs.Max, bound)
+			}
+			// Every record reached every agent of its resource, always
+			// before the one before it went stale: no agent fell back
+			// while nothing failed.
+			if s.SharedRecords == 0 || s.SharedRecordsPartial != 0 {
+				t.Errorf("records: %d propagated, %d not seen by all", s.SharedRecords, s.SharedRecordsPartial)
+			}
+			if fresh := ms(o.Fresh); tc.paced && s.SharedPropagationMs.Max >= fresh || s.SpuriousFallbacks != 0 {
+				t.Errorf("shared step took max %.0f ms to reach every agent (Fresh %.0f ms); %d fallbacks with nothing failed",
+					s.SharedPropagationMs.Max, fresh, s.SpuriousFallbacks)
+			}
+			if s.FormedMs <= 0 || s.LeaderlessAtKill != 0 || s.ResourcesLed.N != o.Agents {
+				t.Errorf("formed %v ms, %d resources leaderless, leaders counted on %d agents", s.FormedMs, s.LeaderlessAtKill, s.ResourcesLed.N)
+			}
+
+			// The busiest leader dies: its followers fall back within
+			// Fresh of their last record (checked on their ticks), and a
+			// new leader is followed once its lease is gone.
+			fall := ms(o.Fresh) + tick
+			if s.KilledLed == 0 || s.FallbackMs.N == 0 || s.FallbackMs.Max > fall || s.FallbackSinceRecMs.Max > fall {
+				t.Errorf("leader death (%s led %d): fallback max %.0f ms, %.0f ms after the last record; want ≤ %.0f",
+					s.Killed, s.KilledLed, s.FallbackMs.Max, s.FallbackSinceRecMs.Max, fall)
+			}
+			over := ms(time.Duration(o.TTL)*time.Second+o.Etcd.LeaseCheck) + 3*bound + 2*tick
+			if s.FailoverIncomplete != 0 || s.FailoverMs.N != s.KilledLed || s.FailoverMs.Max > over {
+				t.Errorf("failover: %d of %d resources, max %.0f ms (bound %.0f); %d without a new leader",
+					s.FailoverMs.N, s.KilledLed, s.FailoverMs.Max, over, s.FailoverIncomplete)
+			}
+
+			// etcd lost: every agent falls back within Fresh, and every
+			// shared step decays to zero within Decay.
+			if s.OutageFallbackMs.N == 0 || s.OutageFallbackMs.Max > fall {
+				t.Errorf("etcd outage: fallback max %.0f ms over %d agent-resources; want ≤ %.0f", s.OutageFallbackMs.Max, s.OutageFallbackMs.N, fall)
+			}
+			if s.OutageDecayMs.N == 0 || s.OutageDecayMs.Max > ms(o.Decay) || s.OutageNotDecayed != 0 || s.OutageStepAboveLocal != 0 {
+				t.Errorf("etcd outage: decay max %.0f ms over %d (Decay %v); %d not decayed, %d above their local step after",
+					s.OutageDecayMs.Max, s.OutageDecayMs.N, o.Decay, s.OutageNotDecayed, s.OutageStepAboveLocal)
+			}
+
+			// The model's load is the paper's: exact where the formula is,
+			// within its range (give or take the publisher's pace) where
+			// it depends on how often shared steps move.
+			for _, e := range s.PaperVsModel {
+				if tc.paced && e.Model < 0.85*e.PaperLow || e.Model > 1.05*e.PaperHigh {
+					t.Errorf("%s: model %.1f, paper %.1f-%.1f (%s)", e.Quantity, e.Model, e.PaperLow, e.PaperHigh, e.Formula)
+				}
+			}
+			if s.EtcdKeys != o.Agents*o.Resources*o.Spread/o.Agents+o.Resources+o.Resources*o.Spread+1 || s.EtcdLeases != o.Agents {
+				t.Errorf("etcd holds %d keys and %d leases", s.EtcdKeys, s.EtcdLeases)
+			}
+			if s.AgentCPUPerTickUs.N != o.Agents || s.AgentCPUPerTickUs.Mean <= 0 {
+				t.Errorf("per-agent CPU over %d agents: %+v", s.AgentCPUPerTickUs.N, s.AgentCPUPerTickUs)
+			}
+		})
+	}
+}
+
+// TestClusterScaleDeterministic: the virtual-time figures are the same
+// for a seed. Left out: the CPU figures, which time the machine, and the
+// byte counts, because the leader's aggregate sums a map in Go's random
+// order, so a record's wait_ms may differ in its last digit and with it
+// its length.
+func TestClusterScaleDeterministic(t *testing.T) {
+	o := smallCluster()
+	o.Length, o.KillAt, o.OutageAt, o.Policies = 6*time.Second, 4*time.Second, 5*time.Second, 1
+	run := func() string {
+		s, err := RunClusterScale(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.AgentTickUs, s.AgentCPUPerTickUs, s.PolicyApplyCPUMs = report.Dist{}, report.Dist{}, report.Dist{}
+		s.AgentBytesInPerS, s.AgentBytesOutPerS, s.EtcdBytesInPerS, s.EtcdBytesOutPerS = report.Dist{}, report.Dist{}, 0, 0
+		b, _ := json.Marshal(s)
+		return string(b)
+	}
+	if a, b := run(), run(); a != b {
+		t.Fatalf("two runs of seed %d differ:\n%s\n%s", o.Seed, a, b)
+	}
+}
+
+func TestClusterScaleRefusesNonsense(t *testing.T) {
+	o := smallCluster()
+	o.Spread = o.Agents + 1
+	if _, err := RunClusterScale(o); err == nil {
+		t.Fatal("more agents per resource than agents: no error")
+	}
+}
