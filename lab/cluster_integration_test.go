@@ -89,6 +89,11 @@ func TestClusterLabThreeTargets(t *testing.T) {
 			t.Errorf("%s back on its own controller %.2f s after etcd died (bound %.1f s)", ns, r, f.BoundS)
 		}
 	}
+	for ns, r := range f.FellBackS {
+		if r < 0 || r > 1 {
+			t.Errorf("%s fell back %.2f s after etcd died (want ≤ 1 s)", ns, r)
+		}
+	}
 	if f.RejoinedS <= 0 {
 		t.Error("no shared step after etcd came back")
 	}
