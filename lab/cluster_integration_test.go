@@ -2,7 +2,6 @@ package lab
 
 import (
 	"encoding/json"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,26 +21,11 @@ import (
 // is back, and fio's verified writers read back every byte. The reader's
 // p95 against the threshold is the experiment's summary, not a test.
 func TestClusterLabThreeTargets(t *testing.T) {
-	requireLab(t)
 	testenv.RequireCommands(t, "etcd")
 	buildSanqos(t)
-	if left := Leftovers(); len(left) > 0 {
-		t.Fatalf("lab objects exist before the test (run `sanqos lab down`): %v", left)
-	}
 	o := DefaultOptions()
 	o.LUNSize, o.Targets = 256<<20, 3
-	s, err := Up(o, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := Down(io.Discard); err != nil {
-			t.Errorf("down: %v", err)
-		}
-		if left := Leftovers(); len(left) > 0 {
-			t.Errorf("left behind after down: %v", left)
-		}
-	})
+	s := upLabWith(t, o)
 	if !EtcdRunning() || !s.tgtsReady() {
 		t.Fatalf("etcd running %t, every tgtd ready %t", EtcdRunning(), s.tgtsReady())
 	}

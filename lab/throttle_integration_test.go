@@ -30,12 +30,18 @@ func buildSanqos(t *testing.T) {
 // asserting nothing is left.
 func upLab(t *testing.T) *State {
 	t.Helper()
+	o := DefaultOptions()
+	o.LUNSize = 256 << 20
+	return upLabWith(t, o)
+}
+
+// upLabWith is upLab with the given options.
+func upLabWith(t *testing.T, o Options) *State {
+	t.Helper()
 	requireLab(t)
 	if left := Leftovers(); len(left) > 0 {
 		t.Fatalf("lab objects exist before the test (run `sanqos lab down`): %v", left)
 	}
-	o := DefaultOptions()
-	o.LUNSize = 256 << 20
 	s, err := Up(o, io.Discard)
 	if err != nil {
 		t.Fatal(err)

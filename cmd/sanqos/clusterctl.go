@@ -37,11 +37,19 @@ Write it with this command rather than etcdctl, which skips the validation
 	}
 	c.PersistentFlags().StringVar(&endpoints, "etcd", "", "etcd endpoints (comma-separated URLs), as given to the agents")
 	c.PersistentFlags().StringVar(&prefix, "etcd-prefix", cluster.DefaultPrefix, "prefix of the cluster's etcd keys")
-	connect := func() (*clientv3.Client, error) {
+	// withEtcd runs f with a client and a 5 s deadline for its requests.
+	withEtcd := func(cmd *cobra.Command, f func(ctx context.Context, cli *clientv3.Client) error) error {
 		if endpoints == "" {
-			return nil, errors.New("--etcd is required")
+			return errors.New("--etcd is required")
 		}
-		return clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+		cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return err
+		}
+		defer cli.Close()
+		ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+		defer cancel()
+		return f(ctx, cli)
 	}
 	policy := &cobra.Command{Use: "policy", Short: "Show or replace the shared policy",
 		Long:    "The shared policy: 'get' prints it, 'put' validates and replaces it as a whole.",
@@ -68,25 +76,21 @@ other.`,
 			if _, err := cluster.ValidatePolicy(doc); err != nil {
 				return fmt.Errorf("%s: %w (nothing written)", args[0], err)
 			}
-			cli, err := connect()
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
-			defer cancel()
-			p := cluster.NewPolicies(cli, prefix, nil)
-			var rev int64
-			if cmd.Flags().Changed("if-revision") {
-				rev, err = p.PutIf(ctx, doc, ifRev)
-			} else {
-				rev, err = p.Put(ctx, doc)
-			}
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "policy written at revision %d (%s)\n", rev, cluster.PolicyKey(prefix))
-			return nil
+			return withEtcd(cmd, func(ctx context.Context, cli *clientv3.Client) error {
+				p := cluster.NewPolicies(cli, prefix, nil)
+				var rev int64
+				var err error
+				if cmd.Flags().Changed("if-revision") {
+					rev, err = p.PutIf(ctx, doc, ifRev)
+				} else {
+					rev, err = p.Put(ctx, doc)
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "policy written at revision %d (%s)\n", rev, cluster.PolicyKey(prefix))
+				return nil
+			})
 		},
 	}
 	put.Flags().Int64Var(&ifRev, "if-revision", 0, "write only if the stored policy is still at this revision (from 'policy get'; 0: none stored)")
@@ -99,23 +103,18 @@ run on their own files.`,
 		Example: "  sanqos cluster --etcd http://10.0.0.5:2379 policy get",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cli, err := connect()
-			if err != nil {
+			return withEtcd(cmd, func(ctx context.Context, cli *clientv3.Client) error {
+				doc, rev, err := cluster.NewPolicies(cli, prefix, nil).Get(ctx)
+				if err != nil {
+					return err
+				}
+				if doc == nil {
+					return fmt.Errorf("no policy at %s: agents run on their own files", cluster.PolicyKey(prefix))
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "revision %d\n", rev)
+				_, err = cmd.OutOrStdout().Write(doc)
 				return err
-			}
-			defer cli.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
-			defer cancel()
-			doc, rev, err := cluster.NewPolicies(cli, prefix, nil).Get(ctx)
-			if err != nil {
-				return err
-			}
-			if doc == nil {
-				return fmt.Errorf("no policy at %s: agents run on their own files", cluster.PolicyKey(prefix))
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "revision %d\n", rev)
-			_, err = cmd.OutOrStdout().Write(doc)
-			return err
+			})
 		},
 	}
 	policy.AddCommand(put, get)
@@ -129,28 +128,23 @@ are alive under their leases.`,
 		Example: "  sanqos cluster --etcd http://10.0.0.5:2379 status",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cli, err := connect()
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
-			defer cancel()
-			ov, err := cluster.Overview(ctx, cli, prefix)
-			if err != nil {
-				return err
-			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "RESOURCE\tLEADER\tSEQ\tDELAY\tRECORD AGE\tAGENTS")
-			for _, o := range ov {
-				leader, seq, delay, age := "-", "-", "-", "-"
-				if s := o.Shared; s != nil {
-					leader, seq, delay = s.Leader, fmt.Sprint(s.Seq), time.Duration(s.DelayNs).String()
-					age = time.Since(s.Time).Round(time.Millisecond).String()
+			return withEtcd(cmd, func(ctx context.Context, cli *clientv3.Client) error {
+				ov, err := cluster.Overview(ctx, cli, prefix)
+				if err != nil {
+					return err
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", o.Resource, leader, seq, delay, age, strings.Join(o.Agents, ","))
-			}
-			return w.Flush()
+				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "RESOURCE\tLEADER\tSEQ\tDELAY\tRECORD AGE\tAGENTS")
+				for _, o := range ov {
+					leader, seq, delay, age := "-", "-", "-", "-"
+					if s := o.Shared; s != nil {
+						leader, seq, delay = s.Leader, fmt.Sprint(s.Seq), time.Duration(s.DelayNs).String()
+						age = time.Since(s.Time).Round(time.Millisecond).String()
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", o.Resource, leader, seq, delay, age, strings.Join(o.Agents, ","))
+				}
+				return w.Flush()
+			})
 		},
 	}
 	c.AddCommand(policy, status)
