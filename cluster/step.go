@@ -98,6 +98,11 @@ type Follower struct {
 	// which applied value.
 	edgeAt   time.Time
 	edgeFrom float64
+	// own: the record followed is this agent's own as its leader, and
+	// etcd confirmed one of its own since the last record of another
+	// leader came (Confirm): the leader may follow its next records at
+	// once (Own).
+	own bool
 }
 
 // Receive takes a shared record. A record that arrived live (from the
@@ -111,11 +116,50 @@ func (f *Follower) Receive(rec Shared, live bool, now time.Time) bool {
 	if f.HaveRec && rec.Seq <= f.Shared.Seq && rec.Leader == f.Shared.Leader {
 		return false
 	}
+	if rec.Leader != f.Shared.Leader {
+		f.own = false // another leader speaks: our own records wait for etcd
+	}
 	f.Shared, f.HaveRec = rec, true
 	if live {
 		f.RecvAt = now
 	}
 	return true
+}
+
+// Own is the leader following the record it has just made, in the tick
+// that made it, rather than a tick later when etcd echoes it (issue 22:
+// the leader applied its own step a tick late). Only the step and the
+// sequence move: the record's freshness stays that of the last record of
+// its own that etcd confirmed (Confirm), so a leader cut off from etcd
+// falls back within Fresh exactly as its followers do, and a leader that
+// has not had one confirmed yet — a new one, or one that another leader's
+// record has since reached (it may be deposed without knowing) — waits
+// for etcd as a follower does.
+func (f *Follower) Own(rec Shared) {
+	if f.own && f.HaveRec && rec.Leader == f.Shared.Leader && rec.Seq > f.Shared.Seq {
+		f.Shared = rec
+	}
+}
+
+// Confirm is etcd's answer that the leader's fenced record rec landed:
+// for the leader it is what a live receipt is for a follower (the record
+// is in etcd now, and this agent still held the election key when it was
+// written). It takes rec unless a newer record is followed — one of our
+// own taken by Own, or another leader's with a higher sequence (ours is
+// then history: its answer came after the other's record) — and in the
+// first case it refreshes the record's freshness.
+func (f *Follower) Confirm(rec Shared, now time.Time) {
+	switch {
+	case f.HaveRec && f.Shared.Leader == rec.Leader:
+		if rec.Seq > f.Shared.Seq {
+			f.Shared = rec
+		}
+	case f.HaveRec && f.Shared.Seq >= rec.Seq:
+		return
+	default:
+		f.Shared, f.HaveRec = rec, true
+	}
+	f.RecvAt, f.own = now, true
 }
 
 // Fresh reports whether the shared step may be followed at now.
