@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -162,4 +163,111 @@ func TestLeaderAppliesOwnStepAtOnce(t *testing.T) {
 		t.Fatalf("the shared step moved %d times: the test shows nothing", changes)
 	}
 	t.Logf("the leader applied each of %d new shared steps in the tick that made it", changes)
+}
+
+// TestLeadershipSpreads: three agents serving nine resources, started at
+// once, share the leaderships: each leads 2-4 after settling, leadership
+// then stays put (no flapping), and no agent leaves the shared step of
+// any resource while leaders hand resources over.
+func TestLeadershipSpreads(t *testing.T) {
+	srv := etcdtest.Start(t)
+	const prefix, nres = "/tspread", 9
+	var res []string
+	for i := range nres {
+		res = append(res, fmt.Sprintf("vg%d", i))
+	}
+	var nodes []*Node
+	for i := range 3 {
+		cli := srv.Client()
+		node, err := NewNode(Config{Client: cli, Prefix: prefix, AgentID: fmt.Sprintf("host%d", i), Fresh: testFresh, Decay: testDecay,
+			Blend: testBlend, PublishEvery: tickEvery, NewController: testPID, BalanceEvery: 100 * time.Millisecond, BalanceHold: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { node.Close(); cli.Close() })
+		nodes = append(nodes, node)
+	}
+	ind := Indicator{WaitMs: 30, ReadBps: 1e6}
+	leaders := func() (map[string]string, []int) {
+		by := map[string]string{}
+		led := make([]int, len(nodes))
+		for i, n := range nodes {
+			for _, r := range res {
+				if n.Leading(r) {
+					if by[r] != "" {
+						by[r] = "two leaders"
+					} else {
+						by[r] = n.ID()
+					}
+					led[i]++
+				}
+			}
+		}
+		return by, led
+	}
+	tk := time.NewTicker(tickEvery)
+	defer tk.Stop()
+	formed := false
+	var firstLed []int
+	tick := func() {
+		all := true
+		for _, n := range nodes {
+			for r, m := range multiTick(n, res, ind, maxSteps) {
+				if m != ModeCluster {
+					all = false
+					if formed {
+						t.Errorf("%s left the shared step of %s (%s) while nothing failed", n.ID(), r, m)
+					}
+				}
+			}
+		}
+		if all && !formed {
+			formed = true
+			_, firstLed = leaders()
+		}
+	}
+	start := time.Now()
+	var led []int
+	for {
+		tick()
+		var by map[string]string
+		by, led = leaders()
+		ok := formed && len(by) == nres
+		for _, r := range res {
+			ok = ok && by[r] != "" && by[r] != "two leaders"
+		}
+		for _, l := range led {
+			ok = ok && l >= 2 && l <= 4
+		}
+		if ok {
+			break
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("leadership not spread within 20 s: leads %v, leaders %v (formed %v)", led, by, formed)
+		}
+		<-tk.C
+	}
+	settled := time.Since(start)
+	// Settled: it stays put for a while (several looks and holds).
+	by, _ := leaders()
+	moves := 0
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); <-tk.C {
+		tick()
+		now, l := leaders()
+		for _, r := range res {
+			if now[r] != by[r] {
+				moves++
+			}
+		}
+		by, led = now, l
+	}
+	t.Logf("leads %v at formation, %v after %v; %d moves in the next 2 s", firstLed, led, settled.Round(time.Millisecond), moves)
+	for i, l := range led {
+		if l < 2 || l > 4 {
+			t.Errorf("%s leads %d of %d after settling, want 2-4", nodes[i].ID(), l, nres)
+		}
+	}
+	if moves > 1 {
+		t.Errorf("leadership moved %d times after settling: flapping", moves)
+	}
 }

@@ -31,6 +31,62 @@ const (
 // default --max-txn-ops is 128).
 const MaxTxnOps = 100
 
+// Balancing leadership (issue 22: the first agent to campaign won every
+// resource it serves, 30 where the mean is 10, and its death moved all 30
+// at once).
+const (
+	// DefaultBalanceEvery is how often a leader looks for a resource to
+	// hand over (Config.BalanceEvery), at most one per look.
+	DefaultBalanceEvery = 250 * time.Millisecond
+	// DefaultBalanceHold is how long a leader keeps a resource it won
+	// before it may hand it on (Config.BalanceHold).
+	DefaultBalanceHold = time.Second
+	// HandOverGap is the hysteresis of HandOver, in resources.
+	HandOverGap = 2
+)
+
+// ShareOf is one resource's part of its agents' fair shares of
+// leadership: 1/k, k being the live agents that serve it as far as this
+// agent knows (Seen).
+func ShareOf(k int) float64 { return 1 / float64(max(1, k)) }
+
+// Seen is how many agents serve a resource as far as this agent knows:
+// its leader counts the indicators it watches (its own included), a
+// follower takes the leader's count from the last record, and without a
+// record it knows only itself.
+func Seen(leading bool, id string, agents map[string]Indicator, f *Follower) int {
+	switch {
+	case leading:
+		k := len(agents)
+		if _, ok := agents[id]; !ok {
+			k++
+		}
+		return k
+	case f.HaveRec:
+		return max(1, f.Shared.Agents)
+	}
+	return 1
+}
+
+// HandOver is the balancing rule: a leader that leads leads resources,
+// its fair share being share (the sum of ShareOf over the resources it
+// serves), hands one of them to the agent next in line for it, whose last
+// indicator is next, when it leads more than its share and its excess
+// (leads − share) is at least HandOverGap above that agent's. After the
+// move the giver's excess is still at least the taker's, so the move is
+// never undone (no flapping), and every move lowers the sum of the
+// squared excesses by at least 2, so the moves stop. The giver resigns
+// and campaigns again at once, behind the taker: it stays a candidate, so
+// balancing never leaves a resource without one, and it moves a resource
+// only to a live agent that is already in line for it (see Node).
+func HandOver(leads int, share float64, next Indicator) bool {
+	if next.Share <= 0 {
+		return false // an agent that does not balance, or has not said
+	}
+	self := float64(leads) - share
+	return self > 0 && self-(float64(next.Leads)-next.Share) >= HandOverGap
+}
+
 // Timing is what the follower and the leader take from Config.
 type Timing struct {
 	Fresh, Decay, Blend time.Duration
