@@ -104,6 +104,10 @@ type ClusterScaleOptions struct {
 	Decay        time.Duration `json:"decay_ns"`
 	Blend        time.Duration `json:"blend_ns"`
 	PublishEvery time.Duration `json:"publish_every_ns"`
+	// BalanceEvery and BalanceHold: the leaders' balancing (negative
+	// BalanceEvery: none, the first to campaign keeps what it wins).
+	BalanceEvery time.Duration `json:"balance_every_ns"`
+	BalanceHold  time.Duration `json:"balance_hold_ns"`
 }
 
 // DefaultClusterScale is the issue's size: 100 agents, 1,000 resources
@@ -115,7 +119,7 @@ func DefaultClusterScale() ClusterScaleOptions {
 		Threshold: 15 * time.Millisecond, Etcd: DefaultEtcd(), Warmup: 3 * time.Second,
 		Policies: 5, PolicyFrom: 5 * time.Second, PolicyEvery: 3 * time.Second, KillAt: 20 * time.Second, OutageAt: 30 * time.Second,
 		TTL: cluster.DefaultTTL, Fresh: cluster.DefaultFresh, Decay: cluster.DefaultDecay, Blend: cluster.DefaultBlend,
-		PublishEvery: cluster.DefaultPublishEvery}
+		PublishEvery: cluster.DefaultPublishEvery, BalanceEvery: cluster.DefaultBalanceEvery, BalanceHold: cluster.DefaultBalanceHold}
 }
 
 // Estimate is one load figure on paper (a formula of the sizes and the
@@ -172,23 +176,29 @@ type ClusterScaleSummary struct {
 	// leader's step; one goroutine, so its CPU); AgentCPUPerTickUs is, per
 	// agent, that plus encoding its writes and decoding its watch events,
 	// per tick.
-	AgentTickUs        report.Dist `json:"agent_tick_us"`
-	AgentCPUPerTickUs  report.Dist `json:"agent_cpu_per_tick_us"`
-	AgentPutsPerS      report.Dist `json:"agent_puts_per_s"`
-	AgentTxnsPerS      report.Dist `json:"agent_txns_per_s"`
-	AgentEventsPerS    report.Dist `json:"agent_watch_events_per_s"`
-	AgentBytesOutPerS  report.Dist `json:"agent_bytes_out_per_s"`
-	AgentBytesInPerS   report.Dist `json:"agent_bytes_in_per_s"`
-	ResourcesPerAgent  report.Dist `json:"resources_per_agent"`
-	ResourcesLed       report.Dist `json:"resources_led_per_agent"`
-	LeaderlessAtKill   int         `json:"leaderless_resources_at_kill"`
-	EtcdPutsPerS       float64     `json:"etcd_puts_per_s"`
-	EtcdTxnsPerS       float64     `json:"etcd_write_requests_per_s"`
-	EtcdKeepAlivesPerS float64     `json:"etcd_keepalives_per_s"`
-	EtcdReadsPerS      float64     `json:"etcd_reads_per_s"`
-	EtcdEventsPerS     float64     `json:"etcd_watch_events_per_s"`
-	EtcdBytesInPerS    float64     `json:"etcd_bytes_in_per_s"`
-	EtcdBytesOutPerS   float64     `json:"etcd_bytes_out_per_s"`
+	AgentTickUs       report.Dist `json:"agent_tick_us"`
+	AgentCPUPerTickUs report.Dist `json:"agent_cpu_per_tick_us"`
+	AgentPutsPerS     report.Dist `json:"agent_puts_per_s"`
+	AgentTxnsPerS     report.Dist `json:"agent_txns_per_s"`
+	AgentEventsPerS   report.Dist `json:"agent_watch_events_per_s"`
+	AgentBytesOutPerS report.Dist `json:"agent_bytes_out_per_s"`
+	AgentBytesInPerS  report.Dist `json:"agent_bytes_in_per_s"`
+	ResourcesPerAgent report.Dist `json:"resources_per_agent"`
+	ResourcesLed      report.Dist `json:"resources_led_per_agent"`
+	LeaderlessAtKill  int         `json:"leaderless_resources_at_kill"`
+	// Handovers: leaderships handed to a less loaded agent before KillAt
+	// (cluster.HandOver); the last one LastHandoverMs after the first
+	// agent's start, HandoversInWindow of them in the rate window.
+	Handovers          int     `json:"handovers"`
+	HandoversInWindow  int     `json:"handovers_in_rate_window"`
+	LastHandoverMs     float64 `json:"last_handover_ms"`
+	EtcdPutsPerS       float64 `json:"etcd_puts_per_s"`
+	EtcdTxnsPerS       float64 `json:"etcd_write_requests_per_s"`
+	EtcdKeepAlivesPerS float64 `json:"etcd_keepalives_per_s"`
+	EtcdReadsPerS      float64 `json:"etcd_reads_per_s"`
+	EtcdEventsPerS     float64 `json:"etcd_watch_events_per_s"`
+	EtcdBytesInPerS    float64 `json:"etcd_bytes_in_per_s"`
+	EtcdBytesOutPerS   float64 `json:"etcd_bytes_out_per_s"`
 	// EtcdRevisionsPerS is how fast the MVCC history grows (one revision
 	// per write request), by EtcdBytesInPerS: etcd keeps all of it until
 	// compacted.
@@ -346,6 +356,7 @@ type csSlot struct {
 	lead     cluster.Leader
 	leading  bool
 	since    time.Time // leading since
+	looked   time.Time // the balancer last read the election
 	agents   map[string]cluster.Indicator
 	heard    map[string]time.Time // indicators' live arrivals
 	readers  []cluster.Consumer
@@ -450,6 +461,8 @@ type clusterSim struct {
 	keysAtEnd, leasesAtEnd                  int
 	spurious                                int
 	events0                                 uint64
+	handovers, handoversWin                 int
+	lastHandover                            time.Duration
 }
 
 func (s *clusterSim) inWindow() bool {
@@ -667,6 +680,9 @@ func (s *clusterSim) startAgent(a *csAgent) {
 	}}, time.Second)
 	s.tick(a)
 	s.at(a.pubPhaseOff, func() { s.publisherTick(a) })
+	if s.o.BalanceEvery > 0 {
+		s.at(s.balancePace(), func() { s.balancer(a) })
+	}
 }
 
 func (s *clusterSim) sessionUp(a *csAgent) {
@@ -857,7 +873,7 @@ func (s *clusterSim) afterTick(a *csAgent) {
 
 // publish is Node.publishOnce run by Node.publisher: the leader's records
 // (each a nested transaction fenced by its election key) and the dirty
-// indicators, together in
+// indicators (stamped with the agent's leadership load), together in
 // transactions of MaxTxnOps, all sent at once; the round ends when every
 // one is answered (or Fresh). A record that landed is confirmed to its
 // leader (Follower.Confirm).
@@ -871,6 +887,7 @@ func (s *clusterSim) publish(a *csAgent) {
 	}
 	now := s.clock()
 	t0 := time.Now()
+	leads, share := s.load(a)
 	var puts []csPut
 	var slots []*csSlot
 	var recs []*cluster.Shared
@@ -885,7 +902,9 @@ func (s *clusterSim) publish(a *csAgent) {
 			sl.pending = nil
 		}
 		if sl.dirty && now.Sub(sl.lastPub) >= s.o.PublishEvery {
-			b, _ := cluster.EncodeIndicator(sl.ind, sl.indTime)
+			ind := sl.ind
+			ind.Leads, ind.Share = leads, share
+			b, _ := cluster.EncodeIndicator(ind, sl.indTime)
 			puts = append(puts, csPut{key: cluster.AgentKey(s.prefix, sl.res.name, a.id), val: b, kind: kindIndicator, res: sl.res, agent: a.id})
 			slots, recs = append(slots, sl), append(recs, nil)
 			sl.dirty, sl.lastPub = false, now
@@ -932,6 +951,125 @@ func (s *clusterSim) publishDone(a *csAgent) {
 		a.pubAgain = false
 		s.publish(a)
 	}
+}
+
+// load is Node.load: resources led, and the fair share (ShareOf over
+// every resource served, as this agent knows them: Seen).
+func (s *clusterSim) load(a *csAgent) (leads int, share float64) {
+	for _, sl := range a.slots {
+		if sl.leading {
+			leads++
+		}
+		share += cluster.ShareOf(cluster.Seen(sl.leading, a.id, sl.agents, &sl.f))
+	}
+	return leads, share
+}
+
+// ---- Node's balancer ----
+
+// balancePace is the balancer's jittered period (±25 %).
+func (s *clusterSim) balancePace() time.Duration {
+	d := s.o.BalanceEvery
+	return d*3/4 + time.Duration(s.rng.Int64N(int64(d/2)+1))
+}
+
+func (s *clusterSim) balancer(a *csAgent) {
+	if a.dead {
+		return
+	}
+	s.balance(a)
+	s.at(s.balancePace(), func() { s.balancer(a) })
+}
+
+// balance is Node.balance: of the resources this agent has led for
+// BalanceHold where HandOver allows some live agent (heard within Fresh),
+// the four whose election it read least recently, one after the other:
+// read the election and hand the resource over if the next in line is
+// such an agent, each move counting at once in both loads.
+func (s *clusterSim) balance(a *csAgent) {
+	if !a.session {
+		return
+	}
+	now := s.clock()
+	leads, share := s.load(a)
+	var cands []*csSlot
+	for _, sl := range a.slots {
+		if !sl.leading || now.Sub(sl.since) < s.o.BalanceHold {
+			continue
+		}
+		for id, ind := range sl.agents {
+			if id != a.id && now.Sub(sl.heard[id]) <= s.o.Fresh && cluster.HandOver(leads, share, ind) {
+				cands = append(cands, sl)
+				break
+			}
+		}
+	}
+	sort.SliceStable(cands, func(i, k int) bool { return cands[i].looked.Before(cands[k].looked) })
+	cands = cands[:min(len(cands), 4)]
+	for _, sl := range cands {
+		sl.looked = now
+	}
+	given := map[string]int{}
+	var try func(k int)
+	try = func(k int) {
+		if k >= len(cands) || a.dead {
+			return
+		}
+		sl := cands[k]
+		elec := sl.elec
+		s.read(a, func() func() {
+			r := sl.res
+			if len(r.cands) < 2 || r.cands[0] != sl || r.cands[0].elec != elec {
+				return func() { try(k + 1) }
+			}
+			next := r.cands[1].a.id
+			return func() {
+				ind, known := sl.agents[next]
+				ind.Leads += given[next]
+				if !known || !sl.leading || sl.elec != elec || s.clock().Sub(sl.heard[next]) > s.o.Fresh || !cluster.HandOver(leads, share, ind) {
+					try(k + 1)
+					return
+				}
+				leads--
+				given[next]++
+				s.handOver(sl, func() { try(k + 1) })
+			}
+		})
+	}
+	try(0)
+}
+
+// handOver is the rest of Node.balance: stop leading, resign (delete the
+// election key if it is still ours) and campaign again, behind the new
+// leader.
+func (s *clusterSim) handOver(sl *csSlot, then func()) {
+	a, r := sl.a, sl.res
+	sl.leading, sl.pending = false, nil
+	sl.lead.Drop()
+	for i, w := range r.agentWatch {
+		if w == sl {
+			r.agentWatch = append(r.agentWatch[:i], r.agentWatch[i+1:]...)
+			break
+		}
+	}
+	if s.now < s.o.KillAt || s.o.KillAt == 0 {
+		s.handovers++
+		s.lastHandover = s.now
+		if s.inWindow() {
+			s.handoversWin++
+		}
+	}
+	kv := sl.elec
+	s.write(&csReq{from: a, apply: func(_ int64, at time.Duration) {
+		if s.kv[kv.key] == kv {
+			s.del(kv, at)
+		}
+	}, done: func(ok bool) {
+		if ok && !a.dead && a.session {
+			s.campaign(sl)
+		}
+		then()
+	}}, time.Second)
 }
 
 // ---- etcd ----
@@ -1588,6 +1726,14 @@ func (s *clusterSim) summary() *ClusterScaleSummary {
 	sum.AgentPutsPerS, sum.AgentTxnsPerS, sum.AgentEventsPerS = dist(puts), dist(txns), dist(evs)
 	sum.AgentBytesOutPerS, sum.AgentBytesInPerS = dist(bout), dist(bin)
 	sum.ResourcesPerAgent, sum.ResourcesLed, sum.LeaderlessAtKill = dist(nres), dist(s.ledAtKill), s.leaderlessAtKill
+	sum.Handovers, sum.HandoversInWindow = s.handovers, s.handoversWin
+	if s.handovers > 0 {
+		first := o.Length
+		for _, a := range s.agents {
+			first = min(first, a.start)
+		}
+		sum.LastHandoverMs = report.Round(ms(s.lastHandover-first), 1)
+	}
 	// etcd.
 	sum.EtcdPutsPerS = report.Round(float64(s.puts)/w, 1)
 	sum.EtcdTxnsPerS = report.Round(float64(s.writes)/w, 1)

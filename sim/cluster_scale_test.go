@@ -2,9 +2,11 @@ package sim
 
 import (
 	"encoding/json"
+	"math"
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/cluster"
 	"github.com/sanqos/sanqos/report"
 )
 
@@ -72,6 +74,18 @@ func TestClusterScale(t *testing.T) {
 			if fresh := ms(o.Fresh); tc.paced && s.SharedPropagationMs.Max >= fresh || s.SpuriousFallbacks != 0 {
 				t.Errorf("shared step took max %.0f ms to reach every agent (Fresh %.0f ms); %d fallbacks with nothing failed",
 					s.SharedPropagationMs.Max, fresh, s.SpuriousFallbacks)
+			}
+			// Leadership is spread (cluster.HandOver): the busiest agent
+			// leads at most the gap and a resource more than the mean, the
+			// moves stopped before the kill, and they were few (no
+			// flapping: on average a resource moved at most twice). No
+			// agent fell back during a handover (SpuriousFallbacks above).
+			t.Logf("resources led per agent: mean %.1f max %.0f; %d handovers, the last %.0f ms after the start",
+				s.ResourcesLed.Mean, s.ResourcesLed.Max, s.Handovers, s.LastHandoverMs)
+			if s.ResourcesLed.Max > math.Ceil(s.ResourcesLed.Mean)+cluster.HandOverGap+1 || s.Handovers == 0 ||
+				s.Handovers > 2*o.Resources || s.LastHandoverMs >= ms(o.KillAt) {
+				t.Errorf("leadership: max %.0f led (mean %.1f), %d handovers, the last at %.0f ms (kill at %v)",
+					s.ResourcesLed.Max, s.ResourcesLed.Mean, s.Handovers, s.LastHandoverMs, o.KillAt)
 			}
 			if s.FormedMs <= 0 || s.LeaderlessAtKill != 0 || s.ResourcesLed.N != o.Agents {
 				t.Errorf("formed %v ms, %d resources leaderless, leaders counted on %d agents", s.FormedMs, s.LeaderlessAtKill, s.ResourcesLed.N)
