@@ -160,8 +160,10 @@ type resState struct {
 	// the indicators), for a handover.
 	since  time.Time
 	unlead context.CancelFunc
-	// looked is when the balancer last read this resource's election.
+	// looked is when the balancer last read this resource's election,
+	// next who was next in line then (see balance).
 	looked time.Time
+	next   string
 }
 
 // NewNode joins the cluster: it keeps a session (lease) with etcd, and
@@ -523,7 +525,7 @@ func (n *Node) startCampaign(rs *resState) {
 			from = resp.Header.Revision + 1
 		}
 		lctx, unlead := context.WithCancel(sctx)
-		rs.leading, rs.elec, rs.since, rs.unlead = true, e, n.cfg.Now(), unlead
+		rs.leading, rs.elec, rs.since, rs.unlead, rs.next = true, e, n.cfg.Now(), unlead, ""
 		rs.lead.Elected(ctrl)
 		n.mu.Unlock()
 		n.watchAgents(lctx, rs, from)
@@ -700,7 +702,12 @@ const handOverReads = 4
 // has led for BalanceHold where some live agent is light enough, reads
 // the election of at most handOverReads of them per look, those it read
 // least recently first (so one whose next in line is not light enough
-// does not block the others). Each move counts at once in both loads, its
+// does not block the others). The next in line is remembered for the
+// leadership: only candidates behind it join, and it leaves the line only
+// with its lease or its session, which delete its indicator (remove
+// forgets it then), so a resource whose next in line is not light enough
+// costs no read until that agent's load or presence changes. Each move
+// counts at once in both loads, its
 // own and the taker's, so one look never hands more than the rule allows;
 // takers' published loads catch up within a tick or two, before the next
 // look. Nothing here
@@ -724,6 +731,12 @@ func (n *Node) balance() {
 		if !rs.leading || rs.elec == nil || now.Sub(rs.since) < n.cfg.BalanceHold {
 			continue
 		}
+		if rs.next != "" {
+			if ind, ok := rs.agents[rs.next]; ok && now.Sub(rs.heard[rs.next]) <= n.cfg.Fresh && HandOver(leads, share, ind) {
+				cands = append(cands, handCand{rs: rs, elec: rs.elec, looked: rs.looked})
+			}
+			continue
+		}
 		for id, ind := range rs.agents {
 			if id != n.cfg.AgentID && now.Sub(rs.heard[id]) <= n.cfg.Fresh && HandOver(leads, share, ind) {
 				cands = append(cands, handCand{rs: rs, elec: rs.elec, looked: rs.looked})
@@ -745,6 +758,9 @@ func (n *Node) balance() {
 		}
 		n.mu.Lock()
 		rs := c.rs
+		if rs.elec == c.elec {
+			rs.next = next
+		}
 		ind, known := rs.agents[next]
 		ind.Leads += given[next]
 		if !known || !rs.leading || rs.elec != c.elec || n.session != sess ||
@@ -907,6 +923,9 @@ func (n *Node) remove(rs *resState, key string) {
 		id := agentFromKey(n.cfg.Prefix, rs.name, key)
 		delete(rs.agents, id)
 		delete(rs.heard, id)
+		if id == rs.next {
+			rs.next = "" // it left the line: read it again
+		}
 	}
 }
 

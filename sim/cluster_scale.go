@@ -357,6 +357,7 @@ type csSlot struct {
 	leading  bool
 	since    time.Time // leading since
 	looked   time.Time // the balancer last read the election
+	next     string    // next in line then
 	agents   map[string]cluster.Indicator
 	heard    map[string]time.Time // indicators' live arrivals
 	readers  []cluster.Consumer
@@ -983,7 +984,9 @@ func (s *clusterSim) balancer(a *csAgent) {
 
 // balance is Node.balance: of the resources this agent has led for
 // BalanceHold where HandOver allows some live agent (heard within Fresh),
-// the four whose election it read least recently, one after the other:
+// the four whose election it read least recently, one after the other
+// (the next in line is remembered for the leadership, until its
+// indicator is deleted, and checked without a read):
 // read the election and hand the resource over if the next in line is
 // such an agent, each move counting at once in both loads.
 func (s *clusterSim) balance(a *csAgent) {
@@ -995,6 +998,12 @@ func (s *clusterSim) balance(a *csAgent) {
 	var cands []*csSlot
 	for _, sl := range a.slots {
 		if !sl.leading || now.Sub(sl.since) < s.o.BalanceHold {
+			continue
+		}
+		if sl.next != "" {
+			if ind, ok := sl.agents[sl.next]; ok && now.Sub(sl.heard[sl.next]) <= s.o.Fresh && cluster.HandOver(leads, share, ind) {
+				cands = append(cands, sl)
+			}
 			continue
 		}
 		for id, ind := range sl.agents {
@@ -1024,6 +1033,9 @@ func (s *clusterSim) balance(a *csAgent) {
 			}
 			next := r.cands[1].a.id
 			return func() {
+				if sl.elec == elec {
+					sl.next = next
+				}
 				ind, known := sl.agents[next]
 				ind.Leads += given[next]
 				if !known || !sl.leading || sl.elec != elec || s.clock().Sub(sl.heard[next]) > s.o.Fresh || !cluster.HandOver(leads, share, ind) {
@@ -1278,6 +1290,9 @@ func (s *clusterSim) fanout(kv *csKV, deleted bool, at time.Duration) {
 				if deleted {
 					delete(sl.agents, id)
 					delete(sl.heard, id)
+					if sl.next == id {
+						sl.next = ""
+					}
 				} else if ind, err := cluster.DecodeIndicator(val); err == nil {
 					sl.agents[id] = ind
 					sl.heard[id] = s.clock()
@@ -1474,7 +1489,7 @@ func (s *clusterSim) elected(sl *csSlot) {
 					sl.agents[ids[i]] = ind
 				}
 			}
-			sl.leading, sl.since = true, s.clock()
+			sl.leading, sl.since, sl.next = true, s.clock(), ""
 			sl.lead.Elected(ctrl)
 			s.recvTime(a, t0)
 		}
