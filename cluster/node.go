@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"sort"
@@ -56,6 +57,13 @@ type Config struct {
 	NewController func(resource string) (control.Controller, error)
 	// Step is the delay of one step (for the published record).
 	Step time.Duration
+	// BalanceEvery is how often a leader looks for a resource to hand
+	// to a less loaded agent (default DefaultBalanceEvery; negative: never,
+	// the first agent to campaign keeps what it wins). BalanceHold is how
+	// long it keeps a resource it won before handing it on (default
+	// DefaultBalanceHold). See HandOver and Node.balance.
+	BalanceEvery time.Duration
+	BalanceHold  time.Duration
 	// Now is the clock that stamps received records (default time.Now);
 	// it must be the clock of the now passed to Delay.
 	Now func() time.Time
@@ -93,6 +101,12 @@ func (c *Config) defaults() error {
 	}
 	if c.Step <= 0 {
 		c.Step = control.DefaultStep
+	}
+	if c.BalanceEvery == 0 {
+		c.BalanceEvery = DefaultBalanceEvery
+	}
+	if c.BalanceHold <= 0 {
+		c.BalanceHold = DefaultBalanceHold
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
@@ -139,6 +153,17 @@ type resState struct {
 	lead    Leader
 	pending *Shared              // record to write
 	agents  map[string]Indicator // every agent's indicator, from the watch
+	// heard is when each agent's indicator last came live (our clock):
+	// only an agent heard within Fresh is handed a resource.
+	heard map[string]time.Time
+	// since is when this leadership began; unlead ends it (its watch of
+	// the indicators), for a handover.
+	since  time.Time
+	unlead context.CancelFunc
+	// looked is when the balancer last read this resource's election,
+	// next who was next in line then (see balance).
+	looked time.Time
+	next   string
 }
 
 // NewNode joins the cluster: it keeps a session (lease) with etcd, and
@@ -153,6 +178,10 @@ func NewNode(cfg Config) (*Node, error) {
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.sessions() }()
 	go func() { defer n.wg.Done(); n.publisher() }()
+	if cfg.BalanceEvery > 0 {
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.balancer() }()
+	}
 	return n, nil
 }
 
@@ -173,7 +202,7 @@ func (n *Node) state(res string) *resState {
 	if rs != nil {
 		return rs
 	}
-	rs = &resState{name: res, f: Follower{Mode: ModeLocal}, agents: map[string]Indicator{}}
+	rs = &resState{name: res, f: Follower{Mode: ModeLocal}, agents: map[string]Indicator{}, heard: map[string]time.Time{}}
 	n.res[res] = rs
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.watch(rs) }()
@@ -243,6 +272,9 @@ func (n *Node) lead(rs *resState, now time.Time) {
 	}
 	if l.Rec != nil {
 		rs.pending = l.Rec
+		// Follow it now, not when etcd echoes it a tick later; its
+		// freshness stays that of the last one etcd confirmed.
+		rs.f.Own(*l.Rec)
 		n.wake()
 	}
 }
@@ -425,9 +457,10 @@ func (n *Node) sessions() {
 		n.session, n.sessionCtx = nil, nil
 		scancel()
 		for _, rs := range n.res {
-			rs.leading, rs.elec, rs.pending = false, nil, nil
+			rs.leading, rs.elec, rs.pending, rs.unlead = false, nil, nil, nil
 			rs.lead.Drop()
 			clear(rs.agents)
+			clear(rs.heard)
 		}
 		n.mu.Unlock()
 		if n.ctx.Err() != nil {
@@ -484,23 +517,26 @@ func (n *Node) startCampaign(rs *resState) {
 			return
 		}
 		clear(rs.agents)
+		clear(rs.heard)
 		if err == nil {
 			for _, kv := range resp.Kvs {
 				n.apply(rs, string(kv.Key), kv.Value, false)
 			}
 			from = resp.Header.Revision + 1
 		}
-		rs.leading, rs.elec = true, e
+		lctx, unlead := context.WithCancel(sctx)
+		rs.leading, rs.elec, rs.since, rs.unlead, rs.next = true, e, n.cfg.Now(), unlead, ""
 		rs.lead.Elected(ctrl)
 		n.mu.Unlock()
-		n.watchAgents(sctx, rs, from)
+		n.watchAgents(lctx, rs, from)
+		unlead()
 	}()
 }
 
-// publisher writes dirty indicators (under the lease, batched in
-// transactions) and leaders' records (each fenced by its election key, so
-// a deposed leader cannot overwrite its successor), latest first: a write
-// that fails is dropped, since the next tick brings newer data.
+// publisher writes dirty indicators (under the lease) and leaders'
+// records (each fenced by its election key, so a deposed leader cannot
+// overwrite its successor), latest first: a write that fails is dropped,
+// since the next tick brings newer data.
 func (n *Node) publisher() {
 	t := time.NewTicker(n.cfg.PublishEvery)
 	defer t.Stop()
@@ -515,13 +551,37 @@ func (n *Node) publisher() {
 	}
 }
 
+// write is one put of a publisher round: an indicator, or a leader's
+// record with the election that fences it (its key and revision, read
+// under n.mu: a handover resigns the election concurrently).
 type write struct {
-	res  string
-	key  string
-	val  string
-	elec *concurrency.Election
+	res     string
+	key     string
+	val     string
+	elec    *concurrency.Election
+	elecKey string
+	elecRev int64
+	rec     *Shared
 }
 
+// publishOnce writes one round: every record the leader has queued and
+// every indicator due, in one transaction of up to MaxTxnOps operations
+// (more only past MaxTxnOps, the chunks sent at once), so a round costs
+// one round trip and one commit however many resources the agent leads.
+// Each record is its own nested transaction in the outer one's Then,
+//
+//	Txn().Then(OpTxn(If(CreateRevision(election key) = ours), Then(put record)), …, put indicator, …)
+//
+// and etcd evaluates each nested transaction's compare on its own: a
+// record whose leadership was lost (its election key gone or re-created)
+// is not written while the others are. A single flat transaction with
+// every record's fence in its If would be all or nothing — one deposed
+// resource would block every record of the round, and the Else branch
+// cannot tell which fence failed — and one transaction per record (the
+// old publisher) costs a round trip each, one after the other, which an
+// agent leading 30 resources could not fit in a tick. Fencing is exactly
+// as strong as before: each put still lands only while its own election
+// key stands with our create revision.
 func (n *Node) publishOnce(now time.Time) {
 	n.mu.Lock()
 	s := n.session
@@ -529,52 +589,236 @@ func (n *Node) publishOnce(now time.Time) {
 		n.mu.Unlock()
 		return
 	}
-	var inds, recs []write
+	var ws []write
+	leads, share := n.load()
 	for _, rs := range n.res {
 		if rs.pending != nil && rs.elec != nil {
 			b, _ := EncodeShared(rs.pending)
-			recs = append(recs, write{res: rs.name, key: DelayKey(n.cfg.Prefix, rs.name), val: string(b), elec: rs.elec})
+			ws = append(ws, write{res: rs.name, key: DelayKey(n.cfg.Prefix, rs.name), val: string(b), rec: rs.pending,
+				elec: rs.elec, elecKey: rs.elec.Key(), elecRev: rs.elec.Rev()})
 			rs.pending = nil
 		}
 		if rs.dirty && now.Sub(rs.lastPub) >= n.cfg.PublishEvery {
-			b, _ := EncodeIndicator(rs.ind, rs.indTime)
-			inds = append(inds, write{res: rs.name, key: AgentKey(n.cfg.Prefix, rs.name, n.cfg.AgentID), val: string(b)})
+			ind := rs.ind
+			ind.Leads, ind.Share = leads, share
+			b, _ := EncodeIndicator(ind, rs.indTime)
+			ws = append(ws, write{res: rs.name, key: AgentKey(n.cfg.Prefix, rs.name, n.cfg.AgentID), val: string(b)})
 			rs.dirty, rs.lastPub = false, now
 		}
 	}
 	n.mu.Unlock()
 	lease := s.Lease()
-	for _, w := range recs {
-		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Fresh)
-		_, err := n.cfg.Client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(w.elec.Key()), "=", w.elec.Rev())).
-			Then(clientv3.OpPut(w.key, w.val, clientv3.WithLease(lease))).Commit()
-		cancel()
-		if err != nil && n.ctx.Err() == nil {
-			n.cfg.Log.Debug("publishing shared delay failed", "resource", w.res, "err", err)
-		}
+	var wg sync.WaitGroup
+	for len(ws) > 0 {
+		k := min(len(ws), MaxTxnOps)
+		chunk := ws[:k]
+		ws = ws[k:]
+		wg.Add(1)
+		go func() { defer wg.Done(); n.commit(lease, chunk) }()
 	}
-	for len(inds) > 0 {
-		k := min(len(inds), MaxTxnOps)
-		ops := make([]clientv3.Op, 0, k)
-		for _, w := range inds[:k] {
-			ops = append(ops, clientv3.OpPut(w.key, w.val, clientv3.WithLease(lease)))
+	wg.Wait()
+}
+
+// commit writes one chunk of a round (see publishOnce) and takes etcd's
+// answer: a record that landed is confirmed to its leader's follower
+// side (Follower.Confirm), indicators that did not are written again.
+func (n *Node) commit(lease clientv3.LeaseID, ws []write) {
+	ops := make([]clientv3.Op, len(ws))
+	for i, w := range ws {
+		put := clientv3.OpPut(w.key, w.val, clientv3.WithLease(lease))
+		if w.elec == nil {
+			ops[i] = put
+			continue
 		}
-		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Fresh)
-		_, err := n.cfg.Client.Txn(ctx).Then(ops...).Commit()
-		cancel()
-		if err != nil && n.ctx.Err() == nil {
-			n.cfg.Log.Debug("publishing indicators failed", "n", k, "err", err)
-			n.mu.Lock()
-			for _, w := range inds[:k] {
-				if rs := n.res[w.res]; rs != nil {
-					rs.dirty = true
-				}
+		fence := clientv3.Compare(clientv3.CreateRevision(w.elecKey), "=", w.elecRev)
+		ops[i] = clientv3.OpTxn([]clientv3.Cmp{fence}, []clientv3.Op{put}, nil)
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Fresh)
+	resp, err := n.cfg.Client.Txn(ctx).Then(ops...).Commit()
+	cancel()
+	if err == nil && len(resp.Responses) != len(ws) {
+		err = fmt.Errorf("etcd answered %d operations of %d", len(resp.Responses), len(ws))
+	}
+	if err != nil && n.ctx.Err() == nil {
+		n.cfg.Log.Debug("publishing failed", "n", len(ws), "err", err)
+	}
+	at := n.cfg.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i, w := range ws {
+		rs := n.res[w.res]
+		if rs == nil {
+			continue
+		}
+		switch {
+		case w.elec == nil:
+			if err != nil {
+				rs.dirty = true
 			}
-			n.mu.Unlock()
+		case err != nil:
+		case !resp.Responses[i].GetResponseTxn().GetSucceeded():
+			n.cfg.Log.Debug("shared delay not written: this agent no longer holds the election key", "resource", w.res, "seq", w.rec.Seq)
+		case rs.elec == w.elec:
+			rs.f.Confirm(*w.rec, at)
 		}
-		inds = inds[k:]
 	}
+}
+
+// balancer hands resources to less loaded agents: one look (balance)
+// every BalanceEvery, jittered by ±25 % so that leaders do not all look
+// at once on the same stale loads.
+func (n *Node) balancer() {
+	t := time.NewTimer(n.cfg.BalanceEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		n.balance()
+		d := n.cfg.BalanceEvery
+		t.Reset(d*3/4 + rand.N(d/2+1))
+	}
+}
+
+// handCand is a resource this leader may hand over.
+type handCand struct {
+	rs     *resState
+	elec   *concurrency.Election
+	looked time.Time
+}
+
+// handOverReads bounds the election reads (and so the handovers) of
+// one look.
+const handOverReads = 4
+
+// balance is one look of the balancer. The rule is HandOver: a leader
+// over its fair share, whose excess is at least HandOverGap above that of
+// the agent next in line for one of its resources, resigns that resource
+// and campaigns again at once, so the next in line takes it over (the
+// election's order is the candidates' create revisions, so it cannot
+// choose another) and it queues behind. It looks only at resources it
+// has led for BalanceHold where some live agent is light enough, reads
+// the election of at most handOverReads of them per look, those it read
+// least recently first (so one whose next in line is not light enough
+// does not block the others). The next in line is remembered for the
+// leadership: only candidates behind it join, and it leaves the line only
+// with its lease or its session, which delete its indicator (remove
+// forgets it then), so a resource whose next in line is not light enough
+// costs no read until that agent's load or presence changes. Each move
+// counts at once in both loads, its
+// own and the taker's, so one look never hands more than the rule allows;
+// takers' published loads catch up within a tick or two, before the next
+// look. Nothing here
+// can leave a resource without a leader: it hands over only to an agent
+// whose indicator came live within Fresh (a live agent, campaigning for
+// the resource: it is in line) and stays a candidate itself; if the
+// resign fails it is still first in line and leads again. The new leader
+// starts from the step in force (Leader.Step takes over within Decay), so
+// followers see no gap and no jump.
+func (n *Node) balance() {
+	now := n.cfg.Now()
+	n.mu.Lock()
+	sess := n.session
+	if sess == nil {
+		n.mu.Unlock()
+		return
+	}
+	leads, share := n.load()
+	var cands []handCand
+	for _, rs := range n.res {
+		if !rs.leading || rs.elec == nil || now.Sub(rs.since) < n.cfg.BalanceHold {
+			continue
+		}
+		if rs.next != "" {
+			if ind, ok := rs.agents[rs.next]; ok && now.Sub(rs.heard[rs.next]) <= n.cfg.Fresh && HandOver(leads, share, ind) {
+				cands = append(cands, handCand{rs: rs, elec: rs.elec, looked: rs.looked})
+			}
+			continue
+		}
+		for id, ind := range rs.agents {
+			if id != n.cfg.AgentID && now.Sub(rs.heard[id]) <= n.cfg.Fresh && HandOver(leads, share, ind) {
+				cands = append(cands, handCand{rs: rs, elec: rs.elec, looked: rs.looked})
+				break
+			}
+		}
+	}
+	sort.Slice(cands, func(i, k int) bool { return cands[i].looked.Before(cands[k].looked) })
+	cands = cands[:min(len(cands), handOverReads)]
+	for _, c := range cands {
+		c.rs.looked = now
+	}
+	n.mu.Unlock()
+	given := map[string]int{} // this look's moves, by taker
+	for _, c := range cands {
+		next, ok := n.nextInLine(c.rs.name, c.elec)
+		if !ok {
+			continue
+		}
+		n.mu.Lock()
+		rs := c.rs
+		if rs.elec == c.elec {
+			rs.next = next
+		}
+		ind, known := rs.agents[next]
+		ind.Leads += given[next]
+		if !known || !rs.leading || rs.elec != c.elec || n.session != sess ||
+			n.cfg.Now().Sub(rs.heard[next]) > n.cfg.Fresh || !HandOver(leads, share, ind) {
+			n.mu.Unlock()
+			continue
+		}
+		// Stop leading before the resign: no record is queued after it,
+		// and one in flight is fenced by the key the resign deletes.
+		rs.leading, rs.elec, rs.pending = false, nil, nil
+		rs.lead.Drop()
+		if rs.unlead != nil {
+			rs.unlead()
+			rs.unlead = nil
+		}
+		n.mu.Unlock()
+		n.cfg.Log.Info("handing a resource over to a less loaded agent", "resource", rs.name, "to", next,
+			"leads", leads, "share", math.Round(share*10)/10, "to_leads", ind.Leads, "to_share", math.Round(ind.Share*10)/10)
+		rctx, cancel := context.WithTimeout(n.ctx, time.Second)
+		err := c.elec.Resign(rctx)
+		cancel()
+		if err != nil {
+			// Our key may stand: campaigning again resumes it, and we lead.
+			n.cfg.Log.Debug("resign failed; campaigning again", "resource", rs.name, "err", err)
+		}
+		n.mu.Lock()
+		if n.session == sess && n.ctx.Err() == nil {
+			n.startCampaign(rs) // behind the new leader
+		}
+		n.mu.Unlock()
+		leads--
+		given[next]++
+	}
+}
+
+// load is this agent's leadership load: how many resources it leads and
+// its fair share of them. Called with n.mu held.
+func (n *Node) load() (leads int, share float64) {
+	for _, rs := range n.res {
+		if rs.leading {
+			leads++
+		}
+		share += ShareOf(Seen(rs.leading, n.cfg.AgentID, rs.agents, &rs.f))
+	}
+	return leads, share
+}
+
+// nextInLine reads res's election and names the candidate after us, if
+// we are first (the key of e).
+func (n *Node) nextInLine(res string, e *concurrency.Election) (string, bool) {
+	ctx, cancel := context.WithTimeout(n.ctx, time.Second)
+	defer cancel()
+	resp, err := n.cfg.Client.Get(ctx, ElectionKey(n.cfg.Prefix, res)+"/", clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(2))
+	if err != nil || len(resp.Kvs) < 2 || resp.Kvs[0].CreateRevision != e.Rev() {
+		return "", false
+	}
+	return string(resp.Kvs[1].Value), true
 }
 
 // watch keeps rs's shared record in step with etcd (see follow). Only
@@ -593,7 +837,7 @@ func (n *Node) watch(rs *resState) {
 // leadership (ctx) lasts, from revision from on (its initial read was done
 // by the caller).
 func (n *Node) watchAgents(ctx context.Context, rs *resState, from int64) {
-	n.follow(ctx, rs, AgentsPrefix(n.cfg.Prefix, rs.name), true, func() { clear(rs.agents) }, from)
+	n.follow(ctx, rs, AgentsPrefix(n.cfg.Prefix, rs.name), true, func() { clear(rs.agents); clear(rs.heard) }, from)
 }
 
 // follow reads key (or the keys under it, with prefix) and watches it from
@@ -665,14 +909,23 @@ func (n *Node) apply(rs *resState, key string, val []byte, live bool) {
 			n.cfg.Log.Warn("ignoring a malformed indicator", "key", key, "err", err)
 			return
 		}
-		rs.agents[agentFromKey(n.cfg.Prefix, rs.name, key)] = ind
+		id := agentFromKey(n.cfg.Prefix, rs.name, key)
+		rs.agents[id] = ind
+		if live {
+			rs.heard[id] = n.cfg.Now()
+		}
 	}
 }
 
 // remove forgets a deleted key (an agent's lease expired, a leader left).
 func (n *Node) remove(rs *resState, key string) {
 	if strings.HasPrefix(key, AgentsPrefix(n.cfg.Prefix, rs.name)) {
-		delete(rs.agents, agentFromKey(n.cfg.Prefix, rs.name, key))
+		id := agentFromKey(n.cfg.Prefix, rs.name, key)
+		delete(rs.agents, id)
+		delete(rs.heard, id)
+		if id == rs.next {
+			rs.next = "" // it left the line: read it again
+		}
 	}
 }
 

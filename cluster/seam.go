@@ -70,6 +70,13 @@ type Indicator struct {
 	// controller starts when there was no shared step (bumpless rejoin).
 	LocalStep int        `json:"local_step"`
 	Consumers []Consumer `json:"consumers,omitempty"`
+	// Leads and Share are the agent's leadership load, the same in each
+	// of its indicators: how many resources it leads and its fair share
+	// of them (see HandOver). The node sets them when it writes the
+	// indicator; Share 0 (an agent that does not balance) is never handed
+	// a resource.
+	Leads int     `json:"leads,omitempty"`
+	Share float64 `json:"share,omitempty"`
 }
 
 // MarshalJSON-friendly: NaN is not JSON, so WaitMs travels as null.

@@ -31,6 +31,62 @@ const (
 // default --max-txn-ops is 128).
 const MaxTxnOps = 100
 
+// Balancing leadership (issue 22: the first agent to campaign won every
+// resource it serves, 30 where the mean is 10, and its death moved all 30
+// at once).
+const (
+	// DefaultBalanceEvery is how often a leader looks for a resource to
+	// hand over (Config.BalanceEvery), at most one per look.
+	DefaultBalanceEvery = 250 * time.Millisecond
+	// DefaultBalanceHold is how long a leader keeps a resource it won
+	// before it may hand it on (Config.BalanceHold).
+	DefaultBalanceHold = time.Second
+	// HandOverGap is the hysteresis of HandOver, in resources.
+	HandOverGap = 2
+)
+
+// ShareOf is one resource's part of its agents' fair shares of
+// leadership: 1/k, k being the live agents that serve it as far as this
+// agent knows (Seen).
+func ShareOf(k int) float64 { return 1 / float64(max(1, k)) }
+
+// Seen is how many agents serve a resource as far as this agent knows:
+// its leader counts the indicators it watches (its own included), a
+// follower takes the leader's count from the last record, and without a
+// record it knows only itself.
+func Seen(leading bool, id string, agents map[string]Indicator, f *Follower) int {
+	switch {
+	case leading:
+		k := len(agents)
+		if _, ok := agents[id]; !ok {
+			k++
+		}
+		return k
+	case f.HaveRec:
+		return max(1, f.Shared.Agents)
+	}
+	return 1
+}
+
+// HandOver is the balancing rule: a leader that leads leads resources,
+// its fair share being share (the sum of ShareOf over the resources it
+// serves), hands one of them to the agent next in line for it, whose last
+// indicator is next, when it leads more than its share and its excess
+// (leads − share) is at least HandOverGap above that agent's. After the
+// move the giver's excess is still at least the taker's, so the move is
+// never undone (no flapping), and every move lowers the sum of the
+// squared excesses by at least 2, so the moves stop. The giver resigns
+// and campaigns again at once, behind the taker: it stays a candidate, so
+// balancing never leaves a resource without one, and it moves a resource
+// only to a live agent that is already in line for it (see Node).
+func HandOver(leads int, share float64, next Indicator) bool {
+	if next.Share <= 0 {
+		return false // an agent that does not balance, or has not said
+	}
+	self := float64(leads) - share
+	return self > 0 && self-(float64(next.Leads)-next.Share) >= HandOverGap
+}
+
 // Timing is what the follower and the leader take from Config.
 type Timing struct {
 	Fresh, Decay, Blend time.Duration
@@ -98,6 +154,11 @@ type Follower struct {
 	// which applied value.
 	edgeAt   time.Time
 	edgeFrom float64
+	// own: the record followed is this agent's own as its leader, and
+	// etcd confirmed one of its own since the last record of another
+	// leader came (Confirm): the leader may follow its next records at
+	// once (Own).
+	own bool
 }
 
 // Receive takes a shared record. A record that arrived live (from the
@@ -111,11 +172,50 @@ func (f *Follower) Receive(rec Shared, live bool, now time.Time) bool {
 	if f.HaveRec && rec.Seq <= f.Shared.Seq && rec.Leader == f.Shared.Leader {
 		return false
 	}
+	if rec.Leader != f.Shared.Leader {
+		f.own = false // another leader speaks: our own records wait for etcd
+	}
 	f.Shared, f.HaveRec = rec, true
 	if live {
 		f.RecvAt = now
 	}
 	return true
+}
+
+// Own is the leader following the record it has just made, in the tick
+// that made it, rather than a tick later when etcd echoes it (issue 22:
+// the leader applied its own step a tick late). Only the step and the
+// sequence move: the record's freshness stays that of the last record of
+// its own that etcd confirmed (Confirm), so a leader cut off from etcd
+// falls back within Fresh exactly as its followers do, and a leader that
+// has not had one confirmed yet — a new one, or one that another leader's
+// record has since reached (it may be deposed without knowing) — waits
+// for etcd as a follower does.
+func (f *Follower) Own(rec Shared) {
+	if f.own && f.HaveRec && rec.Leader == f.Shared.Leader && rec.Seq > f.Shared.Seq {
+		f.Shared = rec
+	}
+}
+
+// Confirm is etcd's answer that the leader's fenced record rec landed:
+// for the leader it is what a live receipt is for a follower (the record
+// is in etcd now, and this agent still held the election key when it was
+// written). It takes rec unless a newer record is followed — one of our
+// own taken by Own, or another leader's with a higher sequence (ours is
+// then history: its answer came after the other's record) — and in the
+// first case it refreshes the record's freshness.
+func (f *Follower) Confirm(rec Shared, now time.Time) {
+	switch {
+	case f.HaveRec && f.Shared.Leader == rec.Leader:
+		if rec.Seq > f.Shared.Seq {
+			f.Shared = rec
+		}
+	case f.HaveRec && f.Shared.Seq >= rec.Seq:
+		return
+	default:
+		f.Shared, f.HaveRec = rec, true
+	}
+	f.RecvAt, f.own = now, true
 }
 
 // Fresh reports whether the shared step may be followed at now.

@@ -104,6 +104,10 @@ type ClusterScaleOptions struct {
 	Decay        time.Duration `json:"decay_ns"`
 	Blend        time.Duration `json:"blend_ns"`
 	PublishEvery time.Duration `json:"publish_every_ns"`
+	// BalanceEvery and BalanceHold: the leaders' balancing (negative
+	// BalanceEvery: none, the first to campaign keeps what it wins).
+	BalanceEvery time.Duration `json:"balance_every_ns"`
+	BalanceHold  time.Duration `json:"balance_hold_ns"`
 }
 
 // DefaultClusterScale is the issue's size: 100 agents, 1,000 resources
@@ -115,7 +119,7 @@ func DefaultClusterScale() ClusterScaleOptions {
 		Threshold: 15 * time.Millisecond, Etcd: DefaultEtcd(), Warmup: 3 * time.Second,
 		Policies: 5, PolicyFrom: 5 * time.Second, PolicyEvery: 3 * time.Second, KillAt: 20 * time.Second, OutageAt: 30 * time.Second,
 		TTL: cluster.DefaultTTL, Fresh: cluster.DefaultFresh, Decay: cluster.DefaultDecay, Blend: cluster.DefaultBlend,
-		PublishEvery: cluster.DefaultPublishEvery}
+		PublishEvery: cluster.DefaultPublishEvery, BalanceEvery: cluster.DefaultBalanceEvery, BalanceHold: cluster.DefaultBalanceHold}
 }
 
 // Estimate is one load figure on paper (a formula of the sizes and the
@@ -172,23 +176,29 @@ type ClusterScaleSummary struct {
 	// leader's step; one goroutine, so its CPU); AgentCPUPerTickUs is, per
 	// agent, that plus encoding its writes and decoding its watch events,
 	// per tick.
-	AgentTickUs        report.Dist `json:"agent_tick_us"`
-	AgentCPUPerTickUs  report.Dist `json:"agent_cpu_per_tick_us"`
-	AgentPutsPerS      report.Dist `json:"agent_puts_per_s"`
-	AgentTxnsPerS      report.Dist `json:"agent_txns_per_s"`
-	AgentEventsPerS    report.Dist `json:"agent_watch_events_per_s"`
-	AgentBytesOutPerS  report.Dist `json:"agent_bytes_out_per_s"`
-	AgentBytesInPerS   report.Dist `json:"agent_bytes_in_per_s"`
-	ResourcesPerAgent  report.Dist `json:"resources_per_agent"`
-	ResourcesLed       report.Dist `json:"resources_led_per_agent"`
-	LeaderlessAtKill   int         `json:"leaderless_resources_at_kill"`
-	EtcdPutsPerS       float64     `json:"etcd_puts_per_s"`
-	EtcdTxnsPerS       float64     `json:"etcd_write_requests_per_s"`
-	EtcdKeepAlivesPerS float64     `json:"etcd_keepalives_per_s"`
-	EtcdReadsPerS      float64     `json:"etcd_reads_per_s"`
-	EtcdEventsPerS     float64     `json:"etcd_watch_events_per_s"`
-	EtcdBytesInPerS    float64     `json:"etcd_bytes_in_per_s"`
-	EtcdBytesOutPerS   float64     `json:"etcd_bytes_out_per_s"`
+	AgentTickUs       report.Dist `json:"agent_tick_us"`
+	AgentCPUPerTickUs report.Dist `json:"agent_cpu_per_tick_us"`
+	AgentPutsPerS     report.Dist `json:"agent_puts_per_s"`
+	AgentTxnsPerS     report.Dist `json:"agent_txns_per_s"`
+	AgentEventsPerS   report.Dist `json:"agent_watch_events_per_s"`
+	AgentBytesOutPerS report.Dist `json:"agent_bytes_out_per_s"`
+	AgentBytesInPerS  report.Dist `json:"agent_bytes_in_per_s"`
+	ResourcesPerAgent report.Dist `json:"resources_per_agent"`
+	ResourcesLed      report.Dist `json:"resources_led_per_agent"`
+	LeaderlessAtKill  int         `json:"leaderless_resources_at_kill"`
+	// Handovers: leaderships handed to a less loaded agent before KillAt
+	// (cluster.HandOver); the last one LastHandoverMs after the first
+	// agent's start, HandoversInWindow of them in the rate window.
+	Handovers          int     `json:"handovers"`
+	HandoversInWindow  int     `json:"handovers_in_rate_window"`
+	LastHandoverMs     float64 `json:"last_handover_ms"`
+	EtcdPutsPerS       float64 `json:"etcd_puts_per_s"`
+	EtcdTxnsPerS       float64 `json:"etcd_write_requests_per_s"`
+	EtcdKeepAlivesPerS float64 `json:"etcd_keepalives_per_s"`
+	EtcdReadsPerS      float64 `json:"etcd_reads_per_s"`
+	EtcdEventsPerS     float64 `json:"etcd_watch_events_per_s"`
+	EtcdBytesInPerS    float64 `json:"etcd_bytes_in_per_s"`
+	EtcdBytesOutPerS   float64 `json:"etcd_bytes_out_per_s"`
 	// EtcdRevisionsPerS is how fast the MVCC history grows (one revision
 	// per write request), by EtcdBytesInPerS: etcd keeps all of it until
 	// compacted.
@@ -287,14 +297,19 @@ type csLease struct {
 	has     map[*csKV]bool
 }
 
-// csPut is one put of a write request.
+// csPut is one put of a write request. A fenced put is a nested
+// transaction: put only while fence's election key stands (the leader's
+// record, see Node.publishOnce); landed, if set, runs when it does.
 type csPut struct {
-	key   string
-	val   []byte
-	kind  csKind
-	res   *csRes
-	agent string
-	cand  *csSlot
+	key    string
+	val    []byte
+	kind   csKind
+	res    *csRes
+	agent  string
+	cand   *csSlot
+	fence  *csSlot
+	elec   *csKV
+	landed func()
 }
 
 // csReq is one write request (a transaction, a grant, a revoke).
@@ -302,11 +317,12 @@ type csReq struct {
 	from   *csAgent // nil: the operator or etcd itself
 	puts   []csPut
 	lease  *csLease // the puts' lease
-	fence  *csSlot  // put only while this candidate's election key stands
 	absent bool     // put only if the (one) key is absent (a campaign)
 	apply  func(rev int64, at time.Duration)
 	done   func(ok bool)
 	sentAt time.Duration
+	// ok[i]: puts[i] was written (its fence held), for done.
+	ok []bool
 }
 
 type csRes struct {
@@ -339,7 +355,11 @@ type csSlot struct {
 	f        cluster.Follower
 	lead     cluster.Leader
 	leading  bool
+	since    time.Time // leading since
+	looked   time.Time // the balancer last read the election
+	next     string    // next in line then
 	agents   map[string]cluster.Indicator
+	heard    map[string]time.Time // indicators' live arrivals
 	readers  []cluster.Consumer
 	writer   *cluster.Consumer
 	ind      cluster.Indicator
@@ -442,6 +462,8 @@ type clusterSim struct {
 	keysAtEnd, leasesAtEnd                  int
 	spurious                                int
 	events0                                 uint64
+	handovers, handoversWin                 int
+	lastHandover                            time.Duration
 }
 
 func (s *clusterSim) inWindow() bool {
@@ -533,7 +555,7 @@ func newClusterSim(o ClusterScaleOptions) (*clusterSim, error) {
 			}
 			seen[ai] = true
 			a := s.agents[ai]
-			sl := &csSlot{a: a, res: res, agents: map[string]cluster.Indicator{}, f: cluster.Follower{Mode: cluster.ModeLocal}}
+			sl := &csSlot{a: a, res: res, agents: map[string]cluster.Indicator{}, heard: map[string]time.Time{}, f: cluster.Follower{Mode: cluster.ModeLocal}}
 			a.slots = append(a.slots, sl)
 			res.slots = append(res.slots, sl)
 		}
@@ -659,6 +681,9 @@ func (s *clusterSim) startAgent(a *csAgent) {
 	}}, time.Second)
 	s.tick(a)
 	s.at(a.pubPhaseOff, func() { s.publisherTick(a) })
+	if s.o.BalanceEvery > 0 {
+		s.at(s.balancePace(), func() { s.balancer(a) })
+	}
 }
 
 func (s *clusterSim) sessionUp(a *csAgent) {
@@ -786,7 +811,8 @@ func (s *clusterSim) tick(a *csAgent) {
 }
 
 // lead is Node.lead: rebuild the controller after a renewal, one
-// Leader.Step, queue the record and wake the publisher.
+// Leader.Step, queue the record, follow it at once (Follower.Own) and
+// wake the publisher.
 func (s *clusterSim) lead(sl *csSlot, now time.Time) {
 	if !sl.lead.HasController() {
 		ctrl, err := sharedPID(sl.a.cfg, sl.res.name)
@@ -798,6 +824,7 @@ func (s *clusterSim) lead(sl *csSlot, now time.Time) {
 	l := sl.lead.Step(sl.a.id, sl.ind, sl.agents, &sl.f, s.t, control.DefaultStep, now)
 	if l.Rec != nil {
 		sl.pending = l.Rec
+		sl.f.Own(*l.Rec)
 		sl.a.kick = true
 	}
 }
@@ -845,10 +872,12 @@ func (s *clusterSim) afterTick(a *csAgent) {
 
 // ---- Node's publisher ----
 
-// publish is Node.publishOnce run by Node.publisher: the leader's
-// records (each its own transaction, fenced by the election key) then
-// the dirty indicators in transactions of MaxTxnOps, one request after
-// the other, each waiting for its answer (or Fresh).
+// publish is Node.publishOnce run by Node.publisher: the leader's records
+// (each a nested transaction fenced by its election key) and the dirty
+// indicators (stamped with the agent's leadership load), together in
+// transactions of MaxTxnOps, all sent at once; the round ends when every
+// one is answered (or Fresh). A record that landed is confirmed to its
+// leader (Follower.Confirm).
 func (s *clusterSim) publish(a *csAgent) {
 	if a.dead || !a.session {
 		return
@@ -859,66 +888,200 @@ func (s *clusterSim) publish(a *csAgent) {
 	}
 	now := s.clock()
 	t0 := time.Now()
-	var reqs []*csReq
-	var inds []csPut
-	var indSlots []*csSlot
+	leads, share := s.load(a)
+	var puts []csPut
+	var slots []*csSlot
+	var recs []*cluster.Shared
 	for _, sl := range a.slots {
 		if sl.pending != nil && sl.leading {
 			b, _ := cluster.EncodeShared(sl.pending)
 			rec := sl.pending
-			slot := sl
-			reqs = append(reqs, &csReq{from: a, lease: a.lease, fence: sl,
-				puts:  []csPut{{key: cluster.DelayKey(s.prefix, sl.res.name), val: b, kind: kindDelay, res: sl.res}},
-				apply: func(int64, time.Duration) { s.trackRecord(slot.res, rec) }})
+			r := sl.res
+			puts = append(puts, csPut{key: cluster.DelayKey(s.prefix, sl.res.name), val: b, kind: kindDelay, res: sl.res,
+				fence: sl, elec: sl.elec, landed: func() { s.trackRecord(r, rec) }})
+			slots, recs = append(slots, sl), append(recs, rec)
 			sl.pending = nil
 		}
 		if sl.dirty && now.Sub(sl.lastPub) >= s.o.PublishEvery {
-			b, _ := cluster.EncodeIndicator(sl.ind, sl.indTime)
-			inds = append(inds, csPut{key: cluster.AgentKey(s.prefix, sl.res.name, a.id), val: b, kind: kindIndicator, res: sl.res, agent: a.id})
-			indSlots = append(indSlots, sl)
+			ind := sl.ind
+			ind.Leads, ind.Share = leads, share
+			b, _ := cluster.EncodeIndicator(ind, sl.indTime)
+			puts = append(puts, csPut{key: cluster.AgentKey(s.prefix, sl.res.name, a.id), val: b, kind: kindIndicator, res: sl.res, agent: a.id})
+			slots, recs = append(slots, sl), append(recs, nil)
 			sl.dirty, sl.lastPub = false, now
 		}
 	}
 	if s.inWindow() {
 		a.pubNs += int64(time.Since(t0))
 	}
-	for len(inds) > 0 {
-		k := min(len(inds), cluster.MaxTxnOps)
-		slots := indSlots[:k]
-		reqs = append(reqs, &csReq{from: a, lease: a.lease, puts: inds[:k], done: func(ok bool) {
-			if !ok {
-				for _, sl := range slots {
-					sl.dirty = true
-				}
-			}
-		}})
-		inds, indSlots = inds[k:], indSlots[k:]
-	}
-	if len(reqs) == 0 {
+	if len(puts) == 0 {
 		return
 	}
 	a.pubBusy = true
-	s.sendSeq(a, reqs)
+	left := 0
+	for len(puts) > 0 {
+		k := min(len(puts), cluster.MaxTxnOps)
+		req := &csReq{from: a, lease: a.lease, puts: puts[:k]}
+		cs, rs := slots[:k], recs[:k]
+		req.done = func(ok bool) {
+			at := s.clock()
+			for i, sl := range cs {
+				switch {
+				case rs[i] == nil:
+					if !ok {
+						sl.dirty = true
+					}
+				case ok && req.ok[i] && sl.leading && sl.elec == req.puts[i].elec:
+					sl.f.Confirm(*rs[i], at)
+				}
+			}
+			left--
+			if left == 0 {
+				s.publishDone(a)
+			}
+		}
+		left++
+		s.write(req, s.o.Fresh)
+		puts, slots, recs = puts[k:], slots[k:], recs[k:]
+	}
 }
 
-func (s *clusterSim) sendSeq(a *csAgent, reqs []*csReq) {
-	if len(reqs) == 0 || a.dead {
-		a.pubBusy = false
-		if a.pubAgain && !a.dead {
-			a.pubAgain = false
-			s.publish(a)
+func (s *clusterSim) publishDone(a *csAgent) {
+	a.pubBusy = false
+	if a.pubAgain && !a.dead {
+		a.pubAgain = false
+		s.publish(a)
+	}
+}
+
+// load is Node.load: resources led, and the fair share (ShareOf over
+// every resource served, as this agent knows them: Seen).
+func (s *clusterSim) load(a *csAgent) (leads int, share float64) {
+	for _, sl := range a.slots {
+		if sl.leading {
+			leads++
 		}
+		share += cluster.ShareOf(cluster.Seen(sl.leading, a.id, sl.agents, &sl.f))
+	}
+	return leads, share
+}
+
+// ---- Node's balancer ----
+
+// balancePace is the balancer's jittered period (±25 %).
+func (s *clusterSim) balancePace() time.Duration {
+	d := s.o.BalanceEvery
+	return d*3/4 + time.Duration(s.rng.Int64N(int64(d/2)+1))
+}
+
+func (s *clusterSim) balancer(a *csAgent) {
+	if a.dead {
 		return
 	}
-	req := reqs[0]
-	inner := req.done
-	req.done = func(ok bool) {
-		if inner != nil {
-			inner(ok)
-		}
-		s.sendSeq(a, reqs[1:])
+	s.balance(a)
+	s.at(s.balancePace(), func() { s.balancer(a) })
+}
+
+// balance is Node.balance: of the resources this agent has led for
+// BalanceHold where HandOver allows some live agent (heard within Fresh),
+// the four whose election it read least recently, one after the other
+// (the next in line is remembered for the leadership, until its
+// indicator is deleted, and checked without a read):
+// read the election and hand the resource over if the next in line is
+// such an agent, each move counting at once in both loads.
+func (s *clusterSim) balance(a *csAgent) {
+	if !a.session {
+		return
 	}
-	s.write(req, s.o.Fresh)
+	now := s.clock()
+	leads, share := s.load(a)
+	var cands []*csSlot
+	for _, sl := range a.slots {
+		if !sl.leading || now.Sub(sl.since) < s.o.BalanceHold {
+			continue
+		}
+		if sl.next != "" {
+			if ind, ok := sl.agents[sl.next]; ok && now.Sub(sl.heard[sl.next]) <= s.o.Fresh && cluster.HandOver(leads, share, ind) {
+				cands = append(cands, sl)
+			}
+			continue
+		}
+		for id, ind := range sl.agents {
+			if id != a.id && now.Sub(sl.heard[id]) <= s.o.Fresh && cluster.HandOver(leads, share, ind) {
+				cands = append(cands, sl)
+				break
+			}
+		}
+	}
+	sort.SliceStable(cands, func(i, k int) bool { return cands[i].looked.Before(cands[k].looked) })
+	cands = cands[:min(len(cands), 4)]
+	for _, sl := range cands {
+		sl.looked = now
+	}
+	given := map[string]int{}
+	var try func(k int)
+	try = func(k int) {
+		if k >= len(cands) || a.dead {
+			return
+		}
+		sl := cands[k]
+		elec := sl.elec
+		s.read(a, func() func() {
+			r := sl.res
+			if len(r.cands) < 2 || r.cands[0] != sl || r.cands[0].elec != elec {
+				return func() { try(k + 1) }
+			}
+			next := r.cands[1].a.id
+			return func() {
+				if sl.elec == elec {
+					sl.next = next
+				}
+				ind, known := sl.agents[next]
+				ind.Leads += given[next]
+				if !known || !sl.leading || sl.elec != elec || s.clock().Sub(sl.heard[next]) > s.o.Fresh || !cluster.HandOver(leads, share, ind) {
+					try(k + 1)
+					return
+				}
+				leads--
+				given[next]++
+				s.handOver(sl, func() { try(k + 1) })
+			}
+		})
+	}
+	try(0)
+}
+
+// handOver is the rest of Node.balance: stop leading, resign (delete the
+// election key if it is still ours) and campaign again, behind the new
+// leader.
+func (s *clusterSim) handOver(sl *csSlot, then func()) {
+	a, r := sl.a, sl.res
+	sl.leading, sl.pending = false, nil
+	sl.lead.Drop()
+	for i, w := range r.agentWatch {
+		if w == sl {
+			r.agentWatch = append(r.agentWatch[:i], r.agentWatch[i+1:]...)
+			break
+		}
+	}
+	if s.now < s.o.KillAt || s.o.KillAt == 0 {
+		s.handovers++
+		s.lastHandover = s.now
+		if s.inWindow() {
+			s.handoversWin++
+		}
+	}
+	kv := sl.elec
+	s.write(&csReq{from: a, apply: func(_ int64, at time.Duration) {
+		if s.kv[kv.key] == kv {
+			s.del(kv, at)
+		}
+	}, done: func(ok bool) {
+		if ok && !a.dead && a.session {
+			s.campaign(sl)
+		}
+		then()
+	}}, time.Second)
 }
 
 // ---- etcd ----
@@ -997,24 +1160,35 @@ func (s *clusterSim) commit() {
 // mutates the store now and dates what leaves at).
 func (s *clusterSim) applyReq(req *csReq, at time.Duration) {
 	ok := true
-	switch {
-	case req.fence != nil:
-		// Txn If(CreateRevision(election key) == the leader's).
-		e := req.fence.elec
-		ok = e != nil && s.kv[e.key] == e
-	case req.absent:
+	if req.absent {
 		ok = s.kv[req.puts[0].key] == nil
 	}
-	if ok && (len(req.puts) > 0 || req.apply != nil) {
+	// A fenced put is a nested Txn(If(CreateRevision(election key) ==
+	// the leader's), Then(put)): each is decided on its own.
+	req.ok = make([]bool, len(req.puts))
+	wrote := false
+	for i, p := range req.puts {
+		req.ok[i] = ok && (p.fence == nil || p.elec != nil && s.kv[p.elec.key] == p.elec)
+		wrote = wrote || req.ok[i]
+	}
+	if wrote || ok && req.apply != nil {
 		s.rev++
 		if s.inWindow() {
 			s.writes++
-			s.puts += len(req.puts)
 		}
-		for _, p := range req.puts {
+		for i, p := range req.puts {
+			if !req.ok[i] {
+				continue
+			}
+			if s.inWindow() {
+				s.puts++
+			}
 			s.put(p, req.lease, at)
+			if p.landed != nil {
+				p.landed()
+			}
 		}
-		if req.apply != nil {
+		if ok && req.apply != nil {
 			req.apply(s.rev, at)
 		}
 	}
@@ -1115,8 +1289,13 @@ func (s *clusterSim) fanout(kv *csKV, deleted bool, at time.Duration) {
 				t0 := time.Now()
 				if deleted {
 					delete(sl.agents, id)
+					delete(sl.heard, id)
+					if sl.next == id {
+						sl.next = ""
+					}
 				} else if ind, err := cluster.DecodeIndicator(val); err == nil {
 					sl.agents[id] = ind
+					sl.heard[id] = s.clock()
 				}
 				s.recvTime(sl.a, t0)
 			})
@@ -1225,16 +1404,23 @@ func (s *clusterSim) receiveRecord(sl *csSlot, val []byte) {
 	}
 }
 
-// trackRecord starts following a record once etcd has it.
+// trackRecord starts following a record once etcd has it. An agent
+// that applied it already (its leader, at the tick that made it: Own)
+// counts at once.
 func (s *clusterSim) trackRecord(r *csRes, rec *cluster.Shared) {
 	if !s.inWindow() {
 		return
 	}
 	n := 0
 	for _, sl := range r.slots {
-		if !sl.a.dead {
+		if !sl.a.dead && !(sl.inCl && sl.counted >= rec.Seq) {
 			n++
 		}
+	}
+	if n == 0 {
+		s.recordsDone++
+		s.sharedProp = append(s.sharedProp, 0)
+		return
 	}
 	r.tracks = append(r.tracks, &csTrack{seq: rec.Seq, made: rec.Time.Sub(s.epoch), need: n})
 }
@@ -1297,12 +1483,13 @@ func (s *clusterSim) elected(sl *csSlot) {
 		return func() {
 			t0 := time.Now()
 			clear(sl.agents)
+			clear(sl.heard)
 			for i, v := range vals {
 				if ind, err := cluster.DecodeIndicator(v); err == nil {
 					sl.agents[ids[i]] = ind
 				}
 			}
-			sl.leading = true
+			sl.leading, sl.since, sl.next = true, s.clock(), ""
 			sl.lead.Elected(ctrl)
 			s.recvTime(a, t0)
 		}
@@ -1554,6 +1741,14 @@ func (s *clusterSim) summary() *ClusterScaleSummary {
 	sum.AgentPutsPerS, sum.AgentTxnsPerS, sum.AgentEventsPerS = dist(puts), dist(txns), dist(evs)
 	sum.AgentBytesOutPerS, sum.AgentBytesInPerS = dist(bout), dist(bin)
 	sum.ResourcesPerAgent, sum.ResourcesLed, sum.LeaderlessAtKill = dist(nres), dist(s.ledAtKill), s.leaderlessAtKill
+	sum.Handovers, sum.HandoversInWindow = s.handovers, s.handoversWin
+	if s.handovers > 0 {
+		first := o.Length
+		for _, a := range s.agents {
+			first = min(first, a.start)
+		}
+		sum.LastHandoverMs = report.Round(ms(s.lastHandover-first), 1)
+	}
 	// etcd.
 	sum.EtcdPutsPerS = report.Round(float64(s.puts)/w, 1)
 	sum.EtcdTxnsPerS = report.Round(float64(s.writes)/w, 1)
@@ -1646,14 +1841,18 @@ func (s *clusterSim) paper(sum *ClusterScaleSummary) []Estimate {
 	// tick after: every ceil(Fresh/3 / tick) ticks; a moving one every tick.
 	steady := 1 / (math.Ceil((o.Fresh/3).Seconds()/tick-1e-9) * tick)
 	moving := 1 / tick
-	txnPerAgent := math.Ceil(perAgent/float64(cluster.MaxTxnOps)) * pub
+	// A publisher round is one request (more past MaxTxnOps operations)
+	// with the records and the indicators due: a round every publish_every
+	// carries both when the leader's tick woke it, else the records of a
+	// tick go alone and the indicators in the ticker's round.
+	chunks := math.Ceil((perAgent + R/A) / float64(cluster.MaxTxnOps))
 	keep := A / (float64(o.TTL) / 3)
 	w := s.window().Seconds()
 	e := []Estimate{
 		{"indicator puts/s", "agents × resources per agent × 1/publish_every", A * perAgent * pub, A * perAgent * pub, float64(s.putsKind[kindIndicator]) / w},
 		{"shared-record puts/s", "resources × [1/(ticks per Fresh/3), 1/tick]", R * steady, R * moving, float64(s.putsKind[kindDelay]) / w},
 		{"etcd puts/s", "indicator puts + record puts", A*perAgent*pub + R*steady, A*perAgent*pub + R*moving, sum.EtcdPutsPerS},
-		{"etcd write requests/s", "agents × ceil(resources per agent / 100) × 1/publish_every + record puts", A*txnPerAgent + R*steady, A*txnPerAgent + R*moving, sum.EtcdTxnsPerS},
+		{"etcd write requests/s", "agents × ceil((resources per agent + resources led) / 100) × [1/publish_every, 1/publish_every + 1/tick]", A * chunks * pub, A * chunks * (pub + moving), sum.EtcdTxnsPerS},
 		{"lease keepalives/s", "agents / (TTL/3)", keep, keep, sum.EtcdKeepAlivesPerS},
 		{"watch events/s", "indicator puts (1 watcher: the leader) + record puts × spread", A*perAgent*pub + R*steady*S, A*perAgent*pub + R*moving*S, sum.EtcdEventsPerS},
 		{"puts/s per agent", "resources per agent × 1/publish_every + resources led × record rate", perAgent*pub + R/A*steady, perAgent*pub + R/A*moving, sum.AgentPutsPerS.Mean},

@@ -2,9 +2,11 @@ package sim
 
 import (
 	"encoding/json"
+	"math"
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/cluster"
 	"github.com/sanqos/sanqos/report"
 )
 
@@ -32,14 +34,14 @@ func TestClusterScale(t *testing.T) {
 		name string
 		o    ClusterScaleOptions
 		// paced: the publisher keeps its pace, so records reach every
-		// agent within Fresh and the load is the paper's. Not with a slow
-		// etcd: Node's publisher writes each record in its own
-		// transaction, one after the other, so a leader of 15 resources
-		// needs ~15 × 12 ms per round and falls behind its ticks.
+		// agent within Fresh and the load is the paper's. It does with a
+		// slow etcd too since a round is one transaction (it did not when
+		// each record was a transaction of its own, one after the other:
+		// a leader of 15 resources needed ~15 × 12 ms per round).
 		paced bool
 	}{
 		{"default etcd, spread 3", smallCluster(), true},
-		{"slow etcd (2 ms each way, 8 ms commits)", slow, false},
+		{"slow etcd (2 ms each way, 8 ms commits)", slow, true},
 		{"spread 5", wide, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,6 +75,18 @@ func TestClusterScale(t *testing.T) {
 				t.Errorf("shared step took max %.0f ms to reach every agent (Fresh %.0f ms); %d fallbacks with nothing failed",
 					s.SharedPropagationMs.Max, fresh, s.SpuriousFallbacks)
 			}
+			// Leadership is spread (cluster.HandOver): the busiest agent
+			// leads at most the gap and a resource more than the mean, the
+			// moves stopped before the kill, and they were few (no
+			// flapping: on average a resource moved at most twice). No
+			// agent fell back during a handover (SpuriousFallbacks above).
+			t.Logf("resources led per agent: mean %.1f max %.0f; %d handovers, the last %.0f ms after the start",
+				s.ResourcesLed.Mean, s.ResourcesLed.Max, s.Handovers, s.LastHandoverMs)
+			if s.ResourcesLed.Max > math.Ceil(s.ResourcesLed.Mean)+cluster.HandOverGap+1 || s.Handovers == 0 ||
+				s.Handovers > 2*o.Resources || s.LastHandoverMs >= ms(o.KillAt) {
+				t.Errorf("leadership: max %.0f led (mean %.1f), %d handovers, the last at %.0f ms (kill at %v)",
+					s.ResourcesLed.Max, s.ResourcesLed.Mean, s.Handovers, s.LastHandoverMs, o.KillAt)
+			}
 			if s.FormedMs <= 0 || s.LeaderlessAtKill != 0 || s.ResourcesLed.N != o.Agents {
 				t.Errorf("formed %v ms, %d resources leaderless, leaders counted on %d agents", s.FormedMs, s.LeaderlessAtKill, s.ResourcesLed.N)
 			}
@@ -93,8 +107,11 @@ func TestClusterScale(t *testing.T) {
 
 			// etcd lost: every agent falls back within Fresh, and every
 			// shared step decays to zero within Decay.
-			if s.OutageFallbackMs.N == 0 || s.OutageFallbackMs.Max > fall {
-				t.Errorf("etcd outage: fallback max %.0f ms over %d agent-resources; want ≤ %.0f", s.OutageFallbackMs.Max, s.OutageFallbackMs.N, fall)
+			// (From the outage: a record, or a leader's confirmation, already
+			// on its way when etcd stops still arrives, up to a one-way
+			// latency later.)
+			if inFlight := fall + ms(tailCap*o.Etcd.OneWay); s.OutageFallbackMs.N == 0 || s.OutageFallbackMs.Max > inFlight {
+				t.Errorf("etcd outage: fallback max %.0f ms over %d agent-resources; want ≤ %.0f", s.OutageFallbackMs.Max, s.OutageFallbackMs.N, inFlight)
 			}
 			if s.OutageDecayMs.N == 0 || s.OutageDecayMs.Max > ms(o.Decay) || s.OutageNotDecayed != 0 || s.OutageStepAboveLocal != 0 {
 				t.Errorf("etcd outage: decay max %.0f ms over %d (Decay %v); %d not decayed, %d above their local step after",
