@@ -430,5 +430,5 @@ func (r *Runner) WriteSummary(v any) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(r.Dir, "summary.json"), append(b, '\n'), 0o644)
+	return os.WriteFile(filepath.Join(r.Dir, "summary.json"), append(withGuestFields(b, GuestAccel(), kernelRelease()), '\n'), 0o644)
 }

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,6 +28,12 @@ func tgtReady() bool {
 // It skips targets that already exist, so a re-run after a tgtd restart
 // restores exactly the lab's configuration.
 func configureTargets(s *State) error {
+	return configureTargetsLog(s, nil)
+}
+
+// configureTargetsLog is configureTargets, saying on log (nil: nowhere)
+// which backing store goes without O_DIRECT and why.
+func configureTargetsLog(s *State, log io.Writer) error {
 	out, err := tgtadm("--op", "show", "--mode", "target")
 	if err != nil {
 		return err
@@ -40,8 +47,12 @@ func configureTargets(s *State) error {
 			return err
 		}
 		for _, l := range r.LUNs {
-			if _, err := tgtadm("--op", "new", "--mode", "logicalunit", "--tid", tid, "--lun", strconv.Itoa(l.Number),
-				"--backing-store", l.Backing, "--bsoflags", "direct"); err != nil {
+			flags, note := directIOFlags(l.Backing)
+			if note != "" && log != nil {
+				fmt.Fprintln(log, note)
+			}
+			if _, err := tgtadm(append([]string{"--op", "new", "--mode", "logicalunit", "--tid", tid, "--lun", strconv.Itoa(l.Number),
+				"--backing-store", l.Backing}, flags...)...); err != nil {
 				return err
 			}
 		}
@@ -68,7 +79,7 @@ func stopTgtd() {
 		}
 		run("tgtadm", "-C", tgtPort, "--op", "delete", "--mode", "system")
 	}
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(3 * time.Second * Slowdown())
 	for {
 		pids := findProcs(isOurTgtd)
 		if len(pids) == 0 {

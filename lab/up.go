@@ -134,7 +134,7 @@ func build(o Options, log io.Writer) (*State, error) {
 	if err := waitFor("tgtd control socket", 10*time.Second, tgtReady); err != nil {
 		return nil, err
 	}
-	if err := configureTargets(s); err != nil {
+	if err := configureTargetsLog(s, log); err != nil {
 		return nil, err
 	}
 	fmt.Fprintln(log, "calibrating the shared resource…")
@@ -212,7 +212,9 @@ func isMounted(dir string) bool {
 
 // waitFor polls a readiness condition of an outside process (a daemon
 // coming up); it is not used to order our own goroutines.
+// In a TCG guest the timeout stretches by Slowdown.
 func waitFor(what string, timeout time.Duration, ok func() bool) error {
+	timeout *= Slowdown()
 	deadline := time.Now().Add(timeout)
 	for !ok() {
 		if time.Now().After(deadline) {
