@@ -131,12 +131,16 @@ func runControlled(r *Runner, kind string) (any, error) {
 	autonomic, bridge := kind != "pid", kind == "bridge-autonomic"
 	sc := r.Scale
 	lead, on, off, cycles, tail := sc(20*time.Second), sc(25*time.Second), sc(5*time.Second), 6, sc(10*time.Second)
+	if r.opts.Cycles > 0 {
+		cycles = r.opts.Cycles
+	}
+	nw := r.controlledWriters()
 	length := lead + time.Duration(cycles)*(on+off) + tail
 	mkPhase := func(name, label string) *Phase {
 		p := &Phase{Name: name, Label: label, Length: length, From: lead, To: lead + time.Duration(cycles)*(on+off)}
 		p.Jobs = []Job{r.reader(length)}
 		for c := 0; c < cycles; c++ {
-			for _, j := range r.writers(12, lead+time.Duration(c)*(on+off), on) {
+			for _, j := range r.writers(nw, lead+time.Duration(c)*(on+off), on) {
 				j.Name = fmt.Sprintf("writer-%d", c)
 				p.Jobs = append(p.Jobs, j)
 			}
@@ -144,7 +148,7 @@ func runControlled(r *Runner, kind string) (any, error) {
 		return p
 	}
 	name := kind
-	sum := ControlledSummary{Experiment: name}
+	sum := ControlledSummary{Experiment: name, Backend: r.regulatingBackend(), Writers: nw, Cycles: cycles}
 	base, err := r.Run(mkPhase("baseline", "agent off"), 0)
 	if err != nil {
 		return nil, err
@@ -313,7 +317,7 @@ func runControlled(r *Runner, kind string) (any, error) {
 			sum.DelayLineLate = lateSummary(late)
 		}
 	}
-	if kind == "autonomic" {
+	if kind == "autonomic" && !r.opts.NoOracle {
 		cfg, err := config.Load(filepath.Join(r.Dir, fmt.Sprintf("agent-%v.yaml", thresholds[0])))
 		if err != nil {
 			return nil, err
@@ -334,7 +338,7 @@ func runControlled(r *Runner, kind string) (any, error) {
 		"time (s)", "read wait (ms, EWMA 0.15)", series, refs); err != nil {
 		return nil, err
 	}
-	if err := report.TimePlot(filepath.Join(r.Dir, "write-rate.png"), name+": aggregate write rate of the 12 writers (Fig 5.10/5.12)",
+	if err := report.TimePlot(filepath.Join(r.Dir, "write-rate.png"), fmt.Sprintf("%s: aggregate write rate of the %d writers (Fig 5.10/5.12)", name, nw),
 		"time (s)", "MB/s (EWMA 0.15)", wseries, nil); err != nil {
 		return nil, err
 	}
@@ -352,6 +356,26 @@ func runControlled(r *Runner, kind string) (any, error) {
 			"time (s)", "read wait (ms, EWMA 0.15)", trackPlot, nil)
 	}
 	return bs, nil
+}
+
+// regulatingBackend is the backend the regulated runs' agent uses: the
+// delay line unless --agent-set names another.
+func (r *Runner) regulatingBackend() string {
+	for _, line := range strings.Split(r.opts.AgentYAML, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "backend:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "delayline"
+}
+
+// controlledWriters is the number of writer threads of pid, autonomic and
+// the oracle's probes: the thesis' 12 unless the run says otherwise.
+func (r *Runner) controlledWriters() int {
+	if r.opts.Writers > 0 {
+		return r.opts.Writers
+	}
+	return 12
 }
 
 // delaySampler records the agent's applied write delay every second as

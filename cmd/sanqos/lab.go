@@ -208,6 +208,9 @@ func labRunCmd() *cobra.Command {
 	f.StringVar(&o.Resource, "resource", "", "resource to load (default: the first)")
 	f.DurationSliceVar(&o.Thresholds, "thresholds", nil, "pid/autonomic: thresholds to regulate to (default 10ms,15ms,20ms)")
 	f.StringVar(&o.AgentYAML, "agent-set", "", "pid/autonomic: YAML appended to the agent's config, e.g. 'pid: {kp: 1, ti: 200ms}'")
+	f.IntVar(&o.Writers, "writers", 0, "pid/autonomic: writer threads (default the thesis' 12)")
+	f.IntVar(&o.Cycles, "cycles", 0, "pid/autonomic: writer on/off cycles (default 6)")
+	f.BoolVar(&o.NoOracle, "no-oracle", false, "autonomic: skip the oracle's search for the best static delay")
 	f.StringArrayVar(&lab.AgentFlags, "agent-flag", nil, "flag added to every agent the run starts, e.g. --agent-flag=--delay-ramp=0.5 (repeatable)")
 	return c
 }
