@@ -113,6 +113,10 @@ func build(o Options, log io.Writer) (*State, error) {
 	if err := s.save(); err != nil {
 		return nil, err
 	}
+	if !o.RealDisk {
+		loadFor("/dev/fuse", "fuse")
+	}
+	loadFor("/dev/loop-control", "loop")
 	fmt.Fprintln(log, "supervisor: starting (FUSE disk model, tgtd in", TargetNS+")")
 	if err := startServe(s); err != nil {
 		return nil, err
@@ -187,9 +191,9 @@ func startServe(s *State) error {
 	if err := s.save(); err != nil {
 		return err
 	}
-	return waitFor("disk model mounts", 10*time.Second, func() bool {
+	err = waitFor("disk model mounts", 10*time.Second, func() bool {
 		if !alive(s.ServePID) {
-			return false
+			return true // fail now, not at the timeout
 		}
 		n := 0
 		for _, r := range s.Resources {
@@ -199,6 +203,20 @@ func startServe(s *State) error {
 		}
 		return n == len(s.Resources)
 	})
+	if err == nil && !alive(s.ServePID) {
+		err = fmt.Errorf("the supervisor exited at start (see %s)", ServeLog)
+	}
+	return err
+}
+
+// loadFor loads module where its device node dev is missing: a stock
+// kernel (the QEMU guest's) has FUSE and loop as modules, which nothing
+// there loads on open of a node that does not exist yet. A failure is the
+// device's user's to report.
+func loadFor(dev, module string) {
+	if _, err := os.Stat(dev); err != nil {
+		run("modprobe", module)
+	}
 }
 
 func isMounted(dir string) bool {
