@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/lab/diskmodel"
 	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/throttle"
 )
@@ -72,6 +73,9 @@ func (r *Runner) writeAgentConfig(path, backend, http string, thr time.Duration,
 		if !strings.Contains(extra, kv[0]+":") {
 			fmt.Fprintf(&b, "%s: %s\n", kv[0], kv[1])
 		}
+	}
+	if v := r.scaledWriteMBs(); v > 0 && !strings.Contains(extra, "throttleable_write_mb_s:") {
+		fmt.Fprintf(&b, "throttleable_write_mb_s: %g\n", v)
 	}
 	if autonomic {
 		fmt.Fprintf(&b, "discovery:\n  source: tgt\n  tgt_control_port: %d\nresources:\n  - name: %s\n", TgtdPort, r.Res.Name)
@@ -356,6 +360,23 @@ func runControlled(r *Runner, kind string) (any, error) {
 			"time (s)", "read wait (ms, EWMA 0.15)", trackPlot, nil)
 	}
 	return bs, nil
+}
+
+// scaledWriteMBs is the agent's throttleable_write_mb_s on a modelled
+// disk slower or faster than the default: the default's 1 MB/s scaled by
+// the bandwidth, so a writer counts as heavy at the same share of the
+// disk (the stock-kernel guest's 4 MB/s group: 0.1 MB/s; with the default
+// 1 MB/s none of three writers there, ~0.5 MB/s each, was ever slowed).
+// 0 where the agent's default applies (default bandwidth, real disk).
+func (r *Runner) scaledWriteMBs() float64 {
+	if r.State == nil || r.State.Options.RealDisk {
+		return 0
+	}
+	bw, def := r.State.Options.Model.Bandwidth, diskmodel.DefaultParams().Bandwidth
+	if bw <= 0 || bw == def {
+		return 0
+	}
+	return round(config.Defaults().WriteMBs*bw/def, 3)
 }
 
 // regulatingBackend is the backend the regulated runs' agent uses: the
