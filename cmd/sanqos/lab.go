@@ -10,11 +10,14 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/sanqos/sanqos/internal/nsforward"
 
 	"github.com/sanqos/sanqos/lab"
+	"github.com/sanqos/sanqos/lab/guest"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func labCmd() *cobra.Command {
@@ -36,18 +39,31 @@ initiator; each LUN a loop device on a shared modelled disk group (or, with
 
 func labUpCmd() *cobra.Command {
 	o := lab.DefaultOptions()
+	var g guest.Options
+	var kernel string
 	c := &cobra.Command{
 		Use:   "up",
 		Short: "Build the lab (idempotent)",
 		Long: `Creates the namespaces, bridge, tgtd (supervised by 'lab serve'), targets,
 LUNs on the modelled disk group (or this machine's disk), then measures the
 resource's capacity. Running it again on a healthy lab changes nothing; a
-half-broken lab is rebuilt.`,
+half-broken lab is rebuilt.
+
+With --kernel debian the same lab is built inside a QEMU guest running
+Debian's stock kernel (netem, fq, LIO as modules; see 'sanqos lab guest'),
+which stays up in the background (state in ` + guest.LabDir + `): later 'lab run',
+'lab status' and 'lab down' act on it. The guest runs under TCG, 10-30x
+slower than this machine, so its lab is scaled down unless the flags say
+otherwise: ` + strings.Join(guestUpDefaults, " ") + `.`,
 		Example: `  sudo sanqos lab up
   sudo sanqos lab up --real-disk
-  sudo sanqos lab up --resources vg1,vg2 --disk-seek 8ms`,
+  sudo sanqos lab up --resources vg1,vg2 --disk-seek 8ms
+  sudo sanqos lab up --kernel debian`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if kernel != "" {
+				return labUpGuest(cmd, g, kernel)
+			}
 			s, err := lab.Up(o, cmd.OutOrStdout())
 			if err != nil {
 				return err
@@ -65,21 +81,97 @@ half-broken lab is rebuilt.`,
 	f.Float64Var(&o.Model.Bandwidth, "disk-bandwidth", o.Model.Bandwidth, "modelled transfer rate, bytes/s")
 	f.Float64Var(&o.Model.WriteCost, "disk-write-cost", o.Model.WriteCost, "modelled transfer-time multiplier of writes (parity/mirror cost)")
 	f.IntVar(&o.TargetRmem, "target-rmem", o.TargetRmem, "cap the target's TCP receive buffer (bytes, 0 = kernel default); see README \"The lab\"")
+	f.StringVar(&kernel, "kernel", "", "build the lab in a QEMU guest on this kernel: debian (the newest /boot/vmlinuz-*) or an image's path")
+	f.StringVar(&g.Accel, "accel", "tcg", "--kernel: QEMU accelerator, tcg or kvm")
+	f.IntVar(&g.MemoryMiB, "memory", 3072, "--kernel: guest memory, MiB (the LUNs live in it)")
+	f.IntVar(&g.CPUs, "cpus", 2, "--kernel: guest vCPUs")
 	return c
+}
+
+// guestUpDefaults are lab up's flags in the stock-kernel guest unless
+// given: LUNs small enough for the guest's memory, and a disk group
+// slow enough (4 MB/s) that the modelled disk, not TCG's CPU, is the
+// bottleneck, so the relative effects the experiments measure hold.
+var guestUpDefaults = []string{"--lun-size=134217728", "--disk-bandwidth=4e6"}
+
+// guestFlags are the flags of cmd the user set, for the same command in
+// the guest, except those named in skip.
+func guestFlags(cmd *cobra.Command, skip ...string) []string {
+	var out []string
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		for _, s := range skip {
+			if f.Name == s {
+				return
+			}
+		}
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			for _, v := range sv.GetSlice() {
+				out = append(out, "--"+f.Name+"="+v)
+			}
+			return
+		}
+		out = append(out, "--"+f.Name+"="+f.Value.String())
+	})
+	return out
+}
+
+func labUpGuest(cmd *cobra.Command, g guest.Options, kernel string) error {
+	if os.Geteuid() != 0 {
+		return lab.ErrNotRoot
+	}
+	switch {
+	case kernel == "debian":
+	case strings.HasPrefix(kernel, "/"):
+		g.Kernel = kernel
+	default:
+		return fmt.Errorf("--kernel %q: want debian or the path of a kernel image", kernel)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	args := guestFlags(cmd, "kernel", "accel", "memory", "cpus")
+	for _, d := range guestUpDefaults {
+		name, _, _ := strings.Cut(strings.TrimPrefix(d, "--"), "=")
+		if !cmd.Flags().Changed(name) {
+			args = append(args, d)
+		}
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	_, err = guest.UpLab(ctx, g, self, args, cmd.OutOrStdout())
+	return err
 }
 
 func labDownCmd() *cobra.Command {
 	var force bool
+	var kernel string
 	c := &cobra.Command{
 		Use:   "down",
 		Short: "Remove everything the lab made (also after a crash)",
 		Long: `Removes every namespace, loop device, mount, process and file the lab made,
 found by label (fixed namespace names, files under /run/sanqos-lab and
 /dev/shm/sanqos-lab, tgtd's control port), so it also cleans up after a
-crash. Refuses while an experiment runs unless --force.`,
+crash. Refuses while an experiment runs unless --force.
+
+If the stock-kernel guest ('lab up --kernel debian') is up, or left
+something, it is what goes: QEMU is powered off with the lab in it and
+` + guest.LabDir + ` removed; the host's lab, if any, is untouched
+(--kernel host takes that down instead).`,
 		Example: "  sudo sanqos lab down\n  sudo sanqos lab down --force   # even while an experiment runs",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch kernel {
+			case "":
+				if len(guest.Leftovers(guest.LabDir)) > 0 {
+					return guest.DownLab(guest.LabDir, force, cmd.OutOrStdout())
+				}
+			case "debian", "guest":
+				return guest.DownLab(guest.LabDir, force, cmd.OutOrStdout())
+			case "host":
+			default:
+				return fmt.Errorf("--kernel %q: want host or debian", kernel)
+			}
 			if force {
 				return lab.ForceDown(cmd.OutOrStdout())
 			}
@@ -87,6 +179,7 @@ crash. Refuses while an experiment runs unless --force.`,
 		},
 	}
 	c.Flags().BoolVar(&force, "force", false, "tear down even while an experiment is running")
+	c.Flags().StringVar(&kernel, "kernel", "", "which lab: host, or debian (the stock-kernel guest); default the guest if one is up, else the host's")
 	return c
 }
 
@@ -101,6 +194,19 @@ dead tgtd, a missing namespace), naming the problem.`,
 		Example: "  sudo sanqos lab status\n  sudo sanqos lab status --json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g, err := guest.Open(guest.LabDir); err == nil && !asJSON {
+				fmt.Fprintf(cmd.OutOrStdout(), "stock-kernel guest\t%s (%s, %d MiB, %d vCPUs), QEMU pid %d, up since %s, in %s\n",
+					g.Info.Release, g.Info.Accel, g.Info.Memory, g.Info.CPUs, g.Info.PID, g.Info.Started.Format(time.RFC3339), g.Dir)
+				script, err := guest.SanqosScript(g.Dir, "lab", "status")
+				if err != nil {
+					return err
+				}
+				rc, err := g.Exec(cmd.Context(), script+" 2>&1\n", cmd.OutOrStdout())
+				if err == nil && rc != 0 {
+					err = fmt.Errorf("the guest's lab is unhealthy (exit %d)", rc)
+				}
+				return err
+			}
 			s, err := lab.LoadState()
 			if err != nil {
 				if left := lab.Leftovers(); len(left) > 0 {
@@ -166,6 +272,7 @@ func labServeCmd() *cobra.Command {
 
 func labRunCmd() *cobra.Command {
 	o := lab.RunOptions{Results: "results", Repeat: 1}
+	var kernel string
 	var list strings.Builder
 	for _, e := range lab.Experiments() {
 		fmt.Fprintf(&list, "  %-18s %s\n", e.Name, e.Title)
@@ -185,7 +292,15 @@ func labRunCmd() *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Progress = os.Stderr
-			dir, err := lab.RunExperiment(args[0], o)
+			var dir string
+			var err error
+			if g, gerr := guest.Open(guest.LabDir); gerr == nil && kernel != "host" {
+				dir, err = labRunGuest(cmd, g, args[0], o)
+			} else if kernel == "debian" {
+				return fmt.Errorf("%w: bring it up with `sanqos lab up --kernel debian`", gerr)
+			} else {
+				dir, err = lab.RunExperiment(args[0], o)
+			}
 			if dir != "" {
 				fmt.Fprintln(cmd.OutOrStdout(), "results:", dir)
 			}
@@ -212,7 +327,31 @@ func labRunCmd() *cobra.Command {
 	f.IntVar(&o.Cycles, "cycles", 0, "pid/autonomic: writer on/off cycles (default 6)")
 	f.BoolVar(&o.NoOracle, "no-oracle", false, "autonomic: skip the oracle's search for the best static delay")
 	f.StringArrayVar(&lab.AgentFlags, "agent-flag", nil, "flag added to every agent the run starts, e.g. --agent-flag=--delay-ramp=0.5 (repeatable)")
+	f.StringVar(&kernel, "kernel", "", "which lab: host, or debian (the stock-kernel guest); default the guest if one is up, else the host's")
 	return c
+}
+
+// labRunGuest runs the experiment in the stock-kernel guest's lab and
+// copies its results to the host's results directory.
+func labRunGuest(cmd *cobra.Command, g *guest.Guest, name string, o lab.RunOptions) (string, error) {
+	if _, err := lab.Lookup(name); err != nil {
+		return "", err
+	}
+	if o.RunID == "" {
+		o.RunID = time.Now().UTC().Format("20060102-150405")
+	}
+	// The sanqos that runs the experiment in the guest is this one.
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	if err := guest.InstallBinary(g.Dir, self); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(os.Stderr, "running %s in the stock-kernel guest (%s, %s)\n", name, g.Info.Release, g.Info.Accel)
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return g.RunLab(ctx, name, guestFlags(cmd, "results", "run-id", "kernel"), o.Results, o.RunID, os.Stderr)
 }
 
 func labDashboardCmd() *cobra.Command {
