@@ -163,11 +163,11 @@ something, it is what goes: QEMU is powered off with the lab in it and
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch kernel {
 			case "":
-				if len(guest.Leftovers(guest.LabDir)) > 0 {
-					return guest.DownLab(guest.LabDir, force, cmd.OutOrStdout())
+				if len(guest.Leftovers(guest.LabDirectory())) > 0 {
+					return guest.DownLab(guest.LabDirectory(), force, cmd.OutOrStdout())
 				}
 			case "debian", "guest":
-				return guest.DownLab(guest.LabDir, force, cmd.OutOrStdout())
+				return guest.DownLab(guest.LabDirectory(), force, cmd.OutOrStdout())
 			case "host":
 			default:
 				return fmt.Errorf("--kernel %q: want host or debian", kernel)
@@ -194,7 +194,7 @@ dead tgtd, a missing namespace), naming the problem.`,
 		Example: "  sudo sanqos lab status\n  sudo sanqos lab status --json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if g, err := guest.Open(guest.LabDir); err == nil && !asJSON {
+			if g, err := guest.Open(guest.LabDirectory()); err == nil && !asJSON {
 				fmt.Fprintf(cmd.OutOrStdout(), "stock-kernel guest\t%s (%s, %d MiB, %d vCPUs), QEMU pid %d, up since %s, in %s\n",
 					g.Info.Release, g.Info.Accel, g.Info.Memory, g.Info.CPUs, g.Info.PID, g.Info.Started.Format(time.RFC3339), g.Dir)
 				script, err := guest.SanqosScript(g.Dir, "lab", "status")
@@ -294,7 +294,7 @@ func labRunCmd() *cobra.Command {
 			o.Progress = os.Stderr
 			var dir string
 			var err error
-			if g, gerr := guest.Open(guest.LabDir); gerr == nil && kernel != "host" {
+			if g, gerr := guest.Open(guest.LabDirectory()); gerr == nil && kernel != "host" {
 				dir, err = labRunGuest(cmd, g, args[0], o)
 			} else if kernel == "debian" {
 				return fmt.Errorf("%w: bring it up with `sanqos lab up --kernel debian`", gerr)

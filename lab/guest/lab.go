@@ -26,6 +26,15 @@ import (
 // pid), console.log, the command queue, bin/sanqos, results in transit.
 const LabDir = "/run/sanqos-guest"
 
+// LabDirectory is LabDir, or $SANQOS_GUEST_DIR where set: a test's guest
+// lab must not meet the one a person has up on the same machine.
+func LabDirectory() string {
+	if d := os.Getenv("SANQOS_GUEST_DIR"); d != "" {
+		return d
+	}
+	return LabDir
+}
+
 // Quote makes a shell word of each argument.
 func Quote(args ...string) string {
 	q := make([]string, len(args))
@@ -76,13 +85,13 @@ func SanqosScript(dir string, args ...string) (string, error) {
 	return fmt.Sprintf("if [ ! -x %[2]s ]; then mkdir -p /run/sanqos-bin && cat %[1]s > %[2]s.tmp && chmod 755 %[2]s.tmp && mv %[2]s.tmp %[2]s || exit 125; fi\nexec %[2]s %[3]s", Quote(src), Quote(dst), Quote(args...)), nil
 }
 
-// UpLab boots the lab guest (o.Dir, default LabDir) unless it runs, puts
+// UpLab boots the lab guest (o.Dir, default LabDirectory()) unless it runs, puts
 // binary in it and runs `sanqos lab up upArgs...` there, with the output
 // on log. A guest this call booted is powered off again if the lab does
 // not come up; one that ran before stays.
 func UpLab(ctx context.Context, o Options, binary string, upArgs []string, log io.Writer) (*Guest, error) {
 	if o.Dir == "" {
-		o.Dir = LabDir
+		o.Dir = LabDirectory()
 	}
 	g, err := Open(o.Dir)
 	fresh := err != nil
