@@ -190,14 +190,20 @@ func labStatusCmd() *cobra.Command {
 		Short: "Show the lab, its health and the measured capacity of each resource",
 		Long: `Prints the target, the shared resource and its measured capacity, and each
 LUN's host and loop device. Exits non-zero when the lab is unhealthy (a
-dead tgtd, a missing namespace), naming the problem.`,
+dead tgtd, a missing namespace), naming the problem. With the stock-kernel
+guest up ('lab up --kernel debian'), the guest and the lab inside it.`,
 		Example: "  sudo sanqos lab status\n  sudo sanqos lab status --json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if g, err := guest.Open(guest.LabDirectory()); err == nil && !asJSON {
-				fmt.Fprintf(cmd.OutOrStdout(), "stock-kernel guest\t%s (%s, %d MiB, %d vCPUs), QEMU pid %d, up since %s, in %s\n",
-					g.Info.Release, g.Info.Accel, g.Info.Memory, g.Info.CPUs, g.Info.PID, g.Info.Started.Format(time.RFC3339), g.Dir)
-				script, err := guest.SanqosScript(g.Dir, "lab", "status")
+			if g, err := guest.Open(guest.LabDirectory()); err == nil {
+				args := []string{"lab", "status"}
+				if asJSON {
+					args = append(args, "--json")
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "stock-kernel guest\t%s (%s, %d MiB, %d vCPUs), QEMU pid %d, up since %s, in %s\n",
+						g.Info.Release, g.Info.Accel, g.Info.Memory, g.Info.CPUs, g.Info.PID, g.Info.Started.Format(time.RFC3339), g.Dir)
+				}
+				script, err := guest.SanqosScript(g.Dir, args...)
 				if err != nil {
 					return err
 				}
@@ -284,6 +290,10 @@ func labRunCmd() *cobra.Command {
 			"writes results/NAME/RUN-ID/: trace.csv (one row per device per 100 ms),\n" +
 			"per-host fio job files, JSON output and logs, summary.json, PNG plots and\n" +
 			"report.html (one page: figures and summary tables; see `sanqos report`).\n\n" +
+			"While the stock-kernel guest is up (`sanqos lab up --kernel debian`), the\n" +
+			"experiment runs in its lab and the results are copied back here, their\n" +
+			"summary.json naming the accelerator and kernel (--kernel host: the host's lab).\n" +
+			"pid and autonomic take --writers, --cycles and --no-oracle to fit TCG.\n\n" +
 			"To watch the controller live, open the agent's dashboard while a pid or\n" +
 			"autonomic run is going (see `sanqos agent --help`).\n\nExperiments:\n" + list.String(),
 		Example: `  sudo sanqos lab run interference
