@@ -304,11 +304,19 @@ func labRunCmd() *cobra.Command {
 			o.Progress = os.Stderr
 			var dir string
 			var err error
-			if g, gerr := guest.Open(guest.LabDirectory()); gerr == nil && kernel != "host" {
+			g, gerr := guest.Open(guest.LabDirectory())
+			switch {
+			case kernel != "" && kernel != "host" && kernel != "debian":
+				return fmt.Errorf("--kernel %q: want host or debian", kernel)
+			case gerr == nil && kernel != "host":
 				dir, err = labRunGuest(cmd, g, args[0], o)
-			} else if kernel == "debian" {
+			case kernel == "debian":
 				return fmt.Errorf("%w: bring it up with `sanqos lab up --kernel debian`", gerr)
-			} else {
+			case kernel == "" && len(guest.Leftovers(guest.LabDirectory())) > 0:
+				// A guest lab was up and is gone: running on the host's lab
+				// instead would be a surprise.
+				return fmt.Errorf("%w: `sanqos lab down` clears what it left; then `sanqos lab up --kernel debian`, or --kernel host for the host's lab", gerr)
+			default:
 				dir, err = lab.RunExperiment(args[0], o)
 			}
 			if dir != "" {
