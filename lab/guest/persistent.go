@@ -50,7 +50,9 @@ type Info struct {
 var ErrNotRunning = errors.New("no stock-kernel guest is running")
 
 // controlLoop is the persistent guest's script (run by /init, chrooted in
-// the host's root, in the work directory).
+// the host's root, in the work directory). It polls once a second: under
+// TCG an idle guest polling every 0.3 s took 27 % of a host core, at 1 s
+// 10 %, and a command waits at most a second more to start.
 const controlLoop = `mkdir -p cmd
 uname -r > ready.tmp && mv ready.tmp ready
 while [ ! -e stop ]; do
@@ -66,7 +68,7 @@ while [ ! -e stop ]; do
 		rm -f "$c"
 		[ -e "$id.pid" ] && /bin/kill -TERM -- "-$(cat "$id.pid")" 2>/dev/null
 	done
-	sleep 0.3
+	sleep 1
 done
 `
 
