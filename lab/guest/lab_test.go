@@ -1,7 +1,10 @@
 package guest
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -114,4 +117,24 @@ func p95(rs []lab.ControlledRun) float64 {
 		return 0
 	}
 	return rs[0].ReadWaitMs.P95
+}
+
+// Without QEMU (or a stock kernel) lab up --kernel fails saying what to
+// install, and leaves no directory behind.
+func TestUpLabWithoutQEMU(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	dir := filepath.Join(t.TempDir(), "guest")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []Options{{Dir: dir}, {Dir: dir, Kernel: "/boot/vmlinuz-none"}} {
+		_, err = UpLab(context.Background(), o, self, nil, io.Discard)
+		if !errors.Is(err, ErrNoGuest) || !strings.Contains(err.Error(), "scripts/setup.sh") {
+			t.Errorf("kernel %q: %v, want ErrNoGuest", o.Kernel, err)
+		}
+		if _, serr := os.Stat(dir); serr == nil {
+			t.Errorf("kernel %q: %s left behind", o.Kernel, dir)
+		}
+	}
 }
