@@ -88,6 +88,12 @@ otherwise: ` + strings.Join(guestUpDefaults, " ") + `.`,
 	return c
 }
 
+// hostSide reports whether this sanqos runs on the host, not in the
+// stock-kernel guest: in the guest, /run/sanqos-guest is the shared work
+// directory, whose guest.json names a QEMU the guest cannot see, and the
+// lab commands act on the guest's own lab.
+func hostSide() bool { return lab.GuestAccel() == "" }
+
 // guestUpDefaults are lab up's flags in the stock-kernel guest unless
 // given: LUNs small enough for the guest's memory, and a disk group
 // slow enough (4 MB/s) that the modelled disk, not TCG's CPU, is the
@@ -163,7 +169,7 @@ something, it is what goes: QEMU is powered off with the lab in it and
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch kernel {
 			case "":
-				if len(guest.Leftovers(guest.LabDirectory())) > 0 {
+				if hostSide() && len(guest.Leftovers(guest.LabDirectory())) > 0 {
 					return guest.DownLab(guest.LabDirectory(), force, cmd.OutOrStdout())
 				}
 			case "debian", "guest":
@@ -195,7 +201,7 @@ guest up ('lab up --kernel debian'), the guest and the lab inside it.`,
 		Example: "  sudo sanqos lab status\n  sudo sanqos lab status --json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if g, err := guest.Open(guest.LabDirectory()); err == nil {
+			if g, err := guest.Open(guest.LabDirectory()); err == nil && hostSide() {
 				args := []string{"lab", "status"}
 				if asJSON {
 					args = append(args, "--json")
@@ -308,11 +314,11 @@ func labRunCmd() *cobra.Command {
 			switch {
 			case kernel != "" && kernel != "host" && kernel != "debian":
 				return fmt.Errorf("--kernel %q: want host or debian", kernel)
-			case gerr == nil && kernel != "host":
+			case gerr == nil && kernel != "host" && hostSide():
 				dir, err = labRunGuest(cmd, g, args[0], o)
 			case kernel == "debian":
 				return fmt.Errorf("%w: bring it up with `sanqos lab up --kernel debian`", gerr)
-			case kernel == "" && len(guest.Leftovers(guest.LabDirectory())) > 0:
+			case kernel == "" && hostSide() && len(guest.Leftovers(guest.LabDirectory())) > 0:
 				// A guest lab was up and is gone: running on the host's lab
 				// instead would be a surprise.
 				return fmt.Errorf("%w: `sanqos lab down` clears what it left; then `sanqos lab up --kernel debian`, or --kernel host for the host's lab", gerr)

@@ -157,7 +157,7 @@ func orDefault(s, d string) string {
 // (empty if the run made none).
 func (g *Guest) RunLab(ctx context.Context, exp string, flags []string, results, runID string, progress io.Writer) (string, error) {
 	inGuest := filepath.Join(g.Dir, "results")
-	script, err := SanqosScript(g.Dir, append([]string{"lab", "run", exp, "--results", inGuest, "--run-id", runID}, flags...)...)
+	script, err := SanqosScript(g.Dir, append([]string{"lab", "run", exp, "--kernel", "host", "--results", inGuest, "--run-id", runID}, flags...)...)
 	if err != nil {
 		return "", err
 	}
