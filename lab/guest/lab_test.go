@@ -78,7 +78,7 @@ func TestLabUpRunDownInGuest(t *testing.T) {
 		t.Errorf("lab status: %v\n%s", err, out)
 	}
 	out, err = sanqos(8*time.Minute, "lab", "run", "autonomic", "--results", results, "--run-id", "guest-test",
-		"--scale", "0.15", "--writers", "2", "--cycles", "1", "--thresholds", "40ms", "--no-oracle")
+		"--scale", "0.15", "--cycles", "1", "--thresholds", "40ms")
 	if err != nil {
 		t.Fatalf("lab run autonomic: %v\n%s", err, out)
 	}
@@ -91,13 +91,19 @@ func TestLabUpRunDownInGuest(t *testing.T) {
 		Writers                         int
 		Baseline                        lab.ControlledRun
 		Regulated                       []lab.ControlledRun
+		Oracle                          []any
 	}
 	if err := json.Unmarshal(b, &sum); err != nil {
 		t.Fatal(err)
 	}
 	_, version, _ := Kernel()
 	t.Logf("summary: %s on %s; baseline p95 %.1f ms, 40 ms threshold: p95 %.1f ms", sum.Accelerator, sum.Kernel, sum.Baseline.ReadWaitMs.P95, p95(sum.Regulated))
-	if sum.Accelerator != "tcg" || sum.Kernel != version || sum.Experiment != "autonomic" || sum.Writers != 2 || len(sum.Regulated) != 1 || sum.Baseline.ReadWaitMs.N == 0 {
+	// The flags given hold (one threshold, one cycle); the TCG defaults
+	// fill in the rest (three writers, no oracle).
+	if !strings.Contains(out, "scaled for TCG unless given: --writers=3 --no-oracle=true") {
+		t.Errorf("lab run did not say which TCG defaults it added:\n%s", out)
+	}
+	if sum.Accelerator != "tcg" || sum.Kernel != version || sum.Experiment != "autonomic" || sum.Writers != 3 || len(sum.Regulated) != 1 || len(sum.Oracle) != 0 || sum.Baseline.ReadWaitMs.N == 0 {
 		t.Errorf("summary.json:\n%s", b)
 	}
 	if _, err := os.Stat(filepath.Join(results, "autonomic", "latest", "report.html")); err != nil {
