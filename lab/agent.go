@@ -115,7 +115,7 @@ func (a *LabAgent) Stop() error {
 	select {
 	case <-a.exited:
 		return nil
-	case <-time.After(10 * time.Second):
+	case <-time.After(10 * time.Second * Slowdown()):
 		a.cmd.Process.Kill()
 		<-a.exited
 		return fmt.Errorf("agent did not stop on SIGTERM (see %s)", a.log)

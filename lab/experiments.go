@@ -62,6 +62,9 @@ func RunExperiment(name string, o RunOptions) (string, error) {
 	if o.Repeat < 0 || o.Repeat > 50 {
 		return "", fmt.Errorf("repeat %d: want 1..50", o.Repeat)
 	}
+	if o.Writers < 0 || o.Writers > 48 || o.Cycles < 0 || o.Cycles > 50 {
+		return "", fmt.Errorf("writers %d, cycles %d: want 0 (default) or 1..48 writers, 1..50 cycles", o.Writers, o.Cycles)
+	}
 	r, err := NewRunner(name, o)
 	if err != nil {
 		return "", err

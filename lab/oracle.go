@@ -73,7 +73,7 @@ func (o *oracleSearch) probe(k int) (report.OracleProbe, error) {
 	length := max(r.Scale(oracleProbeLength), 4*oracleSettle)
 	d := o.delay(k)
 	p := &Phase{Name: fmt.Sprintf("oracle-probe-%v", d), Label: fmt.Sprintf("oracle probe %v", d), Length: length, From: oracleSettle, To: length,
-		Jobs: append([]Job{r.reader(length)}, r.writers(12, 0, length)...)}
+		Jobs: append([]Job{r.reader(length)}, r.writers(r.controlledWriters(), 0, length)...)}
 	if err := setWriters(o.a, d); err != nil {
 		return report.OracleProbe{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/lab/diskmodel"
 	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/throttle"
 )
@@ -73,6 +74,9 @@ func (r *Runner) writeAgentConfig(path, backend, http string, thr time.Duration,
 			fmt.Fprintf(&b, "%s: %s\n", kv[0], kv[1])
 		}
 	}
+	if v := r.scaledWriteMBs(); v > 0 && !strings.Contains(extra, "throttleable_write_mb_s:") {
+		fmt.Fprintf(&b, "throttleable_write_mb_s: %g\n", v)
+	}
 	if autonomic {
 		fmt.Fprintf(&b, "discovery:\n  source: tgt\n  tgt_control_port: %d\nresources:\n  - name: %s\n", TgtdPort, r.Res.Name)
 	} else {
@@ -131,12 +135,16 @@ func runControlled(r *Runner, kind string) (any, error) {
 	autonomic, bridge := kind != "pid", kind == "bridge-autonomic"
 	sc := r.Scale
 	lead, on, off, cycles, tail := sc(20*time.Second), sc(25*time.Second), sc(5*time.Second), 6, sc(10*time.Second)
+	if r.opts.Cycles > 0 {
+		cycles = r.opts.Cycles
+	}
+	nw := r.controlledWriters()
 	length := lead + time.Duration(cycles)*(on+off) + tail
 	mkPhase := func(name, label string) *Phase {
 		p := &Phase{Name: name, Label: label, Length: length, From: lead, To: lead + time.Duration(cycles)*(on+off)}
 		p.Jobs = []Job{r.reader(length)}
 		for c := 0; c < cycles; c++ {
-			for _, j := range r.writers(12, lead+time.Duration(c)*(on+off), on) {
+			for _, j := range r.writers(nw, lead+time.Duration(c)*(on+off), on) {
 				j.Name = fmt.Sprintf("writer-%d", c)
 				p.Jobs = append(p.Jobs, j)
 			}
@@ -144,7 +152,7 @@ func runControlled(r *Runner, kind string) (any, error) {
 		return p
 	}
 	name := kind
-	sum := ControlledSummary{Experiment: name}
+	sum := ControlledSummary{Experiment: name, Backend: r.regulatingBackend(), Writers: nw, Cycles: cycles}
 	base, err := r.Run(mkPhase("baseline", "agent off"), 0)
 	if err != nil {
 		return nil, err
@@ -313,7 +321,7 @@ func runControlled(r *Runner, kind string) (any, error) {
 			sum.DelayLineLate = lateSummary(late)
 		}
 	}
-	if kind == "autonomic" {
+	if kind == "autonomic" && !r.opts.NoOracle {
 		cfg, err := config.Load(filepath.Join(r.Dir, fmt.Sprintf("agent-%v.yaml", thresholds[0])))
 		if err != nil {
 			return nil, err
@@ -334,7 +342,7 @@ func runControlled(r *Runner, kind string) (any, error) {
 		"time (s)", "read wait (ms, EWMA 0.15)", series, refs); err != nil {
 		return nil, err
 	}
-	if err := report.TimePlot(filepath.Join(r.Dir, "write-rate.png"), name+": aggregate write rate of the 12 writers (Fig 5.10/5.12)",
+	if err := report.TimePlot(filepath.Join(r.Dir, "write-rate.png"), fmt.Sprintf("%s: aggregate write rate of the %d writers (Fig 5.10/5.12)", name, nw),
 		"time (s)", "MB/s (EWMA 0.15)", wseries, nil); err != nil {
 		return nil, err
 	}
@@ -352,6 +360,43 @@ func runControlled(r *Runner, kind string) (any, error) {
 			"time (s)", "read wait (ms, EWMA 0.15)", trackPlot, nil)
 	}
 	return bs, nil
+}
+
+// scaledWriteMBs is the agent's throttleable_write_mb_s on a modelled
+// disk slower or faster than the default: the default's 1 MB/s scaled by
+// the bandwidth, so a writer counts as heavy at the same share of the
+// disk (the stock-kernel guest's 4 MB/s group: 0.1 MB/s; with the default
+// 1 MB/s none of three writers there, ~0.5 MB/s each, was ever slowed).
+// 0 where the agent's default applies (default bandwidth, real disk).
+func (r *Runner) scaledWriteMBs() float64 {
+	if r.State == nil || r.State.Options.RealDisk {
+		return 0
+	}
+	bw, def := r.State.Options.Model.Bandwidth, diskmodel.DefaultParams().Bandwidth
+	if bw <= 0 || bw == def {
+		return 0
+	}
+	return round(config.Defaults().WriteMBs*bw/def, 3)
+}
+
+// regulatingBackend is the backend the regulated runs' agent uses: the
+// delay line unless --agent-set names another.
+func (r *Runner) regulatingBackend() string {
+	for _, line := range strings.Split(r.opts.AgentYAML, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "backend:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "delayline"
+}
+
+// controlledWriters is the number of writer threads of pid, autonomic and
+// the oracle's probes: the thesis' 12 unless the run says otherwise.
+func (r *Runner) controlledWriters() int {
+	if r.opts.Writers > 0 {
+		return r.opts.Writers
+	}
+	return 12
 }
 
 // delaySampler records the agent's applied write delay every second as

@@ -34,7 +34,19 @@ func killAll(pids []int) {
 	}
 }
 
-func alive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }
+// alive reports whether pid runs; a zombie (a supervisor that died while
+// the `lab up` that started it still waits for it) does not.
+func alive(pid int) bool {
+	if pid <= 0 || syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
+}
 
 // isServe matches the lab's supervisor process.
 func isServe(argv []string) bool {

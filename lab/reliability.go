@@ -504,8 +504,9 @@ func faultLUNRemoved(r *Runner) Fault {
 	if _, err := tgtadm("--op", "delete", "--mode", "logicalunit", "--tid", strconv.Itoa(r.Res.TID), "--lun", strconv.Itoa(lun.Number)); err != nil {
 		return failed(f, err)
 	}
-	defer tgtadm("--op", "new", "--mode", "logicalunit", "--tid", strconv.Itoa(r.Res.TID), "--lun", strconv.Itoa(lun.Number),
-		"--backing-store", lun.Backing, "--bsoflags", "direct")
+	flags, _ := directIOFlags(lun.Backing)
+	defer tgtadm(append([]string{"--op", "new", "--mode", "logicalunit", "--tid", strconv.Itoa(r.Res.TID), "--lun", strconv.Itoa(lun.Number),
+		"--backing-store", lun.Backing}, flags...)...)
 	p := r.controlledLoad("lun-after", "b5's LUN removed", length, []string{"b3", "b4"}, 6)
 	seen, events := throttledSampler(a, length)
 	p.Events = events

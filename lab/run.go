@@ -34,6 +34,12 @@ type RunOptions struct {
 	// AgentYAML is appended to the agent's generated config in pid and
 	// autonomic (e.g. "pid: {kp: 1, ti: 200ms}"), for tuning runs.
 	AgentYAML string
+	// Writers and Cycles override pid's and autonomic's 12 writers and
+	// 6 on/off cycles (0: the thesis'); NoOracle skips autonomic's oracle
+	// search. Together with Scale they shrink a run to what a TCG guest
+	// (the stock-kernel tier) can carry.
+	Writers, Cycles int
+	NoOracle        bool
 }
 
 // Event is a timed action inside a phase (e.g. set a throttle at 30 s).
@@ -433,5 +439,5 @@ func (r *Runner) WriteSummary(v any) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(r.Dir, "summary.json"), append(b, '\n'), 0o644)
+	return os.WriteFile(filepath.Join(r.Dir, "summary.json"), append(withGuestFields(b, GuestAccel(), kernelRelease()), '\n'), 0o644)
 }

@@ -113,7 +113,7 @@ func superviseTgtd(t TargetHost, log *slog.Logger, quit <-chan struct{}) {
 				return
 			}
 			if s, err := LoadState(); err == nil && lunsAttached(s) {
-				if err := configureTargetsOn(s, t); err != nil {
+				if err := configureTargetsOn(s, t, nil); err != nil {
 					log.Error("restore targets", "err", err)
 				}
 			}

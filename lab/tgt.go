@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -41,15 +42,21 @@ func (s *State) tgtsReady() bool {
 // already exist, so a re-run after a tgtd restart restores exactly the
 // lab's configuration.
 func configureTargets(s *State) error {
+	return configureTargetsLog(s, nil)
+}
+
+// configureTargetsLog is configureTargets, saying on log (nil: nowhere)
+// which backing store goes without O_DIRECT and why.
+func configureTargetsLog(s *State, log io.Writer) error {
 	for _, t := range s.Options.TargetHosts() {
-		if err := configureTargetsOn(s, t); err != nil {
+		if err := configureTargetsOn(s, t, log); err != nil {
 			return fmt.Errorf("%s: %w", t.NS, err)
 		}
 	}
 	return nil
 }
 
-func configureTargetsOn(s *State, t TargetHost) error {
+func configureTargetsOn(s *State, t TargetHost, log io.Writer) error {
 	out, err := tgtadmOn(t, "--op", "show", "--mode", "target")
 	if err != nil {
 		return err
@@ -69,8 +76,12 @@ func configureTargetsOn(s *State, t TargetHost) error {
 			return err
 		}
 		for _, l := range luns {
-			if _, err := tgtadmOn(t, "--op", "new", "--mode", "logicalunit", "--tid", tid, "--lun", strconv.Itoa(l.Number),
-				"--backing-store", l.Backing, "--bsoflags", "direct"); err != nil {
+			flags, note := directIOFlags(l.Backing)
+			if note != "" && log != nil {
+				fmt.Fprintln(log, note)
+			}
+			if _, err := tgtadmOn(t, append([]string{"--op", "new", "--mode", "logicalunit", "--tid", tid, "--lun", strconv.Itoa(l.Number),
+				"--backing-store", l.Backing}, flags...)...); err != nil {
 				return err
 			}
 		}
@@ -112,7 +123,7 @@ func stopTgtdOn(t TargetHost) {
 		}
 		run("tgtadm", "-C", t.port(), "--op", "delete", "--mode", "system")
 	}
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(3 * time.Second * Slowdown())
 	for {
 		pids := findProcs(func(argv []string) bool { return tgtdPort(argv) == t.port() })
 		if len(pids) == 0 {

@@ -121,6 +121,10 @@ func build(o Options, log io.Writer) (*State, error) {
 	if err := s.save(); err != nil {
 		return nil, err
 	}
+	if !o.RealDisk {
+		loadFor("/dev/fuse", "fuse")
+	}
+	loadFor("/dev/loop-control", "loop")
 	fmt.Fprintln(log, "supervisor: starting (FUSE disk model, tgtd in", TargetNS+")")
 	if err := startServe(s); err != nil {
 		return nil, err
@@ -148,7 +152,7 @@ func build(o Options, log io.Writer) (*State, error) {
 			return nil, err
 		}
 	}
-	if err := configureTargets(s); err != nil {
+	if err := configureTargetsLog(s, log); err != nil {
 		return nil, err
 	}
 	fmt.Fprintln(log, "calibrating the shared resource…")
@@ -201,9 +205,9 @@ func startServe(s *State) error {
 	if err := s.save(); err != nil {
 		return err
 	}
-	return waitFor("disk model mounts", 10*time.Second, func() bool {
+	err = waitFor("disk model mounts", 10*time.Second, func() bool {
 		if !alive(s.ServePID) {
-			return false
+			return true // fail now, not at the timeout
 		}
 		n := 0
 		for _, r := range s.Resources {
@@ -213,6 +217,20 @@ func startServe(s *State) error {
 		}
 		return n == len(s.Resources)
 	})
+	if err == nil && !alive(s.ServePID) {
+		err = fmt.Errorf("the supervisor exited at start (see %s)", ServeLog)
+	}
+	return err
+}
+
+// loadFor loads module where its device node dev is missing: a stock
+// kernel (the QEMU guest's) has FUSE and loop as modules, which nothing
+// there loads on open of a node that does not exist yet. A failure is the
+// device's user's to report.
+func loadFor(dev, module string) {
+	if _, err := os.Stat(dev); err != nil {
+		run("modprobe", module)
+	}
 }
 
 func isMounted(dir string) bool {
@@ -226,7 +244,9 @@ func isMounted(dir string) bool {
 
 // waitFor polls a readiness condition of an outside process (a daemon
 // coming up); it is not used to order our own goroutines.
+// In a TCG guest the timeout stretches by Slowdown.
 func waitFor(what string, timeout time.Duration, ok func() bool) error {
+	timeout *= Slowdown()
 	deadline := time.Now().Add(timeout)
 	for !ok() {
 		if time.Now().After(deadline) {

@@ -164,10 +164,15 @@ type HostCPU struct {
 
 // ControlledSummary is summary.json of pid and autonomic.
 type ControlledSummary struct {
-	Experiment string          `json:"experiment"`
-	Baseline   ControlledRun   `json:"baseline"`
-	Regulated  []ControlledRun `json:"regulated"`
-	Retrans    uint64          `json:"retransmits"`
+	Experiment string `json:"experiment"`
+	// Backend is the regulating agent's throttle backend; Writers and
+	// Cycles the load's writer threads and on/off cycles (lab runs).
+	Backend   string          `json:"backend,omitempty"`
+	Writers   int             `json:"writers,omitempty"`
+	Cycles    int             `json:"cycles,omitempty"`
+	Baseline  ControlledRun   `json:"baseline"`
+	Regulated []ControlledRun `json:"regulated"`
+	Retrans   uint64          `json:"retransmits"`
 	// RegulatedRetrans counts only the regulated runs' retransmitted
 	// segments (every sender): the baseline's, with no agent, are the
 	// lab's own (lab runs only).

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/sanqos/sanqos/agent"
 	"github.com/sanqos/sanqos/cluster"
@@ -36,6 +37,9 @@ type backendOptions struct {
 	Follow bool
 	// WriteOn is replies or acks (config write_delay_on).
 	WriteOn string
+	// MaxDelay and Step size the netem tree, one leaf per step up to the
+	// controller's max_delay (config; 0: the backend's 20 ms in 0.5 ms).
+	MaxDelay, Step time.Duration
 }
 
 // resolve returns the options in effect: a config's backend settings
@@ -55,6 +59,7 @@ func (o backendOptions) resolve(cfg *config.Config, followFlagSet bool) backendO
 		return o
 	}
 	o.Name, o.Port, o.Ramp, o.Follow, o.WriteOn = cfg.Backend, cfg.ISCSIPort, cfg.DelayRamp, cfg.DelayFollow, cfg.WriteDelayOn
+	o.MaxDelay, o.Step = cfg.MaxDelay, cfg.DelayStep
 	if cfg.Device != "" {
 		o.Device = cfg.Device
 	}
@@ -350,7 +355,11 @@ func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 		if err != nil && o.Name == "netem" {
 			return nil, err
 		}
-		cfg := throttle.NetemConfig{Device: dev, Label: o.Label + "-ne", Port: uint16(o.Port), Chain: chainFor(o.Chain), WriteOn: writeOn, Log: log}
+		// The tree reaches the controller's max_delay: with netem's own
+		// 20 ms under a 40 ms max_delay every larger wish failed to apply
+		// (seen in the stock-kernel guest's autonomic).
+		cfg := throttle.NetemConfig{Device: dev, Label: o.Label + "-ne", Port: uint16(o.Port), Chain: chainFor(o.Chain), WriteOn: writeOn, Log: log,
+			MaxDelay: o.MaxDelay, Step: o.Step}
 		if o.Name == "netem" {
 			return throttle.NewNetem(cfg)
 		}

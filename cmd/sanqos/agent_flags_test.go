@@ -72,5 +72,10 @@ func TestBackendOptionsResolve(t *testing.T) {
 		if got.Follow != c.follow || got.Ramp != c.ramp || got.Chain != c.chain || got.Name != c.backend || got.Device != c.device || got.WriteOn != c.writeOn {
 			t.Errorf("%s: %+v", c.name, got)
 		}
+		// The netem tree spans the controller's range: a config's
+		// max_delay and step; manual throttles keep netem's own.
+		if c.cfg != nil && (got.MaxDelay != c.cfg.MaxDelay || got.Step != c.cfg.DelayStep) || c.cfg == nil && (got.MaxDelay != 0 || got.Step != 0) {
+			t.Errorf("%s: netem range %v in %v steps", c.name, got.MaxDelay, got.Step)
+		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -44,11 +43,7 @@ directory is in its own memory. TCG boots to a shell in ~6 s here; KVM
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			q := make([]string, len(args))
-			for i, a := range args {
-				q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-			}
-			res, err := guest.Run(ctx, o, "exec "+strings.Join(q, " ")+"\n")
+			res, err := guest.Run(ctx, o, "exec "+guest.Quote(args...)+"\n")
 			if err != nil {
 				return err
 			}

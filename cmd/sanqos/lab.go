@@ -10,11 +10,14 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/sanqos/sanqos/internal/nsforward"
 
 	"github.com/sanqos/sanqos/lab"
+	"github.com/sanqos/sanqos/lab/guest"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func labCmd() *cobra.Command {
@@ -36,19 +39,32 @@ initiator; each LUN a loop device on a shared modelled disk group (or, with
 
 func labUpCmd() *cobra.Command {
 	o := lab.DefaultOptions()
+	var g guest.Options
+	var kernel string
 	c := &cobra.Command{
 		Use:   "up",
 		Short: "Build the lab (idempotent)",
 		Long: `Creates the namespaces, bridge, tgtd (supervised by 'lab serve'), targets,
 LUNs on the modelled disk group (or this machine's disk), then measures the
 resource's capacity. Running it again on a healthy lab changes nothing; a
-half-broken lab is rebuilt.`,
+half-broken lab is rebuilt.
+
+With --kernel debian the same lab is built inside a QEMU guest running
+Debian's stock kernel (netem, fq, LIO as modules; see 'sanqos lab guest'),
+which stays up in the background (state in ` + guest.LabDir + `): later 'lab run',
+'lab status' and 'lab down' act on it. The guest runs under TCG, 10-30x
+slower than this machine, so its lab is scaled down unless the flags say
+otherwise: ` + strings.Join(guestUpDefaults, " ") + `.`,
 		Example: `  sudo sanqos lab up
   sudo sanqos lab up --real-disk
   sudo sanqos lab up --resources vg1,vg2 --disk-seek 8ms
-  sudo sanqos lab up --targets 3     # three target hosts and etcd: cluster-autonomic`,
+  sudo sanqos lab up --targets 3     # three target hosts and etcd: cluster-autonomic
+  sudo sanqos lab up --kernel debian`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if kernel != "" {
+				return labUpGuest(cmd, g, kernel)
+			}
 			s, err := lab.Up(o, cmd.OutOrStdout())
 			if err != nil {
 				return err
@@ -67,21 +83,103 @@ half-broken lab is rebuilt.`,
 	f.Float64Var(&o.Model.WriteCost, "disk-write-cost", o.Model.WriteCost, "modelled transfer-time multiplier of writes (parity/mirror cost)")
 	f.IntVar(&o.Targets, "targets", 1, fmt.Sprintf("target hosts (namespaces bm, bm2, …, each with its own tgtd) in front of the shared resources, 1..%d; with more than one, an etcd server for `sanqos agent --etcd` runs on the lab bridge (experiment cluster-autonomic)", lab.MaxTargets))
 	f.IntVar(&o.TargetRmem, "target-rmem", o.TargetRmem, "cap the target's TCP receive buffer (bytes, 0 = kernel default); see README \"The lab\"")
+	f.StringVar(&kernel, "kernel", "", "build the lab in a QEMU guest on this kernel: debian (the newest /boot/vmlinuz-*) or an image's path")
+	f.StringVar(&g.Accel, "accel", "tcg", "--kernel: QEMU accelerator, tcg or kvm")
+	f.IntVar(&g.MemoryMiB, "memory", 3072, "--kernel: guest memory, MiB (the LUNs live in it)")
+	f.IntVar(&g.CPUs, "cpus", 2, "--kernel: guest vCPUs")
 	return c
+}
+
+// hostSide reports whether this sanqos runs on the host, not in the
+// stock-kernel guest: in the guest, /run/sanqos-guest is the shared work
+// directory, whose guest.json names a QEMU the guest cannot see, and the
+// lab commands act on the guest's own lab.
+func hostSide() bool { return lab.GuestAccel() == "" }
+
+// guestUpDefaults are lab up's flags in the stock-kernel guest unless
+// given: LUNs small enough for the guest's memory, and a disk group
+// slow enough (4 MB/s) that the modelled disk, not TCG's CPU, is the
+// bottleneck, so the relative effects the experiments measure hold.
+var guestUpDefaults = []string{"--lun-size=134217728", "--disk-bandwidth=4e6"}
+
+// guestFlags are the flags of cmd the user set, for the same command in
+// the guest, except those named in skip.
+func guestFlags(cmd *cobra.Command, skip ...string) []string {
+	var out []string
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		for _, s := range skip {
+			if f.Name == s {
+				return
+			}
+		}
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			for _, v := range sv.GetSlice() {
+				out = append(out, "--"+f.Name+"="+v)
+			}
+			return
+		}
+		out = append(out, "--"+f.Name+"="+f.Value.String())
+	})
+	return out
+}
+
+func labUpGuest(cmd *cobra.Command, g guest.Options, kernel string) error {
+	if os.Geteuid() != 0 {
+		return lab.ErrNotRoot
+	}
+	switch {
+	case kernel == "debian":
+	case strings.HasPrefix(kernel, "/"):
+		g.Kernel = kernel
+	default:
+		return fmt.Errorf("--kernel %q: want debian or the path of a kernel image", kernel)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	args := guestFlags(cmd, "kernel", "accel", "memory", "cpus")
+	for _, d := range guestUpDefaults {
+		name, _, _ := strings.Cut(strings.TrimPrefix(d, "--"), "=")
+		if !cmd.Flags().Changed(name) {
+			args = append(args, d)
+		}
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	_, err = guest.UpLab(ctx, g, self, args, cmd.OutOrStdout())
+	return err
 }
 
 func labDownCmd() *cobra.Command {
 	var force bool
+	var kernel string
 	c := &cobra.Command{
 		Use:   "down",
 		Short: "Remove everything the lab made (also after a crash)",
 		Long: `Removes every namespace, loop device, mount, process and file the lab made,
 found by label (fixed namespace names, files under /run/sanqos-lab and
 /dev/shm/sanqos-lab, tgtd's control port), so it also cleans up after a
-crash. Refuses while an experiment runs unless --force.`,
+crash. Refuses while an experiment runs unless --force.
+
+If the stock-kernel guest ('lab up --kernel debian') is up, or left
+something, it is what goes: QEMU is powered off with the lab in it and
+` + guest.LabDir + ` removed; the host's lab, if any, is untouched
+(--kernel host takes that down instead).`,
 		Example: "  sudo sanqos lab down\n  sudo sanqos lab down --force   # even while an experiment runs",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch kernel {
+			case "":
+				if hostSide() && len(guest.Leftovers(guest.LabDirectory())) > 0 {
+					return guest.DownLab(guest.LabDirectory(), force, cmd.OutOrStdout())
+				}
+			case "debian", "guest":
+				return guest.DownLab(guest.LabDirectory(), force, cmd.OutOrStdout())
+			case "host":
+			default:
+				return fmt.Errorf("--kernel %q: want host or debian", kernel)
+			}
 			if force {
 				return lab.ForceDown(cmd.OutOrStdout())
 			}
@@ -89,6 +187,7 @@ crash. Refuses while an experiment runs unless --force.`,
 		},
 	}
 	c.Flags().BoolVar(&force, "force", false, "tear down even while an experiment is running")
+	c.Flags().StringVar(&kernel, "kernel", "", "which lab: host, or debian (the stock-kernel guest); default the guest if one is up, else the host's")
 	return c
 }
 
@@ -99,10 +198,29 @@ func labStatusCmd() *cobra.Command {
 		Short: "Show the lab, its health and the measured capacity of each resource",
 		Long: `Prints the target, the shared resource and its measured capacity, and each
 LUN's host and loop device. Exits non-zero when the lab is unhealthy (a
-dead tgtd, a missing namespace), naming the problem.`,
+dead tgtd, a missing namespace), naming the problem. With the stock-kernel
+guest up ('lab up --kernel debian'), the guest and the lab inside it.`,
 		Example: "  sudo sanqos lab status\n  sudo sanqos lab status --json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g, err := guest.Open(guest.LabDirectory()); err == nil && hostSide() {
+				args := []string{"lab", "status"}
+				if asJSON {
+					args = append(args, "--json")
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "stock-kernel guest\t%s (%s, %d MiB, %d vCPUs), QEMU pid %d, up since %s, in %s\n",
+						g.Info.Release, g.Info.Accel, g.Info.Memory, g.Info.CPUs, g.Info.PID, g.Info.Started.Format(time.RFC3339), g.Dir)
+				}
+				script, err := guest.SanqosScript(g.Dir, args...)
+				if err != nil {
+					return err
+				}
+				rc, err := g.Exec(cmd.Context(), script+" 2>&1\n", cmd.OutOrStdout())
+				if err == nil && rc != 0 {
+					err = fmt.Errorf("the guest's lab is unhealthy (exit %d)", rc)
+				}
+				return err
+			}
 			s, err := lab.LoadState()
 			if err != nil {
 				if left := lab.Leftovers(); len(left) > 0 {
@@ -173,6 +291,7 @@ func labServeCmd() *cobra.Command {
 
 func labRunCmd() *cobra.Command {
 	o := lab.RunOptions{Results: "results", Repeat: 1}
+	var kernel string
 	var list strings.Builder
 	for _, e := range lab.Experiments() {
 		fmt.Fprintf(&list, "  %-18s %s\n", e.Name, e.Title)
@@ -184,6 +303,10 @@ func labRunCmd() *cobra.Command {
 			"writes results/NAME/RUN-ID/: trace.csv (one row per device per 100 ms),\n" +
 			"per-host fio job files, JSON output and logs, summary.json, PNG plots and\n" +
 			"report.html (one page: figures and summary tables; see `sanqos report`).\n\n" +
+			"While the stock-kernel guest is up (`sanqos lab up --kernel debian`), the\n" +
+			"experiment runs in its lab and the results are copied back here, their\n" +
+			"summary.json naming the accelerator and kernel (--kernel host: the host's lab).\n" +
+			"pid and autonomic take --writers, --cycles and --no-oracle to fit TCG.\n\n" +
 			"To watch the controller live, open the agent's dashboard while a pid or\n" +
 			"autonomic run is going (see `sanqos agent --help`).\n\nExperiments:\n" + list.String(),
 		Example: `  sudo sanqos lab run interference
@@ -192,7 +315,23 @@ func labRunCmd() *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Progress = os.Stderr
-			dir, err := lab.RunExperiment(args[0], o)
+			var dir string
+			var err error
+			g, gerr := guest.Open(guest.LabDirectory())
+			switch {
+			case kernel != "" && kernel != "host" && kernel != "debian":
+				return fmt.Errorf("--kernel %q: want host or debian", kernel)
+			case gerr == nil && kernel != "host" && hostSide():
+				dir, err = labRunGuest(cmd, g, args[0], o)
+			case kernel == "debian":
+				return fmt.Errorf("%w: bring it up with `sanqos lab up --kernel debian`", gerr)
+			case kernel == "" && hostSide() && len(guest.Leftovers(guest.LabDirectory())) > 0:
+				// A guest lab was up and is gone: running on the host's lab
+				// instead would be a surprise.
+				return fmt.Errorf("%w: `sanqos lab down` clears what it left; then `sanqos lab up --kernel debian`, or --kernel host for the host's lab", gerr)
+			default:
+				dir, err = lab.RunExperiment(args[0], o)
+			}
 			if dir != "" {
 				fmt.Fprintln(cmd.OutOrStdout(), "results:", dir)
 			}
@@ -215,8 +354,58 @@ func labRunCmd() *cobra.Command {
 	f.StringVar(&o.Resource, "resource", "", "resource to load (default: the first)")
 	f.DurationSliceVar(&o.Thresholds, "thresholds", nil, "pid/autonomic: thresholds to regulate to (default 10ms,15ms,20ms)")
 	f.StringVar(&o.AgentYAML, "agent-set", "", "pid/autonomic: YAML appended to the agent's config, e.g. 'pid: {kp: 1, ti: 200ms}'")
+	f.IntVar(&o.Writers, "writers", 0, "pid/autonomic: writer threads (default the thesis' 12)")
+	f.IntVar(&o.Cycles, "cycles", 0, "pid/autonomic: writer on/off cycles (default 6)")
+	f.BoolVar(&o.NoOracle, "no-oracle", false, "autonomic: skip the oracle's search for the best static delay")
 	f.StringArrayVar(&lab.AgentFlags, "agent-flag", nil, "flag added to every agent the run starts, e.g. --agent-flag=--delay-ramp=0.5 (repeatable)")
+	f.StringVar(&kernel, "kernel", "", "which lab: host, or debian (the stock-kernel guest); default the guest if one is up, else the host's")
 	return c
+}
+
+// labRunGuest runs the experiment in the stock-kernel guest's lab and
+// copies its results to the host's results directory.
+func labRunGuest(cmd *cobra.Command, g *guest.Guest, name string, o lab.RunOptions) (string, error) {
+	if _, err := lab.Lookup(name); err != nil {
+		return "", err
+	}
+	if o.RunID == "" {
+		o.RunID = time.Now().UTC().Format("20060102-150405")
+	}
+	// The sanqos that runs the experiment in the guest is this one.
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	if err := guest.InstallBinary(g.Dir, self); err != nil {
+		return "", err
+	}
+	flags := guestFlags(cmd, "results", "run-id", "kernel")
+	var added []string
+	for _, d := range guestRunDefaults[name] {
+		if n, _, _ := strings.Cut(strings.TrimPrefix(d, "--"), "="); !cmd.Flags().Changed(n) {
+			added = append(added, d)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "running %s in the stock-kernel guest (%s, %s)\n", name, g.Info.Release, g.Info.Accel)
+	if len(added) > 0 && g.Info.Accel == "tcg" {
+		flags = append(flags, added...)
+		fmt.Fprintf(os.Stderr, "scaled for TCG unless given: %s\n", strings.Join(added, " "))
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return g.RunLab(ctx, name, flags, o.Results, o.RunID, os.Stderr)
+}
+
+// guestRunDefaults are the experiments' flags in a TCG guest unless
+// given. The guest's lab (a 4 MB/s disk group, reads ~15 ms at qd 1)
+// puts the thesis' 10-20 ms thresholds at or below what the reader
+// waits with no writer at all, and twelve writers over six cycles plus
+// the oracle's search take the better part of an hour there: three
+// writers, two cycles and 30/50 ms take ~2 minutes (README "The
+// stock-kernel tier").
+var guestRunDefaults = map[string][]string{
+	"autonomic": {"--writers=3", "--cycles=2", "--thresholds=30ms", "--thresholds=50ms", "--no-oracle=true"},
+	"pid":       {"--writers=3", "--cycles=2", "--thresholds=30ms", "--thresholds=50ms"},
 }
 
 func labDashboardCmd() *cobra.Command {

@@ -213,19 +213,25 @@ func buildInitramfs(dir, version, workdir string) (string, error) {
 	return out, os.RemoveAll(stage)
 }
 
-// Run boots the guest, runs script (sh) in it with the work directory as
-// its current directory, and returns its exit code and output.
-func Run(ctx context.Context, o Options, script string) (Result, error) {
+// qemuArgs resolves the options' defaults and returns QEMU's path and
+// arguments for a guest sharing dir, with its initramfs built under boot
+// and its serial console on serial (a QEMU character device: "stdio",
+// "file:PATH").
+func qemuArgs(o *Options, dir, boot, serial string) (string, []string, error) {
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
-		return Result{}, fmt.Errorf("%w: no qemu-system-x86_64", ErrNoGuest)
+		return "", nil, fmt.Errorf("%w: no qemu-system-x86_64", ErrNoGuest)
 	}
 	image, version := o.Kernel, ""
 	if image == "" {
 		if image, version, err = Kernel(); err != nil {
-			return Result{}, err
+			return "", nil, err
 		}
+		o.Kernel = image
 	} else {
+		if _, err := os.Stat(image); err != nil {
+			return "", nil, fmt.Errorf("%w: kernel %v", ErrNoGuest, err)
+		}
 		version = strings.TrimPrefix(filepath.Base(image), "vmlinuz-")
 	}
 	if o.MemoryMiB == 0 {
@@ -237,9 +243,51 @@ func Run(ctx context.Context, o Options, script string) (Result, error) {
 	if o.Accel == "" {
 		o.Accel = "tcg"
 	}
+	if o.Accel != "tcg" && o.Accel != "kvm" {
+		return "", nil, fmt.Errorf("accelerator %q: want tcg or kvm", o.Accel)
+	}
+	initrd, err := buildInitramfs(boot, version, dir)
+	if err != nil {
+		return "", nil, err
+	}
+	accel := o.Accel
+	if accel == "tcg" {
+		accel = "tcg,thread=multi"
+	}
+	args := []string{
+		"-accel", accel, "-smp", strconv.Itoa(o.CPUs), "-m", strconv.Itoa(o.MemoryMiB),
+		"-nographic", "-no-reboot", "-nodefaults", "-serial", serial, "-nic", "none",
+		"-kernel", image, "-initrd", initrd,
+		// sanqos.accel tells the programs in the guest (the lab's waits,
+		// its summaries) what they run on.
+		"-append", "console=ttyS0 panic=-1 rdinit=/init loglevel=4 " + AccelCmdlineKey + "=" + o.Accel,
+		"-fsdev", "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
+		"-device", "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot",
+		"-fsdev", "local,id=work,path=" + dir + ",security_model=none",
+		"-device", "virtio-9p-pci,fsdev=work,mount_tag=work",
+	}
+	if o.Accel == "kvm" {
+		args = append(args, "-cpu", "host")
+	} else {
+		// TCG's default CPU (qemu64) lacks what binaries built on this
+		// host use (fio built from source dies of SIGILL there): emulate
+		// every feature TCG can.
+		args = append(args, "-cpu", "max")
+	}
+	return qemu, args, nil
+}
+
+// AccelCmdlineKey is the kernel parameter naming the guest's accelerator
+// (lab.GuestCmdlineKey reads it).
+const AccelCmdlineKey = "sanqos.accel"
+
+// Run boots the guest, runs script (sh) in it with the work directory as
+// its current directory, and returns its exit code and output.
+func Run(ctx context.Context, o Options, script string) (Result, error) {
 	if o.Timeout == 0 {
 		o.Timeout = 10 * time.Minute
 	}
+	var err error
 	dir := o.Dir
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "sanqos-guest-"); err != nil {
@@ -261,31 +309,9 @@ func Run(ctx context.Context, o Options, script string) (Result, error) {
 		return Result{}, err
 	}
 	defer os.RemoveAll(boot)
-	initrd, err := buildInitramfs(boot, version, dir)
+	qemu, args, err := qemuArgs(&o, dir, boot, "stdio")
 	if err != nil {
 		return Result{}, err
-	}
-	accel := o.Accel
-	if accel == "tcg" {
-		accel = "tcg,thread=multi"
-	}
-	args := []string{
-		"-accel", accel, "-smp", strconv.Itoa(o.CPUs), "-m", strconv.Itoa(o.MemoryMiB),
-		"-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio", "-nic", "none",
-		"-kernel", image, "-initrd", initrd,
-		"-append", "console=ttyS0 panic=-1 rdinit=/init loglevel=4",
-		"-fsdev", "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
-		"-device", "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot",
-		"-fsdev", "local,id=work,path=" + dir + ",security_model=none",
-		"-device", "virtio-9p-pci,fsdev=work,mount_tag=work",
-	}
-	if o.Accel == "kvm" {
-		args = append(args, "-cpu", "host")
-	} else {
-		// TCG's default CPU (qemu64) lacks what binaries built on this
-		// host use (fio built from source dies of SIGILL there): emulate
-		// every feature TCG can.
-		args = append(args, "-cpu", "max")
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
@@ -301,15 +327,19 @@ func Run(ctx context.Context, o Options, script string) (Result, error) {
 	res := Result{Accel: o.Accel, Elapsed: time.Since(start)}
 	rc, err := os.ReadFile(filepath.Join(dir, "rc"))
 	if err != nil {
-		tail := console.String()
-		if len(tail) > 2000 {
-			tail = tail[len(tail)-2000:]
-		}
-		return res, fmt.Errorf("guest gave no exit code (qemu: %v, after %v); console ends:\n%s", runErr, res.Elapsed.Round(time.Second), tail)
+		return res, fmt.Errorf("guest gave no exit code (qemu: %v, after %v); console ends:\n%s", runErr, res.Elapsed.Round(time.Second), tail(console.String(), 2000))
 	}
 	res.ExitCode, _ = strconv.Atoi(strings.TrimSpace(string(rc)))
 	out, _ := os.ReadFile(filepath.Join(dir, "output.log"))
 	k, _ := os.ReadFile(filepath.Join(dir, "kernel"))
 	res.Output, res.Kernel = string(out), strings.TrimSpace(string(k))
 	return res, nil
+}
+
+// tail is the last n bytes of s.
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
 }

@@ -3,6 +3,7 @@ package guest
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,4 +107,45 @@ func TestStockKernelThrottleBackends(t *testing.T) {
 		}
 	}
 	t.Logf("%s guest on %s in %v", res.Accel, res.Kernel, res.Elapsed.Round(time.Second))
+}
+
+// A persistent guest stays up between commands, runs each with its
+// output and exit code, interrupts one whose context ends, and leaves
+// nothing behind once stopped.
+func TestPersistentGuest(t *testing.T) {
+	requireGuest(t)
+	dir := filepath.Join(t.TempDir(), "g")
+	g, err := Start(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop(30 * time.Second)
+	t.Logf("guest %s (%s) up, pid %d", g.Info.Release, g.Info.Accel, g.Info.PID)
+	if again, err := Open(dir); err != nil || again.Info.PID != g.Info.PID {
+		t.Fatalf("Open: %v, %+v", err, again)
+	}
+	var out strings.Builder
+	rc, err := g.Exec(context.Background(), "uname -r; grep -o 'sanqos.accel=[a-z]*' /proc/cmdline; exit 4\n", &out)
+	if err != nil || rc != 4 {
+		t.Fatalf("exec: rc %d, %v", rc, err)
+	}
+	if want := g.Info.Release + "\nsanqos.accel=tcg\n"; out.String() != want {
+		t.Errorf("output %q, want %q", out.String(), want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	rc, err = g.Exec(ctx, "trap 'echo interrupted; exit 9' TERM\nsleep 600 & wait\n", io.Discard)
+	if err == nil || rc != 9 || time.Since(start) > time.Minute {
+		t.Errorf("cancelled exec: rc %d, %v after %v; want 9 and the context's error", rc, err, time.Since(start))
+	}
+	if r := g.Running(); len(r) != 0 {
+		t.Errorf("still running: %q", r)
+	}
+	if err := g.Stop(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if l := Leftovers(dir); len(l) != 0 {
+		t.Errorf("left after Stop: %v", l)
+	}
 }
