@@ -37,16 +37,11 @@ func (s *State) tgtsReady() bool {
 	return true
 }
 
-// configureTargets creates, on every target host, one target per resource
-// with one LUN per host that connects through it. It skips targets that
-// already exist, so a re-run after a tgtd restart restores exactly the
-// lab's configuration.
-func configureTargets(s *State) error {
-	return configureTargetsLog(s, nil)
-}
-
-// configureTargetsLog is configureTargets, saying on log (nil: nowhere)
-// which backing store goes without O_DIRECT and why.
+// configureTargetsLog creates, on every target host, one target per
+// resource with one LUN per host that connects through it, saying on log
+// (nil: nowhere) which backing store goes without O_DIRECT and why. It
+// skips targets that already exist, so a re-run after a tgtd restart
+// restores exactly the lab's configuration.
 func configureTargetsLog(s *State, log io.Writer) error {
 	for _, t := range s.Options.TargetHosts() {
 		if err := configureTargetsOn(s, t, log); err != nil {
