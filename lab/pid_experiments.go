@@ -187,114 +187,143 @@ func runControlled(r *Runner, kind string) (any, error) {
 	if len(r.opts.Thresholds) > 0 {
 		thresholds = r.opts.Thresholds
 	}
-	for _, thr := range thresholds {
-		cfgPath := filepath.Join(r.Dir, fmt.Sprintf("agent-%v.yaml", thr))
-		var a, shadow *LabAgent
-		var err error
+	backends := []string{""} // "": the backend --agent-set names, else the delay line
+	if len(r.opts.Backends) > 0 {
 		if bridge {
-			// No shadow: a second capture would double the work measured.
-			if err := r.bridgeAgentConfig(cfgPath, thr); err != nil {
-				return nil, err
-			}
-			if a, err = startAgentIn(SwitchNS, "agent", "delayline", r.Dir, "--config", cfgPath); err != nil {
-				return nil, err
-			}
-		} else {
-			if err := r.agentConfig(cfgPath, thr, autonomic); err != nil {
-				return nil, err
-			}
-			shadowCfg := filepath.Join(r.Dir, fmt.Sprintf("shadow-%v.yaml", thr))
-			if err := r.writeAgentConfig(shadowCfg, "dry-run", "127.0.0.1:9312", thr, autonomic); err != nil {
-				return nil, err
-			}
-			if a, err = StartAgent("delayline", r.Dir, "--config", cfgPath); err != nil {
-				return nil, err
-			}
-			if shadow, err = startAgentNamed("shadow", "dry-run", r.Dir, "--config", shadowCfg); err != nil {
-				a.Stop()
-				return nil, err
-			}
+			return nil, errors.New("bridge-autonomic runs its agent on the delay line only: no --backends")
 		}
-		p := mkPhase(fmt.Sprintf("threshold-%v", thr), fmt.Sprintf("threshold %v", thr))
-		var delays []float64
-		var dx []float64
-		t0 := time.Now()
-		p.Events = delaySampler(a, length, &dx, &delays)
-		var ps *passiveSeries
-		if bridge {
-			ps = &passiveSeries{}
-			p.Events = append(p.Events, ps.events(a, length)...)
+		backends = r.opts.Backends
+		sum.Backend, sum.Backends = "", backends
+	}
+	agentYAML := r.opts.AgentYAML
+	defer func() { r.opts.AgentYAML = agentYAML }()
+	firstCfg := ""
+	for _, be := range backends {
+		tag := ""
+		if be != "" {
+			r.opts.AgentYAML = withBackend(agentYAML, be)
+			tag = be + "-"
 		}
-		var runLate throttle.Lateness
-		c0, s0 := cpuSeconds(a.Pid()), 0.0
-		if shadow != nil {
-			s0 = cpuSeconds(shadow.Pid())
-		}
-		res, err := r.Run(p, 0)
-		cpu += cpuSeconds(a.Pid()) - c0
-		if shadow != nil {
-			shadowCPU += cpuSeconds(shadow.Pid()) - s0
-		}
-		wall += time.Since(t0).Seconds()
-		if err == nil {
-			// A fresh agent: its counters are this run's.
-			cs, cerr := a.Counters()
-			for _, c := range cs {
-				held += c.Packets
+		for _, thr := range thresholds {
+			cfgPath := filepath.Join(r.Dir, fmt.Sprintf("agent-%s%v.yaml", tag, thr))
+			if firstCfg == "" {
+				firstCfg = cfgPath
 			}
-			st, serr := a.Stats()
-			runLate = st.Late
-			late = late.Add(st.Late)
-			err = errors.Join(cerr, serr)
-		}
-		if serr := a.Stop(); err == nil {
-			err = serr
-		}
-		if shadow != nil {
-			if serr := shadow.Stop(); err == nil {
+			var a, shadow *LabAgent
+			var err error
+			if bridge {
+				// No shadow: a second capture would double the work measured.
+				if err := r.bridgeAgentConfig(cfgPath, thr); err != nil {
+					return nil, err
+				}
+				if a, err = startAgentIn(SwitchNS, "agent", "delayline", r.Dir, "--config", cfgPath); err != nil {
+					return nil, err
+				}
+			} else {
+				if err := r.agentConfig(cfgPath, thr, autonomic); err != nil {
+					return nil, err
+				}
+				shadowCfg := filepath.Join(r.Dir, fmt.Sprintf("shadow-%s%v.yaml", tag, thr))
+				if err := r.writeAgentConfig(shadowCfg, "dry-run", "127.0.0.1:9312", thr, autonomic); err != nil {
+					return nil, err
+				}
+				if a, err = StartAgent("delayline", r.Dir, "--config", cfgPath); err != nil {
+					return nil, err
+				}
+				if shadow, err = startAgentNamed("shadow", "dry-run", r.Dir, "--config", shadowCfg); err != nil {
+					a.Stop()
+					return nil, err
+				}
+			}
+			p := mkPhase(fmt.Sprintf("%sthreshold-%v", tag, thr), fmt.Sprintf("%sthreshold %v", strings.ReplaceAll(tag, "-", " "), thr))
+			var delays []float64
+			var dx []float64
+			t0 := time.Now()
+			p.Events = delaySampler(a, length, &dx, &delays)
+			var ps *passiveSeries
+			if bridge {
+				ps = &passiveSeries{}
+				p.Events = append(p.Events, ps.events(a, length)...)
+			}
+			var runLate throttle.Lateness
+			c0, s0 := cpuSeconds(a.Pid()), 0.0
+			if shadow != nil {
+				s0 = cpuSeconds(shadow.Pid())
+			}
+			res, err := r.Run(p, 0)
+			runCPU := cpuSeconds(a.Pid()) - c0
+			cpu += runCPU
+			if shadow != nil {
+				shadowCPU += cpuSeconds(shadow.Pid()) - s0
+			}
+			wall += time.Since(t0).Seconds()
+			if err == nil {
+				// A fresh agent: its counters are this run's.
+				cs, cerr := a.Counters()
+				for _, c := range cs {
+					held += c.Packets
+				}
+				st, serr := a.Stats()
+				runLate = st.Late
+				late = late.Add(st.Late)
+				err = errors.Join(cerr, serr)
+			}
+			if serr := a.Stop(); err == nil {
 				err = serr
 			}
-		}
-		if err != nil {
-			return nil, err
-		}
-		if ps != nil {
-			tracking = append(tracking, ps.track(res, thr))
-			if len(tracking) == 1 {
-				trackPlot = ps.plot(res, thr)
+			if shadow != nil {
+				if serr := shadow.Stop(); err == nil {
+					err = serr
+				}
 			}
-		}
-		all = append(all, res)
-		run := controlledRun(res, thr, stepsAt, on.Seconds())
-		if runLate.Count > 0 {
-			run.DelayLineLate = lateSummary(runLate)
-		}
-		var on int
-		for i, d := range delays {
-			run.MaxDelay = math.Max(run.MaxDelay, d)
-			if dx[i] > p.From.Seconds() && dx[i] <= p.To.Seconds() && d > 0 {
-				on++
+			if err != nil {
+				return nil, err
 			}
-		}
-		var inWin int
-		for _, x := range dx {
-			if x > p.From.Seconds() && x <= p.To.Seconds() {
-				inWin++
+			if ps != nil {
+				tracking = append(tracking, ps.track(res, thr))
+				if len(tracking) == 1 {
+					trackPlot = ps.plot(res, thr)
+				}
 			}
+			all = append(all, res)
+			run := controlledRun(res, thr, stepsAt, on.Seconds())
+			if be != "" {
+				run.Backend = be
+				if w := time.Since(t0).Seconds(); w > 0 {
+					run.AgentCPUPct = round(100*runCPU/w, 2)
+				}
+			}
+			if runLate.Count > 0 {
+				run.DelayLineLate = lateSummary(runLate)
+			}
+			var on int
+			for i, d := range delays {
+				run.MaxDelay = math.Max(run.MaxDelay, d)
+				if dx[i] > p.From.Seconds() && dx[i] <= p.To.Seconds() && d > 0 {
+					on++
+				}
+			}
+			var inWin int
+			for _, x := range dx {
+				if x > p.From.Seconds() && x <= p.To.Seconds() {
+					inWin++
+				}
+			}
+			if inWin > 0 {
+				run.Throttled = round(100*float64(on)/float64(inWin), 1)
+			}
+			if run.ThresholdMs <= sum.ReaderAloneP95Ms {
+				run.Unreachable = fmt.Sprintf("the threshold is at or below the reader's p95 with no writer at all (%.2f ms): the group's own service time for its reads, which slowing writers cannot shorten", sum.ReaderAloneP95Ms)
+			}
+			sum.Regulated = append(sum.Regulated, run)
+			x, y := res.Series("b2", readWait)
+			series = append(series, report.Series{Name: p.Label, X: x, Y: smooth(y)})
+			wx, wy := report.AggregateSeries(res.Ticks, Hosts[1:], writeMBs)
+			wseries = append(wseries, report.Series{Name: p.Label, X: wx, Y: smooth(wy)})
+			dseries = append(dseries, report.Series{Name: p.Label, X: dx, Y: delays})
 		}
-		if inWin > 0 {
-			run.Throttled = round(100*float64(on)/float64(inWin), 1)
-		}
-		if run.ThresholdMs <= sum.ReaderAloneP95Ms {
-			run.Unreachable = fmt.Sprintf("the threshold is at or below the reader's p95 with no writer at all (%.2f ms): the group's own service time for its reads, which slowing writers cannot shorten", sum.ReaderAloneP95Ms)
-		}
-		sum.Regulated = append(sum.Regulated, run)
-		x, y := res.Series("b2", readWait)
-		series = append(series, report.Series{Name: p.Label, X: x, Y: smooth(y)})
-		wx, wy := report.AggregateSeries(res.Ticks, Hosts[1:], writeMBs)
-		wseries = append(wseries, report.Series{Name: p.Label, X: wx, Y: smooth(wy)})
-		dseries = append(dseries, report.Series{Name: p.Label, X: dx, Y: delays})
 	}
+	r.opts.AgentYAML = agentYAML
 	sum.TCP = sumTCP(all)
 	sum.Retrans = sum.TCP.RetransSegs
 	var sides, reg report.TCPSides
@@ -322,7 +351,7 @@ func runControlled(r *Runner, kind string) (any, error) {
 		}
 	}
 	if kind == "autonomic" && !r.opts.NoOracle {
-		cfg, err := config.Load(filepath.Join(r.Dir, fmt.Sprintf("agent-%v.yaml", thresholds[0])))
+		cfg, err := config.Load(firstCfg)
 		if err != nil {
 			return nil, err
 		}
@@ -388,6 +417,17 @@ func (r *Runner) regulatingBackend() string {
 		}
 	}
 	return "delayline"
+}
+
+// withBackend is agent YAML with its backend line replaced by backend's.
+func withBackend(agentYAML, backend string) string {
+	var kept []string
+	for _, line := range strings.Split(agentYAML, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "backend:") {
+			kept = append(kept, line)
+		}
+	}
+	return strings.TrimSpace(strings.TrimSpace(strings.Join(kept, "\n")) + "\nbackend: " + backend)
 }
 
 // controlledWriters is the number of writer threads of pid, autonomic and

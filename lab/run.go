@@ -40,6 +40,11 @@ type RunOptions struct {
 	// (the stock-kernel tier) can carry.
 	Writers, Cycles int
 	NoOracle        bool
+	// Backends runs pid/autonomic's regulated phases once per throttle
+	// backend, in this order, in one invocation against one baseline and
+	// one oracle, so backends are compared side by side (empty: the
+	// backend --agent-set names, else the delay line).
+	Backends []string
 }
 
 // Event is a timed action inside a phase (e.g. set a throttle at 30 s).

@@ -82,6 +82,11 @@ type InterferenceSummary struct {
 // ControlledRun is one threshold's (or the baseline's) result.
 type ControlledRun struct {
 	ThresholdMs float64 `json:"threshold_ms,omitempty"`
+	// Backend is the throttle backend of this run, and AgentCPUPct the
+	// regulating agent's CPU over it (% of a core, backend included), when
+	// one invocation compares backends (lab --backends).
+	Backend     string  `json:"backend,omitempty"`
+	AgentCPUPct float64 `json:"agent_cpu_pct,omitempty"`
 	ReadWaitMs  Dist    `json:"read_wait_ms"`
 	WriteMBs    float64 `json:"write_mb_s"`
 	// PctAbove is the share of 100 ms intervals (with reads) in which the
@@ -168,6 +173,7 @@ type ControlledSummary struct {
 	// Backend is the regulating agent's throttle backend; Writers and
 	// Cycles the load's writer threads and on/off cycles (lab runs).
 	Backend   string          `json:"backend,omitempty"`
+	Backends  []string        `json:"backends,omitempty"`
 	Writers   int             `json:"writers,omitempty"`
 	Cycles    int             `json:"cycles,omitempty"`
 	Baseline  ControlledRun   `json:"baseline"`

@@ -357,6 +357,7 @@ func labRunCmd() *cobra.Command {
 	f.IntVar(&o.Writers, "writers", 0, "pid/autonomic: writer threads (default the thesis' 12)")
 	f.IntVar(&o.Cycles, "cycles", 0, "pid/autonomic: writer on/off cycles (default 6)")
 	f.BoolVar(&o.NoOracle, "no-oracle", false, "autonomic: skip the oracle's search for the best static delay")
+	f.StringSliceVar(&o.Backends, "backends", nil, "pid/autonomic: run the regulated phases once per throttle backend (e.g. edt,netem,delayline), side by side in one summary")
 	f.StringArrayVar(&lab.AgentFlags, "agent-flag", nil, "flag added to every agent the run starts, e.g. --agent-flag=--delay-ramp=0.5 (repeatable)")
 	f.StringVar(&kernel, "kernel", "", "which lab: host, or debian (the stock-kernel guest); default the guest if one is up, else the host's")
 	return c
