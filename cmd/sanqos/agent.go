@@ -138,6 +138,9 @@ In the lab, the experiments' agent runs in namespace bm: see
 			if eo.Endpoints != "" && cfg == nil {
 				return errors.New("--etcd needs --config: a cluster shares the policies of configured resources")
 			}
+			if err := eo.validate(); err != nil {
+				return err
+			}
 			return runAgent(cfg, cfgPath, bo, socket, httpAddr, cmd.Flags().Changed("http"), eo, log)
 		},
 	}
@@ -158,6 +161,8 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f.StringVar(&eo.Endpoints, "etcd", "", "etcd endpoints (comma-separated URLs): share policies, indicators and per-resource delays with the other target hosts' agents (package cluster); without it the agent runs alone")
 	f.StringVar(&eo.ID, "etcd-id", "", "this agent's id in the cluster (default: the hostname)")
 	f.StringVar(&eo.Prefix, "etcd-prefix", cluster.DefaultPrefix, "prefix of the cluster's etcd keys")
+	f.DurationVar(&eo.Fresh, "etcd-fresh", cluster.DefaultFresh, "how long a shared step is followed after it arrived; then the agent falls back to its own controller (100ms..1s)")
+	f.DurationVar(&eo.Decay, "etcd-decay", cluster.DefaultDecay, "how long a lost shared step takes to decay to zero: the bound on a throttle outliving its cluster (100ms..1m)")
 	return c
 }
 

@@ -4,7 +4,9 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sanqos/sanqos/cluster"
 	"github.com/sanqos/sanqos/config"
 )
 
@@ -76,6 +78,25 @@ func TestBackendOptionsResolve(t *testing.T) {
 		// max_delay and step; manual throttles keep netem's own.
 		if c.cfg != nil && (got.MaxDelay != c.cfg.MaxDelay || got.Step != c.cfg.DelayStep) || c.cfg == nil && (got.MaxDelay != 0 || got.Step != 0) {
 			t.Errorf("%s: netem range %v in %v steps", c.name, got.MaxDelay, got.Step)
+		}
+	}
+}
+
+// The cluster's bounds on a lost shared step are checked before the agent
+// starts; the defaults pass.
+func TestEtcdBoundsValidated(t *testing.T) {
+	def := etcdOptions{Fresh: cluster.DefaultFresh, Decay: cluster.DefaultDecay}
+	if err := def.validate(); err != nil {
+		t.Fatalf("defaults refused: %v", err)
+	}
+	for _, o := range []etcdOptions{
+		{Fresh: 0, Decay: cluster.DefaultDecay},
+		{Fresh: 2 * time.Second, Decay: cluster.DefaultDecay},
+		{Fresh: cluster.DefaultFresh, Decay: 0},
+		{Fresh: cluster.DefaultFresh, Decay: time.Hour},
+	} {
+		if o.validate() == nil {
+			t.Errorf("accepted fresh %v decay %v", o.Fresh, o.Decay)
 		}
 	}
 }

@@ -28,6 +28,22 @@ type etcdOptions struct {
 	Endpoints string
 	ID        string
 	Prefix    string
+	// Fresh and Decay bound a lost shared step (cluster.Config): followed
+	// for Fresh after it arrived, then decayed to zero over Decay.
+	Fresh, Decay time.Duration
+}
+
+// validate checks the bounds before anything starts: a step followed
+// for longer than a second, or left to decay for more than a minute, is
+// a throttle that outlives the cluster that set it.
+func (o etcdOptions) validate() error {
+	if o.Fresh < 100*time.Millisecond || o.Fresh > time.Second {
+		return fmt.Errorf("--etcd-fresh %v: want 100ms..1s", o.Fresh)
+	}
+	if o.Decay < 100*time.Millisecond || o.Decay > time.Minute {
+		return fmt.Errorf("--etcd-decay %v: want 100ms..1m", o.Decay)
+	}
+	return nil
 }
 
 // clusterRun is an agent's membership of a cluster: its etcd client, its
@@ -68,6 +84,7 @@ func startCluster(o etcdOptions, cfg *config.Config, log *slog.Logger) (*cluster
 	c := &clusterRun{opts: o, cli: cli, log: log, details: map[string]cluster.Indicator{}}
 	c.cfg.Store(cfg)
 	c.node, err = cluster.NewNode(cluster.Config{Client: cli, Prefix: o.Prefix, AgentID: o.ID, PublishEvery: cfg.Interval,
+		Fresh: o.Fresh, Decay: o.Decay,
 		Step: cfg.DelayStep, NewController: c.sharedPID, Log: log.With("cluster", o.ID)})
 	if err != nil {
 		cli.Close()
