@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 )
@@ -34,6 +35,9 @@ func inNS(ns, name string, args ...string) (string, error) {
 // writeInNS writes value to a file as seen from inside a network namespace
 // (sysfs shows each namespace its own devices), through tee's stdin.
 func writeInNS(ns, path, value string) error {
+	if ns == "" { // this, the initial, namespace
+		return os.WriteFile(path, []byte(value), 0o644)
+	}
 	_, err := runStdin(strings.NewReader(value), "ip", "netns", "exec", ns, "tee", path)
 	return err
 }

@@ -38,6 +38,16 @@ func setupNetwork(o Options) error {
 		if nsExists(ns) {
 			continue
 		}
+		if ns != TargetNS && o.InitiatorKind() == InitiatorKernel {
+			// The client's network is in the initial namespace (kinit.go).
+			if _, err := run("ip", "netns", "add", ns); err != nil {
+				return err
+			}
+			if err := setupKernelClient(ns); err != nil {
+				return err
+			}
+			continue
+		}
 		addr := TargetAddr
 		if ns != TargetNS {
 			addr = HostAddr(ns)
@@ -86,8 +96,9 @@ func steerByFlow() error {
 	return nil
 }
 
-// vethEnd is one end of a host's veth pair: eth0 in the host's namespace,
-// p-HOST on the bridge.
+// vethEnd is one end of a host's veth pair: eth0 in the host's namespace
+// (with the kernel initiator sq-HOST in the initial one, NS ""), p-HOST
+// on the bridge.
 type vethEnd struct{ NS, Dev string }
 
 // RPSPath is the sysfs file of its receive queue's RPS CPU mask.
@@ -96,13 +107,22 @@ func (e vethEnd) RPSPath() string { return "/sys/class/net/" + e.Dev + "/queues/
 func vethEnds() []vethEnd {
 	var ends []vethEnd
 	for _, ns := range append([]string{TargetNS}, Hosts...) {
-		ends = append(ends, vethEnd{ns, "eth0"}, vethEnd{SwitchNS, "p-" + ns})
+		host := vethEnd{ns, "eth0"}
+		if _, err := os.Stat("/sys/class/net/" + KernelClientDev(ns)); err == nil && ns != TargetNS {
+			host = vethEnd{"", KernelClientDev(ns)}
+		}
+		ends = append(ends, host, vethEnd{SwitchNS, "p-" + ns})
 	}
 	return ends
 }
 
 func teardownNetwork() []error {
 	var errs []error
+	for _, d := range kernelClientDevs() {
+		if _, err := run("ip", "link", "del", d); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, ns := range Namespaces() {
 		if nsExists(ns) {
 			if _, err := run("ip", "netns", "del", ns); err != nil {

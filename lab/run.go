@@ -436,5 +436,8 @@ func (r *Runner) WriteSummary(v any) error {
 	if err != nil {
 		return err
 	}
+	if r.State != nil {
+		b = withISCSIFields(b, r.State.Options)
+	}
 	return os.WriteFile(filepath.Join(r.Dir, "summary.json"), append(withGuestFields(b, GuestAccel(), kernelRelease()), '\n'), 0o644)
 }

@@ -58,7 +58,8 @@ otherwise: ` + strings.Join(guestUpDefaults, " ") + `.`,
 		Example: `  sudo sanqos lab up
   sudo sanqos lab up --real-disk
   sudo sanqos lab up --resources vg1,vg2 --disk-seek 8ms
-  sudo sanqos lab up --kernel debian`,
+  sudo sanqos lab up --kernel debian
+  sudo sanqos lab up --kernel debian --target lio --initiator kernel`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if kernel != "" {
@@ -81,6 +82,8 @@ otherwise: ` + strings.Join(guestUpDefaults, " ") + `.`,
 	f.Float64Var(&o.Model.Bandwidth, "disk-bandwidth", o.Model.Bandwidth, "modelled transfer rate, bytes/s")
 	f.Float64Var(&o.Model.WriteCost, "disk-write-cost", o.Model.WriteCost, "modelled transfer-time multiplier of writes (parity/mirror cost)")
 	f.IntVar(&o.TargetRmem, "target-rmem", o.TargetRmem, "cap the target's TCP receive buffer (bytes, 0 = kernel default); see README \"The lab\"")
+	f.StringVar(&o.Target, "target", "", "iSCSI target: tgt (tgtd, default) or lio (the kernel's LIO through configfs; stock-kernel guest)")
+	f.StringVar(&o.Initiator, "initiator", "", "clients' initiator: libiscsi (fio's engine in each client namespace, default) or kernel (open-iscsi, fio on the block device; stock-kernel guest only)")
 	f.StringVar(&kernel, "kernel", "", "build the lab in a QEMU guest on this kernel: debian (the newest /boot/vmlinuz-*) or an image's path")
 	f.StringVar(&g.Accel, "accel", "tcg", "--kernel: QEMU accelerator, tcg or kvm")
 	f.IntVar(&g.MemoryMiB, "memory", 3072, "--kernel: guest memory, MiB (the LUNs live in it)")
@@ -246,7 +249,16 @@ func printStatus(cmd *cobra.Command, s *lab.State) {
 	if s.Options.RealDisk {
 		kind = "this machine's disk"
 	}
-	fmt.Fprintf(w, "target\t%s:%d in netns %s (tgtd -C %d)\n", lab.TargetAddr, lab.ISCSIPort, lab.TargetNS, lab.TgtdPort)
+	if s.Options.TargetKind() == lab.TargetLIO {
+		fmt.Fprintf(w, "target\t%s:%d in netns %s (LIO, configfs)\n", lab.TargetAddr, lab.ISCSIPort, lab.TargetNS)
+	} else {
+		fmt.Fprintf(w, "target\t%s:%d in netns %s (tgtd -C %d)\n", lab.TargetAddr, lab.ISCSIPort, lab.TargetNS, lab.TgtdPort)
+	}
+	if s.Options.InitiatorKind() == lab.InitiatorKernel {
+		fmt.Fprintf(w, "initiator\tkernel (iscsid in the initial namespace, one iface per client on sq-HOST; fio on /dev/sdX)\n")
+	} else {
+		fmt.Fprintf(w, "initiator\tlibiscsi (fio in each client namespace)\n")
+	}
 	fmt.Fprintf(w, "shared resource\t%s\n", kind)
 	if s.Options.TargetRmem > 0 {
 		fmt.Fprintf(w, "target TCP rmem\t%d bytes (a 64 KiB write spans several window rounds, as in the thesis)\n", s.Options.TargetRmem)
@@ -258,6 +270,10 @@ func printStatus(cmd *cobra.Command, s *lab.State) {
 			fmt.Fprintf(w, "  capacity\t%.1f MB/s sequential 64 KiB writes (4 streams); %.0f IOPS / %.2f ms random 8 KiB reads (qd 1)\n", c.SeqWriteMBs, c.RandReadIOPS, c.RandReadMs)
 		}
 		for _, l := range r.LUNs {
+			if l.Device != "" {
+				fmt.Fprintf(w, "  LUN %d\t%s (%s, /dev/%s) → /dev/%s\n", l.Number, l.Host, lab.HostAddr(l.Host), l.Device, l.Loop)
+				continue
+			}
 			fmt.Fprintf(w, "  LUN %d\t%s (%s) → /dev/%s\n", l.Number, l.Host, lab.HostAddr(l.Host), l.Loop)
 		}
 	}
