@@ -29,6 +29,9 @@ func runStdin(in io.Reader, name string, args ...string) (string, error) {
 
 // inNS runs a program inside a named network namespace.
 func inNS(ns, name string, args ...string) (string, error) {
+	if ns == "" { // this, the initial, namespace
+		return run(name, args...)
+	}
 	return run("ip", append([]string{"netns", "exec", ns, name}, args...)...)
 }
 

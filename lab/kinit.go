@@ -49,7 +49,8 @@ var (
 // unload order (users before what they use); Down unloads those of them
 // the ledger says `lab up` loaded.
 var kernelModules = []string{"iscsi_tcp", "libiscsi_tcp", "libiscsi", "scsi_transport_iscsi",
-	"iscsi_target_mod", "target_core_iblock", "target_core_file", "target_core_mod", "sd_mod", "scsi_mod", "scsi_common", "configfs"}
+	"iscsi_target_mod", "target_core_iblock", "target_core_file", "target_core_pscsi", "target_core_user", "uio",
+	"target_core_mod", "sd_mod", "scsi_mod", "scsi_common", "configfs"}
 
 // checkKernelInitiator refuses the kernel initiator where it would take
 // over this machine's initial network namespace and iSCSI state: it runs

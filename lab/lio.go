@@ -348,7 +348,7 @@ func removeLIO() []error {
 		}
 	}
 	for _, p := range ledgerOf("configfs") {
-		if err := removeCfg(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := removeCfg(p); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -362,8 +362,13 @@ func removeLIO() []error {
 	return errs
 }
 
+// removeCfg removes one configfs object; one already gone (a supervisor
+// stopping meanwhile removes the same) is no error.
 func removeCfg(p string) error {
 	st, err := os.Lstat(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

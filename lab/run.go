@@ -364,7 +364,13 @@ type TCPCounters = report.TCPCounters
 // tcpByNS reads the counters of the target and initiator namespaces.
 func tcpByNS() map[string]TCPCounters {
 	out := map[string]TCPCounters{}
-	for _, ns := range append([]string{TargetNS}, Hosts...) {
+	nss := append([]string{TargetNS}, Hosts...)
+	if len(kernelClientDevs()) > 0 {
+		// The kernel initiator's connections are the initial
+		// namespace's, all clients together ("").
+		nss = append(nss, "")
+	}
+	for _, ns := range nss {
 		if c, err := ReadTCPCounters(ns); err == nil {
 			out[ns] = c
 		}

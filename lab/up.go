@@ -31,6 +31,10 @@ func Up(o Options, log io.Writer) (*State, error) {
 		}
 	}
 	if s, err := LoadState(); err == nil {
+		if s.Options.TargetKind() != o.TargetKind() || s.Options.InitiatorKind() != o.InitiatorKind() {
+			return nil, fmt.Errorf("the lab is up with target %s and initiator %s, not %s and %s: `sanqos lab down` first",
+				s.Options.TargetKind(), s.Options.InitiatorKind(), o.TargetKind(), o.InitiatorKind())
+		}
 		if problems := s.Health(); len(problems) == 0 {
 			fmt.Fprintln(log, "lab is already up")
 			// A lab built by an older sanqos gets flow steering too.
