@@ -54,7 +54,14 @@ Debian's stock kernel (netem, fq, LIO as modules; see 'sanqos lab guest'),
 which stays up in the background (state in ` + guest.LabDir + `): later 'lab run',
 'lab status' and 'lab down' act on it. The guest runs under TCG, 10-30x
 slower than this machine, so its lab is scaled down unless the flags say
-otherwise: ` + strings.Join(guestUpDefaults, " ") + `.`,
+otherwise: ` + strings.Join(guestUpDefaults, " ") + `.
+
+There, --target lio serves the LUNs from the kernel's LIO (configured
+through configfs, the portal made inside bm) instead of tgtd, and
+--initiator kernel replaces fio's libiscsi engine with open-iscsi's kernel
+initiator: one iscsid in the guest's initial namespace (the kernel's iSCSI
+netlink exists only there), one interface and iface per client with the
+client's address, fio with libaio on each session's /dev/sdX.`,
 		Example: `  sudo sanqos lab up
   sudo sanqos lab up --real-disk
   sudo sanqos lab up --resources vg1,vg2 --disk-seek 8ms
