@@ -127,11 +127,9 @@ func prepareKernelInitiator() error {
 	if err := os.WriteFile(initiatorFile, []byte("InitiatorName="+IQNPrefix+"iscsid\n"), 0o600); err != nil {
 		return err
 	}
-	// The lab's waits are long under TCG; a nop-out unanswered in 5 s
-	// (the default) would drop a session mid-experiment there.
-	conf := "node.startup = manual\nnode.session.timeo.replacement_timeout = 120\n" +
-		"node.conn[0].timeo.noop_out_interval = 0\nnode.conn[0].timeo.noop_out_timeout = 0\n"
-	return os.WriteFile(iscsidConf, []byte(conf), 0o600)
+	// iscsid's own settings (the node records' come from iscsiadm:
+	// nodeSettings).
+	return os.WriteFile(iscsidConf, []byte("# sanqos lab: iscsid defaults\n"), 0o600)
 }
 
 // iscsidCommand is the lab's iscsid, in the foreground (its supervisor
@@ -186,6 +184,11 @@ func loginKernel(s *State, log io.Writer) error {
 			if _, err := iscsiadm("-m", "node", "-o", "new", "-T", r.IQN, "-p", portal+","+strconv.Itoa(lioTag), "-I", dev); err != nil {
 				return err
 			}
+			for _, kv := range nodeSettings {
+				if _, err := iscsiadm("-m", "node", "-T", r.IQN, "-p", portal, "-I", dev, "-o", "update", "-n", kv[0], "-v", kv[1]); err != nil {
+					return err
+				}
+			}
 			if _, err := iscsiadm("-m", "node", "-T", r.IQN, "-p", portal, "-I", dev, "--login"); err != nil {
 				return err
 			}
@@ -234,6 +237,15 @@ func loginKernel(s *State, log io.Writer) error {
 		fmt.Fprintf(log, "kernel initiator: %d sessions (%s)\n", len(parts), strings.Join(parts, " "))
 	}
 	return nil
+}
+
+// nodeSettings are the lab's session settings beyond open-iscsi's
+// defaults. Nop-outs off: a TCG guest under load can leave one
+// unanswered for the default 5 s and the session would be dropped and
+// recovered mid-experiment.
+var nodeSettings = [][2]string{
+	{"node.conn[0].timeo.noop_out_interval", "0"},
+	{"node.conn[0].timeo.noop_out_timeout", "0"},
 }
 
 type kernelKey struct {
