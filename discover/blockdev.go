@@ -128,6 +128,14 @@ func (r *Resolver) pool(name string, depth int) []string {
 			}
 			return r.fsPool(st.Dev, depth+1)
 		}
+		// backing_file is the path as seen from the root of the mount
+		// namespace that attached the loop device: from another one
+		// (ip netns exec makes its own) under a chroot it does not
+		// resolve (the stock-kernel guest's lab: /newroot/run/…). The
+		// loop driver's own record of the file's device does.
+		if dev, ok := r.loopBackingDev(name); ok {
+			return r.fsPool(dev, depth+1)
+		}
 		return []string{name}
 	}
 	slaves, err := os.ReadDir(r.sys("class", "block", name, "slaves"))
@@ -215,4 +223,23 @@ func containsStr(s []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// loopBackingDev asks the loop driver (LOOP_GET_STATUS64) for the device
+// of loop device name's backing file; only on the real system (not with
+// a test's Stat or sysfs root).
+func (r *Resolver) loopBackingDev(name string) (uint64, bool) {
+	if r.Stat != nil || (r.SysRoot != "" && r.SysRoot != "/sys") {
+		return 0, false
+	}
+	f, err := os.Open("/dev/" + name)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	info, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
+	if err != nil {
+		return 0, false
+	}
+	return info.Device, true
 }

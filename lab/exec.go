@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"runtime"
 	"strings"
@@ -33,12 +34,18 @@ func runStdin(in io.Reader, name string, args ...string) (string, error) {
 
 // inNS runs a program inside a named network namespace.
 func inNS(ns, name string, args ...string) (string, error) {
+	if ns == "" { // this, the initial, namespace
+		return run(name, args...)
+	}
 	return run("ip", append([]string{"netns", "exec", ns, name}, args...)...)
 }
 
 // writeInNS writes value to a file as seen from inside a network namespace
 // (sysfs shows each namespace its own devices), through tee's stdin.
 func writeInNS(ns, path, value string) error {
+	if ns == "" { // this, the initial, namespace
+		return os.WriteFile(path, []byte(value), 0o644)
+	}
 	_, err := runStdin(strings.NewReader(value), "ip", "netns", "exec", ns, "tee", path)
 	return err
 }

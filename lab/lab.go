@@ -68,6 +68,38 @@ type Options struct {
 	// than one, Up also starts an etcd server for cluster control (see
 	// EtcdURL). 0 means 1.
 	Targets int `json:"targets,omitempty"`
+	// Target is the iSCSI target: "tgt" (tgtd, the default) or "lio" (the
+	// kernel's LIO, configured through configfs; lio.go).
+	Target string `json:"target,omitempty"`
+	// Initiator is the clients' iSCSI initiator: "libiscsi" (fio's
+	// libiscsi engine in each client namespace, the default) or "kernel"
+	// (open-iscsi: iscsid and the kernel's iscsi_tcp, one session per
+	// client, fio on the block device; kinit.go).
+	Initiator string `json:"initiator,omitempty"`
+}
+
+// Target kinds and initiator kinds of Options.
+const (
+	TargetTgt         = "tgt"
+	TargetLIO         = "lio"
+	InitiatorLibiscsi = "libiscsi"
+	InitiatorKernel   = "kernel"
+)
+
+// TargetKind is the options' target, "tgt" where unset.
+func (o Options) TargetKind() string {
+	if o.Target == "" {
+		return TargetTgt
+	}
+	return o.Target
+}
+
+// InitiatorKind is the options' initiator, "libiscsi" where unset.
+func (o Options) InitiatorKind() string {
+	if o.Initiator == "" {
+		return InitiatorLibiscsi
+	}
+	return o.Initiator
 }
 
 // DefaultTargetRmem caps the target's TCP receive buffer in the lab.
@@ -103,11 +135,24 @@ func (o Options) Validate() error {
 	if o.LUNSize < 64<<20 || o.LUNSize > 64<<30 {
 		return fmt.Errorf("lun size %d: want 64 MiB..64 GiB", o.LUNSize)
 	}
+	switch o.TargetKind() {
+	case TargetTgt, TargetLIO:
+	default:
+		return fmt.Errorf("target %q: want tgt or lio", o.Target)
+	}
+	switch o.InitiatorKind() {
+	case InitiatorLibiscsi, InitiatorKernel:
+	default:
+		return fmt.Errorf("initiator %q: want libiscsi or kernel", o.Initiator)
+	}
 	if o.TargetRmem != 0 && (o.TargetRmem < 4096 || o.TargetRmem > 64<<20) {
 		return fmt.Errorf("target rmem %d: want 0 (default) or 4 KiB..64 MiB", o.TargetRmem)
 	}
 	if o.Targets < 0 || o.Targets > MaxTargets {
 		return fmt.Errorf("targets %d: want 1..%d", o.Targets, MaxTargets)
+	}
+	if o.targetCount() > 1 && (o.TargetKind() != TargetTgt || o.InitiatorKind() != InitiatorLibiscsi) {
+		return fmt.Errorf("targets %d: several target hosts are built with tgt and libiscsi only (not %s and %s)", o.Targets, o.TargetKind(), o.InitiatorKind())
 	}
 	if !o.RealDisk {
 		return o.Model.Validate()
@@ -140,8 +185,11 @@ type LUN struct {
 	File    string `json:"file"`    // backing file the loop device reads
 	Store   string `json:"store"`   // where its bytes live
 	Loop    string `json:"loop"`    // e.g. "loop3"
-	URL     string `json:"url"`     // fio libiscsi filename
-	Backing string `json:"backing"` // tgt backing store path (/dev/loopN)
+	URL     string `json:"url"`     // fio's filename: libiscsi URL, or the kernel initiator's block device
+	Backing string `json:"backing"` // the target's backing store path (/dev/loopN)
+	// Device is the kernel initiator's block device of this LUN ("sdc"),
+	// "" with libiscsi.
+	Device string `json:"device,omitempty"`
 }
 
 // Resource is one shared pool and its iSCSI target.

@@ -116,6 +116,8 @@ func TestOptionsValidate(t *testing.T) {
 		{"bad rmem", func(o *Options) { o.TargetRmem = 10 }},
 		{"too many targets", func(o *Options) { o.Targets = MaxTargets + 1 }},
 		{"negative targets", func(o *Options) { o.Targets = -1 }},
+		{"three LIO targets", func(o *Options) { o.Targets, o.Target = 3, TargetLIO }},
+		{"three targets, kernel initiator", func(o *Options) { o.Targets, o.Initiator = 3, InitiatorKernel }},
 	} {
 		o := DefaultOptions()
 		tc.mut(&o)

@@ -67,6 +67,16 @@ func setupNetwork(o Options) error {
 		if nsExists(ns) {
 			continue
 		}
+		if !isTargetNS(ns) && o.InitiatorKind() == InitiatorKernel {
+			// The client's network is in the initial namespace (kinit.go).
+			if _, err := run("ip", "netns", "add", ns); err != nil {
+				return err
+			}
+			if err := setupKernelClient(ns); err != nil {
+				return err
+			}
+			continue
+		}
 		addr := addrs[ns]
 		port := "p-" + ns
 		steps := [][]string{
@@ -124,8 +134,9 @@ func steerByFlow() error {
 	return nil
 }
 
-// vethEnd is one end of a host's veth pair: eth0 in the host's namespace,
-// p-HOST on the bridge.
+// vethEnd is one end of a host's veth pair: eth0 in the host's namespace
+// (with the kernel initiator sq-HOST in the initial one, NS ""), p-HOST
+// on the bridge.
 type vethEnd struct{ NS, Dev string }
 
 // RPSPath is the sysfs file of its receive queue's RPS CPU mask.
@@ -134,15 +145,25 @@ func (e vethEnd) RPSPath() string { return "/sys/class/net/" + e.Dev + "/queues/
 func vethEnds() []vethEnd {
 	var ends []vethEnd
 	for _, ns := range Namespaces()[1:] {
-		if nsExists(ns) {
-			ends = append(ends, vethEnd{ns, "eth0"}, vethEnd{SwitchNS, "p-" + ns})
+		if !nsExists(ns) {
+			continue
 		}
+		host := vethEnd{ns, "eth0"}
+		if _, err := os.Stat("/sys/class/net/" + KernelClientDev(ns)); err == nil && !isTargetNS(ns) {
+			host = vethEnd{"", KernelClientDev(ns)}
+		}
+		ends = append(ends, host, vethEnd{SwitchNS, "p-" + ns})
 	}
 	return ends
 }
 
 func teardownNetwork() []error {
 	var errs []error
+	for _, d := range kernelClientDevs() {
+		if _, err := run("ip", "link", "del", d); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, ns := range Namespaces() {
 		if nsExists(ns) {
 			if _, err := run("ip", "netns", "del", ns); err != nil {

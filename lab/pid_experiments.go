@@ -78,7 +78,7 @@ func (r *Runner) writeAgentConfig(path, backend, http string, thr time.Duration,
 		fmt.Fprintf(&b, "throttleable_write_mb_s: %g\n", v)
 	}
 	if autonomic {
-		fmt.Fprintf(&b, "discovery:\n  source: tgt\n  tgt_control_port: %d\nresources:\n  - name: %s\n", TgtdPort, r.Res.Name)
+		fmt.Fprintf(&b, "%sresources:\n  - name: %s\n", r.State.discoveryYAML(), r.Res.Name)
 	} else {
 		var devs, thr []string
 		for _, l := range r.Res.LUNs {

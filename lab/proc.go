@@ -50,5 +50,9 @@ func alive(pid int) bool {
 
 // isServe matches the lab's supervisor process.
 func isServe(argv []string) bool {
-	return len(argv) == 3 && (filepath.Base(argv[0]) == "sanqos" || strings.HasSuffix(argv[0], ".test")) && argv[1] == "lab" && argv[2] == "serve"
+	// sanqos-HASH: the copy the stock-kernel guest runs (lab/guest's
+	// InstallBinary); with the bare name only, Down in the guest never
+	// stopped the supervisor.
+	base := filepath.Base(argv[0])
+	return len(argv) == 3 && (base == "sanqos" || strings.HasPrefix(base, "sanqos-") || strings.HasSuffix(argv[0], ".test")) && argv[1] == "lab" && argv[2] == "serve"
 }

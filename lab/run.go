@@ -369,10 +369,18 @@ type TCPCounters = report.TCPCounters
 // tcpByNS reads the counters of the target and initiator namespaces.
 func tcpByNS() map[string]TCPCounters {
 	out := map[string]TCPCounters{}
+	var nss []string
 	for _, ns := range Namespaces()[1:] {
-		if !nsExists(ns) {
-			continue
+		if nsExists(ns) {
+			nss = append(nss, ns)
 		}
+	}
+	if len(kernelClientDevs()) > 0 {
+		// The kernel initiator's connections are the initial
+		// namespace's, all clients together ("").
+		nss = append(nss, "")
+	}
+	for _, ns := range nss {
 		if c, err := ReadTCPCounters(ns); err == nil {
 			out[ns] = c
 		}
@@ -443,6 +451,9 @@ func (r *Runner) WriteSummary(v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
+	}
+	if r.State != nil {
+		b = withISCSIFields(b, r.State.Options)
 	}
 	return os.WriteFile(filepath.Join(r.Dir, "summary.json"), append(withGuestFields(b, GuestAccel(), kernelRelease()), '\n'), 0o644)
 }

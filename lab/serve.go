@@ -31,8 +31,11 @@ func ServeIfAsked() {
 
 // Serve is the lab supervisor (`sanqos lab serve`): it serves each
 // resource's modelled disk over FUSE and keeps tgtd running in the target
-// namespace, restoring the targets if tgtd dies. On SIGTERM it stops tgtd,
-// detaches the LUN loop devices (they hold the mounts busy) and unmounts.
+// namespace, restoring the targets if tgtd dies (with LIO, the kernel is
+// the target: nothing to run), and with the kernel initiator keeps
+// iscsid running. On SIGTERM it logs the kernel initiator's sessions out
+// and stops iscsid, removes the LIO targets or stops tgtd, detaches the
+// LUN loop devices (they hold the mounts busy) and unmounts.
 func Serve(log *slog.Logger) error {
 	s, err := LoadState()
 	if err != nil {
@@ -57,16 +60,32 @@ func Serve(log *slog.Logger) error {
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
 	var stopping sync.WaitGroup
 	quit := make(chan struct{})
-	for _, t := range s.Options.TargetHosts() {
+	if s.Options.TargetKind() == TargetTgt {
+		for _, t := range s.Options.TargetHosts() {
+			stopping.Add(1)
+			go func() {
+				defer stopping.Done()
+				superviseTgtd(t, log.With("target", t.NS), quit)
+			}()
+		}
+	}
+	if s.Options.InitiatorKind() == InitiatorKernel {
 		stopping.Add(1)
 		go func() {
 			defer stopping.Done()
-			superviseTgtd(t, log.With("target", t.NS), quit)
+			superviseIscsid(log, quit)
 		}()
 	}
 	<-stop
 	log.Info("stopping")
 	close(quit)
+	// Clients first, then the target, then what it serves from.
+	for _, err := range stopKernelInitiator() {
+		log.Warn("kernel initiator", "err", err)
+	}
+	for _, err := range removeLIO() {
+		log.Warn("LIO", "err", err)
+	}
 	stopTgtd()
 	stopping.Wait()
 	if cur, err := LoadState(); err == nil {

@@ -25,6 +25,11 @@ func Up(o Options, log io.Writer) (*State, error) {
 	if err := CheckPrereqs(); err != nil {
 		return nil, err
 	}
+	if o.InitiatorKind() == InitiatorKernel {
+		if err := checkKernelInitiator(); err != nil {
+			return nil, err
+		}
+	}
 	if s, err := LoadState(); err == nil {
 		problems := s.Health()
 		switch {
@@ -125,7 +130,12 @@ func build(o Options, log io.Writer) (*State, error) {
 		loadFor("/dev/fuse", "fuse")
 	}
 	loadFor("/dev/loop-control", "loop")
-	fmt.Fprintln(log, "supervisor: starting (FUSE disk model, tgtd in", TargetNS+")")
+	if o.InitiatorKind() == InitiatorKernel {
+		if err := prepareKernelInitiator(); err != nil {
+			return nil, err
+		}
+	}
+	fmt.Fprintln(log, "supervisor: starting ("+superviseWhat(o)+")")
 	if err := startServe(s); err != nil {
 		return nil, err
 	}
@@ -143,8 +153,19 @@ func build(o Options, log io.Writer) (*State, error) {
 	if err := s.save(); err != nil {
 		return nil, err
 	}
-	if err := waitFor("tgtd control sockets", 10*time.Second, s.tgtsReady); err != nil {
-		return nil, err
+	switch o.TargetKind() {
+	case TargetLIO:
+		fmt.Fprintln(log, "LIO: targets in configfs, portal", fmt.Sprintf("%s:%d", TargetAddr, ISCSIPort), "in netns", TargetNS)
+		if err := configureLIO(s, log); err != nil {
+			return nil, err
+		}
+	default:
+		if err := waitFor("tgtd control sockets", 10*time.Second, s.tgtsReady); err != nil {
+			return nil, err
+		}
+		if err := configureTargetsLog(s, log); err != nil {
+			return nil, err
+		}
 	}
 	if o.targetCount() > 1 {
 		fmt.Fprintln(log, "etcd: starting on", EtcdURL(), "(cluster control across the target hosts)")
@@ -152,8 +173,13 @@ func build(o Options, log io.Writer) (*State, error) {
 			return nil, err
 		}
 	}
-	if err := configureTargetsLog(s, log); err != nil {
-		return nil, err
+	if o.InitiatorKind() == InitiatorKernel {
+		if err := loginKernel(s, log); err != nil {
+			return nil, err
+		}
+		if err := s.save(); err != nil {
+			return nil, err
+		}
 	}
 	fmt.Fprintln(log, "calibrating the shared resource…")
 	for _, r := range s.Resources {
@@ -268,13 +294,23 @@ func (s *State) Health() []string {
 	if !alive(s.ServePID) {
 		p = append(p, "supervisor not running")
 	}
-	for _, t := range s.Options.TargetHosts() {
-		if !tgtReadyOn(t) {
-			p = append(p, "tgtd of "+t.NS+" not answering")
+	switch s.Options.TargetKind() {
+	case TargetLIO:
+		if !lioReady(s) {
+			p = append(p, "LIO targets not enabled")
+		}
+	default:
+		for _, t := range s.Options.TargetHosts() {
+			if !tgtReadyOn(t) {
+				p = append(p, "tgtd of "+t.NS+" not answering")
+			}
 		}
 	}
 	if s.Options.targetCount() > 1 && !EtcdRunning() {
 		p = append(p, "etcd not running")
+	}
+	if s.Options.InitiatorKind() == InitiatorKernel {
+		p = append(p, kernelHealth(s)...)
 	}
 	for _, r := range s.Resources {
 		for _, l := range r.LUNs {
@@ -311,6 +347,10 @@ func ForceDown(log io.Writer) error {
 	}
 	waitFor("supervisor exit", 5*time.Second, func() bool { return len(findProcs(isServe)) == 0 })
 	killAll(findProcs(isServe))
+	// What the supervisor stops on SIGTERM, again, in case it was dead:
+	// the kernel initiator's sessions and iscsid, LIO's objects, tgtd.
+	errs = append(errs, stopKernelInitiator()...)
+	errs = append(errs, removeLIO()...)
 	stopTgtd()
 	StopEtcd()
 	for _, ns := range Namespaces()[1:] {
@@ -325,6 +365,8 @@ func ForceDown(log io.Writer) error {
 		}
 	}
 	errs = append(errs, teardownNetwork()...)
+	// The iSCSI modules `lab up` loaded, only those (its ledger).
+	errs = append(errs, unloadModules(kernelModules)...)
 	for _, d := range []string{StoreDir, RealDir, StateDir} {
 		if err := os.RemoveAll(d); err != nil {
 			errs = append(errs, err)
@@ -359,6 +401,8 @@ func Leftovers() []string {
 	if EtcdRunning() {
 		l = append(l, "etcd")
 	}
+	l = append(l, kernelLeftovers()...)
+	l = append(l, lioLeftovers()...)
 	for _, d := range []string{StateDir, StoreDir, RealDir} {
 		if _, err := os.Stat(d); err == nil {
 			l = append(l, "dir "+d)

@@ -316,6 +316,21 @@ func newDiscoverer(cfg *config.Config) (agent.Discoverer, error) {
 			}
 			return discover.BuildSnapshot(targets, resolver), nil
 		}}, nil
+	case "lio":
+		// LIO's configfs: targets, LUNs → backstores, and each node ACL's
+		// session with its connections' addresses.
+		root := cfg.Discovery.Root
+		if root == "" {
+			root = "/sys/kernel/config/target"
+		}
+		resolver := &discover.Resolver{}
+		return agent.SnapshotDiscoverer{Resources: cfg.Resources, Snap: func() (discover.Snapshot, error) {
+			targets, err := discover.ReadLIO(root)
+			if err != nil {
+				return discover.Snapshot{}, err
+			}
+			return discover.BuildSnapshot(targets, resolver), nil
+		}}, nil
 	default:
 		return nil, fmt.Errorf("discovery source %q is not wired yet", cfg.Discovery.Source)
 	}

@@ -54,12 +54,20 @@ Debian's stock kernel (netem, fq, LIO as modules; see 'sanqos lab guest'),
 which stays up in the background (state in ` + guest.LabDir + `): later 'lab run',
 'lab status' and 'lab down' act on it. The guest runs under TCG, 10-30x
 slower than this machine, so its lab is scaled down unless the flags say
-otherwise: ` + strings.Join(guestUpDefaults, " ") + `.`,
+otherwise: ` + strings.Join(guestUpDefaults, " ") + `.
+
+There, --target lio serves the LUNs from the kernel's LIO (configured
+through configfs, the portal made inside bm) instead of tgtd, and
+--initiator kernel replaces fio's libiscsi engine with open-iscsi's kernel
+initiator: one iscsid in the guest's initial namespace (the kernel's iSCSI
+netlink exists only there), one interface and iface per client with the
+client's address, fio with libaio on each session's /dev/sdX.`,
 		Example: `  sudo sanqos lab up
   sudo sanqos lab up --real-disk
   sudo sanqos lab up --resources vg1,vg2 --disk-seek 8ms
   sudo sanqos lab up --targets 3     # three target hosts and etcd: cluster-autonomic
-  sudo sanqos lab up --kernel debian`,
+  sudo sanqos lab up --kernel debian
+  sudo sanqos lab up --kernel debian --target lio --initiator kernel`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if kernel != "" {
@@ -83,6 +91,8 @@ otherwise: ` + strings.Join(guestUpDefaults, " ") + `.`,
 	f.Float64Var(&o.Model.WriteCost, "disk-write-cost", o.Model.WriteCost, "modelled transfer-time multiplier of writes (parity/mirror cost)")
 	f.IntVar(&o.Targets, "targets", 1, fmt.Sprintf("target hosts (namespaces bm, bm2, …, each with its own tgtd) in front of the shared resources, 1..%d; with more than one, an etcd server for `sanqos agent --etcd` runs on the lab bridge (experiment cluster-autonomic)", lab.MaxTargets))
 	f.IntVar(&o.TargetRmem, "target-rmem", o.TargetRmem, "cap the target's TCP receive buffer (bytes, 0 = kernel default); see README \"The lab\"")
+	f.StringVar(&o.Target, "target", "", "iSCSI target: tgt (tgtd, default) or lio (the kernel's LIO through configfs; stock-kernel guest)")
+	f.StringVar(&o.Initiator, "initiator", "", "clients' initiator: libiscsi (fio's engine in each client namespace, default) or kernel (open-iscsi, fio on the block device; stock-kernel guest only)")
 	f.StringVar(&kernel, "kernel", "", "build the lab in a QEMU guest on this kernel: debian (the newest /boot/vmlinuz-*) or an image's path")
 	f.StringVar(&g.Accel, "accel", "tcg", "--kernel: QEMU accelerator, tcg or kvm")
 	f.IntVar(&g.MemoryMiB, "memory", 3072, "--kernel: guest memory, MiB (the LUNs live in it)")
@@ -255,10 +265,19 @@ func printStatus(cmd *cobra.Command, s *lab.State) {
 		kind = "this machine's disk"
 	}
 	for _, t := range s.Options.TargetHosts() {
-		fmt.Fprintf(w, "target\t%s:%d in netns %s (tgtd -C %d)\n", t.Addr, lab.ISCSIPort, t.NS, t.CtlPort)
+		if s.Options.TargetKind() == lab.TargetLIO {
+			fmt.Fprintf(w, "target\t%s:%d in netns %s (LIO, configfs)\n", t.Addr, lab.ISCSIPort, t.NS)
+		} else {
+			fmt.Fprintf(w, "target\t%s:%d in netns %s (tgtd -C %d)\n", t.Addr, lab.ISCSIPort, t.NS, t.CtlPort)
+		}
 	}
 	if len(s.Options.TargetHosts()) > 1 {
 		fmt.Fprintf(w, "etcd\t%s (in netns %s, log %s)\n", lab.EtcdURL(), lab.SwitchNS, lab.EtcdLog())
+	}
+	if s.Options.InitiatorKind() == lab.InitiatorKernel {
+		fmt.Fprintf(w, "initiator\tkernel (iscsid in the initial namespace, one iface per client on sq-HOST; fio on /dev/sdX)\n")
+	} else {
+		fmt.Fprintf(w, "initiator\tlibiscsi (fio in each client namespace)\n")
 	}
 	fmt.Fprintf(w, "shared resource\t%s\n", kind)
 	if s.Options.TargetRmem > 0 {
@@ -271,7 +290,12 @@ func printStatus(cmd *cobra.Command, s *lab.State) {
 			fmt.Fprintf(w, "  capacity\t%.1f MB/s sequential 64 KiB writes (4 streams); %.0f IOPS / %.2f ms random 8 KiB reads (qd 1)\n", c.SeqWriteMBs, c.RandReadIOPS, c.RandReadMs)
 		}
 		for _, l := range r.LUNs {
-			fmt.Fprintf(w, "  LUN %d\t%s (%s) → /dev/%s via %s\n", l.Number, l.Host, lab.HostAddr(l.Host), l.Loop, s.Options.TargetOf(l.Host).NS)
+			via := s.Options.TargetOf(l.Host).NS
+			if l.Device != "" {
+				fmt.Fprintf(w, "  LUN %d\t%s (%s, /dev/%s) → /dev/%s via %s\n", l.Number, l.Host, lab.HostAddr(l.Host), l.Device, l.Loop, via)
+				continue
+			}
+			fmt.Fprintf(w, "  LUN %d\t%s (%s) → /dev/%s via %s\n", l.Number, l.Host, lab.HostAddr(l.Host), l.Loop, via)
 		}
 	}
 	w.Flush()
