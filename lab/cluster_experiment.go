@@ -30,14 +30,6 @@ func init() {
 		DefaultScale: 0.5, Run: runClusterAutonomic})
 }
 
-// The cluster node's bounds (package cluster's defaults, which the agent
-// uses): an agent follows a shared step for Fresh after it arrived, then
-// lets it decay to zero over Decay.
-const (
-	clusterFresh = 500 * time.Millisecond
-	clusterDecay = 4 * time.Second
-)
-
 // ClusterSummary is cluster-autonomic's summary.json.
 type ClusterSummary struct {
 	Experiment  string   `json:"experiment"`
@@ -230,7 +222,7 @@ func leaderOf(cli *clientv3.Client, res string) (cluster.Shared, error) {
 	var s cluster.Shared
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	resp, err := cli.Get(ctx, cluster.DefaultPrefix+"/resources/"+res+"/delay")
+	resp, err := cli.Get(ctx, cluster.DelayKey(cluster.DefaultPrefix, res))
 	if err != nil {
 		return s, err
 	}
@@ -242,11 +234,11 @@ func leaderOf(cli *clientv3.Client, res string) (cluster.Shared, error) {
 
 // clusterRun is one cluster-autonomic invocation.
 type clusterRun struct {
-	r                *Runner
-	thr              time.Duration
-	targets          []TargetHost
-	cfgs             map[string]string
-	lead, on, length time.Duration
+	r              *Runner
+	thr            time.Duration
+	targets        []TargetHost
+	cfgs           map[string]string
+	lead, on, tail time.Duration // a phase: reader alone, writers, reader alone
 }
 
 func (c *clusterRun) mkPhase(name, label string, writers int) *Phase {
@@ -255,7 +247,7 @@ func (c *clusterRun) mkPhase(name, label string, writers int) *Phase {
 
 // mkPhaseOn is a phase whose writers run for on after the lead.
 func (c *clusterRun) mkPhaseOn(name, label string, writers int, on time.Duration) *Phase {
-	length := c.lead + on + (c.length - c.lead - c.on)
+	length := c.lead + on + c.tail
 	p := &Phase{Name: name, Label: label, Length: length, From: c.lead, To: c.lead + on}
 	p.Jobs = append([]Job{c.r.reader(length)}, c.r.writers(writers, c.lead, on)...)
 	return p
@@ -326,8 +318,7 @@ func runClusterAutonomic(r *Runner) (any, error) {
 	if len(r.opts.Thresholds) > 0 {
 		c.thr = r.opts.Thresholds[0]
 	}
-	c.lead, c.on = r.Scale(10*time.Second), r.Scale(60*time.Second)
-	c.length = c.lead + c.on + r.Scale(5*time.Second)
+	c.lead, c.on, c.tail = r.Scale(10*time.Second), r.Scale(60*time.Second), r.Scale(5*time.Second)
 	sum := &ClusterSummary{Experiment: "cluster-autonomic", Scale: r.opts.Scale, ThresholdMs: ms(c.thr), Placement: map[string]string{}}
 	for _, t := range targets {
 		sum.Targets = append(sum.Targets, t.NS)
@@ -337,9 +328,7 @@ func runClusterAutonomic(r *Runner) (any, error) {
 	}
 	for _, t := range targets {
 		path := filepath.Join(r.Dir, "agent-"+t.NS+".yaml")
-		doc := fmt.Sprintf("backend: delayline\nhttp: 127.0.0.1:9311\nthreshold: %v\nobjective: p95\nmax_delay: 40ms\n"+
-			"discovery:\n  source: tgt\n  tgt_control_port: %d\nresources:\n  - name: %s\n", c.thr, t.CtlPort, r.Res.Name)
-		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		if err := r.writeAgentConfigOn(path, "delayline", "127.0.0.1:9311", c.thr, true, t); err != nil {
 			return nil, err
 		}
 		c.cfgs[t.NS] = path
@@ -453,7 +442,7 @@ type faultSample struct {
 // supervisor would) and etcd at half (restarting it after 8 s, longer
 // than Fresh + Decay, so the release is seen whole).
 func (c *clusterRun) faults(cli *clientv3.Client) (ClusterFaults, error) {
-	f := ClusterFaults{ReleasedS: map[string]float64{}, FellBackS: map[string]float64{}, Flaps: map[string]int{}, BoundS: (clusterFresh + clusterDecay).Seconds(), LeaderDownS: 2, EtcdDownS: 8}
+	f := ClusterFaults{ReleasedS: map[string]float64{}, FellBackS: map[string]float64{}, Flaps: map[string]int{}, BoundS: (cluster.DefaultFresh + cluster.DefaultDecay).Seconds(), LeaderDownS: 2, EtcdDownS: 8}
 	ca, err := c.newAgents(true)
 	if err != nil {
 		return f, err
@@ -587,9 +576,10 @@ func (c *clusterRun) faults(cli *clientv3.Client) (ClusterFaults, error) {
 }
 
 // judgeFaults reads the samples: the first record of a new leader after
-// the kill; per agent that has no step of its own, the first sample with
-// nothing throttled after etcd died; the first fresh record after etcd
-// came back.
+// the kill; per agent, the first sample off the shared step (fell back),
+// the first on its own controller alone (released) after etcd died, and
+// how often it left cluster mode after rejoining; the first new record
+// after etcd came back.
 func (c *clusterRun) judgeFaults(f *ClusterFaults, samples []faultSample, killLeaderAt time.Duration, etcdAt [2]time.Duration) {
 	sort.Slice(samples, func(i, k int) bool { return samples[i].at < samples[k].at })
 	for _, s := range samples {

@@ -473,13 +473,13 @@ func lioLeftovers() []string {
 }
 
 // discoveryYAML is the agent config's discovery section for the lab's
-// target: tgtadm on tgtd's control port, or LIO's configfs through the
+// target: tgtadm on target host t's tgtd control port, or LIO's configfs through the
 // lab's second mount (the agent runs under ip netns exec).
-func (s *State) discoveryYAML() string {
+func (s *State) discoveryYAML(t TargetHost) string {
 	if s != nil && s.Options.TargetKind() == TargetLIO {
 		return fmt.Sprintf("discovery:\n  source: lio\n  root: %s\n", filepath.Join(LIOConfigfs, "target"))
 	}
-	return fmt.Sprintf("discovery:\n  source: tgt\n  tgt_control_port: %d\n", TgtdPort)
+	return fmt.Sprintf("discovery:\n  source: tgt\n  tgt_control_port: %d\n", t.CtlPort)
 }
 
 // mountedAs reports whether dir is a mount point of filesystem type fstype.

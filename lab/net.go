@@ -12,13 +12,7 @@ import (
 
 // Namespaces are every namespace the lab can own (every possible target
 // host): what Down removes and Leftovers reports.
-func Namespaces() []string {
-	ns := []string{SwitchNS}
-	for _, t := range allTargets() {
-		ns = append(ns, t.NS)
-	}
-	return append(ns, Hosts...)
-}
+func Namespaces() []string { return Options{Targets: MaxTargets}.namespaces() }
 
 // namespaces are the namespaces a lab built with o has.
 func (o Options) namespaces() []string {

@@ -53,6 +53,12 @@ func (r *Runner) agentConfig(path string, thr time.Duration, autonomic bool) err
 }
 
 func (r *Runner) writeAgentConfig(path, backend, http string, thr time.Duration, autonomic bool) error {
+	return r.writeAgentConfigOn(path, backend, http, thr, autonomic, Target(0))
+}
+
+// writeAgentConfigOn is writeAgentConfig for the agent of target host t
+// (autonomic discovery asks t's tgtd).
+func (r *Runner) writeAgentConfigOn(path, backend, http string, thr time.Duration, autonomic bool, t TargetHost) error {
 	var b strings.Builder
 	// --agent-set may name the regulating agent's backend (delayline+htb
 	// for the write-cap lever); the shadow stays dry-run.
@@ -78,7 +84,7 @@ func (r *Runner) writeAgentConfig(path, backend, http string, thr time.Duration,
 		fmt.Fprintf(&b, "throttleable_write_mb_s: %g\n", v)
 	}
 	if autonomic {
-		fmt.Fprintf(&b, "%sresources:\n  - name: %s\n", r.State.discoveryYAML(), r.Res.Name)
+		fmt.Fprintf(&b, "%sresources:\n  - name: %s\n", r.State.discoveryYAML(t), r.Res.Name)
 	} else {
 		var devs, thr []string
 		for _, l := range r.Res.LUNs {

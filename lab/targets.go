@@ -45,7 +45,7 @@ func allTargets() []TargetHost {
 // before --targets existed, is 1).
 func (o Options) targetCount() int { return max(o.Targets, 1) }
 
-// Targets are the lab's target hosts.
+// TargetHosts are the lab's target hosts.
 func (o Options) TargetHosts() []TargetHost { return allTargets()[:o.targetCount()] }
 
 // TargetOf is the target host an initiator connects through: the reader
