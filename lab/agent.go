@@ -29,6 +29,10 @@ type LabAgent struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 	log    string
+	// use, if set, adds the agent's CPU and wall seconds when it stops
+	// (Runner.startAgent).
+	use     *agentUse
+	started time.Time
 }
 
 // AgentFlags are added to every agent the lab starts (`lab run
@@ -75,7 +79,7 @@ func startAgentIn(ns, name, backend string, dir string, extra ...string) (*LabAg
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
-	a := &LabAgent{Client: agent.NewClient(sock), cmd: cmd, exited: exited, log: logPath}
+	a := &LabAgent{Client: agent.NewClient(sock), cmd: cmd, exited: exited, log: logPath, started: time.Now()}
 	err = waitFor("agent socket", 10*time.Second, func() bool {
 		select {
 		case <-exited:
@@ -109,6 +113,10 @@ func (a *LabAgent) Pid() int { return a.cmd.Process.Pid }
 func (a *LabAgent) Stop() error {
 	if a.cmd.Process == nil {
 		return nil
+	}
+	if a.use != nil {
+		*a.use = a.use.add(agentUse{cpuSeconds(a.Pid()), time.Since(a.started).Seconds()})
+		a.use = nil
 	}
 	// ip netns exec replaces itself with the agent, so the pid is the agent's.
 	a.cmd.Process.Signal(syscall.SIGTERM)

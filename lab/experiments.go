@@ -18,7 +18,10 @@ type Experiment struct {
 	// DefaultScale is the time scale when the user gives none: short enough
 	// for CI, long enough for the figure to mean something.
 	DefaultScale float64
-	Run          func(r *Runner) (summary any, err error)
+	// Backends: the experiment takes --backends (one run per throttle
+	// backend, side by side).
+	Backends bool
+	Run      func(r *Runner) (summary any, err error)
 }
 
 var experiments = map[string]*Experiment{}
@@ -32,6 +35,16 @@ func Experiments() []*Experiment {
 		out = append(out, e)
 	}
 	sort.Slice(out, func(i, k int) bool { return out[i].Name < out[k].Name })
+	return out
+}
+
+func backendExperiments() []string {
+	var out []string
+	for _, e := range Experiments() {
+		if e.Backends {
+			out = append(out, e.Name)
+		}
+	}
 	return out
 }
 
@@ -64,6 +77,12 @@ func RunExperiment(name string, o RunOptions) (string, error) {
 	}
 	if o.Writers < 0 || o.Writers > 48 || o.Cycles < 0 || o.Cycles > 50 {
 		return "", fmt.Errorf("writers %d, cycles %d: want 0 (default) or 1..48 writers, 1..50 cycles", o.Writers, o.Cycles)
+	}
+	if len(o.Backends) > 0 && !e.Backends {
+		return "", fmt.Errorf("%s takes no --backends (these do: %s)", name, strings.Join(backendExperiments(), ", "))
+	}
+	if err := checkBackends(o.Backends); err != nil {
+		return "", err
 	}
 	r, err := NewRunner(name, o)
 	if err != nil {

@@ -182,7 +182,7 @@ func (b *ifaceBytes) Close() { b.h.Close() }
 // gives one overhead figure; the CI is a paired t over pairs.
 func runOverheadInterleaved(r *Runner, dir string, length, window time.Duration) (InterleavedDirection, *PhaseResult, error) {
 	var out InterleavedDirection
-	a, err := StartAgent("delayline", r.Dir)
+	a, err := r.startAgent("delayline")
 	if err != nil {
 		return out, nil, err
 	}

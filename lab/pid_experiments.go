@@ -18,9 +18,9 @@ import (
 
 func init() {
 	register(&Experiment{Name: "pid", Title: "PID with given sets holds 10/15/20 ms under 12 writers toggled on/off (Fig 5.9/5.10)",
-		DefaultScale: 0.25, Run: func(r *Runner) (any, error) { return runControlled(r, "pid") }})
+		DefaultScale: 0.25, Backends: true, Run: func(r *Runner) (any, error) { return runControlled(r, "pid") }})
 	register(&Experiment{Name: "autonomic", Title: "Same load, sets and indicators discovered automatically (Fig 5.11–5.13)",
-		DefaultScale: 0.25, Run: func(r *Runner) (any, error) { return runControlled(r, "autonomic") }})
+		DefaultScale: 0.25, Backends: true, Run: func(r *Runner) (any, error) { return runControlled(r, "autonomic") }})
 }
 
 // ControlledRun and ControlledSummary are pid's and autonomic's

@@ -120,6 +120,10 @@ type Runner struct {
 	traceF   *os.File
 	progress *progress
 	lock     *runLock
+	// tracePrefix tags trace.csv's phase names (eachBackend: "edt/").
+	tracePrefix string
+	// use is the CPU of the agents started by startAgent (backends.go).
+	use agentUse
 }
 
 // NewRunner prepares results/<name>/<run-id>/.
@@ -320,7 +324,7 @@ loop:
 				}
 				h := devs[dev]
 				t.Dev[h] = iv
-				r.trace.Write([]string{p.Name, strconv.Itoa(rep), ff(t.T, 3), h, dev, strconv.FormatUint(iv.Reads, 10), strconv.FormatUint(iv.Writes, 10),
+				r.trace.Write([]string{r.tracePrefix + p.Name, strconv.Itoa(rep), ff(t.T, 3), h, dev, strconv.FormatUint(iv.Reads, 10), strconv.FormatUint(iv.Writes, 10),
 					ff(iv.ReadWaitMs, 3), ff(iv.WriteWaitMs, 3), ff(iv.ReadBps/1e6, 3), ff(iv.WriteBps/1e6, 3), strconv.FormatUint(iv.InFlight, 10)})
 			}
 			prev = cur

@@ -26,11 +26,11 @@ func init() {
 			return runSteps(r, "htb", "read", throttle.Setting{Rate: 3 << 20})
 		}})
 	register(&Experiment{Name: "delay-sweep", Title: "Rate vs added delay 0–9.6 ms on an established session, reads and writes, repeated (Fig 5.5/5.6)",
-		DefaultScale: 0.25, Run: runDelaySweepSession})
+		DefaultScale: 0.25, Backends: true, Run: func(r *Runner) (any, error) { return r.eachBackend("delay-sweep", r.delaySweepSession) }})
 	register(&Experiment{Name: "delay-sweep-fresh", Title: "Rate vs delay when every point opens a new iSCSI session (shows CUBIC HyStart's early exit)",
-		DefaultScale: 0.25, Run: runDelaySweep})
+		DefaultScale: 0.25, Backends: true, Run: func(r *Runner) (any, error) { return r.eachBackend("delay-sweep-fresh", r.delaySweepFresh) }})
 	register(&Experiment{Name: "throttle-effect", Title: "Fixed 4.6 ms and 9.6 ms write delays on 12 writers lower the reader's wait (Fig 5.8)",
-		DefaultScale: 0.25, Run: runThrottleEffect})
+		DefaultScale: 0.25, Backends: true, Run: func(r *Runner) (any, error) { return r.eachBackend("throttle-effect", r.throttleEffect) }})
 }
 
 // step is one throttle change of the steps experiments.
@@ -181,10 +181,12 @@ type SweepPoint struct {
 
 // SweepSummary is summary.json of delay-sweep.
 type SweepSummary struct {
-	Experiment string       `json:"experiment"`
-	Session    string       `json:"session"`
-	BytesPer   int64        `json:"bytes_per_point"`
-	Points     []SweepPoint `json:"points"`
+	Experiment  string       `json:"experiment"`
+	Backend     string       `json:"backend"`
+	AgentCPUPct float64      `json:"agent_cpu_pct"`
+	Session     string       `json:"session"`
+	BytesPer    int64        `json:"bytes_per_point"`
+	Points      []SweepPoint `json:"points"`
 	// Criterion is the pass test: the thesis' own measure (Fig 5.5/5.6),
 	// the time to move 200 MB against the delay, is linear.
 	Criterion SweepCriterion `json:"criterion"`
@@ -225,14 +227,19 @@ const SweepMinR2Time = 0.95
 var SweepDelays = []time.Duration{0, 600 * time.Microsecond, 1600 * time.Microsecond, 2600 * time.Microsecond, 3600 * time.Microsecond,
 	4600 * time.Microsecond, 5600 * time.Microsecond, 6600 * time.Microsecond, 7600 * time.Microsecond, 8600 * time.Microsecond, 9600 * time.Microsecond}
 
-func runDelaySweep(r *Runner) (any, error) {
-	a, err := StartAgent("delayline", r.Dir, thesisWrites...)
+func (s *SweepSummary) tcpTotal() TCPCounters { return s.TCP }
+func (s *SweepSummary) setAgent(backend string, cpuPct float64) {
+	s.Backend, s.AgentCPUPct = backend, cpuPct
+}
+
+func (r *Runner) delaySweepFresh(backend string) (backendRun, error) {
+	a, err := r.startAgent(backend, thesisWrites...)
 	if err != nil {
 		return nil, err
 	}
 	defer a.Stop()
 	bytes := int64(float64(200e6)*r.opts.Scale) / (64 << 10) * (64 << 10)
-	sum := SweepSummary{Experiment: "delay-sweep-fresh", Session: "new per point", BytesPer: bytes, R2: map[string]float64{}, R2Time: map[string]float64{}, RatioAtMax: map[string]float64{}}
+	sum := &SweepSummary{Experiment: "delay-sweep-fresh", Session: "new per point", BytesPer: bytes, R2: map[string]float64{}, R2Time: map[string]float64{}, RatioAtMax: map[string]float64{}}
 	b2 := HostAddr("b2")
 	var all []*PhaseResult
 	for _, dir := range []string{"read", "write"} {
@@ -307,8 +314,8 @@ func runDelaySweep(r *Runner) (any, error) {
 // per point measures something else: with the delay already in place,
 // CUBIC's HyStart sees the RTT jump by more than its 4 ms minimum and ends
 // slow start at a small window; see delay-sweep-fresh.)
-func runDelaySweepSession(r *Runner) (any, error) {
-	a, err := StartAgent("delayline", r.Dir, thesisWrites...)
+func (r *Runner) delaySweepSession(backend string) (backendRun, error) {
+	a, err := r.startAgent(backend, thesisWrites...)
 	if err != nil {
 		return nil, err
 	}
@@ -317,7 +324,7 @@ func runDelaySweepSession(r *Runner) (any, error) {
 	lead := 2 * time.Second
 	reps := max(r.opts.Repeat, 3)
 	n := len(SweepDelays)
-	sum := SweepSummary{Experiment: "delay-sweep", Session: "one per direction, delay changed on it", R2: map[string]float64{}, R2Time: map[string]float64{}, RatioAtMax: map[string]float64{}}
+	sum := &SweepSummary{Experiment: "delay-sweep", Session: "one per direction, delay changed on it", R2: map[string]float64{}, R2Time: map[string]float64{}, RatioAtMax: map[string]float64{}}
 	b2 := HostAddr("b2")
 	var all []*PhaseResult
 	for _, dir := range []string{"read", "write"} {
@@ -521,21 +528,28 @@ type EffectWindow struct {
 
 // EffectSummary is summary.json of throttle-effect.
 type EffectSummary struct {
-	Experiment string         `json:"experiment"`
-	Windows    []EffectWindow `json:"windows"`
-	Retrans    uint64         `json:"retransmits"`
-	TCP        TCPCounters    `json:"tcp"`
+	Experiment  string         `json:"experiment"`
+	Backend     string         `json:"backend"`
+	AgentCPUPct float64        `json:"agent_cpu_pct"`
+	Windows     []EffectWindow `json:"windows"`
+	Retrans     uint64         `json:"retransmits"`
+	TCP         TCPCounters    `json:"tcp"`
 }
 
-func runThrottleEffect(r *Runner) (any, error) {
-	a, err := StartAgent("delayline", r.Dir, thesisWrites...)
+func (s *EffectSummary) tcpTotal() TCPCounters { return s.TCP }
+func (s *EffectSummary) setAgent(backend string, cpuPct float64) {
+	s.Backend, s.AgentCPUPct = backend, cpuPct
+}
+
+func (r *Runner) throttleEffect(backend string) (backendRun, error) {
+	a, err := r.startAgent(backend, thesisWrites...)
 	if err != nil {
 		return nil, err
 	}
 	defer a.Stop()
 	sc := r.Scale
 	length := sc(420 * time.Second)
-	writers := r.writers(12, 0, length)
+	writers := r.writers(r.controlledWriters(), 0, length)
 	var addrs []netip.Addr
 	for _, j := range writers {
 		addrs = append(addrs, HostAddr(j.Host))
@@ -558,7 +572,7 @@ func runThrottleEffect(r *Runner) (any, error) {
 		{Name: "unthrottled again", FromS: sc(190 * time.Second).Seconds(), ToS: sc(280 * time.Second).Seconds()},
 		{Name: "9.6 ms", DelayMs: 9.6, FromS: sc(280 * time.Second).Seconds(), ToS: sc(370 * time.Second).Seconds()},
 	}
-	p := &Phase{Name: "effect", Label: "12 writers, timed write delays", Length: length, From: 0, To: length,
+	p := &Phase{Name: "effect", Label: fmt.Sprintf("%d writers, timed write delays", len(writers)), Length: length, From: 0, To: length,
 		Jobs: append([]Job{r.reader(length)}, writers...),
 		Events: []Event{
 			{At: sc(100 * time.Second), Name: "4.6ms", Do: setAll(4600 * time.Microsecond)},
@@ -571,7 +585,7 @@ func runThrottleEffect(r *Runner) (any, error) {
 		return nil, err
 	}
 	res := rs[0]
-	sum := EffectSummary{Experiment: "throttle-effect", Retrans: sumTCP(rs).RetransSegs, TCP: sumTCP(rs)}
+	sum := &EffectSummary{Experiment: "throttle-effect", Retrans: sumTCP(rs).RetransSegs, TCP: sumTCP(rs)}
 	for _, w := range wins {
 		// Skip the first second of a window: the throttle's step is
 		// instantaneous, the queue's drain is not.
@@ -581,7 +595,7 @@ func runThrottleEffect(r *Runner) (any, error) {
 		sum.Windows = append(sum.Windows, w)
 	}
 	x, y := res.Series("b2", readWait)
-	err = report.TimePlot(filepath.Join(r.Dir, "read-wait.png"), "smalljob's wait with 12 writers throttled at 4.6 ms, then 9.6 ms (Fig 5.8)",
+	err = report.TimePlot(filepath.Join(r.Dir, "read-wait.png"), fmt.Sprintf("smalljob's wait with %d writers throttled at 4.6 ms, then 9.6 ms by %s (Fig 5.8)", len(writers), backend),
 		"time (s)", "read wait (ms, EWMA 0.15)", []report.Series{{Name: "b2 read wait", X: x, Y: smooth(y)}}, nil)
 	return sum, err
 }

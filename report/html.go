@@ -383,8 +383,32 @@ func summaryPlots(dir, experiment string, o object) ([]string, error) {
 	case "delay-sweep", "delay-sweep-fresh":
 		by := map[string]*Series{}
 		var order []string
+		type point struct {
+			prefix string
+			o      object
+		}
+		var pts []point
 		for _, r := range rows("points") {
-			d, _ := r.get("direction").(string)
+			pts = append(pts, point{"", r})
+		}
+		// Run with --backends: each backend's points, named by it.
+		for _, run := range rows("runs") {
+			be, _ := run.get("backend").(string)
+			sum, _ := run.get("summary").(object)
+			if sum == nil {
+				continue
+			}
+			a, _ := sum.get("points").([]any)
+			for _, e := range a {
+				if x, ok := e.(object); ok {
+					pts = append(pts, point{be + " ", x})
+				}
+			}
+		}
+		for _, pt := range pts {
+			r := pt.o
+			dd, _ := r.get("direction").(string)
+			d := pt.prefix + dd
 			s := by[d]
 			if s == nil {
 				s = &Series{Name: d}

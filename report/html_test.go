@@ -52,6 +52,13 @@ func TestGenerate(t *testing.T) {
 			},
 		},
 		{
+			// delay-sweep --backends: one series per backend and
+			// direction in the rate-vs-delay figure, runs as a table.
+			run:      "delay-sweep-backends",
+			plots:    []string{"report-rate-vs-delay.png"},
+			contains: []string{"<h2>runs</h2>", "<td>edt</td>", "<td>netem</td>", "report-rate-vs-delay.png"},
+		},
+		{
 			// Any summary renders: unknown experiment, no trace.
 			run: "other",
 			contains: []string{

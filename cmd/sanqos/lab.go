@@ -378,10 +378,10 @@ func labRunCmd() *cobra.Command {
 	f.StringVar(&o.Resource, "resource", "", "resource to load (default: the first)")
 	f.DurationSliceVar(&o.Thresholds, "thresholds", nil, "pid/autonomic: thresholds to regulate to (default 10ms,15ms,20ms)")
 	f.StringVar(&o.AgentYAML, "agent-set", "", "pid/autonomic: YAML appended to the agent's config, e.g. 'pid: {kp: 1, ti: 200ms}'")
-	f.IntVar(&o.Writers, "writers", 0, "pid/autonomic: writer threads (default the thesis' 12)")
+	f.IntVar(&o.Writers, "writers", 0, "pid, autonomic, throttle-effect: writer threads (default the thesis' 12)")
 	f.IntVar(&o.Cycles, "cycles", 0, "pid/autonomic: writer on/off cycles (default 6)")
 	f.BoolVar(&o.NoOracle, "no-oracle", false, "autonomic: skip the oracle's search for the best static delay")
-	f.StringSliceVar(&o.Backends, "backends", nil, "pid/autonomic: run the regulated phases once per throttle backend (e.g. edt,netem,delayline), side by side in one summary")
+	f.StringSliceVar(&o.Backends, "backends", nil, "pid, autonomic, delay-sweep(-fresh), throttle-effect, overhead: run once per throttle backend (edt, netem, delayline), side by side in one summary")
 	f.StringArrayVar(&lab.AgentFlags, "agent-flag", nil, "flag added to every agent the run starts, e.g. --agent-flag=--delay-ramp=0.5 (repeatable)")
 	f.StringVar(&kernel, "kernel", "", "which lab: host, or debian (the stock-kernel guest); default the guest if one is up, else the host's")
 	return c
@@ -431,6 +431,9 @@ func labRunGuest(cmd *cobra.Command, g *guest.Guest, name string, o lab.RunOptio
 var guestRunDefaults = map[string][]string{
 	"autonomic": {"--writers=3", "--cycles=2", "--thresholds=30ms", "--thresholds=50ms", "--no-oracle=true"},
 	"pid":       {"--writers=3", "--cycles=2", "--thresholds=30ms", "--thresholds=50ms"},
+	// Twelve writers saturate the guest's group many times over; three
+	// show the same effect (README's interference numbers in the guest).
+	"throttle-effect": {"--writers=3"},
 }
 
 func labDashboardCmd() *cobra.Command {
