@@ -259,8 +259,10 @@ func runControlled(r *Runner, kind string) (any, error) {
 			res, err := r.Run(p, 0)
 			runCPU := cpuSeconds(a.Pid()) - c0
 			cpu += runCPU
+			var runShadow float64
 			if shadow != nil {
-				shadowCPU += cpuSeconds(shadow.Pid()) - s0
+				runShadow = cpuSeconds(shadow.Pid()) - s0
+				shadowCPU += runShadow
 			}
 			wall += time.Since(t0).Seconds()
 			if err == nil {
@@ -297,6 +299,7 @@ func runControlled(r *Runner, kind string) (any, error) {
 				run.Backend = be
 				if w := time.Since(t0).Seconds(); w > 0 {
 					run.AgentCPUPct = round(100*runCPU/w, 2)
+					run.ControlCPUPct = round(100*runShadow/w, 2)
 				}
 			}
 			if runLate.Count > 0 {

@@ -84,11 +84,15 @@ type ControlledRun struct {
 	ThresholdMs float64 `json:"threshold_ms,omitempty"`
 	// Backend is the throttle backend of this run, and AgentCPUPct the
 	// regulating agent's CPU over it (% of a core, backend included), when
-	// one invocation compares backends (lab --backends).
-	Backend     string  `json:"backend,omitempty"`
-	AgentCPUPct float64 `json:"agent_cpu_pct,omitempty"`
-	ReadWaitMs  Dist    `json:"read_wait_ms"`
-	WriteMBs    float64 `json:"write_mb_s"`
+	// one invocation compares backends (lab --backends). ControlCPUPct
+	// is its shadow's over the same run (same config, dry-run backend):
+	// the control loop alone, so AgentCPUPct − ControlCPUPct is what the
+	// backend costs, measured on the same machine at the same moment.
+	Backend       string  `json:"backend,omitempty"`
+	AgentCPUPct   float64 `json:"agent_cpu_pct,omitempty"`
+	ControlCPUPct float64 `json:"control_loop_cpu_pct,omitempty"`
+	ReadWaitMs    Dist    `json:"read_wait_ms"`
+	WriteMBs      float64 `json:"write_mb_s"`
 	// PctAbove is the share of 100 ms intervals (with reads) in which the
 	// reader's wait exceeded 1.2 × threshold.
 	PctAbove float64 `json:"pct_time_above_1_2x_threshold"`
