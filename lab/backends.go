@@ -60,6 +60,18 @@ type backendRun interface {
 	setAgent(backend string, cpuPct float64)
 }
 
+// backendFields are the fields eachBackend fills in an experiment's
+// summary (embedded, so they sit at its top level in summary.json).
+type backendFields struct {
+	Backend string `json:"backend"`
+	// AgentCPUPct is the agents' CPU while they ran, % of one core.
+	AgentCPUPct float64 `json:"agent_cpu_pct"`
+}
+
+func (b *backendFields) setAgent(backend string, cpuPct float64) {
+	b.Backend, b.AgentCPUPct = backend, cpuPct
+}
+
 // BackendRun is one backend's run in a BackendsSummary.
 type BackendRun struct {
 	Backend string `json:"backend"`

@@ -31,13 +31,11 @@ type OverheadDirection struct {
 // OverheadSummary is summary.json of overhead.
 type OverheadSummary struct {
 	Experiment string `json:"experiment"`
-	Backend    string `json:"backend"`
-	// AgentCPUPct is the idle agent's CPU while it ran, % of one core.
-	AgentCPUPct float64           `json:"agent_cpu_pct"`
-	RunS        float64           `json:"seconds_per_run"`
-	Repeats     int               `json:"repeats"`
-	Read        OverheadDirection `json:"read"`
-	Write       OverheadDirection `json:"write"`
+	backendFields
+	RunS    float64           `json:"seconds_per_run"`
+	Repeats int               `json:"repeats"`
+	Read    OverheadDirection `json:"read"`
+	Write   OverheadDirection `json:"write"`
 	// Interleaved is the same question asked more precisely: per
 	// direction one long transfer with the rules taken out and put back
 	// every 2 s, compared window pair by window pair (paired t).
@@ -57,9 +55,6 @@ type OverheadSummary struct {
 // Results are expressed as the time to move 512 MB. Then the interleaved
 // measurement (overhead_interleaved.go) asks the same within one transfer.
 func (s *OverheadSummary) tcpTotal() TCPCounters { return s.TCP }
-func (s *OverheadSummary) setAgent(backend string, cpuPct float64) {
-	s.Backend, s.AgentCPUPct = backend, cpuPct
-}
 
 func (r *Runner) overhead(backend string) (backendRun, error) {
 	if r.State.RAM == nil {

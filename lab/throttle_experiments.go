@@ -181,12 +181,11 @@ type SweepPoint struct {
 
 // SweepSummary is summary.json of delay-sweep.
 type SweepSummary struct {
-	Experiment  string       `json:"experiment"`
-	Backend     string       `json:"backend"`
-	AgentCPUPct float64      `json:"agent_cpu_pct"`
-	Session     string       `json:"session"`
-	BytesPer    int64        `json:"bytes_per_point"`
-	Points      []SweepPoint `json:"points"`
+	Experiment string `json:"experiment"`
+	backendFields
+	Session  string       `json:"session"`
+	BytesPer int64        `json:"bytes_per_point"`
+	Points   []SweepPoint `json:"points"`
 	// Criterion is the pass test: the thesis' own measure (Fig 5.5/5.6),
 	// the time to move 200 MB against the delay, is linear.
 	Criterion SweepCriterion `json:"criterion"`
@@ -228,9 +227,6 @@ var SweepDelays = []time.Duration{0, 600 * time.Microsecond, 1600 * time.Microse
 	4600 * time.Microsecond, 5600 * time.Microsecond, 6600 * time.Microsecond, 7600 * time.Microsecond, 8600 * time.Microsecond, 9600 * time.Microsecond}
 
 func (s *SweepSummary) tcpTotal() TCPCounters { return s.TCP }
-func (s *SweepSummary) setAgent(backend string, cpuPct float64) {
-	s.Backend, s.AgentCPUPct = backend, cpuPct
-}
 
 func (r *Runner) delaySweepFresh(backend string) (backendRun, error) {
 	a, err := r.startAgent(backend, thesisWrites...)
@@ -528,18 +524,14 @@ type EffectWindow struct {
 
 // EffectSummary is summary.json of throttle-effect.
 type EffectSummary struct {
-	Experiment  string         `json:"experiment"`
-	Backend     string         `json:"backend"`
-	AgentCPUPct float64        `json:"agent_cpu_pct"`
-	Windows     []EffectWindow `json:"windows"`
-	Retrans     uint64         `json:"retransmits"`
-	TCP         TCPCounters    `json:"tcp"`
+	Experiment string `json:"experiment"`
+	backendFields
+	Windows []EffectWindow `json:"windows"`
+	Retrans uint64         `json:"retransmits"`
+	TCP     TCPCounters    `json:"tcp"`
 }
 
 func (s *EffectSummary) tcpTotal() TCPCounters { return s.TCP }
-func (s *EffectSummary) setAgent(backend string, cpuPct float64) {
-	s.Backend, s.AgentCPUPct = backend, cpuPct
-}
 
 func (r *Runner) throttleEffect(backend string) (backendRun, error) {
 	a, err := r.startAgent(backend, thesisWrites...)
