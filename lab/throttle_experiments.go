@@ -541,7 +541,8 @@ func (r *Runner) throttleEffect(backend string) (backendRun, error) {
 	defer a.Stop()
 	sc := r.Scale
 	length := sc(420 * time.Second)
-	writers := r.writers(r.controlledWriters(), 0, length)
+	nw := r.controlledWriters()
+	writers := r.writers(nw, 0, length)
 	var addrs []netip.Addr
 	for _, j := range writers {
 		addrs = append(addrs, HostAddr(j.Host))
@@ -564,7 +565,7 @@ func (r *Runner) throttleEffect(backend string) (backendRun, error) {
 		{Name: "unthrottled again", FromS: sc(190 * time.Second).Seconds(), ToS: sc(280 * time.Second).Seconds()},
 		{Name: "9.6 ms", DelayMs: 9.6, FromS: sc(280 * time.Second).Seconds(), ToS: sc(370 * time.Second).Seconds()},
 	}
-	p := &Phase{Name: "effect", Label: fmt.Sprintf("%d writers, timed write delays", len(writers)), Length: length, From: 0, To: length,
+	p := &Phase{Name: "effect", Label: fmt.Sprintf("%d writers, timed write delays", nw), Length: length, From: 0, To: length,
 		Jobs: append([]Job{r.reader(length)}, writers...),
 		Events: []Event{
 			{At: sc(100 * time.Second), Name: "4.6ms", Do: setAll(4600 * time.Microsecond)},
@@ -587,7 +588,7 @@ func (r *Runner) throttleEffect(backend string) (backendRun, error) {
 		sum.Windows = append(sum.Windows, w)
 	}
 	x, y := res.Series("b2", readWait)
-	err = report.TimePlot(filepath.Join(r.Dir, "read-wait.png"), fmt.Sprintf("smalljob's wait with %d writers throttled at 4.6 ms, then 9.6 ms by %s (Fig 5.8)", len(writers), backend),
+	err = report.TimePlot(filepath.Join(r.Dir, "read-wait.png"), fmt.Sprintf("smalljob's wait with %d writers throttled at 4.6 ms, then 9.6 ms by %s (Fig 5.8)", nw, backend),
 		"time (s)", "read wait (ms, EWMA 0.15)", []report.Series{{Name: "b2 read wait", X: x, Y: smooth(y)}}, nil)
 	return sum, err
 }
