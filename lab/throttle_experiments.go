@@ -526,6 +526,7 @@ type EffectWindow struct {
 type EffectSummary struct {
 	Experiment string `json:"experiment"`
 	backendFields
+	Writers int            `json:"writers"`
 	Windows []EffectWindow `json:"windows"`
 	Retrans uint64         `json:"retransmits"`
 	TCP     TCPCounters    `json:"tcp"`
@@ -578,7 +579,7 @@ func (r *Runner) throttleEffect(backend string) (backendRun, error) {
 		return nil, err
 	}
 	res := rs[0]
-	sum := &EffectSummary{Experiment: "throttle-effect", Retrans: sumTCP(rs).RetransSegs, TCP: sumTCP(rs)}
+	sum := &EffectSummary{Experiment: "throttle-effect", Writers: nw, Retrans: sumTCP(rs).RetransSegs, TCP: sumTCP(rs)}
 	for _, w := range wins {
 		// Skip the first second of a window: the throttle's step is
 		// instantaneous, the queue's drain is not.
