@@ -122,18 +122,16 @@ func (r *Runner) overhead(backend string) (backendRun, error) {
 	// Taking rules out and putting them back mid-transfer is done to the
 	// delay line's iptables rules; the qdisc backends' trees are not
 	// toggled that way.
-	if backend != "delayline" {
+	if backend == "delayline" {
+		il, res, err := runInterleavedBoth(r)
+		all = append(all, res...)
+		if err != nil {
+			return nil, err
+		}
+		sum.Interleaved = il
+	} else {
 		sum.InterleavedSkipped = "the interleaved measurement toggles the delay line's iptables rules; " + backend + " installs a qdisc tree instead"
-		sum.TCP = sumTCP(all)
-		sum.Retrans = sum.TCP.RetransSegs
-		return sum, nil
 	}
-	il, res, err := runInterleavedBoth(r)
-	all = append(all, res...)
-	if err != nil {
-		return nil, err
-	}
-	sum.Interleaved = il
 	sum.TCP = sumTCP(all)
 	sum.Retrans = sum.TCP.RetransSegs
 	return sum, nil

@@ -43,8 +43,15 @@ var AutonomicThresholds = append([]time.Duration{5 * time.Millisecond}, Threshol
 // unless --agent-set names the key: the threshold bounds the reader's
 // p95 (the Done-when's measure), and 40 ms of delay — a fifth of TCP's
 // 200 ms minimum RTO — is what 12 writers need at a 10 ms threshold (at
-// 20 ms the PID pinned at max_delay and p95 stayed at 1.31×).
-var controlledDefaults = [][2]string{{"objective", "p95"}, {"max_delay", "40ms"}}
+// 20 ms the PID pinned at max_delay and p95 stayed at 1.31×); in the TCG
+// guest, tcgMaxDelay.
+func controlledDefaults() [][2]string {
+	maxDelay := "40ms"
+	if GuestAccel() == "tcg" {
+		maxDelay = tcgMaxDelay
+	}
+	return [][2]string{{"objective", "p95"}, {"max_delay", maxDelay}}
+}
 
 // tcgMaxDelay is max_delay's default in the stock-kernel guest under TCG,
 // where every round trip through the emulated stack is slower, so the
@@ -83,10 +90,7 @@ func (r *Runner) writeAgentConfigOn(path, backend, http string, thr time.Duratio
 	}
 	extra = strings.Join(kept, "\n")
 	fmt.Fprintf(&b, "backend: %s\nhttp: %s\nthreshold: %v\n%s\n", backend, http, thr, extra)
-	for _, kv := range controlledDefaults {
-		if kv[0] == "max_delay" && GuestAccel() == "tcg" {
-			kv[1] = tcgMaxDelay
-		}
+	for _, kv := range controlledDefaults() {
 		if !strings.Contains(extra, kv[0]+":") {
 			fmt.Fprintf(&b, "%s: %s\n", kv[0], kv[1])
 		}
