@@ -5,31 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/guestenv"
 )
 
 // GuestCmdlineKey is the kernel command-line parameter the stock-kernel
-// tier's QEMU guest (lab/guest) boots with: sanqos.accel=tcg or kvm. Every
-// process in the guest — `lab up`, the supervisor, the agents — reads it
-// from /proc/cmdline, so no environment has to be passed along.
-const GuestCmdlineKey = "sanqos.accel"
+// tier's QEMU guest (lab/guest) boots with: sanqos.accel=tcg or kvm.
+const GuestCmdlineKey = guestenv.Key
 
 // GuestAccel returns the accelerator of the QEMU guest this process runs
 // in ("tcg", "kvm"), or "" on the host.
-func GuestAccel() string {
-	b, err := os.ReadFile("/proc/cmdline")
-	if err != nil {
-		return ""
-	}
-	for _, f := range strings.Fields(string(b)) {
-		if v, ok := strings.CutPrefix(f, GuestCmdlineKey+"="); ok {
-			return v
-		}
-	}
-	return ""
-}
+func GuestAccel() string { return guestenv.Accel() }
 
 // Slowdown is how much longer the lab's waits for outside processes
 // (tgtd's socket, the disk model's mounts, an agent's socket) may take

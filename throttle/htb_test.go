@@ -5,13 +5,12 @@ import (
 	"math"
 	"net"
 	"net/netip"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/guestenv"
 	"github.com/vishvananda/netlink"
 )
 
@@ -201,7 +200,7 @@ func TestHTBRateCapInNamespaces(t *testing.T) {
 	}
 	capErr := func(got, want float64) float64 { return math.Abs(got-want) / want }
 	wireTol, payloadTol, neighbourX := rateTol(0.02), rateTol(0.06), neighbourFactor()
-	if emulatedCPU() {
+	if guestenv.Emulated() {
 		t.Logf("emulated CPU: cap within %.0f %% on the wire, %.0f %% of payload", 100*wireTol, 100*payloadTol)
 	}
 	check := func(limit float64) {
@@ -327,7 +326,7 @@ func TestHTBCapsLapseWhenRefreshStops(t *testing.T) {
 // kernel's paths (fw marks, the IFB); the caps' accuracy is asserted on
 // a real CPU.
 func rateTol(tol float64) float64 {
-	if emulatedCPU() {
+	if guestenv.Emulated() {
 		return 0.25
 	}
 	return tol
@@ -337,15 +336,8 @@ func rateTol(tol float64) float64 {
 // must run to show it is not shaped: less under an emulated CPU, whose
 // senders are slow.
 func neighbourFactor() float64 {
-	if emulatedCPU() {
+	if guestenv.Emulated() {
 		return 1.5
 	}
 	return 5
-}
-
-// emulatedCPU reports whether this test runs in the lab's TCG guest, which
-// boots with sanqos.accel=tcg on its command line (lab/guest).
-func emulatedCPU() bool {
-	b, err := os.ReadFile("/proc/cmdline")
-	return err == nil && strings.Contains(string(b), "sanqos.accel=tcg")
 }

@@ -24,6 +24,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/guestenv"
 )
 
 // Options choose the guest.
@@ -278,8 +280,8 @@ func qemuArgs(o *Options, dir, boot, serial string) (string, []string, error) {
 }
 
 // AccelCmdlineKey is the kernel parameter naming the guest's accelerator
-// (lab.GuestCmdlineKey reads it).
-const AccelCmdlineKey = "sanqos.accel"
+// (package guestenv reads it, for the lab and the tests run in the guest).
+const AccelCmdlineKey = guestenv.Key
 
 // Run boots the guest, runs script (sh) in it with the work directory as
 // its current directory, and returns its exit code and output.
