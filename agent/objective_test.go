@@ -1,8 +1,12 @@
 package agent
 
 import (
+	"bufio"
 	"math"
 	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -90,5 +94,50 @@ func TestTailObjectiveLowersSetpoint(t *testing.T) {
 			t.Errorf("mean setpoint %.2f ms, want the threshold", st.SetpointMs)
 		}
 		l.Release()
+	}
+}
+
+// On the reader's recorded wait at 10 ms (six load steps of twelve
+// writers, lab scale 1), q must hold steady once the first step has been
+// seen: where the wait barely moves with the delay, each 0.05 of q moves
+// the delay by several ms (objective.go). The 30 s window this replaced
+// swung by 0.14 on the same trace.
+func TestTailEstimateSteadyAcrossLoadSteps(t *testing.T) {
+	f, err := os.Open("testdata/read-wait-10ms.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	te := newTailEstimate()
+	ind, have := 0.0, false
+	lo, hi := math.Inf(1), math.Inf(-1)
+	sc := bufio.NewScanner(f)
+	for i := 0; sc.Scan(); {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		i++
+		if line != "" {
+			raw, err := strconv.ParseFloat(line, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if have {
+				te.add(raw, ind)
+				ind += 0.5 * (raw - ind) // the agent's default EWMA
+			} else {
+				ind, have = raw, true
+			}
+		}
+		if i > 600 { // 60 s: past the first load step
+			lo, hi = min(lo, te.q), max(hi, te.q)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if hi-lo > 0.08 || lo < 1.2 {
+		t.Errorf("q ranged %.2f–%.2f after the first load step; want a spread ≤ 0.08 around the trace's tail (~1.3)", lo, hi)
 	}
 }
