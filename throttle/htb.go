@@ -224,7 +224,7 @@ func (t *HTB) build() error {
 	t.nf = nf
 	// One rule for all consumers: each set member carries its own mark
 	// (ipset skbinfo), so adding a consumer is one ipset add.
-	return nf.install([][]string{{"-j", "SET", "--map-set", tcRateSet(t.cfg.Label), "dst", "--map-mark"}})
+	return nf.install([][]string{tcMapSpec(tcRateSet(t.cfg.Label))})
 }
 
 func (t *HTB) Name() string { return "htb" }
@@ -345,7 +345,7 @@ func (t *HTB) add(a netip.Addr, c htbConsumer) (err error) {
 		}
 		undo.add(f.del)
 	}
-	return tcSetAddMark(tcRateSet(t.cfg.Label), a, t.marks.mark(uint32(c.minor)), t.marks.Mask)
+	return tcSetAddMark(nil, tcRateSet(t.cfg.Label), a, t.marks.mark(uint32(c.minor)), t.marks.Mask)
 }
 
 // remove undoes add in reverse without dropping what the class still
@@ -359,7 +359,7 @@ func (t *HTB) remove(a netip.Addr, c htbConsumer) error {
 		return fmt.Errorf("htb: open class of %v: %w", a, err)
 	}
 	t.waitEmpty(fast)
-	if err := tcSetDel(tcRateSet(t.cfg.Label), a); err != nil {
+	if err := tcSetDel(nil, tcRateSet(t.cfg.Label), a); err != nil {
 		return err
 	}
 	t.waitEmpty(fast)
@@ -430,7 +430,7 @@ func (t *HTB) refresh() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for a, c := range t.cur {
-		if err := tcSetAddMark(tcRateSet(t.cfg.Label), a, t.marks.mark(uint32(c.minor)), t.marks.Mask); err != nil {
+		if err := tcSetAddMark(nil, tcRateSet(t.cfg.Label), a, t.marks.mark(uint32(c.minor)), t.marks.Mask); err != nil {
 			t.cfg.Log.Warn("htb: refreshing a consumer's mark", "consumer", a, "err", err)
 		}
 	}

@@ -21,9 +21,11 @@ import (
 // is the netem step it would wait in: with acks the ACK takes the write
 // step and the data the read step; with replies (the default) the ACK
 // passes unmarked and the data takes the larger step, as in the delay
-// line. Raw sends run the hooks synchronously, so the counters are final
-// when sendto returns. No subtests: the test's thread is in the
-// namespace, a subtest's goroutine would not be.
+// line. The consumer then moves to other steps (one ipset add replacing
+// its entries' marks) and back to none. Raw sends run the hooks
+// synchronously, so the counters are final when sendto returns. No
+// subtests: the test's thread is in the namespace, a subtest's goroutine
+// would not be.
 func TestNetemMarksByWriteOn(t *testing.T) {
 	n := newTCTestNet(t)
 	n.enterA(t)
@@ -37,33 +39,56 @@ func TestNetemMarksByWriteOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	consumer, bystander := n.addrsB[0], n.addrsB[1]
-	set := Setting{ReadDelay: time.Millisecond, WriteDelay: 3 * time.Millisecond} // steps 2 and 6
-	for round, tc := range []struct {
+	var ne *Netem
+	closeNetem := func() {
+		if ne != nil {
+			ne.ipset.close()
+			if err := CleanupTC(n.label); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	ms := time.Millisecond
+	round := 0
+	for _, tc := range []struct {
 		on        WriteOn
+		set       Setting
 		ack, data int // steps
 	}{
-		{WriteOnACKs, 6, 2},
-		{WriteOnReplies, 0, 6},
+		{WriteOnACKs, Setting{ReadDelay: ms, WriteDelay: 3 * ms}, 6, 2},
+		{WriteOnACKs, Setting{ReadDelay: 5 * ms, WriteDelay: 2 * ms}, 4, 10},
+		{WriteOnACKs, Setting{}, 0, 0},
+		{WriteOnReplies, Setting{ReadDelay: ms, WriteDelay: 3 * ms}, 0, 6},
+		{WriteOnReplies, Setting{ReadDelay: 4 * ms}, 0, 8},
+		{WriteOnReplies, Setting{}, 0, 0},
 	} {
-		func() {
+		if ne == nil || ne.cfg.WriteOn != tc.on {
+			closeNetem()
 			cfg := NetemConfig{Device: n.devA, Label: n.label, Port: n.port, WriteOn: tc.on}
 			if err := cfg.defaults(); err != nil {
 				t.Fatal(err)
 			}
-			ne := &Netem{cfg: cfg, plan: cfg.plan(0), cur: map[netip.Addr]netemState{}}
-			defer func() {
-				if err := CleanupTC(n.label); err != nil {
-					t.Error(err)
-				}
-			}()
+			ne = &Netem{cfg: cfg, plan: cfg.plan(0), cur: map[netip.Addr]netemState{}}
 			if err := ne.buildMarking(); err != nil {
 				t.Fatal(err)
 			}
-			if err := ne.Set(map[netip.Addr]Setting{consumer: set}); err != nil {
+		}
+		func() {
+			if err := ne.Set(map[netip.Addr]Setting{consumer: tc.set}); err != nil {
 				t.Fatal(err)
 			}
-			if got := ne.List()[consumer]; got != set {
-				t.Errorf("%v: List: %+v, want the setting as given %+v", tc.on, got, set)
+			if got := ne.List()[consumer]; got != tc.set {
+				t.Errorf("%v: List: %+v, want the setting as given %+v", tc.on, got, tc.set)
+			}
+			// Whatever the steps, one rule per chain marks them all.
+			for _, ch := range tcChains(n.label)[1:] {
+				rules, err := ipt.List("mangle", ch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(rules) != 2 { // "-N chain" and the SET rule
+					t.Errorf("%v %+v: chain %s has %d rules, want 1: %q", tc.on, tc.set, ch, len(rules)-1, rules)
+				}
 			}
 			m := ne.plan.Marks
 			for i, p := range []struct {
@@ -80,11 +105,13 @@ func TestNetemMarksByWriteOn(t *testing.T) {
 				count := markCounter(t, ipt, dport, m.mark(uint32(p.step)), m.Mask)
 				sendSegment(t, fd, n.addrA, p.dst, n.port, dport, p.payload)
 				if got := count(); got != 1 {
-					t.Errorf("%v: %v, %d payload bytes: %d packets with step %d's mark %#x, want 1", tc.on, p.dst, p.payload, got, p.step, m.mark(uint32(p.step)))
+					t.Errorf("%v %+v: %v, %d payload bytes: %d packets with step %d's mark %#x, want 1", tc.on, tc.set, p.dst, p.payload, got, p.step, m.mark(uint32(p.step)))
 				}
 			}
 		}()
+		round++
 	}
+	closeNetem()
 }
 
 // markCounter adds a rule after ours in mangle POSTROUTING that counts

@@ -66,8 +66,6 @@ type tcNetfilter struct {
 	hook  string // built-in mangle chain that jumps to ours
 	dev   string
 	port  uint16
-	// added lists rules in our chains (chain + spec), to know which exist.
-	added map[string]bool
 }
 
 func newTcNetfilter(label, hook, dev string, port uint16) (*tcNetfilter, error) {
@@ -80,7 +78,7 @@ func newTcNetfilter(label, hook, dev string, port uint16) (*tcNetfilter, error) 
 	if err != nil {
 		return nil, fmt.Errorf("iptables: %w", err)
 	}
-	return &tcNetfilter{ipt: ipt, label: label, hook: hook, dev: dev, port: port, added: map[string]bool{}}, nil
+	return &tcNetfilter{ipt: ipt, label: label, hook: hook, dev: dev, port: port}, nil
 }
 
 func (n *tcNetfilter) jumpSpec() []string {
@@ -91,17 +89,23 @@ func (n *tcNetfilter) jumpSpec() []string {
 	return append(s, "-m", "comment", "--comment", tcComment(n.label), "-j", tcChains(n.label)[0])
 }
 
-// install creates our chains with the given rules in the first one, then
+// install creates our chains with rules[i] in chain i (tcChains), then
 // the jump from the hook, last, so traffic never enters a half-built chain.
-func (n *tcNetfilter) install(mainRules [][]string) error {
-	for _, c := range tcChains(n.label) {
+func (n *tcNetfilter) install(rules ...[][]string) error {
+	chains := tcChains(n.label)
+	if len(rules) > len(chains) {
+		return fmt.Errorf("rules for %d chains, have %d", len(rules), len(chains))
+	}
+	for _, c := range chains {
 		if err := n.ipt.NewChain(tcTable, c); err != nil {
 			return fmt.Errorf("create chain %s: %w", c, err)
 		}
 	}
-	for _, r := range mainRules {
-		if err := n.append(tcChains(n.label)[0], r); err != nil {
-			return err
+	for i, rs := range rules {
+		for _, r := range rs {
+			if err := n.append(chains[i], r); err != nil {
+				return err
+			}
 		}
 	}
 	if err := n.ipt.Append(tcTable, n.hook, n.jumpSpec()...); err != nil {
@@ -121,27 +125,7 @@ func (n *tcNetfilter) append(chain string, spec []string) error {
 	if err := n.ipt.Append(tcTable, chain, full...); err != nil {
 		return fmt.Errorf("add rule to %s: %w", chain, err)
 	}
-	n.added[chain+" "+strings.Join(spec, " ")] = true
 	return nil
-}
-
-func (n *tcNetfilter) has(chain string, spec []string) bool {
-	return n.added[chain+" "+strings.Join(spec, " ")]
-}
-
-// ensure adds spec to chain unless we added it before. Rules are only
-// ever added (one per set), never rewritten: membership changes are
-// ipset operations.
-func (n *tcNetfilter) ensure(chain string, spec []string) error {
-	if n.has(chain, spec) {
-		return nil
-	}
-	return n.append(chain, spec)
-}
-
-// markSpec marks packets to members of set with mark under mask.
-func tcMarkSpec(set string, mark, mask uint32) []string {
-	return []string{"-m", "set", "--match-set", set, "dst", "-j", "MARK", "--set-xmark", fmt.Sprintf("%#x/%#x", mark, mask)}
 }
 
 // tcCleanupNetfilter removes the hook jumps and chains of label, whoever
@@ -185,12 +169,23 @@ func tcCleanupNetfilter(label string) error {
 
 // Set names: <label>-w-<step> (pure ACKs to writers), <label>-r-<step>
 // (payload to readers), <label>-rate (HTB consumers, mark per member).
-func tcStepSet(label, dir string, step int) string { return fmt.Sprintf("%s-%s-%d", label, dir, step) }
-func tcRateSet(label string) string                { return label + "-rate" }
+// tcMapSet is netem's set of consumers in direction dir ("r": segments
+// with payload, "w": pure ACKs), each entry carrying its step's mark.
+func tcMapSet(label, dir string) string { return label + "-" + dir }
+func tcRateSet(label string) string     { return label + "-rate" }
 
+// tcOwnSet also matches label-r-N and label-w-N, the per-step sets of
+// netem before it marked through one set per direction, so a restart
+// after an upgrade still removes what a crashed older agent left.
 func tcOwnSet(label, name string) bool {
-	re := regexp.MustCompile(`^` + regexp.QuoteMeta(label) + `-(([wr]-[0-9]+)|rate)$`)
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(label) + `-(([wr](-[0-9]+)?)|rate)$`)
 	return re.MatchString(name)
+}
+
+// tcMapSpec copies the skbinfo mark of the packet's destination's entry
+// in set onto the packet; packets to non-members pass unmarked.
+func tcMapSpec(set string) []string {
+	return []string{"-j", "SET", "--map-set", set, "dst", "--map-mark"}
 }
 
 // DefaultMarkTTL is how long a consumer's set membership (and so its mark,
@@ -217,16 +212,8 @@ func tcCreateSet(name string, skbinfo bool, ttl time.Duration) error {
 	return nil
 }
 
-func tcSetAdd(set string, a netip.Addr) error {
-	err := tcIpset(func() error { return netlink.IpsetAdd(set, &netlink.IPSetEntry{IP: a.AsSlice(), Replace: true}) })
-	if err != nil {
-		return fmt.Errorf("ipset add %s %v: %w", set, a, err)
-	}
-	return nil
-}
-
-func tcSetDel(set string, a netip.Addr) error {
-	err := tcIpset(func() error { return netlink.IpsetDel(set, &netlink.IPSetEntry{IP: a.AsSlice()}) })
+func tcSetDel(c *ipsetConn, set string, a netip.Addr) error {
+	err := c.exec(tcIpsetRequest(nl.IPSET_CMD_DEL, set, a))
 	if err != nil && !errors.Is(err, nl.IPSetError(nl.IPSET_ERR_EXIST)) {
 		return fmt.Errorf("ipset del %s %v: %w", set, a, err)
 	}
@@ -234,19 +221,28 @@ func tcSetDel(set string, a netip.Addr) error {
 }
 
 // tcSetAddMark adds a with the skbinfo mark that `-j SET --map-mark`
-// copies to the packet. vishvananda/netlink's IPSetEntry.Mark is the
-// hash:ip,mark key, not skbinfo, so the message is built here, the same way
-// the library builds its own.
-func tcSetAddMark(set string, a netip.Addr, mark, mask uint32) error {
-	req := tcIpsetAddRequest(set, a, mark, mask)
-	if _, err := req.Execute(unix.NETLINK_NETFILTER, 0); err != nil {
+// copies to the packet, replacing the mark and timeout of an entry a
+// already has (no NLM_F_EXCL: ipset's -exist). vishvananda/netlink's
+// IPSetEntry.Mark is the hash:ip,mark key, not skbinfo, so the message is
+// built here, the same way the library builds its own.
+func tcSetAddMark(c *ipsetConn, set string, a netip.Addr, mark, mask uint32) error {
+	if err := c.exec(tcIpsetAddRequest(set, a, mark, mask)); err != nil {
 		return fmt.Errorf("ipset add %s %v skbmark %#x/%#x: %w", set, a, mark, mask, err)
 	}
 	return nil
 }
 
 func tcIpsetAddRequest(set string, a netip.Addr, mark, mask uint32) *nl.NetlinkRequest {
-	req := nl.NewNetlinkRequest(nl.IPSET_CMD_ADD|(unix.NFNL_SUBSYS_IPSET<<8), nl.GetIpsetFlags(nl.IPSET_CMD_ADD))
+	var skb [8]byte
+	binary.BigEndian.PutUint32(skb[:4], mark)
+	binary.BigEndian.PutUint32(skb[4:], mask)
+	return tcIpsetRequest(nl.IPSET_CMD_ADD, set, a, nl.NewRtAttr(nl.IPSET_ATTR_SKBMARK|int(nl.NLA_F_NET_BYTEORDER), skb[:]))
+}
+
+// tcIpsetRequest is an ipset command on one IPv4 entry of set, with the
+// entry's extensions.
+func tcIpsetRequest(cmd int, set string, a netip.Addr, ext ...*nl.RtAttr) *nl.NetlinkRequest {
+	req := nl.NewNetlinkRequest(cmd|(unix.NFNL_SUBSYS_IPSET<<8), nl.GetIpsetFlags(cmd))
 	req.AddData(&nl.Nfgenmsg{NfgenFamily: uint8(unix.AF_INET), Version: nl.NFNETLINK_V0})
 	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_PROTOCOL, nl.Uint8Attr(nl.IPSET_PROTOCOL)))
 	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_SETNAME, nl.ZeroTerminated(set)))
@@ -254,12 +250,52 @@ func tcIpsetAddRequest(set string, a netip.Addr, mark, mask uint32) *nl.NetlinkR
 	ip := nl.NewRtAttr(nl.IPSET_ATTR_IP|int(nl.NLA_F_NESTED), nil)
 	ip.AddRtAttr(nl.IPSET_ATTR_IPADDR_IPV4|int(nl.NLA_F_NET_BYTEORDER), a.AsSlice())
 	data.AddChild(ip)
-	var skb [8]byte
-	binary.BigEndian.PutUint32(skb[:4], mark)
-	binary.BigEndian.PutUint32(skb[4:], mask)
-	data.AddRtAttr(nl.IPSET_ATTR_SKBMARK|int(nl.NLA_F_NET_BYTEORDER), skb[:])
+	for _, e := range ext {
+		data.AddChild(e)
+	}
 	req.AddData(data)
 	return req
+}
+
+// ipsetConn sends a backend's ipset updates over one netfilter netlink
+// socket, opened in the namespace of the thread that creates it (the
+// backend's). The library's package-level calls, and a request without
+// sockets, open, configure and close a socket per message: five system
+// calls around the send and receive that do the work, for every writer
+// whose delay changes on every tick. A nil *ipsetConn does just that.
+type ipsetConn struct {
+	sh nl.SocketHandle
+}
+
+func newIpsetConn() (*ipsetConn, error) {
+	s, err := nl.GetNetlinkSocketAt(netns.None(), netns.None(), unix.NETLINK_NETFILTER)
+	if err != nil {
+		return nil, fmt.Errorf("netfilter netlink socket: %w", err)
+	}
+	if err := errors.Join(s.SetSendTimeout(&nl.SocketTimeoutTv), s.SetReceiveTimeout(&nl.SocketTimeoutTv)); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("netfilter netlink socket: %w", err)
+	}
+	return &ipsetConn{sh: nl.SocketHandle{Socket: s}}, nil
+}
+
+func (c *ipsetConn) close() {
+	if c != nil {
+		c.sh.Close()
+	}
+}
+
+// exec runs req, mapping ipset's private error numbers as the library
+// does.
+func (c *ipsetConn) exec(req *nl.NetlinkRequest) error {
+	if c != nil {
+		req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_NETFILTER: &c.sh}
+	}
+	_, err := req.Execute(unix.NETLINK_NETFILTER, 0)
+	if errno, ok := err.(syscall.Errno); ok && int(errno) >= nl.IPSET_ERR_PRIVATE {
+		return nl.IPSetError(uintptr(errno))
+	}
+	return err
 }
 
 // markLease re-adds every member of a backend's sets three times per TTL,
@@ -317,11 +353,12 @@ func (l *markLease) end() {
 // tcCleanupSets destroys label's sets; run after the rules that use them
 // are gone (the kernel refuses to destroy a set in use).
 func tcCleanupSets(label string) error {
-	// The rate set goes by name first: listing it would make the library
-	// log every skbmark attribute it does not parse.
-	rate := tcRateSet(label)
-	if err := tcIpset(func() error { return netlink.IpsetDestroy(rate) }); err != nil && !errors.Is(err, syscall.ENOENT) {
-		return fmt.Errorf("destroy ipset %s: %w", rate, err)
+	// The skbinfo sets go by name first: listing them would make the
+	// library log every skbmark attribute it does not parse.
+	for _, set := range []string{tcRateSet(label), tcMapSet(label, "r"), tcMapSet(label, "w")} {
+		if err := tcIpset(func() error { return netlink.IpsetDestroy(set) }); err != nil && !errors.Is(err, syscall.ENOENT) {
+			return fmt.Errorf("destroy ipset %s: %w", set, err)
+		}
 	}
 	var sets []netlink.IPSetResult
 	err := tcIpset(func() (err error) { sets, err = netlink.IpsetListAll(); return err })

@@ -47,7 +47,7 @@ func inNS(ns netns.NsHandle, f func() error) error {
 	return <-ch
 }
 
-func newTCTestNet(t *testing.T) *tcTestNet {
+func newTCTestNet(t testing.TB) *tcTestNet {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "iptables", "iptables-save")
@@ -122,7 +122,7 @@ func setupLink(dev string, addrs ...netip.Addr) error {
 // enterA moves the test goroutine (locked to its thread) into namespace A
 // until the test ends: backends run on the caller's thread, as the agent
 // runs in the namespace it was started in.
-func (n *tcTestNet) enterA(t *testing.T) {
+func (n *tcTestNet) enterA(t testing.TB) {
 	t.Helper()
 	runtime.LockOSThread()
 	orig, err := netns.Get()
