@@ -50,14 +50,7 @@ func BenchmarkEDTSetTick(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer e.bpfObjects.close()
-	batches := setCostBatches()
-	b.ResetTimer()
-	for i := range b.N {
-		if err := e.Set(batches[i%2]); err != nil {
-			b.Fatal(err)
-		}
-	}
-	reportTick(b)
+	setTicks(b, e)
 }
 
 // BenchmarkNetemSetTick: per tick, one skbinfo ipset add per writer (its
@@ -92,19 +85,20 @@ func benchNetemSet(b *testing.B, shared bool) {
 		ne.ipset.close()
 		ne.ipset = nil
 	}
+	setTicks(b, ne)
+}
+
+// setTicks moves the writers between two delays b.N times and reports
+// the tick's cost as a share of one core at the agent's 10 ticks per
+// second, had every tick changed every writer.
+func setTicks(b *testing.B, t Throttle) {
 	batches := setCostBatches()
 	b.ResetTimer()
 	for i := range b.N {
-		if err := ne.Set(batches[i%2]); err != nil {
+		if err := t.Set(batches[i%2]); err != nil {
 			b.Fatal(err)
 		}
 	}
-	reportTick(b)
-}
-
-// reportTick adds the tick's cost as a share of one core at the agent's
-// 10 ticks per second, had every tick changed every writer.
-func reportTick(b *testing.B) {
 	perTick := b.Elapsed().Seconds() / float64(b.N)
 	b.ReportMetric(perTick*10*100, "%core@10Hz")
 	b.ReportMetric(perTick*1e6/setCostWriters, "µs/writer")
