@@ -126,7 +126,6 @@ type HTB struct {
 	ifidx  int
 	marks  tcMarkMap
 	filter tcFilterKind
-	nf     *tcNetfilter
 
 	mu    sync.Mutex
 	cur   map[netip.Addr]htbConsumer
@@ -221,7 +220,6 @@ func (t *HTB) build() error {
 	if err != nil {
 		return err
 	}
-	t.nf = nf
 	// One rule for all consumers: each set member carries its own mark
 	// (ipset skbinfo), so adding a consumer is one ipset add.
 	return nf.install([][]string{tcMapSpec(tcRateSet(t.cfg.Label))})

@@ -186,7 +186,6 @@ type Netem struct {
 	ifidx  int
 	plan   netemPlan
 	filter tcFilterKind
-	nf     *tcNetfilter
 	ipset  *ipsetConn
 
 	mu    sync.Mutex
@@ -313,7 +312,6 @@ func (t *Netem) buildMarking() error {
 	if err != nil {
 		return err
 	}
-	t.nf = nf
 	ch := tcChains(t.cfg.Label)
 	return nf.install(netemMainRules(ch),
 		[][]string{tcMapSpec(tcMapSet(t.cfg.Label, "w"))},
@@ -336,9 +334,8 @@ func (t *Netem) Name() string { return "netem" }
 
 // Set moves each consumer to the steps of its (rounded-up) delays: per
 // direction one ipset add that replaces its entry's mark, or one del for
-// no delay. Rate caps are
-// not this backend's (ErrUnsupported); nor are IPv6 consumers, whose pure
-// ACKs the IPv4 u32 test cannot recognise.
+// no delay. Rate caps are not this backend's (ErrUnsupported); nor are
+// IPv6 consumers, whose pure ACKs the IPv4 u32 test cannot recognise.
 func (t *Netem) Set(settings map[netip.Addr]Setting) error {
 	if err := ValidateAll(settings); err != nil {
 		return err

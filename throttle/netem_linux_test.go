@@ -48,9 +48,9 @@ func TestNetemMarksByWriteOn(t *testing.T) {
 			}
 		}
 	}
+	defer closeNetem()
 	ms := time.Millisecond
-	round := 0
-	for _, tc := range []struct {
+	for round, tc := range []struct {
 		on        WriteOn
 		set       Setting
 		ack, data int // steps
@@ -73,45 +73,41 @@ func TestNetemMarksByWriteOn(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		func() {
-			if err := ne.Set(map[netip.Addr]Setting{consumer: tc.set}); err != nil {
+		if err := ne.Set(map[netip.Addr]Setting{consumer: tc.set}); err != nil {
+			t.Fatal(err)
+		}
+		if got := ne.List()[consumer]; got != tc.set {
+			t.Errorf("%v: List: %+v, want the setting as given %+v", tc.on, got, tc.set)
+		}
+		// Whatever the steps, one rule per chain marks them all.
+		for _, ch := range tcChains(n.label)[1:] {
+			rules, err := ipt.List("mangle", ch)
+			if err != nil {
 				t.Fatal(err)
 			}
-			if got := ne.List()[consumer]; got != tc.set {
-				t.Errorf("%v: List: %+v, want the setting as given %+v", tc.on, got, tc.set)
+			if len(rules) != 2 { // "-N chain" and the SET rule
+				t.Errorf("%v %+v: chain %s has %d rules, want 1: %q", tc.on, tc.set, ch, len(rules)-1, rules)
 			}
-			// Whatever the steps, one rule per chain marks them all.
-			for _, ch := range tcChains(n.label)[1:] {
-				rules, err := ipt.List("mangle", ch)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(rules) != 2 { // "-N chain" and the SET rule
-					t.Errorf("%v %+v: chain %s has %d rules, want 1: %q", tc.on, tc.set, ch, len(rules)-1, rules)
-				}
+		}
+		m := ne.plan.Marks
+		for i, p := range []struct {
+			dst     netip.Addr
+			payload int
+			step    int
+		}{
+			{consumer, 0, tc.ack},
+			{consumer, 8, tc.data},
+			{bystander, 0, 0},
+			{bystander, 8, 0},
+		} {
+			dport := uint16(40001 + 10*round + i) // fresh counters each round
+			count := markCounter(t, ipt, dport, m.mark(uint32(p.step)), m.Mask)
+			sendSegment(t, fd, n.addrA, p.dst, n.port, dport, p.payload)
+			if got := count(); got != 1 {
+				t.Errorf("%v %+v: %v, %d payload bytes: %d packets with step %d's mark %#x, want 1", tc.on, tc.set, p.dst, p.payload, got, p.step, m.mark(uint32(p.step)))
 			}
-			m := ne.plan.Marks
-			for i, p := range []struct {
-				dst     netip.Addr
-				payload int
-				step    int
-			}{
-				{consumer, 0, tc.ack},
-				{consumer, 8, tc.data},
-				{bystander, 0, 0},
-				{bystander, 8, 0},
-			} {
-				dport := uint16(40001 + 10*round + i) // fresh counters each round
-				count := markCounter(t, ipt, dport, m.mark(uint32(p.step)), m.Mask)
-				sendSegment(t, fd, n.addrA, p.dst, n.port, dport, p.payload)
-				if got := count(); got != 1 {
-					t.Errorf("%v %+v: %v, %d payload bytes: %d packets with step %d's mark %#x, want 1", tc.on, tc.set, p.dst, p.payload, got, p.step, m.mark(uint32(p.step)))
-				}
-			}
-		}()
-		round++
+		}
 	}
-	closeNetem()
 }
 
 // markCounter adds a rule after ours in mangle POSTROUTING that counts

@@ -44,8 +44,8 @@ const DefaultMarkMask uint32 = 0x0fff0000
 var tcLabelRE = regexp.MustCompile(`^[A-Za-z0-9_]+(-[A-Za-z0-9_]+)*$`)
 
 // tcCheckLabel keeps every derived name inside the kernel's limits: ipset
-// names are < 32 bytes (`<label>-rate`; `<label>-w-255` of older netem) and iptables chain names < 29
-// (`<label>-tc-data`).
+// names are < 32 bytes (`<label>-rate`; `<label>-w-255` of older netem)
+// and iptables chain names < 29 (`<label>-tc-data`).
 func tcCheckLabel(label string) error {
 	if len(label) == 0 || len(label) > 20 || !tcLabelRE.MatchString(label) {
 		return fmt.Errorf("label %q: want 1–20 characters of [A-Za-z0-9_-]", label)

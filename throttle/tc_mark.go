@@ -167,10 +167,9 @@ func tcCleanupNetfilter(label string) error {
 	return errors.Join(errs...)
 }
 
-// Set names: <label>-w-<step> (pure ACKs to writers), <label>-r-<step>
-// (payload to readers), <label>-rate (HTB consumers, mark per member).
-// tcMapSet is netem's set of consumers in direction dir ("r": segments
-// with payload, "w": pure ACKs), each entry carrying its step's mark.
+// Set names, each member carrying its mark (skbinfo): <label>-r (netem:
+// segments with payload), <label>-w (netem: pure ACKs), <label>-rate (HTB
+// consumers).
 func tcMapSet(label, dir string) string { return label + "-" + dir }
 func tcRateSet(label string) string     { return label + "-rate" }
 
