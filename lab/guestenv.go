@@ -25,7 +25,7 @@ func GuestAccel() string { return guestenv.Accel() }
 // 10–30× slower than natively; 1 elsewhere. It stretches timeouts only,
 // never the experiments' own durations.
 func Slowdown() time.Duration {
-	if GuestAccel() == "tcg" {
+	if guestenv.Emulated() {
 		return 15
 	}
 	return 1

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/internal/guestenv"
 	"github.com/sanqos/sanqos/lab/diskmodel"
 	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/throttle"
@@ -47,7 +48,7 @@ var AutonomicThresholds = append([]time.Duration{5 * time.Millisecond}, Threshol
 // guest, tcgMaxDelay.
 func controlledDefaults() [][2]string {
 	maxDelay := "40ms"
-	if GuestAccel() == "tcg" {
+	if guestenv.Emulated() {
 		maxDelay = tcgMaxDelay
 	}
 	return [][2]string{{"objective", "p95"}, {"max_delay", maxDelay}}
