@@ -160,10 +160,15 @@ type resState struct {
 	// the indicators), for a handover.
 	since  time.Time
 	unlead context.CancelFunc
-	// looked is when the balancer last read this resource's election,
-	// next who was next in line then (see balance).
+	// looked is when the balancer last read this resource's election;
+	// yield is the candidate its records ask to step back (Balance).
 	looked time.Time
-	next   string
+	yield  Candidate
+	// Candidate side: requeue ends the campaign in progress, which then
+	// campaigns again from the back of the line; yielded is the key
+	// revision of the last yield asked of us, so a request acts once.
+	requeue context.CancelFunc
+	yielded int64
 }
 
 // NewNode joins the cluster: it keeps a session (lease) with etcd, and
@@ -271,6 +276,7 @@ func (n *Node) lead(rs *resState, now time.Time) {
 		n.cfg.Log.Info("leading resource", "resource", rs.name, "agents", agents, "start_step", l.From)
 	}
 	if l.Rec != nil {
+		l.Rec.Yield, l.Rec.YieldRev = rs.yield.ID, rs.yield.Rev
 		rs.pending = l.Rec
 		// Follow it now, not when etcd echoes it a tick later; its
 		// freshness stays that of the last one etcd confirmed.
@@ -457,7 +463,7 @@ func (n *Node) sessions() {
 		n.session, n.sessionCtx = nil, nil
 		scancel()
 		for _, rs := range n.res {
-			rs.leading, rs.elec, rs.pending, rs.unlead = false, nil, nil, nil
+			rs.leading, rs.elec, rs.pending, rs.unlead, rs.yield, rs.requeue = false, nil, nil, nil, Candidate{}, nil
 			rs.lead.Drop()
 			clear(rs.agents)
 			clear(rs.heard)
@@ -488,14 +494,35 @@ func (n *Node) markDirty() {
 // Called with n.mu held.
 func (n *Node) startCampaign(rs *resState) {
 	s, sctx := n.session, n.sessionCtx
+	cctx, requeue := context.WithCancel(sctx)
+	rs.requeue = requeue
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		e := concurrency.NewElection(s, ElectionKey(n.cfg.Prefix, rs.name))
 		// Campaign returns once every earlier candidate's key is gone:
-		// then this agent leads until its session ends.
-		if err := e.Campaign(sctx, n.cfg.AgentID); err != nil {
-			return
+		// then this agent leads until its session ends. A requeue (a
+		// leader's yield) cancels it, and Campaign deletes our key on the
+		// way out; only then may we campaign again, because the key's name
+		// is the lease's: a new campaign before the delete would take the
+		// old key, and its place, back.
+		for {
+			err := e.Campaign(cctx, n.cfg.AgentID)
+			asked := cctx.Err() != nil
+			requeue()
+			if err == nil {
+				break
+			}
+			n.mu.Lock()
+			again := asked && sctx.Err() == nil && n.sessionCtx == sctx && !rs.leading
+			if again {
+				cctx, requeue = context.WithCancel(sctx)
+				rs.requeue = requeue
+			}
+			n.mu.Unlock()
+			if !again {
+				return
+			}
 		}
 		ctrl, err := n.cfg.NewController(rs.name)
 		if err != nil {
@@ -525,7 +552,7 @@ func (n *Node) startCampaign(rs *resState) {
 			from = resp.Header.Revision + 1
 		}
 		lctx, unlead := context.WithCancel(sctx)
-		rs.leading, rs.elec, rs.since, rs.unlead, rs.next = true, e, n.cfg.Now(), unlead, ""
+		rs.leading, rs.elec, rs.since, rs.unlead, rs.yield, rs.requeue = true, e, n.cfg.Now(), unlead, Candidate{}, nil
 		rs.lead.Elected(ctrl)
 		n.mu.Unlock()
 		n.watchAgents(lctx, rs, from)
@@ -693,30 +720,28 @@ type handCand struct {
 // one look.
 const handOverReads = 4
 
-// balance is one look of the balancer. The rule is HandOver: a leader
+// balance is one look of the balancer (the rule is Balance). A leader
 // over its fair share, whose excess is at least HandOverGap above that of
 // the agent next in line for one of its resources, resigns that resource
 // and campaigns again at once, so the next in line takes it over (the
 // election's order is the candidates' create revisions, so it cannot
-// choose another) and it queues behind. It looks only at resources it
-// has led for BalanceHold where some live agent is light enough, reads
-// the election of at most handOverReads of them per look, those it read
-// least recently first (so one whose next in line is not light enough
-// does not block the others). The next in line is remembered for the
-// leadership: only candidates behind it join, and it leaves the line only
-// with its lease or its session, which delete its indicator (remove
-// forgets it then), so a resource whose next in line is not light enough
-// costs no read until that agent's load or presence changes. Each move
-// counts at once in both loads, its
-// own and the taker's, so one look never hands more than the rule allows;
-// takers' published loads catch up within a tick or two, before the next
-// look. Nothing here
-// can leave a resource without a leader: it hands over only to an agent
-// whose indicator came live within Fresh (a live agent, campaigning for
-// the resource: it is in line) and stays a candidate itself; if the
-// resign fails it is still first in line and leads again. The new leader
-// starts from the step in force (Leader.Step takes over within Decay), so
-// followers see no gap and no jump.
+// choose another) and it queues behind. When the next in line is not
+// light enough but an agent behind it is, the leader's records ask the
+// next in line to step back (Shared.Yield): it campaigns again from the
+// back, and a later look finds the lighter agent one place closer. It
+// looks only at resources it has led for BalanceHold where some live agent
+// is light enough, and reads the election of at most handOverReads of them
+// per look, those it read least recently first (so one resource's line
+// does not block the others). In a balanced cluster no agent is light
+// enough, so a look costs no read. Each move counts at once in both loads,
+// its own and the taker's, so one look never hands more than the rule
+// allows; takers' published loads catch up within a tick or two, before
+// the next look. Nothing here can leave a resource without a leader: it
+// hands over only to an agent whose indicator came live within Fresh (a
+// live agent, campaigning for the resource: it is in line) and stays a
+// candidate itself; if the resign fails it is still first in line and
+// leads again. The new leader starts from the step in force (Leader.Step
+// takes over within Decay), so followers see no gap and no jump.
 func (n *Node) balance() {
 	now := n.cfg.Now()
 	n.mu.Lock()
@@ -731,17 +756,17 @@ func (n *Node) balance() {
 		if !rs.leading || rs.elec == nil || now.Sub(rs.since) < n.cfg.BalanceHold {
 			continue
 		}
-		if rs.next != "" {
-			if ind, ok := rs.agents[rs.next]; ok && now.Sub(rs.heard[rs.next]) <= n.cfg.Fresh && HandOver(leads, share, ind) {
-				cands = append(cands, handCand{rs: rs, elec: rs.elec, looked: rs.looked})
-			}
-			continue
-		}
+		light := false
 		for id, ind := range rs.agents {
 			if id != n.cfg.AgentID && now.Sub(rs.heard[id]) <= n.cfg.Fresh && HandOver(leads, share, ind) {
-				cands = append(cands, handCand{rs: rs, elec: rs.elec, looked: rs.looked})
+				light = true
 				break
 			}
+		}
+		if light {
+			cands = append(cands, handCand{rs: rs, elec: rs.elec, looked: rs.looked})
+		} else {
+			rs.yield = Candidate{}
 		}
 	}
 	sort.Slice(cands, func(i, k int) bool { return cands[i].looked.Before(cands[k].looked) })
@@ -752,25 +777,35 @@ func (n *Node) balance() {
 	n.mu.Unlock()
 	given := map[string]int{} // this look's moves, by taker
 	for _, c := range cands {
-		next, ok := n.nextInLine(c.rs.name, c.elec)
+		line, ok := n.readLine(c.rs.name, c.elec)
 		if !ok {
 			continue
 		}
 		n.mu.Lock()
 		rs := c.rs
-		if rs.elec == c.elec {
-			rs.next = next
-		}
-		ind, known := rs.agents[next]
-		ind.Leads += given[next]
-		if !known || !rs.leading || rs.elec != c.elec || n.session != sess ||
-			n.cfg.Now().Sub(rs.heard[next]) > n.cfg.Fresh || !HandOver(leads, share, ind) {
+		if !rs.leading || rs.elec != c.elec || n.session != sess {
 			n.mu.Unlock()
 			continue
 		}
+		at := n.cfg.Now()
+		next, yield := Balance(leads, share, line, func(id string) (Indicator, bool) {
+			ind, known := rs.agents[id]
+			ind.Leads += given[id]
+			return ind, known && at.Sub(rs.heard[id]) <= n.cfg.Fresh
+		})
+		if next == "" {
+			if yield.ID != "" && yield != rs.yield {
+				n.cfg.Log.Debug("asking the next in line to step back for a less loaded agent", "resource", rs.name, "next", yield.ID)
+			}
+			rs.yield = yield
+			n.mu.Unlock()
+			continue
+		}
+		ind := rs.agents[next]
+		ind.Leads += given[next]
 		// Stop leading before the resign: no record is queued after it,
 		// and one in flight is fenced by the key the resign deletes.
-		rs.leading, rs.elec, rs.pending = false, nil, nil
+		rs.leading, rs.elec, rs.pending, rs.yield = false, nil, nil, Candidate{}
 		rs.lead.Drop()
 		if rs.unlead != nil {
 			rs.unlead()
@@ -808,17 +843,21 @@ func (n *Node) load() (leads int, share float64) {
 	return leads, share
 }
 
-// nextInLine reads res's election and names the candidate after us, if
-// we are first (the key of e).
-func (n *Node) nextInLine(res string, e *concurrency.Election) (string, bool) {
+// readLine reads res's election line, in order, if we are first in it
+// (the key of e).
+func (n *Node) readLine(res string, e *concurrency.Election) ([]Candidate, bool) {
 	ctx, cancel := context.WithTimeout(n.ctx, time.Second)
 	defer cancel()
 	resp, err := n.cfg.Client.Get(ctx, ElectionKey(n.cfg.Prefix, res)+"/", clientv3.WithPrefix(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(2))
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil || len(resp.Kvs) < 2 || resp.Kvs[0].CreateRevision != e.Rev() {
-		return "", false
+		return nil, false
 	}
-	return string(resp.Kvs[1].Value), true
+	line := make([]Candidate, len(resp.Kvs))
+	for i, kv := range resp.Kvs {
+		line[i] = Candidate{ID: string(kv.Value), Rev: kv.CreateRevision}
+	}
+	return line, true
 }
 
 // watch keeps rs's shared record in step with etcd (see follow). Only
@@ -902,7 +941,12 @@ func (n *Node) apply(rs *resState, key string, val []byte, live bool) {
 		if live {
 			now = n.cfg.Now()
 		}
-		rs.f.Receive(rec, live, now)
+		if rs.f.Receive(rec, live, now) && live && rec.Yield == n.cfg.AgentID && rec.YieldRev > rs.yielded &&
+			!rs.leading && rs.requeue != nil {
+			n.cfg.Log.Info("stepping back in the election line for a less loaded agent", "resource", rs.name, "leader", rec.Leader)
+			rs.yielded = rec.YieldRev
+			rs.requeue()
+		}
 	case strings.HasPrefix(key, AgentsPrefix(n.cfg.Prefix, rs.name)):
 		ind, err := DecodeIndicator(val)
 		if err != nil {
@@ -923,9 +967,6 @@ func (n *Node) remove(rs *resState, key string) {
 		id := agentFromKey(n.cfg.Prefix, rs.name, key)
 		delete(rs.agents, id)
 		delete(rs.heard, id)
-		if id == rs.next {
-			rs.next = "" // it left the line: read it again
-		}
 	}
 }
 

@@ -118,6 +118,11 @@ type Shared struct {
 	// agent found throttleable, whichever target host it connects through.
 	// Each agent applies the step to the ones it serves.
 	Consumers []netip.Addr `json:"consumers,omitempty"`
+	// Yield asks the candidate named, whose election key has create
+	// revision YieldRev, to campaign again from the back of the line
+	// (Balance): a lighter agent stands behind it.
+	Yield    string `json:"yield,omitempty"`
+	YieldRev int64  `json:"yield_rev,omitempty"`
 }
 
 // Seam is what an agent's per-resource loop calls each tick: Publish its

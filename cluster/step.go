@@ -87,6 +87,44 @@ func HandOver(leads int, share float64, next Indicator) bool {
 	return self > 0 && self-(float64(next.Leads)-next.Share) >= HandOverGap
 }
 
+// Candidate is one place in a resource's election line: the agent and
+// the create revision of its key, which orders the line.
+type Candidate struct {
+	ID  string
+	Rev int64
+}
+
+// Balance is a leader's decision on one read of its resource's election
+// line (line[0] is itself): hand the resource to the next in line when
+// HandOver allows it (handTo); otherwise, when HandOver allows a candidate
+// further back, ask the next in line to step to the back of the line
+// (yield), so that the lighter one moves up. live gives an agent's
+// indicator if it came live within Fresh.
+//
+// Without the second half an agent could wait forever: one that joins
+// late, or that lost the race for every key at start, is last in every
+// line, and a leader hands over only to its next in line, an agent that
+// may be within HandOverGap of it (issue 22's TestLeadershipSpreads was
+// left at 4/0/5 for that reason). A yield moves only a candidate that
+// does not lead, so it changes who would lead after the leader and
+// nothing else; it is asked only while a lighter live agent stands behind
+// it, which the next move then gives the resource to, so yields stop when
+// handovers do.
+func Balance(leads int, share float64, line []Candidate, live func(id string) (Indicator, bool)) (handTo string, yield Candidate) {
+	if len(line) < 2 {
+		return "", Candidate{}
+	}
+	if ind, ok := live(line[1].ID); ok && HandOver(leads, share, ind) {
+		return line[1].ID, Candidate{}
+	}
+	for _, c := range line[2:] {
+		if ind, ok := live(c.ID); ok && HandOver(leads, share, ind) {
+			return "", line[1]
+		}
+	}
+	return "", Candidate{}
+}
+
 // Timing is what the follower and the leader take from Config.
 type Timing struct {
 	Fresh, Decay, Blend time.Duration

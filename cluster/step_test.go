@@ -171,3 +171,38 @@ func TestIndicatorCodec(t *testing.T) {
 		t.Error("a malformed record decoded")
 	}
 }
+
+// TestBalance: the leader (line[0]) leads 5 of 9 resources with a fair
+// share of 3, so its excess is 2; it hands over to the next in line only
+// if that one's excess is at most 0, and otherwise asks it to step back
+// only if a live agent that light stands further back.
+func TestBalance(t *testing.T) {
+	load := func(leads int) Indicator { return Indicator{Leads: leads, Share: 3} }
+	for _, tc := range []struct {
+		name   string
+		line   []Candidate
+		agents map[string]Indicator // live ones
+		handTo string
+		yield  Candidate
+	}{
+		{"alone", []Candidate{{"l", 1}}, nil, "", Candidate{}},
+		{"next light: hand over", []Candidate{{"l", 1}, {"a", 2}, {"b", 3}},
+			map[string]Indicator{"a": load(2), "b": load(0)}, "a", Candidate{}},
+		{"next heavy, a light one behind: next steps back", []Candidate{{"l", 1}, {"a", 2}, {"b", 3}},
+			map[string]Indicator{"a": load(4), "b": load(0)}, "", Candidate{"a", 2}},
+		{"next heavy, nobody light: nothing", []Candidate{{"l", 1}, {"a", 2}, {"b", 3}},
+			map[string]Indicator{"a": load(4), "b": load(4)}, "", Candidate{}},
+		{"the light one behind is not live: nothing", []Candidate{{"l", 1}, {"a", 2}, {"b", 3}},
+			map[string]Indicator{"a": load(4)}, "", Candidate{}},
+		{"next not live, a light one behind: next steps back", []Candidate{{"l", 1}, {"a", 2}, {"b", 3}},
+			map[string]Indicator{"b": load(1)}, "", Candidate{"a", 2}},
+		{"an agent that does not balance (no share) is never light", []Candidate{{"l", 1}, {"a", 2}, {"b", 3}},
+			map[string]Indicator{"a": load(4), "b": {Leads: 0}}, "", Candidate{}},
+	} {
+		live := func(id string) (Indicator, bool) { ind, ok := tc.agents[id]; return ind, ok }
+		to, y := Balance(5, 3, tc.line, live)
+		if to != tc.handTo || y != tc.yield {
+			t.Errorf("%s: Balance = %q, %+v; want %q, %+v", tc.name, to, y, tc.handTo, tc.yield)
+		}
+	}
+}

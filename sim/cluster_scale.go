@@ -286,7 +286,14 @@ type csKV struct {
 	res         *csRes
 	agent       string
 	cand        *csSlot // election key: its candidate
-	delWatchers []*csSlot
+	delWatchers []csWaiter
+}
+
+// csWaiter is a campaign waiting for a key's deletion: campaign gen of
+// its slot (a requeue starts a new one, and the old wait is void).
+type csWaiter struct {
+	sl  *csSlot
+	gen int
 }
 
 type csLease struct {
@@ -349,29 +356,34 @@ type csTrack struct {
 }
 
 type csSlot struct {
-	a        *csAgent
-	res      *csRes
-	local    agent.Controller
-	f        cluster.Follower
-	lead     cluster.Leader
-	leading  bool
-	since    time.Time // leading since
-	looked   time.Time // the balancer last read the election
-	next     string    // next in line then
-	agents   map[string]cluster.Indicator
-	heard    map[string]time.Time // indicators' live arrivals
-	readers  []cluster.Consumer
-	writer   *cluster.Consumer
-	ind      cluster.Indicator
-	indTime  time.Time
-	dirty    bool
-	lastPub  time.Time
-	pending  *cluster.Shared
-	elec     *csKV
-	inCl     bool
-	counted  uint64
-	applied  int
-	localOut int
+	a       *csAgent
+	res     *csRes
+	local   agent.Controller
+	f       cluster.Follower
+	lead    cluster.Leader
+	leading bool
+	since   time.Time // leading since
+	looked  time.Time // the balancer last read the election
+	yield   cluster.Candidate
+	// campaign in progress (gen counts campaigns, so a requeued one's
+	// waits are void); yielded: the last yield acted on (Node.apply).
+	campaigning bool
+	campGen     int
+	yielded     int64
+	agents      map[string]cluster.Indicator
+	heard       map[string]time.Time // indicators' live arrivals
+	readers     []cluster.Consumer
+	writer      *cluster.Consumer
+	ind         cluster.Indicator
+	indTime     time.Time
+	dirty       bool
+	lastPub     time.Time
+	pending     *cluster.Shared
+	elec        *csKV
+	inCl        bool
+	counted     uint64
+	applied     int
+	localOut    int
 	// failure bookkeeping
 	deathMode  csFailure
 	outageMode csFailure
@@ -823,6 +835,7 @@ func (s *clusterSim) lead(sl *csSlot, now time.Time) {
 	}
 	l := sl.lead.Step(sl.a.id, sl.ind, sl.agents, &sl.f, s.t, control.DefaultStep, now)
 	if l.Rec != nil {
+		l.Rec.Yield, l.Rec.YieldRev = sl.yield.ID, sl.yield.Rev
 		sl.pending = l.Rec
 		sl.f.Own(*l.Rec)
 		sl.a.kick = true
@@ -984,11 +997,11 @@ func (s *clusterSim) balancer(a *csAgent) {
 
 // balance is Node.balance: of the resources this agent has led for
 // BalanceHold where HandOver allows some live agent (heard within Fresh),
-// the four whose election it read least recently, one after the other
-// (the next in line is remembered for the leadership, until its
-// indicator is deleted, and checked without a read):
-// read the election and hand the resource over if the next in line is
-// such an agent, each move counting at once in both loads.
+// the four whose election it read least recently, one after the other:
+// read the election line and apply cluster.Balance — hand the resource
+// over to the next in line if it is such an agent (each move counting at
+// once in both loads), else, if one stands further back, have the
+// leader's records ask the next in line to step back (requeue).
 func (s *clusterSim) balance(a *csAgent) {
 	if !a.session {
 		return
@@ -1000,17 +1013,17 @@ func (s *clusterSim) balance(a *csAgent) {
 		if !sl.leading || now.Sub(sl.since) < s.o.BalanceHold {
 			continue
 		}
-		if sl.next != "" {
-			if ind, ok := sl.agents[sl.next]; ok && now.Sub(sl.heard[sl.next]) <= s.o.Fresh && cluster.HandOver(leads, share, ind) {
-				cands = append(cands, sl)
-			}
-			continue
-		}
+		light := false
 		for id, ind := range sl.agents {
 			if id != a.id && now.Sub(sl.heard[id]) <= s.o.Fresh && cluster.HandOver(leads, share, ind) {
-				cands = append(cands, sl)
+				light = true
 				break
 			}
+		}
+		if light {
+			cands = append(cands, sl)
+		} else {
+			sl.yield = cluster.Candidate{}
 		}
 	}
 	sort.SliceStable(cands, func(i, k int) bool { return cands[i].looked.Before(cands[k].looked) })
@@ -1031,14 +1044,23 @@ func (s *clusterSim) balance(a *csAgent) {
 			if len(r.cands) < 2 || r.cands[0] != sl || r.cands[0].elec != elec {
 				return func() { try(k + 1) }
 			}
-			next := r.cands[1].a.id
+			line := make([]cluster.Candidate, len(r.cands))
+			for i, c := range r.cands {
+				line[i] = cluster.Candidate{ID: c.a.id, Rev: c.elec.create}
+			}
 			return func() {
-				if sl.elec == elec {
-					sl.next = next
+				if !sl.leading || sl.elec != elec {
+					try(k + 1)
+					return
 				}
-				ind, known := sl.agents[next]
-				ind.Leads += given[next]
-				if !known || !sl.leading || sl.elec != elec || s.clock().Sub(sl.heard[next]) > s.o.Fresh || !cluster.HandOver(leads, share, ind) {
+				at := s.clock()
+				next, yield := cluster.Balance(leads, share, line, func(id string) (cluster.Indicator, bool) {
+					ind, known := sl.agents[id]
+					ind.Leads += given[id]
+					return ind, known && at.Sub(sl.heard[id]) <= s.o.Fresh
+				})
+				if next == "" {
+					sl.yield = yield
 					try(k + 1)
 					return
 				}
@@ -1056,7 +1078,7 @@ func (s *clusterSim) balance(a *csAgent) {
 // leader.
 func (s *clusterSim) handOver(sl *csSlot, then func()) {
 	a, r := sl.a, sl.res
-	sl.leading, sl.pending = false, nil
+	sl.leading, sl.pending, sl.yield = false, nil, cluster.Candidate{}
 	sl.lead.Drop()
 	for i, w := range r.agentWatch {
 		if w == sl {
@@ -1290,9 +1312,6 @@ func (s *clusterSim) fanout(kv *csKV, deleted bool, at time.Duration) {
 				if deleted {
 					delete(sl.agents, id)
 					delete(sl.heard, id)
-					if sl.next == id {
-						sl.next = ""
-					}
 				} else if ind, err := cluster.DecodeIndicator(val); err == nil {
 					sl.agents[id] = ind
 					sl.heard[id] = s.clock()
@@ -1304,8 +1323,8 @@ func (s *clusterSim) fanout(kv *csKV, deleted bool, at time.Duration) {
 		if deleted {
 			ws := kv.delWatchers
 			kv.delWatchers = nil
-			for _, sl := range ws {
-				deliver(sl.a, func() { s.waitDeletes(sl) })
+			for _, w := range ws {
+				deliver(w.sl.a, func() { s.waitDeletes(w.sl, w.gen) })
 			}
 		}
 	}
@@ -1397,7 +1416,10 @@ func (s *clusterSim) receiveRecord(sl *csSlot, val []byte) {
 	if err != nil {
 		return
 	}
-	sl.f.Receive(rec, true, now)
+	if sl.f.Receive(rec, true, now) && rec.Yield == sl.a.id && rec.YieldRev > sl.yielded && !sl.leading && sl.campaigning {
+		sl.yielded = rec.YieldRev
+		s.requeue(sl)
+	}
 	s.recvTime(sl.a, t0)
 	if s.inWindow() {
 		s.sharedDeliv = append(s.sharedDeliv, ms(now.Sub(rec.Time)))
@@ -1431,6 +1453,9 @@ func (s *clusterSim) trackRecord(r *csRes, rec *cluster.Shared) {
 func (s *clusterSim) campaign(sl *csSlot) {
 	a, r := sl.a, sl.res
 	key := cluster.ElectionKey(s.prefix, r.name) + "/" + fmt.Sprintf("%x", a.lease.id)
+	sl.campGen++
+	sl.campaigning = true
+	gen := sl.campGen
 	s.write(&csReq{from: a, lease: a.lease, absent: true,
 		puts: []csPut{{key: key, val: []byte(a.id), kind: kindElection, res: r, cand: sl}},
 		apply: func(int64, time.Duration) {
@@ -1438,16 +1463,38 @@ func (s *clusterSim) campaign(sl *csSlot) {
 			r.cands = append(r.cands, sl)
 		}, done: func(ok bool) {
 			if ok && !a.dead {
-				s.waitDeletes(sl)
+				s.waitDeletes(sl, gen)
 			}
 		}}, 0)
 }
 
+// requeue is a campaign cancelled by a leader's yield (Node.startCampaign):
+// Campaign deletes our key on the way out, then we campaign again, from
+// the back of the line.
+func (s *clusterSim) requeue(sl *csSlot) {
+	a, kv := sl.a, sl.elec
+	sl.campGen++ // the waits of the cancelled campaign are void
+	sl.campaigning = false
+	s.write(&csReq{from: a, apply: func(_ int64, at time.Duration) {
+		if kv != nil && s.kv[kv.key] == kv {
+			s.del(kv, at)
+		}
+	}, done: func(bool) {
+		if !a.dead && a.session {
+			s.campaign(sl)
+		}
+	}}, time.Second)
+}
+
 // waitDeletes is concurrency's waitDeletes: read the newest key created
 // before ours; none → leading; else watch its deletion and look again.
-func (s *clusterSim) waitDeletes(sl *csSlot) {
+// A wait of campaign gen ends once the slot has campaigned again.
+func (s *clusterSim) waitDeletes(sl *csSlot, gen int) {
 	r := sl.res
 	s.read(sl.a, func() func() {
+		if sl.campGen != gen {
+			return nil
+		}
 		var pred *csSlot
 		for _, c := range r.cands {
 			if c == sl {
@@ -1456,9 +1503,14 @@ func (s *clusterSim) waitDeletes(sl *csSlot) {
 			pred = c
 		}
 		if pred == nil {
-			return func() { s.elected(sl) }
+			return func() {
+				if sl.campGen == gen {
+					sl.campaigning = false
+					s.elected(sl)
+				}
+			}
 		}
-		pred.elec.delWatchers = append(pred.elec.delWatchers, sl)
+		pred.elec.delWatchers = append(pred.elec.delWatchers, csWaiter{sl, gen})
 		return nil
 	})
 }
@@ -1489,7 +1541,7 @@ func (s *clusterSim) elected(sl *csSlot) {
 					sl.agents[ids[i]] = ind
 				}
 			}
-			sl.leading, sl.since, sl.next = true, s.clock(), ""
+			sl.leading, sl.since, sl.yield = true, s.clock(), cluster.Candidate{}
 			sl.lead.Elected(ctrl)
 			s.recvTime(a, t0)
 		}
