@@ -126,6 +126,10 @@ type HTB struct {
 	ifidx  int
 	marks  tcMarkMap
 	filter tcFilterKind
+	// ipset is the set's netlink socket, opened in the backend's
+	// namespace, so the mark lease's goroutine (on any thread) updates
+	// the right set.
+	ipset *ipsetConn
 
 	mu    sync.Mutex
 	cur   map[netip.Addr]htbConsumer
@@ -181,6 +185,7 @@ func NewHTB(cfg HTBConfig) (*HTB, error) {
 		return nil, fmt.Errorf("htb: %w", err)
 	}
 	if err := t.build(); err != nil {
+		t.ipset.close()
 		if cerr := CleanupTC(cfg.Label); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("cleanup after failed start: %w", cerr))
 		}
@@ -213,6 +218,11 @@ func (t *HTB) build() error {
 			return err
 		}
 	}
+	c, err := newIpsetConn()
+	if err != nil {
+		return err
+	}
+	t.ipset = c
 	if err := tcCreateSet(tcRateSet(t.cfg.Label), true, t.cfg.MarkTTL); err != nil {
 		return err
 	}
@@ -343,7 +353,7 @@ func (t *HTB) add(a netip.Addr, c htbConsumer) (err error) {
 		}
 		undo.add(f.del)
 	}
-	return tcSetAddMark(nil, tcRateSet(t.cfg.Label), a, t.marks.mark(uint32(c.minor)), t.marks.Mask)
+	return tcSetAddMark(t.ipset, tcRateSet(t.cfg.Label), a, t.marks.mark(uint32(c.minor)), t.marks.Mask)
 }
 
 // remove undoes add in reverse without dropping what the class still
@@ -357,7 +367,7 @@ func (t *HTB) remove(a netip.Addr, c htbConsumer) error {
 		return fmt.Errorf("htb: open class of %v: %w", a, err)
 	}
 	t.waitEmpty(fast)
-	if err := tcSetDel(nil, tcRateSet(t.cfg.Label), a); err != nil {
+	if err := tcSetDel(t.ipset, tcRateSet(t.cfg.Label), a); err != nil {
 		return err
 	}
 	t.waitEmpty(fast)
@@ -428,7 +438,7 @@ func (t *HTB) refresh() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for a, c := range t.cur {
-		if err := tcSetAddMark(nil, tcRateSet(t.cfg.Label), a, t.marks.mark(uint32(c.minor)), t.marks.Mask); err != nil {
+		if err := tcSetAddMark(t.ipset, tcRateSet(t.cfg.Label), a, t.marks.mark(uint32(c.minor)), t.marks.Mask); err != nil {
 			t.cfg.Log.Warn("htb: refreshing a consumer's mark", "consumer", a, "err", err)
 		}
 	}
@@ -442,5 +452,6 @@ func (t *HTB) Close() error {
 	defer t.mu.Unlock()
 	clear(t.cur)
 	clear(t.minor)
+	t.ipset.close()
 	return CleanupTC(t.cfg.Label)
 }
