@@ -756,14 +756,7 @@ func (n *Node) balance() {
 		if !rs.leading || rs.elec == nil || now.Sub(rs.since) < n.cfg.BalanceHold {
 			continue
 		}
-		light := false
-		for id, ind := range rs.agents {
-			if id != n.cfg.AgentID && now.Sub(rs.heard[id]) <= n.cfg.Fresh && HandOver(leads, share, ind) {
-				light = true
-				break
-			}
-		}
-		if light {
+		if AnyLighter(n.cfg.AgentID, leads, share, rs.agents, LiveLoads(rs.agents, rs.heard, nil, n.cfg.Fresh, now)) {
 			cands = append(cands, handCand{rs: rs, elec: rs.elec, looked: rs.looked})
 		} else {
 			rs.yield = Candidate{}
@@ -787,12 +780,7 @@ func (n *Node) balance() {
 			n.mu.Unlock()
 			continue
 		}
-		at := n.cfg.Now()
-		next, yield := Balance(leads, share, line, func(id string) (Indicator, bool) {
-			ind, known := rs.agents[id]
-			ind.Leads += given[id]
-			return ind, known && at.Sub(rs.heard[id]) <= n.cfg.Fresh
-		})
+		next, yield := Balance(leads, share, line, LiveLoads(rs.agents, rs.heard, given, n.cfg.Fresh, n.cfg.Now()))
 		if next == "" {
 			if yield.ID != "" && yield != rs.yield {
 				n.cfg.Log.Debug("asking the next in line to step back for a less loaded agent", "resource", rs.name, "next", yield.ID)

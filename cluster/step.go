@@ -125,6 +125,28 @@ func Balance(leads int, share float64, line []Candidate, live func(id string) (I
 	return "", Candidate{}
 }
 
+// LiveLoads is how the balancer sees a resource's agents at now: an
+// agent's last indicator if it came live (heard) within fresh, its leads
+// raised by the resources given to it earlier in the same look.
+func LiveLoads(agents map[string]Indicator, heard map[string]time.Time, given map[string]int, fresh time.Duration, now time.Time) func(id string) (Indicator, bool) {
+	return func(id string) (Indicator, bool) {
+		ind, known := agents[id]
+		ind.Leads += given[id]
+		return ind, known && now.Sub(heard[id]) <= fresh
+	}
+}
+
+// AnyLighter reports whether HandOver allows some live agent of agents
+// other than self: only then is the resource's line worth a read.
+func AnyLighter(self string, leads int, share float64, agents map[string]Indicator, live func(id string) (Indicator, bool)) bool {
+	for id := range agents {
+		if ind, ok := live(id); ok && id != self && HandOver(leads, share, ind) {
+			return true
+		}
+	}
+	return false
+}
+
 // Timing is what the follower and the leader take from Config.
 type Timing struct {
 	Fresh, Decay, Blend time.Duration

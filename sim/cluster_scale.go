@@ -1013,14 +1013,7 @@ func (s *clusterSim) balance(a *csAgent) {
 		if !sl.leading || now.Sub(sl.since) < s.o.BalanceHold {
 			continue
 		}
-		light := false
-		for id, ind := range sl.agents {
-			if id != a.id && now.Sub(sl.heard[id]) <= s.o.Fresh && cluster.HandOver(leads, share, ind) {
-				light = true
-				break
-			}
-		}
-		if light {
+		if cluster.AnyLighter(a.id, leads, share, sl.agents, cluster.LiveLoads(sl.agents, sl.heard, nil, s.o.Fresh, now)) {
 			cands = append(cands, sl)
 		} else {
 			sl.yield = cluster.Candidate{}
@@ -1053,12 +1046,7 @@ func (s *clusterSim) balance(a *csAgent) {
 					try(k + 1)
 					return
 				}
-				at := s.clock()
-				next, yield := cluster.Balance(leads, share, line, func(id string) (cluster.Indicator, bool) {
-					ind, known := sl.agents[id]
-					ind.Leads += given[id]
-					return ind, known && at.Sub(sl.heard[id]) <= s.o.Fresh
-				})
+				next, yield := cluster.Balance(leads, share, line, cluster.LiveLoads(sl.agents, sl.heard, given, s.o.Fresh, s.clock()))
 				if next == "" {
 					sl.yield = yield
 					try(k + 1)
