@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -366,11 +367,11 @@ func (t *HTB) remove(a netip.Addr, c htbConsumer) error {
 	if err := netlink.ClassChange(fast); err != nil {
 		return fmt.Errorf("htb: open class of %v: %w", a, err)
 	}
-	t.waitEmpty(fast)
+	tcWaitEmpty(t.ifidx, fast.Handle)
 	if err := tcSetDel(t.ipset, tcRateSet(t.cfg.Label), a); err != nil {
 		return err
 	}
-	t.waitEmpty(fast)
+	tcWaitEmpty(t.ifidx, fast.Handle)
 	if t.filter != tcBPF {
 		if err := tcFilterFor(t.filter, t.ifidx, t.marks, uint32(c.minor), tcFilterPrio).del(); err != nil {
 			return err
@@ -383,11 +384,12 @@ func (t *HTB) remove(a netip.Addr, c htbConsumer) error {
 	return nil
 }
 
-// waitEmpty polls the class's queue length until it is empty, for at most
-// 100 ms: at link rate even a full leaf drains in a fraction of that.
-func (t *HTB) waitEmpty(cl *netlink.HtbClass) {
-	link, err := netlink.LinkByIndex(t.ifidx)
-	if err != nil {
+// tcWaitEmpty polls the queue lengths of classes on a device until all
+// are empty, for at most 100 ms: opened to the link rate, even a full
+// leaf drains in a fraction of that.
+func tcWaitEmpty(ifidx int, handles ...uint32) {
+	link, err := netlink.LinkByIndex(ifidx)
+	if err != nil || len(handles) == 0 {
 		return
 	}
 	for deadline := time.Now().Add(100 * time.Millisecond); time.Now().Before(deadline); {
@@ -397,8 +399,11 @@ func (t *HTB) waitEmpty(cl *netlink.HtbClass) {
 		}
 		busy := false
 		for _, k := range cls {
-			if k.Attrs().Handle == cl.Handle && k.Attrs().Statistics != nil && k.Attrs().Statistics.Queue != nil {
-				busy = k.Attrs().Statistics.Queue.Qlen > 0
+			if !slices.Contains(handles, k.Attrs().Handle) {
+				continue
+			}
+			if s := k.Attrs().Statistics; s != nil && s.Queue != nil && s.Queue.Qlen > 0 {
+				busy = true
 			}
 		}
 		if !busy {

@@ -293,15 +293,50 @@ func (w *WriteCap) Set(settings map[netip.Addr]Setting) error {
 			return fmt.Errorf("write cap map: %w", err)
 		}
 	}
-	for a, c := range w.cur {
+	var lifted []netip.Addr
+	for a := range w.cur {
 		if _, ok := next[a]; !ok {
-			_ = w.consumers.Delete(ipv4Key(a))
-			_ = netlink.ClassDel(w.class(c))
-			delete(used, c.minor)
+			lifted = append(lifted, a)
 		}
+	}
+	w.lift(lifted)
+	for _, a := range lifted {
+		delete(used, w.cur[a].minor)
 	}
 	w.cur, w.minor = next, used
 	return w.lease.refresh()
+}
+
+// lift ends the caps of consumers without dropping or reordering what
+// their classes still hold. Deleting a class drops its queue (up to the
+// writer's window: TCP resends it, after an RTO if it was the tail), and
+// unsteering the consumer first lets its next segments overtake the
+// queued ones (duplicate ACKs, a spurious fast retransmit). So the
+// classes open to the link rate and drain, the consumers are unsteered,
+// and the classes go once empty again (lab, twelve writers at 10 ms with
+// caps deleted at once: 226 drops, 658 retransmissions, 8 RTOs).
+func (w *WriteCap) lift(consumers []netip.Addr) {
+	if len(consumers) == 0 {
+		return
+	}
+	idx := w.ifb.Attrs().Index
+	handles := make([]uint32, 0, len(consumers))
+	for _, a := range consumers {
+		c := w.cur[a]
+		open := w.class(htbConsumer{minor: c.minor, rate: max(w.cfg.LinkRate, c.rate)})
+		if err := netlink.ClassChange(open); err != nil {
+			w.cfg.Log.Warn("write cap: opening a lifted cap's class", "consumer", a, "err", err)
+		}
+		handles = append(handles, open.Handle)
+	}
+	tcWaitEmpty(idx, handles...)
+	for _, a := range consumers {
+		_ = w.consumers.Delete(ipv4Key(a))
+	}
+	tcWaitEmpty(idx, handles...)
+	for _, a := range consumers {
+		_ = netlink.ClassDel(w.class(w.cur[a]))
+	}
 }
 
 func (w *WriteCap) class(c htbConsumer) *netlink.HtbClass {

@@ -220,6 +220,102 @@ func TestWriteCapInNamespaces(t *testing.T) {
 	assertWriteCapGone(t, n)
 }
 
+// Lifting a cap while its class holds a backlog of the writer's window
+// neither drops nor reorders it: the writer sends no retransmission. (A
+// class deleted at once drops its queue, and its tail is then resent
+// after a timeout.)
+func TestWriteCapLiftDrains(t *testing.T) {
+	n := newTCTestNet(t)
+	n.enterA(t)
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(n.addrA, n.port).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	w, err := NewWriteCap(WriteCapConfig{Device: n.devA, Label: n.label, Port: n.port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	writer := n.addrsB[0]
+	const low = 512 << 10
+	if err := w.Set(map[netip.Addr]Setting{writer: {WriteRate: low}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := n.dialFromB(writer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// A paced writer (8 MiB/s): unpaced, a veth flow at GB/s loses
+	// segments in the receiver and retransmits with no cap at all.
+	const pace = 8 << 20
+	go func() {
+		buf := make([]byte, 64<<10)
+		tick := time.NewTicker(time.Second * time.Duration(len(buf)) / pace)
+		defer tick.Stop()
+		for range tick.C {
+			if _, err := c.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	m := newMeter([]net.Conn{s})
+	class := netlink.MakeHandle(w.major, w.cur[writer].minor)
+	// Until the writer's window queues in its class (a second at most:
+	// the window grows a round trip at a time).
+	var backlog uint32
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && backlog < 64<<10; {
+		backlog = classBacklog(t, w.ifb, class)
+	}
+	if backlog < 64<<10 {
+		t.Fatalf("the capped writer's class holds only %d bytes: no queue to lift", backlog)
+	}
+	before := tcpRetrans(t, c.(*net.TCPConn))
+	if err := w.Clear(writer); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.List(); len(got) != 0 {
+		t.Fatalf("List after Clear = %v", got)
+	}
+	r := m.rates(200*time.Millisecond, time.Second)
+	after := tcpRetrans(t, c.(*net.TCPConn))
+	t.Logf("lifted with %d bytes queued: then %.0f B/s, %d retransmissions", backlog, r[0], after-before)
+	if after != before {
+		t.Errorf("the writer retransmitted %d segments after its cap was lifted with %d bytes queued", after-before, backlog)
+	}
+	if r[0] < pace/2 {
+		t.Errorf("writer at %.0f B/s after the lift: still capped", r[0])
+	}
+	if cls, err := netlink.ClassList(w.ifb, netlink.HANDLE_NONE); err == nil {
+		for _, k := range cls {
+			if k.Attrs().Handle == class {
+				t.Errorf("the lifted cap's class %s is still there", tcHandleString(class))
+			}
+		}
+	}
+}
+
+// classBacklog is a class's queued bytes.
+func classBacklog(t *testing.T, dev netlink.Link, handle uint32) uint32 {
+	t.Helper()
+	cls, err := netlink.ClassList(dev, netlink.HANDLE_NONE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range cls {
+		if k.Attrs().Handle == handle && k.Attrs().Statistics != nil && k.Attrs().Statistics.Queue != nil {
+			return k.Attrs().Statistics.Queue.Backlog
+		}
+	}
+	return 0
+}
+
 func assertWriteCapGone(t *testing.T, n *tcTestNet) {
 	t.Helper()
 	if _, err := netlink.LinkByName(WriteCapIFB(n.label)); err == nil {
