@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"math"
 	"net/netip"
 	"slices"
+	"time"
 )
 
 // The second lever: write-rate caps above the delay's ceiling.
@@ -38,6 +40,31 @@ type rateLever struct {
 	ref   map[netip.Addr]float64
 	order []netip.Addr // ref's writers, heaviest first (ties by address)
 	atMax map[netip.Addr]float64
+	// last is each writer's cap of the previous tick, the base of the
+	// ramp (capRamp).
+	last map[netip.Addr]float64
+	// ramp is capRamp for the loop's tick (0: no ramp).
+	ramp float64
+}
+
+// capRamp is how far a writer's cap may fall in one 100 ms tick: to 70 %
+// of its last cap (or, when first capped, of its reference rate). A cap
+// lengthens the writer's round trip by what its class queues, up to its
+// window / cap, and a round trip that grows faster than the writer's
+// srtt follows makes it send spurious tail-loss probes (the probe timer
+// is 2·srtt + 2 ms) and, past its 200 ms minimum, spurious timeouts
+// (lab, 12 writers at 10 ms with caps applied at once: 255 probes, 34
+// RTOs in six load steps). A capped writer acknowledged every second
+// segment gets dozens of ACKs per tick even at 0.5 MB/s, each moving its
+// srtt 1/8 of the way, so by the next tick its srtt has taken most of
+// the longer round trip: a round trip that grows by 1/0.7 = 1.43 × per
+// tick stays inside twice the srtt. Loosening is not ramped: a shorter
+// queue only shortens the round trip.
+const capRamp = 0.7
+
+// capRampPer is capRamp for a tick of interval: the same fall per second.
+func capRampPer(interval time.Duration) float64 {
+	return math.Pow(capRamp, interval.Seconds()/0.1)
 }
 
 // observeMax records the writers' rates while the delay is at its maximum
@@ -97,11 +124,19 @@ func (l *rateLever) caps(k, n int, writers []netip.Addr, rate func(netip.Addr) f
 	keep := 1 - (1-rateLeverFloor)*float64(min(k, n))/float64(n)
 	level := waterLevel(l.order, l.ref, keep*total)
 	out := make(map[netip.Addr]uint64, len(l.order))
+	last := make(map[netip.Addr]float64, len(l.order))
 	for _, a := range l.order {
-		if l.ref[a] > level {
-			out[a] = uint64(max(level, 1))
+		if l.ref[a] <= level {
+			continue
 		}
+		from, ok := l.last[a]
+		if !ok {
+			from = l.ref[a]
+		}
+		c := max(level, l.ramp*from, 1)
+		out[a], last[a] = uint64(c), c
 	}
+	l.last = last
 	return out
 }
 
@@ -123,4 +158,4 @@ func waterLevel(order []netip.Addr, ref map[netip.Addr]float64, allowed float64)
 }
 
 // reset forgets the reference (the controller is back in the delay range).
-func (l *rateLever) reset() { l.ref, l.order = nil, l.order[:0] }
+func (l *rateLever) reset() { l.ref, l.order, l.last = nil, l.order[:0], nil }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/netip"
 	"testing"
+	"time"
 )
 
 // near compares caps to the byte/s ± 1 kB/s (float sums).
@@ -51,6 +52,40 @@ func TestRateLeverCaps(t *testing.T) {
 	l.reset()
 	if l.ref != nil || l.atMax == nil {
 		t.Fatal("reset must forget the reference but keep the rates at the maximum delay")
+	}
+}
+
+// A cap falls to at most capRamp of the last one per tick (the writer's
+// srtt must follow the queue it adds), starting from the writer's
+// reference rate, and loosens at once.
+func TestRateLeverRamp(t *testing.T) {
+	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	rates := map[netip.Addr]float64{a: 6e6, b: 2e6}
+	rate := func(x netip.Addr) float64 { return rates[x] }
+	writers := []netip.Addr{a, b}
+	l := rateLever{ramp: capRampPer(100 * time.Millisecond)}
+	// The top of the range keeps 10 % of 8 MB/s: 0.4 MB/s each.
+	for i, want := range []map[netip.Addr]uint64{
+		{a: 4.2e6, b: 1.4e6},
+		{a: 2.94e6, b: 0.98e6},
+		{a: 2.058e6, b: 0.686e6},
+		{a: 1.4406e6, b: 0.4802e6},
+		{a: 1.00842e6, b: 0.4e6},
+	} {
+		if got := l.caps(20, 20, writers, rate); !maps.EqualFunc(got, want, near) {
+			t.Fatalf("tick %d at the top: caps %v, want %v", i+1, got, want)
+		}
+	}
+	// Back to 91 % (7.28 MB/s): b fits, a gets 5.28 at once.
+	if got, want := l.caps(2, 20, writers, rate), (map[netip.Addr]uint64{a: 5.28e6}); !maps.EqualFunc(got, want, near) {
+		t.Fatalf("loosened: caps %v, want %v", got, want)
+	}
+	// b, uncapped a tick, ramps from its reference again.
+	if got, want := l.caps(20, 20, writers, rate), (map[netip.Addr]uint64{a: 3.696e6, b: 1.4e6}); !maps.EqualFunc(got, want, near) {
+		t.Fatalf("capped again: caps %v, want %v", got, want)
+	}
+	if r := capRampPer(time.Second); math.Abs(r-math.Pow(0.7, 10)) > 1e-12 {
+		t.Errorf("a 1 s tick ramps by %v, want 0.7^10", r)
 	}
 }
 

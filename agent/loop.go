@@ -761,6 +761,7 @@ func (l *Loops) applyRateLever(rs *resourceState, st *ResourceStatus, in *Policy
 		return
 	}
 	st.RateLeverStep = k
+	rs.lever.ramp = capRampPer(l.cfg.Interval)
 	for a, c := range rs.lever.caps(k, n, writers, rate) {
 		// A capped writer stays slowed even when its capped rate falls
 		// below the policy's throttleable threshold: dropping it would

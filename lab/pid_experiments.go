@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -196,7 +197,7 @@ func runControlled(r *Runner, kind string) (any, error) {
 	series = append(series, report.Series{Name: "no regulation", X: x, Y: smooth(y)})
 	wx, wy := report.AggregateSeries(base.Ticks, Hosts[1:], writeMBs)
 	wseries := []report.Series{{Name: "no regulation", X: wx, Y: smooth(wy)}}
-	var dseries []report.Series
+	var dseries, cseries []report.Series
 	var cpu, shadowCPU, wall float64
 	var held uint64 // packets the delay line held
 	var late throttle.Lateness
@@ -258,10 +259,10 @@ func runControlled(r *Runner, kind string) (any, error) {
 				}
 			}
 			p := mkPhase(fmt.Sprintf("%sthreshold-%v", tag, thr), fmt.Sprintf("%sthreshold %v", strings.ReplaceAll(tag, "-", " "), thr))
-			var delays []float64
+			var delays, caps []float64
 			var dx []float64
 			t0 := time.Now()
-			p.Events = delaySampler(a, length, &dx, &delays)
+			p.Events = delaySampler(a, length, &dx, &delays, &caps)
 			var ps *passiveSeries
 			if bridge {
 				ps = &passiveSeries{}
@@ -346,6 +347,9 @@ func runControlled(r *Runner, kind string) (any, error) {
 			wx, wy := report.AggregateSeries(res.Ticks, Hosts[1:], writeMBs)
 			wseries = append(wseries, report.Series{Name: p.Label, X: wx, Y: smooth(wy)})
 			dseries = append(dseries, report.Series{Name: p.Label, X: dx, Y: delays})
+			if slices.ContainsFunc(caps, func(c float64) bool { return c > 0 }) {
+				cseries = append(cseries, report.Series{Name: p.Label, X: dx, Y: caps})
+			}
 		}
 	}
 	r.opts.AgentYAML = agentYAML
@@ -403,6 +407,12 @@ func runControlled(r *Runner, kind string) (any, error) {
 	if err := report.TimePlot(filepath.Join(r.Dir, "delay.png"), name+": write delay applied to the throttleable set (Fig 5.13)",
 		"time (s)", "delay (ms)", dseries, nil); err != nil {
 		return nil, err
+	}
+	if len(cseries) > 0 {
+		if err := report.TimePlot(filepath.Join(r.Dir, "write-caps.png"), name+": the second lever, sum of the capped writers' write-rate caps (0: none)",
+			"time (s)", "MB/s", cseries, nil); err != nil {
+			return nil, err
+		}
 	}
 	if !bridge {
 		return sum, nil
@@ -466,7 +476,10 @@ func (r *Runner) controlledWriters() int {
 
 // delaySampler records the agent's applied write delay every second as
 // phase events (the agent is the source of truth for what it applied).
-func delaySampler(a *LabAgent, length time.Duration, xs, ys *[]float64) []Event {
+// delaySampler samples the agent's throttles every 500 ms: the largest
+// write delay (ms) into ys, and the sum of the write-rate caps of the
+// second lever (MB/s, 0 with none) into caps.
+func delaySampler(a *LabAgent, length time.Duration, xs, ys, caps *[]float64) []Event {
 	var ev []Event
 	for t := time.Second; t < length; t += 500 * time.Millisecond {
 		t := t
@@ -475,12 +488,14 @@ func delaySampler(a *LabAgent, length time.Duration, xs, ys *[]float64) []Event 
 			if err != nil {
 				return err
 			}
-			d := 0.0
+			d, c := 0.0, 0.0
 			for _, s := range m {
 				d = math.Max(d, float64(s.WriteDelay)/1e6)
+				c += float64(s.WriteRate) / 1e6
 			}
 			*xs = append(*xs, t.Seconds())
 			*ys = append(*ys, d)
+			*caps = append(*caps, c)
 			return nil
 		}})
 	}

@@ -29,22 +29,28 @@ type frame struct {
 	src, dst     netip.Addr
 	sport, dport uint16
 	payload      int
+	doff         int   // TCP header words (default 5)
+	flags        uint8 // TCP flags (default ACK)
 }
 
 func (f frame) bytes() []byte {
-	ihl := max(f.ihl, 5)
-	b := make([]byte, 14+ihl*4+20+f.payload)
+	ihl, doff := max(f.ihl, 5), max(f.doff, 5)
+	b := make([]byte, 14+ihl*4+doff*4+f.payload)
 	binary.BigEndian.PutUint16(b[12:], f.ethertype)
 	ip := b[14:]
 	ip[0], ip[8], ip[9] = 0x40|byte(ihl), 64, f.proto
-	binary.BigEndian.PutUint16(ip[2:], uint16(ihl*4+20+f.payload))
+	binary.BigEndian.PutUint16(ip[2:], uint16(ihl*4+doff*4+f.payload))
 	src, dst := f.src.As4(), f.dst.As4()
 	copy(ip[12:], src[:])
 	copy(ip[16:], dst[:])
 	tcp := ip[ihl*4:]
 	binary.BigEndian.PutUint16(tcp[0:], f.sport)
 	binary.BigEndian.PutUint16(tcp[2:], f.dport)
-	tcp[12] = 5 << 4
+	tcp[12] = byte(doff) << 4
+	tcp[13] = 0x10 // ACK
+	if f.flags != 0 {
+		tcp[13] = f.flags
+	}
 	return b
 }
 
@@ -65,9 +71,15 @@ func programMaps(t *testing.T, valueSize uint32) (consumers, lease *ebpf.Map) {
 	return consumers, lease
 }
 
-// toTarget is a consumer's segment to the target's port.
+// toTarget is a consumer's segment to the target's port, with 1,000
+// bytes of payload.
 func toTarget(ethertype uint16, proto uint8, ihl int, src netip.Addr, dport uint16) []byte {
-	return frame{ethertype: ethertype, proto: proto, ihl: ihl, src: src, dst: netip.MustParseAddr("10.201.0.1"), sport: 40000, dport: dport}.bytes()
+	return frame{ethertype: ethertype, proto: proto, ihl: ihl, src: src, dst: netip.MustParseAddr("10.201.0.1"), sport: 40000, dport: dport, payload: 1000}.bytes()
+}
+
+// toTargetTCP is a consumer's TCP segment to the target's port 3260.
+func toTargetTCP(src netip.Addr, doff int, flags uint8, payload int) []byte {
+	return frame{ethertype: unix.ETH_P_IP, proto: unix.IPPROTO_TCP, src: src, dst: netip.MustParseAddr("10.201.0.1"), sport: 40000, dport: 3260, doff: doff, flags: flags, payload: payload}.bytes()
 }
 
 // The steering program, run by the kernel on crafted frames
@@ -97,6 +109,10 @@ func TestWriteCapProgram(t *testing.T) {
 	}{
 		{"a capped consumer's segment to the target port", toTarget(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, capped, 3260), false, redirect, class},
 		{"IP options move the port", toTarget(unix.ETH_P_IP, unix.IPPROTO_TCP, 7, capped, 3260), false, redirect, class},
+		{"TCP options move the payload", toTargetTCP(capped, 8, 0x18, 1), false, redirect, class},
+		{"a pure ACK passes", toTargetTCP(capped, 5, 0x10, 0), false, 0, 0},
+		{"a pure ACK with timestamps passes", toTargetTCP(capped, 8, 0x10, 0), false, 0, 0},
+		{"a FIN stays in order", toTargetTCP(capped, 5, 0x11, 0), false, redirect, class},
 		{"another port", toTarget(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, capped, 22), false, 0, 0},
 		{"an uncapped consumer", toTarget(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, other, 3260), false, 0, 0},
 		{"UDP", toTarget(unix.ETH_P_IP, unix.IPPROTO_UDP, 5, capped, 3260), false, 0, 0},
