@@ -135,7 +135,14 @@ type Config struct {
 	DelayRamp float64 `yaml:"delay_ramp"`
 	// DelayFollow has the delay line cap each packet's delay by a model
 	// of its sender's srtt (throttle/follow.go): the fastest rise that
-	// sends no spurious tail-loss probe. Excludes delay_ramp.
+	// sends no spurious tail-loss probe. Excludes delay_ramp. Unset, it
+	// is on where a held packet is what a sender's timer waits for:
+	// with write_delay_on: acks (and no delay_ramp). With replies the
+	// held packets are the target's own, which its TCP does not resend
+	// while they are still queued on its host, and the consumers' data
+	// is acknowledged on time: nothing needs the ramp, and it would only
+	// let each load step through for a few round trips (README,
+	// "delay_follow").
 	DelayFollow bool `yaml:"delay_follow"`
 	// WriteDelayOn says which packets carry a write delay: "replies"
 	// (default: the target's R2Ts and status; ACKs of the consumer's data
@@ -362,6 +369,9 @@ func (c *Config) validate(root *yaml.Node) []error {
 	}
 	if c.DelayFollow && c.DelayRamp > 0 {
 		bad("delay_follow and delay_ramp exclude each other", "delay_follow")
+	}
+	if lineOf(root, "delay_follow") == 0 {
+		c.DelayFollow = c.WriteDelayOn == "acks" && c.DelayRamp == 0
 	}
 	switch {
 	case c.RateLeverSteps < 0 || c.RateLeverSteps > 200:

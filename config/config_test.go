@@ -37,6 +37,31 @@ func TestEmptyIsDefaults(t *testing.T) {
 	}
 }
 
+// Unset, delay_follow ramps the delays by the sender's srtt where held
+// packets are what its timers wait for (write_delay_on: acks), not where
+// they are the target's own (replies), and never with a fixed ramp.
+func TestDelayFollowDefault(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want bool
+	}{
+		{"", false},
+		{"write_delay_on: replies\n", false},
+		{"write_delay_on: acks\n", true},
+		{"write_delay_on: acks\ndelay_ramp: 0.5\n", false},
+		{"write_delay_on: acks\ndelay_follow: false\n", false},
+		{"write_delay_on: replies\ndelay_follow: true\n", true},
+	} {
+		c, err := Parse([]byte(tc.yaml))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.yaml, err)
+		}
+		if c.DelayFollow != tc.want {
+			t.Errorf("%q: delay_follow %v, want %v", tc.yaml, c.DelayFollow, tc.want)
+		}
+	}
+}
+
 func TestErrorsNameFieldAndLine(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml, want string
