@@ -4,11 +4,37 @@
 //
 // It is pure, clock-free arithmetic: one Update per sample interval, no I/O,
 // no goroutines, no knowledge of devices, consumers or how a step is
-// enforced (that is package actuate's job). Controllers are not safe for
-// concurrent use; the agent runs one per resource loop.
+// enforced (that is the agent's and package throttle's job). Controllers are
+// not safe for concurrent use; the agent runs one per resource loop.
 //
 // Two controllers share the Controller interface: PID (the thesis' modified,
 // single-sided PID, §4.4.2) and AIMD (a PARDA-style latency-ratio window).
+//
+// # Onset response
+//
+// A feedback controller on the smoothed read wait answers a surge of
+// writers two or three samples late: a read must first queue behind the
+// new writes and complete, then the EWMA must move. The writers' bytes,
+// though, are in the very first sample. So, as blk-iolatency acts on a
+// latency window instead of waiting for an average to drift, the agent
+// runs an OnsetDetector on that leading signal and, when it fires, preloads
+// the PID (Preload) with the output a Memory learnt held the threshold
+// under the same load last time; a short hold keeps the release rule from
+// undoing the preload before the surge reaches the wait, and then the
+// ordinary law carries on from there, bumplessly. Nothing is guessed for a
+// load never seen. onset.go has the whole argument.
+//
+// # Past the delay's ceiling: split range
+//
+// A controller's steps need not all be delays. The agent may give the PID
+// more steps than max_delay holds and map the ones beyond it to a second
+// actuator, write-rate caps on the heaviest writers (agent, lever.go): one
+// output sequencing two levers, as a process plant sequences two valves.
+// The hand-over is then the PID's own motion, not a rule of its own: while
+// the wait stays above the threshold with the delay at its maximum the
+// integral walks on into the cap range, and when it recovers it walks back
+// through the caps (they loosen, then vanish) before the delay falls. The
+// onset preload never lands in the cap range; only the PID walks there.
 package control
 
 import (
