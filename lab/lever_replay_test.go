@@ -1,0 +1,137 @@
+package lab
+
+import (
+	"io"
+	"log/slog"
+	"math"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/agent"
+	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/sample"
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// traceReplay serves a recorded phase to the agent as its samplers: each
+// LUN's diskstats counters accumulated from the trace's intervals, and
+// each initiator's write rate (what TCP_INFO reports) from its LUN's.
+type traceReplay struct {
+	res   *PhaseResult
+	i     int // the tick served
+	epoch time.Time
+	cum   map[string]sample.Counters
+}
+
+func (r *traceReplay) advance() bool {
+	if r.i >= len(r.res.Ticks) {
+		return false
+	}
+	tk := r.res.Ticks[r.i]
+	for h, iv := range tk.Dev {
+		dev := "loop" + string(rune('0'+slices.Index(Hosts, h)))
+		c := r.cum[dev]
+		c.Device = dev
+		c.Time = r.epoch.Add(time.Duration(tk.T * float64(time.Second)))
+		c.Reads += iv.Reads
+		c.Writes += iv.Writes
+		if iv.Reads > 0 && !math.IsNaN(iv.ReadWaitMs) {
+			c.ReadTicks += uint64(math.Round(iv.ReadWaitMs * float64(iv.Reads)))
+		}
+		c.ReadSectors += uint64(iv.ReadBps * iv.Seconds / 512)
+		c.WriteSectors += uint64(iv.WriteBps * iv.Seconds / 512)
+		r.cum[dev] = c
+	}
+	r.i++
+	return true
+}
+
+func (r *traceReplay) Read(devices ...string) (map[string]sample.Counters, error) {
+	out := make(map[string]sample.Counters, len(r.cum))
+	for d, c := range r.cum {
+		out[d] = c
+	}
+	return out, nil
+}
+
+func (r *traceReplay) Sample() (map[netip.Addr]sample.Rate, error) {
+	out := map[netip.Addr]sample.Rate{}
+	tk := r.res.Ticks[r.i-1]
+	for h, iv := range tk.Dev {
+		out[HostAddr(h)] = sample.Rate{WriteBps: iv.WriteBps, ReadBps: iv.ReadBps, Conns: 1}
+	}
+	return out, nil
+}
+
+// The write-cap lever's hand-over, on a real run: the 10 ms phase of
+// `lab run autonomic --agent-set 'backend: delayline+htb', max_delay
+// 20ms, rate_lever_steps 20` (scale 0.25, results/autonomic/lever-final1;
+// trace cut to that phase), replayed through the agent's own loop with
+// the run's config. The wait it recorded is the one that sent the real
+// agent past the delay's ceiling, so the replayed controller walks there
+// too. Throughout: a writer is capped only while its delay is at the
+// maximum (the delay falls only after the caps are gone), a cap tightens
+// by at most capRamp per tick, and the reader is never slowed.
+func TestRateLeverHandOverOnRecordedRun(t *testing.T) {
+	dir := gunzipFixture(t, "testdata/lever-run")
+	rs, err := LoadTrace(filepath.Join(dir, "trace.csv"), []*Phase{{Name: "threshold-10ms"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte("backend: dry-run\nthreshold: 10ms\nmax_delay: 20ms\nrate_lever_steps: 20\nobjective: p95\nresources:\n  - name: vg1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := &traceReplay{res: rs[0], epoch: time.Unix(1e9, 0), cum: map[string]sample.Counters{}}
+	mem := throttle.NewMemory()
+	a := agent.New(cfg, agent.Deps{Throttle: mem, Sampler: rp, Rates: rp, NewController: agent.NewPID, NewSmoother: agent.NewEWMA,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	view := agent.ResourceView{Consumers: map[netip.Addr][]string{}}
+	for i, h := range Hosts {
+		dev := "loop" + string(rune('0'+i))
+		view.Devices = append(view.Devices, dev)
+		view.Consumers[HostAddr(h)] = []string{dev}
+	}
+	a.SetTopology(&agent.Topology{Resources: map[string]agent.ResourceView{"vg1": view}})
+	reader := HostAddr("b2")
+	last := map[netip.Addr]uint64{}
+	var cappedTicks, delayTicks int
+	for rp.advance() {
+		now := rp.epoch.Add(time.Duration(rs[0].Ticks[rp.i-1].T * float64(time.Second)))
+		if err := a.Step(now); err != nil {
+			t.Fatal(err)
+		}
+		set := mem.List()
+		if s, ok := set[reader]; ok {
+			t.Fatalf("t=%.1f s: the reader is slowed: %+v", now.Sub(rp.epoch).Seconds(), s)
+		}
+		for c, s := range set {
+			if s.WriteDelay > 0 {
+				delayTicks++
+			}
+			if s.WriteRate == 0 {
+				continue
+			}
+			cappedTicks++
+			if s.WriteDelay != cfg.MaxDelay {
+				t.Errorf("t=%.1f s: %v capped at %d B/s with a delay of %v, below the maximum", now.Sub(rp.epoch).Seconds(), c, s.WriteRate, s.WriteDelay)
+			}
+			if p, ok := last[c]; ok && float64(s.WriteRate) < 0.7*float64(p)-1 {
+				t.Errorf("t=%.1f s: %v's cap fell from %d to %d B/s in one tick", now.Sub(rp.epoch).Seconds(), c, p, s.WriteRate)
+			}
+		}
+		clear(last)
+		for c, s := range set {
+			if s.WriteRate > 0 {
+				last[c] = s.WriteRate
+			}
+		}
+	}
+	t.Logf("%d ticks: %d consumer-ticks delayed, %d capped", len(rs[0].Ticks), delayTicks, cappedTicks)
+	if cappedTicks == 0 {
+		t.Fatal("the replay never reached the write caps")
+	}
+}
