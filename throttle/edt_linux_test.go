@@ -153,16 +153,7 @@ func delaysOneConsumer(t *testing.T, n *tcTestNet, th Throttle) {
 	}
 	p50 := map[netip.Addr]time.Duration{}
 	for _, src := range []netip.Addr{slow, free} {
-		c, err := n.dialFromB(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		s, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		c, s := n.connect(t, ln, src)
 		p50[src] = pct(pingPong(t, s.(*net.TCPConn), c.(*net.TCPConn), 30), 0.5)
 	}
 	t.Logf("%s: round trip p50: delayed %v, neighbour %v", th.Name(), p50[slow], p50[free])

@@ -155,6 +155,23 @@ func (n *tcTestNet) dialFromB(src netip.Addr) (net.Conn, error) {
 	return c, err
 }
 
+// connect dials ln from local address src in B and accepts the
+// connection in A; both ends close when the test ends.
+func (n *tcTestNet) connect(t testing.TB, ln net.Listener, src netip.Addr) (client, server net.Conn) {
+	t.Helper()
+	c, err := n.dialFromB(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return c, s
+}
+
 // assertNothingLeft checks namespace A (the current thread's) for any
 // qdisc, class, filter, rule or set of the backend.
 func (n *tcTestNet) assertNothingLeft(t *testing.T) {

@@ -139,21 +139,30 @@ func TestWriteCapProgram(t *testing.T) {
 	}
 }
 
-// A write cap on a veth: one consumer capped while its neighbour sends
-// freely, a change of cap at run time, no packet dropped, nothing left
-// after Close.
-func TestWriteCapInNamespaces(t *testing.T) {
+// writeCapNet makes the two namespaces, a listener on A's port and a
+// write-cap backend on A's device; the listener closes with the test,
+// the backend is the caller's.
+func writeCapNet(t *testing.T) (*tcTestNet, net.Listener, *WriteCap) {
+	t.Helper()
 	n := newTCTestNet(t)
 	n.enterA(t)
 	ln, err := net.Listen("tcp", netip.AddrPortFrom(n.addrA, n.port).String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	w, err := NewWriteCap(WriteCapConfig{Device: n.devA, Label: n.label, Port: n.port})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return n, ln, w
+}
+
+// A write cap on a veth: one consumer capped while its neighbour sends
+// freely, a change of cap at run time, no packet dropped, nothing left
+// after Close.
+func TestWriteCapInNamespaces(t *testing.T) {
+	n, ln, w := writeCapNet(t)
 	closed := false
 	t.Cleanup(func() {
 		if !closed {
@@ -168,16 +177,7 @@ func TestWriteCapInNamespaces(t *testing.T) {
 	// The consumers write as fast as TCP lets them; the "target" reads.
 	var received []net.Conn
 	for _, src := range []netip.Addr{capped, free} {
-		c, err := n.dialFromB(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		s, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
+		c, s := n.connect(t, ln, src)
 		received = append(received, s)
 		go func() {
 			buf := make([]byte, 64<<10)
@@ -241,33 +241,14 @@ func TestWriteCapInNamespaces(t *testing.T) {
 // class deleted at once drops its queue, and its tail is then resent
 // after a timeout.)
 func TestWriteCapLiftDrains(t *testing.T) {
-	n := newTCTestNet(t)
-	n.enterA(t)
-	ln, err := net.Listen("tcp", netip.AddrPortFrom(n.addrA, n.port).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	w, err := NewWriteCap(WriteCapConfig{Device: n.devA, Label: n.label, Port: n.port})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	n, ln, w := writeCapNet(t)
+	t.Cleanup(func() { w.Close() })
 	writer := n.addrsB[0]
 	const low = 512 << 10
 	if err := w.Set(map[netip.Addr]Setting{writer: {WriteRate: low}}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := n.dialFromB(writer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	c, s := n.connect(t, ln, writer)
 	// A paced writer (8 MiB/s): unpaced, a veth flow at GB/s loses
 	// segments in the receiver and retransmits with no cap at all.
 	const pace = 8 << 20
