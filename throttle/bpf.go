@@ -121,6 +121,12 @@ func (l *bpfLease) close() {
 // "pass" if the lease has lapsed or the consumer is not in consumers, and
 // otherwise leaves a pointer to its value in R0. It clobbers R1–R5 and R7.
 func leaseAndLookup(lease, consumers int) asm.Instructions {
+	return append(leaseCheck(lease), lookupConsumer(consumers, "pass")...)
+}
+
+// leaseCheck jumps to "pass" unless the heartbeat in the lease map lies
+// in the future. It uses the stack at -8 and clobbers R0–R5 and R7.
+func leaseCheck(lease int) asm.Instructions {
 	return asm.Instructions{
 		asm.StoreImm(asm.RFP, -8, 0, asm.Word),
 		asm.LoadMapPtr(asm.R1, lease),
@@ -131,11 +137,18 @@ func leaseAndLookup(lease, consumers int) asm.Instructions {
 		asm.LoadMem(asm.R7, asm.R0, 0, asm.DWord), // the deadline
 		asm.FnKtimeGetNs.Call(),
 		asm.JGT.Reg(asm.R0, asm.R7, "pass"), // lapsed: fail open
+	}
+}
+
+// lookupConsumer leaves in R0 the value of the key at stack -4 in the
+// consumers map, or jumps to missing.
+func lookupConsumer(consumers int, missing string) asm.Instructions {
+	return asm.Instructions{
 		asm.LoadMapPtr(asm.R1, consumers),
 		asm.Mov.Reg(asm.R2, asm.RFP),
 		asm.Add.Imm(asm.R2, -4),
 		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "pass"),
+		asm.JEq.Imm(asm.R0, 0, missing),
 	}
 }
 

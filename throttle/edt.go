@@ -19,10 +19,22 @@ import (
 // interface's egress stamps each segment to a throttled consumer with
 // skb->tstamp = now + its delay, and the fq qdisc at the root releases
 // every packet at its time. No packet crosses into userspace: a
-// consumer's delay is one BPF map update, the per-packet cost a map
-// lookup. fq keeps each flow in order (a flow's packets leave in
-// sequence, the later ones no earlier than the first), and a timestamp
-// the sender's own pacing set later than ours is kept.
+// consumer's delay is one BPF map update, the per-packet cost two map
+// lookups. A timestamp the sender's own pacing set later than ours is
+// kept.
+//
+// fq releases a flow's packets in the order of their timestamps, not of
+// their arrival: a packet stamped earlier than the flow's last goes
+// ahead of it. So when a consumer's delay falls (a step down, or cleared)
+// its newer segments would overtake the older ones still held, and the
+// receiver's duplicate ACKs would draw spurious retransmissions from the
+// target (in the stock-kernel guest, 30 falls of a stream's delay: 6,122
+// segments out of order and 501 retransmitted; the lab's autonomic runs
+// showed 22–26 target-side retransmissions per phase). The program
+// therefore keeps each consumer's latest departure time (last) and never
+// stamps a segment with payload earlier, also after its delay is gone:
+// a consumer's segments leave in the order they came. Pure ACKs are not
+// held back this way; one that overtakes data is harmless.
 //
 // Which packets carry which delay follows WriteOn, as in the delay line:
 // segments with payload take the read delay, and with replies (default)
@@ -40,7 +52,8 @@ type EDT struct {
 	major uint16
 	dev   netlink.Link
 
-	bpfObjects // consumers: IPv4 (host order) → {read ns, write ns}
+	bpfObjects           // consumers: IPv4 (host order) → {read ns, write ns}
+	last       *ebpf.Map // IPv4 (host order) → latest departure (ns, CLOCK_MONOTONIC)
 
 	mu  sync.Mutex
 	cur map[netip.Addr]Setting
@@ -140,11 +153,14 @@ func (e *EDT) build() error {
 	if e.consumers, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 16, MaxEntries: 65536}); err != nil {
 		return fmt.Errorf("bpf map: %w", err)
 	}
+	if e.last, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.LRUHash, KeySize: 4, ValueSize: 8, MaxEntries: 65536}); err != nil {
+		return fmt.Errorf("bpf map: %w", err)
+	}
 	if e.lease, err = newBPFLease(e.cfg.TTL, e.cfg.Log, "edt delays"); err != nil {
 		return err
 	}
 	e.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sanqos_edt", Type: ebpf.SchedCLS, License: "GPL",
-		Instructions: edtProgram(e.cfg.Port, e.cfg.WriteOn, e.consumers.FD(), e.lease.m.FD())})
+		Instructions: edtProgram(e.cfg.Port, e.cfg.WriteOn, e.consumers.FD(), e.last.FD(), e.lease.m.FD())})
 	if err != nil {
 		return fmt.Errorf("load program: %w", err)
 	}
@@ -165,9 +181,14 @@ const skbTstampOff = 152
 
 // edtProgram stamps TCP segments from port (0: any) to a consumer in the
 // delays map with now + its delay, never earlier than a stamp they carry,
-// while the heartbeat lasts. It always returns TC_ACT_OK: it delays, it
-// never drops or redirects.
-func edtProgram(port uint16, writeOn WriteOn, delays, beat int) asm.Instructions {
+// while the heartbeat lasts. A segment with payload is also never stamped
+// earlier than the consumer's last departure (the last map, which the
+// program keeps), whether or not the consumer still has a delay. It
+// always returns TC_ACT_OK: it delays, it never drops or redirects.
+func edtProgram(port uint16, writeOn WriteOn, delays, last, beat int) asm.Instructions {
+	// Registers past the parse: R6 the context, R7 now, R8 the delay and
+	// then the departure, R9 the payload length (≤ 0: a pure ACK).
+	// Stack: -4 the consumer key, -8 the lease key, -16 a new departure.
 	insns := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
 		asm.LoadAbs(12, asm.Half),
@@ -198,33 +219,64 @@ func edtProgram(port uint16, writeOn WriteOn, delays, beat int) asm.Instructions
 		asm.LoadAbs(14+16, asm.Word), // destination: the consumer
 		asm.StoreMem(asm.RFP, -4, asm.R0, asm.Word),
 	)
-	insns = append(insns, leaseAndLookup(beat, delays)...)
+	insns = append(insns, leaseCheck(beat)...)
+	insns = append(insns, asm.Mov.Imm(asm.R8, 0))
+	insns = append(insns, lookupConsumer(delays, "delayed")...)
 	insns = append(insns,
 		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord), // read delay
 		asm.LoadMem(asm.R2, asm.R0, 8, asm.DWord), // write delay
-		asm.Mov.Imm(asm.R8, 0),
 		asm.JSLE.Imm(asm.R9, 0, "ack"),
 		asm.Mov.Reg(asm.R8, asm.R1),
 	)
 	if writeOn == WriteOnReplies {
 		insns = append(insns,
-			asm.JGE.Reg(asm.R8, asm.R2, "stamp"),
+			asm.JGE.Reg(asm.R8, asm.R2, "delayed"),
 			asm.Mov.Reg(asm.R8, asm.R2),
 		)
 	}
-	insns = append(insns, asm.Ja.Label("stamp"))
+	insns = append(insns, asm.Ja.Label("delayed"))
 	if writeOn == WriteOnACKs {
 		insns = append(insns, asm.Mov.Reg(asm.R8, asm.R2).WithSymbol("ack"))
 	} else {
 		insns = append(insns, asm.Mov.Imm(asm.R8, 0).WithSymbol("ack"))
 	}
 	return append(insns,
-		asm.JEq.Imm(asm.R8, 0, "pass").WithSymbol("stamp"),
-		asm.FnKtimeGetNs.Call(),
-		asm.Add.Reg(asm.R0, asm.R8),
+		// R8 is the delay (0 for a consumer without one).
+		asm.FnKtimeGetNs.Call().WithSymbol("delayed"),
+		asm.Mov.Reg(asm.R7, asm.R0),
+		asm.JSGT.Imm(asm.R9, 0, "payload"),
+		// A pure ACK: now + delay, if any.
+		asm.JEq.Imm(asm.R8, 0, "pass"),
+		asm.Add.Reg(asm.R8, asm.R7),
 		asm.LoadMem(asm.R1, asm.R6, skbTstampOff, asm.DWord),
-		asm.JGE.Reg(asm.R1, asm.R0, "pass"), // the sender's own stamp is later
-		asm.StoreMem(asm.R6, skbTstampOff, asm.R0, asm.DWord),
+		asm.JGE.Reg(asm.R1, asm.R8, "pass"), // the sender's own stamp is later
+		asm.StoreMem(asm.R6, skbTstampOff, asm.R8, asm.DWord),
+		asm.Ja.Label("pass"),
+		// A segment with payload: now + delay, no earlier than the
+		// consumer's last departure nor than the sender's own stamp.
+		asm.Add.Reg(asm.R8, asm.R7).WithSymbol("payload"),
+		asm.LoadMapPtr(asm.R1, last),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -4),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "due"),
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
+		asm.JGE.Reg(asm.R8, asm.R1, "due"),
+		asm.Mov.Reg(asm.R8, asm.R1),
+		asm.JGT.Reg(asm.R8, asm.R7, "hold").WithSymbol("due"),
+		asm.Ja.Label("pass"), // nothing of the consumer's is held, and no delay
+		asm.LoadMem(asm.R1, asm.R6, skbTstampOff, asm.DWord).WithSymbol("hold"),
+		asm.JGE.Reg(asm.R8, asm.R1, "stamp"),
+		asm.Mov.Reg(asm.R8, asm.R1), // the sender's own stamp is later
+		asm.StoreMem(asm.R6, skbTstampOff, asm.R8, asm.DWord).WithSymbol("stamp"),
+		asm.StoreMem(asm.RFP, -16, asm.R8, asm.DWord),
+		asm.LoadMapPtr(asm.R1, last),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -4),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, -16),
+		asm.Mov.Imm(asm.R4, 0), // BPF_ANY
+		asm.FnMapUpdateElem.Call(),
 		asm.Mov.Imm(asm.R0, 0).WithSymbol("pass"),
 		asm.Return(),
 	)
@@ -303,6 +355,14 @@ func (e *EDT) Close() error {
 	err := CleanupEDT(e.cfg.Label)
 	e.close()
 	return err
+}
+
+// close releases the program and maps.
+func (e *EDT) close() {
+	e.bpfObjects.close()
+	if e.last != nil {
+		e.last.Close()
+	}
 }
 
 // CleanupEDT removes a label's program filter and fq root from every

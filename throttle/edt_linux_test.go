@@ -30,8 +30,9 @@ func TestEDTProgram(t *testing.T) {
 	if err := delays.Put(ipv4Key(slow), [2]uint64{uint64(read), uint64(write)}); err != nil {
 		t.Fatal(err)
 	}
+	last := edtLastMap(t)
 	for _, on := range []WriteOn{WriteOnReplies, WriteOnACKs} {
-		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL", Instructions: edtProgram(3260, on, delays.FD(), beat.FD())})
+		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL", Instructions: edtProgram(3260, on, delays.FD(), last.FD(), beat.FD())})
 		if err != nil {
 			t.Fatalf("%v: the kernel's verifier refused the program: %v", on, err)
 		}
@@ -61,6 +62,8 @@ func TestEDTProgram(t *testing.T) {
 			if err := beat.Put(uint32(0), deadline); err != nil {
 				t.Fatal(err)
 			}
+			// Each case on its own: no departure left by the one before.
+			_ = last.Delete(ipv4Key(slow))
 			in := make([]byte, skbTstampOff+8)
 			binary.NativeEndian.PutUint64(in[skbTstampOff:], tc.stamp)
 			out := make([]byte, 256)
@@ -84,6 +87,81 @@ func TestEDTProgram(t *testing.T) {
 	}
 }
 
+func edtLastMap(t *testing.T) *ebpf.Map {
+	t.Helper()
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.LRUHash, KeySize: 4, ValueSize: 8, MaxEntries: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// stampOf runs the program on a frame carrying no stamp of its own and
+// returns the departure it set (0: none).
+func stampOf(t *testing.T, prog *ebpf.Program, frame []byte) uint64 {
+	t.Helper()
+	in, out := make([]byte, skbTstampOff+8), make([]byte, 256)
+	if _, err := prog.Run(&ebpf.RunOptions{Data: frame, Context: in, ContextOut: out}); err != nil {
+		t.Fatal(err)
+	}
+	return binary.NativeEndian.Uint64(out[skbTstampOff:])
+}
+
+// A consumer's segments with payload never depart before its earlier
+// ones: not when its delay steps down, not when it is cleared while
+// something of its is still held, and once that has left they pass
+// unstamped again. Pure ACKs are not held back.
+func TestEDTProgramKeepsDepartureOrder(t *testing.T) {
+	delays, beat := programMaps(t, 16)
+	last := edtLastMap(t)
+	slow := netip.MustParseAddr("10.201.0.2")
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL", Instructions: edtProgram(3260, WriteOnReplies, delays.FD(), last.FD(), beat.FD())})
+	if err != nil {
+		t.Fatalf("the kernel's verifier refused the program: %v", err)
+	}
+	defer prog.Close()
+	if err := beat.Put(uint32(0), monoNow()+uint64(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	setDelay := func(d time.Duration) {
+		t.Helper()
+		if d == 0 {
+			if err := delays.Delete(ipv4Key(slow)); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		if err := delays.Put(ipv4Key(slow), [2]uint64{uint64(d), 0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const long, short = 400 * time.Millisecond, 5 * time.Millisecond
+	setDelay(long)
+	first := stampOf(t, prog, segment(3260, slow, 48))
+	if first < monoNow()+uint64(long-50*time.Millisecond) {
+		t.Fatalf("first segment stamped %v ahead, want about %v", time.Duration(first-monoNow()), long)
+	}
+	setDelay(short)
+	if got := stampOf(t, prog, segment(3260, slow, 48)); got < first {
+		t.Errorf("after a step down: stamped %v before the segment ahead of it", time.Duration(first-got))
+	}
+	setDelay(0)
+	if got := stampOf(t, prog, segment(3260, slow, 48)); got < first {
+		t.Errorf("cleared with a segment still held: stamped %d, %v before the one ahead of it", got, time.Duration(first-got))
+	}
+	if got := stampOf(t, prog, segment(3260, slow, 0)); got != 0 {
+		t.Errorf("a pure ACK of a cleared consumer stamped %v ahead", time.Duration(got-monoNow()))
+	}
+	// Once the last departure has passed, nothing is held back.
+	if err := last.Put(ipv4Key(slow), monoNow()-1); err != nil {
+		t.Fatal(err)
+	}
+	if got := stampOf(t, prog, segment(3260, slow, 48)); got != 0 {
+		t.Errorf("nothing held and no delay: stamped %v ahead", time.Duration(got-monoNow()))
+	}
+}
+
 // End to end on a veth: where the kernel has sch_fq, a delayed consumer's
 // replies take the delay and its neighbour's do not, and Close gives the
 // device its default qdisc back with nothing of ours left. Where it has
@@ -93,6 +171,72 @@ func TestEDTDelaysOrRefusesCleanly(t *testing.T) {
 	delaysOrRefuses(t, ErrNoFq, func() (bool, string) { return EDTAvailable() }, func(n *tcTestNet) (Throttle, error) {
 		return NewEDT(EDTConfig{Device: n.devA, Label: n.label, Port: n.port})
 	})
+}
+
+// A consumer's delay falling (a step down, or cleared) must not let its
+// newer segments overtake the older ones still held: out of order at the
+// receiver, they draw duplicate ACKs and spurious retransmissions from
+// the target. The target streams to the consumer while its read delay
+// goes 20 ms → 5 ms → none, ten times over.
+func TestEDTKeepsOrderAsDelaysFall(t *testing.T) {
+	withKernelBackend(t, ErrNoFq, func() (bool, string) { return EDTAvailable() }, func(n *tcTestNet) (Throttle, error) {
+		return NewEDT(EDTConfig{Device: n.devA, Label: n.label, Port: n.port})
+	}, keepsOrderAsDelaysFall)
+}
+
+func keepsOrderAsDelaysFall(t *testing.T, n *tcTestNet, th Throttle) {
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(n.addrA, n.port).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	consumer := n.addrsB[0]
+	c, s := n.connect(t, ln, consumer)
+	client, target := c.(*net.TCPConn), s.(*net.TCPConn)
+	// The target writes 64 KiB every 5 ms (12.5 MiB/s): segments are
+	// always in flight when a delay changes.
+	go func() {
+		buf := make([]byte, 64<<10)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for range tick.C {
+			if _, err := target.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	m := newMeter([]net.Conn{client})
+	info := func(c *net.TCPConn) *unix.TCPInfo {
+		rc, _ := c.SyscallConn()
+		var i *unix.TCPInfo
+		var err error
+		rc.Control(func(fd uintptr) { i, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i
+	}
+	ooo0, re0 := info(client).Rcv_ooopack, info(target).Total_retrans
+	for range 10 {
+		for _, d := range []time.Duration{20 * time.Millisecond, 5 * time.Millisecond, 0} {
+			if err := th.Set(map[netip.Addr]Setting{consumer: {ReadDelay: d}}); err != nil {
+				t.Fatal(err)
+			}
+			<-time.After(150 * time.Millisecond)
+		}
+	}
+	r := m.rates(0, 200*time.Millisecond)
+	ooo, re := info(client).Rcv_ooopack-ooo0, info(target).Total_retrans-re0
+	t.Logf("%s: 30 delay changes at %.0f B/s: %d segments received out of order, %d retransmitted", th.Name(), r[0], ooo, re)
+	if r[0] < 6<<20 {
+		t.Errorf("the stream ran at %.0f B/s: too slow to have segments in flight at each change", r[0])
+	}
+	if ooo > 0 || re > 0 {
+		t.Errorf("%s reordered a consumer's segments as its delay fell: %d received out of order, %d retransmitted", th.Name(), ooo, re)
+	}
+	if err := th.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // The thesis' tree end to end, likewise: where the kernel has netem, a
@@ -112,6 +256,14 @@ func TestNetemDelaysOrRefusesCleanly(t *testing.T) {
 // kernel has what it needs (available), and otherwise checks that its
 // constructor refuses with refusal and leaves the device as it was.
 func delaysOrRefuses(t *testing.T, refusal error, available func() (bool, string), build func(*tcTestNet) (Throttle, error)) {
+	withKernelBackend(t, refusal, available, build, delaysOneConsumer)
+}
+
+// withKernelBackend builds a kernel delay backend on A's device and runs
+// test with it where the kernel has what it needs (available); otherwise
+// it checks that the constructor refuses with refusal and leaves the
+// device as it was. test closes the backend; nothing may be left after.
+func withKernelBackend(t *testing.T, refusal error, available func() (bool, string), build func(*tcTestNet) (Throttle, error), test func(*testing.T, *tcTestNet, Throttle)) {
 	n := newTCTestNet(t)
 	n.enterA(t)
 	l, err := netlink.LinkByName(n.devA)
@@ -131,7 +283,7 @@ func delaysOrRefuses(t *testing.T, refusal error, available func() (bool, string
 	if err != nil {
 		t.Fatal(err)
 	}
-	delaysOneConsumer(t, n, th)
+	test(t, n, th)
 	assertDelayBackendGone(t, l, rootBefore)
 	n.assertNothingLeft(t)
 }
