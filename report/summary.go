@@ -92,7 +92,10 @@ type ControlledRun struct {
 	AgentCPUPct   float64 `json:"agent_cpu_pct,omitempty"`
 	ControlCPUPct float64 `json:"control_loop_cpu_pct,omitempty"`
 	ReadWaitMs    Dist    `json:"read_wait_ms"`
-	WriteMBs      float64 `json:"write_mb_s"`
+	// WriteMBs and ReadMBs are the interferers' aggregate rates (not the
+	// protected reader's); ReadMBs is 0 where they only write.
+	WriteMBs float64 `json:"write_mb_s"`
+	ReadMBs  float64 `json:"read_mb_s,omitempty"`
 	// PctAbove is the share of 100 ms intervals (with reads) in which the
 	// reader's wait exceeded 1.2 × threshold.
 	PctAbove float64 `json:"pct_time_above_1_2x_threshold"`
@@ -132,6 +135,11 @@ type Criteria struct {
 	// KeptVsOracle is the run's write rate over the oracle's at the same
 	// threshold (0: no oracle ran).
 	KeptVsOracle float64 `json:"write_kept_vs_oracle,omitempty"`
+	// MovedKeptVsBaseline and MovedKeptVsOracle are the same ratios on
+	// the interferers' reads plus writes: the throughput kept where the
+	// interferers read (a backup) or do both (mixed I/O).
+	MovedKeptVsBaseline float64 `json:"moved_kept_vs_baseline,omitempty"`
+	MovedKeptVsOracle   float64 `json:"moved_kept_vs_oracle,omitempty"`
 	// Retrans, LossProbes and Timeouts are this run's (every sender); the
 	// Baseline ones the unregulated run's, for "no more than the baseline".
 	Retrans            uint64 `json:"retrans_segs"`
@@ -162,6 +170,7 @@ type OracleProbe struct {
 	DelayMs  float64 `json:"delay_ms"`
 	P95Ms    float64 `json:"p95_ms"`
 	WriteMBs float64 `json:"write_mb_s"`
+	ReadMBs  float64 `json:"read_mb_s,omitempty"`
 }
 
 // HostCPU is a machine's CPU use over a run, in % of all its CPUs' time.
@@ -174,6 +183,10 @@ type HostCPU struct {
 // ControlledSummary is summary.json of pid and autonomic.
 type ControlledSummary struct {
 	Experiment string `json:"experiment"`
+	// Interferers names the load the reader is protected from: writers
+	// (the thesis'), readers (a backup) or mixed (random reads and
+	// writes); empty means writers.
+	Interferers string `json:"interferers,omitempty"`
 	// Backend is the regulating agent's throttle backend; Writers and
 	// Cycles the load's writer threads and on/off cycles (lab runs).
 	Backend   string          `json:"backend,omitempty"`
@@ -234,9 +247,19 @@ func (s *ControlledSummary) Judge() {
 		if s.Baseline.WriteMBs > 0 {
 			c.KeptVsBaseline = Round(r.WriteMBs/s.Baseline.WriteMBs, 3)
 		}
+		moved := func(x ControlledRun) float64 { return x.WriteMBs + x.ReadMBs }
+		if b := moved(s.Baseline); b > 0 && s.Baseline.ReadMBs > 0 {
+			c.MovedKeptVsBaseline = Round(moved(*r)/b, 3)
+		}
 		for _, o := range s.Oracle {
-			if o.ThresholdMs == r.ThresholdMs && o.Run != nil && o.Run.WriteMBs > 0 {
+			if o.ThresholdMs != r.ThresholdMs || o.Run == nil {
+				continue
+			}
+			if o.Run.WriteMBs > 0 {
 				c.KeptVsOracle = Round(r.WriteMBs/o.Run.WriteMBs, 3)
+			}
+			if m := moved(*o.Run); m > 0 && o.Run.ReadMBs > 0 {
+				c.MovedKeptVsOracle = Round(moved(*r)/m, 3)
 			}
 		}
 		r.Criteria = c
