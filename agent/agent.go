@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/cost"
 	"github.com/sanqos/sanqos/throttle"
 )
 
@@ -54,7 +55,7 @@ func New(cfg *config.Config, d Deps) *Agent {
 	a := &Agent{deps: d, cfg: cfg, reg: prometheus.NewRegistry()}
 	a.loops = NewLoops(LoopConfig{
 		Interval: cfg.Interval, DelayStep: cfg.DelayStep, MaxDelay: cfg.MaxDelay, WriteBps: cfg.WriteMBs * 1e6, RiseStep: cfg.DelayRise,
-		Onset: cfg.OnsetFeedForward, RateLeverSteps: cfg.RateLeverSteps,
+		Onset: cfg.OnsetFeedForward, RateLeverSteps: cfg.RateLeverSteps, BulkQueue: cfg.ThrottleableQueue, Cost: cost.Default(),
 		NewRateSmoother: func() Smoother { return d.NewSmoother(cfg.EWMAAlpha) },
 	}, d.Sampler, d.Throttle, d.Log)
 	if d.Rates != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/control"
+	"github.com/sanqos/sanqos/cost"
 	"github.com/sanqos/sanqos/sample"
 	"github.com/sanqos/sanqos/throttle"
 )
@@ -113,6 +114,11 @@ type LoopConfig struct {
 	// many steps of write-rate caps on the heaviest writers (lever.go); 0
 	// keeps the delay the only lever. The backend must cap write rates.
 	RateLeverSteps int
+	// BulkQueue is the queue at which a consumer saturates a resource in
+	// any direction (saturation.go; 0: only the thesis' writers), and
+	// Cost the model that prices its I/O per direction.
+	BulkQueue float64
+	Cost      cost.Model
 }
 
 // onsetHold is how many ticks a feed-forward preload is kept from the
@@ -190,6 +196,13 @@ type ConsumerStatus struct {
 	WriteEWMA float64 `json:"write_bps_ewma"`
 	Important bool    `json:"important"`
 	Throttled bool    `json:"throttled"`
+	// Queue is the mean number of its requests in the resource, and
+	// LoadRead and LoadWrite its cost per direction in resource seconds
+	// per second (smoothed over about a second): who saturates the
+	// resource, and in which direction its delay goes.
+	Queue     float64 `json:"queue"`
+	LoadRead  float64 `json:"load_read"`
+	LoadWrite float64 `json:"load_write"`
 	// Setting is what the policy asked for this consumer (zero: nothing).
 	Setting throttle.Setting `json:"setting,omitzero"`
 }
@@ -354,6 +367,9 @@ type resourceState struct {
 	floor  floorEstimate
 	lever  rateLever
 	rates  map[netip.Addr]Smoother
+	loads  map[netip.Addr]*loadEstimate
+	// slowed is last tick's throttleable set, for IndicatorUnthrottled.
+	slowed map[netip.Addr]bool
 	plan   *plan
 	prev   []sample.Counters // per plan device; Device "" = none yet
 	// asked is what this resource asked for each consumer last tick, after
@@ -384,10 +400,12 @@ func riseLimit(prev, want, step time.Duration) time.Duration {
 // specs, so a tick at 1,000 resources × 10,000 consumers does no sorting
 // and few map lookups.
 type plan struct {
-	topo      *Topology
-	specs     *map[string]ResourceSpec
-	devices   []string
-	measured  []int // devices whose read wait is the indicator
+	topo     *Topology
+	specs    *map[string]ResourceSpec
+	devices  []string
+	measured []int // devices whose read wait is the indicator
+	// users are the consumers (indexes) of each device.
+	users     [][]int
 	consumers []planConsumer
 	static    []planConsumer // static throttleable consumers without devices in the view
 }
@@ -414,6 +432,7 @@ type planConsumer struct {
 	important bool
 	static    bool // in spec.Throttleable
 	rate      Smoother
+	load      *loadEstimate
 }
 
 func (l *Loops) compile(rs *resourceState, spec ResourceSpec, view ResourceView, topo *Topology, specs *map[string]ResourceSpec) {
@@ -447,9 +466,22 @@ func (l *Loops) compile(rs *resourceState, spec ResourceSpec, view ResourceView,
 			pc.rate = l.cfg.NewRateSmoother()
 			rs.rates[c] = pc.rate
 		}
+		pc.load = rs.loads[c]
+		if pc.load == nil {
+			pc.load = &loadEstimate{}
+			rs.loads[c] = pc.load
+		}
 		p.consumers = append(p.consumers, pc)
 	}
 	sort.Slice(p.consumers, func(i, k int) bool { return p.consumers[i].name < p.consumers[k].name })
+	p.users = make([][]int, len(p.devices))
+	for k, pc := range p.consumers {
+		for _, i := range pc.devs {
+			if i >= 0 {
+				p.users[i] = append(p.users[i], k)
+			}
+		}
+	}
 	for c := range spec.Throttleable {
 		if _, seen := view.Consumers[c]; !seen && !spec.Important[c] {
 			p.static = append(p.static, planConsumer{addr: c, name: c.String()})
@@ -458,6 +490,7 @@ func (l *Loops) compile(rs *resourceState, spec ResourceSpec, view ResourceView,
 	for c := range rs.rates {
 		if _, ok := view.Consumers[c]; !ok {
 			delete(rs.rates, c) // a consumer that left: forget its history
+			delete(rs.loads, c)
 		}
 	}
 	// Carry the last counters over to the new plan by device name, so a
@@ -482,7 +515,7 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 	view := topo.Resources[name]
 	if rs.ctrl == nil {
 		rs.ctrl, rs.ind = spec.NewController(), spec.NewSmoother()
-		rs.rates = map[netip.Addr]Smoother{}
+		rs.rates, rs.loads = map[netip.Addr]Smoother{}, map[netip.Addr]*loadEstimate{}
 		if _, ok := rs.ctrl.(preloader); ok && (l.cfg.Onset || l.cfg.RateLeverSteps > 0) {
 			rs.onset = control.NewOnsetDetector(control.DefaultOnsetConfig(l.cfg.WriteBps))
 			rs.mem = control.NewMemory(onsetMemoryAlpha)
@@ -523,13 +556,7 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 		rs.prev[i] = c
 	}
 	// Indicator: read wait over the devices that had reads (4.5.2).
-	var ticks, reads float64
-	for _, i := range p.measured {
-		if iv := ivs[i]; okIv[i] && iv.Reads > 0 {
-			ticks += iv.ReadWaitMs * float64(iv.Reads)
-			reads += float64(iv.Reads)
-		}
-	}
+	ticks, reads := indicatorReads(p, ivs, okIv, rs.slowed)
 	q := 1.0
 	if reads > 0 {
 		st.RawWaitMs = ticks / reads
@@ -561,7 +588,7 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 	// output is filled in before the policy decides.
 	in := &rs.in
 	*in = PolicyInput{Now: now, Interval: l.cfg.Interval, ThresholdMs: st.ThresholdMs,
-		DelayStep: l.cfg.DelayStep, MaxDelay: l.cfg.MaxDelay, WriteBps: l.cfg.WriteBps, Consumers: in.Consumers[:0],
+		DelayStep: l.cfg.DelayStep, MaxDelay: l.cfg.MaxDelay, WriteBps: l.cfg.WriteBps, BulkQueue: l.cfg.BulkQueue, Consumers: in.Consumers[:0],
 		settingsBuf: in.settingsBuf, thrBuf: in.thrBuf}
 	st.Consumers = make([]ConsumerStatus, 0, len(p.consumers))
 	for _, pc := range p.consumers {
@@ -585,6 +612,10 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 			}
 		}
 		ci.ReadWaitMs, ci.WriteWaitMs, ci.QueueMs, ci.SRTTMs = math.NaN(), math.NaN(), math.NaN(), math.NaN()
+		if secs > 0 {
+			pc.load.update(l.cfg.Interval.Seconds(), (rTicks+wTicks)/1e3/secs, l.cfg.Cost.Of(nr/secs, rb, nw/secs, wb))
+		}
+		ci.Queue, ci.Load = pc.load.queue, pc.load.load
 		if r, ok := td.rates[pc.addr]; ok {
 			rb, wb = r.ReadBps, r.WriteBps
 			if r.MinRTT > 0 {
@@ -604,7 +635,8 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 		ew, _ := pc.rate.Update(wb)
 		ci.ReadBps, ci.WriteBps, ci.WriteEWMA = rb, wb, ew
 		in.Consumers = append(in.Consumers, ci)
-		st.Consumers = append(st.Consumers, ConsumerStatus{Addr: pc.name, ReadBps: rb, WriteBps: wb, WriteEWMA: ew, Important: pc.important})
+		st.Consumers = append(st.Consumers, ConsumerStatus{Addr: pc.name, ReadBps: rb, WriteBps: wb, WriteEWMA: ew, Important: pc.important,
+			Queue: ci.Queue, LoadRead: ci.Load.Read, LoadWrite: ci.Load.Write})
 	}
 	for _, pc := range p.static {
 		in.Consumers = append(in.Consumers, ConsumerInput{Addr: pc.addr, Static: true, ReadWaitMs: math.NaN(), WriteWaitMs: math.NaN(),
@@ -621,6 +653,15 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 		st.Throttleable = make([]string, 0, len(out.Throttleable)+len(p.static))
 	}
 	in.thrBuf = out.Throttleable[:0] // keep the grown buffer
+	if rs.policy.Indicator() == IndicatorUnthrottled {
+		if rs.slowed == nil {
+			rs.slowed = map[netip.Addr]bool{}
+		}
+		clear(rs.slowed)
+		for _, k := range out.Throttleable {
+			rs.slowed[in.Consumers[k].Addr] = true
+		}
+	}
 	for _, k := range out.Throttleable {
 		if k < len(p.consumers) {
 			st.Throttleable = append(st.Throttleable, p.consumers[k].name)
@@ -781,7 +822,7 @@ func minCap(a, b uint64) uint64 {
 }
 
 func (s ResourceSpec) measuredDevices(v ResourceView) []string {
-	if !s.ProtectImportantOnly && (s.NewPolicy == nil || !s.NewPolicy().IndicatorOfImportantOnly()) {
+	if !s.ProtectImportantOnly && (s.NewPolicy == nil || s.NewPolicy().Indicator() != IndicatorImportant) {
 		return v.Devices
 	}
 	var devs []string

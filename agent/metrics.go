@@ -53,6 +53,8 @@ func newCollector(status func() []ResourceStatus, t throttle.Throttle) *collecto
 		"dl_unclass":   newDesc("delayline_unclassified_packets_total", "Queued packets that matched no consumer and were accepted at once."),
 		"dl_errors":    newDesc("delayline_errors_total", "Netlink receive and verdict errors of the delay line."),
 		"dl_late":      newDesc("delayline_release_lateness_seconds", "How late held packets left against their due time (added to the delay; ms means the line lacked CPU)."),
+		"cload":        newDesc("consumer_load_seconds_per_second", "Consumer's estimated cost on the resource per direction, in seconds of the resource's service per second (smoothed): which direction it saturates.", "resource", "consumer", "direction"),
+		"cqueue":       newDesc("consumer_queue_requests", "Mean number of the consumer's requests in the resource (smoothed): at throttleable_queue it counts as saturating it.", "resource", "consumer"),
 		"cthrottled":   newDesc("consumer_throttled", "1 while the resource's controller delays the consumer (throttleable and output above zero).", "resource", "consumer"),
 		"backend_info": newDesc("backend_info", "The throttle backend in use.", "backend"),
 		"onsets":       newDesc("resource_onsets_total", "Write surges the onset detector found on the resource.", "resource"),
@@ -124,6 +126,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, cs := range s.Consumers {
 			g("crate", cs.ReadBps, s.Name, cs.Addr, "read")
 			g("crate", cs.WriteBps, s.Name, cs.Addr, "write")
+			g("cload", cs.LoadRead, s.Name, cs.Addr, "read")
+			g("cload", cs.LoadWrite, s.Name, cs.Addr, "write")
+			g("cqueue", cs.Queue, s.Name, cs.Addr)
 			g("cthrottled", b2f(cs.Throttled), s.Name, cs.Addr)
 		}
 	}

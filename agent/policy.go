@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/cost"
 	"github.com/sanqos/sanqos/throttle"
 )
 
@@ -19,13 +20,29 @@ import (
 type Policy interface {
 	// Name is the config's policy name.
 	Name() string
-	// IndicatorOfImportantOnly makes the indicator the read wait of the
-	// important consumers' devices only (important-sets, thesis 5.7).
-	IndicatorOfImportantOnly() bool
+	// Indicator says whose reads the indicator measures.
+	Indicator() IndicatorScope
 	// Decide returns the tick's settings. It must not keep in (the loop
 	// reuses it) or out.
 	Decide(in *PolicyInput) PolicyOutput
 }
+
+// IndicatorScope is whose read wait a policy's indicator measures.
+type IndicatorScope int
+
+const (
+	// IndicatorAll: every device of the resource.
+	IndicatorAll IndicatorScope = iota
+	// IndicatorImportant: the important consumers' devices only
+	// (important-sets, thesis 5.7).
+	IndicatorImportant
+	// IndicatorUnthrottled: the devices of the consumers the policy does
+	// not slow (last tick's throttleable set), so a bulk reader's own
+	// waits are not the thing protected. A device shared with a consumer
+	// outside the set still counts, and with nobody outside it every
+	// device does.
+	IndicatorUnthrottled
+)
 
 // PolicyInput is one resource's tick, as a policy sees it.
 type PolicyInput struct {
@@ -40,6 +57,10 @@ type PolicyInput struct {
 	MaxDelay  time.Duration
 	// WriteBps is the throttleable-set threshold (thesis 4.5.1).
 	WriteBps float64
+	// BulkQueue is the queue (mean requests in the resource) at which a
+	// consumer saturates it in any direction (saturation.go; 0: only the
+	// thesis' writers).
+	BulkQueue float64
 	// Consumers in status order (sorted by address string), then the
 	// static throttleable consumers discovery has not seen (HasDevices
 	// false, no rates).
@@ -81,6 +102,11 @@ type ConsumerInput struct {
 	ReadWaitMs float64
 	// WriteWaitMs is the devices' write await.
 	WriteWaitMs float64
+	// Queue is the smoothed mean number of its requests in the resource,
+	// and Load its smoothed cost per direction in resource seconds per
+	// second (saturation.go).
+	Queue float64
+	Load  cost.Load
 	// Network signals from the target's TCP_INFO (sample.Rate; NaN or 0
 	// when the agent does not sample TCP_INFO or the consumer has no
 	// connection): queueing delay srtt − min_rtt, srtt, the target's
@@ -118,15 +144,6 @@ func roundUpStep(d, step, maxD time.Duration) time.Duration {
 		d = time.Duration(math.Ceil(float64(d)/float64(step))) * step
 	}
 	return min(d, maxD)
-}
-
-// dominantDelay slows the direction a consumer mostly uses: a write delay
-// does nothing to a reader and a read delay little to a writer.
-func dominantDelay(c ConsumerInput, d time.Duration) throttle.Setting {
-	if c.ReadBps > c.WriteBps {
-		return throttle.Setting{ReadDelay: d}
-	}
-	return throttle.Setting{WriteDelay: d}
 }
 
 // PolicyFactory builds a configured resource's policy (config.Policies;

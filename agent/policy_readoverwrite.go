@@ -1,38 +1,52 @@
 package agent
 
-import (
-	"github.com/sanqos/sanqos/throttle"
-)
-
-// readOverWrite is the thesis' policy (and the default): when the
-// resource's read wait exceeds its threshold, every consumer writing more
-// than throttleable_write_mb_s, and every static throttleable one, gets the
-// controller's write delay; important consumers never do.
-type readOverWrite struct{ importantOnly bool }
+// readOverWrite is the thesis' policy, made direction-blind (and the
+// default): when the resource's read wait exceeds its threshold, every
+// consumer that saturates it (saturation.go: several requests queued, in
+// any direction), every consumer writing more than
+// throttleable_write_mb_s (the thesis' rule) and every static
+// throttleable one gets the controller's delay, split over the
+// directions it loads the resource in: a backup's reads are delayed, a
+// writer's writes, a VM's both. Important consumers never are.
+type readOverWrite struct {
+	importantOnly bool
+	bulk          bulkSet
+}
 
 // ReadOverWrite returns the default policy.
-func ReadOverWrite() Policy { return readOverWrite{} }
+func ReadOverWrite() Policy { return &readOverWrite{} }
 
-func (p readOverWrite) Name() string {
+func (p *readOverWrite) Name() string {
 	if p.importantOnly {
 		return "important-sets"
 	}
 	return "read-over-write"
 }
-func (p readOverWrite) IndicatorOfImportantOnly() bool { return p.importantOnly }
 
-func (p readOverWrite) Decide(in *PolicyInput) PolicyOutput {
+// Indicator: important-sets protects the named consumers' reads; the
+// default protects the reads of everyone it does not slow, so a backup's
+// own waits are not what it holds under the threshold.
+func (p *readOverWrite) Indicator() IndicatorScope {
+	if p.importantOnly {
+		return IndicatorImportant
+	}
+	return IndicatorUnthrottled
+}
+
+func (p *readOverWrite) Decide(in *PolicyInput) PolicyOutput {
 	out := PolicyOutput{Throttleable: in.throttleable()}
 	if in.Output > 0 {
 		out.Settings = in.settings()
 	}
+	p.bulk.tick()
 	for k, c := range in.Consumers {
-		if c.Important || !(c.Static || c.WriteEWMA > in.WriteBps) {
+		bulk := p.bulk.member(c, in.BulkQueue, in.Output > 0)
+		if c.Important || !(bulk || c.Static || c.WriteEWMA > in.WriteBps) {
 			continue
 		}
 		out.Throttleable = append(out.Throttleable, k)
 		if in.Output > 0 {
-			out.Settings[c.Addr] = throttle.Setting{WriteDelay: in.Output}
+			out.Settings[c.Addr] = directed(c, in.Output, in)
 		}
 	}
 	return out

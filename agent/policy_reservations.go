@@ -241,8 +241,8 @@ func reservationsFactory(r config.Resource) func() Policy {
 	return func() Policy { return Reservations(rs, thr) }
 }
 
-func (p *reservations) Name() string                   { return "reservations" }
-func (p *reservations) IndicatorOfImportantOnly() bool { return false }
+func (p *reservations) Name() string              { return "reservations" }
+func (p *reservations) Indicator() IndicatorScope { return IndicatorAll }
 
 // account adds a tick of work to a reservation, closing the periods that
 // ended, and returns its laxity.
@@ -354,7 +354,7 @@ func (p *reservations) Decide(in *PolicyInput) PolicyOutput {
 		}
 		c := in.Consumers[cd.k]
 		d := min(time.Duration(steps)*in.DelayStep, in.MaxDelay)
-		s := dominantDelay(c, d)
+		s := directed(c, d, in)
 		out.Settings[c.Addr] = s
 		p.applied[c.Addr] = s
 	}

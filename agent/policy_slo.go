@@ -180,8 +180,8 @@ func SLOClasses(classes []SLOClass) Policy {
 	return p
 }
 
-func (p *sloPolicy) Name() string                   { return "slo-classes" }
-func (p *sloPolicy) IndicatorOfImportantOnly() bool { return false }
+func (p *sloPolicy) Name() string              { return "slo-classes" }
+func (p *sloPolicy) Indicator() IndicatorScope { return IndicatorAll }
 
 // group is a set of consumers that is slowed together.
 type sloGroup struct {
@@ -317,7 +317,7 @@ func (p *sloPolicy) Decide(in *PolicyInput) PolicyOutput {
 			c := in.Consumers[k]
 			out.Throttleable = append(out.Throttleable, k)
 			if d > 0 {
-				out.Settings[c.Addr] = dominantDelay(c, d)
+				out.Settings[c.Addr] = directed(c, d, in)
 			}
 		}
 	}

@@ -40,18 +40,18 @@ func TestReadOverWriteAndImportantSets(t *testing.T) {
 	static := ConsumerInput{Addr: c4, Static: true, ReadWaitMs: math.NaN(), WriteWaitMs: math.NaN()}
 	cs := []ConsumerInput{imp, ci(c2, 0, 20, math.NaN(), 5), ci(c3, 2, 0.5, 9, 5), static}
 	for _, tc := range []struct {
-		name     string
-		p        Policy
-		out      time.Duration
-		wantSet  map[netip.Addr]throttle.Setting
-		wantThr  []netip.Addr
-		wantOnly bool
+		name      string
+		p         Policy
+		out       time.Duration
+		wantSet   map[netip.Addr]throttle.Setting
+		wantThr   []netip.Addr
+		wantScope IndicatorScope
 	}{
-		{"below threshold", ReadOverWrite(), 0, map[netip.Addr]throttle.Setting{}, []netip.Addr{c2, c4}, false},
+		{"below threshold", ReadOverWrite(), 0, map[netip.Addr]throttle.Setting{}, []netip.Addr{c2, c4}, IndicatorUnthrottled},
 		{"saturated", ReadOverWrite(), 3 * time.Millisecond,
-			map[netip.Addr]throttle.Setting{c2: {WriteDelay: 3 * time.Millisecond}, c4: {WriteDelay: 3 * time.Millisecond}}, []netip.Addr{c2, c4}, false},
+			map[netip.Addr]throttle.Setting{c2: {WriteDelay: 3 * time.Millisecond}, c4: {WriteDelay: 3 * time.Millisecond}}, []netip.Addr{c2, c4}, IndicatorUnthrottled},
 		{"important-sets slows the same", ImportantSets(), time.Millisecond,
-			map[netip.Addr]throttle.Setting{c2: {WriteDelay: time.Millisecond}, c4: {WriteDelay: time.Millisecond}}, []netip.Addr{c2, c4}, true},
+			map[netip.Addr]throttle.Setting{c2: {WriteDelay: time.Millisecond}, c4: {WriteDelay: time.Millisecond}}, []netip.Addr{c2, c4}, IndicatorImportant},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := tc.p.Decide(input(tc.out, cs...))
@@ -62,8 +62,8 @@ func TestReadOverWriteAndImportantSets(t *testing.T) {
 			if !mapsEqual(got.Settings, tc.wantSet) || !slices.Equal(thr, tc.wantThr) {
 				t.Fatalf("got %v %v, want %v %v", got.Settings, got.Throttleable, tc.wantSet, tc.wantThr)
 			}
-			if tc.p.IndicatorOfImportantOnly() != tc.wantOnly {
-				t.Fatalf("IndicatorOfImportantOnly %v", !tc.wantOnly)
+			if sc := tc.p.Indicator(); sc != tc.wantScope {
+				t.Fatalf("indicator scope %v, want %v", sc, tc.wantScope)
 			}
 		})
 	}

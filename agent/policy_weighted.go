@@ -10,7 +10,8 @@ import (
 // throughput (reads + writes of everyone) × its weight / the weights of
 // all consumers that move data. A consumer above its share is
 // slowed by the controller's delay scaled by how far above it is
-// ((x − share) / share, at most 1), in the direction it mostly uses; one
+// ((x − share) / share, at most 1), split over the directions it loads
+// the resource in (saturation.go's directed); one
 // at or below its share never is, and neither is an important one.
 // "Moved data" and the rates compared are smoothed per consumer
 // (WeightedSmoothing): a delayed writer's 100 ms rate swings between
@@ -32,8 +33,8 @@ func Weighted(weights map[netip.Addr]float64) Policy {
 	return &weighted{weights: weights, rate: map[netip.Addr]float64{}, next: map[netip.Addr]float64{}}
 }
 
-func (p *weighted) Name() string                   { return "weighted" }
-func (p *weighted) IndicatorOfImportantOnly() bool { return false }
+func (p *weighted) Name() string              { return "weighted" }
+func (p *weighted) Indicator() IndicatorScope { return IndicatorUnthrottled }
 
 func (p *weighted) weight(a netip.Addr) float64 {
 	if w, ok := p.weights[a]; ok {
@@ -85,7 +86,7 @@ func (p *weighted) Decide(in *PolicyInput) PolicyOutput {
 		excess := min(1, (x-share)/share)
 		d := roundUpStep(time.Duration(float64(in.Output)*excess), in.DelayStep, in.MaxDelay)
 		if d > 0 {
-			out.Settings[c.Addr] = dominantDelay(c, d)
+			out.Settings[c.Addr] = directed(c, d, in)
 		}
 	}
 	return out

@@ -159,10 +159,18 @@ type Config struct {
 	// (agent, lever.go): at the top of the range the capped writers keep
 	// 10 % of the rate they had when the delay ran out. 0 (default): the
 	// delay is the only lever. Needs a backend that caps write rates.
-	RateLeverSteps int        `yaml:"rate_lever_steps"`
-	WriteMBs       float64    `yaml:"throttleable_write_mb_s"`
-	Resources      []Resource `yaml:"resources"`
-	SourcePath     string     `yaml:"-"`
+	RateLeverSteps int     `yaml:"rate_lever_steps"`
+	WriteMBs       float64 `yaml:"throttleable_write_mb_s"`
+	// ThrottleableQueue is the mean number of a consumer's requests in a
+	// resource (over about a second) at which it counts as saturating
+	// it, in whichever direction: a backup's readers and a VM's random
+	// I/O as well as writers. A consumer with one request at a time never
+	// reaches it. 0 disables the rule: only writers above
+	// throttleable_write_mb_s (the thesis) and the static throttleable
+	// consumers are slowed. Default 1.5 (agent/saturation.go).
+	ThrottleableQueue float64    `yaml:"throttleable_queue"`
+	Resources         []Resource `yaml:"resources"`
+	SourcePath        string     `yaml:"-"`
 	// Warnings are problems that do not stop the config (e.g. reservations
 	// close to the stated capacity); the agent logs them.
 	Warnings []string `yaml:"-"`
@@ -200,7 +208,7 @@ func Defaults() Config {
 		// the writes vs 92–93 %).
 		Threshold: 15 * time.Millisecond, Objective: "p95", EWMAAlpha: 0.5,
 		PID:       PID{Kp: 0.8, Ti: 200 * time.Millisecond, Td: 0},
-		DelayStep: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond, DelayRise: 0, DelayRamp: 0, WriteMBs: 1,
+		DelayStep: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond, DelayRise: 0, DelayRamp: 0, WriteMBs: 1, ThrottleableQueue: 1.5,
 		WriteDelayOn: "replies", OnsetFeedForward: true,
 	}
 }
@@ -386,6 +394,9 @@ func (c *Config) validate(root *yaml.Node) []error {
 	case "replies", "acks":
 	default:
 		bad("want replies (default) or acks", "write_delay_on")
+	}
+	if c.ThrottleableQueue < 0 || c.ThrottleableQueue > 1024 || math.IsNaN(c.ThrottleableQueue) {
+		bad("want 0 (off) or a queue of up to 1024 requests, e.g. 1.5", "throttleable_queue")
 	}
 	if c.WriteMBs < 0 {
 		bad("want >= 0", "throttleable_write_mb_s")

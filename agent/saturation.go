@@ -1,0 +1,131 @@
+package agent
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/sanqos/sanqos/cost"
+	"github.com/sanqos/sanqos/sample"
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// Who saturates a resource, in which direction (issue 30). The thesis
+// slowed consumers that write more than throttleable_write_mb_s; a backup
+// that reads, or VMs doing random reads and writes, never qualified and
+// were never slowed. Two measurements per consumer, from the devices it
+// uses on the resource, make the set direction-blind:
+//
+//   - its queue: the mean number of its requests in the resource over the
+//     last second (Δ(read ticks + write ticks) / Δt, Little's law on
+//     diskstats). A request waits behind what is queued ahead of it, so
+//     the consumers that keep several requests queued are the ones that
+//     make everyone else's reads wait. A latency-sensitive job with one
+//     request at a time (the thesis' reader, a database's log reader)
+//     stays below one however slow the resource gets; the lab's backup
+//     host keeps ~4 queued, a VM's random I/O 2–4.
+//   - its load per direction, in resource time (package cost): which
+//     direction to slow, and how much of the resource it takes (status).
+//
+// A consumer whose queue reaches throttleable_queue joins the set. It
+// stays while the resource is being regulated, since the delay itself
+// moves its queue out of the resource and onto the wire (a slowed
+// backup's queue falls to ~1 as the controller works), and leaves once
+// regulation ends with its queue under half the mark.
+
+// loadSmoothing is the time constant of the queue and load estimates:
+// about ten 100 ms ticks, so the reader's three reads a tick do not make
+// it look bursty, yet a backup that starts is seen within a second.
+const loadSmoothing = time.Second
+
+// loadEstimate smooths one consumer's queue and per-direction load.
+type loadEstimate struct {
+	queue float64
+	load  cost.Load
+	seen  bool
+}
+
+// update folds one interval in: the consumer's queue q and load l over
+// it, dt seconds after the last.
+func (e *loadEstimate) update(dt, q float64, l cost.Load) {
+	if !e.seen {
+		e.queue, e.load, e.seen = q, l, true
+		return
+	}
+	a := dt / (dt + loadSmoothing.Seconds())
+	e.queue += a * (q - e.queue)
+	e.load.Read += a * (l.Read - e.load.Read)
+	e.load.Write += a * (l.Write - e.load.Write)
+}
+
+// indicatorReads sums the read time (ms) and reads of the devices the
+// indicator measures this tick: with slowed (IndicatorUnthrottled), the
+// measured devices that some consumer outside slowed uses, or all of
+// them when every measured device is used only by slowed consumers.
+func indicatorReads(p *plan, ivs []sample.Interval, ok []bool, slowed map[netip.Addr]bool) (ticks, reads float64) {
+	keep := func(i int) bool {
+		if len(slowed) == 0 || len(p.users[i]) == 0 {
+			return true
+		}
+		for _, k := range p.users[i] {
+			if !slowed[p.consumers[k].addr] {
+				return true
+			}
+		}
+		return false
+	}
+	kept := 0
+	for _, i := range p.measured {
+		if keep(i) {
+			kept++
+		}
+	}
+	for _, i := range p.measured {
+		if iv := ivs[i]; ok[i] && iv.Reads > 0 && (kept == 0 || keep(i)) {
+			ticks += iv.ReadWaitMs * float64(iv.Reads)
+			reads += float64(iv.Reads)
+		}
+	}
+	return ticks, reads
+}
+
+// bulkSet is a policy's memory of who saturates the resource.
+type bulkSet struct{ in, next map[netip.Addr]bool }
+
+// tick starts a tick: consumers not seen this tick are forgotten.
+func (s *bulkSet) tick() {
+	if s.in == nil {
+		s.in, s.next = map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	}
+	s.in, s.next = s.next, s.in
+	clear(s.next)
+}
+
+// member says whether c saturates the resource this tick (see above);
+// regulated is whether the controller asks for a delay.
+func (s *bulkSet) member(c ConsumerInput, mark float64, regulated bool) bool {
+	if c.Important || mark <= 0 {
+		return false
+	}
+	was := s.in[c.Addr]
+	is := c.Queue >= mark || (was && (regulated || c.Queue >= mark/2))
+	if is {
+		s.next[c.Addr] = true
+	}
+	return is
+}
+
+// directed is the setting that slows c by d in the directions it loads
+// the resource, each rounded up to whole steps. A consumer with no
+// measured load on the devices (rates from the wire only, or a static
+// one discovery has not seen) is slowed in the direction it moves the
+// more bytes, a write delay when it moves none.
+func directed(c ConsumerInput, d time.Duration, in *PolicyInput) throttle.Setting {
+	if c.Load.Total() <= 0 {
+		if c.ReadBps > c.WriteBps {
+			return throttle.Setting{ReadDelay: d}
+		}
+		return throttle.Setting{WriteDelay: d}
+	}
+	r, w := c.Load.Split(d)
+	return throttle.Setting{ReadDelay: roundUpStep(r, in.DelayStep, in.MaxDelay), WriteDelay: roundUpStep(w, in.DelayStep, in.MaxDelay)}
+}

@@ -1,0 +1,123 @@
+package agent
+
+import (
+	"math"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/cost"
+	"github.com/sanqos/sanqos/sample"
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// The lab's consumers as the agent measures them in a saturated tick
+// (queue: mean requests in the resource; load in resource s/s): the
+// reader b2 (one 8 KiB random read at a time, 256 KiB/s), a backup host
+// (four 64 KiB sequential streams), a VM (four 8 KiB random streams, 70 %
+// reads), a thesis writer host (four 64 KiB sequential streams) and a
+// host that writes a little.
+var (
+	labReader = ConsumerInput{Addr: c1, HasDevices: true, ReadBps: 256 << 10, Queue: 0.8, Load: cost.Load{Read: 0.17}}
+	labBackup = ConsumerInput{Addr: c2, HasDevices: true, ReadBps: 9.4e6, Queue: 3.9, Load: cost.Load{Read: 0.26}}
+	labVM     = ConsumerInput{Addr: c3, HasDevices: true, ReadBps: 0.4e6, WriteBps: 0.17e6, Queue: 3.4, Load: cost.Load{Read: 0.26, Write: 0.11}}
+	labWriter = ConsumerInput{Addr: c4, HasDevices: true, WriteBps: 5e6, WriteEWMA: 5e6, Queue: 3.7, Load: cost.Load{Write: 0.27}}
+	trickle   = ConsumerInput{Addr: netip.MustParseAddr("10.0.0.5"), HasDevices: true, WriteBps: 0.2e6, WriteEWMA: 0.2e6, Queue: 0.1, Load: cost.Load{Write: 0.01}}
+)
+
+func important(c ConsumerInput) ConsumerInput { c.Important = true; return c }
+
+// Each policy slows the direction that saturates: a backup's reads, a
+// writer's writes, a VM's both in proportion to their cost; never the
+// reader, nor anyone named important.
+func TestPoliciesDelayTheDirectionThatSaturates(t *testing.T) {
+	const d = 4 * time.Millisecond
+	all := []ConsumerInput{labReader, labBackup, labVM, labWriter, trickle}
+	for _, tc := range []struct {
+		name string
+		p    Policy
+		cs   []ConsumerInput
+		want map[netip.Addr]throttle.Setting
+	}{
+		{"read-over-write, nothing named", ReadOverWrite(), all, map[netip.Addr]throttle.Setting{
+			c2: {ReadDelay: d}, c3: {ReadDelay: d, WriteDelay: 2 * time.Millisecond}, c4: {WriteDelay: d}}},
+		{"important-sets: the named backup is not slowed", ImportantSets(),
+			[]ConsumerInput{important(labReader), important(labBackup), labVM, labWriter}, map[netip.Addr]throttle.Setting{
+				c3: {ReadDelay: d, WriteDelay: 2 * time.Millisecond}, c4: {WriteDelay: d}}},
+		// Equal weights, rates 0.26 + 9.4 + 0.57 + 5 + 0.2 MB/s: share
+		// 3.09; the backup (9.4) and the writer (5) are above it, the
+		// writer by 62 % (2.47 → 2.5 ms).
+		{"weighted", Weighted(nil), all, map[netip.Addr]throttle.Setting{
+			c2: {ReadDelay: d}, c4: {WriteDelay: 2500 * time.Microsecond}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := input(d, tc.cs...)
+			in.MaxDelay, in.BulkQueue = 20*time.Millisecond, 1.5
+			got := tc.p.Decide(in)
+			if !mapsEqual(got.Settings, tc.want) {
+				t.Errorf("got %v, want %v", got.Settings, tc.want)
+			}
+		})
+	}
+}
+
+// A consumer joins at the mark, stays while the resource is regulated
+// (its delay moves its queue onto the wire), and leaves once regulation
+// ends with its queue under half the mark.
+func TestBulkSetIsStickyWhileRegulated(t *testing.T) {
+	var s bulkSet
+	b := labBackup
+	for i, tc := range []struct {
+		queue     float64
+		regulated bool
+		want      bool
+	}{
+		{1.2, false, false}, // below the mark
+		{1.6, false, true},  // joins
+		{0.4, true, true},   // slowed: its queue fell, it stays
+		{0.4, true, true},
+		{1.0, false, true}, // released, still above half the mark
+		{0.6, false, false},
+		{1.0, true, false}, // not back in below the mark
+	} {
+		s.tick()
+		b.Queue = tc.queue
+		if got := s.member(b, 1.5, tc.regulated); got != tc.want {
+			t.Fatalf("tick %d (queue %v, regulated %v): member %v, want %v", i, tc.queue, tc.regulated, got, tc.want)
+		}
+	}
+	s.tick()
+	if s.member(important(labBackup), 1.5, true) || s.member(labBackup, 0, true) {
+		t.Error("an important consumer, or any with the rule off, joined")
+	}
+}
+
+// The indicator leaves out the devices only slowed consumers use: the
+// backup's own waits are not what is protected. A device shared with an
+// unslowed consumer stays in, and with every device excluded all count.
+func TestIndicatorReadsLeaveOutTheSlowed(t *testing.T) {
+	iv := func(reads uint64, wait float64) sample.Interval {
+		return sample.Interval{Reads: reads, ReadWaitMs: wait, Seconds: 0.1}
+	}
+	p := &plan{measured: []int{0, 1, 2},
+		consumers: []planConsumer{{addr: c1}, {addr: c2}, {addr: c3}},
+		users:     [][]int{{0}, {1}, {1, 2}}}
+	ivs := []sample.Interval{iv(3, 8), iv(40, 30), iv(10, 20)}
+	ok := []bool{true, true, true}
+	for _, tc := range []struct {
+		name   string
+		slowed map[netip.Addr]bool
+		want   float64 // mean wait, ms
+	}{
+		{"nobody slowed", nil, (3*8 + 40*30 + 10*20) / 53.0},
+		{"the backup slowed: its own device out", map[netip.Addr]bool{c2: true}, (3*8 + 10*20) / 13.0},
+		{"everyone slowed: all devices", map[netip.Addr]bool{c1: true, c2: true, c3: true}, (3*8 + 40*30 + 10*20) / 53.0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ticks, reads := indicatorReads(p, ivs, ok, tc.slowed)
+			if got := ticks / reads; math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("indicator %.3f ms, want %.3f", got, tc.want)
+			}
+		})
+	}
+}
