@@ -126,6 +126,13 @@ func directed(c ConsumerInput, d time.Duration, in *PolicyInput) throttle.Settin
 		}
 		return throttle.Setting{WriteDelay: d}
 	}
+	if d >= in.MaxDelay {
+		// The controller is pinned and the threshold still missed: the
+		// other direction is the next lever (issue 30). With write delays
+		// on replies both fall on the same segments and this changes
+		// nothing; with the thesis' ACKs it adds the replies.
+		return throttle.Setting{ReadDelay: in.MaxDelay, WriteDelay: in.MaxDelay}
+	}
 	r, w := c.Load.Split(d)
 	return throttle.Setting{ReadDelay: roundUpStep(r, in.DelayStep, in.MaxDelay), WriteDelay: roundUpStep(w, in.DelayStep, in.MaxDelay)}
 }

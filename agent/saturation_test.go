@@ -59,6 +59,14 @@ func TestPoliciesDelayTheDirectionThatSaturates(t *testing.T) {
 			}
 		})
 	}
+	// Pinned at max_delay with the threshold still missed, the other
+	// direction is slowed too: the writer's replies, the backup's ACKs.
+	in := input(20*time.Millisecond, all...)
+	in.MaxDelay, in.BulkQueue = 20*time.Millisecond, 1.5
+	both := throttle.Setting{ReadDelay: 20 * time.Millisecond, WriteDelay: 20 * time.Millisecond}
+	if got := ReadOverWrite().Decide(in); !mapsEqual(got.Settings, map[netip.Addr]throttle.Setting{c2: both, c3: both, c4: both}) {
+		t.Errorf("pinned: got %v, want every saturating consumer slowed both ways", got.Settings)
+	}
 }
 
 // A consumer joins at the mark, stays while the resource is regulated
