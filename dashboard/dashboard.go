@@ -77,6 +77,13 @@ type ConsumerRow struct {
 	WriteCapMBs  float64 `json:"write_cap_mb_s,omitempty"`
 	Throttleable bool    `json:"throttleable"`
 	Important    bool    `json:"important"`
+	// Queue and the load per direction say why a consumer is slowed and
+	// which way: the mean number of its requests in its busiest resource,
+	// and its cost there in resource seconds per second (agent
+	// saturation.go).
+	Queue     float64 `json:"queue"`
+	LoadRead  float64 `json:"load_read"`
+	LoadWrite float64 `json:"load_write"`
 }
 
 // Frame is what the page receives every period. History frames carry no
@@ -180,6 +187,9 @@ func FrameOf(s agent.Status) Frame {
 			r.ReadMBs += agent.JSONFloat(c.ReadBps / 1e6)
 			r.WriteMBs += agent.JSONFloat(c.WriteBps / 1e6)
 			r.Important = r.Important || c.Important
+			if c.LoadRead+c.LoadWrite >= r.LoadRead+r.LoadWrite {
+				r.Queue, r.LoadRead, r.LoadWrite = c.Queue, c.LoadRead, c.LoadWrite
+			}
 		}
 		for _, c := range rs.Throttleable {
 			row(c).Throttleable = true

@@ -166,3 +166,20 @@ func TestHandlerReadOnlyAndSelfContained(t *testing.T) {
 		}
 	}
 }
+
+// A consumer on two resources shows the queue and load of the one it
+// loads most: where it saturates, and in which direction it is slowed.
+func TestFrameOfShowsTheHeaviestLoad(t *testing.T) {
+	st := agent.Status{Resources: []agent.ResourceStatus{
+		{Name: "vg1", Consumers: []agent.ConsumerStatus{{Addr: "10.99.0.3", Queue: 0.3, LoadRead: 0.05}}},
+		{Name: "vg2", Consumers: []agent.ConsumerStatus{{Addr: "10.99.0.3", Queue: 3.9, LoadRead: 0.26, LoadWrite: 0.11}}},
+		{Name: "vg3", Consumers: []agent.ConsumerStatus{{Addr: "10.99.0.3", Queue: 1, LoadWrite: 0.1}}},
+	}}
+	f := FrameOf(st)
+	if len(f.Consumers) != 1 {
+		t.Fatalf("consumers %+v", f.Consumers)
+	}
+	if c := f.Consumers[0]; c.Queue != 3.9 || c.LoadRead != 0.26 || c.LoadWrite != 0.11 {
+		t.Errorf("row %+v: want vg2's queue 3.9 and load 0.26 r / 0.11 w", c)
+	}
+}

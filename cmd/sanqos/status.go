@@ -186,7 +186,7 @@ func renderStatus(w io.Writer, st agent.Status) {
 		fmt.Fprintln(w, "no consumers seen or throttled")
 		return
 	}
-	fmt.Fprintln(tw, "CONSUMER\tRESOURCES\tWRITE MB/s\tREAD MB/s\tWRITE DELAY\tREAD DELAY\tRATE CAP\tSTATE")
+	fmt.Fprintln(tw, "CONSUMER\tRESOURCES\tWRITE MB/s\tREAD MB/s\tWRITE DELAY\tREAD DELAY\tRATE CAP\tQUEUE\tLOAD R/W\tSTATE")
 	for _, c := range f.Consumers {
 		state := ""
 		switch {
@@ -209,8 +209,12 @@ func renderStatus(w io.Writer, st agent.Status) {
 			rate = strings.Join(caps, ", ")
 		}
 		res := strings.Join(c.Resources, ",")
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Addr, orDash(res), mbs(float64(c.WriteMBs)), mbs(float64(c.ReadMBs)),
-			msOrDash(c.WriteDelayMs), msOrDash(c.ReadDelayMs), rate, orDash(state))
+		load := "-"
+		if c.LoadRead+c.LoadWrite >= 0.005 {
+			load = fmt.Sprintf("%.0f%%/%.0f%%", 100*c.LoadRead, 100*c.LoadWrite)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\n", c.Addr, orDash(res), mbs(float64(c.WriteMBs)), mbs(float64(c.ReadMBs)),
+			msOrDash(c.WriteDelayMs), msOrDash(c.ReadDelayMs), rate, c.Queue, load, orDash(state))
 	}
 	tw.Flush()
 }

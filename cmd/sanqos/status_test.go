@@ -60,7 +60,8 @@ var testStatus = agent.Status{
 	Backend: "dry-run", Time: time.Unix(1000, 0),
 	Resources: []agent.ResourceStatus{
 		{Name: "vg1", IndicatorMs: 16.5, ThresholdMs: 15, Step: 4, Delay: 2 * time.Millisecond, Throttleable: []string{"10.99.0.3"},
-			Consumers: []agent.ConsumerStatus{{Addr: "10.99.0.2", ReadBps: 1.5e6}, {Addr: "10.99.0.3", WriteBps: 12e6, Throttled: true}}},
+			Consumers: []agent.ConsumerStatus{{Addr: "10.99.0.2", ReadBps: 1.5e6, Queue: 0.6, LoadRead: 0.17},
+				{Addr: "10.99.0.3", WriteBps: 12e6, Throttled: true, Queue: 3.94, LoadRead: 0.02, LoadWrite: 0.27}}},
 		{Name: "vg2", IndicatorMs: math.NaN(), RawWaitMs: math.NaN(), ThresholdMs: 20},
 		{Name: "vg3", IndicatorMs: 9, ThresholdMs: 8, Step: 43, Delay: 20 * time.Millisecond, RateLeverStep: 3},
 		{Name: "vg4", IndicatorMs: 6.5, ThresholdMs: 5, Step: 40, Delay: 20 * time.Millisecond, FloorMs: 6.4, Unreachable: true},
@@ -91,9 +92,10 @@ func TestStatusTable(t *testing.T) {
 		{"vg2", []string{"vg2", "-", "20.0", "ms", "ok", "-", "0", "-"}}, // no reads: no wait, not 0 ms
 		{"vg3", []string{"vg3", "9.0", "ms", "8.0", "ms", "capping", "20.0", "ms", "43", "-"}},
 		{"vg4", []string{"vg4", "6.5", "ms", "5.0", "ms", "UNREACHABLE", "20.0", "ms", "40", "-"}},
-		{"10.99.0.3", []string{"10.99.0.3", "vg1", "12.00", "0.00", "-", "-", "-", "throttleable"}},
-		{"10.99.0.2", []string{"10.99.0.2", "vg1", "0.00", "1.50", "-", "-", "-", "-"}},
-		{"10.9.9.9", []string{"10.9.9.9", "-", "0.00", "0.00", "2.0", "ms", "-", "-", "slowed"}}, // manual throttle
+		// Queue and load per direction: why a consumer is slowed, and which way.
+		{"10.99.0.3", []string{"10.99.0.3", "vg1", "12.00", "0.00", "-", "-", "-", "3.9", "2%/27%", "throttleable"}},
+		{"10.99.0.2", []string{"10.99.0.2", "vg1", "0.00", "1.50", "-", "-", "-", "0.6", "17%/0%", "-"}},
+		{"10.9.9.9", []string{"10.9.9.9", "-", "0.00", "0.00", "2.0", "ms", "-", "-", "0.0", "-", "slowed"}}, // manual throttle
 	} {
 		if got := find(tc.row); strings.Join(got, " ") != strings.Join(tc.want, " ") {
 			t.Errorf("%s row:\n got %q\nwant %q", tc.row, got, tc.want)

@@ -157,9 +157,18 @@ function stateOf(c) {
   return c.throttleable ? "throttleable" : "";
 }
 
+// A consumer's cost on the resource in % of its time, by direction: who
+// saturates it and which way it is slowed.
+function loadOf(c) {
+  const r = (c.load_read || 0) * 100, w = (c.load_write || 0) * 100;
+  if (r + w < 0.5) return "-";
+  return `${r.toFixed(0)}% r / ${w.toFixed(0)}% w`;
+}
+
 function renderTable() {
   const key = sortKey, dir = sortDir;
-  const val = (c) => key === "state" ? stateOf(c) : key === "resources" ? c.resources.join(",") : c[key] ?? 0;
+  const val = (c) => key === "state" ? stateOf(c) : key === "resources" ? c.resources.join(",") :
+    key === "load" ? (c.load_read || 0) + (c.load_write || 0) : c[key] ?? 0;
   const rows = consumers.slice().sort((a, b) => {
     const x = val(a), y = val(b);
     return (x < y ? -1 : x > y ? 1 : 0) * dir || (a.addr < b.addr ? -1 : 1);
@@ -175,7 +184,8 @@ function renderTable() {
       ["write_mb_s", fmt(c.write_mb_s), 1], ["read_mb_s", fmt(c.read_mb_s), 1],
       ["write_delay_ms", c.write_delay_ms ? c.write_delay_ms.toFixed(1) : "-", 1],
       ["read_delay_ms", c.read_delay_ms ? c.read_delay_ms.toFixed(1) : "-", 1],
-      ["rate_cap_mb_s", c.rate_cap_mb_s ? fmt(c.rate_cap_mb_s) : "-", 1], ["state", st]];
+      ["rate_cap_mb_s", c.rate_cap_mb_s ? fmt(c.rate_cap_mb_s) : "-", 1],
+      ["queue", fmt(c.queue), 1], ["load", loadOf(c), 1], ["state", st]];
     for (const [col, text, num] of cells) {
       const td = document.createElement("td");
       td.dataset.col = col; td.textContent = text;
