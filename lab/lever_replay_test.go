@@ -41,6 +41,9 @@ func (r *traceReplay) advance() bool {
 		if iv.Reads > 0 && !math.IsNaN(iv.ReadWaitMs) {
 			c.ReadTicks += uint64(math.Round(iv.ReadWaitMs * float64(iv.Reads)))
 		}
+		if iv.Writes > 0 && !math.IsNaN(iv.WriteWaitMs) {
+			c.WriteTicks += uint64(math.Round(iv.WriteWaitMs * float64(iv.Writes)))
+		}
 		c.ReadSectors += uint64(iv.ReadBps * iv.Seconds / 512)
 		c.WriteSectors += uint64(iv.WriteBps * iv.Seconds / 512)
 		r.cum[dev] = c
