@@ -113,6 +113,12 @@ type Job struct {
 	Off time.Duration
 	// Until ends the schedule (0: never).
 	Until time.Duration
+	// ReadFraction > 0 makes a mixed job (a VM's or a database's I/O):
+	// each request is a read with this probability, else a write, drawn
+	// from the model's one seeded source; Write is then ignored. 0 keeps
+	// the job pure (Write decides), and draws nothing, so pure workloads
+	// replay the same random sequence as before mixes existed.
+	ReadFraction float64
 }
 
 func (j *Job) active(t time.Duration) bool {
@@ -337,8 +343,8 @@ func (m *Model) issue(ji int) {
 		period := time.Duration(float64(j.BS) / j.RateBps * 1e9)
 		m.nextAt[ji] = max(m.nextAt[ji], t-period) + period
 	}
-	r := &request{job: ji, write: j.Write, seq: !j.Random, bytes: j.BS}
-	if j.Write {
+	r := &request{job: ji, write: m.isWrite(j), seq: !j.Random, bytes: j.BS}
+	if r.write {
 		// The data crosses the network first; delayed ACKs hold it back,
 		// and a write-rate cap passes the consumer's bytes one after
 		// another at its rate, shared by all the consumer's jobs.
@@ -353,6 +359,19 @@ func (m *Model) issue(ji int) {
 	} else {
 		m.push(event{at: t + m.P.RTT/2, kind: evArrive, req: r})
 	}
+}
+
+// isWrite decides a request's direction; each direction then takes its
+// own path through the TCP model (a write's data waits for delayed ACKs,
+// a read's data is delayed on its way back), mixed or not.
+func (m *Model) isWrite(j *Job) bool {
+	switch {
+	case j.ReadFraction <= 0:
+		return j.Write
+	case j.ReadFraction >= 1:
+		return false
+	}
+	return m.rng.Float64() >= j.ReadFraction
 }
 
 func (m *Model) arrive(r *request) {
