@@ -202,13 +202,27 @@ func tcpRetrans(tb testing.TB, c *net.TCPConn) uint32 {
 // bulk sends from src to dst for dur and returns bytes/s.
 func bulk(tb testing.TB, src, dst *net.TCPConn, dur time.Duration) float64 {
 	tb.Helper()
+	rate, _, _ := bulkTimed(tb, src, dst, dur)
+	return rate
+}
+
+// bulkTimed is bulk that also returns the bytes moved and how long after
+// the first write the receiver read its first byte.
+func bulkTimed(tb testing.TB, src, dst *net.TCPConn, dur time.Duration) (rate float64, n int64, first time.Duration) {
+	tb.Helper()
 	done := make(chan int64)
+	start := time.Now()
 	go func() {
-		n, _ := io.Copy(io.Discard, dst)
-		done <- n
+		b := make([]byte, 64<<10)
+		n, err := dst.Read(b)
+		first = time.Since(start)
+		if err == nil {
+			m, _ := io.Copy(io.Discard, dst)
+			n += int(m)
+		}
+		done <- int64(n)
 	}()
 	buf := make([]byte, 256<<10)
-	start := time.Now()
 	src.SetWriteDeadline(start.Add(dur))
 	var sent int64
 	for {
@@ -224,7 +238,7 @@ func bulk(tb testing.TB, src, dst *net.TCPConn, dur time.Duration) float64 {
 	if got != sent {
 		tb.Fatalf("sent %d received %d", sent, got)
 	}
-	return float64(got) / el.Seconds()
+	return float64(got) / el.Seconds(), got, first
 }
 
 // pingPong measures n request/response round trips of one byte each way.
@@ -371,20 +385,45 @@ func TestDelayLineWriteOnReplies(t *testing.T) {
 }
 
 // TestDelayLineReadBulkNoRetrans: a bulk read (target sends) with 20 ms on
-// its data segments, no retransmissions.
+// its data segments is delayed (its first byte arrives the delay late,
+// every data segment waits in the line and none leaves early, and it runs
+// far slower than the same transfer undelayed), with no retransmissions.
 func TestDelayLineReadBulkNoRetrans(t *testing.T) {
 	l := newLab(t)
 	d := l.delayLine(t)
 	tc, cc := l.conn(t, false)
-	l.set(t, d, map[netip.Addr]Setting{l.cAddr: {ReadDelay: 20 * time.Millisecond}})
+	base := bulk(t, tc, cc, 300*time.Millisecond)
+
+	const delay = 20 * time.Millisecond
+	tc, cc = l.conn(t, false)
+	l.set(t, d, map[netip.Addr]Setting{l.cAddr: {ReadDelay: delay}})
 	r0c, r0t := retrans(t, l.c), retrans(t, l.t)
-	rate := bulk(t, tc, cc, time.Second)
+	c0 := d.Counters()[l.cAddr]
+	rate, moved, first := bulkTimed(t, tc, cc, time.Second)
 	rs := tcpRetrans(t, tc)
 	r1c, r1t := retrans(t, l.c), retrans(t, l.t)
-	t.Logf("20 ms read delay: %.0f MB/s, retransmissions: socket %d, ns %d/%d; counters %+v stats %+v",
-		rate/1e6, rs, r1c-r0c, r1t-r0t, d.Counters()[l.cAddr], d.Stats())
+	c := d.Counters()[l.cAddr]
+	t.Logf("20 ms read delay: %.0f MB/s (%.0f MB/s undelayed), first byte after %v, retransmissions: socket %d, ns %d/%d; counters %+v stats %+v",
+		rate/1e6, base/1e6, first, rs, r1c-r0c, r1t-r0t, c, d.Stats())
 	if rs != 0 || r1c != r0c || r1t != r0t {
 		t.Errorf("retransmissions: socket %d, consumer ns %d, target ns %d", rs, r1c-r0c, r1t-r0t)
+	}
+	// The delay is applied: the line releases nothing before it is due,
+	// so the stream's first segment reaches the consumer the delay late
+	// (undelayed, within microseconds) ...
+	if first < delay {
+		t.Errorf("first byte after %v with a %v read delay: not delayed", first, delay)
+	}
+	// ... every data segment went through the line (its counted bytes,
+	// headers included, cover the payload moved), none passed early at
+	// the queue limit ...
+	if c.Packets == c0.Packets || c.Bytes-c0.Bytes < uint64(moved) || c.PassedAtLimit != c0.PassedAtLimit {
+		t.Errorf("delay line held %d packets, %d bytes (%d passed early) of a %d-byte read",
+			c.Packets-c0.Packets, c.Bytes-c0.Bytes, c.PassedAtLimit-c0.PassedAtLimit, moved)
+	}
+	// ... and the window-limited stream slows down with it.
+	if rate > 0.5*base {
+		t.Errorf("read delay did not throttle: %.0f MB/s vs %.0f MB/s undelayed", rate/1e6, base/1e6)
 	}
 }
 
