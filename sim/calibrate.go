@@ -215,7 +215,7 @@ func Calibrate(lr *LabRuns, seed uint64) (*Calibration, error) {
 		for _, r := range lr.PID.Regulated {
 			o.Thresholds = append(o.Thresholds, time.Duration(r.ThresholdMs*1e6))
 		}
-		v, err := runControlled(o, false)
+		v, err := runControlled(o, pidExperiment)
 		if err != nil {
 			return nil, err
 		}

@@ -56,6 +56,10 @@ type Phase struct {
 type Tick struct {
 	report.Tick
 	Delay float64 // largest write delay applied (ms)
+	// ReadDelay is the largest read delay (ms): what slows a backup or
+	// the reads of mixed I/O, kept apart so Delay means what it did in
+	// the writers' scenarios.
+	ReadDelay float64
 	// Capped is how many consumers had a write-rate cap (the second
 	// lever), CapMBs the tightest cap (MB/s; 0: none).
 	Capped int
@@ -68,6 +72,9 @@ type PhaseResult struct {
 	Ticks  []Tick
 	Events uint64
 }
+
+// anyDelay is the tick's largest delay in either direction (ms).
+func (t Tick) anyDelay() float64 { return math.Max(t.Delay, t.ReadDelay) }
 
 // Window is the ticks of the measurement window.
 func (r *PhaseResult) Window() []Tick { return r.Between(r.Phase.From, r.Phase.To) }
@@ -142,6 +149,7 @@ func RunPhase(p *Phase, par Params, seed uint64) (*PhaseResult, error) {
 		}
 		for _, s := range m.Throttle().List() {
 			tk.Delay = math.Max(tk.Delay, float64(s.WriteDelay)/1e6)
+			tk.ReadDelay = math.Max(tk.ReadDelay, float64(s.ReadDelay)/1e6)
 			if s.WriteRate > 0 {
 				c := float64(s.WriteRate) / 1e6
 				if tk.Capped == 0 || c < tk.CapMBs {

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sanqos/sanqos/agent"
-	"github.com/sanqos/sanqos/config"
 	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/sample"
 	"github.com/sanqos/sanqos/throttle"
@@ -64,9 +62,9 @@ func Names() []string {
 func init() {
 	register(&Scenario{Name: "interference", Title: "8 KiB random reader at 256 KiB/s vs 0/1/3/12 sequential writers (Fig 5.7)", Run: runInterference})
 	register(&Scenario{Name: "pid", Title: "PID with given sets holds 10/15/20 ms under 12 writers toggled on/off (Fig 5.9/5.10)",
-		Run: func(o Options) (any, error) { return runControlled(o, false) }})
+		Run: func(o Options) (any, error) { return runControlled(o, pidExperiment) }})
 	register(&Scenario{Name: "autonomic", Title: "Same load, sets and indicators discovered automatically (Fig 5.11–5.13)",
-		Run: func(o Options) (any, error) { return runControlled(o, true) }})
+		Run: func(o Options) (any, error) { return runControlled(o, autonomicExperiment) }})
 	register(&Scenario{Name: "delay-sweep", Title: "one 64 KiB stream's rate vs added delay 0–9.6 ms (Fig 5.5/5.6)", Run: runDelaySweep})
 }
 
@@ -130,6 +128,12 @@ func reader(length time.Duration) *Job {
 // writers spreads n sequential 64 KiB writer threads over b3..b5 as the
 // lab does (fio's libiscsi engine: one I/O in flight per thread).
 func writers(n int, start, length, off time.Duration) []*Job {
+	return streams(n, Job{Name: "writer", Write: true, BS: 64 << 10, Start: start, Length: length, Off: off})
+}
+
+// streams spreads n one-request-at-a-time streams of job over b3..b5,
+// each host on its own LUN, the first hosts taking the remainder.
+func streams(n int, job Job) []*Job {
 	var jobs []*Job
 	for i, h := range Hosts[1:] {
 		k := n / 3
@@ -139,14 +143,16 @@ func writers(n int, start, length, off time.Duration) []*Job {
 		if k == 0 {
 			continue
 		}
-		jobs = append(jobs, &Job{Name: "writer", Consumer: HostAddr(h), Device: Devices[i+1], Write: true, BS: 64 << 10, IODepth: k,
-			Start: start, Length: length, Off: off})
+		j := job
+		j.Consumer, j.Device, j.IODepth = HostAddr(h), Devices[i+1], k
+		jobs = append(jobs, &j)
 	}
 	return jobs
 }
 
 func readWait(iv sample.Interval) float64 { return iv.ReadWaitMs }
 func writeMBs(iv sample.Interval) float64 { return iv.WriteBps / 1e6 }
+func readMBs(iv sample.Interval) float64  { return iv.ReadBps / 1e6 }
 
 // InterferenceWriters are the thesis' interference levels.
 var InterferenceWriters = []int{0, 1, 3, 12}
@@ -198,162 +204,6 @@ func writeTraceFile(dir string, rs []*PhaseResult) error {
 	return f.Close()
 }
 
-// Thresholds of the pid and autonomic experiments (thesis Fig 5.9).
-var Thresholds = []time.Duration{10 * time.Millisecond, 15 * time.Millisecond, 20 * time.Millisecond}
-
-// agentConfig is the agent's config for a controlled run, as the lab
-// writes it: autonomic gives only the threshold; pid names the devices
-// and the sets.
-func agentConfig(thr time.Duration, autonomic bool, extra string) (*config.Config, *agent.Topology, error) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "backend: dry-run\nthreshold: %v\n%s\n", thr, extra)
-	if autonomic {
-		b.WriteString("discovery:\n  source: tgt\nresources:\n  - name: vg1\n")
-	} else {
-		var thr []string
-		for _, h := range Hosts[1:] {
-			thr = append(thr, HostAddr(h).String())
-		}
-		fmt.Fprintf(&b, "discovery:\n  source: static\nresources:\n  - name: vg1\n    devices: [%s]\n    important: [%s]\n    throttleable: [%s]\n",
-			strings.Join(Devices, ", "), HostAddr("b2"), strings.Join(thr, ", "))
-	}
-	cfg, err := config.Parse([]byte(b.String()))
-	if err != nil {
-		return nil, nil, fmt.Errorf("agent config: %w", err)
-	}
-	if !autonomic {
-		t, _ := agent.StaticDiscoverer(cfg).Discover()
-		return cfg, t, nil
-	}
-	// What tgt discovery reports in the lab: one pool, each initiator on
-	// its own LUN.
-	v := agent.ResourceView{Devices: Devices, Consumers: map[netip.Addr][]string{}}
-	for i, h := range Hosts {
-		v.Consumers[HostAddr(h)] = []string{Devices[i]}
-	}
-	return cfg, &agent.Topology{Resources: map[string]agent.ResourceView{"vg1": v}}, nil
-}
-
-// ControlledPhase is the pid/autonomic workload: the reader throughout,
-// 12 writers on for 25 s and off for 5 s, six times (thesis' times ×
-// scale). thr 0 is the baseline (no agent).
-func ControlledPhase(o Options, thr time.Duration, autonomic bool) (*Phase, []float64, error) {
-	lead, on, off, cycles, tail := o.scale(20*time.Second), o.scale(25*time.Second), o.scale(5*time.Second), 6, o.scale(10*time.Second)
-	length := lead + time.Duration(cycles)*(on+off) + tail
-	name, label := "baseline", "agent off"
-	if thr > 0 {
-		name, label = fmt.Sprintf("threshold-%v", thr), fmt.Sprintf("threshold %v", thr)
-	}
-	p := labPhase(name, label, length, lead, lead+time.Duration(cycles)*(on+off))
-	p.Jobs = append([]*Job{reader(length)}, writers(12, lead, on, off)...)
-	// The on/off schedule repeats forever; cut it after six cycles.
-	for _, j := range p.Jobs[1:] {
-		j.Until = lead + time.Duration(cycles)*(on+off)
-	}
-	var steps []float64
-	for c := 0; c < cycles; c++ {
-		steps = append(steps, (lead + time.Duration(c)*(on+off)).Seconds())
-	}
-	if thr > 0 {
-		cfg, topo, err := agentConfig(thr, autonomic, o.AgentYAML)
-		if err != nil {
-			return nil, nil, err
-		}
-		p.Agent, p.Topology = cfg, topo
-	}
-	return p, steps, nil
-}
-
-func runControlled(o Options, autonomic bool) (any, error) {
-	name := "pid"
-	if autonomic {
-		name = "autonomic"
-	}
-	onS := o.scale(25 * time.Second).Seconds()
-	sum := report.ControlledSummary{Experiment: name}
-	thresholds := Thresholds
-	if len(o.Thresholds) > 0 {
-		thresholds = o.Thresholds
-	}
-	var series, wseries, dseries []report.Series
-	var all []*PhaseResult
-	for i, thr := range append([]time.Duration{0}, thresholds...) {
-		p, steps, err := ControlledPhase(o, thr, autonomic)
-		if err != nil {
-			return nil, err
-		}
-		res, err := RunPhase(p, o.Params, o.Seed+uint64(i))
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, res)
-		run := ControlledRunOf(res, thr, steps, onS)
-		if thr == 0 {
-			sum.Baseline = run
-		} else {
-			sum.Regulated = append(sum.Regulated, run)
-			var dx, dy []float64
-			for _, t := range res.Ticks {
-				dx, dy = append(dx, t.T), append(dy, t.Delay)
-			}
-			dseries = append(dseries, report.Series{Name: p.Label, X: dx, Y: dy})
-		}
-		x, y := res.Series("b2", readWait)
-		series = append(series, report.Series{Name: p.Label, X: x, Y: report.Smooth(y)})
-		wx, wy := report.AggregateSeries(res.Ticks, Hosts[1:], writeMBs)
-		wseries = append(wseries, report.Series{Name: p.Label, X: wx, Y: report.Smooth(wy)})
-	}
-	sum.Judge()
-	if o.Out == "" {
-		return sum, nil
-	}
-	if err := writeTraceFile(o.Out, all); err != nil {
-		return nil, err
-	}
-	var refs []report.Line
-	for _, t := range thresholds {
-		refs = append(refs, report.Line{Name: fmt.Sprintf("%v", t), Y: float64(t) / 1e6})
-	}
-	if err := report.TimePlot(filepath.Join(o.Out, "read-wait.png"), fmt.Sprintf("sim %s: reader's wait per threshold vs no regulation (Fig 5.9/5.11)", name),
-		"time (s)", "read wait (ms, EWMA 0.15)", series, refs); err != nil {
-		return nil, err
-	}
-	if err := report.TimePlot(filepath.Join(o.Out, "write-rate.png"), "sim "+name+": aggregate write rate of the 12 writers (Fig 5.10/5.12)",
-		"time (s)", "MB/s (EWMA 0.15)", wseries, nil); err != nil {
-		return nil, err
-	}
-	return sum, report.TimePlot(filepath.Join(o.Out, "delay.png"), "sim "+name+": write delay applied to the throttleable set (Fig 5.13)",
-		"time (s)", "delay (ms)", dseries, nil)
-}
-
-// ControlledRunOf computes one run's figures exactly as the lab does
-// (lab.controlledRun): window p95, aggregate write rate, share of
-// intervals above 1.2 × threshold, mean settling time after each on-step.
-func ControlledRunOf(res *PhaseResult, thr time.Duration, steps []float64, onS float64) report.ControlledRun {
-	waits := report.Values(res.Window(), "b2", readWait)
-	run := report.ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: report.RoundDist(report.Describe(waits)),
-		WriteMBs: report.Round(report.Aggregate(res.Window(), Hosts[1:], writeMBs), 2)}
-	onset := report.FirstSecond(res.Ticks, "b2", Hosts[1:], steps, onS)
-	run.Onset = &onset
-	if thr == 0 {
-		return run
-	}
-	x, y := res.Series("b2", readWait)
-	run.PctAbove, run.SettleS = report.Regulation(run.ThresholdMs, waits, x, y, steps, onS)
-	var on, inWin int
-	for _, t := range res.Window() {
-		inWin++
-		run.MaxDelay = math.Max(run.MaxDelay, t.Delay)
-		if t.Delay > 0 {
-			on++
-		}
-	}
-	if inWin > 0 {
-		run.Throttled = report.Round(100*float64(on)/float64(inWin), 1)
-	}
-	return run
-}
-
 // SweepPoint is one delay's rate (the lab's delay-sweep points).
 type SweepPoint struct {
 	Direction string  `json:"direction"`
@@ -392,7 +242,7 @@ func SweepRate(par Params, write bool, delayMs float64, length time.Duration, se
 	}
 	f := writeMBs
 	if !write {
-		f = func(iv sample.Interval) float64 { return iv.ReadBps / 1e6 }
+		f = readMBs
 	}
 	return report.Aggregate(res.Window(), []string{"b2"}, f), nil
 }

@@ -1,0 +1,268 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sanqos/sanqos/agent"
+	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/report"
+	"github.com/sanqos/sanqos/sample"
+)
+
+// Thresholds of the pid and autonomic experiments (thesis Fig 5.9).
+var Thresholds = []time.Duration{10 * time.Millisecond, 15 * time.Millisecond, 20 * time.Millisecond}
+
+// load builds a controlled experiment's interferers, the jobs of b3..b5:
+// on from start for length, then off for off, repeating (length 0: on
+// throughout, as the oracle's steady probes want).
+type load func(start, length, off time.Duration) []*Job
+
+// twelveWriters is the thesis' interference: 12 sequential 64 KiB writer
+// threads over b3..b5.
+func twelveWriters(start, length, off time.Duration) []*Job { return writers(12, start, length, off) }
+
+// controlled is one controlled experiment: the reader against a load
+// toggled on and off, without the agent and at each threshold with it.
+// pid, autonomic and issue 30's interferers differ only in the load, the
+// agent's config, whether an oracle runs, and how the plots name things.
+type controlled struct {
+	name        string // summary.json's experiment
+	interferers string // summary.json's interferers ("": writers)
+	load        load
+	autonomic   bool // the default config (threshold only) vs given sets
+	oracle      bool // search and run the best static delay per threshold
+	// rate is what the rate plot sums over the interferers; rateFile,
+	// rateTitle, delayTitle and figs (the thesis' figures, if any) word
+	// the plots.
+	rate                func(sample.Interval) float64
+	rateFile, rateTitle string
+	delayTitle, figs    string
+}
+
+var (
+	pidExperiment = &controlled{name: "pid", load: twelveWriters, rate: writeMBs, rateFile: "write-rate.png",
+		rateTitle: "aggregate write rate of the 12 writers (Fig 5.10/5.12)", delayTitle: "write delay applied to the throttleable set (Fig 5.13)",
+		figs: " (Fig 5.9/5.11)"}
+	autonomicExperiment = &controlled{name: "autonomic", load: twelveWriters, autonomic: true, rate: writeMBs, rateFile: "write-rate.png",
+		rateTitle: pidExperiment.rateTitle, delayTitle: pidExperiment.delayTitle, figs: pidExperiment.figs}
+)
+
+// agentConfig is the agent's config for a controlled run, as the lab
+// writes it: autonomic gives only the threshold; pid names the devices
+// and the sets.
+func agentConfig(thr time.Duration, autonomic bool, extra string) (*config.Config, *agent.Topology, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "backend: dry-run\nthreshold: %v\n%s\n", thr, extra)
+	if autonomic {
+		b.WriteString("discovery:\n  source: tgt\nresources:\n  - name: vg1\n")
+	} else {
+		var thr []string
+		for _, h := range Hosts[1:] {
+			thr = append(thr, HostAddr(h).String())
+		}
+		fmt.Fprintf(&b, "discovery:\n  source: static\nresources:\n  - name: vg1\n    devices: [%s]\n    important: [%s]\n    throttleable: [%s]\n",
+			strings.Join(Devices, ", "), HostAddr("b2"), strings.Join(thr, ", "))
+	}
+	cfg, err := config.Parse([]byte(b.String()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent config: %w", err)
+	}
+	if !autonomic {
+		t, _ := agent.StaticDiscoverer(cfg).Discover()
+		return cfg, t, nil
+	}
+	// What tgt discovery reports in the lab: one pool, each initiator on
+	// its own LUN.
+	v := agent.ResourceView{Devices: Devices, Consumers: map[netip.Addr][]string{}}
+	for i, h := range Hosts {
+		v.Consumers[HostAddr(h)] = []string{Devices[i]}
+	}
+	return cfg, &agent.Topology{Resources: map[string]agent.ResourceView{"vg1": v}}, nil
+}
+
+// ControlledPhase is the pid/autonomic workload: the reader throughout,
+// 12 writers on for 25 s and off for 5 s, six times (thesis' times ×
+// scale). thr 0 is the baseline (no agent).
+func ControlledPhase(o Options, thr time.Duration, autonomic bool) (*Phase, []float64, error) {
+	return controlledPhase(o, thr, autonomic, twelveWriters)
+}
+
+// controlledPhase is ControlledPhase with any interferers: the same
+// cycles, so every controlled experiment is judged on the same pattern of
+// load steps. steps are the on-steps' times (s).
+func controlledPhase(o Options, thr time.Duration, autonomic bool, ld load) (*Phase, []float64, error) {
+	lead, on, off, cycles, tail := o.scale(20*time.Second), o.scale(25*time.Second), o.scale(5*time.Second), 6, o.scale(10*time.Second)
+	length := lead + time.Duration(cycles)*(on+off) + tail
+	name, label := "baseline", "agent off"
+	if thr > 0 {
+		name, label = fmt.Sprintf("threshold-%v", thr), fmt.Sprintf("threshold %v", thr)
+	}
+	p := labPhase(name, label, length, lead, lead+time.Duration(cycles)*(on+off))
+	p.Jobs = append([]*Job{reader(length)}, ld(lead, on, off)...)
+	// The on/off schedule repeats forever; cut it after six cycles.
+	for _, j := range p.Jobs[1:] {
+		j.Until = lead + time.Duration(cycles)*(on+off)
+	}
+	var steps []float64
+	for c := 0; c < cycles; c++ {
+		steps = append(steps, (lead + time.Duration(c)*(on+off)).Seconds())
+	}
+	if thr > 0 {
+		cfg, topo, err := agentConfig(thr, autonomic, o.AgentYAML)
+		if err != nil {
+			return nil, nil, err
+		}
+		p.Agent, p.Topology = cfg, topo
+	}
+	return p, steps, nil
+}
+
+// onS is the length of the controlled experiments' on-periods (s).
+func (o Options) onS() float64 { return o.scale(25 * time.Second).Seconds() }
+
+// thresholds are the run's thresholds (the thesis' unless given).
+func (o Options) thresholds() []time.Duration {
+	if len(o.Thresholds) > 0 {
+		return o.Thresholds
+	}
+	return Thresholds
+}
+
+// runControlled runs the baseline and one agent run per threshold (seeds
+// Seed, Seed+1, …), then the oracle if the experiment has one.
+func runControlled(o Options, c *controlled) (any, error) {
+	sum := report.ControlledSummary{Experiment: c.name, Interferers: c.interferers}
+	thresholds := o.thresholds()
+	var pl controlledPlots
+	var all []*PhaseResult
+	for i, thr := range append([]time.Duration{0}, thresholds...) {
+		p, steps, err := controlledPhase(o, thr, c.autonomic, c.load)
+		if err != nil {
+			return nil, err
+		}
+		res, err := RunPhase(p, o.Params, o.Seed+uint64(i))
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, res)
+		run := ControlledRunOf(res, thr, steps, o.onS())
+		if thr == 0 {
+			sum.Baseline = run
+		} else {
+			sum.Regulated = append(sum.Regulated, run)
+		}
+		pl.add(res, c, thr > 0, true)
+	}
+	if c.oracle {
+		or, runs, err := runOracle(o, c, thresholds)
+		if err != nil {
+			return nil, err
+		}
+		sum.Oracle = or
+		for _, res := range runs {
+			all = append(all, res)
+			pl.add(res, c, true, false)
+		}
+	}
+	sum.Judge()
+	if o.Out == "" {
+		return sum, nil
+	}
+	if err := writeTraceFile(o.Out, all); err != nil {
+		return nil, err
+	}
+	return sum, pl.write(o.Out, c, thresholds)
+}
+
+// controlledPlots are a controlled experiment's time series: the
+// reader's wait, the interferers' rate and the delay applied, per run.
+type controlledPlots struct{ wait, rate, delay []report.Series }
+
+// add plots a run; delayed runs (the agent's, the oracle's) have a delay
+// curve, and only waited ones join the wait plot, which stays readable
+// with the baseline and one curve per threshold.
+func (pl *controlledPlots) add(res *PhaseResult, c *controlled, delayed, waited bool) {
+	label := res.Phase.Label
+	if delayed {
+		var dx, dy []float64
+		for _, t := range res.Ticks {
+			dx, dy = append(dx, t.T), append(dy, t.anyDelay())
+		}
+		pl.delay = append(pl.delay, report.Series{Name: label, X: dx, Y: dy})
+	}
+	if waited {
+		x, y := res.Series("b2", readWait)
+		pl.wait = append(pl.wait, report.Series{Name: label, X: x, Y: report.Smooth(y)})
+	}
+	x, y := report.AggregateSeries(res.Ticks, Hosts[1:], c.rate)
+	pl.rate = append(pl.rate, report.Series{Name: label, X: x, Y: report.Smooth(y)})
+}
+
+func (pl *controlledPlots) write(dir string, c *controlled, thresholds []time.Duration) error {
+	var refs []report.Line
+	for _, t := range thresholds {
+		refs = append(refs, report.Line{Name: fmt.Sprintf("%v", t), Y: float64(t) / 1e6})
+	}
+	if err := report.TimePlot(filepath.Join(dir, "read-wait.png"), fmt.Sprintf("sim %s: reader's wait per threshold vs no regulation%s", c.name, c.figs),
+		"time (s)", "read wait (ms, EWMA 0.15)", pl.wait, refs); err != nil {
+		return err
+	}
+	if err := report.TimePlot(filepath.Join(dir, c.rateFile), "sim "+c.name+": "+c.rateTitle,
+		"time (s)", "MB/s (EWMA 0.15)", pl.rate, nil); err != nil {
+		return err
+	}
+	return report.TimePlot(filepath.Join(dir, "delay.png"), "sim "+c.name+": "+c.delayTitle, "time (s)", "delay (ms)", pl.delay, nil)
+}
+
+// ControlledRunOf computes one run's figures exactly as the lab does
+// (lab.controlledRun): window p95, the interferers' aggregate write and
+// read rates, share of intervals above 1.2 × threshold, mean settling
+// time after each on-step, and the delay in either direction (a backup
+// is slowed by read delay, a writer by write delay).
+func ControlledRunOf(res *PhaseResult, thr time.Duration, steps []float64, onS float64) report.ControlledRun {
+	w := res.Window()
+	waits := report.Values(w, "b2", readWait)
+	run := report.ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: report.RoundDist(report.Describe(waits)),
+		WriteMBs: report.Round(report.Aggregate(w, Hosts[1:], writeMBs), 2), ReadMBs: report.Round(report.Aggregate(w, Hosts[1:], readMBs), 2)}
+	onset := report.FirstSecond(ioTicks(res.Ticks), "b2", Hosts[1:], steps, onS)
+	run.Onset = &onset
+	if thr == 0 {
+		return run
+	}
+	x, y := res.Series("b2", readWait)
+	run.PctAbove, run.SettleS = report.Regulation(run.ThresholdMs, waits, x, y, steps, onS)
+	var on int
+	for _, t := range w {
+		run.MaxDelay = math.Max(run.MaxDelay, t.anyDelay())
+		if t.anyDelay() > 0 {
+			on++
+		}
+	}
+	if len(w) > 0 {
+		run.Throttled = report.Round(100*float64(on)/float64(len(w)), 1)
+	}
+	return run
+}
+
+// ioTicks are ticks whose interferers' reads count as writes:
+// report.FirstSecond dates a load step by the first interval in which an
+// interferer wrote, and a backup never writes. Writers' ticks are the
+// same either way.
+func ioTicks(ticks []Tick) []report.Tick {
+	out := make([]report.Tick, len(ticks))
+	for i, t := range ticks {
+		out[i] = report.Tick{T: t.T, Dev: make(map[string]sample.Interval, len(t.Dev))}
+		for h, iv := range t.Dev {
+			if h != "b2" {
+				iv.Writes += iv.Reads
+			}
+			out[i].Dev[h] = iv
+		}
+	}
+	return out
+}
