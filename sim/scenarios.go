@@ -131,6 +131,12 @@ func writers(n int, start, length, off time.Duration) []*Job {
 	return streams(n, Job{Name: "writer", Write: true, BS: 64 << 10, Start: start, Length: length, Off: off})
 }
 
+// readers spreads n sequential 64 KiB reader streams (a backup) over
+// b3..b5 the same way.
+func readers(n int, start, length, off time.Duration) []*Job {
+	return streams(n, Job{Name: "backup", BS: 64 << 10, Start: start, Length: length, Off: off})
+}
+
 // streams spreads n one-request-at-a-time streams of job over b3..b5,
 // each host on its own LUN, the first hosts taking the remainder.
 func streams(n int, job Job) []*Job {
@@ -153,6 +159,10 @@ func streams(n int, job Job) []*Job {
 func readWait(iv sample.Interval) float64 { return iv.ReadWaitMs }
 func writeMBs(iv sample.Interval) float64 { return iv.WriteBps / 1e6 }
 func readMBs(iv sample.Interval) float64  { return iv.ReadBps / 1e6 }
+
+// movedMBs is what an interferer moves in both directions: the
+// throughput a throttle of readers, writers or mixes costs them.
+func movedMBs(iv sample.Interval) float64 { return (iv.ReadBps + iv.WriteBps) / 1e6 }
 
 // InterferenceWriters are the thesis' interference levels.
 var InterferenceWriters = []int{0, 1, 3, 12}

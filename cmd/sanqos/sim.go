@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,7 +88,8 @@ RESULTS/sim-SCENARIO/RUN-ID/, and sim.json with the wall time and speed-up
 (kept out of summary.json, which is byte-identical for a seed).`,
 		Example: `  sanqos sim autonomic
   sanqos sim pid --params results/sim-calibration/latest/params.json --agent-yaml tuned.yaml
-  sanqos sim interference --seed 7 --scale 0.25`,
+  sanqos sim interference --seed 7 --scale 0.25
+  sanqos sim read-backup --thresholds 15ms`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o, err := f.options()
@@ -132,6 +134,10 @@ func printSummary(cmd *cobra.Command, sum any) {
 			fmt.Fprintf(w, "%2d writers: read wait p95 %6.2f ms  mean %6.2f ms  writes %6.2f MB/s\n", r.Writers, r.ReadWaitMs.P95, r.ReadWaitMs.Mean, r.WriteMBs)
 		}
 	case report.ControlledSummary:
+		if s.Interferers != "" {
+			printInterferers(w, s)
+			return
+		}
 		fmt.Fprintf(w, "baseline:       read wait p95 %6.2f ms  writes %6.2f MB/s\n", s.Baseline.ReadWaitMs.P95, s.Baseline.WriteMBs)
 		for _, r := range s.Regulated {
 			kept := 0.0
@@ -144,6 +150,37 @@ func printSummary(cmd *cobra.Command, sum any) {
 	default:
 		b, _ := sim.MarshalSummary(sum)
 		w.Write(b)
+	}
+}
+
+// printInterferers prints a controlled summary whose interferers read
+// (a backup, mixed I/O): what they moved in both directions, and the
+// oracle's static delay beside each threshold's agent run.
+func printInterferers(w io.Writer, s report.ControlledSummary) {
+	moved := func(r report.ControlledRun) float64 { return r.ReadMBs + r.WriteMBs }
+	fmt.Fprintf(w, "baseline:        read wait p95 %6.2f ms  %s %6.2f MB/s (reads %.2f, writes %.2f)\n",
+		s.Baseline.ReadWaitMs.P95, s.Interferers, moved(s.Baseline), s.Baseline.ReadMBs, s.Baseline.WriteMBs)
+	for _, r := range s.Regulated {
+		kept := 0.0
+		if b := moved(s.Baseline); b > 0 {
+			kept = 100 * moved(r) / b
+		}
+		fmt.Fprintf(w, "threshold %2.0f ms: read wait p95 %6.2f ms (%.2f×)  moved %6.2f MB/s (%3.0f%% kept)  above 1.2×: %5.2f%%  max delay %4.1f ms\n",
+			r.ThresholdMs, r.ReadWaitMs.P95, r.ReadWaitMs.P95/r.ThresholdMs, moved(r), kept, r.PctAbove, r.MaxDelay)
+	}
+	for _, o := range s.Oracle {
+		if o.Run == nil {
+			p95 := 0.0
+			for _, p := range o.Probes {
+				if p.DelayMs == o.DelayMs {
+					p95 = p.P95Ms
+				}
+			}
+			fmt.Fprintf(w, "oracle    %2.0f ms: not reachable: p95 %.2f ms at the largest static delay, %.1f ms\n", o.ThresholdMs, p95, o.DelayMs)
+			continue
+		}
+		fmt.Fprintf(w, "oracle    %2.0f ms: read wait p95 %6.2f ms (%.2f×)  moved %6.2f MB/s  static delay %.1f ms (%d probes)\n",
+			o.ThresholdMs, o.Run.ReadWaitMs.P95, o.Run.ReadWaitMs.P95/o.ThresholdMs, moved(*o.Run), o.DelayMs, len(o.Probes))
 	}
 }
 
