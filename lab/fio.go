@@ -12,7 +12,7 @@ type Job struct {
 	Name    string
 	Host    string // initiator namespace
 	URL     string // fio filename (LUN.URL): a libiscsi URL or a block device
-	RW      string // read, write, randread, randwrite
+	RW      string // read, write, randread, randwrite, rw, randrw
 	BS      int    // bytes per I/O
 	Rate    int    // bytes/s cap (0 = unlimited)
 	NumJobs int    // threads; fio's libiscsi engine has one I/O in flight per thread
@@ -21,6 +21,10 @@ type Job struct {
 	Size    int64         // bytes per thread region (0: whole LUN)
 	Offset  int64         // where the first thread's region starts
 	Verify  bool          // write crc32c headers and check them on read
+
+	// RWMixRead is the percentage of a mixed job's (rw, randrw) I/Os that
+	// read, fio's rwmixread; 0 leaves fio's default (50).
+	RWMixRead int
 }
 
 // Validate rejects jobs fio would misread.
@@ -38,6 +42,12 @@ func (j Job) Validate() error {
 	}
 	if j.Runtime <= 0 && j.Size <= 0 {
 		return fmt.Errorf("job %s: needs a runtime or a size", j.Name)
+	}
+	if j.RWMixRead < 0 || j.RWMixRead > 100 {
+		return fmt.Errorf("job %s: rwmixread %d%%: want 0..100", j.Name, j.RWMixRead)
+	}
+	if j.RWMixRead > 0 && j.RW != "rw" && j.RW != "randrw" {
+		return fmt.Errorf("job %s: a read/write mix needs rw or randrw, not %s", j.Name, j.RW)
 	}
 	if j.NumJobs < 0 || j.Rate < 0 || j.Start < 0 || j.Offset < 0 || j.Offset%512 != 0 {
 		return fmt.Errorf("job %s: negative numjobs, rate, start or offset, or an offset not a multiple of 512", j.Name)
@@ -72,6 +82,9 @@ func JobFile(host string, jobs []Job, logPrefix string) (string, error) {
 			return "", err
 		}
 		fmt.Fprintf(&b, "\n[%s]\nfilename=%s\nrw=%s\nbs=%d\niodepth=1\n", j.Name, j.URL, j.RW, j.BS)
+		if j.RWMixRead > 0 {
+			fmt.Fprintf(&b, "rwmixread=%d\n", j.RWMixRead)
+		}
 		if j.Rate > 0 {
 			fmt.Fprintf(&b, "rate=%d\n", j.Rate)
 		}

@@ -60,3 +60,44 @@ func TestJobValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A mixed job's read share reaches fio as rwmixread, right after its rw,
+// and only when one is given (fio's own default is 50 %).
+func TestJobFileReadMix(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rw   string
+		mix  int
+		want string // the job section's lines after bs
+		bad  bool
+	}{
+		{name: "vm", rw: "randrw", mix: 70, want: "rw=randrw\nbs=8192\niodepth=1\nrwmixread=70\nnumjobs=4\n"},
+		{name: "oltp", rw: "randrw", mix: 50, want: "rw=randrw\nbs=8192\niodepth=1\nrwmixread=50\nnumjobs=4\n"},
+		{name: "seqmix", rw: "rw", mix: 90, want: "rw=rw\nbs=8192\niodepth=1\nrwmixread=90\nnumjobs=4\n"},
+		{name: "allreads", rw: "randrw", mix: 100, want: "rw=randrw\nbs=8192\niodepth=1\nrwmixread=100\nnumjobs=4\n"},
+		{name: "fiodefault", rw: "randrw", want: "rw=randrw\nbs=8192\niodepth=1\nnumjobs=4\n"},
+		{name: "reader", rw: "read", want: "rw=read\nbs=8192\niodepth=1\nnumjobs=4\n"},
+		{name: "mixonread", rw: "read", mix: 70, bad: true},
+		{name: "mixonrandwrite", rw: "randwrite", mix: 30, bad: true},
+		{name: "over100", rw: "randrw", mix: 101, bad: true},
+		{name: "negative", rw: "randrw", mix: -1, bad: true},
+	} {
+		j := Job{Name: tc.name, Host: "b3", URL: "u", RW: tc.rw, BS: 8192, RWMixRead: tc.mix, NumJobs: 4, Runtime: time.Second}
+		got, err := JobFile("b3", []Job{j}, "x")
+		if tc.bad {
+			if err == nil {
+				t.Errorf("%s: rwmixread %d on %s rendered", tc.name, tc.mix, tc.rw)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if !strings.Contains(got, "\n["+tc.name+"]\nfilename=u\n"+tc.want) {
+			t.Errorf("%s: job section\n%s\nwant it to hold\n%s", tc.name, got, tc.want)
+		}
+		if n := strings.Count(got, "rwmixread="); n > 1 || (n == 1) != (tc.mix > 0) {
+			t.Errorf("%s: %d rwmixread lines", tc.name, n)
+		}
+	}
+}
