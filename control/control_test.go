@@ -267,15 +267,21 @@ func TestCeilStep(t *testing.T) {
 }
 
 func TestAIMD(t *testing.T) {
+	rising := func(prev, s int) bool { return s > prev }
 	tests := []struct {
 		name string
 		in   []float64
 		want func(int) bool
+		// each, if set, holds for every tick's step against the one
+		// before (0 before the first).
+		each func(prev, s int) bool
 	}{
-		{"below threshold never throttles", []float64{1, 5, 9, 10, 0}, func(s int) bool { return s == 0 }},
-		{"overload throttles", []float64{40, 40, 40, 40, 40}, func(s int) bool { return s > 0 }},
-		{"saturates at u_max", repeat(1e6, 200), func(s int) bool { return s == DefaultMaxSteps }},
-		{"releases after overload", append(repeat(1e6, 200), repeat(2, 30)...), func(s int) bool { return s == 0 }},
+		{"below threshold never throttles", []float64{1, 5, 9, 10, 0}, func(s int) bool { return s == 0 }, nil},
+		// At 4× the threshold the window shrinks by 0.85 a tick (steps 6,
+		// 11, 16, 19, 22): from the first tick, and harder every tick.
+		{"overload throttles", []float64{40, 40, 40, 40, 40}, func(s int) bool { return s > 0 }, rising},
+		{"saturates at u_max", repeat(1e6, 200), func(s int) bool { return s == DefaultMaxSteps }, nil},
+		{"releases after overload", append(repeat(1e6, 200), repeat(2, 30)...), func(s int) bool { return s == 0 }, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -284,12 +290,85 @@ func TestAIMD(t *testing.T) {
 				t.Fatal(err)
 			}
 			var s int
-			for _, m := range tc.in {
+			for k, m := range tc.in {
+				prev := s
 				s = a.Update(m)
+				if tc.each != nil && !tc.each(prev, s) {
+					t.Errorf("tick %d (measured %v): step %d after %d (window %v)", k, m, s, prev, a.Window())
+				}
 			}
 			if !tc.want(s) {
 				t.Errorf("final step %d (window %v)", s, a.Window())
 			}
+		})
+	}
+}
+
+// TestAIMDSustainedOverload: under an overload that lasts, whatever came
+// before it, the AIMD throttles from the first tick, never lets go while
+// the overload lasts, climbs to u_max and stays there; once the latency
+// falls below the threshold it leaves u_max within a few ticks however
+// long the overload lasted (the window's clamp to [minWindow, 1] bounds
+// windup at both ends: a long healthy spell must not delay the throttle,
+// a long overload must not delay the release). The tick counts follow
+// from w ← (1−γ)w + γ(L/ℓ·w + β) and ⌈(1−w)·u_max⌉ = u_max iff w < 0.025.
+func TestAIMDSustainedOverload(t *testing.T) {
+	noBeta := DefaultAIMDConfig(10)
+	noBeta.Beta = 0 // only the window's floor bounds windup
+	tests := []struct {
+		name     string
+		cfg      AIMDConfig
+		healthy  int     // ticks at half the threshold first
+		overload float64 // measured during the overload
+		ticks    int     // how long it lasts
+		reach    int     // ticks to u_max at most
+		leave    int     // ticks to leave u_max at most, at half the threshold
+	}{
+		// w → β/(1 − L/ℓ): 0.02 at 2×, 0.013 at 4×, 0.01 at 1e5×.
+		{"2x threshold", DefaultAIMDConfig(10), 0, 20, 500, 52, 2},
+		{"4x threshold", DefaultAIMDConfig(10), 0, 40, 500, 29, 3},
+		{"4x threshold after a long healthy spell", DefaultAIMDConfig(10), 100000, 40, 500, 29, 3},
+		{"1e5x threshold, long", DefaultAIMDConfig(10), 0, 1e6, 100000, 20, 4},
+		// Without β the window would fall toward 0 and, growing by 1.2 a
+		// healthy tick, take ever longer to climb back.
+		{"β = 0, 1e5x threshold, long", noBeta, 0, 1e6, 100000, 20, 6},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := NewAIMD(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range tc.healthy {
+				if s := a.Update(tc.cfg.Threshold / 2); s != 0 {
+					t.Fatalf("healthy resource throttled: step %d", s)
+				}
+			}
+			prev, reached := 0, -1
+			for k := range tc.ticks {
+				s := a.Update(tc.overload)
+				switch {
+				case s == 0:
+					t.Fatalf("overload tick %d: not throttling (window %v)", k, a.Window())
+				case s < prev:
+					t.Fatalf("overload tick %d: step %d after %d (window %v): the throttle fell while the overload lasts", k, s, prev, a.Window())
+				case reached >= 0 && s != DefaultMaxSteps:
+					t.Fatalf("overload tick %d: step %d left u_max %d, reached at tick %d (window %v)", k, s, DefaultMaxSteps, reached, a.Window())
+				case reached < 0 && s == DefaultMaxSteps:
+					reached = k
+				}
+				prev = s
+			}
+			if reached < 0 || reached+1 > tc.reach {
+				t.Fatalf("u_max reached at overload tick %d (-1: never; window %v), want within %d ticks", reached, a.Window(), tc.reach)
+			}
+			left := 0
+			for s := DefaultMaxSteps; s == DefaultMaxSteps; s = a.Update(tc.cfg.Threshold / 2) {
+				if left++; left > tc.leave {
+					t.Fatalf("still at u_max %d ticks after the overload (window %v): windup", left-1, a.Window())
+				}
+			}
+			t.Logf("u_max after %d overload ticks; left it %d ticks after the overload", reached+1, left)
 		})
 	}
 }
