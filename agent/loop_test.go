@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/cost"
 	"github.com/sanqos/sanqos/sample"
 	"github.com/sanqos/sanqos/throttle"
 )
@@ -66,35 +67,103 @@ func counters(tick int, readWaitMs float64) map[string]sample.Counters {
 	}
 }
 
+// TestResourceLoopThrottlesWritersNotImportant: while the reader's wait is
+// above the threshold the writer, and only the writer, gets the
+// controller's delay, in the direction it loads the resource (it writes
+// and reads nothing); the boss, which writes as much but is important,
+// and the reader never get any; the delay follows the controller down
+// and is gone the tick the wait falls back below the threshold, and
+// closing the loop releases everything. Run with testLoops' zero cost
+// model, which prices nothing (directed falls back to the direction that
+// moves more bytes), and with the agent's, cost.Default().
 func TestResourceLoopThrottlesWritersNotImportant(t *testing.T) {
-	l, _ := testLoops(t)
-	in := make(chan tickData)
-	out := make(chan desire)
-	go l.resourceLoop(context.Background(), "vg1", in, out)
-	in <- tickData{counters: counters(1, 10)}
-	<-out // first sample: baseline only
-	in <- tickData{counters: counters(2, 10)}
-	if d := <-out; len(d.delays) != 0 {
-		t.Fatalf("below threshold: %v", d.delays)
-	}
-	in <- tickData{counters: counters(3, 25)} // this interval's reads waited 25+10 = ... cumulative ticks grow
-	d := <-out
-	if d.delays[writer] == 0 {
-		t.Fatalf("writer not throttled above threshold: %v (status %+v)", d.delays, l.Status())
-	}
-	if _, ok := d.delays[boss]; ok {
-		t.Fatal("important consumer throttled")
-	}
-	if _, ok := d.delays[reader]; ok {
-		t.Fatal("reader (not writing) throttled")
-	}
-	st := l.Status()[0]
-	if st.Step == 0 || len(st.Throttleable) != 1 || st.Throttleable[0] != writer.String() {
-		t.Fatalf("status %+v", st)
-	}
-	close(in)
-	if d := <-out; d.delays != nil {
-		t.Fatal("closing a loop must release its throttles")
+	ms := time.Millisecond
+	write := func(d time.Duration) throttle.Setting { return throttle.Setting{WriteDelay: d} }
+	for _, m := range []struct {
+		name string
+		cost cost.Model
+		// pinned is the writer's setting with the controller pinned at
+		// max_delay and the threshold missed: the agent's model slows the
+		// other direction too (directed, issue 30).
+		pinned throttle.Setting
+	}{
+		{"zero cost model", cost.Model{}, write(20 * ms)},
+		{"default cost model", cost.Default(), throttle.Setting{ReadDelay: 20 * ms, WriteDelay: 20 * ms}},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			l, _ := testLoops(t)
+			l.cfg.Cost = m.cost
+			in := make(chan tickData)
+			out := make(chan desire)
+			go l.resourceLoop(context.Background(), "vg1", in, out)
+			// counters() takes the mean read wait since tick 0; propCtl
+			// gives one 0.5 ms step per ms of wait above the 15 ms
+			// threshold.
+			for i, tc := range []struct {
+				name   string
+				mean   float64          // counters()'s argument
+				writer throttle.Setting // the writer's setting wanted
+				pinned bool             // m.pinned instead
+			}{
+				{"first sample: baseline only", 10, throttle.Setting{}, false},
+				{"below threshold (10 ms)", 10, throttle.Setting{}, false},
+				{"load: 55 ms, 40 steps, pinned at max_delay", 25, throttle.Setting{}, true},
+				{"load eases: 25 ms, 10 steps", 25, write(5 * ms), false},
+				{"load gone: 5 ms", 21, throttle.Setting{}, false},
+			} {
+				if tc.pinned {
+					tc.writer = m.pinned
+				}
+				in <- tickData{counters: counters(i+1, tc.mean)}
+				d := <-out
+				st := l.Status()[0]
+				// What the desire asks for a: a plain write delay travels
+				// in delays, anything else in other.
+				setting := func(a netip.Addr) (throttle.Setting, bool) {
+					if s, ok := d.other[a]; ok {
+						return s, true
+					}
+					w, ok := d.delays[a]
+					return write(w), ok
+				}
+				switch {
+				case i == 1 && (len(d.delays) != 0 || len(d.other) != 0):
+					t.Fatalf("below threshold: %v %v", d.delays, d.other)
+				case i == 2 && !tc.writer.IsZero() && tc.writer.ReadDelay == 0 && d.delays[writer] == 0:
+					t.Fatalf("writer not throttled above threshold: %v (status %+v)", d.delays, l.Status())
+				}
+				if s, ok := setting(boss); ok {
+					t.Fatalf("%s: important consumer throttled: %+v", tc.name, s)
+				}
+				if s, ok := setting(reader); ok {
+					t.Fatalf("%s: reader (not writing) throttled: %+v", tc.name, s)
+				}
+				got, ok := setting(writer)
+				if got != tc.writer || ok == tc.writer.IsZero() || len(d.delays)+len(d.other) > 1 {
+					t.Fatalf("%s: writer asked %+v (delays %v, other %v), want %+v (controller: step %d, delay %v) and nobody else slowed",
+						tc.name, got, d.delays, d.other, tc.writer, st.Step, st.Delay)
+				}
+				if !tc.writer.IsZero() && st.Delay != max(tc.writer.ReadDelay, tc.writer.WriteDelay) {
+					t.Fatalf("%s: writer asked %+v, controller's delay %v", tc.name, tc.writer, st.Delay)
+				}
+				if i == 2 && (st.Step == 0 || len(st.Throttleable) != 1 || st.Throttleable[0] != writer.String()) {
+					t.Fatalf("status %+v", st)
+				}
+				for _, c := range st.Consumers {
+					want := throttle.Setting{}
+					if c.Addr == writer.String() {
+						want = tc.writer
+					}
+					if c.Setting != want || c.Throttled != !want.IsZero() {
+						t.Errorf("%s: status shows %s throttled %v with %+v, want %+v", tc.name, c.Addr, c.Throttled, c.Setting, want)
+					}
+				}
+			}
+			close(in)
+			if d := <-out; d.delays != nil || d.other != nil {
+				t.Fatal("closing a loop must release its throttles")
+			}
+		})
 	}
 }
 
