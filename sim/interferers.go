@@ -28,7 +28,7 @@ var (
 		rate: movedMBs, rateFile: "interferer-rate.png", rateTitle: "aggregate read + write rate of the 12 backup streams, agent vs oracle",
 		delayTitle: "largest delay (read or write) applied, agent vs oracle"}
 	mixedExperiment = &controlled{name: "mixed", interferers: "mixed", load: mixedIO, autonomic: true, oracle: true,
-		rate: movedMBs, rateFile: "interferer-rate.png", rateTitle: "aggregate read + write rate of the 10 mixed streams, agent vs oracle",
+		rate: movedMBs, rateFile: "interferer-rate.png", rateTitle: "aggregate read + write rate of the 6 mixed streams, agent vs oracle",
 		delayTitle: readBackupExperiment.delayTitle}
 )
 
@@ -46,8 +46,8 @@ var mixes = []struct {
 	read    float64 // share of requests that read
 	streams int
 }{
-	{"vm", 8 << 10, 0.7, 4},          // a VM's general I/O
-	{"oltp", 8 << 10, 0.5, 4},        // an OLTP database's data file
+	{"vm", 8 << 10, 0.7, 2},          // a VM's general I/O
+	{"oltp", 8 << 10, 0.5, 2},        // an OLTP database's data file
 	{"checkpoint", 64 << 10, 0.5, 2}, // a VM's larger I/O, a database checkpoint
 }
 
