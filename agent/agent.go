@@ -55,7 +55,7 @@ func New(cfg *config.Config, d Deps) *Agent {
 	a := &Agent{deps: d, cfg: cfg, reg: prometheus.NewRegistry()}
 	a.loops = NewLoops(LoopConfig{
 		Interval: cfg.Interval, DelayStep: cfg.DelayStep, MaxDelay: cfg.MaxDelay, WriteBps: cfg.WriteMBs * 1e6, RiseStep: cfg.DelayRise,
-		Onset: cfg.OnsetFeedForward, RateLeverSteps: cfg.RateLeverSteps, BulkQueue: cfg.ThrottleableQueue, Cost: cost.Default(),
+		Onset: cfg.OnsetFeedForward, RateLeverSteps: cfg.RateLeverSteps, BulkQueue: cfg.ThrottleableQueue, ReadBps: cfg.ReadMBs * 1e6, Cost: cost.Default(),
 		NewRateSmoother: func() Smoother { return d.NewSmoother(cfg.EWMAAlpha) },
 	}, d.Sampler, d.Throttle, d.Log)
 	if d.Rates != nil {

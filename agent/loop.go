@@ -118,6 +118,7 @@ type LoopConfig struct {
 	// any direction (saturation.go; 0: only the thesis' writers), and
 	// Cost the model that prices its I/O per direction.
 	BulkQueue float64
+	ReadBps   float64
 	Cost      cost.Model
 }
 
@@ -368,7 +369,8 @@ type resourceState struct {
 	lever  rateLever
 	rates  map[netip.Addr]Smoother
 	loads  map[netip.Addr]*loadEstimate
-	// slowed is last tick's throttleable set, for IndicatorUnthrottled.
+	// slowed is last tick's throttleable set (IndicatorUnthrottled, and
+	// the onset detector's signal).
 	slowed map[netip.Addr]bool
 	plan   *plan
 	prev   []sample.Counters // per plan device; Device "" = none yet
@@ -556,7 +558,11 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 		rs.prev[i] = c
 	}
 	// Indicator: read wait over the devices that had reads (4.5.2).
-	ticks, reads := indicatorReads(p, ivs, okIv, rs.slowed)
+	var slowed map[netip.Addr]bool
+	if rs.policy.Indicator() == IndicatorUnthrottled {
+		slowed = rs.slowed
+	}
+	ticks, reads := indicatorReads(p, ivs, okIv, slowed)
 	q := 1.0
 	if reads > 0 {
 		st.RawWaitMs = ticks / reads
@@ -588,7 +594,7 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 	// output is filled in before the policy decides.
 	in := &rs.in
 	*in = PolicyInput{Now: now, Interval: l.cfg.Interval, ThresholdMs: st.ThresholdMs,
-		DelayStep: l.cfg.DelayStep, MaxDelay: l.cfg.MaxDelay, WriteBps: l.cfg.WriteBps, BulkQueue: l.cfg.BulkQueue, Consumers: in.Consumers[:0],
+		DelayStep: l.cfg.DelayStep, MaxDelay: l.cfg.MaxDelay, WriteBps: l.cfg.WriteBps, BulkQueue: l.cfg.BulkQueue, ReadBps: l.cfg.ReadBps, Consumers: in.Consumers[:0],
 		settingsBuf: in.settingsBuf, thrBuf: in.thrBuf}
 	st.Consumers = make([]ConsumerStatus, 0, len(p.consumers))
 	for _, pc := range p.consumers {
@@ -612,10 +618,13 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 			}
 		}
 		ci.ReadWaitMs, ci.WriteWaitMs, ci.QueueMs, ci.SRTTMs = math.NaN(), math.NaN(), math.NaN(), math.NaN()
+		// The queue and load are the devices' (the rates below may come
+		// from the wire instead).
+		var devLoad cost.Load
+		var devQueue float64
 		if secs > 0 {
-			pc.load.update(l.cfg.Interval.Seconds(), (rTicks+wTicks)/1e3/secs, l.cfg.Cost.Of(nr/secs, rb, nw/secs, wb))
+			devLoad, devQueue = l.cfg.Cost.Of(nr/secs, rb, nw/secs, wb), (rTicks+wTicks)/1e3/secs
 		}
-		ci.Queue, ci.Load = pc.load.queue, pc.load.load
 		if r, ok := td.rates[pc.addr]; ok {
 			rb, wb = r.ReadBps, r.WriteBps
 			if r.MinRTT > 0 {
@@ -632,6 +641,10 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 		if secs > 0 {
 			ci.ReadIOPS, ci.WriteIOPS = nr/secs, nw/secs
 		}
+		if secs > 0 {
+			pc.load.update(l.cfg.Interval.Seconds(), devQueue, devLoad, rb)
+		}
+		ci.Queue, ci.Load, ci.ReadEWMA = pc.load.queue, pc.load.load, pc.load.readBps
 		ew, _ := pc.rate.Update(wb)
 		ci.ReadBps, ci.WriteBps, ci.WriteEWMA = rb, wb, ew
 		in.Consumers = append(in.Consumers, ci)
@@ -653,14 +666,12 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 		st.Throttleable = make([]string, 0, len(out.Throttleable)+len(p.static))
 	}
 	in.thrBuf = out.Throttleable[:0] // keep the grown buffer
-	if rs.policy.Indicator() == IndicatorUnthrottled {
-		if rs.slowed == nil {
-			rs.slowed = map[netip.Addr]bool{}
-		}
-		clear(rs.slowed)
-		for _, k := range out.Throttleable {
-			rs.slowed[in.Consumers[k].Addr] = true
-		}
+	if rs.slowed == nil {
+		rs.slowed = map[netip.Addr]bool{}
+	}
+	clear(rs.slowed)
+	for _, k := range out.Throttleable {
+		rs.slowed[in.Consumers[k].Addr] = true
 	}
 	for _, k := range out.Throttleable {
 		if k < len(p.consumers) {
@@ -723,16 +734,7 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 func (l *Loops) control(rs *resourceState, st *ResourceStatus, q float64) int {
 	fired := false
 	if rs.onset != nil {
-		var w float64
-		var n int
-		for _, c := range rs.in.Consumers {
-			if !c.Important {
-				w += c.WriteBps
-				if c.WriteBps >= l.cfg.WriteBps && c.WriteBps > 0 {
-					n++
-				}
-			}
-		}
+		w, n := l.interference(rs)
 		fired = rs.onset.Update(w, n)
 	}
 	// No indicator yet (no read completed on the resource) still goes
@@ -769,6 +771,32 @@ func (l *Loops) control(rs *resourceState, st *ResourceStatus, q float64) int {
 		st.FeedForwardMs = ms(time.Duration(lvl * float64(l.cfg.DelayStep)))
 	}
 	return step
+}
+
+// interference is the onset detector's signal: the interferers' aggregate
+// rate and how many move more than throttleable_write_mb_s. Every
+// consumer's writes count (the thesis' surge), and the reads of those
+// that saturate the resource (last tick's throttleable set, or a queue or
+// read rate at the marks of saturation.go) — not the protected reader's,
+// whose own reads must not make an idle resource look loaded. Without
+// the reads, a backup's resource looked idle to the detector: its floor
+// (the wait "with no writer") was learnt under the backup, and the
+// threshold was called unreachable.
+func (l *Loops) interference(rs *resourceState) (bps float64, n int) {
+	for _, c := range rs.in.Consumers {
+		if c.Important {
+			continue
+		}
+		x := c.WriteBps
+		if rs.slowed[c.Addr] || (l.cfg.BulkQueue > 0 && c.Queue >= l.cfg.BulkQueue) || (l.cfg.ReadBps > 0 && c.ReadEWMA > l.cfg.ReadBps) {
+			x += c.ReadBps
+		}
+		bps += x
+		if x >= l.cfg.WriteBps && x > 0 {
+			n++
+		}
+	}
+	return bps, n
 }
 
 // applyRateLever adds write-rate caps to the policy's settings while the

@@ -58,9 +58,10 @@ type PolicyInput struct {
 	// WriteBps is the throttleable-set threshold (thesis 4.5.1).
 	WriteBps float64
 	// BulkQueue is the queue (mean requests in the resource) at which a
-	// consumer saturates it in any direction (saturation.go; 0: only the
-	// thesis' writers).
+	// consumer saturates it in any direction, and ReadBps the read rate
+	// (saturation.go; 0: neither rule, only the thesis' writers).
 	BulkQueue float64
+	ReadBps   float64
 	// Consumers in status order (sorted by address string), then the
 	// static throttleable consumers discovery has not seen (HasDevices
 	// false, no rates).
@@ -107,6 +108,8 @@ type ConsumerInput struct {
 	// second (saturation.go).
 	Queue float64
 	Load  cost.Load
+	// ReadEWMA is its read rate smoothed as Queue (B/s).
+	ReadEWMA float64
 	// Network signals from the target's TCP_INFO (sample.Rate; NaN or 0
 	// when the agent does not sample TCP_INFO or the consumer has no
 	// connection): queueing delay srtt − min_rtt, srtt, the target's

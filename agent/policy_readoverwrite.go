@@ -2,9 +2,9 @@ package agent
 
 // readOverWrite is the thesis' policy, made direction-blind (and the
 // default): when the resource's read wait exceeds its threshold, every
-// consumer that saturates it (saturation.go: several requests queued, in
-// any direction), every consumer writing more than
-// throttleable_write_mb_s (the thesis' rule) and every static
+// consumer that saturates it (saturation.go: several requests queued, or
+// reading more than throttleable_read_mb_s), every consumer writing more
+// than throttleable_write_mb_s (the thesis' rule) and every static
 // throttleable one gets the controller's delay, split over the
 // directions it loads the resource in: a backup's reads are delayed, a
 // writer's writes, a VM's both. Important consumers never are.
@@ -40,8 +40,7 @@ func (p *readOverWrite) Decide(in *PolicyInput) PolicyOutput {
 	}
 	p.bulk.tick()
 	for k, c := range in.Consumers {
-		bulk := p.bulk.member(c, in.BulkQueue, in.Output > 0)
-		if c.Important || !(bulk || c.Static || c.WriteEWMA > in.WriteBps) {
+		if !p.bulk.member(c, in) {
 			continue
 		}
 		out.Throttleable = append(out.Throttleable, k)

@@ -18,9 +18,9 @@ import (
 // reads), a thesis writer host (four 64 KiB sequential streams) and a
 // host that writes a little.
 var (
-	labReader = ConsumerInput{Addr: c1, HasDevices: true, ReadBps: 256 << 10, Queue: 0.8, Load: cost.Load{Read: 0.17}}
-	labBackup = ConsumerInput{Addr: c2, HasDevices: true, ReadBps: 9.4e6, Queue: 3.9, Load: cost.Load{Read: 0.26}}
-	labVM     = ConsumerInput{Addr: c3, HasDevices: true, ReadBps: 0.4e6, WriteBps: 0.17e6, Queue: 3.4, Load: cost.Load{Read: 0.26, Write: 0.11}}
+	labReader = ConsumerInput{Addr: c1, HasDevices: true, ReadBps: 256 << 10, ReadEWMA: 256 << 10, Queue: 0.8, Load: cost.Load{Read: 0.17}}
+	labBackup = ConsumerInput{Addr: c2, HasDevices: true, ReadBps: 9.4e6, ReadEWMA: 9.4e6, Queue: 3.9, Load: cost.Load{Read: 0.26}}
+	labVM     = ConsumerInput{Addr: c3, HasDevices: true, ReadBps: 0.4e6, ReadEWMA: 0.4e6, WriteBps: 0.17e6, WriteEWMA: 0.17e6, Queue: 3.4, Load: cost.Load{Read: 0.26, Write: 0.11}}
 	labWriter = ConsumerInput{Addr: c4, HasDevices: true, WriteBps: 5e6, WriteEWMA: 5e6, Queue: 3.7, Load: cost.Load{Write: 0.27}}
 	trickle   = ConsumerInput{Addr: netip.MustParseAddr("10.0.0.5"), HasDevices: true, WriteBps: 0.2e6, WriteEWMA: 0.2e6, Queue: 0.1, Load: cost.Load{Write: 0.01}}
 )
@@ -28,7 +28,7 @@ var (
 func important(c ConsumerInput) ConsumerInput { c.Important = true; return c }
 
 // Each policy slows the direction that saturates: a backup's reads, a
-// writer's writes, a VM's both in proportion to their cost; never the
+// writer's writes, a VM's both; never the
 // reader, nor anyone named important.
 func TestPoliciesDelayTheDirectionThatSaturates(t *testing.T) {
 	const d = 4 * time.Millisecond
@@ -40,10 +40,10 @@ func TestPoliciesDelayTheDirectionThatSaturates(t *testing.T) {
 		want map[netip.Addr]throttle.Setting
 	}{
 		{"read-over-write, nothing named", ReadOverWrite(), all, map[netip.Addr]throttle.Setting{
-			c2: {ReadDelay: d}, c3: {ReadDelay: d, WriteDelay: 2 * time.Millisecond}, c4: {WriteDelay: d}}},
+			c2: {ReadDelay: d}, c3: {ReadDelay: d, WriteDelay: d}, c4: {WriteDelay: d}}},
 		{"important-sets: the named backup is not slowed", ImportantSets(),
 			[]ConsumerInput{important(labReader), important(labBackup), labVM, labWriter}, map[netip.Addr]throttle.Setting{
-				c3: {ReadDelay: d, WriteDelay: 2 * time.Millisecond}, c4: {WriteDelay: d}}},
+				c3: {ReadDelay: d, WriteDelay: d}, c4: {WriteDelay: d}}},
 		// Equal weights, rates 0.26 + 9.4 + 0.57 + 5 + 0.2 MB/s: share
 		// 3.09; the backup (9.4) and the writer (5) are above it, the
 		// writer by 62 % (2.47 → 2.5 ms).
@@ -52,7 +52,7 @@ func TestPoliciesDelayTheDirectionThatSaturates(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := input(d, tc.cs...)
-			in.MaxDelay, in.BulkQueue = 20*time.Millisecond, 1.5
+			in.MaxDelay, in.BulkQueue, in.ReadBps = 20*time.Millisecond, 1.25, 1e6
 			got := tc.p.Decide(in)
 			if !mapsEqual(got.Settings, tc.want) {
 				t.Errorf("got %v, want %v", got.Settings, tc.want)
@@ -62,41 +62,79 @@ func TestPoliciesDelayTheDirectionThatSaturates(t *testing.T) {
 	// Pinned at max_delay with the threshold still missed, the other
 	// direction is slowed too: the writer's replies, the backup's ACKs.
 	in := input(20*time.Millisecond, all...)
-	in.MaxDelay, in.BulkQueue = 20*time.Millisecond, 1.5
+	in.MaxDelay, in.BulkQueue, in.ReadBps = 20*time.Millisecond, 1.25, 1e6
 	both := throttle.Setting{ReadDelay: 20 * time.Millisecond, WriteDelay: 20 * time.Millisecond}
 	if got := ReadOverWrite().Decide(in); !mapsEqual(got.Settings, map[netip.Addr]throttle.Setting{c2: both, c3: both, c4: both}) {
 		t.Errorf("pinned: got %v, want every saturating consumer slowed both ways", got.Settings)
 	}
 }
 
-// A consumer joins at the mark, stays while the resource is regulated
-// (its delay moves its queue onto the wire), and leaves once regulation
-// ends with its queue under half the mark.
+// A consumer joins by any rule (its queue, its read or write rate, a
+// static listing), stays while the resource is regulated (its delay moves
+// its queue onto the wire and slows its rates), and leaves once
+// regulation ends with no rule holding and its queue under half the
+// mark.
 func TestBulkSetIsStickyWhileRegulated(t *testing.T) {
-	var s bulkSet
-	b := labBackup
-	for i, tc := range []struct {
-		queue     float64
-		regulated bool
-		want      bool
-	}{
-		{1.2, false, false}, // below the mark
-		{1.6, false, true},  // joins
-		{0.4, true, true},   // slowed: its queue fell, it stays
-		{0.4, true, true},
-		{1.0, false, true}, // released, still above half the mark
-		{0.6, false, false},
-		{1.0, true, false}, // not back in below the mark
-	} {
-		s.tick()
-		b.Queue = tc.queue
-		if got := s.member(b, 1.5, tc.regulated); got != tc.want {
-			t.Fatalf("tick %d (queue %v, regulated %v): member %v, want %v", i, tc.queue, tc.regulated, got, tc.want)
+	const mark = 1.25
+	for _, tc := range []struct {
+		name  string
+		ticks []struct {
+			queue, readMBs, writeMBs float64
+			regulated, want          bool
 		}
+	}{
+		{"by its queue", []struct {
+			queue, readMBs, writeMBs float64
+			regulated, want          bool
+		}{
+			{1.0, 0, 0, false, false}, // below the mark
+			{1.3, 0, 0, false, true},  // joins
+			{0.4, 0, 0, true, true},   // slowed: its queue fell, it stays
+			{0.4, 0, 0, true, true},
+			{0.8, 0, 0, false, true}, // released, above half the mark
+			{0.6, 0, 0, false, false},
+			{1.0, 0, 0, true, false}, // not back in below the mark
+		}},
+		{"a writer near the thesis' rate threshold is not slowed every other tick", []struct {
+			queue, readMBs, writeMBs float64
+			regulated, want          bool
+		}{
+			{0.8, 0, 1.2, true, true},
+			{0.8, 0, 0.9, true, true},
+			{0.8, 0, 1.1, true, true},
+			{0.5, 0, 0.9, false, false},
+		}},
+		{"a reader above the read rate", []struct {
+			queue, readMBs, writeMBs float64
+			regulated, want          bool
+		}{
+			{0.9, 0.9, 0, true, false},
+			{0.9, 1.3, 0, true, true},
+			{0.3, 0.4, 0, true, true},
+			{0.3, 0.4, 0, false, false},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s bulkSet
+			b := labBackup
+			for i, tk := range tc.ticks {
+				s.tick()
+				b.Queue, b.ReadEWMA, b.WriteEWMA = tk.queue, tk.readMBs*1e6, tk.writeMBs*1e6
+				in := &PolicyInput{BulkQueue: mark, ReadBps: 1e6, WriteBps: 1e6}
+				if tk.regulated {
+					in.Output = time.Millisecond
+				}
+				if got := s.member(b, in); got != tk.want {
+					t.Fatalf("tick %d (%+v): member %v, want %v", i, tk, got, tk.want)
+				}
+			}
+		})
 	}
+	var s bulkSet
 	s.tick()
-	if s.member(important(labBackup), 1.5, true) || s.member(labBackup, 0, true) {
-		t.Error("an important consumer, or any with the rule off, joined")
+	off := &PolicyInput{Output: time.Millisecond}
+	if s.member(important(labBackup), &PolicyInput{BulkQueue: mark, ReadBps: 1e6, WriteBps: 1e6, Output: time.Millisecond}) || s.member(labBackup, off) {
+		t.Error("an important consumer, or a backup with every rule off, joined")
 	}
 }
 

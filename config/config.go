@@ -162,13 +162,16 @@ type Config struct {
 	RateLeverSteps int     `yaml:"rate_lever_steps"`
 	WriteMBs       float64 `yaml:"throttleable_write_mb_s"`
 	// ThrottleableQueue is the mean number of a consumer's requests in a
-	// resource (over about a second) at which it counts as saturating
+	// resource (over half a second) at which it counts as saturating
 	// it, in whichever direction: a backup's readers and a VM's random
 	// I/O as well as writers. A consumer with one request at a time never
-	// reaches it. 0 disables the rule: only writers above
-	// throttleable_write_mb_s (the thesis) and the static throttleable
-	// consumers are slowed. Default 1.5 (agent/saturation.go).
+	// reaches it. ReadMBs is the read rate (EWMA) above which a consumer
+	// is throttleable, as WriteMBs is for writes. 0 disables either
+	// rule; both 0 is the thesis: only writers above
+	// throttleable_write_mb_s and the static throttleable consumers are
+	// slowed. Defaults 1.25 and 1 MB/s (agent/saturation.go).
 	ThrottleableQueue float64    `yaml:"throttleable_queue"`
+	ReadMBs           float64    `yaml:"throttleable_read_mb_s"`
 	Resources         []Resource `yaml:"resources"`
 	SourcePath        string     `yaml:"-"`
 	// Warnings are problems that do not stop the config (e.g. reservations
@@ -208,7 +211,7 @@ func Defaults() Config {
 		// the writes vs 92–93 %).
 		Threshold: 15 * time.Millisecond, Objective: "p95", EWMAAlpha: 0.5,
 		PID:       PID{Kp: 0.8, Ti: 200 * time.Millisecond, Td: 0},
-		DelayStep: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond, DelayRise: 0, DelayRamp: 0, WriteMBs: 1, ThrottleableQueue: 1.5,
+		DelayStep: 500 * time.Microsecond, MaxDelay: 20 * time.Millisecond, DelayRise: 0, DelayRamp: 0, WriteMBs: 1, ThrottleableQueue: 1.25, ReadMBs: 1,
 		WriteDelayOn: "replies", OnsetFeedForward: true,
 	}
 }
@@ -397,6 +400,9 @@ func (c *Config) validate(root *yaml.Node) []error {
 	}
 	if c.ThrottleableQueue < 0 || c.ThrottleableQueue > 1024 || math.IsNaN(c.ThrottleableQueue) {
 		bad("want 0 (off) or a queue of up to 1024 requests, e.g. 1.5", "throttleable_queue")
+	}
+	if c.ReadMBs < 0 || math.IsNaN(c.ReadMBs) {
+		bad("want >= 0 (0: off)", "throttleable_read_mb_s")
 	}
 	if c.WriteMBs < 0 {
 		bad("want >= 0", "throttleable_write_mb_s")

@@ -90,13 +90,20 @@ func (m Model) Of(readOps, readBps, writeOps, writeBps float64) Load {
 }
 
 // Split gives a consumer's delay to the directions it loads the resource
-// in, in proportion to their cost: the direction that costs most gets d,
-// the other d × its cost over the larger one's. A pure reader gets only a
-// read delay, a pure writer only a write delay, a 70/30 mix d and 0.43·d.
+// in: the direction that costs most gets d, the other d × 4 × its cost
+// over the larger one's, at most d. A real mix (the lesser direction a
+// fifth of the cost or more) is slowed by d both ways: each stream of a
+// VM or a database waits for its reads and its writes in turn, and the
+// static-delay oracle needs both to hold the reader (simulator, mixed:
+// the lesser direction at half the delay let twice the oracle's writes
+// through). A direction that is a sliver of the cost (a backup's log
+// writes) gets a sliver of the delay: slowing it would cost the consumer
+// latency and relieve the resource of nothing.
 func (l Load) Split(d time.Duration) (read, write time.Duration) {
 	hi := max(l.Read, l.Write)
 	if hi <= 0 || d <= 0 {
 		return 0, 0
 	}
-	return time.Duration(float64(d) * l.Read / hi), time.Duration(float64(d) * l.Write / hi)
+	part := func(x float64) time.Duration { return time.Duration(float64(d) * min(1, 4*x/hi)) }
+	return part(l.Read), part(l.Write)
 }

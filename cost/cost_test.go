@@ -69,8 +69,9 @@ func TestSplit(t *testing.T) {
 	}{
 		{"pure reader", Load{Read: 0.8}, d, 0, 1},
 		{"pure writer", Load{Write: 0.5}, 0, d, 0},
-		{"70/30 by cost", Load{Read: 0.7, Write: 0.3}, d, 4285714, 0.7},
-		{"write-heavy mix", Load{Read: 0.1, Write: 0.4}, 2500 * time.Microsecond, d, 0.2},
+		{"a VM, 70/30 by cost: both ways", Load{Read: 0.7, Write: 0.3}, d, d, 0.7},
+		{"write-heavy mix, a fifth in reads: both ways", Load{Read: 0.1, Write: 0.4}, d, d, 0.2},
+		{"a backup with log writes: a sliver", Load{Read: 0.99, Write: 0.0099}, d, 400 * time.Microsecond, 0.99009900990099},
 		{"idle", Load{}, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
