@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sanqos/sanqos/lab/diskmodel"
 	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/sample"
 )
@@ -228,13 +227,7 @@ func (r *Runner) writers(n int, start, runtime time.Duration) []Job {
 // behind any single write missed them, whatever a throttle did (even an
 // 80 ms delay on every writer left the reader's p95 at 25.7 ms). There
 // the writers write 8 KiB.
-func (r *Runner) writerBS() int {
-	const bs = 64 << 10
-	if r.State == nil || r.State.Options.RealDisk {
-		return bs
-	}
-	return scaledBS(bs, r.State.Options.Model.Bandwidth, diskmodel.DefaultParams().Bandwidth)
-}
+func (r *Runner) writerBS() int { return r.groupBS(64 << 10) }
 
 func scaledBS(bs int, bw, def float64) int {
 	if bw <= 0 || bw >= def {

@@ -2,11 +2,9 @@ package lab
 
 import (
 	"fmt"
-	"net/netip"
 	"time"
 
 	"github.com/sanqos/sanqos/report"
-	"github.com/sanqos/sanqos/throttle"
 )
 
 // The oracle answers "how good could any controller be here?": the
@@ -34,32 +32,12 @@ const oracleSettle = 2 * time.Second
 
 type oracleSearch struct {
 	r      *Runner
+	load   *interferers
 	a      *LabAgent
 	step   time.Duration
 	max    int // steps
 	probes map[int]report.OracleProbe
 	order  []int
-}
-
-// writerAddrs are the hosts whose write delay the oracle sets.
-func writerAddrs() []netip.Addr {
-	var a []netip.Addr
-	for _, h := range Hosts[1:] {
-		a = append(a, HostAddr(h))
-	}
-	return a
-}
-
-// setWriters gives every writer host write delay d (0 clears).
-func setWriters(a *LabAgent, d time.Duration) error {
-	if d == 0 {
-		return a.Clear(writerAddrs()...)
-	}
-	m := map[netip.Addr]throttle.Setting{}
-	for _, x := range writerAddrs() {
-		m[x] = throttle.Setting{WriteDelay: d}
-	}
-	return a.Set(m)
 }
 
 func (o *oracleSearch) delay(k int) time.Duration { return time.Duration(k) * o.step }
@@ -73,8 +51,8 @@ func (o *oracleSearch) probe(k int) (report.OracleProbe, error) {
 	length := max(r.Scale(oracleProbeLength), 4*oracleSettle)
 	d := o.delay(k)
 	p := &Phase{Name: fmt.Sprintf("oracle-probe-%v", d), Label: fmt.Sprintf("oracle probe %v", d), Length: length, From: oracleSettle, To: length,
-		Jobs: append([]Job{r.reader(length)}, r.writers(r.controlledWriters(), 0, length)...)}
-	if err := setWriters(o.a, d); err != nil {
+		Jobs: append([]Job{r.reader(length)}, o.load.jobs(r, 0, length)...)}
+	if err := setInterferers(o.a, o.load, d); err != nil {
 		return report.OracleProbe{}, err
 	}
 	res, err := r.Run(p, 0)
@@ -84,6 +62,9 @@ func (o *oracleSearch) probe(k int) (report.OracleProbe, error) {
 	w := res.Window()
 	pr := report.OracleProbe{DelayMs: round(float64(d)/1e6, 2), P95Ms: round(report.Describe(report.Values(w, "b2", readWait)).P95, 2),
 		WriteMBs: round(report.Aggregate(w, Hosts[1:], writeMBs), 2)}
+	if o.load.reads {
+		pr.ReadMBs = round(report.Aggregate(w, Hosts[1:], readMBs), 2)
+	}
 	o.probes[k] = pr
 	o.order = append(o.order, k)
 	return pr, nil
@@ -121,15 +102,16 @@ func (o *oracleSearch) find(thr time.Duration) (k int, ok bool, err error) {
 
 // runOracle searches and runs the oracle for every threshold, with one
 // agent driven by hand (the delay line, write delays on replies: what the
-// regulated runs use). mkPhase builds the experiment's load pattern.
-func runOracle(r *Runner, thresholds []time.Duration, step, maxDelay time.Duration, mkPhase func(name, label string) *Phase,
+// regulated runs use), setting load's static delay on every interferer.
+// mkPhase builds the experiment's load pattern.
+func runOracle(r *Runner, load *interferers, thresholds []time.Duration, step, maxDelay time.Duration, mkPhase func(name, label string) *Phase,
 	judge func(*PhaseResult, time.Duration) report.ControlledRun) ([]report.OracleRun, error) {
 	a, err := startAgentNamed("oracle", "delayline", r.Dir)
 	if err != nil {
 		return nil, err
 	}
 	defer a.Stop()
-	o := &oracleSearch{r: r, a: a, step: step, max: int(maxDelay / step), probes: map[int]report.OracleProbe{}}
+	o := &oracleSearch{r: r, load: load, a: a, step: step, max: int(maxDelay / step), probes: map[int]report.OracleProbe{}}
 	var out []report.OracleRun
 	for _, thr := range thresholds {
 		k, ok, err := o.find(thr)
@@ -141,7 +123,7 @@ func runOracle(r *Runner, thresholds []time.Duration, step, maxDelay time.Durati
 			or.Probes = append(or.Probes, o.probes[kk])
 		}
 		if ok {
-			if err := setWriters(a, o.delay(k)); err != nil {
+			if err := setInterferers(a, load, o.delay(k)); err != nil {
 				return nil, err
 			}
 			res, err := r.Run(mkPhase(fmt.Sprintf("oracle-%v", thr), fmt.Sprintf("oracle %v (static %v)", thr, o.delay(k))), 0)
@@ -153,5 +135,5 @@ func runOracle(r *Runner, thresholds []time.Duration, step, maxDelay time.Durati
 		}
 		out = append(out, or)
 	}
-	return out, setWriters(a, 0)
+	return out, setInterferers(a, load, 0)
 }
