@@ -152,13 +152,13 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 // came first).
 func (c *Capture) Run(fn func(Segment)) error {
 	c.mu.Lock()
+	if c.closed { // before Run, or after a Run that Close ended
+		c.mu.Unlock()
+		return nil
+	}
 	if c.running {
 		c.mu.Unlock()
 		return errors.New("capture: already running")
-	}
-	if c.closed {
-		c.mu.Unlock()
-		return nil
 	}
 	c.running = true
 	c.mu.Unlock()
