@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"slices"
 	"sort"
 	"testing"
@@ -152,9 +153,29 @@ func TestCaptureOnBridgePort(t *testing.T) {
 	}
 }
 
+// within runs f and fails the test if f has not returned after d: a
+// timeout guard, so a Close or Run that blocks fails with what blocked
+// instead of hanging until go test's own timeout. f must not call t's
+// Fatal methods (it runs on another goroutine).
+func within(t *testing.T, d time.Duration, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		t.Fatalf("%s: still blocked after %v", what, d)
+	}
+}
+
 // Close ends Run promptly even when no packet arrives, and a second Close
 // is harmless.
 func TestCloseStopsIdleRun(t *testing.T) {
+	// Run wakes every 100 ms to notice Close; the rest is slack for a
+	// loaded machine.
+	const prompt = 2 * time.Second
 	b := bridgetest.New(t)
 	var c *Capture
 	var err error
@@ -164,12 +185,42 @@ func TestCloseStopsIdleRun(t *testing.T) {
 	}
 	ran := make(chan error, 1)
 	go func() { ran <- c.Run(func(Segment) {}) }()
-	c.Close()
-	if err := <-ran; err != nil {
-		t.Fatal(err)
+	// Close a Run that is running (idle: nothing crosses the bridge), not
+	// one Close would stop before it starts.
+	within(t, 10*time.Second, "Run starting", func() {
+		for {
+			c.mu.Lock()
+			running := c.running
+			c.mu.Unlock()
+			if running {
+				return
+			}
+			runtime.Gosched()
+		}
+	})
+	start := time.Now()
+	var cerr error
+	within(t, prompt, "Close of an idle Run", func() { cerr = c.Close() })
+	if cerr != nil {
+		t.Errorf("Close: %v", cerr)
 	}
-	c.Close()
-	if err := c.Run(func(Segment) {}); err != nil {
+	timer := time.NewTimer(prompt)
+	defer timer.Stop()
+	select {
+	case err := <-ran:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-timer.C:
+		t.Fatalf("Run still running %v after Close returned", prompt)
+	}
+	t.Logf("idle Run ended %v after Close", time.Since(start))
+	within(t, prompt, "second Close", func() { cerr = c.Close() })
+	if cerr != nil {
+		t.Errorf("second Close: %v", cerr)
+	}
+	within(t, prompt, "Run after Close", func() { err = c.Run(func(Segment) {}) })
+	if err != nil {
 		t.Fatalf("Run after Close: %v, want nil at once", err)
 	}
 }
