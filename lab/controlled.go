@@ -37,6 +37,8 @@ var controlledExperiments = map[string]*controlled{
 	"pid":              {load: writerLoad, thresholds: Thresholds},
 	"autonomic":        {load: writerLoad, autonomic: true, oracle: true, thresholds: AutonomicThresholds},
 	"bridge-autonomic": {load: writerLoad, autonomic: true, bridge: true, thresholds: Thresholds},
+	"read-backup":      {load: backupLoad, autonomic: true, oracle: true, thresholds: Thresholds},
+	"mixed":            {load: mixedLoad, autonomic: true, oracle: true, thresholds: Thresholds},
 }
 
 // schedule is the controlled experiments' on/off pattern: lead time with

@@ -11,9 +11,19 @@ import (
 	"github.com/sanqos/sanqos/throttle"
 )
 
-// A controlled experiment's interferers: the load beside the reader that
-// the agent must slow, and in which directions (issue 30: writers, as in
-// the thesis, or readers, or both).
+// Issue 30's interferers: the reader is protected not only from writers
+// but from whoever saturates the pool, in whichever direction. read-backup
+// and mixed keep autonomic's reader, on/off cycles, default config
+// (threshold only), baseline and same-run oracle, and change only the
+// load of b3..b5, so their summaries compare with autonomic's line by
+// line (the sim has the same two scenarios, sim/interferers.go).
+
+func init() {
+	register(&Experiment{Name: "read-backup", Title: "autonomic vs a backup: b3-b5 read sequentially, 64 KiB, 4 streams each, toggled on/off; with the static-delay oracle",
+		DefaultScale: 0.25, Backends: true, Run: func(r *Runner) (any, error) { return runControlled(r, "read-backup") }})
+	register(&Experiment{Name: "mixed", Title: "autonomic vs VMs and a database: b3-b5 random 8/64 KiB reads and writes (70/30, 50/50), toggled on/off; with the static-delay oracle",
+		DefaultScale: 0.25, Backends: true, Run: func(r *Runner) (any, error) { return runControlled(r, "mixed") }})
+}
 
 // interferers are a controlled experiment's load beside the reader: what
 // b3..b5 run during one on-period, and what a static delay must slow.
@@ -37,7 +47,53 @@ var (
 	writerLoad = &interferers{one: "writer", many: "writers", jobs: func(r *Runner, start, runtime time.Duration) []Job {
 		return r.writers(r.controlledWriters(), start, runtime)
 	}}
+	backupLoad = &interferers{name: "readers", one: "backup stream", many: "backup streams", jobs: (*Runner).backupReaders, reads: true}
+	mixedLoad  = &interferers{name: "mixed", one: "mixed stream", many: "mixed streams", jobs: (*Runner).mixedIO, reads: true}
 )
+
+// backupStreams are read-backup's streams per host: 4 on each of b3..b5,
+// 12 in all as the thesis' writers, each with one request in flight
+// (fio's libiscsi engine is synchronous).
+const backupStreams = 4
+
+// backupReaders is a backup spread over b3..b5: each host reads its own
+// LUN sequentially, 64 KiB, each stream in its own region of it.
+func (r *Runner) backupReaders(start, runtime time.Duration) []Job {
+	var jobs []Job
+	for _, h := range Hosts[1:] {
+		jobs = append(jobs, r.interferer(h, Job{Name: "backup", RW: "read", BS: 64 << 10, NumJobs: backupStreams}, start, runtime))
+	}
+	return jobs
+}
+
+// mixes are the mixed experiment's hosts, b3, b4 and b5 in order: random
+// I/O as VMs and databases issue it, each request's direction drawn by
+// fio from the read share.
+var mixes = []Job{
+	{Name: "vm", RW: "randrw", BS: 8 << 10, RWMixRead: 70, NumJobs: 4},          // a VM's general I/O
+	{Name: "oltp", RW: "randrw", BS: 8 << 10, RWMixRead: 50, NumJobs: 4},        // an OLTP database's data file
+	{Name: "checkpoint", RW: "randrw", BS: 64 << 10, RWMixRead: 50, NumJobs: 2}, // a VM's larger I/O, a checkpoint
+}
+
+// mixedIO puts mixes[i] on Hosts[i+1], each host on its own LUN.
+func (r *Runner) mixedIO(start, runtime time.Duration) []Job {
+	var jobs []Job
+	for i, m := range mixes {
+		jobs = append(jobs, r.interferer(Hosts[i+1], m, start, runtime))
+	}
+	return jobs
+}
+
+// interferer is j (name, rw, bs, mix, threads) on host's LUN, on from
+// start for runtime, each thread in its own region as the writers'. The
+// block size shrinks with a modelled group slower than the default, as
+// the writers' does (groupBS).
+func (r *Runner) interferer(host string, j Job, start, runtime time.Duration) Job {
+	j.Host, j.URL, j.Start, j.Runtime = host, r.LUN(host).URL, start, runtime
+	j.BS = r.groupBS(j.BS)
+	j.Size = r.State.Options.LUNSize / int64(max(j.NumJobs, 1)) / 65536 * 65536
+	return j
+}
 
 // groupBS is bs made smaller on a modelled disk group slower than the
 // default, so one request holds the group about as long as there (see

@@ -29,14 +29,15 @@ type RunOptions struct {
 	RunID    string    // defaults to a UTC timestamp
 	Resource string    // resource to load (default: the first)
 	Progress io.Writer // progress bar / lines (nil: quiet)
-	// Thresholds overrides the pid/autonomic thresholds.
+	// Thresholds overrides the controlled experiments' thresholds (pid,
+	// autonomic, read-backup, mixed).
 	Thresholds []time.Duration
 	// AgentYAML is appended to the agent's generated config in pid and
 	// autonomic (e.g. "pid: {kp: 1, ti: 200ms}"), for tuning runs.
 	AgentYAML string
 	// Writers and Cycles override pid's and autonomic's 12 writers and
-	// 6 on/off cycles (0: the thesis'); NoOracle skips autonomic's oracle
-	// search. Together with Scale they shrink a run to what a TCG guest
+	// the controlled experiments' 6 on/off cycles (0: the thesis');
+	// NoOracle skips the oracle search of autonomic, read-backup and mixed. Together with Scale they shrink a run to what a TCG guest
 	// (the stock-kernel tier) can carry.
 	Writers, Cycles int
 	NoOracle        bool
