@@ -2,9 +2,15 @@
 // runs one control loop per resource, and serves the local control API
 // (HTTP over a root-only unix socket) that the CLI uses.
 //
-// It wires the pipeline together but implements none of its stages: it must
-// not parse kernel files (sample, discover), filter or compute control
-// output (filter, control), or talk netlink (throttle).
+// It wires the pipeline together and must not parse kernel files (sample,
+// discover), implement a filter or a controller (filter, control), or talk
+// netlink (throttle). What it does compute each tick is the glue between
+// them, which has no other home yet (issue 31 moves it into stages):
+// the indicator (the read wait of the devices a policy protects), the p95
+// objective's tail factor and the floor (objective.go), each consumer's
+// queue and load (saturation.go, priced by package cost), the onset
+// detector's signal, and the policies that turn the controller's output
+// into per-consumer settings (policy_*.go).
 package agent
 
 import (

@@ -9,10 +9,10 @@
 // parsed into the same []Target, and BuildSnapshot turns that into the
 // Resource/Consumer map the rest of the pipeline steers by.
 //
-// discover only reads. It never changes target configuration, never runs
-// tgtadm with anything but a show operation (it does not run it at all: the
-// caller passes the text), never writes to configfs, /proc or /sys, and never
-// touches sessions. The parsers treat their input as untrusted: malformed
+// discover only reads. It never changes target configuration: Tgt runs
+// tgtadm with a show operation only (directly, never through a shell, with
+// a timeout), the parsers take text the caller passes, and nothing here
+// writes to configfs, /proc or /sys or touches sessions. The parsers treat their input as untrusted: malformed
 // text yields an error, never a panic (see the fuzz tests).
 package discover
 

@@ -1,9 +1,14 @@
 // Package sample reads the kernel counters sanqos steers by and turns them
 // into per-interval figures: per-device read/write completions, wait times
-// and sector rates from /proc/diskstats (as iostat computes them).
+// and sector rates from /proc/diskstats (as iostat computes them), and
+// per-consumer TCP figures of the target's storage connections from
+// sock_diag (TCP_INFO: bytes each way, srtt, min_rtt, delivery rate, in
+// flight; tcpinfo.go, with exact per-connection lookups between dumps in
+// tcpexact.go and raw non-blocking system calls in rawio.go).
 //
-// It only reads: it never writes to /proc or /sys, never filters or smooths
-// (that is package filter's job) and knows nothing of resources or policy.
+// It only reads: it never writes to /proc or /sys, never changes a socket,
+// never filters or smooths (that is package filter's job) and knows
+// nothing of resources or policy.
 package sample
 
 import (
