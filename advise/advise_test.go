@@ -1,6 +1,7 @@
 package advise
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/sanqos/sanqos/internal/testenv"
 )
 
 func TestBDP(t *testing.T) {
@@ -173,7 +176,7 @@ func TestMeasureRealConnection(t *testing.T) {
 	}
 	conns, err := Measure(netlink.SocketDiagTCPInfo, port, wait)
 	if err != nil {
-		t.Skipf("sock_diag unavailable here: %v", err)
+		testenv.Missing(t, fmt.Sprintf("sock_diag unavailable: %v", err))
 	}
 	conn.Close()
 	if got := <-read; got != n {

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sanqos/sanqos/internal/testenv"
 )
 
 func read(t testing.TB, name string) []byte {
@@ -383,7 +385,7 @@ func TestResolve(t *testing.T) {
 // The real machine: /dev/loop0 always exists here, as does /sys.
 func TestResolveRealSysfs(t *testing.T) {
 	if _, err := os.Stat("/sys/block/loop0"); err != nil {
-		t.Skip("no loop0 in /sys")
+		testenv.Missing(t, "no loop0 in /sys/block (run scripts/setup.sh)")
 	}
 	bd, err := (&Resolver{}).Resolve("/dev/loop0")
 	if err != nil || bd.Name != "loop0" {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs/blockdevice"
+
+	"github.com/sanqos/sanqos/internal/testenv"
 )
 
 func TestDelta(t *testing.T) {
@@ -160,7 +162,7 @@ func TestDiskstatsMatchesProcfs(t *testing.T) {
 // read regenerates it (counters never go back) rather than hitting EOF.
 func TestDiskstatsLiveRereads(t *testing.T) {
 	if _, err := os.Stat("/proc/diskstats"); err != nil {
-		t.Skip("no /proc/diskstats")
+		testenv.Missing(t, "no /proc/diskstats")
 	}
 	d, err := NewDiskstats("/proc", "/sys")
 	if err != nil {

@@ -22,6 +22,17 @@ func missing(t testing.TB, why string) {
 	t.Skipf("prerequisite missing (fails in CI): %s", why)
 }
 
+// Missing is for prerequisites the Require helpers do not cover (a
+// kernel interface, a device, a file of this machine): it skips t with
+// why, and fails it in CI. Not for a test whose premise this machine
+// simply does not meet (a kernel that has the feature whose absence the
+// test covers): that is no missing prerequisite, and failing CI on it
+// would be wrong.
+func Missing(t testing.TB, why string) {
+	t.Helper()
+	missing(t, why)
+}
+
 // RequireRoot needs uid 0 (netns, netfilter, loop devices, tgtd).
 func RequireRoot(t testing.TB) {
 	t.Helper()
