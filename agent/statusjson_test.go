@@ -8,6 +8,10 @@ import (
 	"time"
 )
 
+// TestStatusJSONRoundTripsNaN: the status document encodes non-finite
+// figures (no reads: NaN; ±Inf) as null and finite ones as numbers,
+// carries each shadowed field once (statusjson.go lays JSONFloat fields
+// over a plain copy of the struct), and decodes null back as NaN.
 func TestStatusJSONRoundTripsNaN(t *testing.T) {
 	in := Status{Backend: "dry-run", Resources: []ResourceStatus{{
 		Name: "vg1", IndicatorMs: math.NaN(), RawWaitMs: math.Inf(1), ThresholdMs: 15, Step: 2, Delay: time.Millisecond,
@@ -22,12 +26,17 @@ func TestStatusJSONRoundTripsNaN(t *testing.T) {
 			t.Errorf("%s lacks %s", b, want)
 		}
 	}
+	for _, key := range []string{"indicator_ms", "raw_wait_ms", "threshold_ms", "read_bps", "write_bps", "write_bps_ewma"} {
+		if n := strings.Count(string(b), `"`+key+`"`); n != 1 {
+			t.Errorf("%s %d times in %s", key, n, b)
+		}
+	}
 	var out Status
 	if err := json.Unmarshal(b, &out); err != nil {
 		t.Fatal(err)
 	}
 	r := out.Resources[0]
-	if !math.IsNaN(r.IndicatorMs) || r.ThresholdMs != 15 || r.Step != 2 || r.Delay != time.Millisecond || r.Name != "vg1" ||
+	if !math.IsNaN(r.IndicatorMs) || !math.IsNaN(r.RawWaitMs) || r.ThresholdMs != 15 || r.Step != 2 || r.Delay != time.Millisecond || r.Name != "vg1" ||
 		r.Consumers[0].WriteBps != 1e6 || !math.IsNaN(r.Consumers[0].ReadBps) || !r.Consumers[0].Throttled {
 		t.Fatalf("round trip: %+v", r)
 	}
