@@ -159,3 +159,45 @@ func waterLevel(order []netip.Addr, ref map[netip.Addr]float64, allowed float64)
 
 // reset forgets the reference (the controller is back in the delay range).
 func (l *rateLever) reset() { l.ref, l.order, l.last = nil, l.order[:0], nil }
+
+// applyRateLever adds write-rate caps to the policy's settings while the
+// controller is past the delay range (lever.go). Only the policies whose
+// settings are the controller's delay on the throttleable set take part:
+// the others map the output to settings of their own.
+func (l *Loops) applyRateLever(rs *resourceState, st *ResourceStatus, in *PolicyInput, out PolicyOutput, step int) {
+	n := l.cfg.RateLeverSteps
+	k := step - int(l.cfg.MaxDelay/l.cfg.DelayStep)
+	name := rs.policy.Name()
+	if n <= 0 || k < 0 || st.Unreachable || (name != "read-over-write" && name != "important-sets") {
+		rs.lever.reset()
+		return
+	}
+	writers := make([]netip.Addr, 0, len(out.Settings))
+	for a, s := range out.Settings {
+		if s.WriteDelay > 0 {
+			writers = append(writers, a)
+		}
+	}
+	ewma := make(map[netip.Addr]float64, len(writers))
+	for _, c := range in.Consumers {
+		if _, ok := out.Settings[c.Addr]; ok {
+			ewma[c.Addr] = c.WriteEWMA
+		}
+	}
+	rate := func(a netip.Addr) float64 { return ewma[a] }
+	if k == 0 {
+		rs.lever.reset()
+		rs.lever.observeMax(writers, rate)
+		return
+	}
+	st.RateLeverStep = k
+	rs.lever.ramp = capRampPer(l.cfg.Interval)
+	for a, c := range rs.lever.caps(k, n, writers, rate) {
+		// A capped writer stays slowed even when its capped rate falls
+		// below the policy's throttleable threshold: dropping it would
+		// release it at full speed into the queue the cap just emptied.
+		s := out.Settings[a]
+		s.WriteDelay, s.WriteRate = in.Output, c
+		out.Settings[a] = s
+	}
+}

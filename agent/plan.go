@@ -1,0 +1,137 @@
+package agent
+
+import (
+	"net/netip"
+	"slices"
+	"sort"
+
+	"github.com/sanqos/sanqos/sample"
+)
+
+// plan is a resource's view and policy compiled for the per-tick loop:
+// device indexes instead of name lookups, consumers already sorted by
+// address string (as status lists them), their strings made once. It is
+// rebuilt only when discovery publishes a new topology or a reload new
+// specs, so a tick at 1,000 resources × 10,000 consumers does no sorting
+// and few map lookups.
+type plan struct {
+	topo     *Topology
+	specs    *map[string]ResourceSpec
+	devices  []string
+	measured []int // devices whose read wait is the indicator
+	// users are the consumers (indexes) of each device.
+	users     [][]int
+	consumers []planConsumer
+	static    []planConsumer // static throttleable consumers without devices in the view
+}
+
+// matches reports whether the plan was compiled from a view equal to v.
+func (p *plan) matches(v ResourceView) bool {
+	if !slices.Equal(p.devices, v.Devices) || len(p.consumers) != len(v.Consumers) {
+		return false
+	}
+	for _, pc := range p.consumers {
+		devs, ok := v.Consumers[pc.addr]
+		if !ok || !slices.Equal(devs, pc.devNames) {
+			return false
+		}
+	}
+	return true
+}
+
+type planConsumer struct {
+	addr      netip.Addr
+	name      string
+	devNames  []string
+	devs      []int
+	important bool
+	static    bool // in spec.Throttleable
+	rate      Smoother
+	load      *loadEstimate
+}
+
+func (l *Loops) compile(rs *resourceState, spec ResourceSpec, view ResourceView, topo *Topology, specs *map[string]ResourceSpec) {
+	old := rs.plan
+	p := &plan{topo: topo, specs: specs, devices: view.Devices}
+	idx := make(map[string]int, len(view.Devices))
+	for i, d := range view.Devices {
+		if _, dup := idx[d]; !dup {
+			idx[d] = i
+		}
+	}
+	for _, d := range spec.measuredDevices(view) {
+		if i, ok := idx[d]; ok {
+			p.measured = append(p.measured, i)
+		}
+	}
+	// measuredDevices may come from map order; a fixed summing order keeps
+	// the indicator bit-for-bit reproducible (the simulator relies on it).
+	slices.Sort(p.measured)
+	for c, devs := range view.Consumers {
+		pc := planConsumer{addr: c, name: c.String(), devNames: devs, important: spec.Important[c], static: spec.Throttleable[c]}
+		for _, d := range devs {
+			if i, ok := idx[d]; ok {
+				pc.devs = append(pc.devs, i)
+			} else {
+				pc.devs = append(pc.devs, -1) // a device outside the resource: no rate from it
+			}
+		}
+		pc.rate = rs.rates[c]
+		if pc.rate == nil {
+			pc.rate = l.cfg.NewRateSmoother()
+			rs.rates[c] = pc.rate
+		}
+		pc.load = rs.loads[c]
+		if pc.load == nil {
+			pc.load = &loadEstimate{}
+			rs.loads[c] = pc.load
+		}
+		p.consumers = append(p.consumers, pc)
+	}
+	sort.Slice(p.consumers, func(i, k int) bool { return p.consumers[i].name < p.consumers[k].name })
+	p.users = make([][]int, len(p.devices))
+	for k, pc := range p.consumers {
+		for _, i := range pc.devs {
+			if i >= 0 {
+				p.users[i] = append(p.users[i], k)
+			}
+		}
+	}
+	for c := range spec.Throttleable {
+		if _, seen := view.Consumers[c]; !seen && !spec.Important[c] {
+			p.static = append(p.static, planConsumer{addr: c, name: c.String()})
+		}
+	}
+	for c := range rs.rates {
+		if _, ok := view.Consumers[c]; !ok {
+			delete(rs.rates, c) // a consumer that left: forget its history
+			delete(rs.loads, c)
+		}
+	}
+	// Carry the last counters over to the new plan by device name, so a
+	// rediscovered topology costs no interval.
+	prev := make([]sample.Counters, len(p.devices))
+	if old != nil {
+		for i, d := range old.devices {
+			if k, ok := idx[d]; ok {
+				prev[k] = rs.prev[i]
+			}
+		}
+	}
+	rs.plan, rs.prev = p, prev
+}
+
+// measuredDevices are the devices whose read wait the indicator may
+// measure: all of them, or the important consumers' (important-sets).
+func (s ResourceSpec) measuredDevices(v ResourceView) []string {
+	if !s.ProtectImportantOnly && (s.NewPolicy == nil || s.NewPolicy().Indicator() != IndicatorImportant) {
+		return v.Devices
+	}
+	var devs []string
+	for c, ds := range v.Consumers {
+		if s.Important[c] {
+			devs = append(devs, ds...)
+		}
+	}
+	return devs
+}

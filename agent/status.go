@@ -1,0 +1,64 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// ResourceStatus is what a resource loop last did, for status and metrics.
+type ResourceStatus struct {
+	Name        string   `json:"name"`
+	Devices     []string `json:"devices"`
+	IndicatorMs float64  `json:"indicator_ms"`
+	RawWaitMs   float64  `json:"raw_wait_ms"`
+	// SetpointMs is what the controller holds the indicator at: the
+	// threshold, or below it with objective p95.
+	SetpointMs float64 `json:"setpoint_ms"`
+	// RateLeverStep is how far the controller is into the write-cap range
+	// past the maximum delay (0: the delay alone acts).
+	RateLeverStep int `json:"rate_lever_step,omitempty"`
+	// FloorMs is the read wait while no writer is active (an EWMA of
+	// quiet samples): what slowing writers cannot improve on. Unreachable
+	// says the threshold is within 10 % of it: the write-cap lever stays
+	// off, since it would only starve the writers.
+	FloorMs     float64 `json:"floor_ms,omitempty"`
+	Unreachable bool    `json:"unreachable,omitempty"`
+	// Onsets counts the write surges the onset detector found;
+	// FeedForwardMs is the delay it would preload at the next (0 until
+	// the resource has been regulated under load).
+	Onsets        uint64           `json:"onsets"`
+	FeedForwardMs float64          `json:"feedforward_ms"`
+	ThresholdMs   float64          `json:"threshold_ms"`
+	Step          int              `json:"step"`
+	Delay         time.Duration    `json:"delay_ns"`
+	Throttleable  []string         `json:"throttleable"`
+	Consumers     []ConsumerStatus `json:"consumers"`
+	Policy        string           `json:"policy,omitempty"`
+	// Classes is the slo-classes policy's per-class accounting.
+	Classes []ClassStatus `json:"classes,omitempty"`
+	// Network is the network saturation indicator and Reservations the
+	// per-reservation accounting (reservations policy).
+	Network      *NetStatus          `json:"network,omitempty"`
+	Reservations []ReservationStatus `json:"reservations,omitempty"`
+	Updated      time.Time           `json:"updated"`
+}
+
+// ConsumerStatus is one consumer of a resource.
+type ConsumerStatus struct {
+	Addr      string  `json:"addr"`
+	ReadBps   float64 `json:"read_bps"`
+	WriteBps  float64 `json:"write_bps"`
+	WriteEWMA float64 `json:"write_bps_ewma"`
+	Important bool    `json:"important"`
+	Throttled bool    `json:"throttled"`
+	// Queue is the mean number of its requests in the resource, and
+	// LoadRead and LoadWrite its cost per direction in resource seconds
+	// per second (smoothed over about a second): who saturates the
+	// resource, and in which direction its delay goes.
+	Queue     float64 `json:"queue"`
+	LoadRead  float64 `json:"load_read"`
+	LoadWrite float64 `json:"load_write"`
+	// Setting is what the policy asked for this consumer (zero: nothing).
+	Setting throttle.Setting `json:"setting,omitzero"`
+}

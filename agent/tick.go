@@ -1,0 +1,385 @@
+package agent
+
+import (
+	"math"
+	"net/netip"
+	"sort"
+	"time"
+
+	"github.com/sanqos/sanqos/control"
+	"github.com/sanqos/sanqos/cost"
+	"github.com/sanqos/sanqos/sample"
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// One resource's tick, in stages. Each stage takes what the one before
+// produced and returns what the next needs, so it can be tested alone on
+// recorded inputs; what a stage keeps between ticks lives in
+// resourceState. The order is the pipeline of the package docs:
+//
+//	sample    counters → per-device intervals (sampleDevices)
+//	indicate  intervals → the protected reads' wait, its smoothed value,
+//	          the p95 objective's tail factor and the floor (indicate)
+//	measure   intervals + wire rates → each consumer's rates, waits,
+//	          queue and load: the policy's input (measure)
+//	control   indicator → controller step, with the onset feed-forward
+//	          (control)
+//	decide    step → the policy's settings, the write-cap hand-over and
+//	          the throttleable set (decide)
+//	shape     settings → the rise limit and the actuator's wishes (shape)
+//	publish   the status the API, metrics and cluster read (publish)
+
+// step is one resource's pipeline for one tick. It is the same code in
+// real time (resourceLoop) and under a virtual clock (Step), so the
+// simulator exercises exactly what the agent runs. It publishes the
+// status and returns the resource's wishes.
+func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *Topology, specs *map[string]ResourceSpec, td tickData, now time.Time) desire {
+	view := topo.Resources[name]
+	l.prepare(rs, name, spec, view, topo, specs)
+	st := ResourceStatus{Name: name, Devices: view.Devices, ThresholdMs: ms(spec.Threshold), Updated: now}
+	devs := rs.sampleDevices(td.counters)
+	ind := rs.indicate(spec.TailObjective, st.ThresholdMs, devs)
+	st.RawWaitMs, st.FloorMs, st.Unreachable, st.SetpointMs = ind.rawMs, ind.floorMs, ind.unreachable, st.ThresholdMs/ind.q
+	st.Consumers = l.measure(rs, devs, td.rates, now, st.ThresholdMs)
+	step := l.control(rs, &st, ind.q)
+	out := l.decide(rs, &st, step)
+	d := l.shape(rs, name, out)
+	l.publish(name, &st, &rs.in, out)
+	return d
+}
+
+// prepare builds a resource's state on its first tick and recompiles its
+// plan when a reload or discovery changed what it steers by.
+func (l *Loops) prepare(rs *resourceState, name string, spec ResourceSpec, view ResourceView, topo *Topology, specs *map[string]ResourceSpec) {
+	if rs.ctrl == nil {
+		rs.ctrl, rs.ind = spec.NewController(), spec.NewSmoother()
+		rs.rates, rs.loads = map[netip.Addr]Smoother{}, map[netip.Addr]*loadEstimate{}
+		rs.slowed = map[netip.Addr]bool{}
+		if _, ok := rs.ctrl.(preloader); ok && (l.cfg.Onset || l.cfg.RateLeverSteps > 0) {
+			rs.onset = control.NewOnsetDetector(control.DefaultOnsetConfig(l.cfg.WriteBps))
+			rs.mem = control.NewMemory(onsetMemoryAlpha)
+		}
+	}
+	switch {
+	case rs.plan == nil || rs.plan.specs != specs:
+		// A reload may change the policy; its state (credits) restarts.
+		rs.policy = spec.newPolicy()
+		if rs.plan != nil && (*rs.plan.specs)[name].Threshold != spec.Threshold {
+			rs.ctrl = retarget(rs.ctrl, spec.NewController())
+		}
+		l.compile(rs, spec, view, topo, specs)
+	case rs.plan.topo != topo:
+		// Discovery publishes a fresh topology every round; most rounds
+		// change nothing for most resources, and comparing is far cheaper
+		// than compiling.
+		if rs.plan.matches(view) {
+			rs.plan.topo = topo
+		} else {
+			l.compile(rs, spec, view, topo, specs)
+		}
+	}
+}
+
+// devIntervals are the plan's devices' intervals this tick; ok[i] is
+// false where device i has no interval (no counters, or its first).
+type devIntervals struct {
+	iv []sample.Interval
+	ok []bool
+}
+
+// sampleDevices is the sample stage: each plan device's interval since
+// its last counters, which it keeps for the next tick.
+func (rs *resourceState) sampleDevices(counters map[string]sample.Counters) devIntervals {
+	p := rs.plan
+	d := devIntervals{iv: make([]sample.Interval, len(p.devices)), ok: make([]bool, len(p.devices))}
+	for i, name := range p.devices {
+		c, ok := counters[name]
+		if !ok {
+			continue
+		}
+		if rs.prev[i].Device != "" {
+			if iv, err := sample.Diff(rs.prev[i], c); err == nil {
+				d.iv[i], d.ok[i] = iv, true
+			}
+		}
+		rs.prev[i] = c
+	}
+	return d
+}
+
+// indication is the indicate stage's result: the protected reads' wait
+// this tick (NaN: none), the p95 objective's tail factor q (the
+// controller is fed indicator × q), and the floor when one is known.
+type indication struct {
+	rawMs, q, floorMs float64
+	unreachable       bool
+}
+
+// indicate is the indicate stage: the read wait over the devices the
+// policy protects that had reads (4.5.2), fed to the smoother, and the
+// tail factor, capped so the setpoint never falls under the floor.
+func (rs *resourceState) indicate(tailObjective bool, thresholdMs float64, d devIntervals) indication {
+	var slowed map[netip.Addr]bool
+	if rs.policy.Indicator() == IndicatorUnthrottled {
+		slowed = rs.slowed
+	}
+	ticks, reads := indicatorReads(rs.plan, d.iv, d.ok, slowed)
+	ind := indication{rawMs: math.NaN(), q: 1}
+	if reads > 0 {
+		ind.rawMs = ticks / reads
+		if tailObjective {
+			if rs.tail == nil {
+				rs.tail = newTailEstimate()
+			}
+			if prev, ok := rs.ind.Value(); ok {
+				ind.q = rs.tail.add(ind.rawMs, prev)
+			}
+		}
+		rs.ind.Update(ind.rawMs)
+	}
+	if rs.tail != nil {
+		ind.q = rs.tail.q
+	}
+	if f, ok := rs.floor.value(); ok {
+		// The tail factor never aims the controller below the wait
+		// reads have with no writer at all (objective.go).
+		ind.q = min(ind.q, max(1, thresholdMs/(floorMargin*f)))
+		ind.floorMs, ind.unreachable = f, thresholdMs <= unreachableMargin*f
+	}
+	return ind
+}
+
+// measure is the measure stage: each consumer's rates, IOPS, waits,
+// queue and load this tick, from its devices (rates from the wire when
+// the agent samples TCP_INFO), into the policy's input rs.in, which the
+// onset detector and the policy read; and the consumers' status rows.
+func (l *Loops) measure(rs *resourceState, d devIntervals, rates map[netip.Addr]sample.Rate, now time.Time, thresholdMs float64) []ConsumerStatus {
+	p, in := rs.plan, &rs.in
+	*in = PolicyInput{Now: now, Interval: l.cfg.Interval, ThresholdMs: thresholdMs,
+		DelayStep: l.cfg.DelayStep, MaxDelay: l.cfg.MaxDelay, WriteBps: l.cfg.WriteBps, BulkQueue: l.cfg.BulkQueue, ReadBps: l.cfg.ReadBps, Consumers: in.Consumers[:0],
+		settingsBuf: in.settingsBuf, thrBuf: in.thrBuf}
+	sts := make([]ConsumerStatus, 0, len(p.consumers))
+	for _, pc := range p.consumers {
+		r, wire := rates[pc.addr]
+		ci := l.measureConsumer(pc, d, r, wire)
+		in.Consumers = append(in.Consumers, ci)
+		sts = append(sts, ConsumerStatus{Addr: pc.name, ReadBps: ci.ReadBps, WriteBps: ci.WriteBps, WriteEWMA: ci.WriteEWMA, Important: pc.important,
+			Queue: ci.Queue, LoadRead: ci.Load.Read, LoadWrite: ci.Load.Write})
+	}
+	for _, pc := range p.static {
+		in.Consumers = append(in.Consumers, ConsumerInput{Addr: pc.addr, Static: true, ReadWaitMs: math.NaN(), WriteWaitMs: math.NaN(),
+			QueueMs: math.NaN(), SRTTMs: math.NaN()})
+	}
+	return sts
+}
+
+// measureConsumer sums one consumer's devices' intervals and updates its
+// smoothed write rate, queue, load and read rate. With wire, r (its
+// TCP_INFO rates) replaces its devices' rates.
+func (l *Loops) measureConsumer(pc planConsumer, d devIntervals, r sample.Rate, wire bool) ConsumerInput {
+	ci := ConsumerInput{Addr: pc.addr, HasDevices: true, Important: pc.important, Static: pc.static}
+	var rb, wb, rTicks, wTicks, nr, nw, secs float64
+	for _, i := range pc.devs {
+		if i < 0 || !d.ok[i] {
+			continue
+		}
+		iv := d.iv[i]
+		rb += iv.ReadBps
+		wb += iv.WriteBps
+		nr += float64(iv.Reads)
+		nw += float64(iv.Writes)
+		if iv.Reads > 0 {
+			rTicks += iv.ReadWaitMs * float64(iv.Reads)
+		}
+		if iv.Writes > 0 {
+			wTicks += iv.WriteWaitMs * float64(iv.Writes)
+		}
+		secs = max(secs, iv.Seconds)
+	}
+	ci.ReadWaitMs, ci.WriteWaitMs, ci.QueueMs, ci.SRTTMs = math.NaN(), math.NaN(), math.NaN(), math.NaN()
+	// The queue and load are the devices' (the rates below may come
+	// from the wire instead).
+	var devLoad cost.Load
+	var devQueue float64
+	if secs > 0 {
+		devLoad, devQueue = l.cfg.Cost.Of(nr/secs, rb, nw/secs, wb), (rTicks+wTicks)/1e3/secs
+	}
+	if wire {
+		rb, wb = r.ReadBps, r.WriteBps
+		if r.MinRTT > 0 {
+			ci.QueueMs, ci.SRTTMs = ms(r.QueueDelay), ms(r.SRTT)
+		}
+		ci.DeliveryBps, ci.InFlight = r.DeliveryBps, r.InFlight
+	}
+	if nr > 0 {
+		ci.ReadWaitMs = rTicks / nr
+	}
+	if nw > 0 {
+		ci.WriteWaitMs = wTicks / nw
+	}
+	if secs > 0 {
+		ci.ReadIOPS, ci.WriteIOPS = nr/secs, nw/secs
+		pc.load.update(l.cfg.Interval.Seconds(), devQueue, devLoad, rb)
+	}
+	ci.Queue, ci.Load, ci.ReadEWMA = pc.load.queue, pc.load.load, pc.load.readBps
+	ew, _ := pc.rate.Update(wb)
+	ci.ReadBps, ci.WriteBps, ci.WriteEWMA = rb, wb, ew
+	return ci
+}
+
+// control runs the resource's controller on this tick's indicator (× q,
+// the tail objective's factor), with the onset feed-forward: the writers'
+// aggregate rate this tick (rs.in, the policy's input) is the detector's
+// signal, and the output of loaded ticks is what the memory learns.
+func (l *Loops) control(rs *resourceState, st *ResourceStatus, q float64) int {
+	fired := false
+	if rs.onset != nil {
+		w, n := l.interference(rs)
+		fired = rs.onset.Update(w, n)
+	}
+	// No indicator yet (no read completed on the resource) still goes
+	// through the controller, as NaN: a local PID holds its output, and a
+	// cluster seam (package cluster) publishes the agent's writers and
+	// follows the shared step. A target host that only serves writers
+	// must still be throttled by the resource's leader.
+	m := math.NaN()
+	if v, ok := rs.ind.Value(); ok {
+		st.IndicatorMs = v
+		m = v * q
+	}
+	step := rs.ctrl.Update(m)
+	if rs.onset == nil {
+		return step
+	}
+	if !rs.onset.Loaded() {
+		rs.floor.observe(st.RawWaitMs)
+	}
+	lvl, known := rs.mem.Level()
+	switch {
+	case !l.cfg.Onset:
+	case fired && known:
+		// Never into the write-cap range: a cap that appears at once
+		// queues several of a writer's windows at a low rate, longer than
+		// its TCP's retransmission timeout (lab, 10 ms with the lever:
+		// 658 retransmissions, 8 RTOs). The PID walks there by itself.
+		step = rs.ctrl.(preloader).Preload(min(lvl, float64(l.cfg.MaxDelay/l.cfg.DelayStep)), onsetHold)
+	case rs.onset.Settled():
+		rs.mem.Observe(float64(step))
+	}
+	st.Onsets = rs.onset.Fired()
+	if known {
+		st.FeedForwardMs = ms(time.Duration(lvl * float64(l.cfg.DelayStep)))
+	}
+	return step
+}
+
+// interference is the onset detector's signal: the interferers' aggregate
+// rate and how many move more than throttleable_write_mb_s. Every
+// consumer's writes count (the thesis' surge), and the reads of those
+// that saturate the resource (last tick's throttleable set, or a queue or
+// read rate at the marks of saturation.go) — not the protected reader's,
+// whose own reads must not make an idle resource look loaded. Without
+// the reads, a backup's resource looked idle to the detector: its floor
+// (the wait "with no writer") was learnt under the backup, and the
+// threshold was called unreachable.
+func (l *Loops) interference(rs *resourceState) (bps float64, n int) {
+	for _, c := range rs.in.Consumers {
+		if c.Important {
+			continue
+		}
+		x := c.WriteBps
+		if rs.slowed[c.Addr] || (l.cfg.BulkQueue > 0 && c.Queue >= l.cfg.BulkQueue) || (l.cfg.ReadBps > 0 && c.ReadEWMA > l.cfg.ReadBps) {
+			x += c.ReadBps
+		}
+		bps += x
+		if x >= l.cfg.WriteBps && x > 0 {
+			n++
+		}
+	}
+	return bps, n
+}
+
+// decide is the decide stage: the controller's step as a delay, the
+// policy's settings for it, the write caps past the delay's range, and
+// the throttleable set (status, and next tick's indicator and onset
+// signal).
+func (l *Loops) decide(rs *resourceState, st *ResourceStatus, step int) PolicyOutput {
+	p, in := rs.plan, &rs.in
+	delay := min(time.Duration(step)*l.cfg.DelayStep, l.cfg.MaxDelay)
+	st.Step, st.Delay = step, delay
+	in.IndicatorMs, in.Output = st.IndicatorMs, delay
+	out := rs.policy.Decide(in)
+	st.Policy, st.Classes, st.Network, st.Reservations = rs.policy.Name(), out.Classes, out.Network, out.Reservations
+	l.applyRateLever(rs, st, in, out, step)
+	if len(out.Throttleable) > 0 {
+		st.Throttleable = make([]string, 0, len(out.Throttleable)+len(p.static))
+	}
+	in.thrBuf = out.Throttleable[:0] // keep the grown buffer
+	clear(rs.slowed)
+	for _, k := range out.Throttleable {
+		rs.slowed[in.Consumers[k].Addr] = true
+		if k < len(p.consumers) {
+			st.Throttleable = append(st.Throttleable, p.consumers[k].name)
+		} else {
+			st.Throttleable = append(st.Throttleable, p.static[k-len(p.consumers)].name)
+		}
+	}
+	if len(p.static) > 0 {
+		sort.Strings(st.Throttleable)
+	}
+	return out
+}
+
+// shape is the shape stage: each setting after the rise limit (written
+// back into out, so status shows what is asked), split into plain write
+// delays and other settings for the actuator.
+func (l *Loops) shape(rs *resourceState, name string, out PolicyOutput) desire {
+	want := make(map[netip.Addr]time.Duration, len(out.Settings))
+	var other map[netip.Addr]throttle.Setting
+	// Two maps swapped every tick: last tick's asks and this tick's.
+	asked := rs.asked
+	if l.cfg.RiseStep > 0 {
+		if rs.spare == nil {
+			rs.spare = map[netip.Addr]throttle.Setting{}
+		}
+		rs.asked, rs.spare = rs.spare, asked
+		clear(rs.asked)
+	}
+	for a, s := range out.Settings {
+		if s.IsZero() {
+			continue
+		}
+		if l.cfg.RiseStep > 0 {
+			p := asked[a]
+			s.WriteDelay = riseLimit(p.WriteDelay, s.WriteDelay, l.cfg.RiseStep)
+			s.ReadDelay = riseLimit(p.ReadDelay, s.ReadDelay, l.cfg.RiseStep)
+			out.Settings[a] = s // the policy's buffer, reused next tick
+			rs.asked[a] = s
+		}
+		if s.ReadDelay == 0 && s.Rate == 0 && s.WriteRate == 0 {
+			want[a] = s.WriteDelay
+			continue
+		}
+		if other == nil {
+			other = map[netip.Addr]throttle.Setting{}
+		}
+		other[a] = s
+	}
+	return desire{resource: name, delays: want, other: other}
+}
+
+// publish is the publish stage: each consumer's setting on its status
+// row, and the resource's status where the API, metrics and the cluster
+// seam read it.
+func (l *Loops) publish(name string, st *ResourceStatus, in *PolicyInput, out PolicyOutput) {
+	if len(out.Settings) > 0 {
+		for k := range st.Consumers {
+			if s, ok := out.Settings[in.Consumers[k].Addr]; ok && !s.IsZero() {
+				st.Consumers[k].Throttled, st.Consumers[k].Setting = true, s
+			}
+		}
+	}
+	l.mu.Lock()
+	l.status[name] = *st
+	l.mu.Unlock()
+}
