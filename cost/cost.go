@@ -38,9 +38,13 @@ func Default() Model {
 		RandomBytes: 16 << 10, SequentialBytes: 64 << 10}
 }
 
-// Request is the estimated service time of one request of size bytes.
+// Request is the estimated service time of one request of size bytes. A
+// model without a bandwidth (the zero Model) charges no transfer time.
 func (m Model) Request(write bool, bytes float64) time.Duration {
-	xfer := bytes / m.Bandwidth
+	var xfer float64
+	if m.Bandwidth > 0 {
+		xfer = bytes / m.Bandwidth
+	}
 	if write && m.WriteCost > 1 {
 		xfer *= m.WriteCost
 	}

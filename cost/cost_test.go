@@ -57,6 +57,9 @@ func TestRateOfLabLoads(t *testing.T) {
 	if m.Rate(false, 0, 1e6) != 0 {
 		t.Error("bytes without requests cost something")
 	}
+	if got := (Model{}).Of(100, 1e6, 100, 1e6); got != (Load{}) {
+		t.Errorf("the zero model charged %+v, want nothing", got)
+	}
 }
 
 func TestSplit(t *testing.T) {
