@@ -1,0 +1,334 @@
+package agent
+
+import (
+	"encoding/csv"
+	"io"
+	"log/slog"
+	"math"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/cost"
+	"github.com/sanqos/sanqos/sample"
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// The tick's stages one by one, on recorded lab inputs: five seconds of
+// two unregulated lab runs (testdata/stages), each host on its own LUN
+// (b2 the reader on loop0, b3..b5 the interferers on loop1..loop3):
+// read-backup (three hosts reading 64 KiB sequentially, 4 streams each,
+// from 5.0 s) and autonomic (the thesis' twelve 64 KiB writers, from
+// 5.4 s).
+
+var (
+	stageHosts = []string{"b2", "b3", "b4", "b5"}
+	stageAddr  = map[string]netip.Addr{}
+)
+
+func init() {
+	for i, h := range stageHosts {
+		stageAddr[h] = netip.AddrFrom4([4]byte{10, 99, 0, byte(2 + i)})
+	}
+}
+
+// recordedTick is one 100 ms row per host of a lab trace.
+type recordedTick struct {
+	t   float64
+	dev map[string]sample.Interval // by device
+}
+
+// loadRecorded reads a trace.csv cut (lab/trace.go's format).
+func loadRecorded(t *testing.T, path string) []recordedTick {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := map[string]int{}
+	for i, h := range rows[0] {
+		col[h] = i
+	}
+	num := func(r []string, c string) float64 {
+		if r[col[c]] == "" {
+			return math.NaN()
+		}
+		v, err := strconv.ParseFloat(r[col[c]], 64)
+		if err != nil {
+			t.Fatalf("%s: %s %q: %v", path, c, r[col[c]], err)
+		}
+		return v
+	}
+	var ticks []recordedTick
+	for _, r := range rows[1:] {
+		ts := num(r, "t_s")
+		// Rows of one tick share its time to the millisecond.
+		if len(ticks) == 0 || math.Abs(ticks[len(ticks)-1].t-ts) > 0.05 {
+			ticks = append(ticks, recordedTick{t: ts, dev: map[string]sample.Interval{}})
+		}
+		ticks[len(ticks)-1].dev[r[col["device"]]] = sample.Interval{Device: r[col["device"]], Seconds: 0.1,
+			Reads: uint64(num(r, "reads")), Writes: uint64(num(r, "writes")), ReadWaitMs: num(r, "r_await_ms"), WriteWaitMs: num(r, "w_await_ms"),
+			ReadBps: num(r, "read_mb_s") * 1e6, WriteBps: num(r, "write_mb_s") * 1e6}
+	}
+	return ticks
+}
+
+// cumulative turns recorded intervals into the diskstats counters a
+// sampler would have read, tick by tick.
+func cumulative(ticks []recordedTick) []map[string]sample.Counters {
+	cum := map[string]sample.Counters{}
+	epoch := time.Unix(1e9, 0)
+	var out []map[string]sample.Counters
+	for _, tk := range ticks {
+		snap := map[string]sample.Counters{}
+		for d, iv := range tk.dev {
+			c := cum[d]
+			c.Device, c.Time = d, epoch.Add(time.Duration(tk.t*float64(time.Second)))
+			c.Reads += iv.Reads
+			c.Writes += iv.Writes
+			if iv.Reads > 0 {
+				c.ReadTicks += uint64(math.Round(iv.ReadWaitMs * float64(iv.Reads)))
+			}
+			if iv.Writes > 0 {
+				c.WriteTicks += uint64(math.Round(iv.WriteWaitMs * float64(iv.Writes)))
+			}
+			c.ReadSectors += uint64(math.Round(iv.ReadBps * iv.Seconds / 512))
+			c.WriteSectors += uint64(math.Round(iv.WriteBps * iv.Seconds / 512))
+			cum[d], snap[d] = c, c
+		}
+		out = append(out, snap)
+	}
+	return out
+}
+
+// stageState is a resource's state with the lab's plan compiled, as the
+// loop's prepare stage leaves it, with the default policy.
+func stageState(t *testing.T) (*Loops, *resourceState) {
+	t.Helper()
+	l := NewLoops(LoopConfig{Interval: 100 * time.Millisecond, DelayStep: 500 * time.Microsecond, MaxDelay: 40 * time.Millisecond,
+		WriteBps: 1e6, ReadBps: 1e6, BulkQueue: 1.25, Cost: cost.Default(), NewRateSmoother: func() Smoother { return &lastValue{} }},
+		nil, throttle.NewMemory(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	view := ResourceView{Consumers: map[netip.Addr][]string{}}
+	for i, h := range stageHosts {
+		dev := "loop" + strconv.Itoa(i)
+		view.Devices = append(view.Devices, dev)
+		view.Consumers[stageAddr[h]] = []string{dev}
+	}
+	topo := &Topology{Resources: map[string]ResourceView{"vg1": view}}
+	specs := &map[string]ResourceSpec{"vg1": {Name: "vg1", Threshold: 15 * time.Millisecond,
+		NewController: func() Controller { return &propCtl{thr: 15} }, NewSmoother: func() Smoother { return &lastValue{} }}}
+	rs := &resourceState{}
+	l.prepare(rs, "vg1", (*specs)["vg1"], view, topo, specs)
+	return l, rs
+}
+
+// sample: the intervals the stage computes from the counters are the
+// recorded ones; a device's first counters and a device missing from a
+// snapshot give none.
+func TestStageSampleDevices(t *testing.T) {
+	for _, fixture := range []string{"testdata/stages/read-backup-baseline.csv", "testdata/stages/writers-baseline.csv"} {
+		t.Run(fixture, func(t *testing.T) {
+			ticks := loadRecorded(t, fixture)
+			snaps := cumulative(ticks)
+			_, rs := stageState(t)
+			for k, snap := range snaps {
+				if k == 7 {
+					snap = maps1Without(snap, "loop2")
+				}
+				d := rs.sampleDevices(snap)
+				for i, dev := range rs.plan.devices {
+					want, recorded := ticks[k].dev[dev]
+					switch {
+					case k == 0 || k == 7 && dev == "loop2" || !recorded:
+						if d.ok[i] {
+							t.Fatalf("tick %d %s: an interval without previous counters", k, dev)
+						}
+					case k == 8 && dev == "loop2":
+						// Two ticks' worth against the counters of tick 6.
+						if !d.ok[i] || d.iv[i].Reads != ticks[7].dev[dev].Reads+want.Reads {
+							t.Fatalf("tick %d %s: %+v, want the two ticks since its last counters", k, dev, d.iv[i])
+						}
+					default:
+						got := d.iv[i]
+						if !d.ok[i] || got.Reads != want.Reads || got.Writes != want.Writes ||
+							(want.Reads > 0 && math.Abs(got.ReadWaitMs-want.ReadWaitMs) > 0.5/float64(want.Reads)+1e-9) {
+							t.Fatalf("tick %d %s: %+v, recorded %+v", k, dev, got, want)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func maps1Without(m map[string]sample.Counters, k string) map[string]sample.Counters {
+	out := map[string]sample.Counters{}
+	for d, c := range m {
+		if d != k {
+			out[d] = c
+		}
+	}
+	return out
+}
+
+// The recorded runs through sample and measure: each host's smoothed
+// queue and load after the load has run a second and a half.
+func measuredAt(t *testing.T, fixture string, until float64) (*resourceState, []ConsumerInput) {
+	t.Helper()
+	ticks := loadRecorded(t, fixture)
+	l, rs := stageState(t)
+	for k, snap := range cumulative(ticks) {
+		d := rs.sampleDevices(snap)
+		l.measure(rs, d, nil, time.Unix(0, 0), 15)
+		if ticks[k].t >= until {
+			break
+		}
+	}
+	return rs, slices.Clone(rs.in.Consumers)
+}
+
+// measure: on the recorded runs, a backup host keeps ~4 requests in the
+// resource and loads it in reads only, a writer host in writes only, and
+// the reader (one request at a time) stays under the queue mark.
+func TestStageMeasure(t *testing.T) {
+	for _, tc := range []struct {
+		fixture string
+		until   float64
+		dir     string // the interferers' direction
+	}{
+		{"testdata/stages/read-backup-baseline.csv", 7.0, "read"},
+		{"testdata/stages/writers-baseline.csv", 7.4, "write"},
+	} {
+		t.Run(tc.fixture, func(t *testing.T) {
+			_, cs := measuredAt(t, tc.fixture, tc.until)
+			for _, c := range cs {
+				switch c.Addr {
+				case stageAddr["b2"]:
+					if c.Queue >= 1.25 || c.Load.Write != 0 || c.Load.Read < 0.1 || c.Load.Read > 0.25 {
+						t.Errorf("reader: queue %.2f, load %+v; want under the mark, ~0.17 s/s of reads", c.Queue, c.Load)
+					}
+				default:
+					hi, lo := c.Load.Read, c.Load.Write
+					if tc.dir == "write" {
+						hi, lo = lo, hi
+					}
+					if c.Queue < 2.5 || hi < 0.15 || lo != 0 {
+						t.Errorf("%v: queue %.2f, load %+v; want ~4 queued and only %ss", c.Addr, c.Queue, c.Load, tc.dir)
+					}
+				}
+			}
+		})
+	}
+}
+
+// indicate: with the backup unregulated every device waits ~27 ms; the
+// indicator measures the devices of the consumers not slowed (the
+// reader's), the same as all of them before anyone is slowed, and the
+// tail factor stays 1 until it has 50 samples.
+func TestStageIndicate(t *testing.T) {
+	ticks := loadRecorded(t, "testdata/stages/read-backup-baseline.csv")
+	for _, tc := range []struct {
+		name   string
+		slowed []string
+		devs   []string // whose reads the indicator must be
+	}{
+		{"nobody slowed: every device", nil, []string{"loop0", "loop1", "loop2", "loop3"}},
+		{"the backup slowed: the reader's device", []string{"b3", "b4", "b5"}, []string{"loop0"}},
+		{"everyone slowed: every device", []string{"b2", "b3", "b4", "b5"}, []string{"loop0", "loop1", "loop2", "loop3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, rs := stageState(t)
+			for _, h := range tc.slowed {
+				rs.slowed[stageAddr[h]] = true
+			}
+			snaps := cumulative(ticks)
+			for k, snap := range snaps {
+				d := rs.sampleDevices(snap)
+				ind := rs.indicate(true, 15, d)
+				var ticksMs, reads float64
+				for _, dev := range tc.devs {
+					if iv, ok := ticks[k].dev[dev]; ok && k > 0 && iv.Reads > 0 {
+						ticksMs += math.Round(iv.ReadWaitMs*float64(iv.Reads))
+						reads += float64(iv.Reads)
+					}
+				}
+				if reads == 0 {
+					continue
+				}
+				if want := ticksMs / reads; math.Abs(ind.rawMs-want) > 1e-9 {
+					t.Fatalf("tick %d: indicator %.3f ms, want %.3f over %v", k, ind.rawMs, want, tc.devs)
+				}
+				if ind.q != 1 {
+					t.Fatalf("tick %d: tail factor %v before 50 samples", k, ind.q)
+				}
+			}
+		})
+	}
+}
+
+// decide and shape: the measured recorded inputs at a given controller
+// step give each interferer its direction (the rise limit bounding the
+// first tick's growth), and publish marks who is slowed in the status.
+func TestStageDecideShapePublish(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		fixture string
+		until   float64
+		steps   int
+		rise    time.Duration
+		want    throttle.Setting // each interferer's
+	}{
+		{"backup at 10 ms: reads", "testdata/stages/read-backup-baseline.csv", 7.0, 20, 0, throttle.Setting{ReadDelay: 10 * time.Millisecond}},
+		{"writers at 10 ms: writes", "testdata/stages/writers-baseline.csv", 7.4, 20, 0, throttle.Setting{WriteDelay: 10 * time.Millisecond}},
+		{"backup pinned at 40 ms: both ways", "testdata/stages/read-backup-baseline.csv", 7.0, 80, 0,
+			throttle.Setting{ReadDelay: 40 * time.Millisecond, WriteDelay: 40 * time.Millisecond}},
+		{"backup's first tick under a rise limit of 1 ms: 2·0 + 1 ms", "testdata/stages/read-backup-baseline.csv", 7.0, 20, time.Millisecond,
+			throttle.Setting{ReadDelay: time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs, _ := measuredAt(t, tc.fixture, tc.until)
+			l, _ := stageState(t)
+			l.cfg.RiseStep = tc.rise
+			st := ResourceStatus{Name: "vg1", Consumers: make([]ConsumerStatus, len(rs.in.Consumers))}
+			for k, c := range rs.in.Consumers {
+				st.Consumers[k].Addr = c.Addr.String()
+			}
+			out := l.decide(rs, &st, tc.steps)
+			d := l.shape(rs, "vg1", out)
+			l.publish("vg1", &st, &rs.in, out)
+			if st.Delay != min(time.Duration(tc.steps)*500*time.Microsecond, 40*time.Millisecond) || st.Policy != "read-over-write" {
+				t.Fatalf("status delay %v policy %q", st.Delay, st.Policy)
+			}
+			pub := l.Status()[0]
+			for _, h := range stageHosts {
+				a := stageAddr[h]
+				got := throttle.Setting{WriteDelay: d.delays[a]}
+				if s, ok := d.other[a]; ok {
+					got = s
+				}
+				want := tc.want
+				if h == "b2" {
+					want = throttle.Setting{}
+				}
+				if got != want {
+					t.Errorf("%s: wished %+v, want %+v", h, got, want)
+				}
+				row := pub.Consumers[slices.IndexFunc(pub.Consumers, func(c ConsumerStatus) bool { return c.Addr == a.String() })]
+				if row.Throttled != (h != "b2") || row.Setting != want {
+					t.Errorf("%s: status row %+v, want throttled %v with %+v", h, row, h != "b2", want)
+				}
+				if rs.slowed[a] != (h != "b2") {
+					t.Errorf("%s: in the throttleable set %v", h, rs.slowed[a])
+				}
+			}
+		})
+	}
+}
