@@ -256,7 +256,7 @@ func TestStageIndicate(t *testing.T) {
 				var ticksMs, reads float64
 				for _, dev := range tc.devs {
 					if iv, ok := ticks[k].dev[dev]; ok && k > 0 && iv.Reads > 0 {
-						ticksMs += math.Round(iv.ReadWaitMs*float64(iv.Reads))
+						ticksMs += math.Round(iv.ReadWaitMs * float64(iv.Reads))
 						reads += float64(iv.Reads)
 					}
 				}
