@@ -1,17 +1,13 @@
 package lab
 
 import (
-	"io"
-	"log/slog"
 	"math"
 	"net/netip"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/sanqos/sanqos/agent"
-	"github.com/sanqos/sanqos/config"
 	"github.com/sanqos/sanqos/sample"
 	"github.com/sanqos/sanqos/throttle"
 )
@@ -79,61 +75,39 @@ func (r *traceReplay) Sample() (map[netip.Addr]sample.Rate, error) {
 // maximum (the delay falls only after the caps are gone), a cap tightens
 // by at most capRamp per tick, and the reader is never slowed.
 func TestRateLeverHandOverOnRecordedRun(t *testing.T) {
-	dir := gunzipFixture(t, "testdata/lever-run")
-	rs, err := LoadTrace(filepath.Join(dir, "trace.csv"), []*Phase{{Name: "threshold-10ms"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse([]byte("backend: dry-run\nthreshold: 10ms\nmax_delay: 20ms\nrate_lever_steps: 20\nobjective: p95\nresources:\n  - name: vg1\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := &traceReplay{res: rs[0], epoch: time.Unix(1e9, 0), cum: map[string]sample.Counters{}}
-	mem := throttle.NewMemory()
-	a := agent.New(cfg, agent.Deps{Throttle: mem, Sampler: rp, Rates: rp, NewController: agent.NewPID, NewSmoother: agent.NewEWMA,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	view := agent.ResourceView{Consumers: map[netip.Addr][]string{}}
-	for i, h := range Hosts {
-		dev := "loop" + string(rune('0'+i))
-		view.Devices = append(view.Devices, dev)
-		view.Consumers[HostAddr(h)] = []string{dev}
-	}
-	a.SetTopology(&agent.Topology{Resources: map[string]agent.ResourceView{"vg1": view}})
+	const maxDelay = 20 * time.Millisecond
 	reader := HostAddr("b2")
 	last := map[netip.Addr]uint64{}
-	var cappedTicks, delayTicks int
-	for rp.advance() {
-		now := rp.epoch.Add(time.Duration(rs[0].Ticks[rp.i-1].T * float64(time.Second)))
-		if err := a.Step(now); err != nil {
-			t.Fatal(err)
-		}
-		set := mem.List()
-		if s, ok := set[reader]; ok {
-			t.Fatalf("t=%.1f s: the reader is slowed: %+v", now.Sub(rp.epoch).Seconds(), s)
-		}
-		for c, s := range set {
-			if s.WriteDelay > 0 {
-				delayTicks++
+	var cappedTicks, delayTicks, ticks int
+	replayAgent(t, "testdata/lever-run", "threshold-10ms", "backend: dry-run\nthreshold: 10ms\nmax_delay: 20ms\nrate_lever_steps: 20\nobjective: p95\nresources:\n  - name: vg1\n", true,
+		func(t *testing.T, at float64, set map[netip.Addr]throttle.Setting, _ agent.ResourceStatus) {
+			ticks++
+			if s, ok := set[reader]; ok {
+				t.Fatalf("t=%.1f s: the reader is slowed: %+v", at, s)
 			}
-			if s.WriteRate == 0 {
-				continue
+			for c, s := range set {
+				if s.WriteDelay > 0 {
+					delayTicks++
+				}
+				if s.WriteRate == 0 {
+					continue
+				}
+				cappedTicks++
+				if s.WriteDelay != maxDelay {
+					t.Errorf("t=%.1f s: %v capped at %d B/s with a delay of %v, below the maximum", at, c, s.WriteRate, s.WriteDelay)
+				}
+				if p, ok := last[c]; ok && float64(s.WriteRate) < 0.7*float64(p)-1 {
+					t.Errorf("t=%.1f s: %v's cap fell from %d to %d B/s in one tick", at, c, p, s.WriteRate)
+				}
 			}
-			cappedTicks++
-			if s.WriteDelay != cfg.MaxDelay {
-				t.Errorf("t=%.1f s: %v capped at %d B/s with a delay of %v, below the maximum", now.Sub(rp.epoch).Seconds(), c, s.WriteRate, s.WriteDelay)
+			clear(last)
+			for c, s := range set {
+				if s.WriteRate > 0 {
+					last[c] = s.WriteRate
+				}
 			}
-			if p, ok := last[c]; ok && float64(s.WriteRate) < 0.7*float64(p)-1 {
-				t.Errorf("t=%.1f s: %v's cap fell from %d to %d B/s in one tick", now.Sub(rp.epoch).Seconds(), c, p, s.WriteRate)
-			}
-		}
-		clear(last)
-		for c, s := range set {
-			if s.WriteRate > 0 {
-				last[c] = s.WriteRate
-			}
-		}
-	}
-	t.Logf("%d ticks: %d consumer-ticks delayed, %d capped", len(rs[0].Ticks), delayTicks, cappedTicks)
+		})
+	t.Logf("%d ticks: %d consumer-ticks delayed, %d capped", ticks, delayTicks, cappedTicks)
 	if cappedTicks == 0 {
 		t.Fatal("the replay never reached the write caps")
 	}

@@ -16,8 +16,9 @@ import (
 
 // replayAgent replays one recorded phase through the agent's own loop
 // with cfg (the lab's topology: each host its own LUN), calling check
-// after every tick with what the agent applied.
-func replayAgent(t *testing.T, fixture, phase, cfgYAML string, check func(t *testing.T, at float64, set map[netip.Addr]throttle.Setting, st agent.ResourceStatus)) {
+// after every tick with what the agent applied. With wire, the trace's
+// per-host rates also stand in for TCP_INFO.
+func replayAgent(t *testing.T, fixture, phase, cfgYAML string, wire bool, check func(t *testing.T, at float64, set map[netip.Addr]throttle.Setting, st agent.ResourceStatus)) {
 	t.Helper()
 	dir := gunzipFixture(t, fixture)
 	rs, err := LoadTrace(filepath.Join(dir, "trace.csv"), []*Phase{{Name: phase}})
@@ -33,8 +34,12 @@ func replayAgent(t *testing.T, fixture, phase, cfgYAML string, check func(t *tes
 	}
 	rp := &traceReplay{res: rs[0], epoch: time.Unix(1e9, 0), cum: map[string]sample.Counters{}}
 	mem := throttle.NewMemory()
-	a := agent.New(cfg, agent.Deps{Throttle: mem, Sampler: rp, NewController: agent.NewPID, NewSmoother: agent.NewEWMA,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	deps := agent.Deps{Throttle: mem, Sampler: rp, NewController: agent.NewPID, NewSmoother: agent.NewEWMA,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if wire {
+		deps.Rates = rp
+	}
+	a := agent.New(cfg, deps)
 	view := agent.ResourceView{Consumers: map[netip.Addr][]string{}}
 	for i, h := range Hosts {
 		dev := "loop" + string(rune('0'+i))
@@ -70,7 +75,7 @@ func TestDefaultPolicyDirectionOnRecordedRuns(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const maxDelay = 40 * time.Millisecond
 			seen := map[string]int{}
-			replayAgent(t, tc.fixture, tc.phase, "backend: dry-run\nthreshold: 15ms\nmax_delay: 40ms\nresources:\n  - name: vg1\n",
+			replayAgent(t, tc.fixture, tc.phase, "backend: dry-run\nthreshold: 15ms\nmax_delay: 40ms\nresources:\n  - name: vg1\n", false,
 				func(t *testing.T, at float64, set map[netip.Addr]throttle.Setting, st agent.ResourceStatus) {
 					if s, ok := set[HostAddr("b2")]; ok {
 						t.Fatalf("t=%.1f s: the reader is slowed: %+v", at, s)
