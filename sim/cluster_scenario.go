@@ -1,0 +1,278 @@
+package sim
+
+import (
+	"container/heap"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sanqos/sanqos/cluster"
+	"github.com/sanqos/sanqos/config"
+)
+
+func newClusterSim(o ClusterScaleOptions) (*clusterSim, error) {
+	if o.Agents < o.Spread || o.Spread < 1 || o.Resources < 1 || o.Consumers < o.Resources {
+		return nil, fmt.Errorf("cluster-scale: want spread ≥ 1, agents ≥ spread, consumers ≥ resources ≥ 1 (have %d agents, spread %d, %d resources, %d consumers)",
+			o.Agents, o.Spread, o.Resources, o.Consumers)
+	}
+	s := &clusterSim{o: o, t: cluster.Timing{Fresh: o.Fresh, Decay: o.Decay, Blend: o.Blend},
+		rng: rand.New(rand.NewPCG(o.Seed, 22)), epoch: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		prefix: cluster.DefaultPrefix, kv: map[string]*csKV{}, nextLease: 0x694d7a1c2b3e0000, formedAt: -1}
+	for i := range o.Agents {
+		a := &csAgent{idx: i, id: fmt.Sprintf("host%03d", i), appliedPolicy: map[int]time.Duration{}, effectAt: map[int]time.Duration{}}
+		// Agents start within half a second of each other, at no
+		// common phase: their ticks and publishers are not aligned.
+		a.start = time.Duration(s.rng.Int64N(int64(500 * time.Millisecond)))
+		a.pubPhaseOff = time.Duration(s.rng.Int64N(int64(o.PublishEvery)))
+		s.agents = append(s.agents, a)
+	}
+	// Resource r is behind agents r, r+stride, r+2·stride, … (mod the
+	// agents), stride spreading each resource's agents over the fleet;
+	// its consumers are dealt round-robin among them, the last one being
+	// the resource's writer.
+	stride := max(1, o.Agents/o.Spread)
+	per, extra := o.Consumers/o.Resources, o.Consumers%o.Resources
+	ci := 0
+	for r := range o.Resources {
+		res := &csRes{idx: r, name: fmt.Sprintf("r%04d", r), excessMs: 20 + 20*s.rng.Float64()}
+		// The writer starts in the first half of the run; on odd resources
+		// it stops 5-15 s later, so shared steps rise, hold and fall, and on
+		// even ones it writes to the end, so a lost cluster leaves shared
+		// steps to decay.
+		on := time.Duration(s.rng.Int64N(int64(o.Length/2))) + time.Second
+		off := on + 5*time.Second + time.Duration(s.rng.Int64N(int64(10*time.Second)))
+		if r%2 == 0 {
+			off = o.Length + time.Second
+		}
+		res.writerOn = [2]time.Duration{on, off}
+		seen := map[int]bool{}
+		for k := range o.Spread {
+			ai := (r + k*stride) % o.Agents
+			for seen[ai] {
+				ai = (ai + 1) % o.Agents
+			}
+			seen[ai] = true
+			a := s.agents[ai]
+			sl := &csSlot{a: a, res: res, agents: map[string]cluster.Indicator{}, heard: map[string]time.Time{}, f: cluster.Follower{Mode: cluster.ModeLocal}}
+			a.slots = append(a.slots, sl)
+			res.slots = append(res.slots, sl)
+		}
+		n := per
+		if r < extra {
+			n++
+		}
+		for c := range n {
+			sl := res.slots[c%len(res.slots)]
+			addr := scaleAddr(ci)
+			ci++
+			if c == n-1 {
+				sl.writer = &cluster.Consumer{Addr: addr, Throttleable: true, WriteBps: 8e6}
+				res.writer = sl
+				continue
+			}
+			sl.readers = append(sl.readers, cluster.Consumer{Addr: addr, ReadBps: 64 << 10})
+		}
+		s.res = append(s.res, res)
+		s.slotsTotal += len(res.slots)
+	}
+	// Each agent's own config names the resources it serves; the policy
+	// sets the thresholds of all of them (the whole SAN's).
+	for _, a := range s.agents {
+		sort.Slice(a.slots, func(i, k int) bool { return a.slots[i].res.idx < a.slots[k].res.idx })
+		var b strings.Builder
+		b.WriteString("backend: dry-run\ndiscovery:\n  source: tgt\nresources:\n")
+		for _, sl := range a.slots {
+			fmt.Fprintf(&b, "  - name: %s\n", sl.res.name)
+		}
+		a.own = []byte(b.String())
+		cfg, err := config.Parse(a.own)
+		if err != nil {
+			return nil, err
+		}
+		a.cfg = cfg
+		for _, sl := range a.slots {
+			ctrl, err := sharedPID(cfg, sl.res.name)
+			if err != nil {
+				return nil, err
+			}
+			sl.local = ctrl
+		}
+	}
+	for k := 0; k <= o.Policies; k++ {
+		var b strings.Builder
+		th := o.Threshold + time.Duration(k%2)*time.Millisecond
+		fmt.Fprintf(&b, "threshold: %v\nresources:\n", th)
+		for _, r := range s.res {
+			fmt.Fprintf(&b, "  - name: %s\n    threshold: %v\n", r.name, th)
+		}
+		doc := []byte(b.String())
+		if _, err := cluster.ValidatePolicy(doc); err != nil {
+			return nil, err
+		}
+		s.policyDocs = append(s.policyDocs, doc)
+	}
+	return s, nil
+}
+
+func (s *clusterSim) run() {
+	// The initial policy is in etcd before any agent starts.
+	s.rev++
+	s.policyKV = &csKV{key: cluster.PolicyKey(s.prefix), val: s.policyDocs[0], create: s.rev, mod: s.rev, kind: kindPolicy}
+	s.kv[s.policyKV.key] = s.policyKV
+	s.policyRev = append(s.policyRev, s.rev)
+	s.policyPut = append(s.policyPut, 0)
+	for _, a := range s.agents {
+		s.at(a.start, func() { s.startAgent(a) })
+	}
+	s.at(s.o.Etcd.LeaseCheck, s.leaseCheck)
+	for k := 1; k <= s.o.Policies; k++ {
+		s.at(s.o.PolicyFrom+time.Duration(k-1)*s.o.PolicyEvery, func() { s.putPolicy(k) })
+	}
+	s.at(s.o.Warmup+s.window(), s.snapshot)
+	if s.o.KillAt > 0 {
+		s.at(s.o.KillAt, s.kill)
+	}
+	if s.o.OutageAt > 0 {
+		s.at(s.o.OutageAt, s.outage)
+	}
+	for len(s.q) > 0 {
+		e := heap.Pop(&s.q).(csEvent)
+		if e.at > s.o.Length {
+			break
+		}
+		s.now = e.at
+		s.events0++
+		e.fn()
+	}
+}
+
+// putPolicy is an operator's Policies.Put of change k.
+func (s *clusterSim) putPolicy(k int) {
+	doc := s.policyDocs[k]
+	if _, err := cluster.ValidatePolicy(doc); err != nil {
+		return
+	}
+	s.policyPut = append(s.policyPut, s.now)
+	s.write(&csReq{puts: []csPut{{key: s.policyKV.key, val: doc, kind: kindPolicy}}, apply: func(rev int64, _ time.Duration) {
+		s.policyRev = append(s.policyRev, rev)
+	}}, 0)
+}
+
+// snapshot takes the steady state's sizes at the end of the rate window.
+func (s *clusterSim) snapshot() {
+	s.keysAtEnd, s.leasesAtEnd = len(s.kv), len(s.leases)
+	for _, l := range s.leases {
+		if l.revoked {
+			s.leasesAtEnd--
+		}
+	}
+	led := s.led()
+	for _, r := range s.res {
+		leader := false
+		for _, sl := range r.slots {
+			leader = leader || sl.leading && !sl.a.dead
+		}
+		if !leader {
+			s.leaderlessAtKill++
+		}
+	}
+	for _, a := range s.agents {
+		if !a.dead {
+			s.ledAtKill = append(s.ledAtKill, float64(led[a.idx]))
+		}
+	}
+}
+
+func (s *clusterSim) led() []int {
+	led := make([]int, len(s.agents))
+	for _, r := range s.res {
+		for _, sl := range r.slots {
+			if sl.leading && !sl.a.dead {
+				led[sl.a.idx]++
+			}
+		}
+	}
+	return led
+}
+
+// kill: the agent leading the most resources dies without a goodbye.
+func (s *clusterSim) kill() {
+	led := s.led()
+	var victim *csAgent
+	for _, a := range s.agents {
+		if !a.dead && (victim == nil || led[a.idx] > led[victim.idx]) {
+			victim = a
+		}
+	}
+	if victim == nil {
+		return
+	}
+	s.killed, s.killedLed = victim, led[victim.idx]
+	for _, sl := range victim.slots {
+		if !sl.leading {
+			continue
+		}
+		for _, o := range sl.res.slots {
+			if o.a != victim {
+				o.deathMode = csFailure{watch: true, fellAt: -1, rejoinAt: -1, decayedAt: -1}
+			}
+		}
+	}
+	victim.dead = true
+	for _, sl := range victim.slots {
+		sl.leading = false
+		// The dead agent applies nothing more: its records count as
+		// propagated once the living have them.
+		r := sl.res
+		kept := r.tracks[:0]
+		for _, tr := range r.tracks {
+			if tr.seq > sl.counted {
+				tr.need--
+			}
+			if tr.need <= 0 {
+				s.recordsDone++
+				s.sharedProp = append(s.sharedProp, ms(tr.max))
+				continue
+			}
+			kept = append(kept, tr)
+		}
+		r.tracks = kept
+	}
+}
+
+// outage: etcd stops answering; requests in flight are lost.
+func (s *clusterSim) outage() {
+	s.down = true
+	for _, a := range s.agents {
+		if a.dead {
+			continue
+		}
+		for _, sl := range a.slots {
+			if sl.f.Mode == cluster.ModeCluster {
+				sl.outageMode = csFailure{watch: true, fellAt: -1, rejoinAt: -1, decayedAt: -1}
+			}
+		}
+	}
+}
+
+func (s *clusterSim) failureTick(sl *csSlot) {
+	if m := &sl.deathMode; m.watch {
+		if m.fellAt < 0 && sl.f.Mode != cluster.ModeCluster {
+			m.fellAt, m.lastRecAt = s.now, sl.f.RecvAt.Sub(s.epoch)
+		}
+		if m.fellAt >= 0 && m.rejoinAt < 0 && sl.f.Mode == cluster.ModeCluster && sl.f.Shared.Leader != s.killed.id {
+			m.rejoinAt = s.now
+		}
+	}
+	if m := &sl.outageMode; m.watch {
+		if m.fellAt < 0 && sl.f.Mode != cluster.ModeCluster {
+			m.fellAt, m.lastRecAt, m.residue = s.now, sl.f.RecvAt.Sub(s.epoch), float64(sl.f.Shared.Step)
+		}
+		if m.fellAt >= 0 && m.decayedAt < 0 && sl.f.Mode == cluster.ModeLocal {
+			m.decayedAt = s.now
+			m.aboveLoc = sl.applied != sl.localOut
+		}
+	}
+}
