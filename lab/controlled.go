@@ -293,7 +293,7 @@ func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 	}
 	cr.sum.Regulated = append(cr.sum.Regulated, run)
 	cr.plotRun(res, p.Label)
-	cr.delay = append(cr.delay, report.Series{Name: p.Label, X: ds.x, Y: ds.delay})
+	cr.delay = append(cr.delay, ds.series(p.Label, cr.c.load)...)
 	if slices.ContainsFunc(ds.caps, func(c float64) bool { return c > 0 }) {
 		cr.caps = append(cr.caps, report.Series{Name: p.Label, X: ds.x, Y: ds.caps})
 	}
@@ -387,7 +387,7 @@ func (cr *controlledRuns) plot(thresholds []time.Duration) error {
 	delayTitle := name + ": write delay applied to the throttleable set (Fig 5.13)"
 	if l.reads {
 		rateFile, rateTitle = "interferer-rate.png", fmt.Sprintf("%s: aggregate read + write rate of the %s", name, l.many)
-		delayTitle = name + ": largest delay (read or write) applied to the throttleable set"
+		delayTitle = name + ": largest read and write delay applied to the throttleable set"
 	}
 	if err := report.TimePlot(filepath.Join(dir, "read-wait.png"), fmt.Sprintf("%s: reader's wait per threshold vs no regulation%s", name, figs(" (Fig 5.9/5.11)")),
 		"time (s)", "read wait (ms, EWMA 0.15)", cr.wait, refs); err != nil {
@@ -419,13 +419,15 @@ func (cr *controlledRuns) bridgeSummary(thr time.Duration) (any, error) {
 }
 
 // delaySamples are the agent's throttles sampled every 500 ms: at x (s),
-// the largest delay acting on the interferers (ms) and the sum of the
-// write-rate caps of the second lever (MB/s, 0 with none).
-type delaySamples struct{ x, delay, caps []float64 }
+// the largest delay acting on the interferers (ms), the largest read and
+// write delay on anyone (ms), and the sum of the write-rate caps of the
+// second lever (MB/s, 0 with none).
+type delaySamples struct{ x, delay, read, write, caps []float64 }
 
 // delaySampler samples the agent's throttles as phase events (the agent
-// is the source of truth for what it applied): the write delay for
-// writers, the larger of read and write delay for interferers that read.
+// is the source of truth for what it applied): the delay acting is the
+// write delay for writers, the larger of read and write delay for
+// interferers that read.
 func delaySampler(a *LabAgent, length time.Duration, l *interferers, ds *delaySamples) []Event {
 	var ev []Event
 	for t := time.Second; t < length; t += 500 * time.Millisecond {
@@ -435,18 +437,33 @@ func delaySampler(a *LabAgent, length time.Duration, l *interferers, ds *delaySa
 			if err != nil {
 				return err
 			}
-			d, c := 0.0, 0.0
+			d, rd, wd, c := 0.0, 0.0, 0.0, 0.0
 			for _, s := range m {
 				d = math.Max(d, l.delay(s))
+				rd, wd = math.Max(rd, float64(s.ReadDelay)/1e6), math.Max(wd, float64(s.WriteDelay)/1e6)
 				c += float64(s.WriteRate) / 1e6
 			}
 			ds.x = append(ds.x, t.Seconds())
-			ds.delay = append(ds.delay, d)
+			ds.delay, ds.read, ds.write = append(ds.delay, d), append(ds.read, rd), append(ds.write, wd)
 			ds.caps = append(ds.caps, c)
 			return nil
 		}})
 	}
 	return ev
+}
+
+// series is a run's curves in delay.png: the write delay for writers;
+// for interferers that read, the read delay and, if any was set, the
+// write delay, so the plot shows which direction acted.
+func (ds *delaySamples) series(label string, l *interferers) []report.Series {
+	if !l.reads {
+		return []report.Series{{Name: label, X: ds.x, Y: ds.delay}}
+	}
+	out := []report.Series{{Name: label + ", read delay", X: ds.x, Y: ds.read}}
+	if slices.ContainsFunc(ds.write, func(d float64) bool { return d > 0 }) {
+		out = append(out, report.Series{Name: label + ", write delay", X: ds.x, Y: ds.write})
+	}
+	return out
 }
 
 // throttled sets run's MaxDelay and, over p's window, the share of

@@ -179,3 +179,30 @@ func TestInterferenceExperimentsRegistered(t *testing.T) {
 		t.Error("mixed took --writers")
 	}
 }
+
+// delay.png: writers' runs keep their one write-delay curve; runs against
+// readers show the read delay, and the write delay only if one was set.
+func TestDelaySeries(t *testing.T) {
+	ds := delaySamples{x: []float64{1, 1.5}, delay: []float64{0, 4}, read: []float64{0, 4}, write: []float64{0, 0}}
+	names := func(l *interferers) (n []string) {
+		for _, s := range ds.series("threshold 15ms", l) {
+			n = append(n, s.Name)
+		}
+		return n
+	}
+	if got := names(writerLoad); !slices.Equal(got, []string{"threshold 15ms"}) {
+		t.Errorf("writers: %v", got)
+	}
+	if got := names(backupLoad); !slices.Equal(got, []string{"threshold 15ms, read delay"}) {
+		t.Errorf("backup, no write delay: %v", got)
+	}
+	ds.write[1] = 2
+	if got := names(mixedLoad); !slices.Equal(got, []string{"threshold 15ms, read delay", "threshold 15ms, write delay"}) {
+		t.Errorf("mixed: %v", got)
+	}
+	run := ControlledRun{}
+	ds.throttled(&run, &Phase{From: 0, To: 2 * time.Second})
+	if run.MaxDelay != 4 || run.Throttled != 50 {
+		t.Errorf("max delay %v, throttled %v%%", run.MaxDelay, run.Throttled)
+	}
+}
