@@ -207,21 +207,12 @@ func (s *clusterSim) afterTick(a *csAgent) {
 			sl.inCl = inCl
 		}
 		if inCl && sl.f.Shared.Seq > sl.counted {
-			r := sl.res
-			kept := r.tracks[:0]
-			for _, tr := range r.tracks {
+			s.closeTracks(sl.res, func(tr *csTrack) {
 				if tr.seq > sl.counted && tr.seq <= sl.f.Shared.Seq {
 					tr.need--
 					tr.max = max(tr.max, s.now-tr.made)
 				}
-				if tr.need <= 0 {
-					s.recordsDone++
-					s.sharedProp = append(s.sharedProp, ms(tr.max))
-					continue
-				}
-				kept = append(kept, tr)
-			}
-			r.tracks = kept
+			})
 			sl.counted = sl.f.Shared.Seq
 		}
 		s.failureTick(sl)

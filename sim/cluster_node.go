@@ -165,3 +165,20 @@ func (s *clusterSim) trackRecord(r *csRes, rec *cluster.Shared) {
 	}
 	r.tracks = append(r.tracks, &csTrack{seq: rec.Seq, made: rec.Time.Sub(s.epoch), need: n})
 }
+
+// closeTracks runs count on each of r's open records (it takes off need
+// an agent that has applied the record, or never will), then closes those
+// no agent still needs: propagated in the time the last one took.
+func (s *clusterSim) closeTracks(r *csRes, count func(*csTrack)) {
+	kept := r.tracks[:0]
+	for _, tr := range r.tracks {
+		count(tr)
+		if tr.need <= 0 {
+			s.recordsDone++
+			s.sharedProp = append(s.sharedProp, ms(tr.max))
+			continue
+		}
+		kept = append(kept, tr)
+	}
+	r.tracks = kept
+}

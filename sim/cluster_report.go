@@ -122,13 +122,37 @@ func (s *clusterSim) summary() *ClusterScaleSummary {
 		Spread: o.Spread, IntervalMs: int(Interval / time.Millisecond), SimulatedS: o.Length.Seconds(), RateWindowS: w,
 		Events: s.events0, WatchBoundMs: ms(o.Etcd.WatchBound()), SpuriousFallbacks: s.spurious}
 	if s.formedAt >= 0 {
-		first := o.Length
-		for _, a := range s.agents {
-			first = min(first, a.start)
-		}
-		sum.FormedMs = report.Round(ms(s.formedAt-first), 1)
+		sum.FormedMs = report.Round(ms(s.formedAt-s.firstStart()), 1)
 	}
-	// Policies.
+	s.policySummary(sum)
+	sum.SharedPropagationMs, sum.SharedDeliveredMs = dist(s.sharedProp), dist(s.sharedDeliv)
+	sum.SharedRecords = s.recordsDone
+	for _, r := range s.res {
+		sum.SharedRecordsPartial += len(r.tracks)
+	}
+	s.agentSummary(sum, w)
+	s.etcdSummary(sum, w)
+	sum.PaperVsModel = s.paper(sum) // reads the rates set above
+	if s.killed != nil {
+		s.deathSummary(sum)
+	}
+	if o.OutageAt > 0 {
+		s.outageSummary(sum)
+	}
+	return sum
+}
+
+// firstStart is when the first agent started.
+func (s *clusterSim) firstStart() time.Duration {
+	first := s.o.Length
+	for _, a := range s.agents {
+		first = min(first, a.start)
+	}
+	return first
+}
+
+func (s *clusterSim) policySummary(sum *ClusterScaleSummary) {
+	o := s.o
 	var prop, effect, each, cpu []float64
 	sum.PolicyChanges = len(s.policyPut) - 1
 	sum.PolicyAppliedByAll = sum.PolicyChanges == o.Policies
@@ -155,12 +179,11 @@ func (s *clusterSim) summary() *ClusterScaleSummary {
 	sum.PolicyPropagationMs, sum.PolicyInEffectMs, sum.PolicyAgentMs = dist(prop), dist(effect), dist(each)
 	sum.PolicyBytes = len(s.policyDocs[0])
 	sum.PolicyApplyCPUMs = dist(cpu)
-	sum.SharedPropagationMs, sum.SharedDeliveredMs = dist(s.sharedProp), dist(s.sharedDeliv)
-	sum.SharedRecords = s.recordsDone
-	for _, r := range s.res {
-		sum.SharedRecordsPartial += len(r.tracks)
-	}
-	// Per agent.
+}
+
+// agentSummary: each agent's rates over the rate window w (seconds), its
+// resources and leaderships, and the handovers.
+func (s *clusterSim) agentSummary(sum *ClusterScaleSummary, w float64) {
 	var ticks, cpuPer, puts, txns, evs, bout, bin, nres []float64
 	for _, a := range s.agents {
 		nres = append(nres, float64(len(a.slots)))
@@ -179,13 +202,12 @@ func (s *clusterSim) summary() *ClusterScaleSummary {
 	sum.ResourcesPerAgent, sum.ResourcesLed, sum.LeaderlessAtKill = dist(nres), dist(s.ledAtKill), s.leaderlessAtKill
 	sum.Handovers, sum.HandoversInWindow = s.handovers, s.handoversWin
 	if s.handovers > 0 {
-		first := o.Length
-		for _, a := range s.agents {
-			first = min(first, a.start)
-		}
-		sum.LastHandoverMs = report.Round(ms(s.lastHandover-first), 1)
+		sum.LastHandoverMs = report.Round(ms(s.lastHandover-s.firstStart()), 1)
 	}
-	// etcd.
+}
+
+// etcdSummary: etcd's load over the rate window w (seconds).
+func (s *clusterSim) etcdSummary(sum *ClusterScaleSummary, w float64) {
 	sum.EtcdPutsPerS = report.Round(float64(s.puts)/w, 1)
 	sum.EtcdTxnsPerS = report.Round(float64(s.writes)/w, 1)
 	sum.EtcdRevisionsPerS = sum.EtcdTxnsPerS
@@ -197,72 +219,74 @@ func (s *clusterSim) summary() *ClusterScaleSummary {
 	sum.EtcdKeys, sum.EtcdLeases = s.keysAtEnd, s.leasesAtEnd
 	sum.EtcdUtilisation = report.Round(s.busy.Seconds()/w, 3)
 	sum.EtcdCommitMs, sum.EtcdBatch = dist(s.commitMs), dist(s.batchN)
-	sum.PaperVsModel = s.paper(sum)
-	// Failures.
-	if s.killed != nil {
-		sum.Killed, sum.KilledLed = s.killed.id, s.killedLed
-		var fall, since, over []float64
-		for _, r := range s.res {
-			var worst time.Duration = -1
-			watched, done := false, true
-			for _, sl := range r.slots {
-				m := sl.deathMode
-				if !m.watch || sl.a.dead {
-					continue
-				}
-				watched = true
-				if m.fellAt >= 0 {
-					fall = append(fall, ms(m.fellAt-o.KillAt))
-					since = append(since, ms(m.fellAt-m.lastRecAt))
-				}
-				if m.rejoinAt < 0 {
-					done = false
-				} else {
-					worst = max(worst, m.rejoinAt-o.KillAt)
-				}
-			}
-			if !watched {
+}
+
+// deathSummary: the killed leader's followers, per resource.
+func (s *clusterSim) deathSummary(sum *ClusterScaleSummary) {
+	o := s.o
+	sum.Killed, sum.KilledLed = s.killed.id, s.killedLed
+	var fall, since, over []float64
+	for _, r := range s.res {
+		var worst time.Duration = -1
+		watched, done := false, true
+		for _, sl := range r.slots {
+			m := sl.deathMode
+			if !m.watch || sl.a.dead {
 				continue
 			}
-			if done && worst >= 0 {
-				over = append(over, ms(worst))
+			watched = true
+			if m.fellAt >= 0 {
+				fall = append(fall, ms(m.fellAt-o.KillAt))
+				since = append(since, ms(m.fellAt-m.lastRecAt))
+			}
+			if m.rejoinAt < 0 {
+				done = false
 			} else {
-				sum.FailoverIncomplete++
+				worst = max(worst, m.rejoinAt-o.KillAt)
 			}
 		}
-		sum.FallbackMs, sum.FallbackSinceRecMs, sum.FailoverMs = dist(fall), dist(since), dist(over)
+		if !watched {
+			continue
+		}
+		if done && worst >= 0 {
+			over = append(over, ms(worst))
+		} else {
+			sum.FailoverIncomplete++
+		}
 	}
-	if o.OutageAt > 0 {
-		var fall, decay []float64
-		for _, a := range s.agents {
-			if a.dead {
+	sum.FallbackMs, sum.FallbackSinceRecMs, sum.FailoverMs = dist(fall), dist(since), dist(over)
+}
+
+// outageSummary: every living agent's resources after etcd was lost.
+func (s *clusterSim) outageSummary(sum *ClusterScaleSummary) {
+	var fall, decay []float64
+	for _, a := range s.agents {
+		if a.dead {
+			continue
+		}
+		for _, sl := range a.slots {
+			m := sl.outageMode
+			if !m.watch {
 				continue
 			}
-			for _, sl := range a.slots {
-				m := sl.outageMode
-				if !m.watch {
-					continue
-				}
-				if m.fellAt >= 0 {
-					fall = append(fall, ms(m.fellAt-o.OutageAt))
-				}
-				if m.decayedAt < 0 {
-					sum.OutageNotDecayed++
-					continue
-				}
-				if m.residue <= 0 {
-					sum.OutageNothingToDecay++
-					continue
-				}
-				decay = append(decay, ms(m.decayedAt-m.fellAt))
-				if m.aboveLoc {
-					sum.OutageStepAboveLocal++
-				}
+			if m.fellAt >= 0 {
+				fall = append(fall, ms(m.fellAt-s.o.OutageAt))
+			}
+			if m.decayedAt < 0 {
+				sum.OutageNotDecayed++
+				continue
+			}
+			if m.residue <= 0 {
+				sum.OutageNothingToDecay++
+				continue
+			}
+			decay = append(decay, ms(m.decayedAt-m.fellAt))
+			if m.aboveLoc {
+				sum.OutageStepAboveLocal++
 			}
 		}
-		sum.OutageFallbackMs, sum.OutageDecayMs = dist(fall), dist(decay)
 	}
-	return sum
+	sum.OutageFallbackMs, sum.OutageDecayMs = dist(fall), dist(decay)
 }
 
 // paper derives the steady-state load from the sizes and the cluster's

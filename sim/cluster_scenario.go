@@ -12,6 +12,9 @@ import (
 	"github.com/sanqos/sanqos/config"
 )
 
+// newClusterSim lays out the SAN: the agents, the resources behind them
+// with their consumers, the agents' own configs and the policy changes. The
+// random draws happen in this order, so a seed gives the same SAN.
 func newClusterSim(o ClusterScaleOptions) (*clusterSim, error) {
 	if o.Agents < o.Spread || o.Spread < 1 || o.Resources < 1 || o.Consumers < o.Resources {
 		return nil, fmt.Errorf("cluster-scale: want spread ≥ 1, agents ≥ spread, consumers ≥ resources ≥ 1 (have %d agents, spread %d, %d resources, %d consumers)",
@@ -20,65 +23,101 @@ func newClusterSim(o ClusterScaleOptions) (*clusterSim, error) {
 	s := &clusterSim{o: o, t: cluster.Timing{Fresh: o.Fresh, Decay: o.Decay, Blend: o.Blend},
 		rng: rand.New(rand.NewPCG(o.Seed, 22)), epoch: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		prefix: cluster.DefaultPrefix, kv: map[string]*csKV{}, nextLease: 0x694d7a1c2b3e0000, formedAt: -1}
-	for i := range o.Agents {
+	s.addAgents()
+	s.addResources()
+	if err := s.configureAgents(); err != nil {
+		return nil, err
+	}
+	if err := s.makePolicies(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *clusterSim) addAgents() {
+	for i := range s.o.Agents {
 		a := &csAgent{idx: i, id: fmt.Sprintf("host%03d", i), appliedPolicy: map[int]time.Duration{}, effectAt: map[int]time.Duration{}}
 		// Agents start within half a second of each other, at no
 		// common phase: their ticks and publishers are not aligned.
 		a.start = time.Duration(s.rng.Int64N(int64(500 * time.Millisecond)))
-		a.pubPhaseOff = time.Duration(s.rng.Int64N(int64(o.PublishEvery)))
+		a.pubPhaseOff = time.Duration(s.rng.Int64N(int64(s.o.PublishEvery)))
 		s.agents = append(s.agents, a)
 	}
-	// Resource r is behind agents r, r+stride, r+2·stride, … (mod the
-	// agents), stride spreading each resource's agents over the fleet;
-	// its consumers are dealt round-robin among them, the last one being
-	// the resource's writer.
+}
+
+// addResources: resource r is behind agents r, r+stride, r+2·stride, …
+// (mod the agents), stride spreading each resource's agents over the
+// fleet; its consumers are dealt round-robin among them, the last one
+// being the resource's writer.
+func (s *clusterSim) addResources() {
+	o := s.o
 	stride := max(1, o.Agents/o.Spread)
 	per, extra := o.Consumers/o.Resources, o.Consumers%o.Resources
 	ci := 0
 	for r := range o.Resources {
 		res := &csRes{idx: r, name: fmt.Sprintf("r%04d", r), excessMs: 20 + 20*s.rng.Float64()}
-		// The writer starts in the first half of the run; on odd resources
-		// it stops 5-15 s later, so shared steps rise, hold and fall, and on
-		// even ones it writes to the end, so a lost cluster leaves shared
-		// steps to decay.
-		on := time.Duration(s.rng.Int64N(int64(o.Length/2))) + time.Second
-		off := on + 5*time.Second + time.Duration(s.rng.Int64N(int64(10*time.Second)))
-		if r%2 == 0 {
-			off = o.Length + time.Second
-		}
-		res.writerOn = [2]time.Duration{on, off}
-		seen := map[int]bool{}
-		for k := range o.Spread {
-			ai := (r + k*stride) % o.Agents
-			for seen[ai] {
-				ai = (ai + 1) % o.Agents
-			}
-			seen[ai] = true
-			a := s.agents[ai]
-			sl := &csSlot{a: a, res: res, agents: map[string]cluster.Indicator{}, heard: map[string]time.Time{}, f: cluster.Follower{Mode: cluster.ModeLocal}}
-			a.slots = append(a.slots, sl)
-			res.slots = append(res.slots, sl)
-		}
+		res.writerOn = s.writerTimes(r)
+		s.placeSlots(res, stride)
 		n := per
 		if r < extra {
 			n++
 		}
-		for c := range n {
-			sl := res.slots[c%len(res.slots)]
-			addr := scaleAddr(ci)
-			ci++
-			if c == n-1 {
-				sl.writer = &cluster.Consumer{Addr: addr, Throttleable: true, WriteBps: 8e6}
-				res.writer = sl
-				continue
-			}
-			sl.readers = append(sl.readers, cluster.Consumer{Addr: addr, ReadBps: 64 << 10})
-		}
+		ci = dealConsumers(res, n, ci)
 		s.res = append(s.res, res)
 		s.slotsTotal += len(res.slots)
 	}
-	// Each agent's own config names the resources it serves; the policy
-	// sets the thresholds of all of them (the whole SAN's).
+}
+
+// writerTimes: the writer starts in the first half of the run; on odd
+// resources it stops 5-15 s later, so shared steps rise, hold and fall,
+// and on even ones it writes to the end, so a lost cluster leaves shared
+// steps to decay.
+func (s *clusterSim) writerTimes(r int) [2]time.Duration {
+	on := time.Duration(s.rng.Int64N(int64(s.o.Length/2))) + time.Second
+	off := on + 5*time.Second + time.Duration(s.rng.Int64N(int64(10*time.Second)))
+	if r%2 == 0 {
+		off = s.o.Length + time.Second
+	}
+	return [2]time.Duration{on, off}
+}
+
+// placeSlots puts res behind Spread distinct agents from its own on, by
+// stride.
+func (s *clusterSim) placeSlots(res *csRes, stride int) {
+	seen := map[int]bool{}
+	for k := range s.o.Spread {
+		ai := (res.idx + k*stride) % s.o.Agents
+		for seen[ai] {
+			ai = (ai + 1) % s.o.Agents
+		}
+		seen[ai] = true
+		a := s.agents[ai]
+		sl := &csSlot{a: a, res: res, agents: map[string]cluster.Indicator{}, heard: map[string]time.Time{}, f: cluster.Follower{Mode: cluster.ModeLocal}}
+		a.slots = append(a.slots, sl)
+		res.slots = append(res.slots, sl)
+	}
+}
+
+// dealConsumers deals res's n consumers, numbered from ci on, among its
+// slots; it returns the next number.
+func dealConsumers(res *csRes, n, ci int) int {
+	for c := range n {
+		sl := res.slots[c%len(res.slots)]
+		addr := scaleAddr(ci)
+		ci++
+		if c == n-1 {
+			sl.writer = &cluster.Consumer{Addr: addr, Throttleable: true, WriteBps: 8e6}
+			res.writer = sl
+			continue
+		}
+		sl.readers = append(sl.readers, cluster.Consumer{Addr: addr, ReadBps: 64 << 10})
+	}
+	return ci
+}
+
+// configureAgents: each agent's own config names the resources it serves
+// (the policy sets their thresholds: see makePolicies).
+func (s *clusterSim) configureAgents() error {
 	for _, a := range s.agents {
 		sort.Slice(a.slots, func(i, k int) bool { return a.slots[i].res.idx < a.slots[k].res.idx })
 		var b strings.Builder
@@ -89,31 +128,38 @@ func newClusterSim(o ClusterScaleOptions) (*clusterSim, error) {
 		a.own = []byte(b.String())
 		cfg, err := config.Parse(a.own)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		a.cfg = cfg
 		for _, sl := range a.slots {
 			ctrl, err := sharedPID(cfg, sl.res.name)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			sl.local = ctrl
 		}
 	}
-	for k := 0; k <= o.Policies; k++ {
+	return nil
+}
+
+// makePolicies writes the initial policy and each change: the thresholds
+// of every resource (the whole SAN's), 1 ms higher in odd changes, so that
+// each change is a new policy.
+func (s *clusterSim) makePolicies() error {
+	for k := 0; k <= s.o.Policies; k++ {
 		var b strings.Builder
-		th := o.Threshold + time.Duration(k%2)*time.Millisecond
+		th := s.o.Threshold + time.Duration(k%2)*time.Millisecond
 		fmt.Fprintf(&b, "threshold: %v\nresources:\n", th)
 		for _, r := range s.res {
 			fmt.Fprintf(&b, "  - name: %s\n    threshold: %v\n", r.name, th)
 		}
 		doc := []byte(b.String())
 		if _, err := cluster.ValidatePolicy(doc); err != nil {
-			return nil, err
+			return err
 		}
 		s.policyDocs = append(s.policyDocs, doc)
 	}
-	return s, nil
+	return nil
 }
 
 func (s *clusterSim) run() {
@@ -225,20 +271,11 @@ func (s *clusterSim) kill() {
 		sl.leading = false
 		// The dead agent applies nothing more: its records count as
 		// propagated once the living have them.
-		r := sl.res
-		kept := r.tracks[:0]
-		for _, tr := range r.tracks {
+		s.closeTracks(sl.res, func(tr *csTrack) {
 			if tr.seq > sl.counted {
 				tr.need--
 			}
-			if tr.need <= 0 {
-				s.recordsDone++
-				s.sharedProp = append(s.sharedProp, ms(tr.max))
-				continue
-			}
-			kept = append(kept, tr)
-		}
-		r.tracks = kept
+		})
 	}
 }
 
