@@ -426,21 +426,12 @@ func chainFor(c string) string {
 	return c
 }
 
-// onlyInterface returns the single non-loopback interface that is up, the
-// common case on a target (and in the lab's bm namespace).
+// onlyInterface returns the single non-loopback interface that is up
+// (throttle.ConsumerInterface, which `sanqos doctor` asks too).
 func onlyInterface() (string, error) {
 	ifs, err := net.Interfaces()
 	if err != nil {
 		return "", err
 	}
-	var names []string
-	for _, i := range ifs {
-		if i.Flags&net.FlagLoopback == 0 && i.Flags&net.FlagUp != 0 {
-			names = append(names, i.Name)
-		}
-	}
-	if len(names) != 1 {
-		return "", fmt.Errorf("cannot tell the interface towards the consumers among %v: give --device (or device: in the config)", names)
-	}
-	return names[0], nil
+	return throttle.ConsumerInterface(ifs)
 }
