@@ -12,7 +12,8 @@ package sim
 // goroutines of cluster.Node that carry records between that code and
 // etcd (its publisher, watches, campaigns and session), and the back end
 // each resource's agents measure. The model of Node's goroutines follows
-// node.go step by step; where it simplifies, the comment says so.
+// Node's code (cluster's node.go, election.go, balance.go, publish.go and
+// follow.go) step by step; where it simplifies, the comment says so.
 //
 // Like the rest of package sim it reads no wall clock inside the model:
 // virtual-time figures are the same for a seed. The CPU figures are the

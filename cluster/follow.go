@@ -1,0 +1,119 @@
+package cluster
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// watch keeps rs's shared record in step with etcd (see follow). Only
+// the shared record: every agent of a resource needs it, but only the
+// leader needs the other agents' indicators (watchAgents), so a follower's
+// watch traffic does not grow with the number of agents.
+//
+// A record found by the initial read is remembered but not counted as
+// fresh: only one that arrives while we watch proves a live leader (a dead
+// one's record outlives it by a TTL).
+func (n *Node) watch(rs *resState) {
+	n.follow(n.ctx, rs, DelayKey(n.cfg.Prefix, rs.name), false, nil, 0)
+}
+
+// watchAgents keeps a leader's view of every agent's indicator while its
+// leadership (ctx) lasts, from revision from on (its initial read was done
+// by the caller).
+func (n *Node) watchAgents(ctx context.Context, rs *resState, from int64) {
+	n.follow(ctx, rs, AgentsPrefix(n.cfg.Prefix, rs.name), true, func() { clear(rs.agents); clear(rs.heard) }, from)
+}
+
+// follow reads key (or the keys under it, with prefix) and watches it from
+// the next revision until ctx ends; when a watch ends (etcd compacted past
+// it, or lost its leader) it starts over with a fresh read. reset runs,
+// under n.mu, before a fresh read is applied. With from > 0 the first read
+// is skipped and the watch starts at from.
+func (n *Node) follow(ctx context.Context, rs *resState, key string, prefix bool, reset func(), from int64) {
+	var opts []clientv3.OpOption
+	if prefix {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	for ctx.Err() == nil {
+		if from == 0 {
+			gctx, cancel := context.WithTimeout(ctx, time.Second)
+			resp, err := n.cfg.Client.Get(gctx, key, opts...)
+			cancel()
+			if err != nil {
+				pause(ctx, retryPace)
+				continue
+			}
+			n.mu.Lock()
+			if reset != nil {
+				reset()
+			}
+			for _, kv := range resp.Kvs {
+				n.apply(rs, string(kv.Key), kv.Value, false)
+			}
+			n.mu.Unlock()
+			from = resp.Header.Revision + 1
+		}
+		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for wr := range n.cfg.Client.Watch(wctx, key, append(opts, clientv3.WithRev(from))...) {
+			if wr.Err() != nil {
+				break
+			}
+			n.mu.Lock()
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					n.remove(rs, string(ev.Kv.Key))
+				} else {
+					n.apply(rs, string(ev.Kv.Key), ev.Kv.Value, true)
+				}
+			}
+			n.mu.Unlock()
+		}
+		wcancel()
+		from = 0
+	}
+}
+
+// apply takes one key's value into rs. Called with n.mu held.
+func (n *Node) apply(rs *resState, key string, val []byte, live bool) {
+	switch {
+	case key == DelayKey(n.cfg.Prefix, rs.name):
+		rec, err := DecodeShared(val)
+		if err != nil {
+			n.cfg.Log.Warn("ignoring a malformed shared delay", "resource", rs.name, "err", err)
+			return
+		}
+		var now time.Time
+		if live {
+			now = n.cfg.Now()
+		}
+		if rs.f.Receive(rec, live, now) && live && rec.Yield == n.cfg.AgentID && rec.YieldRev > rs.yielded &&
+			!rs.leading && rs.requeue != nil {
+			n.cfg.Log.Info("stepping back in the election line for a less loaded agent", "resource", rs.name, "leader", rec.Leader)
+			rs.yielded = rec.YieldRev
+			rs.requeue()
+		}
+	case strings.HasPrefix(key, AgentsPrefix(n.cfg.Prefix, rs.name)):
+		ind, err := DecodeIndicator(val)
+		if err != nil {
+			n.cfg.Log.Warn("ignoring a malformed indicator", "key", key, "err", err)
+			return
+		}
+		id := agentFromKey(n.cfg.Prefix, rs.name, key)
+		rs.agents[id] = ind
+		if live {
+			rs.heard[id] = n.cfg.Now()
+		}
+	}
+}
+
+// remove forgets a deleted key (an agent's lease expired, a leader left).
+func (n *Node) remove(rs *resState, key string) {
+	if strings.HasPrefix(key, AgentsPrefix(n.cfg.Prefix, rs.name)) {
+		id := agentFromKey(n.cfg.Prefix, rs.name, key)
+		delete(rs.agents, id)
+		delete(rs.heard, id)
+	}
+}
