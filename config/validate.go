@@ -1,0 +1,399 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Error is one problem with a config, at a line.
+type Error struct {
+	Line  int
+	Field string
+	Msg   string
+}
+
+func (e Error) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("line %d: %s: %s", e.Line, e.Field, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", e.Field, e.Msg)
+}
+
+// MaxResources and MaxConsumers bound a config.
+const (
+	MaxResources = 10000
+	MaxConsumers = 100000
+)
+
+func (c *Config) validate(root *yaml.Node) []error {
+	var errs []error
+	bad := func(msg string, path ...any) {
+		errs = append(errs, Error{Line: lineOf(root, path...), Field: fieldName(path...), Msg: msg})
+	}
+	if c.Interval < 10*time.Millisecond || c.Interval > 10*time.Second {
+		bad("want 10ms..10s", "interval")
+	}
+	switch c.Backend {
+	case "auto", "edt", "delayline", "netem", "htb", "delayline+htb", "dry-run":
+	default:
+		bad("want auto|edt|delayline|netem|htb|delayline+htb|dry-run", "backend")
+	}
+	switch c.Mode {
+	case "target", "bridge":
+	default:
+		bad("want target (OUTPUT chain) or bridge (FORWARD chain)", "mode")
+	}
+	if !slices.Contains(Objectives, c.Objective) {
+		bad(fmt.Sprintf("unknown objective %q: want %s", c.Objective, strings.Join(Objectives, "|")), "objective")
+	}
+	if c.ISCSIPort < 1 || c.ISCSIPort > 65535 {
+		bad("want 1..65535", "iscsi_port")
+	}
+	if !strings.HasPrefix(c.Socket, "/") {
+		bad("want an absolute path", "socket")
+	}
+	if c.HTTP != "" {
+		if _, port, err := net.SplitHostPort(c.HTTP); err != nil || port == "" {
+			bad("want host:port (e.g. 127.0.0.1:9311), or empty to disable", "http")
+		}
+	}
+	if c.TokenFile != "" && !strings.HasPrefix(c.TokenFile, "/") {
+		bad("want an absolute path", "token_file")
+	}
+	if c.TokenFile != "" && c.HTTP == "" {
+		bad("a token opens the control API over HTTP, but http is disabled", "token_file")
+	}
+	switch c.Discovery.Source {
+	case "tgt", "lio", "iet", "static":
+	default:
+		bad("want tgt|lio|iet|static", "discovery", "source")
+	}
+	if c.Discovery.Interval < 100*time.Millisecond || c.Discovery.Interval > time.Minute {
+		bad("want 100ms..1m", "discovery", "interval")
+	}
+	if c.Discovery.Refresh < c.Discovery.Interval || c.Discovery.Refresh > 10*time.Minute {
+		bad("want discovery.interval..10m", "discovery", "refresh")
+	}
+	if c.EWMAAlpha <= 0 || c.EWMAAlpha > 1 {
+		bad("want 0 < alpha <= 1", "ewma_alpha")
+	}
+	if c.PID.Kp <= 0 {
+		bad("want > 0", "pid", "kp")
+	}
+	if c.PID.Ti <= 0 {
+		bad("want > 0 (integral time)", "pid", "ti")
+	}
+	if c.PID.Td < 0 {
+		bad("want >= 0", "pid", "td")
+	}
+	if c.DelayStep < 100*time.Microsecond || c.DelayStep > 10*time.Millisecond {
+		bad("want 100us..10ms", "delay_step")
+	}
+	if c.MaxDelay < c.DelayStep || c.MaxDelay >= 100*time.Millisecond {
+		bad("want delay_step..<100ms (TCP's minimum RTO is 200 ms)", "max_delay")
+	}
+	if c.DelayRise < 0 || c.DelayRise > c.MaxDelay {
+		bad("want 0 (no bound)..max_delay; below 2ms to avoid tail-loss probes", "delay_rise")
+	}
+	if c.DelayRamp < 0 || c.DelayRamp > 10 || math.IsNaN(c.DelayRamp) {
+		bad("want 0 (new delays at once)..10 ms of delay per ms of traffic", "delay_ramp")
+	}
+	if c.DelayFollow && c.DelayRamp > 0 {
+		bad("delay_follow and delay_ramp exclude each other", "delay_follow")
+	}
+	if lineOf(root, "delay_follow") == 0 {
+		c.DelayFollow = c.WriteDelayOn == "acks" && c.DelayRamp == 0
+	}
+	switch {
+	case c.RateLeverSteps < 0 || c.RateLeverSteps > 200:
+		bad("want 0 (the delay alone)..200 steps of write-rate caps past max_delay", "rate_lever_steps")
+	case c.RateLeverSteps > 0 && !strings.HasSuffix(c.Backend, "+htb") && c.Backend != "dry-run":
+		bad(fmt.Sprintf("needs a backend that delays and caps write rates (delayline+htb), not %s", c.Backend), "rate_lever_steps")
+	case c.RateLeverSteps > 0:
+		c.Warnings = append(c.Warnings, Error{Line: lineOf(root, "rate_lever_steps"), Field: fieldName("rate_lever_steps"),
+			Msg: "write caps queue a capped writer's segments on the target's ingress, and its TCP, which had seen its data acknowledged at once, sends spurious tail-loss probes (lab, 12 iSCSI writers at 10 ms: 250-350 DSACKed probes in six load steps, 0 RTO); see README"}.Error())
+	}
+	switch c.WriteDelayOn {
+	case "replies", "acks":
+	default:
+		bad("want replies (default) or acks", "write_delay_on")
+	}
+	if c.ThrottleableQueue < 0 || c.ThrottleableQueue > 1024 || math.IsNaN(c.ThrottleableQueue) {
+		bad("want 0 (off) or a queue of up to 1024 requests, e.g. 1.5", "throttleable_queue")
+	}
+	if c.ReadMBs < 0 || math.IsNaN(c.ReadMBs) {
+		bad("want >= 0 (0: off)", "throttleable_read_mb_s")
+	}
+	if c.WriteMBs < 0 {
+		bad("want >= 0", "throttleable_write_mb_s")
+	}
+	if c.Threshold <= 0 || c.Threshold > 10*time.Second {
+		bad("want 0..10s", "threshold")
+	}
+	if len(c.Resources) > MaxResources {
+		bad(fmt.Sprintf("%d resources, limit %d", len(c.Resources), MaxResources), "resources")
+	}
+	names := map[string]bool{}
+	consumers := 0
+	for i := range c.Resources {
+		r := &c.Resources[i]
+		if r.Name == "" || len(r.Name) > 64 || strings.ContainsAny(r.Name, " \t\n/\"") {
+			bad("want a non-empty name without spaces, quotes or slashes (≤ 64)", "resources", i, "name")
+		} else if names[r.Name] {
+			bad("duplicate resource name "+r.Name, "resources", i, "name")
+		}
+		names[r.Name] = true
+		if r.Threshold == 0 {
+			r.Threshold = c.Threshold
+		} else if r.Threshold < 0 || r.Threshold > 10*time.Second {
+			bad("want 0..10s", "resources", i, "threshold")
+		}
+		if len(r.Devices) == 0 {
+			r.Devices = []string{"auto"}
+		}
+		for k, d := range r.Devices {
+			if d == "" || strings.ContainsAny(d, "/ \t") && d != "auto" {
+				bad("want a diskstats device name (e.g. loop3, sdb) or auto", "resources", i, "devices", k)
+			}
+		}
+		if r.Policy == "" {
+			r.Policy = "read-over-write"
+		}
+		if r.Objective == "" {
+			r.Objective = c.Objective
+		}
+		if !slices.Contains(Objectives, r.Objective) {
+			bad(fmt.Sprintf("unknown objective %q: want %s", r.Objective, strings.Join(Objectives, "|")), "resources", i, "objective")
+		}
+		if !slices.Contains(Policies, r.Policy) {
+			bad(fmt.Sprintf("unknown policy %q: want %s", r.Policy, strings.Join(Policies, "|")), "resources", i, "policy")
+		}
+		errs = append(errs, c.validatePolicy(root, i)...)
+		errs = append(errs, c.validateReservations(root, i)...)
+		for _, list := range []struct {
+			key string
+			v   []string
+		}{{"important", r.Important}, {"throttleable", r.Throttleable}} {
+			for k, a := range list.v {
+				if _, err := netip.ParseAddr(a); err != nil {
+					bad(fmt.Sprintf("%q is not an IP address", a), "resources", i, list.key, k)
+				}
+			}
+			consumers += len(list.v)
+		}
+	}
+	errs = append(errs, c.validateBridge(root)...)
+	if consumers > MaxConsumers {
+		bad(fmt.Sprintf("%d static consumers, limit %d", consumers, MaxConsumers), "resources")
+	}
+	if c.Discovery.Source == "static" {
+		for i, r := range c.Resources {
+			if len(r.Devices) == 1 && r.Devices[0] == "auto" {
+				bad("static discovery needs explicit devices", "resources", i, "devices")
+			}
+		}
+	}
+	return errs
+}
+
+// validateBridge checks what bridge mode needs and refuses its settings
+// in target mode: every resource named by portals (distinct across
+// resources), no devices (there is no diskstats), and a capture interface.
+func (c *Config) validateBridge(root *yaml.Node) []error {
+	var errs []error
+	bad := func(msg string, path ...any) {
+		errs = append(errs, Error{Line: lineOf(root, path...), Field: fieldName(path...), Msg: msg})
+	}
+	if c.Mode != "bridge" {
+		if c.CaptureInterface != "" {
+			bad("applies to mode bridge only", "capture_interface")
+		}
+		for i, r := range c.Resources {
+			if len(r.Portals) > 0 {
+				bad("portals apply to mode bridge only", "resources", i, "portals")
+			}
+		}
+		return errs
+	}
+	if c.CaptureInterface == "" || len(c.CaptureInterface) > 15 || strings.ContainsAny(c.CaptureInterface, "/ \t") {
+		bad("mode bridge needs the interface towards the target (e.g. the bridge port), ≤ 15 characters", "capture_interface")
+	}
+	seen := map[netip.AddrPort]string{}
+	for i, r := range c.Resources {
+		if len(r.Portals) == 0 {
+			bad("mode bridge names a resource by its target's portals (address:port)", "resources", i, "portals")
+		}
+		if !(len(r.Devices) == 1 && r.Devices[0] == "auto") {
+			bad("mode bridge has no block devices: its read wait is measured on the wire", "resources", i, "devices")
+		}
+		for k, p := range r.Portals {
+			ap, err := netip.ParseAddrPort(p)
+			if err != nil {
+				a, aerr := netip.ParseAddr(p)
+				if aerr != nil {
+					bad(fmt.Sprintf("%q: want address:port or address", p), "resources", i, "portals", k)
+					continue
+				}
+				ap = netip.AddrPortFrom(a, uint16(c.ISCSIPort))
+			}
+			if ap.Port() == 0 {
+				bad("port 0", "resources", i, "portals", k)
+			}
+			ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+			if other, dup := seen[ap]; dup {
+				bad(fmt.Sprintf("portal %s is already resource %s's", ap, other), "resources", i, "portals", k)
+			}
+			seen[ap] = r.Name
+		}
+	}
+	return errs
+}
+
+// validatePolicy checks resource i's weights and classes against its
+// policy: settings for another policy are a mistake, not something to ignore.
+func (c *Config) validatePolicy(root *yaml.Node, i int) []error {
+	var errs []error
+	bad := func(msg string, path ...any) {
+		errs = append(errs, Error{Line: lineOf(root, path...), Field: fieldName(path...), Msg: msg})
+	}
+	r := &c.Resources[i]
+	if len(r.Weights) > 0 && r.Policy != "weighted" {
+		bad("weights apply to policy weighted only", "resources", i, "weights")
+	}
+	for _, a := range slices.Sorted(maps.Keys(r.Weights)) {
+		if _, err := netip.ParseAddr(a); err != nil {
+			bad(fmt.Sprintf("%q is not an IP address", a), "resources", i, "weights", a)
+		}
+		if w := r.Weights[a]; !(w > 0) || w > 1e6 {
+			bad("want a weight > 0 (≤ 1e6)", "resources", i, "weights", a)
+		}
+	}
+	for _, a := range slices.Sorted(maps.Keys(r.ConsumerDevices)) {
+		if _, err := netip.ParseAddr(a); err != nil {
+			bad(fmt.Sprintf("%q is not an IP address", a), "resources", i, "consumer_devices", a)
+		}
+		devs := r.ConsumerDevices[a]
+		if len(devs) == 0 {
+			bad("want at least one device", "resources", i, "consumer_devices", a)
+		}
+		explicit := !(len(r.Devices) == 1 && r.Devices[0] == "auto")
+		for k, d := range devs {
+			switch {
+			case d == "" || strings.ContainsAny(d, "/ \t"):
+				bad("want a diskstats device name (e.g. loop3, sdb)", "resources", i, "consumer_devices", a, k)
+			case explicit && !slices.Contains(r.Devices, d):
+				bad(fmt.Sprintf("%s is not one of the resource's devices", d), "resources", i, "consumer_devices", a, k)
+			}
+		}
+	}
+	if len(r.Classes) > 0 && r.Policy != "slo-classes" {
+		bad("classes apply to policy slo-classes only", "resources", i, "classes")
+	}
+	if r.Policy == "slo-classes" && len(r.Classes) == 0 {
+		bad("policy slo-classes needs at least one class", "resources", i, "policy")
+	}
+	names, members := map[string]bool{}, map[netip.Addr]string{}
+	for k := range r.Classes {
+		cl := &r.Classes[k]
+		if cl.Name == "" || len(cl.Name) > 64 || strings.ContainsAny(cl.Name, " \t\n/\"") {
+			bad("want a non-empty name without spaces, quotes or slashes (≤ 64)", "resources", i, "classes", k, "name")
+		} else if names[cl.Name] {
+			bad("duplicate class name "+cl.Name, "resources", i, "classes", k, "name")
+		}
+		names[cl.Name] = true
+		if cl.Priority == 0 {
+			cl.Priority = len(r.Classes) - k
+		}
+		if len(cl.Members) == 0 {
+			bad("want at least one member address", "resources", i, "classes", k, "members")
+		}
+		for m, s := range cl.Members {
+			a, err := netip.ParseAddr(s)
+			if err != nil {
+				bad(fmt.Sprintf("%q is not an IP address", s), "resources", i, "classes", k, "members", m)
+				continue
+			}
+			if other, dup := members[a.Unmap()]; dup {
+				bad(fmt.Sprintf("%s is already in class %s", s, other), "resources", i, "classes", k, "members", m)
+			}
+			members[a.Unmap()] = cl.Name
+		}
+		if cl.IOPS < 0 || cl.IOPS > 1e9 {
+			bad("want 0 (none) .. 1e9", "resources", i, "classes", k, "iops")
+		}
+		if cl.MBs < 0 || cl.MBs > 1e6 {
+			bad("want 0 (none) .. 1e6", "resources", i, "classes", k, "mb_s")
+		}
+		if cl.Latency < 0 || cl.Latency > 10*time.Second {
+			bad("want 0 (none) .. 10s", "resources", i, "classes", k, "latency")
+		}
+		if cl.Burst < 0 || cl.Burst > time.Hour {
+			bad("want 0 .. 1h", "resources", i, "classes", k, "burst")
+		}
+		if cl.Burst > 0 && cl.IOPS == 0 && cl.MBs == 0 {
+			bad("a burst allowance needs an iops or mb_s objective to bank", "resources", i, "classes", k, "burst")
+		}
+	}
+	return errs
+}
+
+func fieldName(path ...any) string {
+	var b strings.Builder
+	for _, p := range path {
+		switch v := p.(type) {
+		case string:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(v)
+		case int:
+			fmt.Fprintf(&b, "[%d]", v)
+		}
+	}
+	return b.String()
+}
+
+// lineOf finds the line of a field in the YAML tree (0 if absent: the
+// value came from the defaults).
+func lineOf(root *yaml.Node, path ...any) int {
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	line := 0
+	for _, p := range path {
+		switch v := p.(type) {
+		case string:
+			if n.Kind != yaml.MappingNode {
+				return line
+			}
+			found := false
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == v {
+					line = n.Content[i].Line
+					n = n.Content[i+1]
+					found = true
+					break
+				}
+			}
+			if !found {
+				return line
+			}
+		case int:
+			if n.Kind != yaml.SequenceNode || v >= len(n.Content) {
+				return line
+			}
+			n = n.Content[v]
+			line = n.Line
+		}
+	}
+	return line
+}
