@@ -31,10 +31,12 @@ consumers that saturate it (by default: writers) with a per-consumer packet
 delay on the target's network interface. No initiator is modified and no
 packet is dropped; if sanqos dies, traffic flows unthrottled.
 
-Start with 'sanqos agent --help'. Operators watch it with the dashboard
+Start with 'sanqos doctor --config FILE' (could the agent run here, and
+if not, why; it changes nothing), then 'sanqos agent --help'. Operators watch it with the dashboard
 (http://127.0.0.1:9311/ on the agent's host), 'sanqos status', or
 Prometheus (/metrics, Grafana dashboard in grafana/).`,
-		Example: `  sudo sanqos agent --config /etc/sanqos/sanqos.yaml
+		Example: `  sudo sanqos doctor --config /etc/sanqos/sanqos.yaml
+  sudo sanqos agent --config /etc/sanqos/sanqos.yaml
   sudo sanqos status --watch
   sudo sanqos throttle set 10.99.0.3 --write-delay 2ms
   sanqos report results/autonomic/latest
@@ -43,7 +45,7 @@ Prometheus (/metrics, Grafana dashboard in grafana/).`,
 		SilenceErrors: true,
 	}
 	root.AddCommand(versionCmd(), clusterCmd(), labCmd(), throttleCmd(), agentCmd(), configCmd(), cleanupCmd(), statusCmd(), reportCmd(),
-		simCmd(), tuneCmd(), adviseCmd(), captureCmd())
+		simCmd(), tuneCmd(), adviseCmd(), captureCmd(), doctorCmd())
 	completionHelp(root)
 	root.SetHelpTemplate(manHelp)
 	return root

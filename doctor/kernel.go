@@ -1,0 +1,203 @@
+package doctor
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// feature is one kernel capability some part of sanqos needs.
+type feature struct {
+	key    string // how the other checks name it
+	what   string // who needs it
+	symbol string // Kconfig symbol
+	module string // module name when built as one; "" if it cannot be
+}
+
+// features are what the backends, discovery and bridge mode use, in the
+// order the kernel check lists them.
+var features = []feature{
+	{"netem", "netem backend (the thesis' tree)", "CONFIG_NET_SCH_NETEM", "sch_netem"},
+	{"fq", "edt backend (fq releases each packet at its time)", "CONFIG_NET_SCH_FQ", "sch_fq"},
+	{"htb", "netem tree, htb backend, write caps", "CONFIG_NET_SCH_HTB", "sch_htb"},
+	{"clsact", "clsact hook for tc BPF (edt, write caps)", "CONFIG_NET_SCH_INGRESS", "sch_ingress"},
+	{"cls_bpf", "tc BPF classifier (edt, write caps)", "CONFIG_NET_CLS_BPF", "cls_bpf"},
+	{"bpf", "bpf(2) (edt, write caps)", "CONFIG_BPF_SYSCALL", ""},
+	{"cls_fw", "mark → class filter (netem, htb; else u32)", "CONFIG_NET_CLS_FW", "cls_fw"},
+	{"cls_u32", "mark → class filter fallback (netem, htb)", "CONFIG_NET_CLS_U32", "cls_u32"},
+	{"ifb", "write caps (ingress shaping)", "CONFIG_IFB", "ifb"},
+	{"mirred", "write caps (redirect to ifb)", "CONFIG_NET_ACT_MIRRED", "act_mirred"},
+	{"nfqueue", "delay line (nfnetlink_queue)", "CONFIG_NETFILTER_NETLINK_QUEUE", "nfnetlink_queue"},
+	{"xt_NFQUEUE", "delay line (iptables -j NFQUEUE)", "CONFIG_NETFILTER_XT_TARGET_NFQUEUE", "xt_NFQUEUE"},
+	{"ipset", "consumer sets (every backend but edt)", "CONFIG_IP_SET", "ip_set"},
+	{"ipset_hash_ip", "consumer sets of type hash:ip", "CONFIG_IP_SET_HASH_IP", "ip_set_hash_ip"},
+	{"xt_set", "iptables -m set / -j SET", "CONFIG_NETFILTER_XT_SET", "xt_set"},
+	{"xt_u32", "iptables -m u32 (pure-ACK tests)", "CONFIG_NETFILTER_XT_MATCH_U32", "xt_u32"},
+	{"xt_comment", "iptables -m comment (rule labels)", "CONFIG_NETFILTER_XT_MATCH_COMMENT", "xt_comment"},
+	{"ip_tables", "iptables-legacy", "CONFIG_IP_NF_IPTABLES", "ip_tables"},
+	{"iptable_filter", "filter table (delay line)", "CONFIG_IP_NF_FILTER", "iptable_filter"},
+	{"iptable_mangle", "mangle table (netem, htb marks)", "CONFIG_IP_NF_MANGLE", "iptable_mangle"},
+	{"nf_tables", "nf_tables (iptables-nft, nft)", "CONFIG_NF_TABLES", "nf_tables"},
+	{"nft_compat", "iptables-nft's xt matches and targets", "CONFIG_NFT_COMPAT", "nft_compat"},
+	{"nft_queue", "iptables-nft's NFQUEUE (nft queue)", "CONFIG_NFT_QUEUE", "nft_queue"},
+	{"netns", "network namespaces (auto's probes)", "CONFIG_NET_NS", ""},
+	{"veth", "veth (auto's probes)", "CONFIG_VETH", "veth"},
+	{"packet", "AF_PACKET capture (bridge mode)", "CONFIG_PACKET", "af_packet"},
+	{"configfs", "configfs (LIO discovery)", "CONFIG_CONFIGFS_FS", "configfs"},
+	{"lio", "LIO iSCSI target", "CONFIG_ISCSI_TARGET", "iscsi_target_mod"},
+}
+
+// state is whether the running kernel has a feature.
+type state int
+
+const (
+	unknown state = iota // no kernel config to tell
+	absent               // not configured, or a module that is not installed
+	builtin
+	loaded   // a module, loaded now
+	loadable // a module, installed: the kernel loads it on first use
+)
+
+func (s state) present() bool { return s >= builtin }
+
+func (s state) String() string {
+	return [...]string{"unknown", "no", "built in", "module, loaded", "module"}[s]
+}
+
+// kernelFacts is what the kernel check found, shared with the checks
+// that decide by it.
+type kernelFacts struct {
+	release string
+	source  string // the kernel config read, "" if none was found
+	config  map[string]string
+	state   map[string]state
+	note    map[string]string // why a feature is absent or unknown
+}
+
+func (k *kernelFacts) has(key string) bool { return k.state[key].present() }
+
+// known reports whether the kernel config said anything about key.
+func (k *kernelFacts) known(key string) bool { return k.state[key] != unknown }
+
+func (e *Env) kernelFacts() *kernelFacts {
+	if e.kernel == nil {
+		e.kernel = readKernel(e.Host)
+	}
+	return e.kernel
+}
+
+// readKernel prefers the running kernel's own config (/proc/config.gz,
+// CONFIG_IKCONFIG_PROC) over the distribution's copy in /boot, and tells a
+// module that is installed from one that is only configured, as Debian's
+// kernel packages configure far more than a host may ship.
+func readKernel(h Host) *kernelFacts {
+	k := &kernelFacts{state: map[string]state{}, note: map[string]string{}}
+	rel, _ := h.read("/proc/sys/kernel/osrelease")
+	k.release = strings.TrimSpace(string(rel))
+	if b, err := h.read("/proc/config.gz"); err == nil {
+		if cfg, err := gunzip(b); err == nil {
+			k.source, k.config = "/proc/config.gz", parseKconfig(cfg)
+		}
+	}
+	if k.source == "" && k.release != "" {
+		p := "/boot/config-" + k.release
+		if b, err := h.read(p); err == nil {
+			k.source, k.config = p, parseKconfig(b)
+		}
+	}
+	dep, _ := h.read("/lib/modules/" + k.release + "/modules.dep")
+	for _, f := range features {
+		k.state[f.key], k.note[f.key] = featureState(h, k, f, dep)
+	}
+	return k
+}
+
+func featureState(h Host, k *kernelFacts, f feature, dep []byte) (state, string) {
+	isLoaded := f.module != "" && h.exists("/sys/module/"+f.module)
+	if k.source == "" {
+		if isLoaded {
+			return loaded, ""
+		}
+		return unknown, "no kernel config (/proc/config.gz or /boot/config-" + k.release + ")"
+	}
+	switch k.config[f.symbol] {
+	case "y":
+		return builtin, ""
+	case "m":
+		if isLoaded {
+			return loaded, ""
+		}
+		if bytes.Contains(dep, []byte("/"+f.module+".ko")) {
+			return loadable, ""
+		}
+		return absent, f.symbol + "=m but " + f.module + ".ko is not installed (modules.dep)"
+	}
+	return absent, f.symbol + " is not set"
+}
+
+func gunzip(b []byte) ([]byte, error) {
+	r, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	// The kernel's config is ~250 KB; bound it against a corrupt file.
+	return io.ReadAll(io.LimitReader(r, 16<<20))
+}
+
+// parseKconfig reads "CONFIG_X=y" lines; "# CONFIG_X is not set" and
+// anything else leave X out, which is what not set means.
+func parseKconfig(b []byte) map[string]string {
+	out := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), "=")
+		if ok && strings.HasPrefix(k, "CONFIG_") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+type kernelCheck struct{ e *Env }
+
+func (kernelCheck) Name() string { return "kernel" }
+
+// Run lists every feature; it never fails on its own, since a missing
+// feature only matters to the backend that needs it (the backend check
+// decides that). It warns when it cannot tell, because then the backend
+// check cannot either.
+func (c kernelCheck) Run() Result {
+	k := c.e.kernelFacts()
+	var have, lack []string
+	for _, key := range []string{"netem", "fq", "htb", "clsact", "cls_bpf", "nfqueue", "ipset", "xt_set", "nf_tables"} {
+		switch k.state[key] {
+		case unknown:
+		case absent:
+			lack = append(lack, key)
+		default:
+			have = append(have, key)
+		}
+	}
+	var r Result
+	for _, f := range features {
+		line := fmt.Sprintf("%-15s %-15s %s", f.key, k.state[f.key], f.what)
+		if n := k.note[f.key]; n != "" && k.source != "" {
+			line += " — " + n
+		}
+		r.Detail = append(r.Detail, line)
+	}
+	if k.source == "" {
+		r.Status = Warn
+		r.Summary = fmt.Sprintf("%s: no kernel config (/proc/config.gz, /boot/config-%s): features only known when their module is loaded", k.release, k.release)
+		r.Detail = append(r.Detail, "'sanqos throttle backends' probes by building each backend in a scratch network namespace (as the agent's auto does); doctor does not, as it changes nothing")
+		return r
+	}
+	r.Summary = fmt.Sprintf("%s (%s): has %s", k.release, k.source, strings.Join(have, ", "))
+	if len(lack) > 0 {
+		r.Summary += "; lacks " + strings.Join(lack, ", ")
+	}
+	return r
+}
