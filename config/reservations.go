@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
-
-	"gopkg.in/yaml.v3"
 )
 
 // Reservation is one consumer's RAD reservation (seed 003: Resource
@@ -32,11 +30,8 @@ const (
 // one's fields, no consumer twice, no reservation on a consumer the config
 // also lists as throttleable, and their sum against capacity_mb_s (above
 // it: error, the reservations cannot all be met; above 80 %: warning).
-func (c *Config) validateReservations(root *yaml.Node, i int) []error {
-	var errs []error
-	bad := func(msg string, path ...any) {
-		errs = append(errs, Error{Line: lineOf(root, path...), Field: fieldName(path...), Msg: msg})
-	}
+func (c *Config) validateReservations(p *problems, i int) {
+	bad := p.bad
 	r := &c.Resources[i]
 	if r.Policy != "reservations" {
 		if len(r.Reservations) > 0 {
@@ -48,7 +43,7 @@ func (c *Config) validateReservations(root *yaml.Node, i int) []error {
 		if r.CapacityMBs != 0 {
 			bad("capacity_mb_s applies to policy reservations only", "resources", i, "capacity_mb_s")
 		}
-		return errs
+		return
 	}
 	if len(r.Reservations) == 0 {
 		bad("policy reservations needs at least one reservation", "resources", i, "policy")
@@ -99,11 +94,10 @@ func (c *Config) validateReservations(root *yaml.Node, i int) []error {
 		case sumMBs > r.CapacityMBs:
 			bad(fmt.Sprintf("byte reservations sum to %.3g MB/s, more than capacity_mb_s %.3g: they cannot all be met", sumMBs, r.CapacityMBs), "resources", i, "reservations")
 		case sumMBs > reservationWarnShare*r.CapacityMBs:
-			c.Warnings = append(c.Warnings, Error{Line: lineOf(root, "resources", i, "reservations"), Field: fieldName("resources", i, "reservations"),
-				Msg: fmt.Sprintf("byte reservations sum to %.3g MB/s, over %.0f%% of capacity_mb_s %.3g: little is left for the others", sumMBs, 100*reservationWarnShare, r.CapacityMBs)}.Error())
+			c.Warnings = append(c.Warnings, p.at(fmt.Sprintf("byte reservations sum to %.3g MB/s, over %.0f%% of capacity_mb_s %.3g: little is left for the others", sumMBs, 100*reservationWarnShare, r.CapacityMBs),
+				"resources", i, "reservations").Error())
 		}
 	}
-	return errs
 }
 
 // DefaultNetThreshold is the queueing delay (srtt − min_rtt of the

@@ -33,11 +33,37 @@ const (
 	MaxConsumers = 100000
 )
 
+// problems collects a config's errors in the order they are found, each
+// at its field's line in root.
+type problems struct {
+	root *yaml.Node
+	errs []error
+}
+
+// at is msg about the field at path (keys and indices from the top).
+func (p *problems) at(msg string, path ...any) Error {
+	return Error{Line: lineOf(p.root, path...), Field: fieldName(path...), Msg: msg}
+}
+
+func (p *problems) bad(msg string, path ...any) { p.errs = append(p.errs, p.at(msg, path...)) }
+
+// validate checks the config as a whole and returns every problem, in
+// the order of the checks. On the way it fills in what is left to default
+// by other fields: delay_follow, and each resource's threshold, devices,
+// policy, objective, class priorities and net_threshold.
 func (c *Config) validate(root *yaml.Node) []error {
-	var errs []error
-	bad := func(msg string, path ...any) {
-		errs = append(errs, Error{Line: lineOf(root, path...), Field: fieldName(path...), Msg: msg})
-	}
+	p := &problems{root: root}
+	c.validateAgent(p)
+	c.validateControl(p)
+	c.validateResources(p)
+	return p.errs
+}
+
+// validateAgent checks the agent's own settings: its tick, backend, mode,
+// listeners and discovery. The default objective is checked here, after
+// the mode, so that the errors keep their order.
+func (c *Config) validateAgent(p *problems) {
+	bad := p.bad
 	if c.Interval < 10*time.Millisecond || c.Interval > 10*time.Second {
 		bad("want 10ms..10s", "interval")
 	}
@@ -82,6 +108,12 @@ func (c *Config) validate(root *yaml.Node) []error {
 	if c.Discovery.Refresh < c.Discovery.Interval || c.Discovery.Refresh > 10*time.Minute {
 		bad("want discovery.interval..10m", "discovery", "refresh")
 	}
+}
+
+// validateControl checks the controller's settings: the indicator's
+// smoothing, the PID, the delays and the throttleable thresholds.
+func (c *Config) validateControl(p *problems) {
+	bad := p.bad
 	if c.EWMAAlpha <= 0 || c.EWMAAlpha > 1 {
 		bad("want 0 < alpha <= 1", "ewma_alpha")
 	}
@@ -109,7 +141,7 @@ func (c *Config) validate(root *yaml.Node) []error {
 	if c.DelayFollow && c.DelayRamp > 0 {
 		bad("delay_follow and delay_ramp exclude each other", "delay_follow")
 	}
-	if lineOf(root, "delay_follow") == 0 {
+	if lineOf(p.root, "delay_follow") == 0 {
 		c.DelayFollow = c.WriteDelayOn == "acks" && c.DelayRamp == 0
 	}
 	switch {
@@ -118,8 +150,7 @@ func (c *Config) validate(root *yaml.Node) []error {
 	case c.RateLeverSteps > 0 && !strings.HasSuffix(c.Backend, "+htb") && c.Backend != "dry-run":
 		bad(fmt.Sprintf("needs a backend that delays and caps write rates (delayline+htb), not %s", c.Backend), "rate_lever_steps")
 	case c.RateLeverSteps > 0:
-		c.Warnings = append(c.Warnings, Error{Line: lineOf(root, "rate_lever_steps"), Field: fieldName("rate_lever_steps"),
-			Msg: "write caps queue a capped writer's segments on the target's ingress, and its TCP, which had seen its data acknowledged at once, sends spurious tail-loss probes (lab, 12 iSCSI writers at 10 ms: 250-350 DSACKed probes in six load steps, 0 RTO); see README"}.Error())
+		c.Warnings = append(c.Warnings, p.at("write caps queue a capped writer's segments on the target's ingress, and its TCP, which had seen its data acknowledged at once, sends spurious tail-loss probes (lab, 12 iSCSI writers at 10 ms: 250-350 DSACKed probes in six load steps, 0 RTO); see README", "rate_lever_steps").Error())
 	}
 	switch c.WriteDelayOn {
 	case "replies", "acks":
@@ -138,80 +169,88 @@ func (c *Config) validate(root *yaml.Node) []error {
 	if c.Threshold <= 0 || c.Threshold > 10*time.Second {
 		bad("want 0..10s", "threshold")
 	}
+}
+
+// validateResources checks every resource, then what holds across them.
+func (c *Config) validateResources(p *problems) {
 	if len(c.Resources) > MaxResources {
-		bad(fmt.Sprintf("%d resources, limit %d", len(c.Resources), MaxResources), "resources")
+		p.bad(fmt.Sprintf("%d resources, limit %d", len(c.Resources), MaxResources), "resources")
 	}
 	names := map[string]bool{}
 	consumers := 0
 	for i := range c.Resources {
-		r := &c.Resources[i]
-		if r.Name == "" || len(r.Name) > 64 || strings.ContainsAny(r.Name, " \t\n/\"") {
-			bad("want a non-empty name without spaces, quotes or slashes (≤ 64)", "resources", i, "name")
-		} else if names[r.Name] {
-			bad("duplicate resource name "+r.Name, "resources", i, "name")
-		}
-		names[r.Name] = true
-		if r.Threshold == 0 {
-			r.Threshold = c.Threshold
-		} else if r.Threshold < 0 || r.Threshold > 10*time.Second {
-			bad("want 0..10s", "resources", i, "threshold")
-		}
-		if len(r.Devices) == 0 {
-			r.Devices = []string{"auto"}
-		}
-		for k, d := range r.Devices {
-			if d == "" || strings.ContainsAny(d, "/ \t") && d != "auto" {
-				bad("want a diskstats device name (e.g. loop3, sdb) or auto", "resources", i, "devices", k)
-			}
-		}
-		if r.Policy == "" {
-			r.Policy = "read-over-write"
-		}
-		if r.Objective == "" {
-			r.Objective = c.Objective
-		}
-		if !slices.Contains(Objectives, r.Objective) {
-			bad(fmt.Sprintf("unknown objective %q: want %s", r.Objective, strings.Join(Objectives, "|")), "resources", i, "objective")
-		}
-		if !slices.Contains(Policies, r.Policy) {
-			bad(fmt.Sprintf("unknown policy %q: want %s", r.Policy, strings.Join(Policies, "|")), "resources", i, "policy")
-		}
-		errs = append(errs, c.validatePolicy(root, i)...)
-		errs = append(errs, c.validateReservations(root, i)...)
-		for _, list := range []struct {
-			key string
-			v   []string
-		}{{"important", r.Important}, {"throttleable", r.Throttleable}} {
-			for k, a := range list.v {
-				if _, err := netip.ParseAddr(a); err != nil {
-					bad(fmt.Sprintf("%q is not an IP address", a), "resources", i, list.key, k)
-				}
-			}
-			consumers += len(list.v)
-		}
+		consumers += c.validateResource(p, i, names)
 	}
-	errs = append(errs, c.validateBridge(root)...)
+	c.validateBridge(p)
 	if consumers > MaxConsumers {
-		bad(fmt.Sprintf("%d static consumers, limit %d", consumers, MaxConsumers), "resources")
+		p.bad(fmt.Sprintf("%d static consumers, limit %d", consumers, MaxConsumers), "resources")
 	}
 	if c.Discovery.Source == "static" {
 		for i, r := range c.Resources {
 			if len(r.Devices) == 1 && r.Devices[0] == "auto" {
-				bad("static discovery needs explicit devices", "resources", i, "devices")
+				p.bad("static discovery needs explicit devices", "resources", i, "devices")
 			}
 		}
 	}
-	return errs
+}
+
+// validateResource checks resource i, its name against the names before
+// it, and returns how many static consumers it lists.
+func (c *Config) validateResource(p *problems, i int, names map[string]bool) (consumers int) {
+	bad := p.bad
+	r := &c.Resources[i]
+	if r.Name == "" || len(r.Name) > 64 || strings.ContainsAny(r.Name, " \t\n/\"") {
+		bad("want a non-empty name without spaces, quotes or slashes (≤ 64)", "resources", i, "name")
+	} else if names[r.Name] {
+		bad("duplicate resource name "+r.Name, "resources", i, "name")
+	}
+	names[r.Name] = true
+	if r.Threshold == 0 {
+		r.Threshold = c.Threshold
+	} else if r.Threshold < 0 || r.Threshold > 10*time.Second {
+		bad("want 0..10s", "resources", i, "threshold")
+	}
+	if len(r.Devices) == 0 {
+		r.Devices = []string{"auto"}
+	}
+	for k, d := range r.Devices {
+		if d == "" || strings.ContainsAny(d, "/ \t") && d != "auto" {
+			bad("want a diskstats device name (e.g. loop3, sdb) or auto", "resources", i, "devices", k)
+		}
+	}
+	if r.Policy == "" {
+		r.Policy = "read-over-write"
+	}
+	if r.Objective == "" {
+		r.Objective = c.Objective
+	}
+	if !slices.Contains(Objectives, r.Objective) {
+		bad(fmt.Sprintf("unknown objective %q: want %s", r.Objective, strings.Join(Objectives, "|")), "resources", i, "objective")
+	}
+	if !slices.Contains(Policies, r.Policy) {
+		bad(fmt.Sprintf("unknown policy %q: want %s", r.Policy, strings.Join(Policies, "|")), "resources", i, "policy")
+	}
+	c.validatePolicy(p, i)
+	c.validateReservations(p, i)
+	for _, list := range []struct {
+		key string
+		v   []string
+	}{{"important", r.Important}, {"throttleable", r.Throttleable}} {
+		for k, a := range list.v {
+			if _, err := netip.ParseAddr(a); err != nil {
+				bad(fmt.Sprintf("%q is not an IP address", a), "resources", i, list.key, k)
+			}
+		}
+		consumers += len(list.v)
+	}
+	return consumers
 }
 
 // validateBridge checks what bridge mode needs and refuses its settings
 // in target mode: every resource named by portals (distinct across
 // resources), no devices (there is no diskstats), and a capture interface.
-func (c *Config) validateBridge(root *yaml.Node) []error {
-	var errs []error
-	bad := func(msg string, path ...any) {
-		errs = append(errs, Error{Line: lineOf(root, path...), Field: fieldName(path...), Msg: msg})
-	}
+func (c *Config) validateBridge(p *problems) {
+	bad := p.bad
 	if c.Mode != "bridge" {
 		if c.CaptureInterface != "" {
 			bad("applies to mode bridge only", "capture_interface")
@@ -221,7 +260,7 @@ func (c *Config) validateBridge(root *yaml.Node) []error {
 				bad("portals apply to mode bridge only", "resources", i, "portals")
 			}
 		}
-		return errs
+		return
 	}
 	if c.CaptureInterface == "" || len(c.CaptureInterface) > 15 || strings.ContainsAny(c.CaptureInterface, "/ \t") {
 		bad("mode bridge needs the interface towards the target (e.g. the bridge port), ≤ 15 characters", "capture_interface")
@@ -254,16 +293,12 @@ func (c *Config) validateBridge(root *yaml.Node) []error {
 			seen[ap] = r.Name
 		}
 	}
-	return errs
 }
 
 // validatePolicy checks resource i's weights and classes against its
 // policy: settings for another policy are a mistake, not something to ignore.
-func (c *Config) validatePolicy(root *yaml.Node, i int) []error {
-	var errs []error
-	bad := func(msg string, path ...any) {
-		errs = append(errs, Error{Line: lineOf(root, path...), Field: fieldName(path...), Msg: msg})
-	}
+func (c *Config) validatePolicy(p *problems, i int) {
+	bad := p.bad
 	r := &c.Resources[i]
 	if len(r.Weights) > 0 && r.Policy != "weighted" {
 		bad("weights apply to policy weighted only", "resources", i, "weights")
@@ -294,6 +329,14 @@ func (c *Config) validatePolicy(root *yaml.Node, i int) []error {
 			}
 		}
 	}
+	c.validateClasses(p, i)
+}
+
+// validateClasses checks resource i's classes: only under policy
+// slo-classes, which needs one; distinct names, each member in one class.
+func (c *Config) validateClasses(p *problems, i int) {
+	bad := p.bad
+	r := &c.Resources[i]
 	if len(r.Classes) > 0 && r.Policy != "slo-classes" {
 		bad("classes apply to policy slo-classes only", "resources", i, "classes")
 	}
@@ -342,7 +385,6 @@ func (c *Config) validatePolicy(root *yaml.Node, i int) []error {
 			bad("a burst allowance needs an iops or mb_s objective to bank", "resources", i, "classes", k, "burst")
 		}
 	}
-	return errs
 }
 
 func fieldName(path ...any) string {
