@@ -73,9 +73,8 @@ func (e *Env) featureNeeds(name string) [][]string {
 		return mark
 	case "delayline", "delayline+htb":
 		n := append([][]string{{"nfqueue"}, table("iptable_filter")}, sets...)
-		if nft {
-			n = append(n, []string{"nft_queue"})
-		} else {
+		if !nft {
+			// iptables-nft's queue is nft's own (iptProblem).
 			n = append(n, []string{"xt_NFQUEUE"})
 		}
 		if e.Config.WriteDelayOn != "acks" {
@@ -152,7 +151,8 @@ func (e *Env) planAuto(p *plan) {
 	k, caps := e.kernelFacts(), e.capFacts()
 	edtMissing, edtUnknown := e.lacking("edt")
 	kernelEDT := len(edtMissing) == 0 && len(edtUnknown) == 0
-	if !caps.has(capSysAdmin) || !k.has("netns") || !k.has("veth") {
+	noNS := func(key string) bool { return k.known(key) && !k.has(key) }
+	if !caps.has(capSysAdmin) || noNS("netns") || noNS("veth") {
 		p.chosen = "delayline"
 		p.why = []string{"auto's probes create a scratch network namespace with a veth, which needs CAP_SYS_ADMIN and a kernel with netns and veth; " +
 			"here they would fail, and auto takes the delay line"}

@@ -26,6 +26,13 @@ func (discoveryCheck) Name() string { return "discovery" }
 
 func (c discoveryCheck) Run() Result {
 	e := c.e
+	if e.configured() && e.Config.Mode == "bridge" {
+		r := Result{Status: OK, Summary: fmt.Sprintf("bridge mode: %d resources by portal; consumers are whoever talks to them", len(e.Config.Resources))}
+		for _, res := range e.Config.Resources {
+			r.Detail = append(r.Detail, fmt.Sprintf("resource %s: portals %s", res.Name, strings.Join(res.Portals, " ")))
+		}
+		return r
+	}
 	if e.configured() && e.Config.Discovery.Source == "static" {
 		topo, _ := agent.StaticDiscoverer(e.Config).Discover()
 		r := Result{Status: OK, Summary: fmt.Sprintf("static: %d resources from the config", len(topo.Resources))}

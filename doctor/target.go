@@ -15,7 +15,8 @@ const tgtSocketDir = "/var/run/tgtd"
 
 // tgtPorts lists the control ports of the tgtd instances whose sockets
 // exist. The directory is shared by every network namespace, so the lab's
-// tgtd (in namespace bm, -C 31) shows up here too.
+// tgtd (in namespace bm, -C 31) shows up here too. Any entry named
+// socket.N counts (not only sockets), so a captured tree can stand in.
 func (h Host) tgtPorts() []int {
 	ents, err := os.ReadDir(h.path(tgtSocketDir))
 	if err != nil {
@@ -24,7 +25,7 @@ func (h Host) tgtPorts() []int {
 	var out []int
 	for _, e := range ents {
 		n, ok := strings.CutPrefix(e.Name(), "socket.")
-		if p, err := strconv.Atoi(n); ok && err == nil && e.Type()&os.ModeSocket != 0 {
+		if p, err := strconv.Atoi(n); ok && err == nil && !e.IsDir() {
 			out = append(out, p)
 		}
 	}
@@ -83,6 +84,8 @@ func (c targetCheck) Run() Result {
 	}
 	src := e.Config.Discovery.Source
 	switch {
+	case e.Config.Mode == "bridge":
+		r.Summary = "bridge mode: no target to ask; consumers come from the wire on " + e.Config.CaptureInterface
 	case src == "static":
 		r.Summary = "discovery static: the config names each resource's devices and consumers"
 	case src == "iet":
