@@ -62,8 +62,9 @@ func readToken(path string) (string, error) {
 // maxSize bounds a config file; a larger one is a mistake or an attack.
 const maxSize = 1 << 20
 
-// Parse decodes YAML over the defaults, rejecting unknown fields, and
-// validates the result as a whole.
+// Parse decodes YAML over the defaults, rejecting unknown fields, fills in
+// what defaults to other fields (applyDefaults), and validates the result
+// as a whole.
 func Parse(b []byte) (*Config, error) {
 	if len(b) > maxSize {
 		return nil, fmt.Errorf("config is %d bytes, limit %d", len(b), maxSize)
@@ -79,6 +80,7 @@ func Parse(b []byte) (*Config, error) {
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
+	c.applyDefaults(&root)
 	if errs := c.validate(&root); len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}

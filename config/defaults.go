@@ -1,6 +1,10 @@
 package config
 
-import "time"
+import (
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
 
 // Defaults are the thesis' values where it gives them.
 func Defaults() Config {
@@ -23,3 +27,44 @@ func Defaults() Config {
 		WriteDelayOn: "replies", OnsetFeedForward: true,
 	}
 }
+
+// applyDefaults fills in, once the YAML is decoded over Defaults, what a
+// config leaves to its other fields: delay_follow (from write_delay_on and
+// delay_ramp, unless the file sets it: root tells unset from false) and,
+// for each resource, its threshold and objective (the top-level ones),
+// devices (auto), policy (read-over-write), class priorities (the list's
+// order, first highest) and, under policy reservations, net_threshold.
+func (c *Config) applyDefaults(root *yaml.Node) {
+	if lineOf(root, "delay_follow") == 0 {
+		c.DelayFollow = c.WriteDelayOn == "acks" && c.DelayRamp == 0
+	}
+	for i := range c.Resources {
+		r := &c.Resources[i]
+		// An invalid top-level threshold is reported once, at its own
+		// line; inherited, it would be reported again for every resource.
+		if r.Threshold == 0 && thresholdOK(c.Threshold) {
+			r.Threshold = c.Threshold
+		}
+		if len(r.Devices) == 0 {
+			r.Devices = []string{"auto"}
+		}
+		if r.Policy == "" {
+			r.Policy = "read-over-write"
+		}
+		if r.Objective == "" {
+			r.Objective = c.Objective
+		}
+		for k := range r.Classes {
+			if cl := &r.Classes[k]; cl.Priority == 0 {
+				cl.Priority = len(r.Classes) - k
+			}
+		}
+		if r.Policy == "reservations" && r.NetThreshold == 0 {
+			r.NetThreshold = DefaultNetThreshold
+		}
+	}
+}
+
+// thresholdOK is the top-level threshold's range; applyDefaults needs it
+// too, so that a resource inherits only a valid one.
+func thresholdOK(d time.Duration) bool { return d > 0 && d <= 10*time.Second }

@@ -48,9 +48,7 @@ func (c *Config) validateReservations(p *problems, i int) {
 	if len(r.Reservations) == 0 {
 		bad("policy reservations needs at least one reservation", "resources", i, "policy")
 	}
-	if r.NetThreshold == 0 {
-		r.NetThreshold = DefaultNetThreshold
-	} else if r.NetThreshold < 100*time.Microsecond || r.NetThreshold > time.Second {
+	if r.NetThreshold < 100*time.Microsecond || r.NetThreshold > time.Second {
 		bad("want 100us..1s of queueing delay (srtt − min_rtt)", "resources", i, "net_threshold")
 	}
 	if r.CapacityMBs < 0 || r.CapacityMBs > 1e6 {

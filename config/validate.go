@@ -47,10 +47,9 @@ func (p *problems) at(msg string, path ...any) Error {
 
 func (p *problems) bad(msg string, path ...any) { p.errs = append(p.errs, p.at(msg, path...)) }
 
-// validate checks the config as a whole and returns every problem, in
-// the order of the checks. On the way it fills in what is left to default
-// by other fields: delay_follow, and each resource's threshold, devices,
-// policy, objective, class priorities and net_threshold.
+// validate checks the config as a whole, after applyDefaults, and returns
+// every problem, in the order of the checks. It changes nothing in the
+// config but its Warnings.
 func (c *Config) validate(root *yaml.Node) []error {
 	p := &problems{root: root}
 	c.validateAgent(p)
@@ -141,9 +140,6 @@ func (c *Config) validateControl(p *problems) {
 	if c.DelayFollow && c.DelayRamp > 0 {
 		bad("delay_follow and delay_ramp exclude each other", "delay_follow")
 	}
-	if lineOf(p.root, "delay_follow") == 0 {
-		c.DelayFollow = c.WriteDelayOn == "acks" && c.DelayRamp == 0
-	}
 	switch {
 	case c.RateLeverSteps < 0 || c.RateLeverSteps > 200:
 		bad("want 0 (the delay alone)..200 steps of write-rate caps past max_delay", "rate_lever_steps")
@@ -166,7 +162,7 @@ func (c *Config) validateControl(p *problems) {
 	if c.WriteMBs < 0 {
 		bad("want >= 0", "throttleable_write_mb_s")
 	}
-	if c.Threshold <= 0 || c.Threshold > 10*time.Second {
+	if !thresholdOK(c.Threshold) {
 		bad("want 0..10s", "threshold")
 	}
 }
@@ -205,24 +201,13 @@ func (c *Config) validateResource(p *problems, i int, names map[string]bool) (co
 		bad("duplicate resource name "+r.Name, "resources", i, "name")
 	}
 	names[r.Name] = true
-	if r.Threshold == 0 {
-		r.Threshold = c.Threshold
-	} else if r.Threshold < 0 || r.Threshold > 10*time.Second {
+	if r.Threshold < 0 || r.Threshold > 10*time.Second { // 0: the top-level one was invalid
 		bad("want 0..10s", "resources", i, "threshold")
-	}
-	if len(r.Devices) == 0 {
-		r.Devices = []string{"auto"}
 	}
 	for k, d := range r.Devices {
 		if d == "" || strings.ContainsAny(d, "/ \t") && d != "auto" {
 			bad("want a diskstats device name (e.g. loop3, sdb) or auto", "resources", i, "devices", k)
 		}
-	}
-	if r.Policy == "" {
-		r.Policy = "read-over-write"
-	}
-	if r.Objective == "" {
-		r.Objective = c.Objective
 	}
 	if !slices.Contains(Objectives, r.Objective) {
 		bad(fmt.Sprintf("unknown objective %q: want %s", r.Objective, strings.Join(Objectives, "|")), "resources", i, "objective")
@@ -352,9 +337,6 @@ func (c *Config) validateClasses(p *problems, i int) {
 			bad("duplicate class name "+cl.Name, "resources", i, "classes", k, "name")
 		}
 		names[cl.Name] = true
-		if cl.Priority == 0 {
-			cl.Priority = len(r.Classes) - k
-		}
 		if len(cl.Members) == 0 {
 			bad("want at least one member address", "resources", i, "classes", k, "members")
 		}
