@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -80,5 +81,28 @@ func TestKernelModuleStates(t *testing.T) {
 	k := e.kernelFacts()
 	if k.state["htb"] != loadable || k.state["netem"] != absent || !strings.Contains(k.note["netem"], "sch_netem.ko is not installed") {
 		t.Errorf("htb %v, netem %v (%s); want module, and no: not installed", k.state["htb"], k.state["netem"], k.note["netem"])
+	}
+}
+
+// On a kernel whose ipset and nf_tables are modules not loaded yet,
+// listing sets or tables would load them (the kernel autoloads on the
+// netlink request): doctor does not ask, as they could hold nothing.
+func TestNoListingThatLoadsModules(t *testing.T) {
+	var ran []string
+	e := fixture{base: "stock-6.1", ran: &ran, exec: map[string]string{"ipset list -n": "sanqos-dl.q.4\n"}}.env(t)
+	Run(e, Checks(e))
+	for _, c := range ran {
+		if strings.HasPrefix(c, "ipset") || strings.HasPrefix(c, "nft") {
+			t.Errorf("ran %q with the module not loaded", c)
+		}
+	}
+	if len(e.iptFacts().stale) != 0 {
+		t.Errorf("stale objects %v from a module not loaded", e.iptFacts().stale)
+	}
+	ran = nil
+	e = fixture{base: "stock-6.1", ran: &ran, files: map[string]string{"sys/module/ip_set/refcnt": "2\n"}, exec: map[string]string{"ipset list -n": "sanqos-dl.q.4\n"}}.env(t)
+	Run(e, Checks(e))
+	if !slices.Contains(ran, "ipset list -n") || fmt.Sprint(e.iptFacts().stale) != "[ipset: sanqos-dl.q.4]" {
+		t.Errorf("ip_set loaded: ran %q, stale %v; want the set listed", ran, e.iptFacts().stale)
 	}
 }

@@ -26,6 +26,7 @@ type fixture struct {
 	links  []Link            // nil: this host's (lo, ifb0, ifb1 down, eth0)
 	dial   bool              // an agent answers on the control socket
 	config string            // YAML; "" for no --config
+	ran    *[]string         // when set, every program run is added
 }
 
 func read(t testing.TB, path string) string {
@@ -131,7 +132,11 @@ func (f fixture) env(t *testing.T) *Env {
 	h := Host{
 		Root: root,
 		Exec: func(name string, args ...string) ([]byte, error) {
-			o, ok := out[strings.Join(append([]string{name}, args...), " ")]
+			line := strings.Join(append([]string{name}, args...), " ")
+			if f.ran != nil {
+				*f.ran = append(*f.ran, line)
+			}
+			o, ok := out[line]
 			if !ok || !installed[name] {
 				return nil, errors.New("exit status 1: not on this fixture")
 			}

@@ -20,7 +20,7 @@ type iptFacts struct {
 
 func (e *Env) iptFacts() *iptFacts {
 	if e.ipt == nil {
-		e.ipt = readIpt(e.Host)
+		e.ipt = readIpt(e.Host, e.kernelFacts())
 	}
 	return e.ipt
 }
@@ -28,8 +28,12 @@ func (e *Env) iptFacts() *iptFacts {
 // readIpt runs only listing commands. Not `iptables -S`: on a namespace
 // whose filter table was never used, iptables-legacy would instantiate
 // it; iptables-save lists only the tables in ip_tables_names.
-func readIpt(h Host) *iptFacts {
+//
+// Nor does it list what a module not loaded would hold: it holds nothing,
+// and asking (ipset's or nf_tables' netlink) makes the kernel load it.
+func readIpt(h Host, k *kernelFacts) *iptFacts {
 	f := &iptFacts{ip6: h.has("ip6tables"), nft: h.has("nft")}
+	inKernel := func(key string) bool { return k.state[key] == builtin || k.state[key] == loaded }
 	if p, err := h.LookPath("iptables"); err == nil {
 		f.iptables = p
 		if out, err := h.Exec("iptables", "-V"); err == nil {
@@ -45,7 +49,7 @@ func readIpt(h Host) *iptFacts {
 	if b, err := h.read("/proc/net/ip_tables_names"); err == nil {
 		f.tables = strings.Fields(string(b))
 	}
-	if f.nft {
+	if f.nft && inKernel("nf_tables") {
 		out, err := h.Exec("nft", "list", "tables")
 		f.nftErr = err
 		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
@@ -54,7 +58,7 @@ func readIpt(h Host) *iptFacts {
 			}
 		}
 	}
-	if h.has("iptables-save") {
+	if h.has("iptables-save") && (f.variant == "legacy" || inKernel("nf_tables")) {
 		if out, err := h.Exec("iptables-save"); err == nil {
 			for _, l := range strings.Split(string(out), "\n") {
 				if strings.HasPrefix(l, "-A ") && strings.Contains(l, "sanqos") {
@@ -63,7 +67,7 @@ func readIpt(h Host) *iptFacts {
 			}
 		}
 	}
-	if h.has("ipset") {
+	if h.has("ipset") && inKernel("ipset") {
 		if out, err := h.Exec("ipset", "list", "-n"); err == nil {
 			for _, s := range strings.Fields(string(out)) {
 				if strings.HasPrefix(s, "sanqos") {

@@ -3,7 +3,8 @@
 # machine, as root: tgt, libiscsi, iptables/ipset, fuse3, chromium (the
 # dashboard's browser test), QEMU with Debian's stock kernel, busybox and
 # cpio (the stock-kernel tier, lab/guest; open-iscsi for its kernel
-# initiator, run in the guest only), and fio built from
+# initiator, run in the guest only), strace (sanqos doctor's test that it
+# makes no state-creating system call), and fio built from
 # Debian's own source package with the libiscsi engine (Debian's binary fio
 # lacks it). Idempotent: each step is skipped when its result is present.
 set -euo pipefail
@@ -18,7 +19,7 @@ fi
 
 pkgs=(tgt libiscsi-dev libiscsi-bin iptables ipset iproute2 fuse3 kmod curl
 	dpkg-dev build-essential pkg-config zlib1g-dev libaio-dev chromium
-	qemu-system-x86 linux-image-amd64 busybox-static cpio etcd-server open-iscsi)
+	qemu-system-x86 linux-image-amd64 busybox-static cpio etcd-server open-iscsi strace)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
