@@ -72,7 +72,8 @@ type capNeed struct {
 // probes need. Netlink writes (tc, ipset, nfqueue) need CAP_NET_ADMIN;
 // iptables-legacy talks over a raw socket (CAP_NET_RAW), as does bridge
 // mode's capture; loading a tc BPF program needs CAP_BPF (or, before 5.8,
-// CAP_SYS_ADMIN); auto's probes create a network namespace (CAP_SYS_ADMIN).
+// CAP_SYS_ADMIN); auto's probes create a network namespace and the tc
+// backends' mark lease calls setns (both CAP_SYS_ADMIN).
 func (e *Env) capNeeds() []capNeed {
 	p := e.plan()
 	var out []capNeed
@@ -87,6 +88,12 @@ func (e *Env) capNeeds() []capNeed {
 	}
 	if p.uses(partBPF) {
 		out = append(out, capNeed{[]int{capBPF, capSysAdmin}, "loading the tc BPF program", true})
+	}
+	if p.chosen == "netem" || p.chosen == "htb" {
+		// throttle's startMarkLease re-enters the creator's namespace with
+		// setns, which needs CAP_SYS_ADMIN even for the namespace it is
+		// in; without it the refresher stops at once, silently.
+		out = append(out, capNeed{[]int{capSysAdmin}, "the " + p.chosen + " backend's mark lease (setns); without it consumers' marks lapse after their TTL (1 s)", false})
 	}
 	if e.backendName() == "auto" {
 		out = append(out, capNeed{[]int{capSysAdmin}, "auto's probes (a scratch network namespace); without it auto takes the delay line", false})

@@ -162,6 +162,12 @@ func TestChecks(t *testing.T) {
 			"target":       {OK, "discovery static"},
 			"discovery":    {OK, "static: 1 resources from the config"},
 		}},
+		{"htb under the systemd unit's capabilities", func(*testing.T) fixture {
+			return fixture{base: "host-6.18", status: "unit", config: tgtConfig + "backend: htb\n"}
+		}, map[string]want{
+			"capabilities": {Warn, "lacks CAP_SYS_ADMIN"},
+			"backend":      {OK, "htb"},
+		}},
 		{"unprivileged user", func(*testing.T) fixture { return fixture{base: "host-6.18", status: "user"} }, map[string]want{
 			"capabilities": {Fail, "uid 1000 lacks CAP_NET_ADMIN, CAP_NET_RAW, CAP_SYS_ADMIN"},
 			"backend":      {OK, "auto → delayline"},

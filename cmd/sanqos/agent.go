@@ -103,6 +103,9 @@ localhost, run 'ssh -L 9311:127.0.0.1:9311 target-host' and open
 http://127.0.0.1:9311/. Listening on all interfaces (--http 0.0.0.0:9311)
 exposes read-only state to the network; firewall it.
 
+Before the first start, 'sanqos doctor --config FILE' says whether the agent
+could run here with that config, and if not, why (it changes nothing).
+
 In the lab, the experiments' agent runs in namespace bm: see
 'sanqos lab dashboard'.`,
 		Example: `  sudo sanqos agent --config /etc/sanqos/sanqos.yaml
