@@ -43,168 +43,174 @@ type want struct {
 	says   string
 }
 
-// TestChecks runs every check against hosts captured from the lab machine
-// (kernel 6.18: no netem, no fq) and from Debian's stock kernel (the
-// guest's 6.1: everything as modules), with what goes wrong on real
-// targets: a taken queue, iptables-nft, several NICs, a missing device,
-// the systemd unit's capabilities, no kernel config, a running agent.
+// checkCase is a host and what each check must say of it.
+type checkCase struct {
+	name string
+	fx   func(t *testing.T) fixture
+	want map[string]want // by check; checks not named must be ok
+}
+
+// checkCases are hosts captured from the lab machine (kernel 6.18: no
+// netem, no fq) and from Debian's stock kernel (the guest's 6.1:
+// everything as modules), with what goes wrong on real targets: a taken
+// queue, iptables-nft, several NICs, a missing device, the systemd unit's
+// capabilities, no kernel config, a running agent.
+var checkCases = []checkCase{
+	{"lab host, no config", func(*testing.T) fixture { return fixture{base: "host-6.18"} }, map[string]want{
+		"kernel":     {OK, "has htb, clsact, cls_bpf, nfqueue, ipset, xt_set, nf_tables; lacks netem, fq"},
+		"backend":    {OK, "auto → delayline: neither fq (for edt) nor netem"},
+		"netfilter":  {OK, "iptables v1.8.9 (legacy)"},
+		"nfqueue":    {OK, "queue 0 is free"},
+		"interfaces": {OK, "eth0: the only non-loopback interface that is up"},
+		"target":     {OK, "found: tgt"},
+		"discovery":  {OK, "tgt (tgtadm -C 31 --lld iscsi --op show --mode target): 2 targets, 13 sessions, 2 resources, 4 consumers"},
+	}},
+	{"lab host, tgt config", func(*testing.T) fixture { return fixture{base: "host-6.18", config: tgtConfig} }, map[string]want{
+		"config":    {OK, "valid (mode target, backend auto, discovery tgt, 1 resources)"},
+		"target":    {OK, "discovery tgt: found"},
+		"listeners": {OK, "http 127.0.0.1:9311 free"},
+		"discovery": {OK, "2 targets, 13 sessions, 2 resources, 4 consumers"},
+	}},
+	{"LIO configfs from the stock-kernel guest, on the lab's loop devices", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", config: "discovery:\n  source: lio\n  root: ../discover/testdata/lio-guest/target\nresources:\n  - name: vg1\n    devices: [auto]\n"}
+	}, map[string]want{
+		"target":    {OK, "discovery lio: found"},
+		"discovery": {OK, "lio (../discover/testdata/lio-guest/target): 2 targets, 5 sessions, 2 resources, 4 consumers"},
+	}},
+	{"tgt on another control port", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", config: strings.Replace(tgtConfig, "tgt_control_port: 31", "tgt_control_port: 0", 1)}
+	}, map[string]want{
+		"target":    {Warn, "no tgtd control socket /var/run/tgtd/socket.0 (tgtd not running, or another -C); tgtd runs with -C 31: set discovery.tgt_control_port: 31"},
+		"discovery": {Warn, "tgtadm: exit status 1"},
+	}},
+	{"delay line's queue taken", queueHeld, map[string]want{
+		"nfqueue":   {Fail, "queue 0 is taken by netlink port 15876"},
+		"backend":   {Fail, "auto → delayline: NFQUEUE 0 is taken by netlink port 15876"},
+		"netfilter": {Warn, "5 sanqos rules or sets in this namespace"},
+	}},
+	{"queue taken, dry-run", func(t *testing.T) fixture {
+		f := queueHeld(t)
+		f.config = tgtConfig + "backend: dry-run\n"
+		return f
+	}, map[string]want{
+		"nfqueue":    {OK, "but the dry-run backend does not queue"},
+		"netfilter":  {Warn, "sanqos rules or sets"},
+		"backend":    {OK, "dry-run"},
+		"interfaces": {OK, "(not used by the dry-run backend)"},
+	}},
+	{"iptables-nft on a kernel without nft queue", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", exec: map[string]string{"iptables -V": "iptables v1.8.9 (nf_tables)\n"}}
+	}, map[string]want{
+		"netfilter": {Fail, "update-alternatives --set iptables /usr/sbin/iptables-legacy"},
+		"backend":   {Fail, "no nft queue (CONFIG_NFT_QUEUE)"},
+	}},
+	{"no iptables", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", noExec: []string{"iptables", "iptables-save"}}
+	}, map[string]want{
+		"netfilter": {Fail, "no iptables program"},
+		"backend":   {Fail, "no iptables program"},
+	}},
+	{"two NICs, auto takes the delay line: no device needed", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", links: append(thisHost(), up("eth1", "198.51.100.2/24"))}
+	}, map[string]want{
+		"interfaces": {Warn, "cannot tell the interface towards the consumers among [eth0 eth1]: give --device (or device: in the config)"},
+	}},
+	{"two NICs, htb needs one", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", config: tgtConfig + "backend: htb\n", links: append(thisHost(), up("eth1", "198.51.100.2/24"))}
+	}, map[string]want{
+		"interfaces": {Fail, "cannot tell the interface towards the consumers among [eth0 eth1]: give --device (or device: in the config)"},
+		"backend":    {Fail, "htb: cannot tell the interface"},
+	}},
+	{"two NICs, device given", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", config: tgtConfig + "backend: htb\ndevice: eth1\n", links: append(thisHost(), up("eth1", "198.51.100.2/24"))}
+	}, map[string]want{
+		"interfaces": {OK, "eth1 (device: in the config)"},
+		"backend":    {OK, "htb"},
+	}},
+	{"device that is not there", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", config: tgtConfig + "backend: htb\ndevice: eth9\n"}
+	}, map[string]want{
+		"interfaces": {Fail, `device "eth9" (device: in the config) is not an interface here`},
+		"backend":    {Fail, `device "eth9"`},
+	}},
+	{"netem asked of a kernel without it", func(*testing.T) fixture { return fixture{base: "host-6.18", config: tgtConfig + "backend: netem\n"} }, map[string]want{
+		"backend": {Fail, "the netem backend needs CONFIG_NET_SCH_NETEM, which this kernel lacks"},
+	}},
+	{"stock kernel as root: auto takes edt", func(*testing.T) fixture { return fixture{base: "stock-6.1"} }, map[string]want{
+		"kernel":       {OK, "6.1.0-56-amd64 (/boot/config-6.1.0-56-amd64): has netem, fq, htb, clsact, cls_bpf, nfqueue, ipset, xt_set, nf_tables"},
+		"backend":      {OK, "auto → edt: kernel has fq and tc BPF"},
+		"nfqueue":      {OK, "module not loaded yet"},
+		"capabilities": {OK, "holds what the agent needs"},
+		"target":       {OK, "found: none"},
+		"discovery":    {OK, "no target software found"},
+	}},
+	{"stock kernel, two NICs: auto's edt has no device", func(*testing.T) fixture {
+		return fixture{base: "stock-6.1", links: append(thisHost(), up("eth1", "198.51.100.2/24"))}
+	}, map[string]want{
+		"interfaces": {Fail, "cannot tell the interface"},
+		"backend":    {Fail, "auto → edt: auto: kernel has fq and tc BPF but the edt backend would fail: cannot tell the interface"},
+		"target":     {OK, ""}, "discovery": {OK, ""},
+	}},
+	{"stock kernel under the systemd unit's capabilities", func(*testing.T) fixture { return fixture{base: "stock-6.1", status: "unit"} }, map[string]want{
+		"capabilities": {Warn, "lacks CAP_SYS_ADMIN"},
+		"backend":      {Warn, "auto → delayline: this kernel runs edt, but auto's probes cannot run here"},
+		"nfqueue":      {OK, ""}, "target": {OK, ""}, "discovery": {OK, ""},
+	}},
+	{"stock kernel, edt asked under the unit's capabilities", func(*testing.T) fixture {
+		return fixture{base: "stock-6.1", status: "unit", config: staticConfig + "backend: edt\n"}
+	}, map[string]want{
+		"capabilities": {Fail, "lacks CAP_BPF or CAP_SYS_ADMIN"},
+		"backend":      {OK, "edt"},
+		"target":       {OK, "discovery static"},
+		"discovery":    {OK, "static: 1 resources from the config"},
+	}},
+	{"htb under the systemd unit's capabilities", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", status: "unit", config: tgtConfig + "backend: htb\n"}
+	}, map[string]want{
+		"capabilities": {Warn, "lacks CAP_SYS_ADMIN"},
+		"backend":      {OK, "htb"},
+	}},
+	{"unprivileged user", func(*testing.T) fixture { return fixture{base: "host-6.18", status: "user"} }, map[string]want{
+		"capabilities": {Fail, "uid 1000 lacks CAP_NET_ADMIN, CAP_NET_RAW, CAP_SYS_ADMIN"},
+		"backend":      {OK, "auto → delayline"},
+	}},
+	{"no kernel config", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", files: map[string]string{"proc/config.gz": ""}}
+	}, map[string]want{
+		"kernel":  {Warn, "no kernel config"},
+		"backend": {Warn, "cannot tell whether auto's edt probe succeeds"},
+	}},
+	{"invalid config", func(*testing.T) fixture { return fixture{base: "host-6.18", config: "interval: -1s\nbogus: 1\n"} }, map[string]want{
+		"config": {Fail, "the agent would refuse this config"},
+	}},
+	{"iet is not wired into the agent", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", config: "discovery:\n  source: iet\n  root: testdata/iet\n"}
+	}, map[string]want{
+		"target":    {Fail, `discovery source "iet" is not wired yet`},
+		"discovery": {OK, "iet (testdata/iet): 3 targets, 2 sessions, 1 resources, 3 consumers"},
+	}},
+	{"another agent running, its http port taken", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", config: tgtConfig, dial: true, files: map[string]string{
+			"run/sanqos/sanqos.sock": "socket",
+			"proc/net/tcp": "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n" +
+				"   0: 0100007F:245F 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0000000000000000 100 0 0 10 0\n",
+		}}
+	}, map[string]want{
+		"listeners": {Fail, "another agent is listening on /run/sanqos/sanqos.sock; http 127.0.0.1:9311: port taken by a listener on 127.0.0.1:9311"},
+		"discovery": {OK, ""},
+	}},
+	{"bridge mode without its capture interface", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", config: "mode: bridge\ncapture_interface: br-tgt\nresources:\n  - name: a\n    portals: [10.0.0.1]\n"}
+	}, map[string]want{
+		"interfaces": {Fail, `capture_interface "br-tgt" is not an interface here`},
+		"target":     {OK, "bridge mode: no target to ask"},
+		"discovery":  {OK, "bridge mode: 1 resources by portal"},
+	}},
+}
+
+// TestChecks runs every check on every case.
 func TestChecks(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		fx   func(t *testing.T) fixture
-		want map[string]want // by check; checks not named must be ok
-	}{
-		{"lab host, no config", func(*testing.T) fixture { return fixture{base: "host-6.18"} }, map[string]want{
-			"kernel":     {OK, "has htb, clsact, cls_bpf, nfqueue, ipset, xt_set, nf_tables; lacks netem, fq"},
-			"backend":    {OK, "auto → delayline: neither fq (for edt) nor netem"},
-			"netfilter":  {OK, "iptables v1.8.9 (legacy)"},
-			"nfqueue":    {OK, "queue 0 is free"},
-			"interfaces": {OK, "eth0: the only non-loopback interface that is up"},
-			"target":     {OK, "found: tgt"},
-			"discovery":  {OK, "tgt (tgtadm -C 31 --lld iscsi --op show --mode target): 2 targets, 13 sessions, 2 resources, 4 consumers"},
-		}},
-		{"lab host, tgt config", func(*testing.T) fixture { return fixture{base: "host-6.18", config: tgtConfig} }, map[string]want{
-			"config":    {OK, "valid (mode target, backend auto, discovery tgt, 1 resources)"},
-			"target":    {OK, "discovery tgt: found"},
-			"listeners": {OK, "http 127.0.0.1:9311 free"},
-			"discovery": {OK, "2 targets, 13 sessions, 2 resources, 4 consumers"},
-		}},
-		{"LIO configfs from the stock-kernel guest, on the lab's loop devices", func(*testing.T) fixture {
-			return fixture{base: "host-6.18", config: "discovery:\n  source: lio\n  root: ../discover/testdata/lio-guest/target\nresources:\n  - name: vg1\n    devices: [auto]\n"}
-		}, map[string]want{
-			"target":    {OK, "discovery lio: found"},
-			"discovery": {OK, "lio (../discover/testdata/lio-guest/target): 2 targets, 5 sessions, 2 resources, 4 consumers"},
-		}},
-		{"tgt on another control port", func(*testing.T) fixture {
-			return fixture{base: "host-6.18", config: strings.Replace(tgtConfig, "tgt_control_port: 31", "tgt_control_port: 0", 1)}
-		}, map[string]want{
-			"target":    {Warn, "no tgtd control socket /var/run/tgtd/socket.0 (tgtd not running, or another -C); tgtd runs with -C 31: set discovery.tgt_control_port: 31"},
-			"discovery": {Warn, "tgtadm: exit status 1"},
-		}},
-		{"delay line's queue taken", queueHeld, map[string]want{
-			"nfqueue":   {Fail, "queue 0 is taken by netlink port 15876"},
-			"backend":   {Fail, "auto → delayline: NFQUEUE 0 is taken by netlink port 15876"},
-			"netfilter": {Warn, "5 sanqos rules or sets in this namespace"},
-		}},
-		{"queue taken, dry-run", func(t *testing.T) fixture {
-			f := queueHeld(t)
-			f.config = tgtConfig + "backend: dry-run\n"
-			return f
-		}, map[string]want{
-			"nfqueue":    {OK, "but the dry-run backend does not queue"},
-			"netfilter":  {Warn, "sanqos rules or sets"},
-			"backend":    {OK, "dry-run"},
-			"interfaces": {OK, "(not used by the dry-run backend)"},
-		}},
-		{"iptables-nft on a kernel without nft queue", func(*testing.T) fixture {
-			return fixture{base: "host-6.18", exec: map[string]string{"iptables -V": "iptables v1.8.9 (nf_tables)\n"}}
-		}, map[string]want{
-			"netfilter": {Fail, "update-alternatives --set iptables /usr/sbin/iptables-legacy"},
-			"backend":   {Fail, "no nft queue (CONFIG_NFT_QUEUE)"},
-		}},
-		{"no iptables", func(*testing.T) fixture {
-			return fixture{base: "host-6.18", noExec: []string{"iptables", "iptables-save"}}
-		}, map[string]want{
-			"netfilter": {Fail, "no iptables program"},
-			"backend":   {Fail, "no iptables program"},
-		}},
-		{"two NICs, auto takes the delay line: no device needed", func(*testing.T) fixture {
-			return fixture{base: "host-6.18", links: append(thisHost(), up("eth1", "198.51.100.2/24"))}
-		}, map[string]want{
-			"interfaces": {Warn, "cannot tell the interface towards the consumers among [eth0 eth1]: give --device (or device: in the config)"},
-		}},
-		{"two NICs, htb needs one", func(*testing.T) fixture {
-			return fixture{base: "host-6.18", config: tgtConfig + "backend: htb\n", links: append(thisHost(), up("eth1", "198.51.100.2/24"))}
-		}, map[string]want{
-			"interfaces": {Fail, "cannot tell the interface towards the consumers among [eth0 eth1]: give --device (or device: in the config)"},
-			"backend":    {Fail, "htb: cannot tell the interface"},
-		}},
-		{"two NICs, device given", func(*testing.T) fixture {
-			return fixture{base: "host-6.18", config: tgtConfig + "backend: htb\ndevice: eth1\n", links: append(thisHost(), up("eth1", "198.51.100.2/24"))}
-		}, map[string]want{
-			"interfaces": {OK, "eth1 (device: in the config)"},
-			"backend":    {OK, "htb"},
-		}},
-		{"device that is not there", func(*testing.T) fixture {
-			return fixture{base: "host-6.18", config: tgtConfig + "backend: htb\ndevice: eth9\n"}
-		}, map[string]want{
-			"interfaces": {Fail, `device "eth9" (device: in the config) is not an interface here`},
-			"backend":    {Fail, `device "eth9"`},
-		}},
-		{"netem asked of a kernel without it", func(*testing.T) fixture { return fixture{base: "host-6.18", config: tgtConfig + "backend: netem\n"} }, map[string]want{
-			"backend": {Fail, "the netem backend needs CONFIG_NET_SCH_NETEM, which this kernel lacks"},
-		}},
-		{"stock kernel as root: auto takes edt", func(*testing.T) fixture { return fixture{base: "stock-6.1"} }, map[string]want{
-			"kernel":       {OK, "6.1.0-56-amd64 (/boot/config-6.1.0-56-amd64): has netem, fq, htb, clsact, cls_bpf, nfqueue, ipset, xt_set, nf_tables"},
-			"backend":      {OK, "auto → edt: kernel has fq and tc BPF"},
-			"nfqueue":      {OK, "module not loaded yet"},
-			"capabilities": {OK, "holds what the agent needs"},
-			"target":       {OK, "found: none"},
-			"discovery":    {OK, "no target software found"},
-		}},
-		{"stock kernel, two NICs: auto's edt has no device", func(*testing.T) fixture {
-			return fixture{base: "stock-6.1", links: append(thisHost(), up("eth1", "198.51.100.2/24"))}
-		}, map[string]want{
-			"interfaces": {Fail, "cannot tell the interface"},
-			"backend":    {Fail, "auto → edt: auto: kernel has fq and tc BPF but the edt backend would fail: cannot tell the interface"},
-			"target":     {OK, ""}, "discovery": {OK, ""},
-		}},
-		{"stock kernel under the systemd unit's capabilities", func(*testing.T) fixture { return fixture{base: "stock-6.1", status: "unit"} }, map[string]want{
-			"capabilities": {Warn, "lacks CAP_SYS_ADMIN"},
-			"backend":      {Warn, "auto → delayline: this kernel runs edt, but auto's probes cannot run here"},
-			"nfqueue":      {OK, ""}, "target": {OK, ""}, "discovery": {OK, ""},
-		}},
-		{"stock kernel, edt asked under the unit's capabilities", func(*testing.T) fixture {
-			return fixture{base: "stock-6.1", status: "unit", config: staticConfig + "backend: edt\n"}
-		}, map[string]want{
-			"capabilities": {Fail, "lacks CAP_BPF or CAP_SYS_ADMIN"},
-			"backend":      {OK, "edt"},
-			"target":       {OK, "discovery static"},
-			"discovery":    {OK, "static: 1 resources from the config"},
-		}},
-		{"htb under the systemd unit's capabilities", func(*testing.T) fixture {
-			return fixture{base: "host-6.18", status: "unit", config: tgtConfig + "backend: htb\n"}
-		}, map[string]want{
-			"capabilities": {Warn, "lacks CAP_SYS_ADMIN"},
-			"backend":      {OK, "htb"},
-		}},
-		{"unprivileged user", func(*testing.T) fixture { return fixture{base: "host-6.18", status: "user"} }, map[string]want{
-			"capabilities": {Fail, "uid 1000 lacks CAP_NET_ADMIN, CAP_NET_RAW, CAP_SYS_ADMIN"},
-			"backend":      {OK, "auto → delayline"},
-		}},
-		{"no kernel config", func(*testing.T) fixture {
-			return fixture{base: "host-6.18", files: map[string]string{"proc/config.gz": ""}}
-		}, map[string]want{
-			"kernel":  {Warn, "no kernel config"},
-			"backend": {Warn, "cannot tell whether auto's edt probe succeeds"},
-		}},
-		{"invalid config", func(*testing.T) fixture { return fixture{base: "host-6.18", config: "interval: -1s\nbogus: 1\n"} }, map[string]want{
-			"config": {Fail, "the agent would refuse this config"},
-		}},
-		{"iet is not wired into the agent", func(*testing.T) fixture {
-			return fixture{base: "host-6.18", config: "discovery:\n  source: iet\n  root: testdata/iet\n"}
-		}, map[string]want{
-			"target":    {Fail, `discovery source "iet" is not wired yet`},
-			"discovery": {OK, "iet (testdata/iet): 3 targets, 2 sessions, 1 resources, 3 consumers"},
-		}},
-		{"another agent running, its http port taken", func(*testing.T) fixture {
-			return fixture{base: "host-6.18", config: tgtConfig, dial: true, files: map[string]string{
-				"run/sanqos/sanqos.sock": "socket",
-				"proc/net/tcp": "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n" +
-					"   0: 0100007F:245F 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0000000000000000 100 0 0 10 0\n",
-			}}
-		}, map[string]want{
-			"listeners": {Fail, "another agent is listening on /run/sanqos/sanqos.sock; http 127.0.0.1:9311: port taken by a listener on 127.0.0.1:9311"},
-			"discovery": {OK, ""},
-		}},
-		{"bridge mode without its capture interface", func(*testing.T) fixture {
-			return fixture{base: "host-6.18", config: "mode: bridge\ncapture_interface: br-tgt\nresources:\n  - name: a\n    portals: [10.0.0.1]\n"}
-		}, map[string]want{
-			"interfaces": {Fail, `capture_interface "br-tgt" is not an interface here`},
-			"target":     {OK, "bridge mode: no target to ask"},
-			"discovery":  {OK, "bridge mode: 1 resources by portal"},
-		}},
-	} {
+	for _, tc := range checkCases {
 		t.Run(tc.name, func(t *testing.T) {
 			e := tc.fx(t).env(t)
 			rep := Run(e, Checks(e))
