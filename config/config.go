@@ -16,24 +16,36 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Load reads and validates a file.
+// Load reads and validates a file. Its errors are *FileError.
 func Load(path string) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, &FileError{Path: path, Err: err}
 	}
 	c, err := Parse(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, &FileError{Path: path, Err: fmt.Errorf("%s: %w", path, err)}
 	}
 	c.SourcePath = path
 	if c.TokenFile != "" {
 		if c.Token, err = readToken(c.TokenFile); err != nil {
-			return nil, fmt.Errorf("%s: token_file: %w", path, err)
+			return nil, &FileError{Path: path, Err: fmt.Errorf("%s: token_file: %w", path, err)}
 		}
 	}
 	return c, nil
 }
+
+// FileError is every error of Load: the config at Path, or the token file
+// it names, could not be read, or is not a valid config. Err says why and
+// names the file. It lets a caller tell a bad config from other failures
+// (sanqos exits 3 for it).
+type FileError struct {
+	Path string
+	Err  error
+}
+
+func (e *FileError) Error() string { return e.Err.Error() }
+func (e *FileError) Unwrap() error { return e.Err }
 
 // MinTokenLen is the shortest token accepted: 16 random bytes, hex.
 const MinTokenLen = 32

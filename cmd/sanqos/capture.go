@@ -37,7 +37,7 @@ the agent is let loose on them. --pcap also writes the raw packets
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(portals) == 0 {
-				return fmt.Errorf("give at least one --portal")
+				return usagef("give at least one --portal")
 			}
 			var aps []netip.AddrPort
 			for _, p := range portals {

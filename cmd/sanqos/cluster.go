@@ -38,10 +38,10 @@ type etcdOptions struct {
 // a throttle that outlives the cluster that set it.
 func (o etcdOptions) validate() error {
 	if o.Fresh < 100*time.Millisecond || o.Fresh > time.Second {
-		return fmt.Errorf("--etcd-fresh %v: want 100ms..1s", o.Fresh)
+		return usagef("--etcd-fresh %v: want 100ms..1s", o.Fresh)
 	}
 	if o.Decay < 100*time.Millisecond || o.Decay > time.Minute {
-		return fmt.Errorf("--etcd-decay %v: want 100ms..1m", o.Decay)
+		return usagef("--etcd-decay %v: want 100ms..1m", o.Decay)
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -40,7 +39,7 @@ Write it with this command rather than etcdctl, which skips the validation
 	// withEtcd runs f with a client and a 5 s deadline for its requests.
 	withEtcd := func(cmd *cobra.Command, f func(ctx context.Context, cli *clientv3.Client) error) error {
 		if endpoints == "" {
-			return errors.New("--etcd is required")
+			return usagef("--etcd is required")
 		}
 		cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
@@ -71,10 +70,10 @@ other.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			doc, err := readArg(cmd.InOrStdin(), args[0])
 			if err != nil {
-				return err
+				return configError{err}
 			}
 			if _, err := cluster.ValidatePolicy(doc); err != nil {
-				return fmt.Errorf("%s: %w (nothing written)", args[0], err)
+				return configError{fmt.Errorf("%s: %w (nothing written)", args[0], err)}
 			}
 			return withEtcd(cmd, func(ctx context.Context, cli *clientv3.Client) error {
 				p := cluster.NewPolicies(cli, prefix, nil)

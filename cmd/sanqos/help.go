@@ -8,8 +8,9 @@ import (
 )
 
 // manHelp lays out --help like a man page: NAME, SYNOPSIS, DESCRIPTION,
-// EXAMPLES, OPTIONS, COMMANDS, SEE ALSO. Every command has a Long and an
-// Example (TestEveryCommandHasHelp), so no section is ever empty.
+// EXAMPLES, OPTIONS, COMMANDS, EXIT STATUS (the root's page only), SEE
+// ALSO. Every command has a Long and an Example (TestEveryCommandHasHelp),
+// so no section is ever empty.
 const manHelp = `NAME
     {{.CommandPath}} - {{.Short}}
 
@@ -39,6 +40,10 @@ COMMANDS{{range .Commands}}{{if (or .IsAvailableCommand (eq .Name "help"))}}
     {{rpad .Name .NamePadding}} {{.Short}}{{end}}{{end}}
 
     Run '{{.CommandPath}} COMMAND --help' for a command's page.{{end}}
+{{- if not .HasParent}}
+
+EXIT STATUS
+{{exitStatus}}{{end}}
 
 SEE ALSO
     {{seeAlso .}}
@@ -54,6 +59,7 @@ func init() {
 		}
 		return strings.Join(lines, "\n")
 	})
+	cobra.AddTemplateFunc("exitStatus", func() string { return exitStatusHelp })
 	cobra.AddTemplateFunc("seeAlso", func(c *cobra.Command) string {
 		var out []string
 		if c.HasParent() {
@@ -67,7 +73,7 @@ func init() {
 			}
 		}
 		if len(out) == 0 {
-			return "README.md (the lab, the agent, known limitations), examples/sanqos.yaml"
+			return "README.md (the lab, the agent, known limitations), examples/sanqos.yaml, docs/cli.md (exit statuses, renamed flags)"
 		}
 		return strings.Join(out, ", ")
 	})

@@ -11,14 +11,20 @@ import (
 )
 
 func main() {
-	if err := rootCmd().Execute(); err != nil {
-		var code exitCodeError
-		if errors.As(err, &code) {
-			os.Exit(int(code)) // lab guest: the guest command's own exit code
-		}
-		fmt.Fprintln(os.Stderr, "sanqos:", err)
-		os.Exit(1)
+	cmd, err := rootCmd().ExecuteC()
+	if err == nil {
+		return
 	}
+	code := exitCode(err)
+	switch {
+	case errors.As(err, new(exitCodeError)):
+		// lab guest: the guest command's own exit code; its output said why.
+	case code == exitUsage:
+		fmt.Fprintf(os.Stderr, "sanqos: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
+	default:
+		fmt.Fprintln(os.Stderr, "sanqos:", err)
+	}
+	os.Exit(code)
 }
 
 func rootCmd() *cobra.Command {
@@ -47,6 +53,7 @@ Prometheus (/metrics, Grafana dashboard in grafana/).`,
 	root.AddCommand(versionCmd(), clusterCmd(), labCmd(), throttleCmd(), agentCmd(), configCmd(), cleanupCmd(), statusCmd(), reportCmd(),
 		simCmd(), tuneCmd(), adviseCmd(), captureCmd(), doctorCmd())
 	completionHelp(root)
+	wireUsage(root)
 	root.SetHelpTemplate(manHelp)
 	return root
 }

@@ -97,7 +97,7 @@ RESULTS/sim-SCENARIO/RUN-ID/, and sim.json with the wall time and speed-up
 				return err
 			}
 			if sim.Scenarios[args[0]] == nil {
-				return fmt.Errorf("no scenario %q (have %s)", args[0], strings.Join(sim.Names(), ", "))
+				return usagef("no scenario %q (have %s)", args[0], strings.Join(sim.Names(), ", "))
 			}
 			if o.Out, err = runDir(f.results, "sim-"+args[0]); err != nil {
 				return err

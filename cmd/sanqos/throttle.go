@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -50,30 +49,9 @@ write delay it set itself.`,
   sanqos throttle set 10.99.0.3 --write-rate 2MiB/s     # backend delayline+htb`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var s throttle.Setting
-			var err error
-			if readDelay == "" && writeDelay == "" && rate == "" && writeRate == "" {
-				return errors.New("give --read-delay, --write-delay, --rate and/or --write-rate")
-			}
-			if readDelay != "" {
-				if s.ReadDelay, err = throttle.ParseDelay(readDelay); err != nil {
-					return err
-				}
-			}
-			if writeDelay != "" {
-				if s.WriteDelay, err = throttle.ParseDelay(writeDelay); err != nil {
-					return err
-				}
-			}
-			if rate != "" {
-				if s.Rate, err = throttle.ParseRate(rate); err != nil {
-					return err
-				}
-			}
-			if writeRate != "" {
-				if s.WriteRate, err = throttle.ParseRate(writeRate); err != nil {
-					return err
-				}
+			s, err := parseSetting(readDelay, writeDelay, rate, writeRate)
+			if err != nil {
+				return err
 			}
 			addrs, err := parseAddrs(args)
 			if err != nil {
@@ -98,7 +76,7 @@ write delay it set itself.`,
 		Example: "  sanqos throttle clear 10.99.0.3\n  sanqos throttle clear --all",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) {
-				return errors.New("name consumers or give --all (not both)")
+				return usagef("name consumers or give --all (not both)")
 			}
 			addrs, err := parseAddrs(args)
 			if err != nil {
@@ -175,6 +153,42 @@ available of edt, netem and delayline.`,
 	return c
 }
 
+// parseSetting is throttle set's flags as one setting; a missing or
+// malformed value is a usage error naming its flag.
+func parseSetting(readDelay, writeDelay, rate, writeRate string) (throttle.Setting, error) {
+	var s throttle.Setting
+	if readDelay == "" && writeDelay == "" && rate == "" && writeRate == "" {
+		return s, usagef("give --read-delay, --write-delay, --rate and/or --write-rate")
+	}
+	for _, f := range []struct {
+		flag, v string
+		d       *time.Duration
+	}{{"read-delay", readDelay, &s.ReadDelay}, {"write-delay", writeDelay, &s.WriteDelay}} {
+		if f.v == "" {
+			continue
+		}
+		d, err := throttle.ParseDelay(f.v)
+		if err != nil {
+			return s, usagef("--%s: %w", f.flag, err)
+		}
+		*f.d = d
+	}
+	for _, f := range []struct {
+		flag, v string
+		r       *uint64
+	}{{"rate", rate, &s.Rate}, {"write-rate", writeRate, &s.WriteRate}} {
+		if f.v == "" {
+			continue
+		}
+		r, err := throttle.ParseRate(f.v)
+		if err != nil {
+			return s, usagef("--%s: %w", f.flag, err)
+		}
+		*f.r = r
+	}
+	return s, nil
+}
+
 func fmtDelay(d time.Duration) string {
 	if d == 0 {
 		return "-"
@@ -187,7 +201,7 @@ func parseAddrs(args []string) ([]netip.Addr, error) {
 	for _, s := range args {
 		a, err := netip.ParseAddr(s)
 		if err != nil || a.Zone() != "" {
-			return nil, fmt.Errorf("consumer %q is not an IPv4/IPv6 address", s)
+			return nil, usagef("consumer %q is not an IPv4/IPv6 address", s)
 		}
 		out = append(out, a.Unmap())
 	}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/sanqos/sanqos/config"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// Exit statuses, one per kind of failure, so that a script can tell a
+// mistake in its own command line from a bad config file and from a
+// command that ran and failed. Documented in 'sanqos --help'
+// (exitStatusHelp) and docs/cli.md.
+const (
+	exitOK      = 0
+	exitRuntime = 1 // the command ran and failed: no agent, etcd down, a probe failed
+	exitUsage   = 2 // the command line is wrong: unknown command or flag, bad argument
+	exitConfig  = 3 // a config or cluster policy is unreadable or invalid
+)
+
+// exitStatusHelp is the root page's EXIT STATUS section.
+const exitStatusHelp = `    0  success
+    1  the command ran and failed (no agent on the socket, etcd down, ...)
+    2  usage: unknown command or flag, missing or malformed argument
+    3  config: a config file or cluster policy is unreadable or invalid
+    'sanqos lab guest' exits with the guest command's own status.`
+
+// usageError is a mistake in the command line: exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// usagef is a usage error with a message.
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// configError is a config or policy that cannot be used: exit status 3.
+type configError struct{ err error }
+
+func (e configError) Error() string { return e.err.Error() }
+func (e configError) Unwrap() error { return e.err }
+
+// cobraUsage are the starts of the messages of cobra's own checks that run
+// before any hook of ours (finding the command, required flags, flag
+// groups): usage errors too.
+var cobraUsage = []string{
+	"unknown command ",
+	"required flag(s) ",
+	"if any flags in the group ",
+	"at least one of the flags in the group ",
+}
+
+// exitCode is the process's exit status for what Execute returned.
+func exitCode(err error) int {
+	var guest exitCodeError
+	var fileErr *config.FileError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &guest):
+		return int(guest)
+	case errors.As(err, new(usageError)):
+		return exitUsage
+	case errors.As(err, new(configError)), errors.As(err, &fileErr), errors.As(err, new(config.Error)):
+		return exitConfig
+	}
+	for _, p := range cobraUsage {
+		if strings.HasPrefix(err.Error(), p) {
+			return exitUsage
+		}
+	}
+	return exitRuntime
+}
+
+// wireUsage makes every command's command-line mistakes usage errors:
+// flag errors (with the nearest flag's name) and argument counts.
+func wireUsage(root *cobra.Command) {
+	root.SetFlagErrorFunc(flagError)
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Args != nil {
+			check := c.Args
+			c.Args = func(cmd *cobra.Command, args []string) error {
+				if err := check(cmd, args); err != nil {
+					return usageError{err}
+				}
+				return nil
+			}
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(root)
+}
+
+// flagError makes pflag's errors usage errors, naming the nearest flag
+// of an unknown one.
+func flagError(cmd *cobra.Command, err error) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "unknown flag: --"); ok {
+		if s := nearestFlag(cmd, name); s != "" {
+			msg += fmt.Sprintf(" (did you mean --%s?)", s)
+		}
+	}
+	return usageError{errors.New(msg)}
+}
+
+// nearestFlag is the visible flag of cmd closest to name, if close enough
+// to be a typo (edit distance at most 2, or a third of its length).
+func nearestFlag(cmd *cobra.Command, name string) string {
+	best, bestD := "", max(2, len(name)/3)+1
+	visit := func(f *pflag.Flag) {
+		if f.Hidden || f.Deprecated != "" {
+			return
+		}
+		if d := editDistance(name, f.Name); d < bestD {
+			best, bestD = f.Name, d
+		}
+	}
+	cmd.Flags().VisitAll(visit)
+	cmd.InheritedFlags().VisitAll(visit)
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, by bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
