@@ -76,12 +76,19 @@ func exitCode(err error) int {
 }
 
 // wireUsage makes every command's command-line mistakes usage errors:
-// flag errors (with the nearest flag's name) and argument counts.
+// flag errors (with the nearest flag's name), argument counts, and an
+// unknown subcommand of a command group, which cobra answers with the
+// group's help and status 0 (it checks subcommands only at the root).
+// A group alone still prints its help.
 func wireUsage(root *cobra.Command) {
 	root.SetFlagErrorFunc(flagError)
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
-		if c.Args != nil {
+		switch {
+		case c.HasSubCommands() && !c.Runnable():
+			c.Args = unknownCommand
+			c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+		case c.Args != nil:
 			check := c.Args
 			c.Args = func(cmd *cobra.Command, args []string) error {
 				if err := check(cmd, args); err != nil {
@@ -95,6 +102,74 @@ func wireUsage(root *cobra.Command) {
 		}
 	}
 	walk(root)
+}
+
+// unknownCommand is a group's Args: any argument is a subcommand it does
+// not have. The message names the nearest ones.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if s := suggestCommands(cmd, args[0]); len(s) > 0 {
+		msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
+	}
+	return usagef("%s", msg)
+}
+
+// helpCmd is 'sanqos help COMMAND...': cobra's own answers an unknown
+// topic with the root's usage and status 0.
+func helpCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "help [COMMAND]...",
+		Short:   "Show a command's page (the same as COMMAND --help)",
+		Long:    "Prints the page of the command named by its arguments, or the root's.",
+		Example: "  sanqos help throttle set",
+		ValidArgsFunction: func(c *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			var out []cobra.Completion
+			if cmd, _, err := c.Root().Find(args); err == nil {
+				for _, s := range cmd.Commands() {
+					if s.IsAvailableCommand() && strings.HasPrefix(s.Name(), toComplete) {
+						out = append(out, cobra.CompletionWithDesc(s.Name(), s.Short))
+					}
+				}
+			}
+			return out, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if err != nil {
+				return usageError{err}
+			}
+			if len(rest) > 0 && cmd.HasSubCommands() {
+				if err := unknownCommand(cmd, rest); err != nil {
+					return err
+				}
+			}
+			return cmd.Help()
+		},
+	}
+}
+
+// suggestCommands is cobra's suggestions for a mistyped subcommand, plus
+// a command typed with a flag run into it: "clear-all" → "clear --all".
+func suggestCommands(cmd *cobra.Command, typed string) []string {
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2
+	}
+	out := cmd.SuggestionsFor(typed)
+	for _, s := range cmd.Commands() {
+		rest, ok := strings.CutPrefix(typed, s.Name()+"-")
+		if !ok || !s.IsAvailableCommand() {
+			continue
+		}
+		if f := s.Flags().Lookup(rest); f != nil && !f.Hidden {
+			out = append(out, s.Name()+" --"+rest)
+		} else {
+			out = append(out, s.Name())
+		}
+	}
+	return out
 }
 
 // flagError makes pflag's errors usage errors, naming the nearest flag

@@ -15,7 +15,7 @@ const manHelp = `NAME
     {{.CommandPath}} - {{.Short}}
 
 SYNOPSIS
-{{- if .Runnable}}
+{{- if and .Runnable (or (not .HasAvailableSubCommands) (ne .Use .Name))}}
     {{.UseLine}}{{end}}
 {{- if .HasAvailableSubCommands}}
     {{.CommandPath}} COMMAND [flags]{{end}}

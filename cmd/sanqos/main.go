@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -20,7 +21,11 @@ func main() {
 	case errors.As(err, new(exitCodeError)):
 		// lab guest: the guest command's own exit code; its output said why.
 	case code == exitUsage:
-		fmt.Fprintf(os.Stderr, "sanqos: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
+		sep := "\n"
+		if strings.Contains(err.Error(), "\n") {
+			sep = "\n\n" // after a list of suggestions
+		}
+		fmt.Fprintf(os.Stderr, "sanqos: %v%sRun '%s --help' for usage.\n", err, sep, cmd.CommandPath())
 	default:
 		fmt.Fprintln(os.Stderr, "sanqos:", err)
 	}
@@ -53,6 +58,7 @@ Prometheus (/metrics, Grafana dashboard in grafana/).`,
 	root.AddCommand(versionCmd(), clusterCmd(), labCmd(), throttleCmd(), agentCmd(), configCmd(), cleanupCmd(), statusCmd(), reportCmd(),
 		simCmd(), tuneCmd(), adviseCmd(), captureCmd(), doctorCmd())
 	completionHelp(root)
+	root.SetHelpCommand(helpCmd())
 	wireUsage(root)
 	root.SetHelpTemplate(manHelp)
 	return root

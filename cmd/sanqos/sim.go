@@ -97,7 +97,7 @@ RESULTS/sim-SCENARIO/RUN-ID/, and sim.json with the wall time and speed-up
 				return err
 			}
 			if sim.Scenarios[args[0]] == nil {
-				return usagef("no scenario %q (have %s)", args[0], strings.Join(sim.Names(), ", "))
+				return unknownScenario(cmd, args[0])
 			}
 			if o.Out, err = runDir(f.results, "sim-"+args[0]); err != nil {
 				return err
@@ -124,6 +124,22 @@ RESULTS/sim-SCENARIO/RUN-ID/, and sim.json with the wall time and speed-up
 	f.add(c)
 	c.AddCommand(simCalibrateCmd(), simScaleCmd(), simClusterScaleCmd())
 	return c
+}
+
+// unknownScenario says that name is neither a scenario nor a command of
+// sim, and names the nearest of both.
+func unknownScenario(cmd *cobra.Command, name string) error {
+	near := suggestCommands(cmd, name)
+	for _, s := range sim.Names() {
+		if editDistance(name, s) <= 2 {
+			near = append(near, s)
+		}
+	}
+	msg := fmt.Sprintf("no scenario or command %q (scenarios: %s)", name, strings.Join(sim.Names(), ", "))
+	if len(near) > 0 {
+		msg += "\n\nDid you mean this?\n\t" + strings.Join(near, "\n\t")
+	}
+	return usagef("%s", msg)
 }
 
 func printSummary(cmd *cobra.Command, sum any) {
