@@ -10,10 +10,15 @@ import (
 // Allocation = rate per period; dispatching = the throttle): Bytes or IOs
 // of its traffic (reads + writes) in every Period.
 type Reservation struct {
-	Consumer string        `yaml:"consumer"`
-	Bytes    float64       `yaml:"bytes"`
-	IOs      float64       `yaml:"ios"`
-	Period   time.Duration `yaml:"period"`
+	// Consumer is the reserved consumer's IP address.
+	Consumer string `yaml:"consumer"`
+	// Bytes is the amount promised per period, reads and writes together;
+	// give it or ios, not both.
+	Bytes float64 `yaml:"bytes"`
+	// IOs is the number of I/Os promised per period, instead of bytes.
+	IOs float64 `yaml:"ios"`
+	// Period is the reservation's period (500ms..1m).
+	Period time.Duration `yaml:"period"`
 }
 
 // Reservation periods: shorter than a few sampling intervals cannot be

@@ -4,21 +4,38 @@ import "time"
 
 // PID holds the gains of the thesis' controller (equation 4.2).
 type PID struct {
-	Kp float64       `yaml:"kp"`
+	// Kp is the proportional gain, in delay steps per ms of error (read
+	// wait above its setpoint).
+	Kp float64 `yaml:"kp"`
+	// Ti is the integral time: the integral adds Kp × T/Ti steps per tick
+	// per ms of error (T the interval).
 	Ti time.Duration `yaml:"ti"`
+	// Td is the derivative time; 0 turns the derivative term off.
 	Td time.Duration `yaml:"td"`
 }
 
 // Resource is one shared pool sanqos protects.
 type Resource struct {
+	// Name names the resource in logs, status and metrics; with devices
+	// [auto] it also picks the discovered pool whose target IQN ends in
+	// ":name".
 	Name string `yaml:"name"`
 	// Devices are the block devices (diskstats names) whose read wait is the
 	// resource's indicator; ["auto"] discovers them from the target.
-	Devices      []string      `yaml:"devices"`
-	Threshold    time.Duration `yaml:"threshold"`
-	Important    []string      `yaml:"important"`
-	Throttleable []string      `yaml:"throttleable"`
-	Policy       string        `yaml:"policy"`
+	Devices []string `yaml:"devices"`
+	// Threshold is the read wait this resource is held under. Default: the
+	// top-level threshold.
+	Threshold time.Duration `yaml:"threshold"`
+	// Important are consumers (IP addresses) that are never slowed; under
+	// policy important-sets their reads alone are the indicator.
+	Important []string `yaml:"important"`
+	// Throttleable are consumers (IP addresses) that are slowed whenever
+	// the resource is above its threshold, whatever their rates.
+	Throttleable []string `yaml:"throttleable"`
+	// Policy decides who is slowed and how: read-over-write,
+	// important-sets, weighted, slo-classes or reservations
+	// (docs/operator-guide.md, "Policies").
+	Policy string `yaml:"policy"`
 	// Objective says what the threshold bounds: "mean" (the thesis: the
 	// smoothed read wait is held at it) or "p95" (the 95th percentile of
 	// the per-interval read wait is held at it). Default: the top-level
@@ -39,11 +56,16 @@ type Resource struct {
 	// Portals name the resource in bridge mode: the target's address:port
 	// (port default iscsi_port), since a bridge has no tgtadm to ask.
 	Portals []string `yaml:"portals"`
-	// Reservations, NetThreshold and CapacityMBs configure the
-	// reservations policy (reservations.go).
+	// Reservations are the reservations policy's promises: an amount of
+	// a consumer's traffic in every period (reservations.go).
 	Reservations []Reservation `yaml:"reservations"`
+	// NetThreshold is the queueing delay (srtt − min_rtt of the
+	// consumers' connections) above which the reservations policy calls
+	// the network congested.
 	NetThreshold time.Duration `yaml:"net_threshold"`
-	CapacityMBs  float64       `yaml:"capacity_mb_s"`
+	// CapacityMBs is the resource's capacity as the reservations policy
+	// checks the reservations against it (0: unknown, not checked).
+	CapacityMBs float64 `yaml:"capacity_mb_s"`
 }
 
 // Objectives are what a threshold can bound (see Resource.Objective).
@@ -56,7 +78,10 @@ var Policies = []string{"read-over-write", "important-sets", "weighted", "slo-cl
 // knowledge and power users): its members and their objectives. A zero
 // objective is none.
 type Class struct {
-	Name    string   `yaml:"name"`
+	// Name names the class in status and summaries.
+	Name string `yaml:"name"`
+	// Members are the class's consumers (IP addresses); a consumer is in
+	// one class at most.
 	Members []string `yaml:"members"`
 	// Priority orders who is slowed first when classes must give way:
 	// lower first. Default: the order of the list, first highest.
@@ -74,36 +99,66 @@ type Class struct {
 
 // Config is the agent's whole configuration.
 type Config struct {
-	Interval  time.Duration `yaml:"interval"`
-	Backend   string        `yaml:"backend"`
-	Mode      string        `yaml:"mode"`
-	ISCSIPort int           `yaml:"iscsi_port"`
-	Device    string        `yaml:"device"`
+	// Interval is the sample period of /proc/diskstats and the tick of
+	// every resource's controller.
+	Interval time.Duration `yaml:"interval"`
+	// Backend is how consumers are slowed: auto (edt where the kernel has
+	// fq and tc BPF, else netem, else the delay line; `sanqos doctor` says
+	// which and why), edt, netem, delayline, htb (rate caps only),
+	// delayline+htb (the delay line and write-rate caps) or dry-run
+	// (records what it would do, touches nothing: a shadow agent).
+	Backend string `yaml:"backend"`
+	// Mode is where the agent runs: target (on the iSCSI target; OUTPUT
+	// chain) or bridge (on a Linux bridge in front of it; FORWARD chain,
+	// read wait measured on the wire).
+	Mode string `yaml:"mode"`
+	// ISCSIPort is the target's TCP port: the traffic from it is throttled
+	// and its connections are the consumers' rates.
+	ISCSIPort int `yaml:"iscsi_port"`
+	// Device is the interface towards the consumers, for the backends
+	// that attach qdiscs (edt, netem, htb, delayline+htb). Default: the
+	// only non-loopback interface that is up; with several, set it.
+	Device string `yaml:"device"`
 	// CaptureInterface is where bridge mode watches the iSCSI traffic:
 	// the bridge port towards the target.
 	CaptureInterface string `yaml:"capture_interface"`
-	Socket           string `yaml:"socket"`
-	HTTP             string `yaml:"http"`
+	// Socket is the control API's unix socket (root only), which the CLI
+	// (sanqos status, sanqos throttle) talks to.
+	Socket string `yaml:"socket"`
+	// HTTP is the read-only listener of the dashboard, /metrics and
+	// /api/status, host:port; empty turns it off.
+	HTTP string `yaml:"http"`
 	// TokenFile holds the bearer token that opens the control API on the
 	// HTTP listener (root-only file); without it HTTP is read-only.
 	TokenFile string `yaml:"token_file"`
 	// Token is TokenFile's content, read by Load.
-	Token     string        `yaml:"-"`
-	Discovery Discovery     `yaml:"discovery"`
+	Token string `yaml:"-"`
+	// Discovery is where resources and consumers come from.
+	Discovery Discovery `yaml:"discovery"`
+	// Threshold is the read wait every resource is held under unless it
+	// sets its own.
 	Threshold time.Duration `yaml:"threshold"`
 	// Objective is the resources' default objective (mean|p95).
-	Objective string        `yaml:"objective"`
-	EWMAAlpha float64       `yaml:"ewma_alpha"`
-	PID       PID           `yaml:"pid"`
+	Objective string `yaml:"objective"`
+	// EWMAAlpha smooths the read-wait indicator, per interval (thesis:
+	// 0.25 at 100 ms; 0.5 settles a writer burst four times faster in the
+	// lab).
+	EWMAAlpha float64 `yaml:"ewma_alpha"`
+	// PID holds the controller's gains (thesis eq. 4.2, single-sided, with
+	// anti-windup); `sanqos tune` searches them on the simulator.
+	PID PID `yaml:"pid"`
+	// DelayStep is one controller step of added delay.
 	DelayStep time.Duration `yaml:"delay_step"`
-	MaxDelay  time.Duration `yaml:"max_delay"`
+	// MaxDelay is the most delay the controller applies to a consumer,
+	// kept far below TCP's 200 ms minimum retransmission timeout.
+	MaxDelay time.Duration `yaml:"max_delay"`
 	// DelayRise bounds a consumer's delay growth per tick to 2 × its last
 	// delay + DelayRise, so throttling never outruns TCP's tail-loss probe
 	// timer (2·srtt + 2 ms, rounded up to a jiffy: recent kernels add
 	// TCP_TIMEOUT_MIN_US; older kernels add 2 jiffies, 8 ms at HZ=250);
 	// keep it below 2 ms. 0 (default) disables the bound: in the lab a bound
 	// that removes most probes (1 ms) doubled the 10 ms threshold's p95,
-	// and 6 ms removed none (README, "Delay rise limit").
+	// and 6 ms removed none (docs/architecture.md, "Delay rise limit").
 	DelayRise time.Duration `yaml:"delay_rise"`
 	// DelayRamp is how fast the delay line lets a connection's delay
 	// grow, in ms of delay per ms of its traffic (throttle/ramp.go), so
@@ -111,7 +166,8 @@ type Config struct {
 	// tail-loss probe; a new connection takes its consumer's delay from
 	// its SYN-ACK on. 0 (default) applies each new delay at once, one FIFO
 	// per consumer: in the lab 0.5 removed the probes but let load steps
-	// through (p95 1.5–2.2 × the threshold; README, "delay_ramp").
+	// through (p95 1.5–2.2 × the threshold; docs/architecture.md,
+	// "delay_ramp").
 	DelayRamp float64 `yaml:"delay_ramp"`
 	// DelayFollow has the delay line cap each packet's delay by a model
 	// of its sender's srtt (throttle/follow.go): the fastest rise that
@@ -121,8 +177,8 @@ type Config struct {
 	// held packets are the target's own, which its TCP does not resend
 	// while they are still queued on its host, and the consumers' data
 	// is acknowledged on time: nothing needs the ramp, and it would only
-	// let each load step through for a few round trips (README,
-	// "delay_follow").
+	// let each load step through for a few round trips
+	// (docs/architecture.md, "delay_follow").
 	DelayFollow bool `yaml:"delay_follow"`
 	// WriteDelayOn says which packets carry a write delay: "replies"
 	// (default: the target's R2Ts and status; ACKs of the consumer's data
@@ -139,8 +195,10 @@ type Config struct {
 	// (agent, lever.go): at the top of the range the capped writers keep
 	// 10 % of the rate they had when the delay ran out. 0 (default): the
 	// delay is the only lever. Needs a backend that caps write rates.
-	RateLeverSteps int     `yaml:"rate_lever_steps"`
-	WriteMBs       float64 `yaml:"throttleable_write_mb_s"`
+	RateLeverSteps int `yaml:"rate_lever_steps"`
+	// WriteMBs is the write rate (EWMA) above which a consumer is
+	// throttleable: the thesis' rule.
+	WriteMBs float64 `yaml:"throttleable_write_mb_s"`
 	// ThrottleableQueue is the mean number of a consumer's requests in a
 	// resource (over half a second) at which it counts as saturating
 	// it, in whichever direction: a backup's readers and a VM's random
@@ -150,10 +208,12 @@ type Config struct {
 	// rule; both 0 is the thesis: only writers above
 	// throttleable_write_mb_s and the static throttleable consumers are
 	// slowed. Defaults 1.25 and 1 MB/s (agent/saturation.go).
-	ThrottleableQueue float64    `yaml:"throttleable_queue"`
-	ReadMBs           float64    `yaml:"throttleable_read_mb_s"`
-	Resources         []Resource `yaml:"resources"`
-	SourcePath        string     `yaml:"-"`
+	ThrottleableQueue float64 `yaml:"throttleable_queue"`
+	ReadMBs           float64 `yaml:"throttleable_read_mb_s"`
+	// Resources are the shared pools the agent protects, each with its
+	// own controller. None: the agent serves manual throttles only.
+	Resources  []Resource `yaml:"resources"`
+	SourcePath string     `yaml:"-"`
 	// Warnings are problems that do not stop the config (e.g. reservations
 	// close to the stated capacity); the agent logs them.
 	Warnings []string `yaml:"-"`
@@ -161,7 +221,14 @@ type Config struct {
 
 // Discovery chooses where consumers and resources come from.
 type Discovery struct {
-	Source   string        `yaml:"source"` // tgt|lio|iet|static
+	// Source is where the map of resources and consumers comes from: tgt
+	// (tgtadm), lio (configfs; sessions under node ACLs), static (the
+	// config's devices and consumers only) or iet (parsed, but the agent
+	// does not wire it yet and refuses to start).
+	Source string `yaml:"source"`
+	// Interval is how often discovery runs when the agent cannot watch
+	// the target's connections (bridge mode, other sources), and how
+	// long after a login it looks again.
 	Interval time.Duration `yaml:"interval"`
 	// Refresh is how often discovery runs anyway when the agent sees the
 	// target's iSCSI connections (mode target): then it rediscovers when
@@ -170,6 +237,9 @@ type Discovery struct {
 	// shows (a LUN added to a target).
 	Refresh time.Duration `yaml:"refresh"`
 	// TgtControlPort is tgtadm's -C (0: default socket).
-	TgtControlPort int    `yaml:"tgt_control_port"`
-	Root           string `yaml:"root"` // configfs or /proc/net/iet root (tests, containers)
+	TgtControlPort int `yaml:"tgt_control_port"`
+	// Root is where source lio reads configfs (default
+	// /sys/kernel/config/target) or iet reads /proc/net/iet: for
+	// containers, a second configfs mount and tests.
+	Root string `yaml:"root"`
 }
