@@ -420,9 +420,10 @@ func (cr *controlledRuns) bridgeSummary(thr time.Duration) (any, error) {
 
 // delaySamples are the agent's throttles sampled every 500 ms: at x (s),
 // the largest delay acting on the interferers (ms), the largest read and
-// write delay on anyone (ms), and the sum of the write-rate caps of the
-// second lever (MB/s, 0 with none).
-type delaySamples struct{ x, delay, read, write, caps []float64 }
+// write delay on anyone (ms), the larger of the two on the protected
+// reader b2 itself (ms), and the sum of the write-rate caps of the second
+// lever (MB/s, 0 with none).
+type delaySamples struct{ x, delay, read, write, reader, caps []float64 }
 
 // delaySampler samples the agent's throttles as phase events (the agent
 // is the source of truth for what it applied): the delay acting is the
@@ -443,8 +444,10 @@ func delaySampler(a *LabAgent, length time.Duration, l *interferers, ds *delaySa
 				rd, wd = math.Max(rd, float64(s.ReadDelay)/1e6), math.Max(wd, float64(s.WriteDelay)/1e6)
 				c += float64(s.WriteRate) / 1e6
 			}
+			b2 := m[HostAddr("b2")]
 			ds.x = append(ds.x, t.Seconds())
 			ds.delay, ds.read, ds.write = append(ds.delay, d), append(ds.read, rd), append(ds.write, wd)
+			ds.reader = append(ds.reader, float64(max(b2.ReadDelay, b2.WriteDelay))/1e6)
 			ds.caps = append(ds.caps, c)
 			return nil
 		}})
@@ -454,7 +457,9 @@ func delaySampler(a *LabAgent, length time.Duration, l *interferers, ds *delaySa
 
 // series is a run's curves in delay.png: the write delay for writers;
 // for interferers that read, the read delay and, if any was set, the
-// write delay, so the plot shows which direction acted.
+// write delay, so the plot shows which direction acted, and the delay on
+// the protected reader if it had one: the reader's wait in read-wait.png
+// is measured at the disk, and cannot show a delay on its own packets.
 func (ds *delaySamples) series(label string, l *interferers) []report.Series {
 	if !l.reads {
 		return []report.Series{{Name: label, X: ds.x, Y: ds.delay}}
@@ -462,6 +467,9 @@ func (ds *delaySamples) series(label string, l *interferers) []report.Series {
 	out := []report.Series{{Name: label + ", read delay", X: ds.x, Y: ds.read}}
 	if slices.ContainsFunc(ds.write, func(d float64) bool { return d > 0 }) {
 		out = append(out, report.Series{Name: label + ", write delay", X: ds.x, Y: ds.write})
+	}
+	if slices.ContainsFunc(ds.reader, func(d float64) bool { return d > 0 }) {
+		out = append(out, report.Series{Name: label + ", on the reader b2", X: ds.x, Y: ds.reader})
 	}
 	return out
 }

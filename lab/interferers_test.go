@@ -181,9 +181,10 @@ func TestInterferenceExperimentsRegistered(t *testing.T) {
 }
 
 // delay.png: writers' runs keep their one write-delay curve; runs against
-// readers show the read delay, and the write delay only if one was set.
+// readers show the read delay, the write delay only if one was set, and
+// the delay on the protected reader only if it had one.
 func TestDelaySeries(t *testing.T) {
-	ds := delaySamples{x: []float64{1, 1.5}, delay: []float64{0, 4}, read: []float64{0, 4}, write: []float64{0, 0}}
+	ds := delaySamples{x: []float64{1, 1.5}, delay: []float64{0, 4}, read: []float64{0, 4}, write: []float64{0, 0}, reader: []float64{0, 0}}
 	names := func(l *interferers) (n []string) {
 		for _, s := range ds.series("threshold 15ms", l) {
 			n = append(n, s.Name)
@@ -199,6 +200,13 @@ func TestDelaySeries(t *testing.T) {
 	ds.write[1] = 2
 	if got := names(mixedLoad); !slices.Equal(got, []string{"threshold 15ms, read delay", "threshold 15ms, write delay"}) {
 		t.Errorf("mixed: %v", got)
+	}
+	ds.reader[1] = 4
+	if got := names(mixedLoad); !slices.Equal(got, []string{"threshold 15ms, read delay", "threshold 15ms, write delay", "threshold 15ms, on the reader b2"}) {
+		t.Errorf("mixed, reader delayed too: %v", got)
+	}
+	if got := names(writerLoad); !slices.Equal(got, []string{"threshold 15ms"}) {
+		t.Errorf("writers, reader delayed too: %v (autonomic's plot stays as it was)", got)
 	}
 	run := ControlledRun{}
 	ds.throttled(&run, &Phase{From: 0, To: 2 * time.Second})
