@@ -90,6 +90,10 @@ func Parse(b []byte) (*Config, error) {
 	dec.KnownFields(true)
 	// io.EOF: an empty or comment-only file means "all defaults".
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		var te *yaml.TypeError
+		if errs := decodeErrors(&root); errors.As(err, &te) && len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
 		return nil, err
 	}
 	c.applyDefaults(&root)

@@ -42,7 +42,8 @@ func (c *Config) applyDefaults(root *yaml.Node) {
 		r := &c.Resources[i]
 		// An invalid top-level threshold is reported once, at its own
 		// line; inherited, it would be reported again for every resource.
-		if r.Threshold == 0 && thresholdOK(c.Threshold) {
+		// A threshold set to 0 is not left out: validate reports it.
+		if r.Threshold == 0 && thresholdOK(c.Threshold) && !inFile(root, "resources", i, "threshold") {
 			r.Threshold = c.Threshold
 		}
 		if len(r.Devices) == 0 {

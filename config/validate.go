@@ -20,11 +20,17 @@ type Error struct {
 	Msg   string
 }
 
+// Error is "line N: field: msg"; the line or the field is left out when
+// unknown or empty (a key unknown at the top level has no field).
 func (e Error) Error() string {
-	if e.Line > 0 {
-		return fmt.Sprintf("line %d: %s: %s", e.Line, e.Field, e.Msg)
+	s := e.Msg
+	if e.Field != "" {
+		s = e.Field + ": " + s
 	}
-	return fmt.Sprintf("%s: %s", e.Field, e.Msg)
+	if e.Line > 0 {
+		s = fmt.Sprintf("line %d: %s", e.Line, s)
+	}
+	return s
 }
 
 // MaxResources and MaxConsumers bound a config.
@@ -163,12 +169,33 @@ func (c *Config) validateControl(p *problems) {
 		bad("want >= 0", "throttleable_write_mb_s")
 	}
 	if !thresholdOK(c.Threshold) {
-		bad("want 0..10s", "threshold")
+		bad(thresholdWant(c.Threshold, "e.g. 15ms"), "threshold")
 	}
+}
+
+// thresholdWant says what a threshold d outside thresholdOK should be:
+// the read wait important I/O is held under, so 0 would throttle every
+// throttleable consumer all the time, and more than 10 s is no response
+// time anyone waits for.
+func thresholdWant(d time.Duration, hint string) string {
+	return fmt.Sprintf("%v: want more than 0 and at most 10s (the response time important reads are held under; %s)", d, hint)
+}
+
+// NoResources is nil if c lists resources, else why a config without any
+// is most likely a mistake. It is only a warning of validate's: a cluster
+// member's resources can come from the cluster policy.
+func (c *Config) NoResources() error {
+	if len(c.Resources) > 0 {
+		return nil
+	}
+	return Error{Field: "resources", Msg: "none listed: the agent would start but protect nothing (list the shared pools under resources:, see examples/sanqos.yaml; a cluster member may get them from the cluster policy)"}
 }
 
 // validateResources checks every resource, then what holds across them.
 func (c *Config) validateResources(p *problems) {
+	if err := c.NoResources(); err != nil {
+		c.Warnings = append(c.Warnings, err.Error())
+	}
 	if len(c.Resources) > MaxResources {
 		p.bad(fmt.Sprintf("%d resources, limit %d", len(c.Resources), MaxResources), "resources")
 	}
@@ -201,8 +228,9 @@ func (c *Config) validateResource(p *problems, i int, names map[string]bool) (co
 		bad("duplicate resource name "+r.Name, "resources", i, "name")
 	}
 	names[r.Name] = true
-	if r.Threshold < 0 || r.Threshold > 10*time.Second { // 0: the top-level one was invalid
-		bad("want 0..10s", "resources", i, "threshold")
+	// 0: set to 0, or the top-level one was invalid (and reported).
+	if !thresholdOK(r.Threshold) && (r.Threshold != 0 || inFile(p.root, "resources", i, "threshold")) {
+		bad(thresholdWant(r.Threshold, "leave it out for the top-level threshold"), "resources", i, "threshold")
 	}
 	for k, d := range r.Devices {
 		if d == "" || strings.ContainsAny(d, "/ \t") && d != "auto" {
@@ -385,39 +413,52 @@ func fieldName(path ...any) string {
 	return b.String()
 }
 
-// lineOf finds the line of a field in the YAML tree (0 if absent: the
-// value came from the defaults).
+// lineOf finds the line of a field in the YAML tree: that of the nearest
+// enclosing field if it is not there (0 if none is: the value came from
+// the defaults).
 func lineOf(root *yaml.Node, path ...any) int {
+	line, _ := lookup(root, path...)
+	return line
+}
+
+// inFile says whether the file sets the field at path (to anything,
+// null included).
+func inFile(root *yaml.Node, path ...any) bool {
+	_, ok := lookup(root, path...)
+	return ok
+}
+
+// lookup is lineOf and inFile.
+func lookup(root *yaml.Node, path ...any) (line int, found bool) {
 	n := root
 	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
 		n = n.Content[0]
 	}
-	line := 0
 	for _, p := range path {
 		switch v := p.(type) {
 		case string:
 			if n.Kind != yaml.MappingNode {
-				return line
+				return line, false
 			}
-			found := false
+			hit := false
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				if n.Content[i].Value == v {
 					line = n.Content[i].Line
 					n = n.Content[i+1]
-					found = true
+					hit = true
 					break
 				}
 			}
-			if !found {
-				return line
+			if !hit {
+				return line, false
 			}
 		case int:
 			if n.Kind != yaml.SequenceNode || v >= len(n.Content) {
-				return line
+				return line, false
 			}
 			n = n.Content[v]
 			line = n.Line
 		}
 	}
-	return line
+	return line, true
 }
