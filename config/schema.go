@@ -1,5 +1,9 @@
 package config
 
+// docs/configuration.md is generated from this file, reservations.go,
+// validate.go and the defaults; its test fails until it is regenerated.
+//go:generate go run ../internal/configdoc
+
 import "time"
 
 // PID holds the gains of the thesis' controller (equation 4.2).
@@ -138,7 +142,12 @@ type Config struct {
 	// Threshold is the read wait every resource is held under unless it
 	// sets its own.
 	Threshold time.Duration `yaml:"threshold"`
-	// Objective is the resources' default objective (mean|p95).
+	// Objective is what every resource's threshold bounds unless the
+	// resource sets its own: p95 (the 95th percentile of the per-interval
+	// read wait is held at the threshold: the setpoint drops below it by
+	// the scatter seen over the last two minutes, at some cost in writes)
+	// or mean (the thesis: the smoothed wait is held at it, so about half
+	// the intervals are above it).
 	Objective string `yaml:"objective"`
 	// EWMAAlpha smooths the read-wait indicator, per interval (thesis:
 	// 0.25 at 100 ms; 0.5 settles a writer burst four times faster in the
