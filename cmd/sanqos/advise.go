@@ -37,7 +37,8 @@ why. It only reads; it changes nothing. Run it on the target (or an
 initiator) while the connections carry load: an idle connection's
 bandwidth is what it used, so give --bandwidth-mbit for the link otherwise.`,
 		Example: `  sudo sanqos advise
-  sudo sanqos advise --interval 5s --target iqn.2026-11.lab:vg1 --json
+  sudo sanqos advise --interval 5s --iqn iqn.2026-11.lab:vg1 --json
+  sudo sanqos advise --iscsi-port 3261
   sudo sanqos advise --bandwidth-mbit 1000 --max-buffer-kib 1024`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -93,13 +94,15 @@ bandwidth is what it used, so give --bandwidth-mbit for the link otherwise.`,
 			return nil
 		},
 	}
-	c.Flags().Uint16Var(&port, "port", 3260, "iSCSI TCP port")
+	c.Flags().Uint16Var(&port, "iscsi-port", 3260, "the target's iSCSI TCP port, whose connections are measured")
 	c.Flags().DurationVar(&interval, "interval", 2*time.Second, "measurement interval between the two TCP_INFO reads")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the recommendations as JSON")
-	c.Flags().StringVar(&o.Target, "target", "", "target IQN for the iscsiadm command (default: a placeholder)")
+	c.Flags().StringVar(&o.Target, "iqn", "", "the target's IQN, for the iscsiadm command (default: a placeholder)")
 	c.Flags().Float64Var(&bwMbit, "bandwidth-mbit", 0, "link bandwidth in Mbit/s instead of the measured one")
 	c.Flags().Uint64Var(&maxBufKiB, "max-buffer-kib", 0, "largest send buffer the initiator can afford (Table 4.3's restricted memory), KiB")
 	c.Flags().StringVar(&sysRoot, "sysctl-root", "/proc/sys", "where to read the current sysctls")
 	_ = c.Flags().MarkHidden("sysctl-root")
+	renamedFlag(c.Flags(), "port", "iscsi-port")
+	renamedFlag(c.Flags(), "target", "iqn") // 'lab --target' is tgt|lio
 	return c
 }
