@@ -26,7 +26,7 @@ import (
 
 func init() {
 	register(&Experiment{Name: "cluster-autonomic",
-		Title:        "Three target hosts in front of one resource, writers on all: local-only control vs cluster control on etcd in the same run, then the leader and etcd killed mid-run under fio verify, and policy propagation measured (issue 22; needs `lab up --targets 3`)",
+		Title:        "Three target hosts in front of one resource, writers on all: local-only control vs cluster control on etcd in the same run, then the leader and etcd killed mid-run under fio verify, and policy propagation measured (needs `lab up --targets 3`)",
 		DefaultScale: 0.5, Run: runClusterAutonomic})
 }
 

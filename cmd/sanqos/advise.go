@@ -26,10 +26,10 @@ func adviseCmd() *cobra.Command {
 		Long: `Reads TCP_INFO (sock_diag) of every established connection on the iSCSI
 port twice, --interval apart: smoothed RTT and its variation, the kernel's
 delivery rate and the bytes moved in between. Per initiator it computes the
-bandwidth-delay product (BDP = bandwidth × RTT) and applies seed 001's
-Table 4.3 (Open-iSCSI tuning): with RTT ≤ 40 ms or a stable RTT, set the
-send buffer statically to S_max_benefit (the BDP); with a long and variable
-RTT, leave it to TCP autotuning (window_size 0). It prints the iscsiadm
+bandwidth-delay product (BDP = bandwidth × RTT) and applies an
+Open-iSCSI tuning table (Table 4.3 in the output): with RTT ≤ 40 ms or a
+stable RTT, set the send buffer statically to S_max_benefit (the BDP);
+with a long and variable RTT, leave it to TCP autotuning (window_size 0). It prints the iscsiadm
 command for the initiator (node.conn[0].tcp.window_size), the sysctls that
 keep the kernel from shrinking that window (net.core.wmem_max/rmem_max,
 net.ipv4.tcp_wmem/tcp_rmem; never lowered below their current values) and
