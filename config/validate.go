@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sanqos/sanqos/throttle"
 )
 
 // Error is one problem with a config, at a line.
@@ -72,10 +74,10 @@ func (c *Config) validateAgent(p *problems) {
 	if c.Interval < 10*time.Millisecond || c.Interval > 10*time.Second {
 		bad("want 10ms..10s", "interval")
 	}
-	switch c.Backend {
-	case "auto", "edt", "delayline", "netem", "htb", "delayline+htb", "dry-run":
-	default:
-		bad("want auto|edt|delayline|netem|htb|delayline+htb|dry-run", "backend")
+	// The backends are the throttle registry's, so a backend the agent can
+	// build is one its config may name.
+	if backends := throttle.Names(); !slices.Contains(backends, c.Backend) {
+		bad("want "+strings.Join(backends, "|"), "backend")
 	}
 	switch c.Mode {
 	case "target", "bridge":

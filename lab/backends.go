@@ -5,14 +5,17 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sanqos/sanqos/report"
+	"github.com/sanqos/sanqos/throttle"
 )
 
 // DelayBackends are the throttle backends `lab run --backends` may name:
-// the ones that delay packets (htb caps rates, dry-run does nothing).
-var DelayBackends = []string{"edt", "netem", "delayline"}
+// the ones that delay packets (htb caps rates, dry-run does nothing), as
+// the throttle registry lists them.
+var DelayBackends = throttle.DelayNames()
 
 // checkBackends rejects a --backends list the experiment cannot run: an
 // unknown or repeated name. Whether this kernel has the backend is the
@@ -20,7 +23,7 @@ var DelayBackends = []string{"edt", "netem", "delayline"}
 func checkBackends(bs []string) error {
 	for i, b := range bs {
 		if !slices.Contains(DelayBackends, b) {
-			return fmt.Errorf("--backends: %q is not a delay backend (have: edt, netem, delayline)", b)
+			return fmt.Errorf("--backends: %q is not a delay backend (have: %s)", b, strings.Join(DelayBackends, ", "))
 		}
 		if slices.Contains(bs[:i], b) {
 			return fmt.Errorf("--backends: %q named twice", b)

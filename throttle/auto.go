@@ -10,89 +10,81 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// Auto picks the best delay backend this kernel runs, in order: EDT (fq
-// and tc BPF: the kernel holds each packet, no per-packet userspace
-// work), netem (the thesis' tree), the NFQUEUE delay line (any kernel with
-// netfilter queueing), and logs which one it chose and why. The EDT and
-// delay-line constructors are the caller's (their configuration lives
-// with them). A kernel that has a backend whose objects then cannot be
-// built is an error, not a silent fallback: the operator asked for the
-// best method and should learn why it is not running.
-func Auto(cfg NetemConfig, edt, delayLine func() (Throttle, error)) (Throttle, error) {
-	log := cfg.Log
-	if log == nil {
-		log = slog.Default()
+// Auto picks the best delay backend this kernel runs, trying the delay
+// backends of the registry in its order: EDT (fq and tc BPF: the kernel
+// holds each packet, no per-packet userspace work), netem (the thesis'
+// tree), the NFQUEUE delay line (any kernel with netfilter queueing); it
+// logs which one it chose and why. A kernel that has a backend whose
+// objects then cannot be built is an error, not a silent fallback: the
+// operator asked for the best method and should learn why it is not
+// running.
+func Auto(o Options) (Throttle, error) {
+	w, err := ParseWriteOn(o.WriteOn)
+	if err != nil {
+		return nil, err
 	}
-	ok, why := EDTAvailable()
-	if ok {
-		t, err := edt()
+	return auto(delayBackends(), o, w)
+}
+
+// autoText is what Auto says of a delay backend. Every one but the last
+// is probed: has is what the kernel has when the probe passes (for the
+// error if the backend then fails), and logMiss logs a failed probe's
+// reason (edt's says which part is missing, fq or BPF; netem's would only
+// repeat the fallback's reason). The last is the fallback, built without
+// a probe because it runs on any kernel: lacks and why say what the
+// kernel missed for the others.
+type autoText struct {
+	has        string
+	logMiss    bool
+	lacks, why string
+}
+
+func auto(cands []registered, o Options, w WriteOn) (Throttle, error) {
+	log := o.logger()
+	for _, b := range cands[:len(cands)-1] {
+		ok, why, err := b.probe()
 		if err != nil {
-			return nil, fmt.Errorf("auto: kernel has fq and tc BPF but the edt backend failed: %w", err)
+			// The probe itself failed (no netns or veth): we cannot tell, so
+			// take the backend that works on any kernel.
+			log.Warn(b.name+" probe failed; using the delay line", "err", err)
+			break
 		}
-		log.Info("throttle backend chosen", "backend", "edt", "reason", why)
+		if !ok {
+			if b.auto.logMiss {
+				log.Info("throttle backend "+b.name+" not available", "reason", why)
+			}
+			continue
+		}
+		t, err := b.build(o, w)
+		if err != nil {
+			return nil, fmt.Errorf("auto: kernel has %s but the %s backend failed: %w", b.auto.has, b.name, err)
+		}
+		log.Info("throttle backend chosen", "backend", b.name, "reason", why)
 		return t, nil
 	}
-	log.Info("throttle backend edt not available", "reason", why)
-	ok, err := NetemAvailable()
+	last := cands[len(cands)-1]
+	t, err := last.build(o, w)
 	if err != nil {
-		// The probe itself failed (no netns or veth): we cannot tell, so
-		// take the backend that works on any kernel.
-		log.Warn("netem probe failed; using the delay line", "err", err)
-		ok = false
+		return nil, fmt.Errorf("auto: %s, and the delay line failed: %w", last.auto.lacks, err)
 	}
-	if ok {
-		t, err := NewNetem(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("auto: kernel has netem but the netem backend failed: %w", err)
-		}
-		log.Info("throttle backend chosen", "backend", "netem", "reason", "kernel has netem")
-		return t, nil
-	}
-	t, err := delayLine()
-	if err != nil {
-		return nil, fmt.Errorf("auto: no fq and no netem in this kernel, and the delay line failed: %w", err)
-	}
-	log.Info("throttle backend chosen", "backend", t.Name(), "reason", "kernel has neither fq (for edt) nor netem (CONFIG_NET_SCH_FQ, CONFIG_NET_SCH_NETEM)")
+	log.Info("throttle backend chosen", "backend", t.Name(), "reason", last.auto.why)
 	return t, nil
 }
 
-// Backend is one backend as `sanqos throttle backends` lists it.
-type Backend struct {
-	Name      string `json:"name"`
-	Available bool   `json:"available"`
-	Why       string `json:"why"`
+// htbAvailable adds an htb root to a scratch veth.
+func htbAvailable() (bool, error) {
+	return qdiscAvailable("htb", func(ifindex int) netlink.Qdisc { return tcRootQdisc(ifindex, 1, 2) })
 }
 
-// Backends probes what this kernel runs of every backend, in Auto's order
-// of preference first. Probes use scratch namespaces only.
-func Backends() []Backend {
-	var out []Backend
-	ok, why := EDTAvailable()
-	out = append(out, Backend{"edt", ok, why})
-	ne, err := NetemAvailable()
-	out = append(out, Backend{"netem", ne, reason(ne, err, "kernel has netem", ErrNoNetem.Error())})
+// delayLineWriteCapAvailable is the delay line's probe and the write
+// caps' together; the reason is the delay line's when it is missing.
+func delayLineWriteCapAvailable() (bool, string, error) {
 	dl, dlWhy := delayLineAvailable()
-	out = append(out, Backend{"delayline", dl, dlWhy})
-	htb, err := qdiscAvailable("htb", func(ifindex int) netlink.Qdisc { return tcRootQdisc(ifindex, 1, 2) })
-	out = append(out, Backend{"htb", htb, reason(htb, err, "kernel has htb", "kernel has no htb qdisc (CONFIG_NET_SCH_HTB)")})
-	wc, wcWhy := writeCapAvailable()
-	both := dl && wc
+	wc, why := writeCapAvailable()
 	if !dl {
-		wcWhy = "needs the delay line: " + dlWhy
+		why = "needs the delay line: " + dlWhy
 	}
-	out = append(out, Backend{"delayline+htb", both, wcWhy})
-	out = append(out, Backend{"dry-run", true, "records settings, touches nothing (tests, shadow agents)"})
-	return out
-}
-
-func reason(ok bool, err error, yes, no string) string {
-	switch {
-	case err != nil:
-		return err.Error()
-	case ok:
-		return yes
-	}
-	return no
+	return dl && wc, why, nil
 }
 
 // delayLineAvailable checks what the NFQUEUE delay line needs: the

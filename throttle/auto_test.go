@@ -36,8 +36,26 @@ func TestAutoChoosesAndSaysSo(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
-	noEDT := func() (Throttle, error) { t.Fatal("edt chosen on a kernel without fq"); return nil, nil }
-	th, err := Auto(NetemConfig{Device: "unused", Log: log}, noEDT, func() (Throttle, error) { return NewMemory(), nil })
+	noEDT := func(Options, WriteOn) (Throttle, error) {
+		t.Fatal("edt chosen on a kernel without fq")
+		return nil, nil
+	}
+	// The registry's delay backends with fakes for edt and the delay line:
+	// the probes, order and words are the real ones.
+	cands := func(delayLine func(Options, WriteOn) (Throttle, error)) []registered {
+		cs := delayBackends()
+		for i := range cs {
+			switch cs[i].name {
+			case "edt":
+				cs[i].build = noEDT
+			case "delayline":
+				cs[i].build = delayLine
+			}
+		}
+		return cs
+	}
+	o := Options{Device: "unused", Log: log}
+	th, err := auto(cands(func(Options, WriteOn) (Throttle, error) { return NewMemory(), nil }), o, WriteOnReplies)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +67,34 @@ func TestAutoChoosesAndSaysSo(t *testing.T) {
 		t.Errorf("log does not say which backend and why: %q", s)
 	}
 	boom := errors.New("boom")
-	if _, err := Auto(NetemConfig{Device: "unused", Log: log}, noEDT, func() (Throttle, error) { return nil, boom }); !errors.Is(err, boom) {
+	if _, err := auto(cands(func(Options, WriteOn) (Throttle, error) { return nil, boom }), o, WriteOnReplies); !errors.Is(err, boom) {
 		t.Errorf("delay line failure not reported: %v", err)
+	}
+}
+
+// The registry is the one list: auto walks edt, netem, delayline in that
+// order, the listing has every backend once, and New refuses what the
+// list does not name.
+func TestRegistryIsTheList(t *testing.T) {
+	if got := strings.Join(DelayNames(), ","); got != "edt,netem,delayline" {
+		t.Errorf("auto's order %s, want edt,netem,delayline", got)
+	}
+	if got := strings.Join(Names(), "|"); got != "auto|edt|netem|delayline|htb|delayline+htb|dry-run" {
+		t.Errorf("names %s", got)
+	}
+	for _, r := range registry {
+		if r.about == "" || r.probe == nil || r.build == nil {
+			t.Errorf("%s: incomplete entry", r.name)
+		}
+	}
+	if _, err := New("tbf", Options{}); err == nil || !strings.Contains(err.Error(), "auto|edt|") {
+		t.Errorf("unknown backend: %v", err)
+	}
+	if _, err := New("delayline", Options{WriteOn: "data"}); err == nil || !strings.Contains(err.Error(), "write_delay_on") {
+		t.Errorf("bad write_delay_on: %v", err)
+	}
+	th, err := New("dry-run", Options{})
+	if err != nil || th.Name() != "dry-run" {
+		t.Errorf("dry-run: %v %v", th, err)
 	}
 }

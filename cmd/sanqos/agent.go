@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
-	"time"
 
 	"github.com/sanqos/sanqos/agent"
 	"github.com/sanqos/sanqos/cluster"
@@ -22,24 +21,11 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// backendOptions choose and configure the throttle backend.
+// backendOptions choose the throttle backend (one of throttle.Names) and
+// configure it.
 type backendOptions struct {
-	Name   string
-	Port   int
-	Chain  string
-	Label  string
-	Device string // interface towards the consumers (netem, htb)
-	// QueueLimit bounds the packets the delay line holds (0: its default).
-	QueueLimit int
-	// Ramp is the delay line's growth limit (config delay_ramp).
-	Ramp float64
-	// Follow caps delays by the sender's modelled srtt (config delay_follow).
-	Follow bool
-	// WriteOn is replies or acks (config write_delay_on).
-	WriteOn string
-	// MaxDelay and Step size the netem tree, one leaf per step up to the
-	// controller's max_delay (config; 0: the backend's 20 ms in 0.5 ms).
-	MaxDelay, Step time.Duration
+	Name string
+	throttle.Options
 }
 
 // resolve returns the options in effect: a config's backend settings
@@ -71,7 +57,7 @@ func (o backendOptions) resolve(cfg *config.Config, followFlagSet bool) backendO
 
 func agentCmd() *cobra.Command {
 	socket := agent.DefaultSocket
-	bo := backendOptions{Name: "auto", Port: 3260, Chain: "OUTPUT", Label: "sanqos", Ramp: config.Defaults().DelayRamp}
+	bo := backendOptions{Name: "auto", Options: throttle.Options{Port: 3260, Chain: "OUTPUT", Label: "sanqos", Ramp: config.Defaults().DelayRamp}}
 	var logJSON bool
 	var cfgPath, httpAddr string
 	var eo etcdOptions
@@ -150,7 +136,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f := c.Flags()
 	f.StringVar(&cfgPath, "config", "", "YAML config (see examples/sanqos.yaml); without it, manual throttles only")
 	f.StringVar(&socket, "socket", socket, "control socket path (root-only)")
-	f.StringVar(&bo.Name, "backend", bo.Name, "throttle backend: auto|edt|delayline|netem|htb|delayline+htb|dry-run (config overrides; see 'sanqos throttle backends')")
+	f.StringVar(&bo.Name, "backend", bo.Name, "throttle backend: "+strings.Join(throttle.Names(), "|")+" (config overrides; see 'sanqos throttle backends')")
 	f.IntVar(&bo.Port, "iscsi-port", bo.Port, "the target's TCP port whose traffic is throttled (config overrides)")
 	f.StringVar(&bo.Chain, "chain", bo.Chain, "netfilter chain: OUTPUT (target mode) or FORWARD (bridge mode)")
 	f.StringVar(&bo.Label, "label", bo.Label, "label of the kernel objects this agent creates")
@@ -339,6 +325,8 @@ func newDiscoverer(cfg *config.Config) (agent.Discoverer, error) {
 	}
 }
 
+// newBackend checks the flags' ranges, then has the throttle registry
+// build the backend.
 func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 	if o.Port < 1 || o.Port > 65535 {
 		return nil, fmt.Errorf("iscsi-port %d out of range", o.Port)
@@ -349,92 +337,9 @@ func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 	if o.Follow && o.Ramp > 0 {
 		return nil, errors.New("delay-follow and delay-ramp exclude each other")
 	}
-	writeOn, err := throttle.ParseWriteOn(o.WriteOn)
-	if err != nil {
-		return nil, err
-	}
 	if o.QueueLimit < 0 || o.QueueLimit > 1<<20 {
 		return nil, fmt.Errorf("queue-limit %d: want 0 (default) to %d", o.QueueLimit, 1<<20)
 	}
-	delayLine := func() (throttle.Throttle, error) {
-		return throttle.NewDelayLine(throttle.DelayLineConfig{Port: uint16(o.Port), Chain: o.Chain, Label: o.Label + "-dl", QueueLimit: o.QueueLimit, Ramp: o.Ramp, Follow: o.Follow, WriteOn: writeOn})
-	}
-	device := func() (string, error) {
-		if o.Device != "" {
-			return o.Device, nil
-		}
-		return onlyInterface()
-	}
-	edt := func(dev string) (throttle.Throttle, error) {
-		return throttle.NewEDT(throttle.EDTConfig{Device: dev, Label: o.Label + "-edt", Port: uint16(o.Port), WriteOn: writeOn, Log: log})
-	}
-	switch o.Name {
-	case "dry-run":
-		return throttle.NewMemory(), nil
-	case "delayline":
-		return delayLine()
-	case "netem", "auto":
-		dev, err := device()
-		if err != nil && o.Name == "netem" {
-			return nil, err
-		}
-		// The tree reaches the controller's max_delay: with netem's own
-		// 20 ms under a 40 ms max_delay every larger wish failed to apply
-		// (seen in the stock-kernel guest's autonomic).
-		cfg := throttle.NetemConfig{Device: dev, Label: o.Label + "-ne", Port: uint16(o.Port), Chain: chainFor(o.Chain), WriteOn: writeOn, Log: log,
-			MaxDelay: o.MaxDelay, Step: o.Step}
-		if o.Name == "netem" {
-			return throttle.NewNetem(cfg)
-		}
-		return throttle.Auto(cfg, func() (throttle.Throttle, error) { return edt(dev) }, delayLine)
-	case "htb":
-		dev, err := device()
-		if err != nil {
-			return nil, err
-		}
-		return throttle.NewHTB(throttle.HTBConfig{Device: dev, Label: o.Label + "-htb", Port: uint16(o.Port), Chain: chainFor(o.Chain), Log: log})
-	case "edt":
-		dev, err := device()
-		if err != nil {
-			return nil, err
-		}
-		return edt(dev)
-	case "delayline+htb":
-		// The delay line for delays; write-rate caps on the target's
-		// ingress for the controller's second lever (rate_lever_steps).
-		dev, err := device()
-		if err != nil {
-			return nil, err
-		}
-		dl, err := delayLine()
-		if err != nil {
-			return nil, err
-		}
-		wc, err := throttle.NewWriteCap(throttle.WriteCapConfig{Device: dev, Label: o.Label + "-wc", Port: uint16(o.Port), Log: log})
-		if err != nil {
-			return nil, errors.Join(err, dl.Close())
-		}
-		return throttle.Layered(dl, wc), nil
-	default:
-		return nil, fmt.Errorf("unknown backend %q (auto|edt|delayline|netem|htb|delayline+htb|dry-run)", o.Name)
-	}
-}
-
-// chainFor maps the agent's mode chain to the mangle chain the tc backends
-// hook (they mark in POSTROUTING by default, which sees both modes).
-func chainFor(c string) string {
-	if c == "OUTPUT" {
-		return ""
-	}
-	return c
-}
-
-// onlyInterface returns the single non-loopback interface that is up
-// (throttle.ConsumerInterface, which `sanqos doctor` asks too).
-func onlyInterface() (string, error) {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return "", err
-	}
-	return throttle.ConsumerInterface(ifs)
+	o.Log = log
+	return throttle.New(o.Name, o.Options)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sanqos/sanqos/cluster"
 	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/throttle"
 )
 
 // Bad backend options are refused before anything touches the kernel.
@@ -16,13 +17,13 @@ func TestNewBackendRefusesBadOptions(t *testing.T) {
 		o    backendOptions
 		want string
 	}{
-		{backendOptions{Name: "delayline", Port: 3260, Ramp: -1}, "delay-ramp"},
-		{backendOptions{Name: "delayline", Port: 3260, Ramp: 50}, "delay-ramp"},
-		{backendOptions{Name: "delayline", Port: 3260, Ramp: math.NaN()}, "delay-ramp"},
-		{backendOptions{Name: "delayline", Port: 3260, Ramp: 0.5, Follow: true}, "delay-follow and delay-ramp"},
-		{backendOptions{Name: "delayline", Port: 0}, "iscsi-port"},
-		{backendOptions{Name: "delayline", Port: 3260, QueueLimit: -1}, "queue-limit"},
-		{backendOptions{Name: "delayline", Port: 3260, WriteOn: "data"}, "write_delay_on"},
+		{backendOptions{Name: "delayline", Options: throttle.Options{Port: 3260, Ramp: -1}}, "delay-ramp"},
+		{backendOptions{Name: "delayline", Options: throttle.Options{Port: 3260, Ramp: 50}}, "delay-ramp"},
+		{backendOptions{Name: "delayline", Options: throttle.Options{Port: 3260, Ramp: math.NaN()}}, "delay-ramp"},
+		{backendOptions{Name: "delayline", Options: throttle.Options{Port: 3260, Ramp: 0.5, Follow: true}}, "delay-follow and delay-ramp"},
+		{backendOptions{Name: "delayline", Options: throttle.Options{Port: 0}}, "iscsi-port"},
+		{backendOptions{Name: "delayline", Options: throttle.Options{Port: 3260, QueueLimit: -1}}, "queue-limit"},
+		{backendOptions{Name: "delayline", Options: throttle.Options{Port: 3260, WriteOn: "data"}}, "write_delay_on"},
 	} {
 		if _, err := newBackend(c.o, nil); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: err %v, want one naming %s", c.o, err, c.want)
@@ -33,7 +34,7 @@ func TestNewBackendRefusesBadOptions(t *testing.T) {
 // The config decides the backend; without one the delay line follows each
 // sender's srtt unless a flag says otherwise.
 func TestBackendOptionsResolve(t *testing.T) {
-	def := backendOptions{Name: "auto", Port: 3260, Chain: "OUTPUT"}
+	def := backendOptions{Name: "auto", Options: throttle.Options{Port: 3260, Chain: "OUTPUT"}}
 	withFollow := func(on bool) *config.Config {
 		c := config.Defaults()
 		c.DelayFollow = on
@@ -64,10 +65,10 @@ func TestBackendOptionsResolve(t *testing.T) {
 		{name: "manual, acks: follows", o: acks, follow: true, chain: "OUTPUT", backend: "auto", writeOn: "acks"},
 		{name: "config: its write_delay_on", o: acks, cfg: withWriteOn("replies"), chain: "OUTPUT", backend: "auto", writeOn: "replies"},
 		{name: "manual, acks, --delay-follow=false", o: acks, flagSet: true, chain: "OUTPUT", backend: "auto", writeOn: "acks"},
-		{name: "manual, --delay-ramp", o: backendOptions{Name: "auto", Chain: "OUTPUT", Ramp: 0.5, WriteOn: "acks"}, ramp: 0.5, chain: "OUTPUT", backend: "auto", writeOn: "acks"},
+		{name: "manual, --delay-ramp", o: backendOptions{Name: "auto", Options: throttle.Options{Chain: "OUTPUT", Ramp: 0.5, WriteOn: "acks"}}, ramp: 0.5, chain: "OUTPUT", backend: "auto", writeOn: "acks"},
 		{name: "config: its delay_follow (off)", o: def, cfg: withFollow(false), chain: "OUTPUT", backend: "auto", writeOn: "replies"},
 		{name: "config: its delay_follow (on)", o: def, cfg: withFollow(true), follow: true, chain: "OUTPUT", backend: "auto", writeOn: "replies"},
-		{name: "config overrides the flag", o: backendOptions{Name: "htb", Follow: true, Chain: "OUTPUT"}, cfg: withFollow(false), chain: "OUTPUT", backend: "auto", writeOn: "replies"},
+		{name: "config overrides the flag", o: backendOptions{Name: "htb", Options: throttle.Options{Follow: true, Chain: "OUTPUT"}}, cfg: withFollow(false), chain: "OUTPUT", backend: "auto", writeOn: "replies"},
 		{name: "bridge mode", o: def, cfg: &bridge, chain: "FORWARD", backend: "delayline", device: "br0", writeOn: "replies"},
 	} {
 		got := c.o.resolve(c.cfg, c.flagSet)

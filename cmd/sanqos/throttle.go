@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -117,7 +118,7 @@ write delay it set itself.`,
 		Short: "List the throttle backends and whether this kernel runs them",
 		Long: `Probes, in scratch network namespaces, which throttle backends this kernel
 can run and says why the others cannot; needs root. 'auto' takes the first
-available of edt, netem and delayline.`,
+available of ` + andList(throttle.DelayNames()) + `.`,
 		Example: "  sudo sanqos throttle backends\n  sudo sanqos throttle backends --json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -127,23 +128,17 @@ available of edt, netem and delayline.`,
 				e.SetIndent("", "  ")
 				return e.Encode(bs)
 			}
-			auto := ""
-			for _, b := range bs {
-				if b.Available && auto == "" && (b.Name == "edt" || b.Name == "netem" || b.Name == "delayline") {
-					auto = b.Name
-				}
-			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "BACKEND\tAVAILABLE\tWHY")
+			fmt.Fprintln(w, "BACKEND\tAVAILABLE\tWHAT\tWHY")
 			for _, b := range bs {
 				avail := "no"
 				if b.Available {
 					avail = "yes"
 				}
-				if b.Name == auto {
+				if b.Auto {
 					avail += " (auto)"
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\n", b.Name, avail, b.Why)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", b.Name, avail, b.About, b.Why)
 			}
 			return w.Flush()
 		},
@@ -213,4 +208,12 @@ func fmtRate(r uint64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f MB/s", float64(r)/1e6)
+}
+
+// andList is "a, b and c".
+func andList(xs []string) string {
+	if len(xs) < 2 {
+		return strings.Join(xs, "")
+	}
+	return strings.Join(xs[:len(xs)-1], ", ") + " and " + xs[len(xs)-1]
 }
