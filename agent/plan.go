@@ -48,6 +48,11 @@ type planConsumer struct {
 	static    bool // in spec.Throttleable
 	rate      Smoother
 	load      *loadEstimate
+	// exclusive: no other consumer uses any of its devices, so their
+	// queue and load are its own. With a LUN shared by several
+	// initiators (one tgt target for all of them, a VMware datastore)
+	// they are everyone's, and only the wire can tell consumers apart.
+	exclusive bool
 }
 
 func (l *Loops) compile(rs *resourceState, spec ResourceSpec, view ResourceView, topo *Topology, specs *map[string]ResourceSpec) {
@@ -94,6 +99,15 @@ func (l *Loops) compile(rs *resourceState, spec ResourceSpec, view ResourceView,
 		for _, i := range pc.devs {
 			if i >= 0 {
 				p.users[i] = append(p.users[i], k)
+			}
+		}
+	}
+	for k := range p.consumers {
+		pc := &p.consumers[k]
+		pc.exclusive = true
+		for _, i := range pc.devs {
+			if i >= 0 && len(p.users[i]) > 1 {
+				pc.exclusive = false
 			}
 		}
 	}

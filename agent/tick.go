@@ -197,12 +197,23 @@ func (l *Loops) measureConsumer(pc planConsumer, d devIntervals, r sample.Rate, 
 		secs = max(secs, iv.Seconds)
 	}
 	ci.ReadWaitMs, ci.WriteWaitMs, ci.QueueMs, ci.SRTTMs = math.NaN(), math.NaN(), math.NaN(), math.NaN()
-	// The queue and load are the devices' (the rates below may come
-	// from the wire instead).
+	// The queue and load are the devices' where the consumer has them
+	// to itself; on shared devices they are everyone's (lab autonomic:
+	// every initiator sees every LUN of the one target, and the reader
+	// had the whole resource's queue of 13, so it was slowed with the
+	// backup), so there the queue is unknown (0: the queue rule does not
+	// apply) and the load is priced from the consumer's own bytes on the
+	// wire, when the agent samples them.
 	var devLoad cost.Load
 	var devQueue float64
 	if secs > 0 {
-		devLoad, devQueue = l.cfg.Cost.Of(nr/secs, rb, nw/secs, wb), (rTicks+wTicks)/1e3/secs
+		devLoad = l.cfg.Cost.Of(nr/secs, rb, nw/secs, wb)
+		if pc.exclusive {
+			devQueue = (rTicks + wTicks) / 1e3 / secs
+		}
+	}
+	if wire && !pc.exclusive {
+		devLoad = l.cfg.Cost.Bytes(r.ReadBps, r.WriteBps)
 	}
 	if wire {
 		rb, wb = r.ReadBps, r.WriteBps

@@ -110,8 +110,15 @@ func cumulative(ticks []recordedTick) []map[string]sample.Counters {
 }
 
 // stageState is a resource's state with the lab's plan compiled, as the
-// loop's prepare stage leaves it, with the default policy.
+// loop's prepare stage leaves it, with the default policy: each host on
+// its own LUN, or with shared, every host on every LUN (what discovery
+// sees of the lab's one tgt target).
 func stageState(t *testing.T) (*Loops, *resourceState) {
+	t.Helper()
+	return stageStateOf(t, false)
+}
+
+func stageStateOf(t *testing.T, shared bool) (*Loops, *resourceState) {
 	t.Helper()
 	l := NewLoops(LoopConfig{Interval: 100 * time.Millisecond, DelayStep: 500 * time.Microsecond, MaxDelay: 40 * time.Millisecond,
 		WriteBps: 1e6, ReadBps: 1e6, BulkQueue: 1.25, Cost: cost.Default(), NewRateSmoother: func() Smoother { return &lastValue{} }},
@@ -121,6 +128,11 @@ func stageState(t *testing.T) (*Loops, *resourceState) {
 		dev := "loop" + strconv.Itoa(i)
 		view.Devices = append(view.Devices, dev)
 		view.Consumers[stageAddr[h]] = []string{dev}
+	}
+	if shared {
+		for _, h := range stageHosts {
+			view.Consumers[stageAddr[h]] = view.Devices
+		}
 	}
 	topo := &Topology{Resources: map[string]ResourceView{"vg1": view}}
 	specs := &map[string]ResourceSpec{"vg1": {Name: "vg1", Threshold: 15 * time.Millisecond,
@@ -330,5 +342,46 @@ func TestStageDecideShapePublish(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// With every host on every LUN (the lab's autonomic discovery, a shared
+// datastore) the devices cannot say whose queue is whose: the queue rule
+// stays out, the wire's bytes price each consumer, the backup hosts join
+// by their read rate and get read delays, and the reader is never slowed
+// (it was, with the whole resource's queue of 13 as its own).
+func TestStageSharedLUNs(t *testing.T) {
+	ticks := loadRecorded(t, "testdata/stages/read-backup-baseline.csv")
+	l, rs := stageStateOf(t, true)
+	for k, snap := range cumulative(ticks) {
+		wire := map[netip.Addr]sample.Rate{}
+		for i, h := range stageHosts {
+			iv := ticks[k].dev["loop"+strconv.Itoa(i)]
+			wire[stageAddr[h]] = sample.Rate{ReadBps: iv.ReadBps, WriteBps: iv.WriteBps, Conns: 1}
+		}
+		l.measure(rs, rs.sampleDevices(snap), wire, time.Unix(0, 0), 15)
+		if ticks[k].t >= 7.0 {
+			break
+		}
+	}
+	for _, c := range rs.in.Consumers {
+		if c.Queue != 0 {
+			t.Errorf("%v: queue %.2f on shared LUNs, want none", c.Addr, c.Queue)
+		}
+		backup := c.Addr != stageAddr["b2"]
+		if backup != (c.ReadEWMA > 1e6) || c.Load.Write != 0 || (backup && c.Load.Read < 0.15) || (!backup && c.Load.Read > 0.02) {
+			t.Errorf("%v: read %.2f MB/s, load %+v: want the wire's own bytes priced", c.Addr, c.ReadEWMA/1e6, c.Load)
+		}
+	}
+	st := ResourceStatus{Name: "vg1"}
+	out := l.decide(rs, &st, 20)
+	for _, h := range stageHosts {
+		want := throttle.Setting{ReadDelay: 10 * time.Millisecond}
+		if h == "b2" {
+			want = throttle.Setting{}
+		}
+		if got := out.Settings[stageAddr[h]]; got != want {
+			t.Errorf("%s: %+v, want %+v", h, got, want)
+		}
 	}
 }

@@ -93,6 +93,17 @@ func (m Model) Of(readOps, readBps, writeOps, writeBps float64) Load {
 	return Load{Read: m.Rate(false, readOps, readBps), Write: m.Rate(true, writeOps, writeBps)}
 }
 
+// Bytes prices transfers alone, for a consumer whose requests cannot be
+// counted (only its bytes on the wire are its own): the transfer part of
+// the model, which is what a bulk consumer's cost mostly is; its
+// direction's share is what it is used for.
+func (m Model) Bytes(readBps, writeBps float64) Load {
+	if m.Bandwidth <= 0 {
+		return Load{}
+	}
+	return Load{Read: readBps / m.Bandwidth, Write: writeBps / m.Bandwidth * max(1, m.WriteCost)}
+}
+
 // Split gives a consumer's delay to the directions it loads the resource
 // in: the direction that costs most gets d, the other d × 4 × its cost
 // over the larger one's, at most d. A real mix (the lesser direction a

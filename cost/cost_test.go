@@ -57,6 +57,9 @@ func TestRateOfLabLoads(t *testing.T) {
 	if m.Rate(false, 0, 1e6) != 0 {
 		t.Error("bytes without requests cost something")
 	}
+	if got := m.Bytes(28e6, 1e6); math.Abs(got.Read-0.7) > 1e-9 || math.Abs(got.Write-0.05) > 1e-9 {
+		t.Errorf("28 MB/s read, 1 MB/s written priced %+v, want 0.7 and 0.05 s/s of transfer", got)
+	}
 	if got := (Model{}).Of(100, 1e6, 100, 1e6); got != (Load{}) {
 		t.Errorf("the zero model charged %+v, want nothing", got)
 	}
