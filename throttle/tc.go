@@ -18,6 +18,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -71,7 +72,7 @@ const (
 	// CONFIG_CLS_U32_MARK (as on this machine) the kernel accepts and
 	// silently ignores TCA_U32_MARK, and the filter matches every packet.
 	tcU32Mark tcFilterKind = "u32"
-	// tcBPF is cls_bpf running a 7-instruction classic BPF program that
+	// tcBPF is cls_bpf running an 8-instruction classic BPF program that
 	// turns the mark into the class id: one filter for all marks.
 	tcBPF tcFilterKind = "bpf"
 )
@@ -113,50 +114,41 @@ func checkMarkMask(mask uint32) error {
 	return nil
 }
 
-// Classic BPF opcodes (linux/filter.h); x/net/bpf would do, but is not a
-// direct dependency and the program is seven instructions.
-const (
-	bpfLdAbsW = 0x20 // BPF_LD|BPF_W|BPF_ABS
-	bpfAndK   = 0x54 // BPF_ALU|BPF_AND|BPF_K
-	bpfJeqK   = 0x15 // BPF_JMP|BPF_JEQ|BPF_K
-	bpfRshK   = 0x74 // BPF_ALU|BPF_RSH|BPF_K
-	bpfAddK   = 0x04 // BPF_ALU|BPF_ADD|BPF_K
-	bpfOrK    = 0x44 // BPF_ALU|BPF_OR|BPF_K
-	bpfRetA   = 0x16 // BPF_RET|BPF_A
-	bpfRetK   = 0x06 // BPF_RET|BPF_K
-
-	skfAdOff  = 0xfffff000 // SKF_AD_OFF (-0x1000)
-	skfAdMark = 20         // SKF_AD_MARK
-)
-
-type bpfInsn struct {
-	Code   uint16
-	Jt, Jf uint8
-	K      uint32
-}
-
-// tcBPFProgram returns classid = major:(field+offset) for a marked packet
-// and 0 ("no match": HTB then uses its default class) otherwise. A field
-// without a class also ends in the default class, because HTB treats an
-// unknown class id as "classification failed".
-func tcBPFProgram(m tcMarkMap) []bpfInsn {
-	return []bpfInsn{
-		{Code: bpfLdAbsW, K: skfAdOff + skfAdMark},
-		{Code: bpfAndK, K: m.Mask},
-		{Code: bpfJeqK, Jt: 4, K: 0},
-		{Code: bpfRshK, K: uint32(m.shift())},
-		{Code: bpfAddK, K: uint32(m.Offset)},
-		{Code: bpfOrK, K: uint32(m.Major) << 16},
-		{Code: bpfRetA},
-		{Code: bpfRetK, K: 0},
+// tcBPFInstructions is the program of the bpf filter: classid =
+// major:(field+offset) for a marked packet and 0 ("no match": HTB then
+// uses its default class) otherwise. A field without a class also ends
+// in the default class, because HTB treats an unknown class id as
+// "classification failed".
+func tcBPFInstructions(m tcMarkMap) []bpf.Instruction {
+	return []bpf.Instruction{
+		bpf.LoadExtension{Num: bpf.ExtMark},
+		bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: m.Mask},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 4},
+		bpf.ALUOpConstant{Op: bpf.ALUOpShiftRight, Val: uint32(m.shift())},
+		bpf.ALUOpConstant{Op: bpf.ALUOpAdd, Val: uint32(m.Offset)},
+		bpf.ALUOpConstant{Op: bpf.ALUOpOr, Val: uint32(m.Major) << 16},
+		bpf.RetA{},
+		bpf.RetConstant{Val: 0},
 	}
 }
 
-func serializeBPF(prog []bpfInsn) []byte {
+// tcBPFProgram is tcBPFInstructions assembled (struct sock_filter).
+// Assembling fails only for an instruction that cannot be encoded, which
+// none of these is for any map (TestNetemBPFClassifierMapsMarkToClass
+// runs it), so a failure is a programming error.
+func tcBPFProgram(m tcMarkMap) []bpf.RawInstruction {
+	raw, err := bpf.Assemble(tcBPFInstructions(m))
+	if err != nil {
+		panic(fmt.Sprintf("tc bpf program for %+v: %v", m, err))
+	}
+	return raw
+}
+
+func serializeBPF(prog []bpf.RawInstruction) []byte {
 	ne := nl.NativeEndian().(binary.AppendByteOrder)
 	b := make([]byte, 0, 8*len(prog))
 	for _, in := range prog {
-		b = ne.AppendUint16(b, in.Code)
+		b = ne.AppendUint16(b, in.Op)
 		b = append(b, in.Jt, in.Jf)
 		b = ne.AppendUint32(b, in.K)
 	}
@@ -175,7 +167,7 @@ type tcFilterSpec struct {
 	ClassID  uint32 // fw, u32
 	Mark     uint32 // fw (in Handle), u32
 	Mask     uint32
-	BPF      []bpfInsn
+	BPF      []bpf.RawInstruction
 }
 
 // tcFilterSpecs lists the filters that map every field in fields to its

@@ -5,51 +5,69 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
-// runBPF interprets the instructions tcBPFProgram uses, with mark as the
-// packet's skb->mark; it is how the tests check the program's meaning and
-// not just its bytes.
-func runBPF(t *testing.T, prog []bpfInsn, mark uint32) uint32 {
+// runBPF runs the program as sent (prog, disassembled) in x/net/bpf's VM
+// with mark as the packet's skb->mark: it is how the tests check the
+// program's meaning and not just its bytes. The VM implements no
+// extension but the length, so the mark load, which must be the first
+// instruction, becomes a load of the packet's first word, and the packet
+// is the mark.
+func runBPF(t *testing.T, prog []bpf.RawInstruction, mark uint32) uint32 {
 	t.Helper()
-	var a uint32
-	for pc := 0; pc < len(prog); pc++ {
-		in := prog[pc]
-		switch in.Code {
-		case bpfLdAbsW:
-			if in.K != skfAdOff+skfAdMark {
-				t.Fatalf("load of %#x, not the mark", in.K)
-			}
-			a = mark
-		case bpfAndK:
-			a &= in.K
-		case bpfRshK:
-			a >>= in.K
-		case bpfAddK:
-			a += in.K
-		case bpfOrK:
-			a |= in.K
-		case bpfJeqK:
-			if a == in.K {
-				pc += int(in.Jt)
-			} else {
-				pc += int(in.Jf)
-			}
-		case bpfRetA:
-			return a
-		case bpfRetK:
-			return in.K
-		default:
-			t.Fatalf("unexpected opcode %#x", in.Code)
+	ins, ok := bpf.Disassemble(prog)
+	if !ok {
+		t.Fatalf("program does not disassemble: %v", ins)
+	}
+	if ins[0] != (bpf.LoadExtension{Num: bpf.ExtMark}) {
+		t.Fatalf("first instruction %v, not the load of the mark", ins[0])
+	}
+	ins[0] = bpf.LoadAbsolute{Off: 0, Size: 4}
+	vm, err := bpf.NewVM(ins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := vm.Run(binary.BigEndian.AppendUint32(nil, mark))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint32(out)
+}
+
+// handEncoded is the program as tc.go encoded it by hand, from
+// linux/filter.h's opcodes, before x/net/bpf assembled it: the kernel
+// must still get these very instructions.
+func handEncoded(m tcMarkMap) []bpf.RawInstruction {
+	return []bpf.RawInstruction{
+		{Op: 0x20, K: 0xfffff000 + 20},       // BPF_LD|BPF_W|BPF_ABS, SKF_AD_OFF + SKF_AD_MARK
+		{Op: 0x54, K: m.Mask},                // BPF_ALU|BPF_AND|BPF_K
+		{Op: 0x15, Jt: 4, K: 0},              // BPF_JMP|BPF_JEQ|BPF_K
+		{Op: 0x74, K: uint32(m.shift())},     // BPF_ALU|BPF_RSH|BPF_K
+		{Op: 0x04, K: uint32(m.Offset)},      // BPF_ALU|BPF_ADD|BPF_K
+		{Op: 0x44, K: uint32(m.Major) << 16}, // BPF_ALU|BPF_OR|BPF_K
+		{Op: 0x16},                           // BPF_RET|BPF_A
+		{Op: 0x06, K: 0},                     // BPF_RET|BPF_K
+	}
+}
+
+func TestBPFProgramAsHandEncoded(t *testing.T) {
+	for _, m := range []tcMarkMap{
+		{Major: 0x5142, Mask: DefaultMarkMask, Offset: 1},
+		{Major: 0x5100, Mask: 0xff00, Offset: 0},
+		{Major: 0x52ff, Mask: 0xff, Offset: 2},
+		{Major: 0x5180, Mask: 0xffff0000, Offset: 0},
+	} {
+		if got, want := tcBPFProgram(m), handEncoded(m); !slices.Equal(got, want) {
+			t.Errorf("%+v:\n got  %v\n want %v", m, got, want)
 		}
 	}
-	t.Fatal("program fell off its end")
-	return 0
 }
 
 func TestNetemBPFClassifierMapsMarkToClass(t *testing.T) {
