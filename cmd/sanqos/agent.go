@@ -140,7 +140,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f.IntVar(&bo.Port, "iscsi-port", bo.Port, "the target's TCP port whose traffic is throttled (config overrides)")
 	f.StringVar(&bo.Chain, "chain", bo.Chain, "netfilter chain: OUTPUT (target mode) or FORWARD (bridge mode)")
 	f.StringVar(&bo.Label, "label", bo.Label, "label of the kernel objects this agent creates")
-	f.StringVar(&bo.Device, "device", "", "interface towards the consumers, for netem and htb (default: the only non-loopback one)")
+	f.StringVar(&bo.Device, "interface", "", "network interface towards the consumers, for netem and htb (default: the only non-loopback one; config device overrides)")
 	f.Float64Var(&bo.Ramp, "delay-ramp", bo.Ramp, "how fast the delay line lets a connection's delay grow, ms per ms of its traffic; 0: at once (config delay_ramp overrides)")
 	f.StringVar(&bo.WriteOn, "write-delay-on", "replies", "which packets carry a write delay: replies (the target's R2Ts and status; no spurious loss probes) or acks (the thesis' delayed ACKs) (config write_delay_on overrides)")
 	f.BoolVar(&bo.Follow, "delay-follow", bo.Follow, "cap each packet's delay by a model of its sender's srtt: the fastest rise without spurious tail-loss probes (default on without --config with --write-delay-on acks, unless --delay-ramp is set; with --config, the config's delay_follow)")
@@ -152,6 +152,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f.StringVar(&eo.Prefix, "etcd-prefix", cluster.DefaultPrefix, "prefix of the cluster's etcd keys")
 	f.DurationVar(&eo.Fresh, "etcd-fresh", cluster.DefaultFresh, "how long a shared step is followed after it arrived; then the agent falls back to its own controller (100ms..1s)")
 	f.DurationVar(&eo.Decay, "etcd-decay", cluster.DefaultDecay, "how long a lost shared step takes to decay to zero: the bound on a throttle outliving its cluster (100ms..1m)")
+	renamedFlag(f, "device", "interface") // a device is a block device everywhere else (resources' devices)
 	return c
 }
 

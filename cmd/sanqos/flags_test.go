@@ -18,6 +18,7 @@ var renamedFlags = []struct {
 }{
 	{[]string{"advise"}, "port", "iscsi-port", "3261"},
 	{[]string{"advise"}, "target", "iqn", "iqn.2026-11.lab:vg1"},
+	{[]string{"agent"}, "device", "interface", "eth1"},
 }
 
 // A renamed flag's old name still sets the same value, is hidden and
@@ -57,6 +58,7 @@ func TestOneFlagNamePerConcept(t *testing.T) {
 	avoid := map[string]string{
 		"port":   "the iSCSI port is --iscsi-port everywhere",
 		"target": "--target is the lab's tgt|lio; an IQN is --iqn",
+		"device": "a network interface is --interface (as capture's); a device is a block device",
 	}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
