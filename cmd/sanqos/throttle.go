@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/netip"
 	"sort"
 	"strings"
@@ -41,9 +42,10 @@ the agent over its root-only unix socket.`,
 		Use:   "set CONSUMER...",
 		Short: "Throttle consumers (IPv4/IPv6 addresses)",
 		Long: `Applies one setting to every named consumer, all or nothing (a bad address
-or delay changes nothing). Setting a consumer again replaces its setting.
-A controller running for the consumer's resource may later change a
-write delay it set itself.`,
+or delay changes nothing), and prints each consumer's setting now, one line
+each. Setting a consumer again replaces its whole setting. A controller
+running for the consumer's resource may later change a write delay it set
+itself.`,
 		Example: `  sanqos throttle set 10.99.0.3 --write-delay 2ms
   sanqos throttle set 10.99.0.2 --read-delay 4.6ms --write-delay 2ms
   sanqos throttle set 10.99.0.4 10.99.0.5 --rate 10MiB/s
@@ -62,7 +64,10 @@ write delay it set itself.`,
 			for _, a := range addrs {
 				m[a] = s
 			}
-			return agent.NewClient(socket).Set(m)
+			if err := agent.NewClient(socket).Set(m); err != nil {
+				return err
+			}
+			return printApplied(cmd.OutOrStdout(), addrs, s)
 		},
 	}
 	set.Flags().StringVar(&readDelay, "read-delay", "", "delay of data segments to the consumer, e.g. 4.6ms")
@@ -73,7 +78,7 @@ write delay it set itself.`,
 	clr := &cobra.Command{
 		Use:     "clear CONSUMER...|--all",
 		Short:   "Remove consumers' throttles",
-		Long:    "Removes the named consumers' throttles (their packets pass undelayed at once), or every consumer's with --all.",
+		Long:    "Removes the named consumers' throttles (their packets pass undelayed at once), or every consumer's with --all, and says so.",
 		Example: "  sanqos throttle clear 10.99.0.3\n  sanqos throttle clear --all",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) {
@@ -83,7 +88,19 @@ write delay it set itself.`,
 			if err != nil {
 				return err
 			}
-			return agent.NewClient(socket).Clear(addrs...)
+			if err := agent.NewClient(socket).Clear(addrs...); err != nil {
+				return err
+			}
+			if all {
+				_, err = fmt.Fprintln(cmd.OutOrStdout(), "cleared every consumer's throttle")
+				return err
+			}
+			for _, a := range addrs {
+				if _, err := fmt.Fprintf(cmd.OutOrStdout(), "%s: cleared\n", a); err != nil {
+					return err
+				}
+			}
+			return nil
 		},
 	}
 	clr.Flags().BoolVar(&all, "all", false, "clear every consumer")
@@ -182,6 +199,24 @@ func parseSetting(readDelay, writeDelay, rate, writeRate string) (throttle.Setti
 		*f.r = r
 	}
 	return s, nil
+}
+
+// printApplied says what throttle set applied: one line per consumer,
+// with its whole setting, since it replaced whatever was there.
+func printApplied(w io.Writer, addrs []netip.Addr, s throttle.Setting) error {
+	none := func(v string) string {
+		if v == "-" {
+			return "none"
+		}
+		return v
+	}
+	for _, a := range addrs {
+		if _, err := fmt.Fprintf(w, "%s: read delay %s, write delay %s, rate cap %s, write rate cap %s\n", a,
+			none(fmtDelay(s.ReadDelay)), none(fmtDelay(s.WriteDelay)), none(fmtRate(s.Rate)), none(fmtRate(s.WriteRate))); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func fmtDelay(d time.Duration) string {
