@@ -11,6 +11,8 @@ import (
 	"sort"
 
 	"gonum.org/v1/gonum/stat/distuv"
+
+	"github.com/sanqos/sanqos/internal/quantile"
 )
 
 // Dist summarises a sample of milliseconds; NaN values are ignored.
@@ -23,7 +25,10 @@ type Dist struct {
 	Max  float64 `json:"max"`
 }
 
-// Describe computes Dist over xs (NaNs dropped).
+// Describe computes Dist over xs (NaNs dropped). Its percentiles
+// interpolate linearly (R type 7, numpy's default), so figures match what
+// an analyst recomputes from the CSV; the agent's own p95 is another
+// method, for the reason agent/objective.go gives.
 func Describe(xs []float64) Dist {
 	v := finite(xs)
 	if len(v) == 0 {
@@ -34,7 +39,7 @@ func Describe(xs []float64) Dist {
 	for _, x := range v {
 		sum += x
 	}
-	return Dist{N: len(v), Mean: sum / float64(len(v)), P50: Quantile(v, 0.5), P95: Quantile(v, 0.95), P99: Quantile(v, 0.99), Max: v[len(v)-1]}
+	return Dist{N: len(v), Mean: sum / float64(len(v)), P50: quantile.Of(v, 0.5, quantile.Linear), P95: quantile.Of(v, 0.95, quantile.Linear), P99: quantile.Of(v, 0.99, quantile.Linear), Max: v[len(v)-1]}
 }
 
 func finite(xs []float64) []float64 {
@@ -45,21 +50,6 @@ func finite(xs []float64) []float64 {
 		}
 	}
 	return v
-}
-
-// Quantile of sorted values with linear interpolation (R type 7, numpy's
-// default), so figures match what an analyst recomputes from the CSV.
-func Quantile(sorted []float64, q float64) float64 {
-	if len(sorted) == 0 {
-		return math.NaN()
-	}
-	h := (float64(len(sorted)) - 1) * q
-	lo := math.Floor(h)
-	i := int(lo)
-	if i+1 >= len(sorted) {
-		return sorted[len(sorted)-1]
-	}
-	return sorted[i] + (h-lo)*(sorted[i+1]-sorted[i])
 }
 
 // Jain's fairness index: 1 when all equal, 1/n when one takes everything.
