@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/sanqos/sanqos/advise"
@@ -68,29 +69,7 @@ bandwidth is what it used, so give --bandwidth-mbit for the link otherwise.`,
 				e.SetIndent("", "  ")
 				return e.Encode(recs)
 			}
-			for _, r := range recs {
-				src := "measured"
-				if !r.Measured {
-					src = "given"
-				}
-				fmt.Fprintf(w, "initiator %s → portal %s (%d connection(s))\n", r.Peer, r.Portal, r.Conns)
-				fmt.Fprintf(w, "  RTT %.3f ms ± %.3f ms (%s), bandwidth %.2f MB/s (%s), BDP %d B\n",
-					r.RTTMs, r.RTTVarMs, map[bool]string{true: "variable", false: "stable"}[r.Variable], r.BandwidthBs/1e6, src, r.BDP)
-				fmt.Fprintf(w, "  Table 4.3 row: %s\n", r.Row)
-				fmt.Fprintf(w, "  on the initiator:\n    %s\n", r.Iscsiadm)
-				fmt.Fprintln(w, "  sysctls:")
-				for _, s := range r.Sysctls {
-					cur := ""
-					if s.Current != "" {
-						cur = " (now " + s.Current + ")"
-					}
-					fmt.Fprintf(w, "    sysctl -w %s=%q%s\n      # %s\n", s.Key, s.Value, cur, s.Why)
-				}
-				fmt.Fprintln(w, "  why:")
-				for _, n := range r.Notes {
-					fmt.Fprintf(w, "    - %s\n", n)
-				}
-			}
+			printAdvice(w, recs)
 			return nil
 		},
 	}
@@ -105,4 +84,31 @@ bandwidth is what it used, so give --bandwidth-mbit for the link otherwise.`,
 	renamedFlag(c.Flags(), "port", "iscsi-port")
 	renamedFlag(c.Flags(), "target", "iqn") // 'lab --target' is tgt|lio
 	return c
+}
+
+// printAdvice prints each initiator's recommendation for a terminal.
+func printAdvice(w io.Writer, recs []advise.Recommendation) {
+	for _, r := range recs {
+		src := "measured"
+		if !r.Measured {
+			src = "given"
+		}
+		fmt.Fprintf(w, "initiator %s → portal %s (%d connection(s))\n", r.Peer, r.Portal, r.Conns)
+		fmt.Fprintf(w, "  RTT %.3f ms ± %.3f ms (%s), bandwidth %.2f MB/s (%s), BDP %d B\n",
+			r.RTTMs, r.RTTVarMs, map[bool]string{true: "variable", false: "stable"}[r.Variable], r.BandwidthBs/1e6, src, r.BDP)
+		fmt.Fprintf(w, "  Table 4.3 row: %s\n", r.Row)
+		fmt.Fprintf(w, "  on the initiator:\n    %s\n", r.Iscsiadm)
+		fmt.Fprintln(w, "  sysctls:")
+		for _, s := range r.Sysctls {
+			cur := ""
+			if s.Current != "" {
+				cur = " (now " + s.Current + ")"
+			}
+			fmt.Fprintf(w, "    sysctl -w %s=%q%s\n      # %s\n", s.Key, s.Value, cur, s.Why)
+		}
+		fmt.Fprintln(w, "  why:")
+		for _, n := range r.Notes {
+			fmt.Fprintf(w, "    - %s\n", n)
+		}
+	}
 }

@@ -37,6 +37,12 @@ the agent over its root-only unix socket.`,
   sudo sanqos throttle clear --all`,
 	}
 	c.PersistentFlags().StringVar(&socket, "socket", socket, "the agent's control socket")
+	c.AddCommand(throttleSetCmd(&socket), throttleClearCmd(&socket), throttleListCmd(&socket), throttleBackendsCmd())
+	return c
+}
+
+// throttleSetCmd is 'throttle set', talking to the agent at *socket.
+func throttleSetCmd(socket *string) *cobra.Command {
 	var readDelay, writeDelay, rate, writeRate string
 	set := &cobra.Command{
 		Use:   "set CONSUMER...",
@@ -64,7 +70,7 @@ itself.`,
 			for _, a := range addrs {
 				m[a] = s
 			}
-			if err := agent.NewClient(socket).Set(m); err != nil {
+			if err := agent.NewClient(*socket).Set(m); err != nil {
 				return err
 			}
 			return printApplied(cmd.OutOrStdout(), addrs, s)
@@ -74,6 +80,11 @@ itself.`,
 	set.Flags().StringVar(&writeDelay, "write-delay", "", "delay of the target's replies (or, with the agent's --write-delay-on acks, its pure ACKs) to the consumer, e.g. 2ms")
 	set.Flags().StringVar(&rate, "rate", "", "rate cap towards the consumer, e.g. 10MiB/s or 80Mbit/s")
 	set.Flags().StringVar(&writeRate, "write-rate", "", "cap on the consumer's writes (what reaches the target from it), e.g. 2MiB/s; backend delayline+htb")
+	return set
+}
+
+// throttleClearCmd is 'throttle clear'.
+func throttleClearCmd(socket *string) *cobra.Command {
 	var all bool
 	clr := &cobra.Command{
 		Use:     "clear CONSUMER...|--all",
@@ -88,7 +99,7 @@ itself.`,
 			if err != nil {
 				return err
 			}
-			if err := agent.NewClient(socket).Clear(addrs...); err != nil {
+			if err := agent.NewClient(*socket).Clear(addrs...); err != nil {
 				return err
 			}
 			if all {
@@ -104,6 +115,11 @@ itself.`,
 		},
 	}
 	clr.Flags().BoolVar(&all, "all", false, "clear every consumer")
+	return clr
+}
+
+// throttleListCmd is 'throttle list'.
+func throttleListCmd(socket *string) *cobra.Command {
 	list := &cobra.Command{
 		Use:     "list",
 		Short:   "List throttled consumers",
@@ -111,7 +127,7 @@ itself.`,
 		Example: "  sanqos throttle list",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := agent.NewClient(socket).List()
+			m, err := agent.NewClient(*socket).List()
 			if err != nil {
 				return err
 			}
@@ -129,6 +145,11 @@ itself.`,
 			return w.Flush()
 		},
 	}
+	return list
+}
+
+// throttleBackendsCmd is 'throttle backends'.
+func throttleBackendsCmd() *cobra.Command {
 	var asJSON bool
 	backends := &cobra.Command{
 		Use:   "backends",
@@ -161,8 +182,7 @@ available of ` + andList(throttle.DelayNames()) + `.`,
 		},
 	}
 	backends.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	c.AddCommand(set, clr, list, backends)
-	return c
+	return backends
 }
 
 // parseSetting is throttle set's flags as one setting; a missing or
