@@ -79,7 +79,8 @@ func TestRateLeverHandOverOnRecordedRun(t *testing.T) {
 	reader := HostAddr("b2")
 	last := map[netip.Addr]uint64{}
 	var cappedTicks, delayTicks, ticks int
-	replayAgent(t, "testdata/lever-run", "threshold-10ms", "backend: dry-run\nthreshold: 10ms\nmax_delay: 20ms\nrate_lever_steps: 20\nobjective: p95\nresources:\n  - name: vg1\n", true,
+	replayAgent(t, replay{fixture: "testdata/lever-run", phase: "threshold-10ms", wire: true,
+		cfg: "backend: dry-run\nthreshold: 10ms\nmax_delay: 20ms\nrate_lever_steps: 20\nobjective: p95\nresources:\n  - name: vg1\n"},
 		func(t *testing.T, at float64, set map[netip.Addr]throttle.Setting, _ agent.ResourceStatus) {
 			ticks++
 			if s, ok := set[reader]; ok {

@@ -14,11 +14,19 @@ import (
 	"github.com/sanqos/sanqos/throttle"
 )
 
+// replay is a recorded phase to replay through the agent.
+type replay struct {
+	fixture, phase, cfg string
+	// wire: the trace's per-host rates stand in for TCP_INFO. shared:
+	// every host is seen on every LUN (what discovery finds of the lab's
+	// one tgt target) instead of its own.
+	wire, shared bool
+}
+
 // replayAgent replays one recorded phase through the agent's own loop
-// with cfg (the lab's topology: each host its own LUN), calling check
-// after every tick with what the agent applied. With wire, the trace's
-// per-host rates also stand in for TCP_INFO.
-func replayAgent(t *testing.T, fixture, phase, cfgYAML string, wire bool, check func(t *testing.T, at float64, set map[netip.Addr]throttle.Setting, st agent.ResourceStatus)) {
+// with cfg, calling check after every tick with what the agent applied.
+func replayAgent(t *testing.T, rp0 replay, check func(t *testing.T, at float64, set map[netip.Addr]throttle.Setting, st agent.ResourceStatus)) {
+	fixture, phase, cfgYAML, wire := rp0.fixture, rp0.phase, rp0.cfg, rp0.wire
 	t.Helper()
 	dir := gunzipFixture(t, fixture)
 	rs, err := LoadTrace(filepath.Join(dir, "trace.csv"), []*Phase{{Name: phase}})
@@ -46,6 +54,11 @@ func replayAgent(t *testing.T, fixture, phase, cfgYAML string, wire bool, check 
 		view.Devices = append(view.Devices, dev)
 		view.Consumers[HostAddr(h)] = []string{dev}
 	}
+	if rp0.shared {
+		for _, h := range Hosts {
+			view.Consumers[HostAddr(h)] = view.Devices
+		}
+	}
 	a.SetTopology(&agent.Topology{Resources: map[string]agent.ResourceView{"vg1": view}})
 	for rp.advance() {
 		at := rs[0].Ticks[rp.i-1].T
@@ -66,33 +79,60 @@ func replayAgent(t *testing.T, fixture, phase, cfgYAML string, wire bool, check 
 func TestDefaultPolicyDirectionOnRecordedRuns(t *testing.T) {
 	for _, tc := range []struct {
 		name, fixture, phase string
-		// want is each interferer's direction: "read" or "write".
+		// shared: every host on every LUN, rates from the wire.
+		shared bool
+		// want is each interferer's direction: "read", "write" or "both"
+		// ("" never slowed).
 		want map[string]string
 	}{
-		{"thesis writers (autonomic, agent off)", "testdata/autonomic-run", "baseline",
+		{"thesis writers (autonomic, agent off)", "testdata/autonomic-run", "baseline", false,
 			map[string]string{"b3": "write", "b4": "write", "b5": "write"}},
+		{"thesis writers on shared LUNs", "testdata/autonomic-run", "baseline", true,
+			map[string]string{"b3": "write", "b4": "write", "b5": "write"}},
+		// lab run read-backup --scale 0.25 (results/read-backup/20261126-080542)
+		{"a backup: 12 sequential 64 KiB readers (read-backup, agent off)", "testdata/read-backup-run", "baseline", false,
+			map[string]string{"b3": "read", "b4": "read", "b5": "read"}},
+		{"a backup on shared LUNs: by its read rate", "testdata/read-backup-run", "baseline", true,
+			map[string]string{"b3": "read", "b4": "read", "b5": "read"}},
+		// lab run mixed --scale 0.25 (results/mixed/20261126-075113): a VM
+		// 8 KiB 70/30, a database 8 KiB 50/50, 64 KiB 50/50; each lesser
+		// direction is more than a fifth of the host's cost.
+		{"VMs and a database: random reads and writes (mixed, agent off)", "testdata/mixed-run", "baseline", false,
+			map[string]string{"b3": "both", "b4": "both", "b5": "both"}},
+		// On shared LUNs only the wire tells them apart: the 8 KiB VM and
+		// database move ~0.5 MB/s, under throttleable_read_mb_s, as the
+		// reader's 0.26 does; the 64 KiB host moves 2 MB/s.
+		{"mixed on shared LUNs: the large-I/O host only", "testdata/mixed-run", "baseline", true,
+			map[string]string{"b3": "", "b4": "", "b5": "both"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const maxDelay = 40 * time.Millisecond
 			seen := map[string]int{}
-			replayAgent(t, tc.fixture, tc.phase, "backend: dry-run\nthreshold: 15ms\nmax_delay: 40ms\nresources:\n  - name: vg1\n", false,
+			cfg := "backend: dry-run\nthreshold: 15ms\nmax_delay: 40ms\nresources:\n  - name: vg1\n"
+			replayAgent(t, replay{fixture: tc.fixture, phase: tc.phase, cfg: cfg, wire: tc.shared, shared: tc.shared},
 				func(t *testing.T, at float64, set map[netip.Addr]throttle.Setting, st agent.ResourceStatus) {
 					if s, ok := set[HostAddr("b2")]; ok {
 						t.Fatalf("t=%.1f s: the reader is slowed: %+v", at, s)
 					}
 					for h, dir := range tc.want {
 						s := set[HostAddr(h)]
+						if dir == "" {
+							if !s.IsZero() {
+								t.Fatalf("t=%.1f s: %s slowed %+v, want never", at, h, s)
+							}
+							continue
+						}
 						if s.IsZero() || (s.ReadDelay == maxDelay && s.WriteDelay == maxDelay) {
 							continue
 						}
 						seen[h]++
-						if (dir == "read") != (s.ReadDelay > 0) || (dir == "write") != (s.WriteDelay > 0) {
-							t.Errorf("t=%.1f s: %s slowed %+v, want only its %ss", at, h, s, dir)
+						if (dir != "write") != (s.ReadDelay > 0) || (dir != "read") != (s.WriteDelay > 0) {
+							t.Errorf("t=%.1f s: %s slowed %+v, want %s", at, h, s, dir)
 						}
 					}
 				})
-			for h := range tc.want {
-				if seen[h] == 0 {
+			for h, dir := range tc.want {
+				if seen[h] == 0 && dir != "" {
 					t.Errorf("%s was never slowed below max_delay: nothing judged", h)
 				}
 			}
