@@ -185,15 +185,19 @@ func flagError(cmd *cobra.Command, err error) error {
 }
 
 // nearestFlag is the visible flag of cmd closest to name, if close enough
-// to be a typo (edit distance at most 2, or a third of its length).
+// to be a typo (edit distance at most 2, or a third of its length). A
+// typo of a renamed flag's old name gets the new name.
 func nearestFlag(cmd *cobra.Command, name string) string {
 	best, bestD := "", max(2, len(name)/3)+1
 	visit := func(f *pflag.Flag) {
-		if f.Hidden || f.Deprecated != "" {
+		now := f.Name
+		if f.Deprecated != "" {
+			now, _ = strings.CutPrefix(f.Deprecated, "use --")
+		} else if f.Hidden {
 			return
 		}
-		if d := editDistance(name, f.Name); d < bestD {
-			best, bestD = f.Name, d
+		if d := editDistance(name, f.Name); d < bestD && now != "" {
+			best, bestD = now, d
 		}
 	}
 	cmd.Flags().VisitAll(visit)

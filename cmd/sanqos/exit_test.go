@@ -28,6 +28,7 @@ func TestExitCodes(t *testing.T) {
 	}{
 		{"ok", []string{"version"}, exitOK, ""},
 		{"unknown flag", []string{"status", "--sockt", noSock}, exitUsage, "did you mean --socket?"},
+		{"typo of a renamed flag", []string{"agent", "--devic", "eth0"}, exitUsage, "did you mean --interface?"},
 		{"flag value", []string{"status", "--watch=soon"}, exitUsage, "invalid argument"},
 		{"too many args", []string{"config", "check", "a", "b"}, exitUsage, "accepts 1 arg(s)"},
 		{"required flag", []string{"capture", "--portal", "10.0.0.1"}, exitUsage, `required flag(s) "interface"`},
