@@ -34,7 +34,7 @@ install: build
 	bin/sanqos completion fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/sanqos.fish
 	install -D -m 0644 grafana/sanqos-dashboard.json $(DESTDIR)$(DATADIR)/sanqos/grafana/sanqos-dashboard.json
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
-	@echo "installed; start with: sudo systemctl enable --now sanqos (edit $(SYSCONFDIR)/sanqos/sanqos.yaml first)"
+	@echo "installed; edit $(SYSCONFDIR)/sanqos/sanqos.yaml, check it (sanqos doctor --config $(SYSCONFDIR)/sanqos/sanqos.yaml), then: systemctl enable --now sanqos"
 
 # Leaves the config (operator data) in place.
 uninstall:
