@@ -55,11 +55,13 @@ validation): do not edit. After changing the config run: go generate ./config --
 The agent reads one YAML file (` + "`sanqos agent --config FILE`" + `; installed at
 ` + "`/etc/sanqos/sanqos.yaml`" + `). Every key is optional unless it says
 *required*; a file that is empty or all comments means all defaults, and
-then the agent serves manual throttles only. The file is validated as a
-whole: an unknown key or a bad value is an error with its line, and nothing
-is applied unless all of it is valid (` + "`sanqos config check FILE`" + `,
-` + "`sanqos doctor --config FILE`" + `). ` + "`SIGHUP`" + ` (` + "`systemctl reload sanqos`" + `)
-re-reads it; a bad new file is refused and the old one stays.
+then the agent serves manual throttles only (` + "`sanqos config check`" + `
+refuses a file without resources unless given ` + "`--allow-no-resources`" + `).
+The file is validated as a whole: an unknown key or a bad value is an
+error with its line, and nothing is applied unless all of it is valid
+(` + "`sanqos config check FILE`" + `, ` + "`sanqos doctor --config FILE`" + `). ` + "`SIGHUP`" + `
+(` + "`systemctl reload sanqos`" + `) re-reads it; a bad new file is refused and the
+old one stays.
 
 Durations are Go durations (` + "`100ms`, `1.5s`, `500us`" + `); MB/s are 10⁶ bytes
 per second. A path like ` + "`resources[].threshold`" + ` is the key ` + "`threshold`" + ` in
