@@ -2,9 +2,9 @@ package cluster
 
 import (
 	"context"
+	"iter"
 	"math"
 	"math/rand/v2"
-	"sort"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -29,16 +29,12 @@ func (n *Node) balancer() {
 	}
 }
 
-// handCand is a resource this leader may hand over.
+// handCand is a resource this leader may hand over, with the election
+// it had when the look picked it.
 type handCand struct {
-	rs     *resState
-	elec   *concurrency.Election
-	looked time.Time
+	rs   *resState
+	elec *concurrency.Election
 }
-
-// handOverReads bounds the election reads (and so the handovers) of
-// one look.
-const handOverReads = 4
 
 // balance is one look of the balancer (the rule is Balance). A leader
 // over its fair share, whose excess is at least HandOverGap above that of
@@ -63,92 +59,102 @@ const handOverReads = 4
 // leads again. The new leader starts from the step in force (Leader.Step
 // takes over within Decay), so followers see no gap and no jump.
 func (n *Node) balance() {
-	now := n.cfg.Now()
-	n.mu.Lock()
-	sess := n.session
-	if sess == nil {
-		n.mu.Unlock()
-		return
-	}
-	leads, share := n.load()
-	var cands []handCand
-	for _, rs := range n.res {
-		if !rs.leading || rs.elec == nil || now.Sub(rs.since) < n.cfg.BalanceHold {
-			continue
-		}
-		if AnyLighter(n.cfg.AgentID, leads, share, rs.agents, LiveLoads(rs.agents, rs.heard, nil, n.cfg.Fresh, now)) {
-			cands = append(cands, handCand{rs: rs, elec: rs.elec, looked: rs.looked})
-		} else {
-			rs.yield = Candidate{}
-		}
-	}
-	sort.Slice(cands, func(i, k int) bool { return cands[i].looked.Before(cands[k].looked) })
-	cands = cands[:min(len(cands), handOverReads)]
-	for _, c := range cands {
-		c.rs.looked = now
-	}
-	n.mu.Unlock()
-	given := map[string]int{} // this look's moves, by taker
+	look, cands, sess := n.pick(n.cfg.Now())
 	for _, c := range cands {
 		line, ok := n.readLine(c.rs.name, c.elec)
 		if !ok {
 			continue
 		}
-		n.mu.Lock()
-		rs := c.rs
-		if !rs.leading || rs.elec != c.elec || n.session != sess {
-			n.mu.Unlock()
-			continue
+		if h, ok := n.decide(look, c, sess, line); ok {
+			n.cfg.Log.Info("handing a resource over to a less loaded agent", "resource", c.rs.name, "to", h.next,
+				"leads", h.leads, "share", math.Round(h.share*10)/10, "to_leads", h.taker.Leads, "to_share", math.Round(h.taker.Share*10)/10)
+			n.handOver(c, sess)
 		}
-		next, yield := Balance(leads, share, line, LiveLoads(rs.agents, rs.heard, given, n.cfg.Fresh, n.cfg.Now()))
-		if next == "" {
-			if yield.ID != "" && yield != rs.yield {
-				n.cfg.Log.Debug("asking the next in line to step back for a less loaded agent", "resource", rs.name, "next", yield.ID)
-			}
-			rs.yield = yield
-			n.mu.Unlock()
-			continue
-		}
-		ind := rs.agents[next]
-		ind.Leads += given[next]
-		// Stop leading before the resign: no record is queued after it,
-		// and one in flight is fenced by the key the resign deletes.
-		rs.leading, rs.elec, rs.pending, rs.yield = false, nil, nil, Candidate{}
-		rs.lead.Drop()
-		if rs.unlead != nil {
-			rs.unlead()
-			rs.unlead = nil
-		}
-		n.mu.Unlock()
-		n.cfg.Log.Info("handing a resource over to a less loaded agent", "resource", rs.name, "to", next,
-			"leads", leads, "share", math.Round(share*10)/10, "to_leads", ind.Leads, "to_share", math.Round(ind.Share*10)/10)
-		rctx, cancel := context.WithTimeout(n.ctx, time.Second)
-		err := c.elec.Resign(rctx)
-		cancel()
-		if err != nil {
-			// Our key may stand: campaigning again resumes it, and we lead.
-			n.cfg.Log.Debug("resign failed; campaigning again", "resource", rs.name, "err", err)
-		}
-		n.mu.Lock()
-		if n.session == sess && n.ctx.Err() == nil {
-			n.startCampaign(rs) // behind the new leader
-		}
-		n.mu.Unlock()
-		leads--
-		given[next]++
 	}
 }
 
-// load is this agent's leadership load: how many resources it leads and
-// its fair share of them. Called with n.mu held.
-func (n *Node) load() (leads int, share float64) {
-	for _, rs := range n.res {
-		if rs.leading {
-			leads++
-		}
-		share += ShareOf(Seen(rs.leading, n.cfg.AgentID, rs.agents, &rs.f))
+// pick starts a look under the current session and picks the resources
+// whose election lines it reads (PickReads); without a session, none.
+func (n *Node) pick(now time.Time) (*Look, []handCand, *concurrency.Session) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.session == nil {
+		return nil, nil, nil
 	}
-	return leads, share
+	look := NewLook(n.cfg.AgentID, n.seats(), n.cfg.Fresh)
+	var cands []handCand
+	for _, rs := range PickReads(look, n.electedRes(), func(rs *resState) *Seat { return &rs.Seat }, n.cfg.BalanceHold, now) {
+		cands = append(cands, handCand{rs: rs, elec: rs.elec})
+	}
+	return look, cands, n.session
+}
+
+// electedRes are the resources whose election this agent holds a handle
+// of (every one it leads). Called with n.mu held.
+func (n *Node) electedRes() iter.Seq[*resState] {
+	return func(yield func(*resState) bool) {
+		for _, rs := range n.res {
+			if rs.elec != nil && !yield(rs) {
+				return
+			}
+		}
+	}
+}
+
+// handed is a handover, for the log: to whom, the taker's load and the
+// giver's before the move.
+type handed struct {
+	next  string
+	taker Indicator
+	leads int
+	share float64
+}
+
+// decide takes the look's decision on c's line (Look.Decide), unless the
+// leadership or the session it was read under has ended meanwhile, and
+// reports a handover: the seat has stopped leading, and the caller
+// resigns.
+func (n *Node) decide(look *Look, c handCand, sess *concurrency.Session, line []Candidate) (handed, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	rs := c.rs
+	if !rs.Leading || rs.elec != c.elec || n.session != sess {
+		return handed{}, false
+	}
+	h := handed{leads: look.Leads(), share: look.Share()}
+	var newYield bool
+	h.next, h.taker, newYield = look.Decide(&rs.Seat, line, n.cfg.Now())
+	if h.next == "" {
+		if newYield {
+			n.cfg.Log.Debug("asking the next in line to step back for a less loaded agent", "resource", rs.name, "next", rs.Yield.ID)
+		}
+		return handed{}, false
+	}
+	// No record is queued after this (Decide stopped the leadership), and
+	// one in flight is fenced by the key the resign deletes.
+	rs.elec = nil
+	if rs.unlead != nil {
+		rs.unlead()
+		rs.unlead = nil
+	}
+	return h, true
+}
+
+// handOver resigns c's election and campaigns again at once, behind the
+// new leader.
+func (n *Node) handOver(c handCand, sess *concurrency.Session) {
+	rctx, cancel := context.WithTimeout(n.ctx, time.Second)
+	err := c.elec.Resign(rctx)
+	cancel()
+	if err != nil {
+		// Our key may stand: campaigning again resumes it, and we lead.
+		n.cfg.Log.Debug("resign failed; campaigning again", "resource", c.rs.name, "err", err)
+	}
+	n.mu.Lock()
+	if n.session == sess && n.ctx.Err() == nil {
+		n.startCampaign(c.rs) // behind the new leader
+	}
+	n.mu.Unlock()
 }
 
 // readLine reads res's election line, in order, if we are first in it

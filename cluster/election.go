@@ -7,6 +7,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/sanqos/sanqos/control"
 )
 
 // sessions keeps a lease with etcd: grant, keep alive, and when it ends
@@ -58,10 +60,10 @@ func (n *Node) sessions() {
 		n.session, n.sessionCtx = nil, nil
 		scancel()
 		for _, rs := range n.res {
-			rs.leading, rs.elec, rs.pending, rs.unlead, rs.yield, rs.requeue = false, nil, nil, nil, Candidate{}, nil
-			rs.lead.Drop()
-			clear(rs.agents)
-			clear(rs.heard)
+			rs.Leading, rs.elec, rs.Pending, rs.unlead, rs.Yield, rs.requeue = false, nil, nil, nil, Candidate{}, nil
+			rs.L.Drop()
+			clear(rs.Agents)
+			clear(rs.Heard)
 		}
 		n.mu.Unlock()
 		if n.ctx.Err() != nil {
@@ -71,6 +73,13 @@ func (n *Node) sessions() {
 			cancel()
 		}
 	}
+}
+
+// elected makes this agent rs's leader, with election e, a new
+// controller, and unlead to end it. Called with n.mu held.
+func (n *Node) elected(rs *resState, e *concurrency.Election, ctrl control.Controller, unlead context.CancelFunc) {
+	rs.elec, rs.unlead, rs.requeue = e, unlead, nil
+	rs.Elected(ctrl, n.cfg.Now())
 }
 
 // markDirty has every indicator rewritten under the (new) lease.
@@ -109,7 +118,7 @@ func (n *Node) startCampaign(rs *resState) {
 				break
 			}
 			n.mu.Lock()
-			again := asked && sctx.Err() == nil && n.sessionCtx == sctx && !rs.leading
+			again := asked && sctx.Err() == nil && n.sessionCtx == sctx && !rs.Leading
 			if again {
 				cctx, requeue = context.WithCancel(sctx)
 				rs.requeue = requeue
@@ -138,8 +147,8 @@ func (n *Node) startCampaign(rs *resState) {
 			n.mu.Unlock()
 			return
 		}
-		clear(rs.agents)
-		clear(rs.heard)
+		clear(rs.Agents)
+		clear(rs.Heard)
 		if err == nil {
 			for _, kv := range resp.Kvs {
 				n.apply(rs, string(kv.Key), kv.Value, false)
@@ -147,8 +156,7 @@ func (n *Node) startCampaign(rs *resState) {
 			from = resp.Header.Revision + 1
 		}
 		lctx, unlead := context.WithCancel(sctx)
-		rs.leading, rs.elec, rs.since, rs.unlead, rs.yield, rs.requeue = true, e, n.cfg.Now(), unlead, Candidate{}, nil
-		rs.lead.Elected(ctrl)
+		n.elected(rs, e, ctrl, unlead)
 		n.mu.Unlock()
 		n.watchAgents(lctx, rs, from)
 		unlead()

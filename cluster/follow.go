@@ -24,7 +24,7 @@ func (n *Node) watch(rs *resState) {
 // leadership (ctx) lasts, from revision from on (its initial read was done
 // by the caller).
 func (n *Node) watchAgents(ctx context.Context, rs *resState, from int64) {
-	n.follow(ctx, rs, AgentsPrefix(n.cfg.Prefix, rs.name), true, func() { clear(rs.agents); clear(rs.heard) }, from)
+	n.follow(ctx, rs, AgentsPrefix(n.cfg.Prefix, rs.name), true, func() { clear(rs.Agents); clear(rs.Heard) }, from)
 }
 
 // follow reads key (or the keys under it, with prefix) and watches it from
@@ -78,6 +78,10 @@ func (n *Node) follow(ctx context.Context, rs *resState, key string, prefix bool
 
 // apply takes one key's value into rs. Called with n.mu held.
 func (n *Node) apply(rs *resState, key string, val []byte, live bool) {
+	var now time.Time // a live value's arrival
+	if live {
+		now = n.cfg.Now()
+	}
 	switch {
 	case key == DelayKey(n.cfg.Prefix, rs.name):
 		rec, err := DecodeShared(val)
@@ -85,14 +89,8 @@ func (n *Node) apply(rs *resState, key string, val []byte, live bool) {
 			n.cfg.Log.Warn("ignoring a malformed shared delay", "resource", rs.name, "err", err)
 			return
 		}
-		var now time.Time
-		if live {
-			now = n.cfg.Now()
-		}
-		if rs.f.Receive(rec, live, now) && live && rec.Yield == n.cfg.AgentID && rec.YieldRev > rs.yielded &&
-			!rs.leading && rs.requeue != nil {
+		if rs.Receive(rec, live, now, n.cfg.AgentID, rs.requeue != nil) {
 			n.cfg.Log.Info("stepping back in the election line for a less loaded agent", "resource", rs.name, "leader", rec.Leader)
-			rs.yielded = rec.YieldRev
 			rs.requeue()
 		}
 	case strings.HasPrefix(key, AgentsPrefix(n.cfg.Prefix, rs.name)):
@@ -101,19 +99,13 @@ func (n *Node) apply(rs *resState, key string, val []byte, live bool) {
 			n.cfg.Log.Warn("ignoring a malformed indicator", "key", key, "err", err)
 			return
 		}
-		id := agentFromKey(n.cfg.Prefix, rs.name, key)
-		rs.agents[id] = ind
-		if live {
-			rs.heard[id] = n.cfg.Now()
-		}
+		rs.Hear(agentFromKey(n.cfg.Prefix, rs.name, key), ind, live, now)
 	}
 }
 
 // remove forgets a deleted key (an agent's lease expired, a leader left).
 func (n *Node) remove(rs *resState, key string) {
 	if strings.HasPrefix(key, AgentsPrefix(n.cfg.Prefix, rs.name)) {
-		id := agentFromKey(n.cfg.Prefix, rs.name, key)
-		delete(rs.agents, id)
-		delete(rs.heard, id)
+		rs.Forget(agentFromKey(n.cfg.Prefix, rs.name, key))
 	}
 }

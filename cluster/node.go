@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"net/netip"
 	"sort"
@@ -133,39 +134,35 @@ type Node struct {
 	kick       chan struct{} // wakes the publisher
 }
 
-// resState is one resource on this agent. Guarded by Node.mu.
+// resState is one resource on this agent: its Seat (the state the
+// cluster's rules change) and the etcd handles that go with it. Guarded
+// by Node.mu.
 type resState struct {
 	name string
-	// Local side: the last indicator and whether it is written yet.
-	ind     Indicator
+	Seat
+	// Local side: when the indicator (Seat.Ind) was measured and whether
+	// it is written yet.
 	indTime time.Time
 	dirty   bool
 	lastPub time.Time
-	// Follower side: the last shared record, when it came (our clock),
-	// what this agent applied and the transition it is in.
-	f Follower
-	// Leader side.
-	leading bool
-	elec    *concurrency.Election
-	lead    Leader
-	pending *Shared              // record to write
-	agents  map[string]Indicator // every agent's indicator, from the watch
-	// heard is when each agent's indicator last came live (our clock):
-	// only an agent heard within Fresh is handed a resource.
-	heard map[string]time.Time
-	// since is when this leadership began; unlead ends it (its watch of
-	// the indicators), for a handover.
-	since  time.Time
+	// Leader side: the election won, and unlead, which ends the
+	// leadership (its watch of the indicators), for a handover.
+	elec   *concurrency.Election
 	unlead context.CancelFunc
-	// looked is when the balancer last read this resource's election;
-	// yield is the candidate its records ask to step back (Balance).
-	looked time.Time
-	yield  Candidate
 	// Candidate side: requeue ends the campaign in progress, which then
-	// campaigns again from the back of the line; yielded is the key
-	// revision of the last yield asked of us, so a request acts once.
+	// campaigns again from the back of the line (Seat.Receive).
 	requeue context.CancelFunc
-	yielded int64
+}
+
+// seats are the Seats of the agent's resources. Called with n.mu held.
+func (n *Node) seats() iter.Seq[*Seat] {
+	return func(yield func(*Seat) bool) {
+		for _, rs := range n.res {
+			if !yield(&rs.Seat) {
+				return
+			}
+		}
+	}
 }
 
 // NewNode joins the cluster: it keeps a session (lease) with etcd, and
@@ -204,7 +201,7 @@ func (n *Node) state(res string) *resState {
 	if rs != nil {
 		return rs
 	}
-	rs = &resState{name: res, f: Follower{Mode: ModeLocal}, agents: map[string]Indicator{}, heard: map[string]time.Time{}}
+	rs = &resState{name: res, Seat: NewSeat()}
 	n.res[res] = rs
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.watch(rs) }()
@@ -219,7 +216,7 @@ func (n *Node) state(res string) *resState {
 func (n *Node) Publish(res string, ind Indicator, now time.Time) {
 	n.mu.Lock()
 	rs := n.state(res)
-	rs.ind, rs.indTime, rs.dirty = ind, now, true
+	rs.Ind, rs.indTime, rs.dirty = ind, now, true
 	n.mu.Unlock()
 }
 
@@ -234,17 +231,16 @@ func (n *Node) Delay(res string, local int, now time.Time) (int, Mode) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	rs := n.state(res)
-	if rs.leading {
-		n.lead(rs, now)
-	}
-	prev := rs.f.Mode
-	step, mode := rs.f.Step(n.cfg.timing(), local, now)
+	prev := rs.F.Mode
+	step, mode, led, err := rs.Tick(n.cfg.AgentID, local, n.cfg.timing(), n.cfg.Step, now,
+		func() (control.Controller, error) { return n.cfg.NewController(rs.name) })
+	n.led(rs, led, err)
 	if mode == ModeCluster && prev != ModeCluster {
-		n.cfg.Log.Info("following the shared delay", "resource", res, "leader", rs.f.Shared.Leader)
+		n.cfg.Log.Info("following the shared delay", "resource", res, "leader", rs.F.Shared.Leader)
 	}
 	if prev == ModeCluster && mode != ModeCluster {
 		n.cfg.Log.Warn("shared delay lost; local control with the shared delay decaying", "resource", res,
-			"last_seq", rs.f.Shared.Seq, "age", now.Sub(rs.f.RecvAt).Round(time.Millisecond), "decay", n.cfg.Decay)
+			"last_seq", rs.F.Shared.Seq, "age", now.Sub(rs.F.RecvAt).Round(time.Millisecond), "decay", n.cfg.Decay)
 	}
 	if mode == ModeLocal && prev != ModeLocal {
 		n.cfg.Log.Info("shared delay decayed; local control", "resource", res)
@@ -252,32 +248,21 @@ func (n *Node) Delay(res string, local int, now time.Time) (int, Mode) {
 	return step, mode
 }
 
-// lead runs the shared controller one tick (Leader.Step) and queues its
-// record for the publisher.
-func (n *Node) lead(rs *resState, now time.Time) {
-	if !rs.lead.HasController() { // Renew: a new policy's gains and threshold
-		ctrl, err := n.cfg.NewController(rs.name)
-		if err != nil {
-			n.cfg.Log.Error("cannot rebuild the shared controller; keeping the old step", "resource", rs.name, "err", err)
-			return
-		}
-		rs.lead.Renewed(ctrl)
+// led logs what the leader's tick did (Seat.Tick) and wakes the
+// publisher for its record.
+func (n *Node) led(rs *resState, l Lead, err error) {
+	if err != nil {
+		n.cfg.Log.Error("cannot rebuild the shared controller; keeping the old step", "resource", rs.name, "err", err)
+		return
 	}
-	// Our own indicator is fresher in memory than its echo from etcd.
-	l := rs.lead.Step(n.cfg.AgentID, rs.ind, rs.agents, &rs.f, n.cfg.timing(), n.cfg.Step, now)
 	if l.Preset {
-		agents := len(rs.agents)
-		if _, ok := rs.agents[n.cfg.AgentID]; !ok {
+		agents := len(rs.Agents)
+		if _, ok := rs.Agents[n.cfg.AgentID]; !ok {
 			agents++
 		}
 		n.cfg.Log.Info("leading resource", "resource", rs.name, "agents", agents, "start_step", l.From)
 	}
 	if l.Rec != nil {
-		l.Rec.Yield, l.Rec.YieldRev = rs.yield.ID, rs.yield.Rev
-		rs.pending = l.Rec
-		// Follow it now, not when etcd echoes it a tick later; its
-		// freshness stays that of the last one etcd confirmed.
-		rs.f.Own(*l.Rec)
 		n.wake()
 	}
 }
@@ -304,8 +289,8 @@ func (n *Node) Status(now time.Time) []ResourceStatus {
 	defer n.mu.Unlock()
 	out := make([]ResourceStatus, 0, len(n.res))
 	for _, rs := range n.res {
-		s := ResourceStatus{Resource: rs.name, Mode: rs.f.Mode, Leading: rs.leading, Applied: rs.f.Applied}
-		if f := &rs.f; f.HaveRec {
+		s := ResourceStatus{Resource: rs.name, Mode: rs.F.Mode, Leading: rs.Leading, Applied: rs.F.Applied}
+		if f := &rs.F; f.HaveRec {
 			s.Leader, s.Seq, s.Step, s.Age, s.Consumers = f.Shared.Leader, f.Shared.Seq, f.Shared.Step, now.Sub(f.RecvAt), f.Shared.Consumers
 			s.Agents = f.Shared.Agents
 		}
@@ -322,9 +307,7 @@ func (n *Node) Renew() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, rs := range n.res {
-		if rs.leading {
-			rs.lead.Drop()
-		}
+		rs.Renew()
 	}
 }
 
@@ -333,7 +316,7 @@ func (n *Node) Leading(res string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	rs := n.res[res]
-	return rs != nil && rs.leading
+	return rs != nil && rs.Leading
 }
 
 // retryPace spaces the retries of a failed etcd call: a client that is not

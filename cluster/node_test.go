@@ -244,7 +244,7 @@ func TestDelayModes(t *testing.T) {
 	clock := t0
 	n := &Node{cfg: Config{Fresh: testFresh, Decay: testDecay, Blend: testBlend, Now: func() time.Time { return clock }}, res: map[string]*resState{}}
 	n.cfg.Log = discard()
-	rs := &resState{name: testRes, f: Follower{Mode: ModeLocal}, agents: map[string]Indicator{}}
+	rs := &resState{name: testRes, Seat: NewSeat()}
 	n.res[testRes] = rs
 	step := func(local int, at time.Duration) (int, Mode) {
 		clock = t0.Add(at)
@@ -256,7 +256,7 @@ func TestDelayModes(t *testing.T) {
 	}
 	// A shared record of 20 arrives: blend from 3 to 20 over a second.
 	n.mu.Lock()
-	rs.f.Shared, rs.f.HaveRec, rs.f.RecvAt = Shared{Seq: 1, Step: 20}, true, t0.Add(100*time.Millisecond)
+	rs.F.Shared, rs.F.HaveRec, rs.F.RecvAt = Shared{Seq: 1, Step: 20}, true, t0.Add(100*time.Millisecond)
 	n.mu.Unlock()
 	if s, m := step(3, 100*time.Millisecond); s != 3 || m != ModeCluster {
 		t.Fatalf("joining: %d %s, want 3 cluster (no jump)", s, m)
@@ -265,14 +265,14 @@ func TestDelayModes(t *testing.T) {
 		t.Fatalf("half-way through the blend: %d, want ~11.5", s)
 	}
 	n.mu.Lock()
-	rs.f.RecvAt = t0.Add(1100 * time.Millisecond)
+	rs.F.RecvAt = t0.Add(1100 * time.Millisecond)
 	n.mu.Unlock()
 	if s, _ := step(3, 1100*time.Millisecond); s != 20 {
 		t.Fatalf("after the blend: %d, want 20", s)
 	}
 	// A fall is not blended: the shared step drops to 5, applied at once.
 	n.mu.Lock()
-	rs.f.Shared, rs.f.RecvAt = Shared{Seq: 2, Step: 5}, t0.Add(1100*time.Millisecond)
+	rs.F.Shared, rs.F.RecvAt = Shared{Seq: 2, Step: 5}, t0.Add(1100*time.Millisecond)
 	n.mu.Unlock()
 	if s, _ := step(3, 1100*time.Millisecond); s != 5 {
 		t.Fatalf("shared step fell to 5: applied %d", s)
@@ -280,7 +280,7 @@ func TestDelayModes(t *testing.T) {
 	// And a rise after the blend is over follows at once (the shared
 	// controller's own pace), as a local controller's would.
 	n.mu.Lock()
-	rs.f.Shared = Shared{Seq: 3, Step: 20}
+	rs.F.Shared = Shared{Seq: 3, Step: 20}
 	n.mu.Unlock()
 	if s, _ := step(3, 1100*time.Millisecond); s != 20 {
 		t.Fatalf("shared step back to 20: applied %d", s)

@@ -74,16 +74,16 @@ func (n *Node) publishOnce(now time.Time) {
 		return
 	}
 	var ws []write
-	leads, share := n.load()
+	leads, share := Load(n.cfg.AgentID, n.seats())
 	for _, rs := range n.res {
-		if rs.pending != nil && rs.elec != nil {
-			b, _ := EncodeShared(rs.pending)
-			ws = append(ws, write{res: rs.name, key: DelayKey(n.cfg.Prefix, rs.name), val: string(b), rec: rs.pending,
+		if rs.Pending != nil && rs.elec != nil {
+			b, _ := EncodeShared(rs.Pending)
+			ws = append(ws, write{res: rs.name, key: DelayKey(n.cfg.Prefix, rs.name), val: string(b), rec: rs.Pending,
 				elec: rs.elec, elecKey: rs.elec.Key(), elecRev: rs.elec.Rev()})
-			rs.pending = nil
+			rs.Pending = nil
 		}
 		if rs.dirty && now.Sub(rs.lastPub) >= n.cfg.PublishEvery {
-			ind := rs.ind
+			ind := rs.Ind
 			ind.Leads, ind.Share = leads, share
 			b, _ := EncodeIndicator(ind, rs.indTime)
 			ws = append(ws, write{res: rs.name, key: AgentKey(n.cfg.Prefix, rs.name, n.cfg.AgentID), val: string(b)})
@@ -143,7 +143,7 @@ func (n *Node) commit(lease clientv3.LeaseID, ws []write) {
 		case !resp.Responses[i].GetResponseTxn().GetSucceeded():
 			n.cfg.Log.Debug("shared delay not written: this agent no longer holds the election key", "resource", w.res, "seq", w.rec.Seq)
 		case rs.elec == w.elec:
-			rs.f.Confirm(*w.rec, at)
+			rs.F.Confirm(*w.rec, at)
 		}
 	}
 }

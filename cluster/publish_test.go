@@ -138,7 +138,7 @@ func TestLeaderAppliesOwnStepAtOnce(t *testing.T) {
 		leader.node.mu.Lock()
 		defer leader.node.mu.Unlock()
 		rs := leader.node.res[testRes]
-		return rs.lead.lastStep, rs.lead.seq
+		return rs.L.lastStep, rs.L.seq
 	}
 	// The load goes: the shared controller steps down tick by tick, and
 	// a fall is applied at once (no blend), so every tick's step is the

@@ -136,13 +136,14 @@ func (s *clusterSim) tick(a *csAgent) {
 		}
 		ind.WaitMs, ind.LocalStep = waits[i], step
 		// Node.Publish
-		sl.ind, sl.indTime, sl.dirty = ind, now, true
+		sl.Ind, sl.indTime, sl.dirty = ind, now, true
 		// Node.Delay
-		if sl.leading {
-			s.lead(sl, now)
+		applied, _, led, _ := sl.Tick(a.id, step, s.t, control.DefaultStep, now,
+			func() (control.Controller, error) { return sharedPID(a.cfg, sl.res.name) })
+		if led.Rec != nil {
+			a.kick = true // Node.led wakes the publisher
 		}
-		sl.applied, _ = sl.f.Step(s.t, step, now)
-		sl.localOut = step
+		sl.applied, sl.localOut = applied, step
 	}
 	dt := time.Since(t0)
 	if s.inWindow() {
@@ -170,31 +171,11 @@ func (s *clusterSim) tick(a *csAgent) {
 	s.at(Interval, func() { s.tick(a) })
 }
 
-// lead is Node.lead: rebuild the controller after a renewal, one
-// Leader.Step, queue the record, follow it at once (Follower.Own) and
-// wake the publisher.
-func (s *clusterSim) lead(sl *csSlot, now time.Time) {
-	if !sl.lead.HasController() {
-		ctrl, err := sharedPID(sl.a.cfg, sl.res.name)
-		if err != nil {
-			return
-		}
-		sl.lead.Renewed(ctrl)
-	}
-	l := sl.lead.Step(sl.a.id, sl.ind, sl.agents, &sl.f, s.t, control.DefaultStep, now)
-	if l.Rec != nil {
-		l.Rec.Yield, l.Rec.YieldRev = sl.yield.ID, sl.yield.Rev
-		sl.pending = l.Rec
-		sl.f.Own(*l.Rec)
-		sl.a.kick = true
-	}
-}
-
 // afterTick is the model's bookkeeping of a tick (not the agent's work):
 // propagation of records, cluster formation, failure measurements.
 func (s *clusterSim) afterTick(a *csAgent) {
 	for _, sl := range a.slots {
-		inCl := sl.f.Mode == cluster.ModeCluster
+		inCl := sl.F.Mode == cluster.ModeCluster
 		if inCl != sl.inCl {
 			if inCl {
 				s.inCluster++
@@ -206,14 +187,14 @@ func (s *clusterSim) afterTick(a *csAgent) {
 			}
 			sl.inCl = inCl
 		}
-		if inCl && sl.f.Shared.Seq > sl.counted {
+		if inCl && sl.F.Shared.Seq > sl.counted {
 			s.closeTracks(sl.res, func(tr *csTrack) {
-				if tr.seq > sl.counted && tr.seq <= sl.f.Shared.Seq {
+				if tr.seq > sl.counted && tr.seq <= sl.F.Shared.Seq {
 					tr.need--
 					tr.max = max(tr.max, s.now-tr.made)
 				}
 			})
-			sl.counted = sl.f.Shared.Seq
+			sl.counted = sl.F.Shared.Seq
 		}
 		s.failureTick(sl)
 	}
@@ -249,9 +230,7 @@ func (s *clusterSim) applyPolicy(a *csAgent, doc []byte, rev int64) {
 	}
 	a.cfg = cfg
 	for _, sl := range a.slots {
-		if sl.leading {
-			sl.lead.Drop()
-		}
+		sl.Renew()
 	}
 	a.policyCPU = append(a.policyCPU, float64(time.Since(t0))/1e6)
 	for k, r := range s.policyRev {

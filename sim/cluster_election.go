@@ -2,7 +2,7 @@ package sim
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/sanqos/sanqos/cluster"
@@ -22,36 +22,16 @@ func (s *clusterSim) balancer(a *csAgent) {
 	s.at(s.balancePace(), func() { s.balancer(a) })
 }
 
-// balance is Node.balance: of the resources this agent has led for
-// BalanceHold where HandOver allows some live agent (heard within Fresh),
-// the four whose election it read least recently, one after the other:
-// read the election line and apply cluster.Balance — hand the resource
-// over to the next in line if it is such an agent (each move counting at
-// once in both loads), else, if one stands further back, have the
-// leader's records ask the next in line to step back (requeue).
+// balance is Node.balance on the modelled etcd, with its rules
+// (cluster.NewLook, PickReads, Look.Decide): the resources it picks are
+// read one after the other, and on each line the look hands the resource
+// over or asks the next in line to step back.
 func (s *clusterSim) balance(a *csAgent) {
 	if !a.session {
 		return
 	}
-	now := s.clock()
-	leads, share := s.load(a)
-	var cands []*csSlot
-	for _, sl := range a.slots {
-		if !sl.leading || now.Sub(sl.since) < s.o.BalanceHold {
-			continue
-		}
-		if cluster.AnyLighter(a.id, leads, share, sl.agents, cluster.LiveLoads(sl.agents, sl.heard, nil, s.o.Fresh, now)) {
-			cands = append(cands, sl)
-		} else {
-			sl.yield = cluster.Candidate{}
-		}
-	}
-	sort.SliceStable(cands, func(i, k int) bool { return cands[i].looked.Before(cands[k].looked) })
-	cands = cands[:min(len(cands), 4)]
-	for _, sl := range cands {
-		sl.looked = now
-	}
-	given := map[string]int{}
+	look := cluster.NewLook(a.id, a.seats(), s.o.Fresh)
+	cands := cluster.PickReads(look, slices.Values(a.slots), func(sl *csSlot) *cluster.Seat { return &sl.Seat }, s.o.BalanceHold, s.clock())
 	var try func(k int)
 	try = func(k int) {
 		if k >= len(cands) || a.dead {
@@ -69,18 +49,14 @@ func (s *clusterSim) balance(a *csAgent) {
 				line[i] = cluster.Candidate{ID: c.a.id, Rev: c.elec.create}
 			}
 			return func() {
-				if !sl.leading || sl.elec != elec {
+				if !sl.Leading || sl.elec != elec {
 					try(k + 1)
 					return
 				}
-				next, yield := cluster.Balance(leads, share, line, cluster.LiveLoads(sl.agents, sl.heard, given, s.o.Fresh, s.clock()))
-				if next == "" {
-					sl.yield = yield
+				if next, _, _ := look.Decide(&sl.Seat, line, s.clock()); next == "" {
 					try(k + 1)
 					return
 				}
-				leads--
-				given[next]++
 				s.handOver(sl, func() { try(k + 1) })
 			}
 		})
@@ -88,13 +64,11 @@ func (s *clusterSim) balance(a *csAgent) {
 	try(0)
 }
 
-// handOver is the rest of Node.balance: stop leading, resign (delete the
-// election key if it is still ours) and campaign again, behind the new
-// leader.
+// handOver is the rest of Node.balance once Look.Decide has ended the
+// leadership: stop watching the indicators, resign (delete the election
+// key if it is still ours) and campaign again, behind the new leader.
 func (s *clusterSim) handOver(sl *csSlot, then func()) {
 	a, r := sl.a, sl.res
-	sl.leading, sl.pending, sl.yield = false, nil, cluster.Candidate{}
-	sl.lead.Drop()
 	for i, w := range r.agentWatch {
 		if w == sl {
 			r.agentWatch = append(r.agentWatch[:i], r.agentWatch[i+1:]...)
@@ -208,15 +182,14 @@ func (s *clusterSim) elected(sl *csSlot) {
 		}
 		return func() {
 			t0 := time.Now()
-			clear(sl.agents)
-			clear(sl.heard)
+			clear(sl.Agents)
+			clear(sl.Heard)
 			for i, v := range vals {
 				if ind, err := cluster.DecodeIndicator(v); err == nil {
-					sl.agents[ids[i]] = ind
+					sl.Agents[ids[i]] = ind
 				}
 			}
-			sl.leading, sl.since, sl.yield = true, s.clock(), cluster.Candidate{}
-			sl.lead.Elected(ctrl)
+			sl.Elected(ctrl, s.clock())
 			s.recvTime(a, t0)
 		}
 	})

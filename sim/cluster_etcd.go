@@ -265,16 +265,14 @@ func (s *clusterSim) fanout(kv *csKV, deleted bool, at time.Duration) {
 		id := kv.agent
 		for _, sl := range kv.res.agentWatch {
 			deliver(sl.a, func() {
-				if !sl.leading {
+				if !sl.Leading {
 					return
 				}
 				t0 := time.Now()
 				if deleted {
-					delete(sl.agents, id)
-					delete(sl.heard, id)
+					sl.Forget(id)
 				} else if ind, err := cluster.DecodeIndicator(val); err == nil {
-					sl.agents[id] = ind
-					sl.heard[id] = s.clock()
+					sl.Hear(id, ind, true, s.clock())
 				}
 				s.recvTime(sl.a, t0)
 			})

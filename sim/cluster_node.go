@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"iter"
 	"time"
 
 	"github.com/sanqos/sanqos/cluster"
@@ -22,22 +23,22 @@ func (s *clusterSim) publish(a *csAgent) {
 	}
 	now := s.clock()
 	t0 := time.Now()
-	leads, share := s.load(a)
+	leads, share := cluster.Load(a.id, a.seats())
 	var puts []csPut
 	var slots []*csSlot
 	var recs []*cluster.Shared
 	for _, sl := range a.slots {
-		if sl.pending != nil && sl.leading {
-			b, _ := cluster.EncodeShared(sl.pending)
-			rec := sl.pending
+		if sl.Pending != nil && sl.Leading {
+			b, _ := cluster.EncodeShared(sl.Pending)
+			rec := sl.Pending
 			r := sl.res
 			puts = append(puts, csPut{key: cluster.DelayKey(s.prefix, sl.res.name), val: b, kind: kindDelay, res: sl.res,
 				fence: sl, elec: sl.elec, landed: func() { s.trackRecord(r, rec) }})
 			slots, recs = append(slots, sl), append(recs, rec)
-			sl.pending = nil
+			sl.Pending = nil
 		}
 		if sl.dirty && now.Sub(sl.lastPub) >= s.o.PublishEvery {
-			ind := sl.ind
+			ind := sl.Ind
 			ind.Leads, ind.Share = leads, share
 			b, _ := cluster.EncodeIndicator(ind, sl.indTime)
 			puts = append(puts, csPut{key: cluster.AgentKey(s.prefix, sl.res.name, a.id), val: b, kind: kindIndicator, res: sl.res, agent: a.id})
@@ -65,8 +66,8 @@ func (s *clusterSim) publish(a *csAgent) {
 					if !ok {
 						sl.dirty = true
 					}
-				case ok && req.ok[i] && sl.leading && sl.elec == req.puts[i].elec:
-					sl.f.Confirm(*rs[i], at)
+				case ok && req.ok[i] && sl.Leading && sl.elec == req.puts[i].elec:
+					sl.F.Confirm(*rs[i], at)
 				}
 			}
 			left--
@@ -88,16 +89,15 @@ func (s *clusterSim) publishDone(a *csAgent) {
 	}
 }
 
-// load is Node.load: resources led, and the fair share (ShareOf over
-// every resource served, as this agent knows them: Seen).
-func (s *clusterSim) load(a *csAgent) (leads int, share float64) {
-	for _, sl := range a.slots {
-		if sl.leading {
-			leads++
+// seats are the Seats of the agent's slots, in order (Node.seats).
+func (a *csAgent) seats() iter.Seq[*cluster.Seat] {
+	return func(yield func(*cluster.Seat) bool) {
+		for _, sl := range a.slots {
+			if !yield(&sl.Seat) {
+				return
+			}
 		}
-		share += cluster.ShareOf(cluster.Seen(sl.leading, a.id, sl.agents, &sl.f))
 	}
-	return leads, share
 }
 
 func (s *clusterSim) recvTime(a *csAgent, t0 time.Time) {
@@ -120,7 +120,7 @@ func (s *clusterSim) watchDelay(sl *csSlot) {
 		return func() {
 			t0 := time.Now()
 			if rec, err := cluster.DecodeShared(val); err == nil {
-				sl.f.Receive(rec, false, s.clock())
+				sl.F.Receive(rec, false, s.clock())
 			}
 			s.recvTime(sl.a, t0)
 		}
@@ -135,8 +135,7 @@ func (s *clusterSim) receiveRecord(sl *csSlot, val []byte) {
 	if err != nil {
 		return
 	}
-	if sl.f.Receive(rec, true, now) && rec.Yield == sl.a.id && rec.YieldRev > sl.yielded && !sl.leading && sl.campaigning {
-		sl.yielded = rec.YieldRev
+	if sl.Receive(rec, true, now, sl.a.id, sl.campaigning) {
 		s.requeue(sl)
 	}
 	s.recvTime(sl.a, t0)

@@ -92,7 +92,7 @@ func (s *clusterSim) placeSlots(res *csRes, stride int) {
 		}
 		seen[ai] = true
 		a := s.agents[ai]
-		sl := &csSlot{a: a, res: res, agents: map[string]cluster.Indicator{}, heard: map[string]time.Time{}, f: cluster.Follower{Mode: cluster.ModeLocal}}
+		sl := &csSlot{a: a, res: res, Seat: cluster.NewSeat()}
 		a.slots = append(a.slots, sl)
 		res.slots = append(res.slots, sl)
 	}
@@ -218,7 +218,7 @@ func (s *clusterSim) snapshot() {
 	for _, r := range s.res {
 		leader := false
 		for _, sl := range r.slots {
-			leader = leader || sl.leading && !sl.a.dead
+			leader = leader || sl.Leading && !sl.a.dead
 		}
 		if !leader {
 			s.leaderlessAtKill++
@@ -235,7 +235,7 @@ func (s *clusterSim) led() []int {
 	led := make([]int, len(s.agents))
 	for _, r := range s.res {
 		for _, sl := range r.slots {
-			if sl.leading && !sl.a.dead {
+			if sl.Leading && !sl.a.dead {
 				led[sl.a.idx]++
 			}
 		}
@@ -257,7 +257,7 @@ func (s *clusterSim) kill() {
 	}
 	s.killed, s.killedLed = victim, led[victim.idx]
 	for _, sl := range victim.slots {
-		if !sl.leading {
+		if !sl.Leading {
 			continue
 		}
 		for _, o := range sl.res.slots {
@@ -268,7 +268,7 @@ func (s *clusterSim) kill() {
 	}
 	victim.dead = true
 	for _, sl := range victim.slots {
-		sl.leading = false
+		sl.Leading = false
 		// The dead agent applies nothing more: its records count as
 		// propagated once the living have them.
 		s.closeTracks(sl.res, func(tr *csTrack) {
@@ -287,7 +287,7 @@ func (s *clusterSim) outage() {
 			continue
 		}
 		for _, sl := range a.slots {
-			if sl.f.Mode == cluster.ModeCluster {
+			if sl.F.Mode == cluster.ModeCluster {
 				sl.outageMode = csFailure{watch: true, fellAt: -1, rejoinAt: -1, decayedAt: -1}
 			}
 		}
@@ -296,18 +296,18 @@ func (s *clusterSim) outage() {
 
 func (s *clusterSim) failureTick(sl *csSlot) {
 	if m := &sl.deathMode; m.watch {
-		if m.fellAt < 0 && sl.f.Mode != cluster.ModeCluster {
-			m.fellAt, m.lastRecAt = s.now, sl.f.RecvAt.Sub(s.epoch)
+		if m.fellAt < 0 && sl.F.Mode != cluster.ModeCluster {
+			m.fellAt, m.lastRecAt = s.now, sl.F.RecvAt.Sub(s.epoch)
 		}
-		if m.fellAt >= 0 && m.rejoinAt < 0 && sl.f.Mode == cluster.ModeCluster && sl.f.Shared.Leader != s.killed.id {
+		if m.fellAt >= 0 && m.rejoinAt < 0 && sl.F.Mode == cluster.ModeCluster && sl.F.Shared.Leader != s.killed.id {
 			m.rejoinAt = s.now
 		}
 	}
 	if m := &sl.outageMode; m.watch {
-		if m.fellAt < 0 && sl.f.Mode != cluster.ModeCluster {
-			m.fellAt, m.lastRecAt, m.residue = s.now, sl.f.RecvAt.Sub(s.epoch), float64(sl.f.Shared.Step)
+		if m.fellAt < 0 && sl.F.Mode != cluster.ModeCluster {
+			m.fellAt, m.lastRecAt, m.residue = s.now, sl.F.RecvAt.Sub(s.epoch), float64(sl.F.Shared.Step)
 		}
-		if m.fellAt >= 0 && m.decayedAt < 0 && sl.f.Mode == cluster.ModeLocal {
+		if m.fellAt >= 0 && m.decayedAt < 0 && sl.F.Mode == cluster.ModeLocal {
 			m.decayedAt = s.now
 			m.aboveLoc = sl.applied != sl.localOut
 		}

@@ -124,30 +124,23 @@ type csTrack struct {
 	max  time.Duration
 }
 
+// csSlot is one agent's side of one resource: the cluster.Seat that the
+// product's rules change (as Node's resState holds one) and the model's
+// own bookkeeping.
 type csSlot struct {
-	a       *csAgent
-	res     *csRes
-	local   agent.Controller
-	f       cluster.Follower
-	lead    cluster.Leader
-	leading bool
-	since   time.Time // leading since
-	looked  time.Time // the balancer last read the election
-	yield   cluster.Candidate
+	a     *csAgent
+	res   *csRes
+	local agent.Controller
+	cluster.Seat
 	// campaign in progress (gen counts campaigns, so a requeued one's
-	// waits are void); yielded: the last yield acted on (Node.apply).
+	// waits are void)
 	campaigning bool
 	campGen     int
-	yielded     int64
-	agents      map[string]cluster.Indicator
-	heard       map[string]time.Time // indicators' live arrivals
 	readers     []cluster.Consumer
 	writer      *cluster.Consumer
-	ind         cluster.Indicator
 	indTime     time.Time
 	dirty       bool
 	lastPub     time.Time
-	pending     *cluster.Shared
 	elec        *csKV
 	inCl        bool
 	counted     uint64
