@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/editdist"
 	"gopkg.in/yaml.v3"
 )
 
@@ -226,30 +227,9 @@ func blocks() []block {
 func nearest(s string, candidates []string) string {
 	best, bestD := "", max(2, len(s)/3)+1
 	for _, c := range candidates {
-		if d := editDistance(strings.ToLower(s), c); d < bestD {
+		if d := editdist.Distance(strings.ToLower(s), c); d < bestD {
 			best, bestD = c, d
 		}
 	}
 	return best
-}
-
-// editDistance is the Levenshtein distance of a and b, by bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }

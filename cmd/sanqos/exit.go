@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/internal/editdist"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -196,32 +197,11 @@ func nearestFlag(cmd *cobra.Command, name string) string {
 		} else if f.Hidden {
 			return
 		}
-		if d := editDistance(name, f.Name); d < bestD && now != "" {
+		if d := editdist.Distance(name, f.Name); d < bestD && now != "" {
 			best, bestD = now, d
 		}
 	}
 	cmd.Flags().VisitAll(visit)
 	cmd.InheritedFlags().VisitAll(visit)
 	return best
-}
-
-// editDistance is the Levenshtein distance of a and b, by bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/editdist"
 	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/sim"
 	"github.com/spf13/cobra"
@@ -131,7 +132,7 @@ RESULTS/sim-SCENARIO/RUN-ID/, and sim.json with the wall time and speed-up
 func unknownScenario(cmd *cobra.Command, name string) error {
 	near := suggestCommands(cmd, name)
 	for _, s := range sim.Names() {
-		if editDistance(name, s) <= 2 {
+		if editdist.Distance(name, s) <= 2 {
 			near = append(near, s)
 		}
 	}
