@@ -74,30 +74,10 @@ func (o *oracleSearch) probe(k int) (report.OracleProbe, error) {
 // when not even the largest does.
 func (o *oracleSearch) find(thr time.Duration) (k int, ok bool, err error) {
 	limit := float64(thr) / 1e6
-	holds := func(k int) (bool, error) {
+	return report.SmallestHolding(o.max, func(k int) (bool, error) {
 		p, err := o.probe(k)
 		return p.P95Ms <= limit, err
-	}
-	if h, err := holds(o.max); err != nil || !h {
-		return o.max, false, err
-	}
-	if h, err := holds(0); err != nil || h {
-		return 0, true, err
-	}
-	lo, hi := 0, o.max // lo fails, hi holds
-	for hi-lo > 1 {
-		mid := (lo + hi) / 2
-		h, err := holds(mid)
-		if err != nil {
-			return 0, false, err
-		}
-		if h {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	return hi, true, nil
+	})
 }
 
 // runOracle searches and runs the oracle for every threshold, with one

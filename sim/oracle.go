@@ -80,30 +80,10 @@ func (s *oracleSearch) probe(k int) (report.OracleProbe, error) {
 // when not even the largest does.
 func (s *oracleSearch) find(thr time.Duration) (k int, ok bool, err error) {
 	limit := float64(thr) / 1e6
-	holds := func(k int) (bool, error) {
+	return report.SmallestHolding(s.max, func(k int) (bool, error) {
 		p, err := s.probe(k)
 		return p.P95Ms <= limit, err
-	}
-	if h, err := holds(s.max); err != nil || !h {
-		return s.max, false, err
-	}
-	if h, err := holds(0); err != nil || h {
-		return 0, true, err
-	}
-	lo, hi := 0, s.max // lo fails, hi holds
-	for hi-lo > 1 {
-		mid := (lo + hi) / 2
-		h, err := holds(mid)
-		if err != nil {
-			return 0, false, err
-		}
-		if h {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	return hi, true, nil
+	})
 }
 
 // runOracle searches and runs the oracle for every threshold, over the
