@@ -284,7 +284,11 @@ type markLease struct {
 func startMarkLease(ttl time.Duration, refresh func()) *markLease {
 	l := &markLease{stop: make(chan struct{}), done: make(chan struct{})}
 	// The sets live in the creator's network namespace, which is a
-	// property of its OS thread; the refresher must run there too.
+	// property of its OS thread; the refresher must run there too. Only a
+	// creator on a thread of its own namespace (the tests' namespaces)
+	// needs setns: in the agent every thread is in the one namespace, and
+	// setns, even into the namespace a thread is in, needs CAP_SYS_ADMIN,
+	// which the systemd unit need not grant for this.
 	ns, nsErr := netns.Get()
 	go func() {
 		defer close(l.done)
@@ -292,7 +296,7 @@ func startMarkLease(ttl time.Duration, refresh func()) *markLease {
 			// Never unlocked: the thread dies with the goroutine rather
 			// than go back to the pool in another namespace.
 			runtime.LockOSThread()
-			err := netns.Set(ns)
+			err := enterNS(ns)
 			ns.Close()
 			if err != nil {
 				return
@@ -310,6 +314,20 @@ func startMarkLease(ttl time.Duration, refresh func()) *markLease {
 		}
 	}()
 	return l
+}
+
+// enterNS moves the calling (locked) thread into ns unless it is there
+// already.
+func enterNS(ns netns.NsHandle) error {
+	cur, err := netns.Get()
+	if err == nil {
+		same := cur.Equal(ns)
+		cur.Close()
+		if same {
+			return nil
+		}
+	}
+	return netns.Set(ns)
 }
 
 // end stops the refreshes; the entries then expire within the TTL unless
