@@ -100,6 +100,9 @@ func (r *Runner) writeAgentConfigOn(path, backend, http string, thr time.Duratio
 	}
 	if autonomic {
 		fmt.Fprintf(&b, "%sresources:\n  - name: %s\n", r.State.discoveryYAML(t), r.Res.Name)
+		if r.opts.LUNMap {
+			b.WriteString(r.consumerDevicesYAML())
+		}
 	} else {
 		var devs, thr []string
 		for _, l := range r.Res.LUNs {

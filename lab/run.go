@@ -41,6 +41,11 @@ type RunOptions struct {
 	// (the stock-kernel tier) can carry.
 	Writers, Cycles int
 	NoOracle        bool
+	// LUNMap names each host's own LUN in the autonomic agents' config
+	// (consumer_devices): with one tgt target for every host, discovery
+	// lists every host on every LUN, and a LUN's queue is nobody's own
+	// (docs/interferers.md, "Shared LUNs").
+	LUNMap bool
 	// Backends runs pid/autonomic's regulated phases once per throttle
 	// backend, in this order, in one invocation against one baseline and
 	// one oracle, so backends are compared side by side (empty: the

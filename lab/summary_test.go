@@ -104,3 +104,36 @@ func TestAgentConfigBackendOverride(t *testing.T) {
 		}
 	}
 }
+
+// --lun-map names each host's own LUN in the autonomic agent's config,
+// which parses and maps every host to its loop device alone.
+func TestAgentConfigLUNMap(t *testing.T) {
+	res := &Resource{Name: "vg1"}
+	for i, h := range Hosts {
+		res.LUNs = append(res.LUNs, LUN{Host: h, Number: i + 1, Loop: fmt.Sprintf("loop%d", i)})
+	}
+	for _, lunMap := range []bool{false, true} {
+		r := &Runner{Res: res, opts: RunOptions{LUNMap: lunMap}}
+		p := filepath.Join(t.TempDir(), "agent.yaml")
+		if err := r.writeAgentConfig(p, "delayline", "127.0.0.1:9311", 15*time.Millisecond, true); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(p)
+		if err != nil {
+			b, _ := os.ReadFile(p)
+			t.Fatalf("lun map %v: %v\n%s", lunMap, err, b)
+		}
+		got := cfg.Resources[0].ConsumerDevices
+		if !lunMap {
+			if len(got) != 0 {
+				t.Errorf("without --lun-map: consumer_devices %v", got)
+			}
+			continue
+		}
+		for i, h := range Hosts {
+			if d := got[HostAddr(h).String()]; len(d) != 1 || d[0] != fmt.Sprintf("loop%d", i) {
+				t.Errorf("%s: devices %v, want [loop%d]", h, d, i)
+			}
+		}
+	}
+}

@@ -381,6 +381,7 @@ func labRunCmd() *cobra.Command {
 	f.IntVar(&o.Writers, "writers", 0, "pid, autonomic, throttle-effect: writer threads (default the thesis' 12)")
 	f.IntVar(&o.Cycles, "cycles", 0, "pid, autonomic, read-backup, mixed: the load's on/off cycles (default 6)")
 	f.BoolVar(&o.NoOracle, "no-oracle", false, "autonomic, read-backup, mixed: skip the oracle's search for the best static delay")
+	f.BoolVar(&o.LUNMap, "lun-map", false, "autonomic, read-backup, mixed: name each host's own LUN in the agent's config (consumer_devices), which discovery cannot tell with one tgt target for every host")
 	f.StringSliceVar(&o.Backends, "backends", nil, "pid, autonomic, read-backup, mixed, delay-sweep(-fresh), throttle-effect, overhead: run once per throttle backend (edt, netem, delayline), side by side in one summary")
 	f.StringArrayVar(&lab.AgentFlags, "agent-flag", nil, "flag added to every agent the run starts, e.g. --agent-flag=--delay-ramp=0.5 (repeatable)")
 	f.StringVar(&kernel, "kernel", "", "which lab: host, or debian (the stock-kernel guest); default the guest if one is up, else the host's")
