@@ -102,6 +102,19 @@ In the lab, the experiments' agent runs in namespace bm: see
   sudo ip netns exec bm sanqos agent --backend delayline --socket /run/sanqos-lab/agent.sock`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Signals are caught before anything else: systemd may reload
+			// (SIGHUP) or stop (SIGTERM) the agent at any moment after
+			// it started, and Go's default for either is to exit at once,
+			// leaving what the backend built so far in the kernel; a
+			// SIGHUP death even counts as clean, so Restart=on-failure
+			// would not restart it. A stop before the agent runs ends it
+			// once its backend is built (and then removed); a reload
+			// before then is answered once the config is watched.
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
 			var h slog.Handler = slog.NewTextHandler(os.Stderr, nil)
 			if logJSON {
 				h = slog.NewJSONHandler(os.Stderr, nil)
@@ -130,7 +143,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 			if err := eo.validate(); err != nil {
 				return err
 			}
-			return runAgent(cfg, cfgPath, bo, socket, httpAddr, cmd.Flags().Changed("http"), eo, log)
+			return runAgent(ctx, hup, cfg, cfgPath, bo, socket, httpAddr, cmd.Flags().Changed("http"), eo, log)
 		},
 	}
 	f := c.Flags()
@@ -156,7 +169,12 @@ In the lab, the experiments' agent runs in namespace bm: see
 	return c
 }
 
-func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket, httpAddr string, httpOverride bool, eo etcdOptions, log *slog.Logger) error {
+// runAgent runs until ctx ends (SIGTERM, SIGINT); hup delivers SIGHUP.
+func runAgent(ctx context.Context, hup <-chan os.Signal, cfg *config.Config, cfgPath string, bo backendOptions, socket, httpAddr string, httpOverride bool, eo etcdOptions, log *slog.Logger) error {
+	if ctx.Err() != nil {
+		log.Info("agent stopped before it started")
+		return nil
+	}
 	t, err := newBackend(bo, log)
 	if err != nil {
 		return err
@@ -171,8 +189,6 @@ func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket, htt
 		return err
 	}
 	defer os.Remove(socket)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	api := &agent.API{T: t, Log: log}
 	done := make(chan error, 1)
 	if cfg != nil {
@@ -242,8 +258,6 @@ func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket, htt
 				return nil
 			})
 		}
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
 		go func() {
 			for range hup {
 				nc, err := load(cfgPath)
@@ -276,6 +290,11 @@ func runAgent(cfg *config.Config, cfgPath string, bo backendOptions, socket, htt
 			}
 		}
 		go func() { <-ctx.Done(); done <- nil }()
+		go func() {
+			for range hup {
+				log.Info("SIGHUP: no config to reload (started without --config)")
+			}
+		}()
 	}
 	srv := &http.Server{Handler: api.Handler()}
 	go func() { <-ctx.Done(); srv.Close() }()
