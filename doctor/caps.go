@@ -72,8 +72,9 @@ type capNeed struct {
 // probes need. Netlink writes (tc, ipset, nfqueue) need CAP_NET_ADMIN;
 // iptables-legacy talks over a raw socket (CAP_NET_RAW), as does bridge
 // mode's capture; loading a tc BPF program needs CAP_BPF (or, before 5.8,
-// CAP_SYS_ADMIN); auto's probes create a network namespace and the tc
-// backends' mark lease calls setns (both CAP_SYS_ADMIN).
+// CAP_SYS_ADMIN); auto's probes create a network namespace
+// (CAP_SYS_ADMIN). The tc backends' mark lease needs no setns in the
+// agent: its threads share one namespace.
 func (e *Env) capNeeds() []capNeed {
 	p := e.plan()
 	var out []capNeed
@@ -88,12 +89,6 @@ func (e *Env) capNeeds() []capNeed {
 	}
 	if p.uses(partBPF) {
 		out = append(out, capNeed{[]int{capBPF, capSysAdmin}, "loading the tc BPF program", true})
-	}
-	if p.chosen == "netem" || p.chosen == "htb" {
-		// throttle's startMarkLease re-enters the creator's namespace with
-		// setns, which needs CAP_SYS_ADMIN even for the namespace it is
-		// in; without it the refresher stops at once, silently.
-		out = append(out, capNeed{[]int{capSysAdmin}, "the " + p.chosen + " backend's mark lease (setns); without it consumers' marks lapse after their TTL (1 s)", false})
 	}
 	if e.backendName() == "auto" {
 		out = append(out, capNeed{[]int{capSysAdmin}, "auto's probes (a scratch network namespace); without it auto takes the delay line", false})
@@ -137,7 +132,7 @@ func (c capsCheck) Run() Result {
 			r.Status = Warn
 		}
 	}
-	r.Detail = append(r.Detail, "these are doctor's own capabilities; packaging/sanqos.service gives the agent only CAP_NET_ADMIN and CAP_NET_RAW (docs/doctor.md: run doctor as the unit runs)")
+	r.Detail = append(r.Detail, "these are doctor's own capabilities; packaging/sanqos.service gives the agent CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF and CAP_SYS_ADMIN (docs/doctor.md: run doctor as the unit runs)")
 	switch {
 	case len(missing) == 0:
 		r.Summary = fmt.Sprintf("uid %d holds what the agent needs (CapEff %#x)", f.euid, f.eff)

@@ -151,24 +151,38 @@ var checkCases = []checkCase{
 		"backend":    {Fail, "auto → edt: auto: kernel has fq and tc BPF but the edt backend would fail: cannot tell the interface"},
 		"target":     {OK, ""}, "discovery": {OK, ""},
 	}},
-	{"stock kernel under the systemd unit's capabilities", func(*testing.T) fixture { return fixture{base: "stock-6.1", status: "unit"} }, map[string]want{
+	{"stock kernel under the systemd unit's capabilities: auto probes and takes edt", func(*testing.T) fixture { return fixture{base: "stock-6.1", status: "unit"} }, map[string]want{
+		"capabilities": {OK, "holds what the agent needs"},
+		"backend":      {OK, "auto → edt"},
+		"nfqueue":      {OK, ""}, "target": {OK, ""}, "discovery": {OK, ""},
+	}},
+	{"stock kernel without CAP_SYS_ADMIN (the unit's drop-in for a named backend): auto cannot probe", func(*testing.T) fixture {
+		return fixture{base: "stock-6.1", status: "named"}
+	}, map[string]want{
 		"capabilities": {Warn, "lacks CAP_SYS_ADMIN"},
 		"backend":      {Warn, "auto → delayline: this kernel runs edt, but auto's probes cannot run here"},
 		"nfqueue":      {OK, ""}, "target": {OK, ""}, "discovery": {OK, ""},
 	}},
-	{"stock kernel, edt asked under the unit's capabilities", func(*testing.T) fixture {
-		return fixture{base: "stock-6.1", status: "unit", config: staticConfig + "backend: edt\n"}
+	{"stock kernel, edt asked with only the network capabilities", func(*testing.T) fixture {
+		return fixture{base: "stock-6.1", status: "netonly", config: staticConfig + "backend: edt\n"}
 	}, map[string]want{
 		"capabilities": {Fail, "lacks CAP_BPF or CAP_SYS_ADMIN"},
 		"backend":      {OK, "edt"},
 		"target":       {OK, "discovery static"},
 		"discovery":    {OK, "static: 1 resources from the config"},
 	}},
-	{"htb under the systemd unit's capabilities", func(*testing.T) fixture {
-		return fixture{base: "host-6.18", status: "unit", config: tgtConfig + "backend: htb\n"}
+	{"stock kernel, edt named under the drop-in's capabilities", func(*testing.T) fixture {
+		return fixture{base: "stock-6.1", status: "named", config: staticConfig + "backend: edt\n"}
 	}, map[string]want{
-		"capabilities": {Warn, "lacks CAP_SYS_ADMIN"},
-		"backend":      {OK, "htb"},
+		"capabilities": {OK, "holds what the agent needs"},
+		"backend":      {OK, "edt"},
+		"target":       {OK, "discovery static"},
+		"discovery":    {OK, "static: 1 resources from the config"},
+	}},
+	{"htb named without CAP_SYS_ADMIN: its mark lease needs no setns", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", status: "named", config: tgtConfig + "backend: htb\n"}
+	}, map[string]want{
+		"backend": {OK, "htb"},
 	}},
 	{"unprivileged user", func(*testing.T) fixture { return fixture{base: "host-6.18", status: "user"} }, map[string]want{
 		"capabilities": {Fail, "uid 1000 lacks CAP_NET_ADMIN, CAP_NET_RAW, CAP_SYS_ADMIN"},

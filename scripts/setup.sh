@@ -4,7 +4,9 @@
 # dashboard's browser test), QEMU with Debian's stock kernel, busybox and
 # cpio (the stock-kernel tier, lab/guest; open-iscsi for its kernel
 # initiator, run in the guest only), strace (sanqos doctor's test that it
-# makes no state-creating system call), and fio built from
+# makes no state-creating system call), systemd's systemd-analyze and the
+# kernel's uapi headers (packaging/'s tests verify the unit and rebuild its
+# seccomp filters; systemd is only installed, not made PID 1), and fio built from
 # Debian's own source package with the libiscsi engine (Debian's binary fio
 # lacks it). Idempotent: each step is skipped when its result is present.
 set -euo pipefail
@@ -19,7 +21,10 @@ fi
 
 pkgs=(tgt libiscsi-dev libiscsi-bin iptables ipset iproute2 fuse3 kmod curl
 	dpkg-dev build-essential pkg-config zlib1g-dev libaio-dev chromium
-	qemu-system-x86 linux-image-amd64 busybox-static cpio etcd-server open-iscsi strace)
+	qemu-system-x86 linux-image-amd64 busybox-static cpio etcd-server open-iscsi strace
+	linux-libc-dev)
+# systemd-analyze: from Debian's systemd package, unless this host has it.
+command -v systemd-analyze >/dev/null || pkgs+=(systemd)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
