@@ -9,6 +9,10 @@ DATADIR ?= $(PREFIX)/share
 SYSCONFDIR ?= /etc
 UNITDIR ?= /etc/systemd/system
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# systemctl is asked only on a host booted with systemd, and never for a
+# staged (DESTDIR) install; both are variables for packaging/'s test.
+SYSTEMCTL ?= systemctl
+SYSTEMD_BOOTED ?= $(shell test -d /run/systemd/system && echo yes)
 LDFLAGS := -X github.com/sanqos/sanqos/internal/version.Version=$(VERSION)
 
 .PHONY: build test install uninstall clean
@@ -33,15 +37,27 @@ install: build
 	bin/sanqos completion zsh > $(DESTDIR)$(DATADIR)/zsh/site-functions/_sanqos
 	bin/sanqos completion fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/sanqos.fish
 	install -D -m 0644 grafana/sanqos-dashboard.json $(DESTDIR)$(DATADIR)/sanqos/grafana/sanqos-dashboard.json
-	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+	@if [ -z "$(DESTDIR)" ] && [ "$(SYSTEMD_BOOTED)" = yes ]; then $(SYSTEMCTL) daemon-reload; fi
 	@echo "installed; edit $(SYSCONFDIR)/sanqos/sanqos.yaml, check it (sanqos doctor --config $(SYSCONFDIR)/sanqos/sanqos.yaml), then: systemctl enable --now sanqos"
 
-# Leaves the config (operator data) in place.
+# Stops and disables the agent (its SIGTERM removes every throttle), then
+# has the installed binary remove whatever a crashed agent left in this
+# network namespace (sanqos cleanup: rules, sets, qdiscs, BPF filters of
+# the default label), then removes the files. Leaves the config (operator
+# data) in place. A host where nothing was installed is no error; a staged
+# uninstall (DESTDIR) only removes files.
 uninstall:
+	@if [ -z "$(DESTDIR)" ] && [ "$(SYSTEMD_BOOTED)" = yes ] && [ -e "$(UNITDIR)/sanqos.service" ]; then \
+		echo "$(SYSTEMCTL) disable --now sanqos.service"; $(SYSTEMCTL) disable --now sanqos.service; fi
+	@if [ -z "$(DESTDIR)" ] && [ -x "$(BINDIR)/sanqos" ]; then \
+		echo "$(BINDIR)/sanqos cleanup"; "$(BINDIR)/sanqos" cleanup; fi
 	rm -f $(DESTDIR)$(BINDIR)/sanqos $(DESTDIR)$(UNITDIR)/sanqos.service \
 		$(DESTDIR)$(DATADIR)/bash-completion/completions/sanqos $(DESTDIR)$(DATADIR)/zsh/site-functions/_sanqos \
 		$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/sanqos.fish
 	rm -rf $(DESTDIR)$(DATADIR)/sanqos
+	@if [ -z "$(DESTDIR)" ] && [ "$(SYSTEMD_BOOTED)" = yes ]; then \
+		$(SYSTEMCTL) daemon-reload; $(SYSTEMCTL) reset-failed sanqos.service 2>/dev/null || true; fi
+	@echo "uninstalled; $(SYSCONFDIR)/sanqos (the config) is left in place"
 
 clean:
 	rm -rf bin
