@@ -202,6 +202,8 @@ var checkCases = []checkCase{
 	}, map[string]want{
 		"target":    {Fail, `discovery source "iet" is not wired yet`},
 		"discovery": {OK, "iet (testdata/iet): 3 targets, 2 sessions, 1 resources, 3 consumers"},
+		// No resources: valid, but the agent would protect nothing.
+		"config": {Warn, "0 resources"},
 	}},
 	{"another agent running, its http port taken", func(*testing.T) fixture {
 		return fixture{base: "host-6.18", config: tgtConfig, dial: true, files: map[string]string{
