@@ -12,19 +12,23 @@ import (
 // Who saturates a resource, in which direction (issue 30). The thesis
 // slowed consumers that write more than throttleable_write_mb_s; a backup
 // that reads, or VMs doing random reads and writes, never qualified and
-// were never slowed. Two measurements per consumer, from the devices it
-// uses on the resource, make the set direction-blind:
+// were never slowed. Two measurements per consumer make the set
+// direction-blind:
 //
 //   - its queue: the mean number of its requests in the resource over the
-//     last second (Δ(read ticks + write ticks) / Δt, Little's law on
-//     diskstats). A request waits behind what is queued ahead of it, so
+//     last half second (Δ(read ticks + write ticks) / Δt, Little's law on
+//     diskstats), where it has its devices to itself; on devices shared
+//     with other consumers a queue is nobody's and this rule stays out
+//     (tick.go, measureConsumer). A request waits behind what is queued ahead of it, so
 //     the consumers that keep several requests queued are the ones that
 //     make everyone else's reads wait. A latency-sensitive job with one
 //     request at a time (the thesis' reader, a database's log reader)
 //     stays below one however slow the resource gets; the lab's backup
 //     host keeps ~4 queued, a VM's random I/O 2–4.
-//   - its load per direction, in resource time (package cost): which
-//     direction to slow, and how much of the resource it takes (status).
+//   - its load per direction, in resource time (package cost), priced
+//     from its devices' requests, or from its own bytes on the wire on
+//     shared devices: which direction to slow, and how much of the
+//     resource it takes (status).
 //
 // A consumer joins the set when its queue reaches throttleable_queue, or
 // it reads more than throttleable_read_mb_s (a stream or two of large
