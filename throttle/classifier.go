@@ -19,12 +19,7 @@ import (
 
 // Classifier picks the packets sent from the storage port to a set of
 // consumers with one iptables rule per class and family, matching an ipset
-// (hash:ip) of consumer addresses. The sets of consumers and the labelled
-// rules are made and cleaned up here for every backend: the Classifier
-// (the delay line's queue rules) and the tc backends' marks (tc_mark.go)
-// create their sets with createSet, comment their rules with commented,
-// and find a crashed instance's leftovers with deleteCommented and
-// destroySets. Membership changes rewrite the set, never
+// (hash:ip) of consumer addresses. Membership changes rewrite the set, never
 // the rules, so one rule serves thousands of consumers and a controller tick
 // costs no rule churn.
 //
@@ -160,46 +155,13 @@ func (c *Classifier) families() []int {
 }
 
 func (c *Classifier) createSet(name string, fam int) error {
-	return createSet(c.nl, name, setKind{fam: fam})
-}
-
-// setKind is what a set of consumers holds: addresses of one family and,
-// for the tc backends, a mark per entry (skbinfo, which `-j SET
-// --map-mark` copies to the packet) and a timeout in seconds (their
-// fail-open lease; 0: none).
-type setKind struct {
-	fam     int
-	skbinfo bool
-	timeout uint32
-}
-
-// createSet creates a hash:ip set through h, or through the library's
-// package-level calls (a socket per call) when h is nil.
-func createSet(h *netlink.Handle, name string, k setKind) error {
-	o := netlink.IpsetCreateOptions{Family: unix.AF_INET, Skbinfo: k.skbinfo}
-	if k.fam == 6 {
-		o.Family = unix.AF_INET6
+	af := uint8(unix.AF_INET)
+	if fam == 6 {
+		af = unix.AF_INET6
 	}
-	if k.timeout > 0 {
-		o.Timeout = &k.timeout
-	}
-	create := netlink.IpsetCreate
-	if h != nil {
-		create = h.IpsetCreate
-	}
-	return ipsetCall(func() error { return create(name, "hash:ip", o) })
-}
-
-// commented is a rule's spec with "-m comment --comment comment" before
-// its target ("-j" or "-g"; iptables parses target options to the end of
-// the line): the label by which a restart or `sanqos cleanup` finds the
-// rules of a crashed instance.
-func commented(spec []string, comment string) []string {
-	i := slices.IndexFunc(spec, func(a string) bool { return a == "-j" || a == "-g" })
-	if i < 0 {
-		i = len(spec)
-	}
-	return append(append(slices.Clone(spec[:i]), "-m", "comment", "--comment", comment), spec[i:]...)
+	return ipsetCall(func() error {
+		return c.nl.IpsetCreate(name, "hash:ip", netlink.IpsetCreateOptions{Family: af})
+	})
 }
 
 func (c *Classifier) install() error {
@@ -217,7 +179,8 @@ func (c *Classifier) install() error {
 				spec := []string{"-p", "tcp", "--sport", strconv.Itoa(int(c.cfg.Port)),
 					"-m", "set", "--match-set", set, "dst"}
 				spec = append(spec, m...)
-				spec = commented(append(append(spec, "-j"), cl.Target...), c.cfg.Label)
+				spec = append(spec, "-m", "comment", "--comment", c.cfg.Label, "-j")
+				spec = append(spec, cl.Target...)
 				if err := c.ipt[fam/6].Insert(c.cfg.Table, c.cfg.Chain, 1, spec...); err != nil {
 					return fmt.Errorf("classifier: insert rule in %s/%s: %w", c.cfg.Table, c.cfg.Chain, err)
 				}
@@ -391,55 +354,40 @@ func CleanupClassifier(label string) error {
 				errs = append(errs, err)
 				continue
 			}
-			errs = append(errs, deleteCommented(ipt, table, chains, label)...)
-		}
-	}
-	errs = append(errs, destroySets(func(name string) bool { return strings.HasPrefix(name, label+".") }))
-	return errors.Join(errs...)
-}
-
-// deleteCommented deletes every rule of table's chains that carries
-// comment, as `iptables -S` lists it.
-func deleteCommented(ipt *iptables.IPTables, table string, chains []string, comment string) []error {
-	var errs []error
-	for _, chain := range chains {
-		rules, err := ipt.List(table, chain)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for _, r := range rules {
-			f := strings.Fields(r)
-			// -S output: "-A CHAIN spec...". No argument of ours has
-			// spaces, so splitting on spaces is exact, but -S quotes some
-			// (u32 expressions): iptables wants them bare.
-			if len(f) < 3 || f[0] != "-A" || !hasComment(f, comment) {
-				continue
-			}
-			for i, a := range f {
-				if len(a) >= 2 && a[0] == '"' && a[len(a)-1] == '"' {
-					f[i] = a[1 : len(a)-1]
+			for _, chain := range chains {
+				rules, err := ipt.List(table, chain)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				for _, r := range rules {
+					f := strings.Fields(r)
+					// -S output: "-A CHAIN spec...". No argument of ours
+					// has spaces, so splitting on spaces is exact, but -S
+					// quotes some (u32 expressions): iptables wants them
+					// bare.
+					if len(f) < 3 || f[0] != "-A" || !hasComment(f, label) {
+						continue
+					}
+					for i, a := range f {
+						if len(a) >= 2 && a[0] == '"' && a[len(a)-1] == '"' {
+							f[i] = a[1 : len(a)-1]
+						}
+					}
+					if err := ipt.Delete(table, chain, f[2:]...); err != nil {
+						errs = append(errs, fmt.Errorf("delete %s/%s %q: %w", table, chain, r, err))
+					}
 				}
 			}
-			if err := ipt.Delete(table, chain, f[2:]...); err != nil {
-				errs = append(errs, fmt.Errorf("delete %s/%s %q: %w", table, chain, r, err))
-			}
 		}
 	}
-	return errs
-}
-
-// destroySets destroys every set whose name own claims; it runs after the
-// rules that use them are gone (the kernel refuses to destroy a set in
-// use).
-func destroySets(own func(name string) bool) error {
 	var sets []netlink.IPSetResult
-	if err := ipsetCall(func() (err error) { sets, err = netlink.IpsetListAll(); return err }); err != nil {
-		return fmt.Errorf("list ipsets: %w", err)
+	err := ipsetCall(func() (err error) { sets, err = netlink.IpsetListAll(); return err })
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list ipsets: %w", err))
 	}
-	var errs []error
 	for _, s := range sets {
-		if own(s.SetName) {
+		if strings.HasPrefix(s.SetName, label+".") {
 			if err := ipsetCall(func() error { return netlink.IpsetDestroy(s.SetName) }); err != nil && !isNoSet(err) {
 				errs = append(errs, fmt.Errorf("destroy ipset %s: %w", s.SetName, err))
 			}
@@ -448,9 +396,9 @@ func destroySets(own func(name string) bool) error {
 	return errors.Join(errs...)
 }
 
-func hasComment(f []string, comment string) bool {
+func hasComment(f []string, label string) bool {
 	for i := 0; i+1 < len(f); i++ {
-		if f[i] == "--comment" && strings.Trim(f[i+1], `"`) == comment {
+		if f[i] == "--comment" && strings.Trim(f[i+1], `"`) == label {
 			return true
 		}
 	}

@@ -1,16 +1,11 @@
 package throttle
 
 // Netfilter side of the tc backends: the mangle rules and ipsets that put
-// a mark on each packet towards a throttled consumer. The sets of
-// consumers and the labelled rules are classifier.go's (createSet,
-// commented, deleteCommented, destroySets), as for the delay line; what
-// is the tc backends' own is the shape, which the Classifier type's rules
-// and swapped sets cannot take without changing what the kernel does:
-// each entry carries its consumer's mark (skbinfo) and a timeout that a
-// lease refreshes, so the marks fail open within a TTL of the agent's
-// death; entries change one at a time, with their marks, rather than by a
-// set swap; and the rules sit in chains of their own behind one jump, so
-// the pure-ACK split is a goto.
+// a mark on each packet towards a throttled consumer. This is a stop-gap
+// until classifier.go offers the same (sets of consumers, rules labelled
+// by comment); the tc backends only need "packets to members of set S,
+// optionally only pure ACKs, get mark M", so switching over touches this
+// file only.
 
 import (
 	"encoding/binary"
@@ -21,6 +16,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -119,7 +115,14 @@ func (n *tcNetfilter) install(rules ...[][]string) error {
 }
 
 func (n *tcNetfilter) append(chain string, spec []string) error {
-	if err := n.ipt.Append(tcTable, chain, commented(spec, tcComment(n.label))...); err != nil {
+	// The comment goes before "-j" (or "-g"): iptables parses target
+	// options to the end of the line.
+	i := slices.IndexFunc(spec, func(a string) bool { return a == "-j" || a == "-g" })
+	if i < 0 {
+		i = len(spec)
+	}
+	full := append(append(slices.Clone(spec[:i]), "-m", "comment", "--comment", tcComment(n.label)), spec[i:]...)
+	if err := n.ipt.Append(tcTable, chain, full...); err != nil {
 		return fmt.Errorf("add rule to %s: %w", chain, err)
 	}
 	return nil
@@ -132,7 +135,24 @@ func tcCleanupNetfilter(label string) error {
 	if err != nil {
 		return fmt.Errorf("iptables: %w", err)
 	}
-	errs := deleteCommented(ipt, tcTable, []string{"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}, tcComment(label))
+	var errs []error
+	needle := "--comment " + tcComment(label) + " "
+	for _, hook := range []string{"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"} {
+		rules, err := ipt.List(tcTable, hook)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		// rules[0] is the policy (-P); rule i is number i. Delete from the
+		// end so the numbers of the remaining ones do not shift.
+		for i := len(rules) - 1; i >= 1; i-- {
+			if strings.Contains(rules[i]+" ", needle) || strings.Contains(rules[i], `--comment "`+tcComment(label)+`"`) {
+				if err := ipt.Delete(tcTable, hook, strconv.Itoa(i)); err != nil {
+					errs = append(errs, fmt.Errorf("delete %s rule %d: %w", hook, i, err))
+				}
+			}
+		}
+	}
 	chains, err := ipt.ListChains(tcTable)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
@@ -181,7 +201,11 @@ func ttlSeconds(ttl time.Duration) uint32 {
 }
 
 func tcCreateSet(name string, skbinfo bool, ttl time.Duration) error {
-	if err := createSet(nil, name, setKind{fam: 4, skbinfo: skbinfo, timeout: ttlSeconds(ttl)}); err != nil {
+	err := tcIpset(func() error {
+		to := ttlSeconds(ttl)
+		return netlink.IpsetCreate(name, "hash:ip", netlink.IpsetCreateOptions{Family: unix.AF_INET, Skbinfo: skbinfo, Timeout: &to})
+	})
+	if err != nil {
 		return fmt.Errorf("create ipset %s: %w", name, err)
 	}
 	return nil
@@ -350,11 +374,24 @@ func tcCleanupSets(label string) error {
 	// The skbinfo sets go by name first: listing them would make the
 	// library log every skbmark attribute it does not parse.
 	for _, set := range []string{tcRateSet(label), tcMapSet(label, "r"), tcMapSet(label, "w")} {
-		if err := ipsetCall(func() error { return netlink.IpsetDestroy(set) }); err != nil && !isNoSet(err) {
+		if err := tcIpset(func() error { return netlink.IpsetDestroy(set) }); err != nil && !errors.Is(err, syscall.ENOENT) {
 			return fmt.Errorf("destroy ipset %s: %w", set, err)
 		}
 	}
-	return destroySets(func(name string) bool { return tcOwnSet(label, name) })
+	var sets []netlink.IPSetResult
+	err := tcIpset(func() (err error) { sets, err = netlink.IpsetListAll(); return err })
+	if err != nil {
+		return fmt.Errorf("list ipsets: %w", err)
+	}
+	var errs []error
+	for _, s := range sets {
+		if tcOwnSet(label, s.SetName) {
+			if err := tcIpset(func() error { return netlink.IpsetDestroy(s.SetName) }); err != nil && !errors.Is(err, syscall.ENOENT) {
+				errs = append(errs, fmt.Errorf("destroy ipset %s: %w", s.SetName, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // CleanupTC removes every object the netem or HTB backend with this label
@@ -393,4 +430,15 @@ func CleanupTC(label string) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// tcIpset runs one vishvananda/netlink ipset call; v1.3.1 panics on
+// errors that are not a syscall.Errno, which must not take the agent down.
+func tcIpset(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("ipset netlink: %v", r)
+		}
+	}()
+	return f()
 }
