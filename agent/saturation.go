@@ -127,12 +127,19 @@ func (s *bulkSet) member(c ConsumerInput, in *PolicyInput) bool {
 		return false
 	}
 	mark := in.BulkQueue
-	rule := c.Static || c.WriteEWMA > in.WriteBps || (in.ReadBps > 0 && c.ReadEWMA > in.ReadBps) || (mark > 0 && c.Queue >= mark)
+	rule := c.Static || c.WriteEWMA > in.WriteBps || saturates(c, mark, in.ReadBps)
 	is := rule || (s.in[c.Addr] && (in.Output > 0 || (mark > 0 && c.Queue >= mark/2)))
 	if is {
 		s.next[c.Addr] = true
 	}
 	return is
+}
+
+// saturates is the direction-blind part of the rules: a queue at the
+// mark or a read rate above readBps (either 0: that rule is off). The
+// policy's set and the onset detector's signal both ask it.
+func saturates(c ConsumerInput, mark, readBps float64) bool {
+	return (readBps > 0 && c.ReadEWMA > readBps) || (mark > 0 && c.Queue >= mark)
 }
 
 // directed is the setting that slows c by d in the directions it loads

@@ -299,7 +299,7 @@ func (l *Loops) interference(rs *resourceState) (bps float64, n int) {
 			continue
 		}
 		x := c.WriteBps
-		if rs.slowed[c.Addr] || (l.cfg.BulkQueue > 0 && c.Queue >= l.cfg.BulkQueue) || (l.cfg.ReadBps > 0 && c.ReadEWMA > l.cfg.ReadBps) {
+		if rs.slowed[c.Addr] || saturates(c, l.cfg.BulkQueue, l.cfg.ReadBps) {
 			x += c.ReadBps
 		}
 		bps += x
