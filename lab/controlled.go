@@ -1,9 +1,13 @@
 package lab
 
 import (
+	"encoding/csv"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -288,6 +292,9 @@ func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 		run.DelayLineLate = lateSummary(runLate)
 	}
 	ds.throttled(&run, p)
+	if err := ds.writeCSV(filepath.Join(r.Dir, "delays-"+p.Name+".csv")); err != nil {
+		return err
+	}
 	if run.ThresholdMs <= cr.sum.ReaderAloneP95Ms {
 		run.Unreachable = cr.c.load.unreachable(cr.sum.ReaderAloneP95Ms)
 	}
@@ -423,7 +430,13 @@ func (cr *controlledRuns) bridgeSummary(thr time.Duration) (any, error) {
 // write delay on anyone (ms), the larger of the two on the protected
 // reader b2 itself (ms), and the sum of the write-rate caps of the second
 // lever (MB/s, 0 with none).
-type delaySamples struct{ x, delay, read, write, reader, caps []float64 }
+type delaySamples struct {
+	x, delay, read, write, reader, caps []float64
+	// rows are every consumer's delays per sample, for delays-*.csv:
+	// the plot shows only the largest, which hides a consumer left
+	// out of the set or slowed in one direction only.
+	rows [][]string
+}
 
 // delaySampler samples the agent's throttles as phase events (the agent
 // is the source of truth for what it applied): the delay acting is the
@@ -439,7 +452,10 @@ func delaySampler(a *LabAgent, length time.Duration, l *interferers, ds *delaySa
 				return err
 			}
 			d, rd, wd, c := 0.0, 0.0, 0.0, 0.0
-			for _, s := range m {
+			for _, addr := range slices.SortedFunc(maps.Keys(m), netip.Addr.Compare) {
+				s := m[addr]
+				ds.rows = append(ds.rows, []string{fmt.Sprintf("%.1f", t.Seconds()), addr.String(),
+					fmt.Sprintf("%.2f", float64(s.ReadDelay)/1e6), fmt.Sprintf("%.2f", float64(s.WriteDelay)/1e6)})
 				d = math.Max(d, l.delay(s))
 				rd, wd = math.Max(rd, float64(s.ReadDelay)/1e6), math.Max(wd, float64(s.WriteDelay)/1e6)
 				c += float64(s.WriteRate) / 1e6
@@ -490,4 +506,13 @@ func (ds *delaySamples) throttled(run *ControlledRun, p *Phase) {
 	if inWin > 0 {
 		run.Throttled = round(100*float64(on)/float64(inWin), 1)
 	}
+}
+
+// writeCSV writes every consumer's delays per sample.
+func (ds *delaySamples) writeCSV(path string) error {
+	var b strings.Builder
+	w := csv.NewWriter(&b)
+	_ = w.Write([]string{"t_s", "consumer", "read_delay_ms", "write_delay_ms"})
+	_ = w.WriteAll(ds.rows)
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
