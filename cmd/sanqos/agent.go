@@ -96,7 +96,8 @@ it; without --config only when --http is given, with no resources):
   /            the live dashboard: per resource, read wait vs threshold, the
                applied delay and write/read rates, updated every second
                with the last five minutes; consumers sortable by rate/delay
-  /metrics     Prometheus metrics (grafana/sanqos-dashboard.json uses them)
+  /metrics     Prometheus metrics (grafana/sanqos-dashboard.json and the
+               alert rules in prometheus/sanqos-alerts.yml use them)
   /api/status  the status document ('sanqos status --json' gets the same)
 These views change nothing; throttles are set over the root-only unix
 socket (or, only with token_file set, /v1/ with a bearer token: see
