@@ -3,6 +3,7 @@
 #
 #   make install                      # as root: binary, unit, config, completions
 #   make install DESTDIR=/tmp/pkg     # staged, for packaging
+#   make deb                          # bin/sanqos_VERSION_ARCH.deb
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 DATADIR ?= $(PREFIX)/share
@@ -13,9 +14,14 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # staged (DESTDIR) install; both are variables for packaging/'s test.
 SYSTEMCTL ?= systemctl
 SYSTEMD_BOOTED ?= $(shell test -d /run/systemd/system && echo yes)
-LDFLAGS := -X github.com/sanqos/sanqos/internal/version.Version=$(VERSION)
+# The commit too, since a build with -buildvcs=false records none.
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X github.com/sanqos/sanqos/internal/version.Version=$(VERSION) -X github.com/sanqos/sanqos/internal/version.Commit=$(COMMIT)
+# The package's file times and man pages' date: the commit's, so a
+# package rebuilt from one commit is the same (reproducible-builds.org).
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
 
-.PHONY: build test install uninstall clean
+.PHONY: build test install uninstall deb clean
 build:
 	go build -ldflags '$(LDFLAGS)' -o bin/sanqos ./cmd/sanqos
 
@@ -58,6 +64,14 @@ uninstall:
 	@if [ -z "$(DESTDIR)" ] && [ "$(SYSTEMD_BOOTED)" = yes ]; then \
 		$(SYSTEMCTL) daemon-reload; $(SYSTEMCTL) reset-failed sanqos.service 2>/dev/null || true; fi
 	@echo "uninstalled; $(SYSCONFDIR)/sanqos (the config) is left in place"
+
+# The Debian package, bin/sanqos_VERSION_ARCH.deb (internal/pkgdeb): from
+# a static binary, since the package declares no libc, stripped of its
+# symbol table and DWARF as Debian ships binaries (stack traces keep their
+# file:line). Its version is the one `sanqos version` reports.
+deb:
+	CGO_ENABLED=0 go build -trimpath -ldflags '-s -w $(LDFLAGS)' -o bin/deb/sanqos ./cmd/sanqos
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) go run ./cmd/sanqos-pkg -binary bin/deb/sanqos -source . -out bin
 
 clean:
 	rm -rf bin

@@ -56,7 +56,7 @@ Prometheus (/metrics, Grafana dashboard in grafana/).`,
 		SilenceErrors: true,
 	}
 	root.AddCommand(versionCmd(), clusterCmd(), labCmd(), throttleCmd(), agentCmd(), configCmd(), cleanupCmd(), statusCmd(), reportCmd(),
-		simCmd(), tuneCmd(), adviseCmd(), captureCmd(), doctorCmd())
+		simCmd(), tuneCmd(), adviseCmd(), captureCmd(), doctorCmd(), manpagesCmd())
 	completionHelp(root)
 	root.SetHelpCommand(helpCmd())
 	wireUsage(root)
