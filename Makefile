@@ -68,8 +68,10 @@ uninstall:
 # The Debian package, bin/sanqos_VERSION_ARCH.deb (internal/pkgdeb): from
 # a static binary, since the package declares no libc, stripped of its
 # symbol table and DWARF as Debian ships binaries (stack traces keep their
-# file:line). Its version is the one `sanqos version` reports.
+# file:line). Its version is the one `sanqos version` reports. Older
+# packages go first, so `apt install ./bin/sanqos_*.deb` names one.
 deb:
+	rm -f bin/sanqos_*.deb
 	CGO_ENABLED=0 go build -trimpath -ldflags '-s -w $(LDFLAGS)' -o bin/deb/sanqos ./cmd/sanqos
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) go run ./cmd/sanqos-pkg -binary bin/deb/sanqos -source . -out bin
 
