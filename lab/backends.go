@@ -32,26 +32,12 @@ func checkBackends(bs []string) error {
 	return nil
 }
 
-// agentUse adds up the CPU and wall time of the agents an experiment
-// started with Runner.startAgent, read as each stops.
-type agentUse struct{ cpuS, wallS float64 }
-
-func (u agentUse) add(v agentUse) agentUse { return agentUse{u.cpuS + v.cpuS, u.wallS + v.wallS} }
-
-// pct is the agents' CPU as a percentage of one core while they ran.
-func (u agentUse) pct() float64 {
-	if u.wallS <= 0 {
-		return 0
-	}
-	return round(100*u.cpuS/u.wallS, 2)
-}
-
 // startAgent is StartAgent for the experiments that report their agent's
 // CPU: its use is added to r.use when it stops.
 func (r *Runner) startAgent(backend string, extra ...string) (*LabAgent, error) {
 	a, err := StartAgent(backend, r.Dir, extra...)
 	if err == nil {
-		a.use = &r.use
+		a.CountUse(&r.use)
 	}
 	return a, err
 }
@@ -105,11 +91,11 @@ type BackendsSummary struct {
 // the whole returned as a BackendsSummary.
 func (r *Runner) eachBackend(name string, run func(backend string) (backendRun, error)) (any, error) {
 	one := func(be string) (backendRun, float64, error) {
-		r.use = agentUse{}
+		r.use = AgentUse{}
 		t0 := time.Now()
 		s, err := run(be)
 		if s != nil {
-			s.setAgent(be, r.use.pct())
+			s.setAgent(be, r.use.Pct())
 		}
 		return s, time.Since(t0).Seconds(), err
 	}
@@ -136,7 +122,7 @@ func (r *Runner) eachBackend(name string, run func(backend string) (backendRun, 
 			_, err = report.Generate(r.Dir)
 		}
 		tcp := s.tcpTotal()
-		sum.Runs = append(sum.Runs, BackendRun{Backend: be, Dir: be, AgentCPUPct: r.use.pct(), Retrans: tcp.RetransSegs, TCP: tcp,
+		sum.Runs = append(sum.Runs, BackendRun{Backend: be, Dir: be, AgentCPUPct: r.use.Pct(), Retrans: tcp.RetransSegs, TCP: tcp,
 			Seconds: round(secs, 1), Summary: s})
 		if err != nil {
 			return sum, fmt.Errorf("%s: %w", be, err)

@@ -91,7 +91,7 @@ func (f *fakeRun) setAgent(backend string, cpuPct float64) {
 func TestEachBackendSideBySide(t *testing.T) {
 	dir := t.TempDir()
 	r := &Runner{Dir: dir, opts: RunOptions{Backends: []string{"edt", "netem"}}}
-	cpu := map[string]agentUse{"edt": {cpuS: 0.1, wallS: 100}, "netem": {cpuS: 2, wallS: 100}}
+	cpu := map[string]AgentUse{"edt": {cpuS: 0.1, wallS: 100}, "netem": {cpuS: 2, wallS: 100}}
 	v, err := r.eachBackend("delay-sweep", func(be string) (backendRun, error) {
 		r.use = r.use.add(cpu[be])
 		return &fakeRun{Prefix: r.tracePrefix, Dir: r.Dir, TCP: TCPCounters{RetransSegs: uint64(len(be))}}, nil

@@ -198,7 +198,7 @@ func (c *clusterAgents) cpu() map[string]float64 {
 	out := map[string]float64{}
 	for _, ns := range c.order {
 		if a := c.get(ns); a != nil {
-			out[ns] = cpuSeconds(a.Pid())
+			out[ns] = CPUSeconds(a.Pid())
 		}
 	}
 	return out
@@ -517,7 +517,7 @@ func (c *clusterRun) faults(cli *clientv3.Client) (ClusterFaults, error) {
 					note(fmt.Errorf("leader %q is not one of the lab's agents", killed))
 					continue
 				}
-				a.kill()
+				a.Kill()
 				restart.Add(1)
 				go func() {
 					defer restart.Done()

@@ -254,16 +254,16 @@ func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 		p.Events = append(p.Events, ps.events(a, length)...)
 	}
 	var runLate throttle.Lateness
-	c0, s0 := cpuSeconds(a.Pid()), 0.0
+	c0, s0 := CPUSeconds(a.Pid()), 0.0
 	if shadow != nil {
-		s0 = cpuSeconds(shadow.Pid())
+		s0 = CPUSeconds(shadow.Pid())
 	}
 	res, err := r.Run(p, 0)
-	runCPU := cpuSeconds(a.Pid()) - c0
+	runCPU := CPUSeconds(a.Pid()) - c0
 	cr.cpu += runCPU
 	var runShadow float64
 	if shadow != nil {
-		runShadow = cpuSeconds(shadow.Pid()) - s0
+		runShadow = CPUSeconds(shadow.Pid()) - s0
 		cr.shadowCPU += runShadow
 	}
 	cr.wall += time.Since(t0).Seconds()

@@ -2,9 +2,7 @@ package lab
 
 import (
 	"fmt"
-	"math"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -133,25 +131,6 @@ func tcpSides(res *PhaseResult) report.TCPSides {
 		}
 	}
 	return s
-}
-
-// cpuSeconds is a process's user+system CPU time, its waited-for
-// children's (tgtadm, tc, iptables) included.
-func cpuSeconds(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return math.NaN()
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 15 {
-		return math.NaN()
-	}
-	u, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	cu, _ := strconv.ParseFloat(f[13], 64)
-	cs, _ := strconv.ParseFloat(f[14], 64)
-	return (u + st + cu + cs) / 100 // USER_HZ
 }
 
 // scaledWriteMBs is the agent's throttleable_write_mb_s on a modelled

@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -118,39 +117,6 @@ func (r *Runner) verifiedWriter(host string, threads int, size int64) Job {
 	return Job{Name: "verified", Host: host, URL: r.LUN(host).URL, RW: "write", BS: 64 << 10, NumJobs: threads, Size: size, Verify: true}
 }
 
-// kill ends the agent with SIGKILL: no cleanup of any kind runs.
-func (a *LabAgent) kill() {
-	a.cmd.Process.Signal(syscall.SIGKILL)
-	<-a.exited
-}
-
-// alive reports whether the agent process still runs.
-func (a *LabAgent) alive() bool {
-	select {
-	case <-a.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// warnings counts the agent's WARN and ERROR log lines so far.
-func (a *LabAgent) warnings() int {
-	f, err := os.Open(a.log)
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	n := 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if l := sc.Text(); strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
-			n++
-		}
-	}
-	return n
-}
-
 // labelledObjects lists the iptables rules and ipsets in the target
 // namespace that carry label: what a crashed agent would leave behind.
 func labelledObjects(label string) ([]string, error) {
@@ -217,7 +183,7 @@ func killWhileThrottled(r *Runner, backend, rw string, s throttle.Setting, withi
 		return failed(f, err)
 	}
 	defer func() {
-		if a.alive() {
+		if a.Alive() {
 			a.Stop()
 		}
 	}()
@@ -251,7 +217,7 @@ func killWhileThrottled(r *Runner, backend, rw string, s throttle.Setting, withi
 	}
 	p := &Phase{Name: "kill9-" + backend, Label: "kill -9 while throttled (" + backend + ")", Length: 20 * time.Second, From: 500 * time.Millisecond, To: killAt + 2*time.Second,
 		Jobs:   []Job{job},
-		Events: []Event{{At: killAt, Name: "kill -9 agent", Do: func() error { a.kill(); return nil }}}}
+		Events: []Event{{At: killAt, Name: "kill -9 agent", Do: func() error { a.Kill(); return nil }}}}
 	res, err := f.run(r, p)
 	if err != nil {
 		if rw == "write" {
@@ -286,7 +252,7 @@ func faultStaleObjects(r *Runner) Fault {
 		if err == nil {
 			err = a.Set(map[netip.Addr]throttle.Setting{HostAddr("b4"): {WriteDelay: 5 * time.Millisecond}})
 		}
-		a.kill()
+		a.Kill()
 		return objs, err
 	}
 	first, err := crash()
@@ -394,7 +360,7 @@ func faultTgtdRestart(r *Runner) Fault {
 		return failed(f, err)
 	}
 	defer a.Stop()
-	w0 := a.warnings()
+	w0 := a.Warnings()
 	length := 8 * time.Second
 	p := r.controlledLoad("tgtd-kill", "tgtd killed at 4 s", length, Hosts[1:], 4)
 	p.Events = []Event{{At: 4 * time.Second, Name: "kill tgtd", Do: func() error {
@@ -424,12 +390,12 @@ func faultTgtdRestart(r *Runner) Fault {
 		return failed(f, err)
 	}
 	after := seen.count(0, nil)
-	f.LogLines = a.warnings() - w0
-	f.Result = fmt.Sprintf("%s; agent alive: %v; after the restart it throttled in %d of %d samples", fioNote, a.alive(), after, len(seen))
+	f.LogLines = a.Warnings() - w0
+	f.Result = fmt.Sprintf("%s; agent alive: %v; after the restart it throttled in %d of %d samples", fioNote, a.Alive(), after, len(seen))
 	if len(seen) == 0 {
-		f.Result = fmt.Sprintf("%s; agent alive: %v; after the restart it throttled in no sample", fioNote, a.alive())
+		f.Result = fmt.Sprintf("%s; agent alive: %v; after the restart it throttled in no sample", fioNote, a.Alive())
 	}
-	f.Pass = a.alive() && after > 0 && f.LogLines <= 3
+	f.Pass = a.Alive() && after > 0 && f.LogLines <= 3
 	return f
 }
 
@@ -444,7 +410,7 @@ func faultNewAddress(r *Runner) Fault {
 		return failed(f, err)
 	}
 	defer a.Stop()
-	w0 := a.warnings()
+	w0 := a.Warnings()
 	length := 8 * time.Second
 	if _, err := r.Run(r.controlledLoad("addr-before", "b4 at its address", length, Hosts[1:], 4), 0); err != nil {
 		return failed(f, err)
@@ -463,9 +429,9 @@ func faultNewAddress(r *Runner) Fault {
 		return failed(f, err)
 	}
 	oldSeen, newSeen := seen.count(1500*time.Millisecond, is(old)), seen.count(0, is(moved))
-	f.LogLines = a.warnings() - w0
+	f.LogLines = a.Warnings() - w0
 	f.Result = fmt.Sprintf("%v throttled in %d samples after 1.5 s; %v (new) in %d", old, oldSeen, moved, newSeen)
-	f.Pass = oldSeen == 0 && newSeen > 0 && a.alive()
+	f.Pass = oldSeen == 0 && newSeen > 0 && a.Alive()
 	return f
 }
 
@@ -490,7 +456,7 @@ func faultLUNRemoved(r *Runner) Fault {
 		return failed(f, err)
 	}
 	defer a.Stop()
-	w0 := a.warnings()
+	w0 := a.Warnings()
 	length := 8 * time.Second
 	if _, err := r.Run(r.controlledLoad("lun-before", "all writers", length, Hosts[1:], 4), 0); err != nil {
 		return failed(f, err)
@@ -515,9 +481,9 @@ func faultLUNRemoved(r *Runner) Fault {
 		return failed(f, err)
 	}
 	b5, others := seen.count(1500*time.Millisecond, is(HostAddr("b5"))), seen.count(0, not(HostAddr("b5")))
-	f.LogLines = a.warnings() - w0
+	f.LogLines = a.Warnings() - w0
 	f.Result = fmt.Sprintf("b5 throttled when its LUN went: %v; b5 throttled in %d samples after 1.5 s; b3/b4 in %d", wasThrottled, b5, others)
-	f.Pass = b5 == 0 && others > 0 && a.alive()
+	f.Pass = b5 == 0 && others > 0 && a.Alive()
 	return f
 }
 
@@ -555,7 +521,7 @@ func faultDeviceGone(r *Runner) Fault {
 		return failed(f, err)
 	}
 	defer a.Stop()
-	w0 := a.warnings()
+	w0 := a.Warnings()
 	length := 10 * time.Second
 	p := r.controlledLoad("device-gone", "extra device detached at 3 s", length, Hosts[1:], 4)
 	seen, events := throttledSampler(a, length)
@@ -568,9 +534,9 @@ func faultDeviceGone(r *Runner) Fault {
 		return failed(f, err)
 	}
 	after := seen.count(5*time.Second, nil)
-	f.LogLines = a.warnings() - w0
-	f.Result = fmt.Sprintf("%s detached at 3 s; agent alive: %v; throttling in %d samples after 5 s", filepath.Base(dev), a.alive(), after)
-	f.Pass = a.alive() && after > 0 && f.LogLines <= 1
+	f.LogLines = a.Warnings() - w0
+	f.Result = fmt.Sprintf("%s detached at 3 s; agent alive: %v; throttling in %d samples after 5 s", filepath.Base(dev), a.Alive(), after)
+	f.Pass = a.Alive() && after > 0 && f.LogLines <= 1
 	return f
 }
 
@@ -584,7 +550,7 @@ func faultClockJump(r *Runner) Fault {
 		return failed(f, err)
 	}
 	defer a.Stop()
-	w0 := a.warnings()
+	w0 := a.Warnings()
 	length := 10 * time.Second
 	p := r.controlledLoad("clock-jump", "clock +1 h at 3 s, -1 h at 6 s", length, Hosts[1:], 4)
 	seen, events := throttledSampler(a, length)
@@ -622,9 +588,9 @@ func faultClockJump(r *Runner) Fault {
 	if len(st.Resources) > 0 {
 		ind = st.Resources[0].IndicatorMs
 	}
-	f.LogLines = a.warnings() - w0
+	f.LogLines = a.Warnings() - w0
 	f.Result = fmt.Sprintf("indicator after both steps %.1f ms; throttling in %d samples after the step back", ind, after)
-	f.Pass = a.alive() && !math.IsNaN(ind) && !math.IsInf(ind, 0) && ind < 1000 && after > 0 && f.LogLines == 0
+	f.Pass = a.Alive() && !math.IsNaN(ind) && !math.IsInf(ind, 0) && ind < 1000 && after > 0 && f.LogLines == 0
 	return f
 }
 
@@ -783,7 +749,7 @@ func faultSoak(r *Runner) Fault {
 			a.Stop()
 		}
 	}()
-	w0 := a.warnings()
+	w0 := a.Warnings()
 	seg := max(length/12, 5*time.Second)
 	p := &Phase{Name: "soak", Label: "soak", Length: length, From: 0, To: length, Jobs: []Job{r.reader(length)}}
 	writers := []int{12, 0, 3, 12, 6, 0, 12, 3, 6, 12, 0, 12}
@@ -816,8 +782,8 @@ func faultSoak(r *Runner) Fault {
 	if scrapeErr != nil || len(samples) < 6 {
 		return failed(f, fmt.Errorf("%d samples; last scrape error: %v", len(samples), scrapeErr))
 	}
-	f.LogLines = a.warnings() - w0
-	alive := a.alive()
+	f.LogLines = a.Warnings() - w0
+	alive := a.Alive()
 	stopErr := a.Stop()
 	stopped = true
 	left, err := labelledObjects(labAgentLabel)

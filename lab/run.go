@@ -129,7 +129,7 @@ type Runner struct {
 	// tracePrefix tags trace.csv's phase names (eachBackend: "edt/").
 	tracePrefix string
 	// use is the CPU of the agents started by startAgent (backends.go).
-	use agentUse
+	use AgentUse
 }
 
 // NewRunner prepares results/<name>/<run-id>/.
