@@ -56,20 +56,6 @@ func TestInterferenceSummaryFromRecordedTrace(t *testing.T) {
 	}
 }
 
-func TestLoadTraceErrors(t *testing.T) {
-	dir := t.TempDir()
-	for name, body := range map[string]string{
-		"missing column": "phase,repeat,t_s\nx,0,1\n",
-		"bad repeat":     "phase,repeat,t_s,host,device,reads,writes,r_await_ms,w_await_ms,read_mb_s,write_mb_s\np,x,1,b2,loop0,1,0,5,,0,0\n",
-	} {
-		path := dir + "/t.csv"
-		os.WriteFile(path, []byte(body), 0o644)
-		if _, err := LoadTrace(path, []*Phase{{Name: "p"}}); err == nil {
-			t.Errorf("%s: accepted", name)
-		}
-	}
-}
-
 // The summary's lateness is in ms at the histogram's resolution, with the
 // exact maximum, so a starved delay line reads as such in summary.json.
 func TestLateSummary(t *testing.T) {
@@ -134,6 +120,32 @@ func TestAgentConfigLUNMap(t *testing.T) {
 			if d := got[HostAddr(h).String()]; len(d) != 1 || d[0] != fmt.Sprintf("loop%d", i) {
 				t.Errorf("%s: devices %v, want [loop%d]", h, d, i)
 			}
+		}
+	}
+}
+
+// On a modelled disk slower than the default (the stock-kernel guest's
+// 4 MB/s), the agent's heavy-writer floor scales with it; on the
+// default disk the agent's own default stays.
+func TestAgentWriteFloorFollowsTheDisk(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		bw   float64
+		want float64
+	}{{4e6, 0.1}, {DefaultOptions().Model.Bandwidth, config.Defaults().WriteMBs}} {
+		o := DefaultOptions()
+		o.Model.Bandwidth = tc.bw
+		r := &Runner{Res: &Resource{Name: "vg1"}, State: &State{Options: o}}
+		p := filepath.Join(dir, "agent.yaml")
+		if err := r.writeAgentConfig(p, "delayline", "127.0.0.1:9311", 40*time.Millisecond, true); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.WriteMBs != tc.want {
+			t.Errorf("disk %g B/s: throttleable_write_mb_s %g, want %g", tc.bw, cfg.WriteMBs, tc.want)
 		}
 	}
 }

@@ -123,6 +123,7 @@ func TestDelayLineThrottlesOneConsumerInLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := time.Second
+	writeMBs := func(iv sample.Interval) float64 { return iv.WriteBps / 1e6 }
 	b3free, b3slow, b3again := meanOver(res, "b3", 1*s, 4*s, writeMBs), meanOver(res, "b3", 5*s, 8*s, writeMBs), meanOver(res, "b3", 9*s, 12*s, writeMBs)
 	b4free, b4during := meanOver(res, "b4", 1*s, 4*s, writeMBs), meanOver(res, "b4", 5*s, 8*s, writeMBs)
 	t.Logf("b3 %.1f → %.1f → %.1f MB/s; b4 %.1f → %.1f MB/s; tcp %+v", b3free, b3slow, b3again, b4free, b4during, res.TCP)
