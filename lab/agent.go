@@ -21,7 +21,9 @@ import (
 // (the agent in bm). Tests point it at a freshly built binary.
 var SanqosBinary = ""
 
-func sanqosBinary() (string, error) {
+// SanqosExecutable is the sanqos the lab runs: SanqosBinary, else this
+// process's own executable.
+func SanqosExecutable() (string, error) {
 	if SanqosBinary != "" {
 		return SanqosBinary, nil
 	}
@@ -48,19 +50,19 @@ var AgentFlags []string
 // StartAgent runs `sanqos agent` inside bm with the given backend and extra
 // arguments, and waits until its socket answers.
 func StartAgent(backend string, dir string, extra ...string) (*LabAgent, error) {
-	return startAgentNamed("agent", backend, dir, extra...)
+	return StartAgentNamed("agent", backend, dir, extra...)
 }
 
-// startAgentNamed runs an agent whose socket and log are named name, so a
+// StartAgentNamed runs an agent whose socket and log are named name, so a
 // second (shadow) agent can run beside the first.
-func startAgentNamed(name, backend string, dir string, extra ...string) (*LabAgent, error) {
-	return startAgentIn(TargetNS, name, backend, dir, extra...)
+func StartAgentNamed(name, backend string, dir string, extra ...string) (*LabAgent, error) {
+	return StartAgentIn(TargetNS, name, backend, dir, extra...)
 }
 
-// startAgentIn runs the agent in namespace ns: bm (target mode) or sqlan
+// StartAgentIn runs the agent in namespace ns: bm (target mode) or sqlan
 // (bridge mode, on the switch between initiators and target).
-func startAgentIn(ns, name, backend string, dir string, extra ...string) (*LabAgent, error) {
-	bin, err := sanqosBinary()
+func StartAgentIn(ns, name, backend string, dir string, extra ...string) (*LabAgent, error) {
+	bin, err := SanqosExecutable()
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +87,7 @@ func startAgentIn(ns, name, backend string, dir string, extra ...string) (*LabAg
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	a := &LabAgent{Client: agent.NewClient(sock), cmd: cmd, exited: exited, log: logPath, started: time.Now()}
-	err = waitFor("agent socket", 10*time.Second, func() bool {
+	err = WaitFor("agent socket", 10*time.Second, func() bool {
 		select {
 		case <-exited:
 			return true
@@ -120,7 +122,7 @@ func (a *LabAgent) Stop() error {
 		return nil
 	}
 	if a.use != nil {
-		*a.use = a.use.add(AgentUse{CPUSeconds(a.Pid()), time.Since(a.started).Seconds()})
+		*a.use = a.use.Add(AgentUse{CPUSeconds(a.Pid()), time.Since(a.started).Seconds()})
 		a.use = nil
 	}
 	// ip netns exec replaces itself with the agent, so the pid is the agent's.
@@ -173,16 +175,17 @@ func (a *LabAgent) Warnings() int {
 
 // AgentUse adds up the CPU and wall time of agents, read as each stops
 // (LabAgent.CountUse): what an experiment reports as its agent's CPU.
-type AgentUse struct{ cpuS, wallS float64 }
+type AgentUse struct{ CPU, Wall float64 } // seconds
 
-func (u AgentUse) add(v AgentUse) AgentUse { return AgentUse{u.cpuS + v.cpuS, u.wallS + v.wallS} }
+// Add is u with v's seconds added.
+func (u AgentUse) Add(v AgentUse) AgentUse { return AgentUse{u.CPU + v.CPU, u.Wall + v.Wall} }
 
 // Pct is the agents' CPU as a percentage of one core while they ran.
 func (u AgentUse) Pct() float64 {
-	if u.wallS <= 0 {
+	if u.Wall <= 0 {
 		return 0
 	}
-	return report.Round(100*u.cpuS/u.wallS, 2)
+	return report.Round(100*u.CPU/u.Wall, 2)
 }
 
 // CPUSeconds is a process's user+system CPU time, its waited-for

@@ -38,7 +38,7 @@ func TestDirectIOFlags(t *testing.T) {
 	if err := os.WriteFile(p, make([]byte, 4096), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	flags, note := directIOFlags(p)
+	flags, note := DirectIOFlags(p)
 	t.Logf("%s: %v %q", p, flags, note)
 	if note == "" && strings.Join(flags, " ") != "--bsoflags direct" {
 		t.Errorf("flags %v without a note", flags)

@@ -36,7 +36,7 @@ func TestLabUpAndCleanDown(t *testing.T) {
 	// Every veth end steers by flow (RPS), so no flow is reordered by its
 	// sender changing CPU.
 	for _, e := range vethEnds() {
-		out, err := inNS(e.NS, "cat", e.RPSPath())
+		out, err := InNS(e.NS, "cat", e.RPSPath())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -68,7 +68,7 @@ func kernelObjects(t *testing.T) []string {
 	t.Helper()
 	var left []string
 	for _, cmd := range [][]string{{"iptables-save"}, {"ipset", "list", "-n"}} {
-		out, err := inNS(TargetNS, cmd[0], cmd[1:]...)
+		out, err := InNS(TargetNS, cmd[0], cmd[1:]...)
 		if err != nil {
 			t.Fatalf("%v: %v", cmd, err)
 		}
@@ -78,13 +78,13 @@ func kernelObjects(t *testing.T) []string {
 			}
 		}
 	}
-	out, _ := inNS(TargetNS, "tc", "qdisc", "show", "dev", "eth0")
+	out, _ := InNS(TargetNS, "tc", "qdisc", "show", "dev", "eth0")
 	for _, l := range strings.Split(out, "\n") {
 		if strings.HasPrefix(l, "qdisc htb") || strings.HasPrefix(l, "qdisc netem") {
 			left = append(left, l)
 		}
 	}
-	if b, err := inNS(TargetNS, "cat", "/proc/net/netfilter/nfnetlink_queue"); err == nil && strings.TrimSpace(b) != "" {
+	if b, err := InNS(TargetNS, "cat", "/proc/net/netfilter/nfnetlink_queue"); err == nil && strings.TrimSpace(b) != "" {
 		left = append(left, "nfnetlink_queue: "+strings.TrimSpace(b))
 	}
 	return left
