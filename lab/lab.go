@@ -8,9 +8,9 @@
 // and records trace.csv. The experiments that use it are package
 // lab/experiments.
 //
-// It may import the agent's client, sample, report (for the trace's types),
-// internal/guestenv and lab/diskmodel; it must not import lab/experiments or know any
-// experiment. Everything it creates is labelled (fixed namespace names,
+// It may import agent (its client, for the agent it starts), sample,
+// report (the trace's types), internal/guestenv and lab/diskmodel; it must
+// not import lab/experiments or know any experiment. Everything it creates is labelled (fixed namespace names,
 // paths under StateDir and StoreDir, tgtd's private control port) so that
 // Down finds and removes it even after a crash. It must not touch any
 // namespace, loop device, process or file that is not its own.

@@ -11,7 +11,8 @@
 // load (jobs.go) and the figures' helpers (figures.go).
 //
 // It may import package lab (the testbed: phases, fio, the agent's
-// process, traces), the agent's and throttle's public APIs and report.
+// process, traces), lab/diskmodel's parameters, and the public APIs of
+// agent, cluster, config, throttle, sample, report and internal/guestenv.
 // It must not build, change or tear down the testbed itself except
 // through lab's exported functions, and lab must never import it: the
 // testbed knows nothing of experiments.
