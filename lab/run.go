@@ -219,6 +219,9 @@ func (r *Runner) RunAll(phases []*Phase) ([]*PhaseResult, error) {
 
 // Run executes one phase: fio on every host with jobs, a 100 ms diskstats
 // sampler on the target, timed events, retransmission counters around it.
+//
+// It is long because one loop owns the sampler, the timed events and
+// fio's exit, whose timing depends on each other; it stays in one place.
 func (r *Runner) Run(p *Phase, rep int) (*PhaseResult, error) {
 	res := &PhaseResult{Phase: p, Repeat: rep}
 	pdir := filepath.Join(r.Dir, fmt.Sprintf("%s.r%d", p.Name, rep))

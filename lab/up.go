@@ -57,6 +57,11 @@ func Up(o Options, log io.Writer) (*State, error) {
 	return s, nil
 }
 
+// build makes the lab from nothing, in order: network, stores and the
+// supervisor, loop devices, targets, etcd, the kernel initiator, capacity.
+//
+// It is long because the bring-up is one ordered sequence, each step
+// needing the one before; it reads as the lab's build order.
 func build(o Options, log io.Writer) (*State, error) {
 	if err := os.MkdirAll(StateDir, 0o700); err != nil {
 		return nil, err

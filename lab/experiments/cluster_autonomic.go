@@ -180,6 +180,12 @@ func (c *clusterRun) phaseSummary(res *lab.PhaseResult) ClusterPhase {
 	return cp
 }
 
+// runClusterAutonomic runs local-only control, then cluster control on
+// etcd, then the faults, then policy propagation, on one lab.
+//
+// It is long because it is the experiment's script, read top to bottom
+// in the order it runs; split, one timeline would be spread over several
+// functions.
 func runClusterAutonomic(r *runner) (any, error) {
 	targets := r.State.Options.TargetHosts()
 	if len(targets) < 3 {

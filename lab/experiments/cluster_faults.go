@@ -34,6 +34,10 @@ type faultSample struct {
 // quarter into the writers' window (restarting it 2 s later, as a
 // supervisor would) and etcd at half (restarting it after 8 s, longer
 // than Fresh + Decay, so the release is seen whole).
+//
+// It is long because it is the experiment's script, read top to bottom
+// in the order it runs; split, one timeline would be spread over several
+// functions.
 func (c *clusterRun) faults(cli *clientv3.Client) (ClusterFaults, error) {
 	f := ClusterFaults{ReleasedS: map[string]float64{}, FellBackS: map[string]float64{}, Flaps: map[string]int{}, BoundS: (cluster.DefaultFresh + cluster.DefaultDecay).Seconds(), LeaderDownS: 2, EtcdDownS: 8}
 	ca, err := c.newAgents(true)

@@ -31,6 +31,10 @@ func (delaySweep) Run(_ context.Context, r *lab.Runner, o Options) (any, error) 
 // per point measures something else: with the delay already in place,
 // CUBIC's HyStart sees the RTT jump by more than its 4 ms minimum and ends
 // slow start at a small window; see delay-sweep-fresh.)
+//
+// It is long because it is the experiment's script, read top to bottom
+// in the order it runs; split, one timeline would be spread over several
+// functions.
 func (r *runner) delaySweepSession(backend string) (backendRun, error) {
 	a, err := r.startAgent(backend, thesisWrites...)
 	if err != nil {

@@ -88,6 +88,10 @@ func htbClassBytes() (map[uint16]uint64, error) {
 // after a third of the run and lifts them after two thirds. Caps are set
 // one consumer at a time at first, so the class minors are known (the
 // backend hands them out from 0x10 in order).
+//
+// It is long because it is the experiment's script, read top to bottom
+// in the order it runs; split, one timeline would be spread over several
+// functions.
 func runHTBShares(r *runner) (any, error) {
 	a, err := lab.StartAgent("htb", r.Dir)
 	if err != nil {

@@ -194,6 +194,10 @@ func (b *ifaceBytes) Close() { b.h.Close() }
 // so a trend favours neither side; the first guard of every window (TCP
 // and the queue settling after the change) is not counted. Each pair
 // gives one overhead figure; the CI is a paired t over pairs.
+//
+// It is long because it is the experiment's script, read top to bottom
+// in the order it runs; split, one timeline would be spread over several
+// functions.
 func runOverheadInterleaved(r *runner, dir string, length, window time.Duration) (InterleavedDirection, *lab.PhaseResult, error) {
 	var out InterleavedDirection
 	a, err := r.startAgent("delayline")

@@ -183,6 +183,12 @@ type resvSample struct {
 	maxDelay float64
 }
 
+// runReservations runs each load with the agent off and with the
+// reservations policy, and summarizes the periods the reserved writer got.
+//
+// It is long because it is the experiment's script, read top to bottom
+// in the order it runs; split, one timeline would be spread over several
+// functions.
 func runReservations(r *runner) (any, error) {
 	// A leftover limit from a killed run would make every phase net-bound.
 	if err := removeLinkLimit(); err != nil {
@@ -326,6 +332,11 @@ func (r *runner) resvPhase(load, mode, backend, cfg string, length, from, to tim
 	return res, samples, err
 }
 
+// resvRun is one run's figures: what the reserved writer attained per
+// agent period, and the saturation indicators the agent saw.
+//
+// It is long because every figure of a ResvRun comes from the same
+// period-by-period pass over the trace and the agent's samples.
 func resvRun(res *lab.PhaseResult, samples []resvSample, load, mode string, from, to time.Duration) ResvRun {
 	run := ResvRun{Load: load, Agent: mode, ReservedMB: resvBytes / 1e6, TCP: res.TCP, AttainedMB: []float64{}}
 	// Attained per period from the reserved consumer's LUN writes, on the

@@ -61,6 +61,10 @@ func describeSetting(s throttle.Setting) string {
 
 // runSteps is the thesis' stepwise throttling: four equal sequential jobs;
 // b2, b3, b4 are throttled one after another, then released in turn.
+//
+// It is long because it is the experiment's script, read top to bottom
+// in the order it runs; split, one timeline would be spread over several
+// functions.
 func runSteps(r *runner, backend, dir string, set throttle.Setting) (any, error) {
 	a, err := lab.StartAgent(backend, r.Dir, thesisWrites...)
 	if err != nil {
