@@ -29,7 +29,7 @@ type controlled struct {
 	// autonomic: the agent's default config (threshold only, sets and
 	// indicators discovered) rather than given sets (pid).
 	autonomic bool
-	// bridge: the agent in sqlan, bridge mode (bridge_experiment.go).
+	// bridge: the agent in sqlan, bridge mode (bridge_autonomic.go).
 	bridge bool
 	// oracle: search and run the best static delay per threshold unless
 	// --no-oracle.
@@ -114,7 +114,7 @@ type controlledRuns struct {
 }
 
 // runControlled runs kind: pid, autonomic, bridge-autonomic (the agent in
-// sqlan, bridge mode, bridge_experiment.go), read-backup or mixed.
+// sqlan, bridge mode, bridge_autonomic.go), read-backup or mixed.
 func runControlled(r *runner, kind string) (any, error) {
 	c := controlledExperiments[kind]
 	if c.load != writerLoad && r.opts.Writers > 0 {
