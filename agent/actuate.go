@@ -80,6 +80,7 @@ func (l *Loops) apply(a *actuator) {
 		return
 	}
 	if err := l.t.Set(batch); err != nil {
+		l.applyErrs.Add(1)
 		l.log.Error("applying throttles", "err", err, "consumers", len(batch))
 		return
 	}

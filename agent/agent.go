@@ -65,7 +65,15 @@ func New(cfg *config.Config, d Deps) *Agent {
 		Help: "Time to sample and dispatch one control tick.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14)})
 	a.discErrs = prometheus.NewCounter(prometheus.CounterOpts{Name: "sanqos_discovery_errors_total", Help: "Failed discovery rounds."})
 	a.loops.OnTick(func(d time.Duration) { a.ticks.Observe(d.Seconds()) })
-	a.reg.MustRegister(newCollector(a.loops.Status, d.Throttle), a.ticks, a.discErrs,
+	// max_delay needs a restart to change (Reload), so it is set once:
+	// alerts compare consumers' delays with it (a consumer pinned there).
+	maxDelay := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sanqos_max_delay_seconds",
+		Help: "The config's max_delay: the largest delay a controller gives a consumer."})
+	maxDelay.Set(cfg.MaxDelay.Seconds())
+	applyErrs := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sanqos_throttle_apply_errors_total",
+		Help: "Batches of throttle changes the backend refused (each is retried next tick; the log says why)."},
+		func() float64 { return float64(a.loops.ApplyErrors()) })
+	a.reg.MustRegister(newCollector(a.loops.Status, d.Throttle), a.ticks, a.discErrs, maxDelay, applyErrs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.applySpecs(cfg)
 	return a

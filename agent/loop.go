@@ -162,6 +162,10 @@ type Loops struct {
 	status  map[string]ResourceStatus
 	onTick  func(time.Duration)
 	sync    *stepper // Step's state; nil until the first Step
+	// applyErrs counts the batches the backend refused (apply): each is
+	// retried, so only a count tells a one-off from a backend that has
+	// stopped taking changes.
+	applyErrs atomic.Uint64
 }
 
 // NewLoops prepares the loops; Run starts them.
@@ -184,6 +188,9 @@ func (l *Loops) SetSpecs(specs map[string]ResourceSpec) { l.specs.Store(&specs) 
 
 // OnTick registers a callback with each tick's duration (metrics).
 func (l *Loops) OnTick(f func(time.Duration)) { l.onTick = f }
+
+// ApplyErrors is how many batches of throttle changes the backend refused.
+func (l *Loops) ApplyErrors() uint64 { return l.applyErrs.Load() }
 
 // Status returns a copy of every resource's status, sorted by name.
 func (l *Loops) Status() []ResourceStatus {

@@ -75,6 +75,7 @@ func newCollector(status func() []ResourceStatus, t throttle.Throttle) *collecto
 		"resv_met":     newDesc("reservation_periods_met_total", "Ended periods in which the reservation was attained.", "resource", "consumer"),
 		"resv_periods": newDesc("reservation_periods_total", "Ended periods of the reservation.", "resource", "consumer"),
 		"class_jitter": newDesc("class_jitter_seconds", "Mean absolute difference of consecutive per-interval latencies over the class's life.", "resource", "class"),
+		"updated":      newDesc("resource_updated_timestamp_seconds", "When the resource's loop last published its status (Unix time): falling behind the clock means the loop is stuck (sampling, or a backend that does not return).", "resource"),
 	}}
 }
 
@@ -105,6 +106,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			g("unreachable", b2f(s.Unreachable), s.Name)
 		}
 		g("lever", float64(s.RateLeverStep), s.Name)
+		if !s.Updated.IsZero() {
+			g("updated", float64(s.Updated.UnixNano())/1e9, s.Name)
+		}
 		for _, k := range s.Classes {
 			g("class_iops", float64(k.IOPS), s.Name, k.Name)
 			g("class_bps", float64(k.MBs)*1e6, s.Name, k.Name)

@@ -2,7 +2,9 @@ package agent
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -15,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/sanqos/sanqos/config"
 	"github.com/sanqos/sanqos/throttle"
 )
 
@@ -35,7 +38,7 @@ func (countingThrottle) Stats() throttle.DelayLineStats {
 func fixedStatus() []ResourceStatus {
 	return []ResourceStatus{{
 		Name: "vg1", IndicatorMs: 16.5, RawWaitMs: 18, ThresholdMs: 15, Step: 4, Delay: 2 * time.Millisecond,
-		Onsets: 2, FeedForwardMs: 12.5, FloorMs: 6.4, RateLeverStep: 3,
+		Onsets: 2, FeedForwardMs: 12.5, FloorMs: 6.4, RateLeverStep: 3, Updated: time.Unix(1764150000, 5e8),
 		Throttleable: []string{writer.String()},
 		Consumers: []ConsumerStatus{
 			{Addr: reader.String(), ReadBps: 1e6},
@@ -101,6 +104,7 @@ func TestMetricsScrape(t *testing.T) {
 		`sanqos_resource_floor_seconds{resource="vg1"} 0.0064`,
 		`sanqos_resource_unreachable{resource="vg1"} 0`,
 		`sanqos_resource_rate_lever_steps{resource="vg1"} 3`,
+		`sanqos_resource_updated_timestamp_seconds{resource="vg1"} 1.7641500005e+09`,
 		`sanqos_consumer_write_rate_cap_bytes_per_second{consumer="10.99.0.3"} 3e+06`,
 		`# TYPE sanqos_delayline_bytes_total counter`,
 		`# TYPE sanqos_resource_indicator_seconds gauge`,
@@ -140,6 +144,39 @@ func TestAgentRegistry(t *testing.T) {
 	}
 }
 
+// exportedMetrics is every metric name the agent's registry exports: the
+// collector's (whatever the status holds) and the registry's own.
+func exportedMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	known := map[string]bool{}
+	ch := make(chan *prometheus.Desc, 64)
+	newCollector(nil, nil).Describe(ch)
+	close(ch)
+	for d := range ch {
+		known[regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(d.String())[1]] = true
+	}
+	cfg := config.Defaults()
+	mfs, err := New(&cfg, Deps{Throttle: throttle.NewMemory()}).reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		known[mf.GetName()] = true
+	}
+	return known
+}
+
+// isExported says whether a query's series name is one of known's, or a
+// histogram's or summary's series of one.
+func isExported(known map[string]bool, series string) bool {
+	for _, suffix := range []string{"", "_bucket", "_sum", "_count"} {
+		if name, ok := strings.CutSuffix(series, suffix); ok && known[name] {
+			return true
+		}
+	}
+	return false
+}
+
 // The Grafana dashboard in the repo must only query metrics the agent
 // exports, so a renamed metric cannot leave an empty panel behind.
 func TestGrafanaDashboardUsesExportedMetrics(t *testing.T) {
@@ -150,21 +187,48 @@ func TestGrafanaDashboardUsesExportedMetrics(t *testing.T) {
 	if !json.Valid(b) {
 		t.Fatal("dashboard is not valid JSON")
 	}
-	known := map[string]bool{"sanqos_tick_duration_seconds": true, "sanqos_discovery_errors_total": true}
-	ch := make(chan *prometheus.Desc, 64)
-	newCollector(nil, nil).Describe(ch)
-	close(ch)
-	for d := range ch {
-		known[regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(d.String())[1]] = true
-	}
+	known := exportedMetrics(t)
 	used := regexp.MustCompile(`sanqos_[a-z_]+`).FindAllString(string(b), -1)
 	if len(used) < 10 {
 		t.Fatalf("dashboard uses only %v", used)
 	}
 	for _, m := range used {
-		if !known[strings.TrimSuffix(m, "_bucket")] {
+		if !isExported(known, m) {
 			t.Errorf("dashboard queries %s, which the agent does not export", m)
 		}
+	}
+}
+
+// failingThrottle refuses every change, as a backend whose kernel objects
+// went away would.
+type failingThrottle struct{ *throttle.Memory }
+
+func (failingThrottle) Set(map[netip.Addr]throttle.Setting) error { return errors.New("no such set") }
+
+// The agent's registry carries the config's max_delay, and counts the
+// batches the backend refused: the series the alert rules need to tell a
+// consumer pinned at the ceiling and a backend that stopped taking changes.
+func TestMaxDelayAndApplyErrorsExported(t *testing.T) {
+	cfg := config.Defaults()
+	cfg.MaxDelay = 30 * time.Millisecond
+	a := New(&cfg, Deps{Throttle: failingThrottle{throttle.NewMemory()}, Log: slog.New(slog.DiscardHandler)})
+	act := newActuator()
+	act.put(desire{resource: "vg1", delays: map[netip.Addr]time.Duration{writer: 2 * time.Millisecond}})
+	a.loops.apply(act)
+	a.loops.apply(act) // refused again: retried, counted again
+	want := `
+# HELP sanqos_max_delay_seconds The config's max_delay: the largest delay a controller gives a consumer.
+# TYPE sanqos_max_delay_seconds gauge
+sanqos_max_delay_seconds 0.03
+# HELP sanqos_throttle_apply_errors_total Batches of throttle changes the backend refused (each is retried next tick; the log says why).
+# TYPE sanqos_throttle_apply_errors_total counter
+sanqos_throttle_apply_errors_total 2
+`
+	if err := testutil.GatherAndCompare(a.reg, strings.NewReader(want), "sanqos_max_delay_seconds", "sanqos_throttle_apply_errors_total"); err != nil {
+		t.Fatal(err)
+	}
+	if probs, err := testutil.GatherAndLint(a.reg); err != nil || len(probs) > 0 {
+		t.Fatalf("promlint: %v %v", probs, err)
 	}
 }
 

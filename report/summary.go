@@ -159,8 +159,13 @@ type OracleRun struct {
 	DelayMs     float64 `json:"delay_ms"`
 	// Reachable is false when even the largest delay left the steady p95
 	// above the threshold; DelayMs is then the largest.
-	Reachable bool          `json:"reachable"`
-	Probes    []OracleProbe `json:"probes"`
+	Reachable bool `json:"reachable"`
+	// Regime is when the static delay was set: "first-packet" (before
+	// the load's sessions log in, the thesis' oracle for writers) or
+	// "after-login" (on established sessions, as the agent acts; loads
+	// that read, where the two differ several-fold).
+	Regime string        `json:"regime,omitempty"`
+	Probes []OracleProbe `json:"probes"`
 	// Run is the load pattern at DelayMs (nil if it did not run).
 	Run *ControlledRun `json:"run,omitempty"`
 }

@@ -6,9 +6,11 @@
 # initiator, run in the guest only), strace (sanqos doctor's test that it
 # makes no state-creating system call), systemd's systemd-analyze and the
 # kernel's uapi headers (packaging/'s tests verify the unit and rebuild its
-# seccomp filters; systemd is only installed, not made PID 1), and fio built from
-# Debian's own source package with the libiscsi engine (Debian's binary fio
-# lacks it). Idempotent: each step is skipped when its result is present.
+# seccomp filters; systemd is only installed, not made PID 1), promtool (the
+# alert rules' tests; from the prometheus package, its server not started),
+# and fio built from Debian's own source package with the libiscsi engine
+# (Debian's binary fio lacks it). Idempotent: each step is skipped when its
+# result is present.
 set -euo pipefail
 
 FIO_PREFIX=${FIO_PREFIX:-/usr/local}
@@ -32,6 +34,21 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# promtool checks and unit-tests the alert rules (agent/alerts_test.go). It
+# comes with Debian's prometheus package, wanted here for promtool alone:
+# the server is kept from starting (a policy-rc.d, where none already
+# stops services) and from starting at boot.
+if ! command -v promtool >/dev/null; then
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod 0755 /usr/sbin/policy-rc.d
+		trap 'rm -f /usr/sbin/policy-rc.d' EXIT # also when apt-get fails
+	fi
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends prometheus
+	systemctl disable prometheus.service >/dev/null 2>&1 || true
 fi
 
 # Debian's iptables defaults to the nft backend; this kernel's nftables has no

@@ -25,8 +25,16 @@ import (
 // configure it.
 type backendOptions struct {
 	Name string
+	// DryRun (--dry-run) runs the dry-run backend whatever the config or
+	// --backend names, so a shadow agent runs from the operator's own
+	// config file, unedited: it decides everything and touches no kernel
+	// state.
+	DryRun bool
 	throttle.Options
 }
+
+// dryRunBackend is the registry's backend that only records settings.
+const dryRunBackend = "dry-run"
 
 // resolve returns the options in effect: a config's backend settings
 // override the flags; without one, a delay line that delays ACKs
@@ -42,7 +50,7 @@ func (o backendOptions) resolve(cfg *config.Config, followFlagSet bool) backendO
 		if !followFlagSet && o.Ramp == 0 && o.WriteOn == "acks" {
 			o.Follow = true
 		}
-		return o
+		return o.shadowed()
 	}
 	o.Name, o.Port, o.Ramp, o.Follow, o.WriteOn = cfg.Backend, cfg.ISCSIPort, cfg.DelayRamp, cfg.DelayFollow, cfg.WriteDelayOn
 	o.MaxDelay, o.Step = cfg.MaxDelay, cfg.DelayStep
@@ -51,6 +59,15 @@ func (o backendOptions) resolve(cfg *config.Config, followFlagSet bool) backendO
 	}
 	if cfg.Mode == "bridge" {
 		o.Chain = "FORWARD"
+	}
+	return o.shadowed()
+}
+
+// shadowed applies --dry-run last, so neither the config nor --backend
+// can put a kernel backend under a shadow agent.
+func (o backendOptions) shadowed() backendOptions {
+	if o.DryRun {
+		o.Name = dryRunBackend
 	}
 	return o
 }
@@ -79,7 +96,8 @@ it; without --config only when --http is given, with no resources):
   /            the live dashboard: per resource, read wait vs threshold, the
                applied delay and write/read rates, updated every second
                with the last five minutes; consumers sortable by rate/delay
-  /metrics     Prometheus metrics (grafana/sanqos-dashboard.json uses them)
+  /metrics     Prometheus metrics (grafana/sanqos-dashboard.json and the
+               alert rules in prometheus/sanqos-alerts.yml use them)
   /api/status  the status document ('sanqos status --json' gets the same)
 These views change nothing; throttles are set over the root-only unix
 socket (or, only with token_file set, /v1/ with a bearer token: see
@@ -92,9 +110,17 @@ exposes read-only state to the network; firewall it.
 Before the first start, 'sanqos doctor --config FILE' says whether the agent
 could run here with that config, and if not, why (it changes nothing).
 
+--dry-run makes a shadow agent: with the config as it is, it discovers,
+measures and runs every controller and policy, and shows in status, the
+dashboard and /metrics whom it would slow and by how much, but its backend
+is dry-run whatever the config names: it creates no rule, set, qdisc, BPF
+program or queue and touches no packet. It uses the config's socket and
+http address, so stop it before the real agent starts (or give it its own).
+
 In the lab, the experiments' agent runs in namespace bm: see
 'sanqos lab dashboard'.`,
 		Example: `  sudo sanqos agent --config /etc/sanqos/sanqos.yaml
+  sudo sanqos agent --config /etc/sanqos/sanqos.yaml --dry-run   # shadow: decides, applies nothing
   sudo sanqos agent --config /etc/sanqos/sanqos.yaml --http 0.0.0.0:9311
   ssh -L 9311:127.0.0.1:9311 storage1   # then open http://127.0.0.1:9311/
   sudo sanqos agent --backend delayline
@@ -150,6 +176,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f.StringVar(&cfgPath, "config", "", "YAML config (see examples/sanqos.yaml); without it, manual throttles only")
 	f.StringVar(&socket, "socket", socket, "control socket path (root-only)")
 	f.StringVar(&bo.Name, "backend", bo.Name, "throttle backend: "+strings.Join(throttle.Names(), "|")+" (config overrides; see 'sanqos throttle backends')")
+	f.BoolVar(&bo.DryRun, "dry-run", false, "decide everything, apply nothing: the dry-run backend whatever the config names (a shadow agent; touches no kernel state)")
 	f.IntVar(&bo.Port, "iscsi-port", bo.Port, "the target's TCP port whose traffic is throttled (config overrides)")
 	f.StringVar(&bo.Chain, "chain", bo.Chain, "netfilter chain: OUTPUT (target mode) or FORWARD (bridge mode)")
 	f.StringVar(&bo.Label, "label", bo.Label, "label of the kernel objects this agent creates")
@@ -166,6 +193,8 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f.DurationVar(&eo.Fresh, "etcd-fresh", cluster.DefaultFresh, "how long a shared step is followed after it arrived; then the agent falls back to its own controller (100ms..1s)")
 	f.DurationVar(&eo.Decay, "etcd-decay", cluster.DefaultDecay, "how long a lost shared step takes to decay to zero: the bound on a throttle outliving its cluster (100ms..1m)")
 	renamedFlag(f, "device", "interface") // a device is a block device everywhere else (resources' devices)
+	// --backend names what --dry-run would silently replace.
+	c.MarkFlagsMutuallyExclusive("dry-run", "backend")
 	return c
 }
 
@@ -243,6 +272,11 @@ func runAgent(ctx context.Context, hup <-chan os.Signal, cfg *config.Config, cfg
 				// or every reload would look like a listener change.
 				nc.HTTP = cfg.HTTP
 			}
+			if bo.DryRun {
+				// The file's backend is not what runs: editing it is no
+				// backend change, and needs no restart.
+				nc.Backend = cfg.Backend
+			}
 			if cfg.Mode == "bridge" && !samePortals(cfg, nc) {
 				return errors.New("bridge mode: resources, portals and capture_interface changes need a restart")
 			}
@@ -298,6 +332,9 @@ func runAgent(ctx context.Context, hup <-chan os.Signal, cfg *config.Config, cfg
 	}
 	srv := &http.Server{Handler: api.Handler()}
 	go func() { <-ctx.Done(); srv.Close() }()
+	if bo.DryRun {
+		log.Info("dry run: the agent decides and applies nothing (--dry-run)")
+	}
 	log.Info("agent running", "backend", t.Name(), "socket", socket, "config", cfgPath)
 	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err

@@ -101,3 +101,37 @@ func TestEtcdBoundsValidated(t *testing.T) {
 		}
 	}
 }
+
+// --dry-run puts the dry-run backend under the agent whatever the config
+// or --backend names, and newBackend builds it as the recording throttle
+// (throttle.Memory, which only keeps a map: TestDryRunAgentChangesNothing
+// runs the whole agent with it).
+func TestDryRunFlag(t *testing.T) {
+	named := config.Defaults()
+	named.Backend = "delayline"
+	o := backendOptions{Name: "netem", DryRun: true, Options: throttle.Options{Port: 3260, Chain: "OUTPUT", WriteOn: "replies"}}
+	for _, cfg := range []*config.Config{nil, &named} {
+		got := o.resolve(cfg, false)
+		if got.Name != dryRunBackend {
+			t.Fatalf("config %v: backend %q, want %q", cfg != nil, got.Name, dryRunBackend)
+		}
+		th, err := newBackend(got, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := th.(*throttle.Memory); !ok || th.Name() != dryRunBackend {
+			t.Errorf("config %v: built %T %q, want the recording throttle", cfg != nil, th, th.Name())
+		}
+	}
+	if got := (backendOptions{Name: "auto"}).resolve(&named, false); got.Name != "delayline" {
+		t.Errorf("without --dry-run the config's backend runs: got %q", got.Name)
+	}
+	if f := agentCmd().Flags().Lookup("dry-run"); f == nil || f.Value.Type() != "bool" {
+		t.Fatalf("agent has no boolean --dry-run: %v", f)
+	}
+	// Refused before anything starts: --backend names what --dry-run replaces.
+	_, err := run(t, "agent", "--dry-run", "--backend", "netem")
+	if err == nil || exitCode(err) != exitUsage {
+		t.Errorf("--dry-run --backend netem: %v (exit %d), want a usage error", err, exitCode(err))
+	}
+}

@@ -373,7 +373,7 @@ func (cr *controlledRuns) runOracle(thresholds []time.Duration) error {
 	if err != nil {
 		return err
 	}
-	cr.sum.Oracle, err = runOracle(cr.r, cr.c.load, thresholds, cfg.DelayStep, cfg.MaxDelay, cr.phase, cr.judge)
+	cr.sum.Oracle, err = runOracle(cr.r, cr.c.load, thresholds, cfg.DelayStep, cfg.MaxDelay, cr.s, cr.phase, cr.judge)
 	return err
 }
 

@@ -215,3 +215,36 @@ func TestDelaySeries(t *testing.T) {
 		t.Errorf("max delay %v, throttled %v%%", run.MaxDelay, run.Throttled)
 	}
 }
+
+// The oracle after login sets its delay a moment after each on-step and
+// lifts it at each off-step, as the agent can; a probe (no off-step)
+// keeps it.
+func TestAfterLoginEvents(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		starts []time.Duration
+		on     time.Duration
+		want   []time.Duration // delay set, in event order
+		at     []time.Duration
+	}{
+		{"probe", []time.Duration{0}, 0, []time.Duration{7 * time.Millisecond}, []time.Duration{oracleAfterLogin}},
+		{"cycles", []time.Duration{10 * time.Second, 25 * time.Second}, 12 * time.Second,
+			[]time.Duration{7 * time.Millisecond, 0, 7 * time.Millisecond, 0},
+			[]time.Duration{10*time.Second + oracleAfterLogin, 22 * time.Second, 25*time.Second + oracleAfterLogin, 37 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []time.Duration
+			ev := afterLoginEvents(7*time.Millisecond, tc.starts, tc.on, func(d time.Duration) error { got = append(got, d); return nil })
+			var at []time.Duration
+			for _, e := range ev {
+				at = append(at, e.At)
+				if err := e.Do(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !slices.Equal(at, tc.at) || !slices.Equal(got, tc.want) {
+				t.Errorf("events at %v set %v, want at %v set %v", at, got, tc.at, tc.want)
+			}
+		})
+	}
+}
