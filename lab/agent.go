@@ -1,22 +1,29 @@
 package lab
 
 import (
+	"bufio"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/sanqos/sanqos/agent"
+	"github.com/sanqos/sanqos/report"
 )
 
 // SanqosBinary is the sanqos executable the lab runs inside namespaces
 // (the agent in bm). Tests point it at a freshly built binary.
 var SanqosBinary = ""
 
-func sanqosBinary() (string, error) {
+// SanqosExecutable is the sanqos the lab runs: SanqosBinary, else this
+// process's own executable.
+func SanqosExecutable() (string, error) {
 	if SanqosBinary != "" {
 		return SanqosBinary, nil
 	}
@@ -30,8 +37,8 @@ type LabAgent struct {
 	exited chan struct{}
 	log    string
 	// use, if set, adds the agent's CPU and wall seconds when it stops
-	// (Runner.startAgent).
-	use     *agentUse
+	// (CountUse).
+	use     *AgentUse
 	started time.Time
 }
 
@@ -43,19 +50,19 @@ var AgentFlags []string
 // StartAgent runs `sanqos agent` inside bm with the given backend and extra
 // arguments, and waits until its socket answers.
 func StartAgent(backend string, dir string, extra ...string) (*LabAgent, error) {
-	return startAgentNamed("agent", backend, dir, extra...)
+	return StartAgentNamed("agent", backend, dir, extra...)
 }
 
-// startAgentNamed runs an agent whose socket and log are named name, so a
+// StartAgentNamed runs an agent whose socket and log are named name, so a
 // second (shadow) agent can run beside the first.
-func startAgentNamed(name, backend string, dir string, extra ...string) (*LabAgent, error) {
-	return startAgentIn(TargetNS, name, backend, dir, extra...)
+func StartAgentNamed(name, backend string, dir string, extra ...string) (*LabAgent, error) {
+	return StartAgentIn(TargetNS, name, backend, dir, extra...)
 }
 
-// startAgentIn runs the agent in namespace ns: bm (target mode) or sqlan
+// StartAgentIn runs the agent in namespace ns: bm (target mode) or sqlan
 // (bridge mode, on the switch between initiators and target).
-func startAgentIn(ns, name, backend string, dir string, extra ...string) (*LabAgent, error) {
-	bin, err := sanqosBinary()
+func StartAgentIn(ns, name, backend string, dir string, extra ...string) (*LabAgent, error) {
+	bin, err := SanqosExecutable()
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +87,7 @@ func startAgentIn(ns, name, backend string, dir string, extra ...string) (*LabAg
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	a := &LabAgent{Client: agent.NewClient(sock), cmd: cmd, exited: exited, log: logPath, started: time.Now()}
-	err = waitFor("agent socket", 10*time.Second, func() bool {
+	err = WaitFor("agent socket", 10*time.Second, func() bool {
 		select {
 		case <-exited:
 			return true
@@ -115,7 +122,7 @@ func (a *LabAgent) Stop() error {
 		return nil
 	}
 	if a.use != nil {
-		*a.use = a.use.add(agentUse{cpuSeconds(a.Pid()), time.Since(a.started).Seconds()})
+		*a.use = a.use.Add(AgentUse{CPUSeconds(a.Pid()), time.Since(a.started).Seconds()})
 		a.use = nil
 	}
 	// ip netns exec replaces itself with the agent, so the pid is the agent's.
@@ -128,4 +135,74 @@ func (a *LabAgent) Stop() error {
 		<-a.exited
 		return fmt.Errorf("agent did not stop on SIGTERM (see %s)", a.log)
 	}
+}
+
+// CountUse adds the agent's CPU and wall seconds to *u when it stops.
+func (a *LabAgent) CountUse(u *AgentUse) { a.use = u }
+
+// Kill ends the agent with SIGKILL: no cleanup of any kind runs.
+func (a *LabAgent) Kill() {
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	<-a.exited
+}
+
+// Alive reports whether the agent process still runs.
+func (a *LabAgent) Alive() bool {
+	select {
+	case <-a.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Warnings counts the agent's WARN and ERROR log lines so far.
+func (a *LabAgent) Warnings() int {
+	f, err := os.Open(a.log)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if l := sc.Text(); strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+			n++
+		}
+	}
+	return n
+}
+
+// AgentUse adds up the CPU and wall time of agents, read as each stops
+// (LabAgent.CountUse): what an experiment reports as its agent's CPU.
+type AgentUse struct{ CPU, Wall float64 } // seconds
+
+// Add is u with v's seconds added.
+func (u AgentUse) Add(v AgentUse) AgentUse { return AgentUse{u.CPU + v.CPU, u.Wall + v.Wall} }
+
+// Pct is the agents' CPU as a percentage of one core while they ran.
+func (u AgentUse) Pct() float64 {
+	if u.Wall <= 0 {
+		return 0
+	}
+	return report.Round(100*u.CPU/u.Wall, 2)
+}
+
+// CPUSeconds is a process's user+system CPU time, its waited-for
+// children's (tgtadm, tc, iptables) included.
+func CPUSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return math.NaN()
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 15 {
+		return math.NaN()
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	cu, _ := strconv.ParseFloat(f[13], 64)
+	cs, _ := strconv.ParseFloat(f[14], 64)
+	return (u + st + cu + cs) / 100 // USER_HZ
 }

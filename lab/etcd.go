@@ -42,7 +42,7 @@ func isOurEtcd(argv []string) bool {
 }
 
 // EtcdRunning reports whether the lab's etcd process exists.
-func EtcdRunning() bool { return len(findProcs(isOurEtcd)) > 0 }
+func EtcdRunning() bool { return len(FindProcs(isOurEtcd)) > 0 }
 
 // StartEtcd starts the lab's etcd (in its own session, so it outlives the
 // command) and waits until it accepts connections. An etcd already
@@ -78,7 +78,7 @@ func StartEtcd() error {
 		return err
 	}
 	cmd.Process.Release()
-	return waitFor("etcd", 15*time.Second, etcdAnswers)
+	return WaitFor("etcd", 15*time.Second, etcdAnswers)
 }
 
 // etcdAnswers dials etcd's client port from the switch namespace.
@@ -96,20 +96,20 @@ func etcdAnswers() bool {
 // KillEtcd kills the lab's etcd with SIGKILL (a crash, for experiments)
 // and waits until it is gone.
 func KillEtcd() error {
-	pids := findProcs(isOurEtcd)
+	pids := FindProcs(isOurEtcd)
 	if len(pids) == 0 {
 		return fmt.Errorf("no lab etcd to kill")
 	}
-	killAll(pids)
-	return waitFor("etcd exit", 5*time.Second, func() bool { return !EtcdRunning() })
+	KillAll(pids)
+	return WaitFor("etcd exit", 5*time.Second, func() bool { return !EtcdRunning() })
 }
 
 // StopEtcd ends the lab's etcd (Down).
 func StopEtcd() {
-	for _, p := range findProcs(isOurEtcd) {
+	for _, p := range FindProcs(isOurEtcd) {
 		syscall.Kill(p, syscall.SIGTERM)
 	}
-	if waitFor("etcd exit", 5*time.Second, func() bool { return !EtcdRunning() }) != nil {
-		killAll(findProcs(isOurEtcd))
+	if WaitFor("etcd exit", 5*time.Second, func() bool { return !EtcdRunning() }) != nil {
+		KillAll(FindProcs(isOurEtcd))
 	}
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/vishvananda/netns"
 )
 
-// run executes a program directly (never through a shell) and returns its
+// Exec runs a program directly (never through a shell) and returns its
 // stdout; the error carries stderr so failures say what the tool said.
-func run(name string, args ...string) (string, error) {
+func Exec(name string, args ...string) (string, error) {
 	return runStdin(nil, name, args...)
 }
 
@@ -32,12 +32,12 @@ func runStdin(in io.Reader, name string, args ...string) (string, error) {
 	return out.String(), nil
 }
 
-// inNS runs a program inside a named network namespace.
-func inNS(ns, name string, args ...string) (string, error) {
+// InNS runs a program inside a named network namespace.
+func InNS(ns, name string, args ...string) (string, error) {
 	if ns == "" { // this, the initial, namespace
-		return run(name, args...)
+		return Exec(name, args...)
 	}
-	return run("ip", append([]string{"netns", "exec", ns, name}, args...)...)
+	return Exec("ip", append([]string{"netns", "exec", ns, name}, args...)...)
 }
 
 // writeInNS writes value to a file as seen from inside a network namespace
@@ -72,7 +72,7 @@ func CheckPrereqs() error {
 		}
 	}
 	if len(missing) == 0 {
-		out, _ := run("fio", "--enghelp")
+		out, _ := Exec("fio", "--enghelp")
 		if !strings.Contains(out, "libiscsi") {
 			missing = append(missing, "fio with the libiscsi engine (install: scripts/setup.sh)")
 		}

@@ -63,10 +63,10 @@ func withGuestFields(b []byte, accel, kernel string) []byte {
 	return append([]byte(head+"\n  "), rest...)
 }
 
-// directIOFlags is tgt's --bsoflags for a backing store: "direct" where
+// DirectIOFlags is tgt's --bsoflags for a backing store: "direct" where
 // the file takes O_DIRECT, none where it does not (tmpfs before Linux 6.6,
 // the RAM LUN on the stock kernel), with a note why.
-func directIOFlags(path string) (flags []string, note string) {
+func DirectIOFlags(path string) (flags []string, note string) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
 	if err == nil {
 		f.Close()

@@ -6,9 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/sanqos/sanqos/config"
 )
 
 // A summary made in the guest names its accelerator and kernel first and
@@ -41,38 +38,12 @@ func TestDirectIOFlags(t *testing.T) {
 	if err := os.WriteFile(p, make([]byte, 4096), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	flags, note := directIOFlags(p)
+	flags, note := DirectIOFlags(p)
 	t.Logf("%s: %v %q", p, flags, note)
 	if note == "" && strings.Join(flags, " ") != "--bsoflags direct" {
 		t.Errorf("flags %v without a note", flags)
 	}
 	if note != "" && len(flags) != 0 {
 		t.Errorf("flags %v with note %q", flags, note)
-	}
-}
-
-// On a modelled disk slower than the default (the stock-kernel guest's
-// 4 MB/s), the agent's heavy-writer floor scales with it; on the
-// default disk the agent's own default stays.
-func TestAgentWriteFloorFollowsTheDisk(t *testing.T) {
-	dir := t.TempDir()
-	for _, tc := range []struct {
-		bw   float64
-		want float64
-	}{{4e6, 0.1}, {DefaultOptions().Model.Bandwidth, config.Defaults().WriteMBs}} {
-		o := DefaultOptions()
-		o.Model.Bandwidth = tc.bw
-		r := &Runner{Res: &Resource{Name: "vg1"}, State: &State{Options: o}}
-		p := filepath.Join(dir, "agent.yaml")
-		if err := r.writeAgentConfig(p, "delayline", "127.0.0.1:9311", 40*time.Millisecond, true); err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := config.Load(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cfg.WriteMBs != tc.want {
-			t.Errorf("disk %g B/s: throttleable_write_mb_s %g, want %g", tc.bw, cfg.WriteMBs, tc.want)
-		}
 	}
 }

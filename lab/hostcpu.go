@@ -28,5 +28,5 @@ func hostCPUUse(a, b procfs.CPUStat) report.HostCPU {
 	if total <= 0 {
 		return report.HostCPU{}
 	}
-	return report.HostCPU{BusyPct: round(100*busy/total, 1), StealPct: round(100*steal/total, 2)}
+	return report.HostCPU{BusyPct: report.Round(100*busy/total, 1), StealPct: report.Round(100*steal/total, 2)}
 }

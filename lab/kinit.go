@@ -60,7 +60,7 @@ func checkKernelInitiator() error {
 		return errors.New("--initiator kernel runs in the stock-kernel guest only (sanqos lab up --kernel debian --initiator kernel): iscsid needs the initial network namespace, which is this machine's own here")
 	}
 	for _, c := range []string{"iscsid", "iscsiadm"} {
-		if _, err := run("sh", "-c", "command -v "+c); err != nil {
+		if _, err := Exec("sh", "-c", "command -v "+c); err != nil {
 			return fmt.Errorf("%s missing (install: apt-get install open-iscsi, scripts/setup.sh)", c)
 		}
 	}
@@ -80,7 +80,7 @@ func setupKernelClient(host string) error {
 		{"-n", host, "link", "set", "lo", "up"},
 	}
 	for _, s := range steps {
-		if _, err := run("ip", s...); err != nil {
+		if _, err := Exec("ip", s...); err != nil {
 			return err
 		}
 	}
@@ -114,7 +114,7 @@ func kernelClientDevs() []string {
 func prepareKernelInitiator() error {
 	before := loadedModules()
 	// sd_mod too: the guest has no udev to load it for the first disk.
-	_, err := run("modprobe", "-a", "iscsi_tcp", "sd_mod")
+	_, err := Exec("modprobe", "-a", "iscsi_tcp", "sd_mod")
 	recordModules(before, kernelModules)
 	if err != nil {
 		return err
@@ -150,7 +150,7 @@ func isOurIscsid(argv []string) bool {
 	return false
 }
 
-func iscsiadm(args ...string) (string, error) { return run("iscsiadm", args...) }
+func iscsiadm(args ...string) (string, error) { return Exec("iscsiadm", args...) }
 
 // iscsidReady reports whether iscsid answers iscsiadm (exit 21: no
 // sessions, which is an answer).
@@ -163,7 +163,7 @@ func iscsidReady() bool {
 // loginKernel logs every client into its LUNs' targets through its own
 // iface and records each LUN's block device.
 func loginKernel(s *State, log io.Writer) error {
-	if err := waitFor("iscsid", 10*time.Second, iscsidReady); err != nil {
+	if err := WaitFor("iscsid", 10*time.Second, iscsidReady); err != nil {
 		return err
 	}
 	portal := fmt.Sprintf("%s:%d", TargetAddr, ISCSIPort)
@@ -195,7 +195,7 @@ func loginKernel(s *State, log io.Writer) error {
 		}
 	}
 	var missing []string
-	err := waitFor("the kernel initiator's block devices", 10*time.Second, func() bool {
+	err := WaitFor("the kernel initiator's block devices", 10*time.Second, func() bool {
 		devs := kernelDevices()
 		missing = missing[:0]
 		for _, r := range s.targets() {
@@ -320,7 +320,7 @@ func ourKernelSessions() []KernelSession {
 // kernelHealth lists what is wrong with the kernel initiator's side.
 func kernelHealth(s *State) []string {
 	var p []string
-	if len(findProcs(isOurIscsid)) == 0 {
+	if len(FindProcs(isOurIscsid)) == 0 {
 		p = append(p, "iscsid not running")
 	}
 	up := map[kernelKey]string{}
@@ -348,11 +348,11 @@ func kernelHealth(s *State) []string {
 func stopKernelInitiator() []error {
 	var errs []error
 	started := false
-	if len(ourKernelSessions()) > 0 && len(findProcs(isOurIscsid)) == 0 {
+	if len(ourKernelSessions()) > 0 && len(FindProcs(isOurIscsid)) == 0 {
 		if _, err := os.Stat(iscsidConf); err == nil {
-			if _, err := run("iscsid", "-c", iscsidConf, "-i", initiatorFile, "-p", iscsidPIDFile); err == nil { // daemonizes
+			if _, err := Exec("iscsid", "-c", iscsidConf, "-i", initiatorFile, "-p", iscsidPIDFile); err == nil { // daemonizes
 				started = true
-				waitFor("iscsid", 10*time.Second, iscsidReady)
+				WaitFor("iscsid", 10*time.Second, iscsidReady)
 			}
 		}
 	}
@@ -361,7 +361,7 @@ func stopKernelInitiator() []error {
 			errs = append(errs, err)
 		}
 	}
-	if len(findProcs(isOurIscsid)) > 0 || started {
+	if len(FindProcs(isOurIscsid)) > 0 || started {
 		nodes, _ := iscsiadm("-m", "node")
 		for _, line := range strings.Split(nodes, "\n") {
 			f := strings.Fields(line)
@@ -375,12 +375,12 @@ func stopKernelInitiator() []error {
 			iscsiadm("-m", "iface", "-I", KernelClientDev(h), "-o", "delete")
 		}
 	}
-	pids := findProcs(isOurIscsid)
+	pids := FindProcs(isOurIscsid)
 	for _, pid := range pids {
 		syscall.Kill(pid, syscall.SIGTERM)
 	}
-	waitFor("iscsid exit", 5*time.Second, func() bool { return len(findProcs(isOurIscsid)) == 0 })
-	killAll(findProcs(isOurIscsid))
+	WaitFor("iscsid exit", 5*time.Second, func() bool { return len(FindProcs(isOurIscsid)) == 0 })
+	KillAll(FindProcs(isOurIscsid))
 	return errs
 }
 
@@ -390,7 +390,7 @@ func kernelLeftovers() []string {
 	for _, ks := range ourKernelSessions() {
 		l = append(l, fmt.Sprintf("iscsi session%d (%s via %s)", ks.ID, ks.Target, ks.Iface))
 	}
-	if len(findProcs(isOurIscsid)) > 0 {
+	if len(FindProcs(isOurIscsid)) > 0 {
 		l = append(l, "iscsid")
 	}
 	for _, d := range kernelClientDevs() {

@@ -1,13 +1,19 @@
-// Package lab builds and runs the real iSCSI testbed of DESIGN.md on one
-// machine: network namespaces bm (target) and b2..b5 (initiators) on a Linux
-// bridge, tgtd in bm serving one target per resource with one LUN per
-// initiator, each LUN a loop device on a shared modelled disk (or the real
-// disk), and fio with the libiscsi engine as the initiators' workload.
+// Package lab is the real iSCSI testbed of DESIGN.md on one machine, and
+// only the testbed: network namespaces bm (target) and b2..b5 (initiators)
+// on a Linux bridge, tgtd or LIO in bm serving one target per resource with
+// one LUN per initiator, each LUN a loop device on a shared modelled disk
+// (or the real disk), fio with the libiscsi engine or the kernel initiator
+// as the initiators' workload, the guest hooks of the stock-kernel tier,
+// the resource's capacity, and the Runner that runs phases of load on it
+// and records trace.csv. The experiments that use it are package
+// lab/experiments.
 //
-// Everything it creates is labelled (fixed namespace names, paths under
-// StateDir and StoreDir, tgtd's private control port) so that Down finds and
-// removes it even after a crash. It must not touch any namespace, loop
-// device, process or file that is not its own.
+// It may import agent (its client, for the agent it starts), sample,
+// report (the trace's types), internal/guestenv and lab/diskmodel; it must
+// not import lab/experiments or know any experiment. Everything it creates is labelled (fixed namespace names,
+// paths under StateDir and StoreDir, tgtd's private control port) so that
+// Down finds and removes it even after a crash. It must not touch any
+// namespace, loop device, process or file that is not its own.
 package lab
 
 import (

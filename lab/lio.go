@@ -123,24 +123,24 @@ func configureLIO(s *State, log io.Writer) error {
 	// configfs is a module on the stock kernel, not loaded when the
 	// guest's init tried to mount it.
 	if !mountedAs("/sys/kernel/config", "configfs") {
-		if _, err := run("modprobe", "configfs"); err != nil {
+		if _, err := Exec("modprobe", "configfs"); err != nil {
 			return fmt.Errorf("LIO: %w", err)
 		}
 		if !mountedAs("/sys/kernel/config", "configfs") {
 			if err := ledger("mount", "/sys/kernel/config"); err != nil {
 				return err
 			}
-			if _, err := run("mount", "-t", "configfs", "configfs", "/sys/kernel/config"); err != nil {
+			if _, err := Exec("mount", "-t", "configfs", "configfs", "/sys/kernel/config"); err != nil {
 				return fmt.Errorf("LIO: %w", err)
 			}
 		}
 	}
 	if _, err := os.Stat(ConfigfsTarget); err != nil {
-		run("modprobe", "target_core_mod")
+		Exec("modprobe", "target_core_mod")
 	}
 	for _, m := range []string{"target_core_iblock", "target_core_file", "iscsi_target_mod"} {
 		if !before[m] {
-			if _, err := run("modprobe", m); err != nil {
+			if _, err := Exec("modprobe", m); err != nil {
 				return fmt.Errorf("LIO: %w", err)
 			}
 		}
@@ -169,7 +169,7 @@ func configureLIO(s *State, log io.Writer) error {
 		return err
 	}
 	if !isMounted(LIOConfigfs) {
-		if _, err := run("mount", "-t", "configfs", "configfs", LIOConfigfs); err != nil {
+		if _, err := Exec("mount", "-t", "configfs", "configfs", LIOConfigfs); err != nil {
 			return err
 		}
 	}
@@ -343,7 +343,7 @@ func removeLIO() []error {
 		}
 	}
 	if isMounted(LIOConfigfs) {
-		if _, err := run("umount", LIOConfigfs); err != nil {
+		if _, err := Exec("umount", LIOConfigfs); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -354,7 +354,7 @@ func removeLIO() []error {
 	}
 	for _, m := range ledgerOf("mount") {
 		if mountedAs(m, "configfs") {
-			if _, err := run("umount", m); err != nil {
+			if _, err := Exec("umount", m); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -456,7 +456,7 @@ func unloadModules(order []string) []error {
 		if b, err := os.ReadFile("/sys/module/" + m + "/refcnt"); err == nil && strings.TrimSpace(string(b)) != "0" {
 			continue
 		}
-		if _, err := run("rmmod", m); err != nil {
+		if _, err := Exec("rmmod", m); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -472,10 +472,10 @@ func lioLeftovers() []string {
 	return l
 }
 
-// discoveryYAML is the agent config's discovery section for the lab's
+// DiscoveryYAML is the agent config's discovery section for the lab's
 // target: tgtadm on target host t's tgtd control port, or LIO's configfs through the
 // lab's second mount (the agent runs under ip netns exec).
-func (s *State) discoveryYAML(t TargetHost) string {
+func (s *State) DiscoveryYAML(t TargetHost) string {
 	if s != nil && s.Options.TargetKind() == TargetLIO {
 		return fmt.Sprintf("discovery:\n  source: lio\n  root: %s\n", filepath.Join(LIOConfigfs, "target"))
 	}

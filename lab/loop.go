@@ -9,7 +9,7 @@ import (
 // attachLoop binds file to a free loop device with direct I/O, so the loop
 // device adds no page cache of its own between tgtd and the resource.
 func attachLoop(file string) (string, error) {
-	out, err := run("losetup", "--find", "--show", "--direct-io=on", file)
+	out, err := Exec("losetup", "--find", "--show", "--direct-io=on", file)
 	if err != nil {
 		return "", err
 	}
@@ -37,7 +37,7 @@ func ourLoops() []string {
 func detachLoops(loops []string) []error {
 	var errs []error
 	for _, l := range loops {
-		if _, err := run("losetup", "-d", "/dev/"+l); err != nil {
+		if _, err := Exec("losetup", "-d", "/dev/"+l); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -36,7 +36,7 @@ func nsExists(ns string) bool {
 // host namespace. Idempotent per namespace: an existing one is kept.
 func setupNetwork(o Options) error {
 	if !nsExists(SwitchNS) {
-		if _, err := run("ip", "netns", "add", SwitchNS); err != nil {
+		if _, err := Exec("ip", "netns", "add", SwitchNS); err != nil {
 			return err
 		}
 		steps := [][]string{
@@ -45,7 +45,7 @@ func setupNetwork(o Options) error {
 			{"-n", SwitchNS, "link", "set", "lo", "up"},
 		}
 		for _, s := range steps {
-			if _, err := run("ip", s...); err != nil {
+			if _, err := Exec("ip", s...); err != nil {
 				return err
 			}
 		}
@@ -61,9 +61,9 @@ func setupNetwork(o Options) error {
 		if nsExists(ns) {
 			continue
 		}
-		if !isTargetNS(ns) && o.InitiatorKind() == InitiatorKernel {
+		if !IsTargetNS(ns) && o.InitiatorKind() == InitiatorKernel {
 			// The client's network is in the initial namespace (kinit.go).
-			if _, err := run("ip", "netns", "add", ns); err != nil {
+			if _, err := Exec("ip", "netns", "add", ns); err != nil {
 				return err
 			}
 			if err := setupKernelClient(ns); err != nil {
@@ -82,7 +82,7 @@ func setupNetwork(o Options) error {
 			{"-n", ns, "link", "set", "lo", "up"},
 		}
 		for _, s := range steps {
-			if _, err := run("ip", s...); err != nil {
+			if _, err := Exec("ip", s...); err != nil {
 				return err
 			}
 		}
@@ -93,7 +93,7 @@ func setupNetwork(o Options) error {
 	if o.TargetRmem > 0 {
 		v := fmt.Sprintf("4096 %d %d", min(o.TargetRmem, 131072), o.TargetRmem)
 		for _, t := range o.TargetHosts() {
-			if _, err := inNS(t.NS, "sysctl", "-q", "-w", "net.ipv4.tcp_rmem="+v); err != nil {
+			if _, err := InNS(t.NS, "sysctl", "-q", "-w", "net.ipv4.tcp_rmem="+v); err != nil {
 				return err
 			}
 		}
@@ -101,9 +101,9 @@ func setupNetwork(o Options) error {
 	if o.targetCount() > 1 {
 		// etcd listens on the bridge itself, in the switch namespace:
 		// every target host reaches it, and no extra namespace is needed.
-		out, _ := run("ip", "-n", SwitchNS, "-br", "addr", "show", bridgeName)
+		out, _ := Exec("ip", "-n", SwitchNS, "-br", "addr", "show", bridgeName)
 		if !strings.Contains(out, EtcdAddr.String()+"/") {
-			if _, err := run("ip", "-n", SwitchNS, "addr", "add", EtcdAddr.String()+"/24", "dev", bridgeName); err != nil {
+			if _, err := Exec("ip", "-n", SwitchNS, "addr", "add", EtcdAddr.String()+"/24", "dev", bridgeName); err != nil {
 				return err
 			}
 		}
@@ -143,7 +143,7 @@ func vethEnds() []vethEnd {
 			continue
 		}
 		host := vethEnd{ns, "eth0"}
-		if _, err := os.Stat("/sys/class/net/" + KernelClientDev(ns)); err == nil && !isTargetNS(ns) {
+		if _, err := os.Stat("/sys/class/net/" + KernelClientDev(ns)); err == nil && !IsTargetNS(ns) {
 			host = vethEnd{"", KernelClientDev(ns)}
 		}
 		ends = append(ends, host, vethEnd{SwitchNS, "p-" + ns})
@@ -154,13 +154,13 @@ func vethEnds() []vethEnd {
 func teardownNetwork() []error {
 	var errs []error
 	for _, d := range kernelClientDevs() {
-		if _, err := run("ip", "link", "del", d); err != nil {
+		if _, err := Exec("ip", "link", "del", d); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for _, ns := range Namespaces() {
 		if nsExists(ns) {
-			if _, err := run("ip", "netns", "del", ns); err != nil {
+			if _, err := Exec("ip", "netns", "del", ns); err != nil {
 				errs = append(errs, err)
 			}
 		}

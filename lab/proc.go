@@ -8,8 +8,8 @@ import (
 	"syscall"
 )
 
-// findProcs returns the pids whose argv matches.
-func findProcs(match func(argv []string) bool) []int {
+// FindProcs returns the pids whose argv matches.
+func FindProcs(match func(argv []string) bool) []int {
 	ents, _ := os.ReadDir("/proc")
 	var pids []int
 	for _, e := range ents {
@@ -28,7 +28,9 @@ func findProcs(match func(argv []string) bool) []int {
 	return pids
 }
 
-func killAll(pids []int) {
+// KillAll sends SIGKILL to every pid and reaps none: they are not our
+// children.
+func KillAll(pids []int) {
 	for _, p := range pids {
 		syscall.Kill(p, syscall.SIGKILL)
 	}

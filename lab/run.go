@@ -21,7 +21,9 @@ import (
 	"github.com/sanqos/sanqos/sample"
 )
 
-// RunOptions control an experiment run.
+// RunOptions control a run on the lab: its length, repeats and where its
+// results go. What an experiment itself takes (thresholds, writers,
+// backends ...) is the experiments package's.
 type RunOptions struct {
 	Scale    float64   // multiplies every duration of the plan (1 = thesis length)
 	Repeat   int       // repeats of each phase, for run-to-run spread
@@ -29,28 +31,6 @@ type RunOptions struct {
 	RunID    string    // defaults to a UTC timestamp
 	Resource string    // resource to load (default: the first)
 	Progress io.Writer // progress bar / lines (nil: quiet)
-	// Thresholds overrides the controlled experiments' thresholds (pid,
-	// autonomic, read-backup, mixed).
-	Thresholds []time.Duration
-	// AgentYAML is appended to the agent's generated config in pid and
-	// autonomic (e.g. "pid: {kp: 1, ti: 200ms}"), for tuning runs.
-	AgentYAML string
-	// Writers and Cycles override pid's and autonomic's 12 writers and
-	// the controlled experiments' 6 on/off cycles (0: the thesis');
-	// NoOracle skips the oracle search of autonomic, read-backup and mixed. Together with Scale they shrink a run to what a TCG guest
-	// (the stock-kernel tier) can carry.
-	Writers, Cycles int
-	NoOracle        bool
-	// LUNMap names each host's own LUN in the autonomic agents' config
-	// (consumer_devices): with one tgt target for every host, discovery
-	// lists every host on every LUN, and a LUN's queue is nobody's own
-	// (docs/interferers.md, "Shared LUNs").
-	LUNMap bool
-	// Backends runs pid/autonomic's regulated phases once per throttle
-	// backend, in this order, in one invocation against one baseline and
-	// one oracle, so backends are compared side by side (empty: the
-	// backend --agent-set names, else the delay line).
-	Backends []string
 }
 
 // Event is a timed action inside a phase (e.g. set a throttle at 30 s).
@@ -126,10 +106,9 @@ type Runner struct {
 	traceF   *os.File
 	progress *progress
 	lock     *runLock
-	// tracePrefix tags trace.csv's phase names (eachBackend: "edt/").
-	tracePrefix string
-	// use is the CPU of the agents started by startAgent (backends.go).
-	use agentUse
+	// TracePrefix tags trace.csv's phase names, so the runs of one
+	// invocation stay apart in one trace (one run per backend: "edt/").
+	TracePrefix string
 }
 
 // NewRunner prepares results/<name>/<run-id>/.
@@ -160,7 +139,7 @@ func NewRunner(name string, o RunOptions) (*Runner, error) {
 	for _, h := range Hosts {
 		if pids := nsPids(h); len(pids) > 0 {
 			fmt.Fprintf(progressOrDiscard(o.Progress), "ending %d processes left in %s by an earlier run\n", len(pids), h)
-			killAll(pids)
+			KillAll(pids)
 		}
 	}
 	if o.RunID == "" {
@@ -180,6 +159,13 @@ func NewRunner(name string, o RunOptions) (*Runner, error) {
 	os.Remove(latest)
 	os.Symlink(o.RunID, latest)
 	return &Runner{State: s, Res: res, Dir: dir, opts: o, trace: w, traceF: f, progress: newProgress(o.Progress), lock: lock}, nil
+}
+
+// PlanRunner is a Runner on resource res of s that runs nothing and
+// writes nothing: enough to build an experiment's phases and job files,
+// or to summarize a recorded run, without a lab.
+func PlanRunner(s *State, res *Resource, o RunOptions) *Runner {
+	return &Runner{State: s, Res: res, opts: o}
 }
 
 func progressOrDiscard(w io.Writer) io.Writer {
@@ -233,6 +219,9 @@ func (r *Runner) RunAll(phases []*Phase) ([]*PhaseResult, error) {
 
 // Run executes one phase: fio on every host with jobs, a 100 ms diskstats
 // sampler on the target, timed events, retransmission counters around it.
+//
+// It is long because one loop owns the sampler, the timed events and
+// fio's exit, whose timing depends on each other; it stays in one place.
 func (r *Runner) Run(p *Phase, rep int) (*PhaseResult, error) {
 	res := &PhaseResult{Phase: p, Repeat: rep}
 	pdir := filepath.Join(r.Dir, fmt.Sprintf("%s.r%d", p.Name, rep))
@@ -330,7 +319,7 @@ loop:
 				}
 				h := devs[dev]
 				t.Dev[h] = iv
-				r.trace.Write([]string{r.tracePrefix + p.Name, strconv.Itoa(rep), ff(t.T, 3), h, dev, strconv.FormatUint(iv.Reads, 10), strconv.FormatUint(iv.Writes, 10),
+				r.trace.Write([]string{r.TracePrefix + p.Name, strconv.Itoa(rep), ff(t.T, 3), h, dev, strconv.FormatUint(iv.Reads, 10), strconv.FormatUint(iv.Writes, 10),
 					ff(iv.ReadWaitMs, 3), ff(iv.WriteWaitMs, 3), ff(iv.ReadBps/1e6, 3), ff(iv.WriteBps/1e6, 3), strconv.FormatUint(iv.InFlight, 10)})
 			}
 			prev = cur
@@ -400,11 +389,11 @@ func tcpByNS() map[string]TCPCounters {
 
 // ReadTCPCounters reads /proc/net/snmp and /proc/net/netstat inside ns.
 func ReadTCPCounters(ns string) (TCPCounters, error) {
-	snmp, err := inNS(ns, "cat", "/proc/net/snmp")
+	snmp, err := InNS(ns, "cat", "/proc/net/snmp")
 	if err != nil {
 		return TCPCounters{}, err
 	}
-	netstat, err := inNS(ns, "cat", "/proc/net/netstat")
+	netstat, err := InNS(ns, "cat", "/proc/net/netstat")
 	if err != nil {
 		return TCPCounters{}, err
 	}

@@ -128,7 +128,7 @@ func superviseTgtd(t TargetHost, log *slog.Logger, quit <-chan struct{}) {
 		go func() {
 			// Restore targets once a restarted daemon answers (the first
 			// start is configured by Up, which creates the loop devices).
-			if !restart || waitFor("tgtd", 10*time.Second, func() bool { return tgtReadyOn(t) }) != nil {
+			if !restart || WaitFor("tgtd", 10*time.Second, func() bool { return tgtReadyOn(t) }) != nil {
 				return
 			}
 			if s, err := LoadState(); err == nil && lunsAttached(s) {

@@ -61,8 +61,8 @@ func (o Options) TargetOf(host string) TargetHost {
 	return Target(0)
 }
 
-// isTargetNS reports whether ns is one of the lab's target namespaces.
-func isTargetNS(ns string) bool {
+// IsTargetNS reports whether ns is one of the lab's target namespaces.
+func IsTargetNS(ns string) bool {
 	for _, t := range allTargets() {
 		if t.NS == ns {
 			return true

@@ -10,25 +10,25 @@ import (
 	"time"
 )
 
-// tgtadm talks to bm's tgtd (the only one in a single-target lab).
-func tgtadm(args ...string) (string, error) { return tgtadmOn(Target(0), args...) }
+// Tgtadm talks to bm's tgtd (the only one in a single-target lab).
+func Tgtadm(args ...string) (string, error) { return tgtadmOn(Target(0), args...) }
 
 func tgtadmOn(t TargetHost, args ...string) (string, error) {
-	return run("tgtadm", append([]string{"-C", t.port(), "--lld", "iscsi"}, args...)...)
+	return Exec("tgtadm", append([]string{"-C", t.port(), "--lld", "iscsi"}, args...)...)
 }
 
 func tgtSocket(t TargetHost) string { return fmt.Sprintf("/var/run/tgtd/socket.%d", t.CtlPort) }
 
-// tgtReady reports whether bm's tgtd answers on its control port.
-func tgtReady() bool { return tgtReadyOn(Target(0)) }
+// TgtReady reports whether bm's tgtd answers on its control port.
+func TgtReady() bool { return tgtReadyOn(Target(0)) }
 
 func tgtReadyOn(t TargetHost) bool {
-	_, err := run("tgtadm", "-C", t.port(), "--op", "show", "--mode", "sys")
+	_, err := Exec("tgtadm", "-C", t.port(), "--op", "show", "--mode", "sys")
 	return err == nil
 }
 
-// tgtsReady reports whether every target host's tgtd answers.
-func (s *State) tgtsReady() bool {
+// TgtsReady reports whether every target host's tgtd answers.
+func (s *State) TgtsReady() bool {
 	for _, t := range s.Options.TargetHosts() {
 		if !tgtReadyOn(t) {
 			return false
@@ -71,7 +71,7 @@ func configureTargetsOn(s *State, t TargetHost, log io.Writer) error {
 			return err
 		}
 		for _, l := range luns {
-			flags, note := directIOFlags(l.Backing)
+			flags, note := DirectIOFlags(l.Backing)
 			if note != "" && log != nil {
 				fmt.Fprintln(log, note)
 			}
@@ -116,16 +116,16 @@ func stopTgtdOn(t TargetHost) {
 				tgtadmOn(t, "--op", "delete", "--mode", "target", "--tid", strconv.Itoa(tid), "--force")
 			}
 		}
-		run("tgtadm", "-C", t.port(), "--op", "delete", "--mode", "system")
+		Exec("tgtadm", "-C", t.port(), "--op", "delete", "--mode", "system")
 	}
 	deadline := time.Now().Add(3 * time.Second * Slowdown())
 	for {
-		pids := findProcs(func(argv []string) bool { return tgtdPort(argv) == t.port() })
+		pids := FindProcs(func(argv []string) bool { return tgtdPort(argv) == t.port() })
 		if len(pids) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			killAll(pids)
+			KillAll(pids)
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -134,8 +134,8 @@ func stopTgtdOn(t TargetHost) {
 	os.Remove(tgtSocket(t) + ".lock")
 }
 
-// isOurTgtd matches tgtd processes started with one of our control ports.
-func isOurTgtd(argv []string) bool {
+// IsOurTgtd matches tgtd processes started with one of our control ports.
+func IsOurTgtd(argv []string) bool {
 	p := tgtdPort(argv)
 	for _, t := range allTargets() {
 		if p == t.port() {

@@ -68,7 +68,7 @@ func kernelObjects(t *testing.T) []string {
 	t.Helper()
 	var left []string
 	for _, cmd := range [][]string{{"iptables-save"}, {"ipset", "list", "-n"}} {
-		out, err := inNS(TargetNS, cmd[0], cmd[1:]...)
+		out, err := InNS(TargetNS, cmd[0], cmd[1:]...)
 		if err != nil {
 			t.Fatalf("%v: %v", cmd, err)
 		}
@@ -78,13 +78,13 @@ func kernelObjects(t *testing.T) []string {
 			}
 		}
 	}
-	out, _ := inNS(TargetNS, "tc", "qdisc", "show", "dev", "eth0")
+	out, _ := InNS(TargetNS, "tc", "qdisc", "show", "dev", "eth0")
 	for _, l := range strings.Split(out, "\n") {
 		if strings.HasPrefix(l, "qdisc htb") || strings.HasPrefix(l, "qdisc netem") {
 			left = append(left, l)
 		}
 	}
-	if b, err := inNS(TargetNS, "cat", "/proc/net/netfilter/nfnetlink_queue"); err == nil && strings.TrimSpace(b) != "" {
+	if b, err := InNS(TargetNS, "cat", "/proc/net/netfilter/nfnetlink_queue"); err == nil && strings.TrimSpace(b) != "" {
 		left = append(left, "nfnetlink_queue: "+strings.TrimSpace(b))
 	}
 	return left
@@ -123,6 +123,7 @@ func TestDelayLineThrottlesOneConsumerInLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := time.Second
+	writeMBs := func(iv sample.Interval) float64 { return iv.WriteBps / 1e6 }
 	b3free, b3slow, b3again := meanOver(res, "b3", 1*s, 4*s, writeMBs), meanOver(res, "b3", 5*s, 8*s, writeMBs), meanOver(res, "b3", 9*s, 12*s, writeMBs)
 	b4free, b4during := meanOver(res, "b4", 1*s, 4*s, writeMBs), meanOver(res, "b4", 5*s, 8*s, writeMBs)
 	t.Logf("b3 %.1f → %.1f → %.1f MB/s; b4 %.1f → %.1f MB/s; tcp %+v", b3free, b3slow, b3again, b4free, b4during, res.TCP)

@@ -14,6 +14,8 @@ import (
 // LoadTrace reads a run's trace.csv back into phase results, matching rows
 // to phases by name, so summaries and plots can be recomputed from any
 // recorded run (TCP counters are not in the trace and stay zero).
+//
+// It is one pass over the CSV, column checks included.
 func LoadTrace(path string, phases []*Phase) ([]*PhaseResult, error) {
 	f, err := os.Open(path)
 	if err != nil {

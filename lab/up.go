@@ -57,6 +57,11 @@ func Up(o Options, log io.Writer) (*State, error) {
 	return s, nil
 }
 
+// build makes the lab from nothing, in order: network, stores and the
+// supervisor, loop devices, targets, etcd, the kernel initiator, capacity.
+//
+// It is long because the bring-up is one ordered sequence, each step
+// needing the one before; it reads as the lab's build order.
 func build(o Options, log io.Writer) (*State, error) {
 	if err := os.MkdirAll(StateDir, 0o700); err != nil {
 		return nil, err
@@ -160,7 +165,7 @@ func build(o Options, log io.Writer) (*State, error) {
 			return nil, err
 		}
 	default:
-		if err := waitFor("tgtd control sockets", 10*time.Second, s.tgtsReady); err != nil {
+		if err := WaitFor("tgtd control sockets", 10*time.Second, s.TgtsReady); err != nil {
 			return nil, err
 		}
 		if err := configureTargetsLog(s, log); err != nil {
@@ -231,7 +236,7 @@ func startServe(s *State) error {
 	if err := s.save(); err != nil {
 		return err
 	}
-	err = waitFor("disk model mounts", 10*time.Second, func() bool {
+	err = WaitFor("disk model mounts", 10*time.Second, func() bool {
 		if !alive(s.ServePID) {
 			return true // fail now, not at the timeout
 		}
@@ -255,7 +260,7 @@ func startServe(s *State) error {
 // device's user's to report.
 func loadFor(dev, module string) {
 	if _, err := os.Stat(dev); err != nil {
-		run("modprobe", module)
+		Exec("modprobe", module)
 	}
 }
 
@@ -268,10 +273,10 @@ func isMounted(dir string) bool {
 	return false
 }
 
-// waitFor polls a readiness condition of an outside process (a daemon
+// WaitFor polls a readiness condition of an outside process (a daemon
 // coming up); it is not used to order our own goroutines.
 // In a TCG guest the timeout stretches by Slowdown.
-func waitFor(what string, timeout time.Duration, ok func() bool) error {
+func WaitFor(what string, timeout time.Duration, ok func() bool) error {
 	timeout *= Slowdown()
 	deadline := time.Now().Add(timeout)
 	for !ok() {
@@ -342,11 +347,11 @@ func ForceDown(log io.Writer) error {
 	}
 	var errs []error
 	// The supervisor first, so it does not restart what we stop.
-	for _, pid := range findProcs(isServe) {
+	for _, pid := range FindProcs(isServe) {
 		syscall.Kill(pid, syscall.SIGTERM)
 	}
-	waitFor("supervisor exit", 5*time.Second, func() bool { return len(findProcs(isServe)) == 0 })
-	killAll(findProcs(isServe))
+	WaitFor("supervisor exit", 5*time.Second, func() bool { return len(FindProcs(isServe)) == 0 })
+	KillAll(FindProcs(isServe))
 	// What the supervisor stops on SIGTERM, again, in case it was dead:
 	// the kernel initiator's sessions and iscsid, LIO's objects, tgtd.
 	errs = append(errs, stopKernelInitiator()...)
@@ -354,12 +359,12 @@ func ForceDown(log io.Writer) error {
 	stopTgtd()
 	StopEtcd()
 	for _, ns := range Namespaces()[1:] {
-		killAll(nsPids(ns))
+		KillAll(nsPids(ns))
 	}
 	errs = append(errs, detachLoops(ourLoops())...)
 	for _, m := range ourMounts() {
-		if _, err := run("umount", m); err != nil {
-			if _, err := run("umount", "-l", m); err != nil {
+		if _, err := Exec("umount", m); err != nil {
+			if _, err := Exec("umount", "-l", m); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -392,10 +397,10 @@ func Leftovers() []string {
 	for _, m := range ourMounts() {
 		l = append(l, "mount "+m)
 	}
-	if len(findProcs(isOurTgtd)) > 0 {
+	if len(FindProcs(IsOurTgtd)) > 0 {
 		l = append(l, "tgtd")
 	}
-	if len(findProcs(isServe)) > 0 {
+	if len(FindProcs(isServe)) > 0 {
 		l = append(l, "supervisor")
 	}
 	if EtcdRunning() {

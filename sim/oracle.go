@@ -9,7 +9,7 @@ import (
 	"github.com/sanqos/sanqos/throttle"
 )
 
-// The oracle mirrors lab/oracle.go on the model: the smallest static
+// The oracle mirrors lab/experiments/oracle.go on the model: the smallest static
 // delay that, applied to every interferer from the first request and
 // never changed, holds the reader's p95 at the threshold. It knows the
 // load in advance, which the agent does not, so what the agent's runs

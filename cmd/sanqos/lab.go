@@ -15,6 +15,7 @@ import (
 	"github.com/sanqos/sanqos/internal/nsforward"
 
 	"github.com/sanqos/sanqos/lab"
+	"github.com/sanqos/sanqos/lab/experiments"
 	"github.com/sanqos/sanqos/lab/guest"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -314,11 +315,11 @@ func labServeCmd() *cobra.Command {
 }
 
 func labRunCmd() *cobra.Command {
-	o := lab.RunOptions{Results: "results", Repeat: 1}
+	o := experiments.Options{RunOptions: lab.RunOptions{Results: "results", Repeat: 1}}
 	var kernel string
 	var list strings.Builder
-	for _, e := range lab.Experiments() {
-		fmt.Fprintf(&list, "  %-18s %s\n", e.Name, e.Title)
+	for _, e := range experiments.All() {
+		fmt.Fprintf(&list, "  %-18s %s\n", e.Spec().Name, e.Spec().Title)
 	}
 	c := &cobra.Command{
 		Use:   "run NAME",
@@ -354,7 +355,7 @@ func labRunCmd() *cobra.Command {
 				// instead would be a surprise.
 				return fmt.Errorf("%w: `sanqos lab down` clears what it left; then `sanqos lab up --kernel debian`, or --kernel host for the host's lab", gerr)
 			default:
-				dir, err = lab.RunExperiment(args[0], o)
+				dir, err = experiments.RunExperiment(cmd.Context(), args[0], o)
 			}
 			if dir != "" {
 				fmt.Fprintln(cmd.OutOrStdout(), "results:", dir)
@@ -376,13 +377,13 @@ func labRunCmd() *cobra.Command {
 	f.StringVar(&o.Results, "results", o.Results, "results root directory")
 	f.StringVar(&o.RunID, "run-id", "", "name of the run directory (default: UTC timestamp)")
 	f.StringVar(&o.Resource, "resource", "", "resource to load (default: the first)")
-	f.DurationSliceVar(&o.Thresholds, "thresholds", nil, "pid, autonomic, read-backup, mixed: thresholds to regulate to (default 10ms,15ms,20ms; autonomic adds 5ms)")
-	f.StringVar(&o.AgentYAML, "agent-set", "", "pid, autonomic, read-backup, mixed: YAML appended to the agent's config, e.g. 'pid: {kp: 1, ti: 200ms}'")
-	f.IntVar(&o.Writers, "writers", 0, "pid, autonomic, throttle-effect: writer threads (default the thesis' 12)")
-	f.IntVar(&o.Cycles, "cycles", 0, "pid, autonomic, read-backup, mixed: the load's on/off cycles (default 6)")
-	f.BoolVar(&o.NoOracle, "no-oracle", false, "autonomic, read-backup, mixed: skip the oracle's search for the best static delay")
-	f.BoolVar(&o.LUNMap, "lun-map", false, "autonomic, read-backup, mixed: name each host's own LUN in the agent's config (consumer_devices), which discovery cannot tell with one tgt target for every host")
-	f.StringSliceVar(&o.Backends, "backends", nil, "pid, autonomic, read-backup, mixed, delay-sweep(-fresh), throttle-effect, overhead: run once per throttle backend (edt, netem, delayline), side by side in one summary")
+	f.DurationSliceVar(&o.Thresholds, "thresholds", nil, experiments.Taking(experiments.FlagThresholds)+": thresholds to regulate to (default 10ms,15ms,20ms; autonomic adds 5ms)")
+	f.StringVar(&o.AgentYAML, "agent-set", "", experiments.Taking(experiments.FlagAgentSet)+": YAML appended to the agent's config, e.g. 'pid: {kp: 1, ti: 200ms}'")
+	f.IntVar(&o.Writers, "writers", 0, experiments.Taking(experiments.FlagWriters)+": writer threads (default the thesis' 12)")
+	f.IntVar(&o.Cycles, "cycles", 0, experiments.Taking(experiments.FlagCycles)+": the load's on/off cycles (default 6)")
+	f.BoolVar(&o.NoOracle, "no-oracle", false, experiments.Taking(experiments.FlagNoOracle)+": skip the oracle's search for the best static delay")
+	f.BoolVar(&o.LUNMap, "lun-map", false, experiments.Taking(experiments.FlagLUNMap)+": name each host's own LUN in the agent's config (consumer_devices), which discovery cannot tell with one tgt target for every host")
+	f.StringSliceVar(&o.Backends, "backends", nil, experiments.Taking(experiments.FlagBackends)+": run once per throttle backend (edt, netem, delayline), side by side in one summary")
 	f.StringArrayVar(&lab.AgentFlags, "agent-flag", nil, "flag added to every agent the run starts, e.g. --agent-flag=--delay-ramp=0.5 (repeatable)")
 	f.StringVar(&kernel, "kernel", "", "which lab: host, or debian (the stock-kernel guest); default the guest if one is up, else the host's")
 	return c
@@ -390,8 +391,8 @@ func labRunCmd() *cobra.Command {
 
 // labRunGuest runs the experiment in the stock-kernel guest's lab and
 // copies its results to the host's results directory.
-func labRunGuest(cmd *cobra.Command, g *guest.Guest, name string, o lab.RunOptions) (string, error) {
-	if _, err := lab.Lookup(name); err != nil {
+func labRunGuest(cmd *cobra.Command, g *guest.Guest, name string, o experiments.Options) (string, error) {
+	if _, err := experiments.Lookup(name); err != nil {
 		return "", err
 	}
 	if o.RunID == "" {
@@ -424,7 +425,7 @@ func labRunGuest(cmd *cobra.Command, g *guest.Guest, name string, o lab.RunOptio
 
 // guestRunDefaults are the experiments' flags in a TCG guest unless
 // given. The guest's lab (a 4 MB/s disk group with 1 ms seeks, the
-// writers writing 8 KiB: lab.writerBS) has the reader wait ~8 ms p95
+// writers writing 8 KiB: experiments.writerBS) has the reader wait ~8 ms p95
 // alone and ~54 ms under the thesis' twelve writers, so 5 ms is out of
 // reach and 10 ms within 1.3× of the floor; 15 and 20 ms are the
 // thresholds that mean something there. The thesis' own timing (scale 1:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sanqos/sanqos/internal/testenv"
 	"github.com/sanqos/sanqos/lab"
+	"github.com/sanqos/sanqos/lab/experiments"
 )
 
 // The guest's kernel parameter is the one the lab reads.
@@ -89,8 +90,8 @@ func TestLabUpRunDownInGuest(t *testing.T) {
 	var sum struct {
 		Accelerator, Kernel, Experiment string
 		Writers                         int
-		Baseline                        lab.ControlledRun
-		Regulated                       []lab.ControlledRun
+		Baseline                        experiments.ControlledRun
+		Regulated                       []experiments.ControlledRun
 		Oracle                          []any
 	}
 	if err := json.Unmarshal(b, &sum); err != nil {
@@ -118,7 +119,7 @@ func TestLabUpRunDownInGuest(t *testing.T) {
 	}
 }
 
-func p95(rs []lab.ControlledRun) float64 {
+func p95(rs []experiments.ControlledRun) float64 {
 	if len(rs) == 0 {
 		return 0
 	}

@@ -1,0 +1,519 @@
+package experiments
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/lab"
+	"github.com/sanqos/sanqos/report"
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// controlled is one controlled experiment: the reader against a load
+// toggled on and off, without the agent (the baseline) and with it at
+// each threshold, then, where it has one, the same-run oracle. pid,
+// autonomic, bridge-autonomic and issue 30's read-backup and mixed differ
+// only in these fields.
+type controlled struct {
+	load *interferers
+	// autonomic: the agent's default config (threshold only, sets and
+	// indicators discovered) rather than given sets (pid).
+	autonomic bool
+	// bridge: the agent in sqlan, bridge mode (bridge_autonomic.go).
+	bridge bool
+	// oracle: search and run the best static delay per threshold unless
+	// --no-oracle.
+	oracle bool
+	// thresholds unless --thresholds.
+	thresholds []time.Duration
+}
+
+var controlledExperiments = map[string]*controlled{
+	"pid":              {load: writerLoad, thresholds: Thresholds},
+	"autonomic":        {load: writerLoad, autonomic: true, oracle: true, thresholds: AutonomicThresholds},
+	"bridge-autonomic": {load: writerLoad, autonomic: true, bridge: true, thresholds: Thresholds},
+	"read-backup":      {load: backupLoad, autonomic: true, oracle: true, thresholds: Thresholds},
+	"mixed":            {load: mixedLoad, autonomic: true, oracle: true, thresholds: Thresholds},
+}
+
+// schedule is the controlled experiments' on/off pattern: lead time with
+// the reader alone, then cycles of the load on for on and off for off,
+// then a tail (the thesis' times × scale; --cycles overrides the six).
+type schedule struct {
+	lead, on, off, tail time.Duration
+	cycles              int
+}
+
+func (r *runner) controlledSchedule() schedule {
+	sc := r.Scale
+	s := schedule{lead: sc(20 * time.Second), on: sc(25 * time.Second), off: sc(5 * time.Second), cycles: 6, tail: sc(10 * time.Second)}
+	if r.opts.Cycles > 0 {
+		s.cycles = r.opts.Cycles
+	}
+	return s
+}
+
+// end is when the last cycle ends; length is the whole phase.
+func (s schedule) end() time.Duration    { return s.lead + time.Duration(s.cycles)*(s.on+s.off) }
+func (s schedule) length() time.Duration { return s.end() + s.tail }
+
+// start is cycle c's on-step.
+func (s schedule) start(c int) time.Duration { return s.lead + time.Duration(c)*(s.on+s.off) }
+
+// steps are the on-steps' times (s).
+func (s schedule) steps() []float64 {
+	var out []float64
+	for c := 0; c < s.cycles; c++ {
+		out = append(out, s.start(c).Seconds())
+	}
+	return out
+}
+
+// controlledPhase is a controlled experiment's phase: the reader
+// throughout, l's jobs in every on-period, named by cycle (writer-0, …).
+func (r *runner) controlledPhase(l *interferers, s schedule, name, label string) *lab.Phase {
+	p := &lab.Phase{Name: name, Label: label, Length: s.length(), From: s.lead, To: s.end()}
+	p.Jobs = []lab.Job{r.reader(s.length())}
+	for c := 0; c < s.cycles; c++ {
+		for _, j := range l.jobs(r, s.start(c), s.on) {
+			j.Name = fmt.Sprintf("%s-%d", j.Name, c)
+			p.Jobs = append(p.Jobs, j)
+		}
+	}
+	return p
+}
+
+// controlledRuns is one invocation of a controlled experiment: its
+// summary, its runs, the plots' series and the agents' costs so far.
+type controlledRuns struct {
+	c     *controlled
+	r     *runner
+	name  string
+	s     schedule
+	sum   ControlledSummary
+	all   []*lab.PhaseResult
+	steps []float64
+	// the plots' series: reader's wait, interferers' rate, delay, caps
+	wait, rate, delay, caps []report.Series
+	cpu, shadowCPU, wall    float64
+	held                    uint64 // packets the delay line held
+	late                    throttle.Lateness
+	tracking                []PassiveTracking
+	trackPlot               []report.Series
+	firstCfg                string
+}
+
+// runControlled runs kind: pid, autonomic, bridge-autonomic (the agent in
+// sqlan, bridge mode, bridge_autonomic.go), read-backup or mixed.
+func runControlled(r *runner, kind string) (any, error) {
+	c := controlledExperiments[kind]
+	if c.load != writerLoad && r.opts.Writers > 0 {
+		return nil, fmt.Errorf("%s: --writers sets pid's and autonomic's writers; this load is fixed", kind)
+	}
+	if c.bridge && len(r.opts.Backends) > 0 {
+		return nil, errors.New("bridge-autonomic runs its agent on the delay line only: no --backends")
+	}
+	cr := &controlledRuns{c: c, r: r, name: kind, s: r.controlledSchedule()}
+	cr.steps = cr.s.steps()
+	cr.sum = ControlledSummary{Experiment: kind, Interferers: c.load.name, Backend: r.regulatingBackend(), Cycles: cr.s.cycles}
+	if c.load == writerLoad {
+		cr.sum.Writers = r.controlledWriters()
+	}
+	if err := cr.baseline(); err != nil {
+		return nil, err
+	}
+	thresholds := c.thresholds
+	if len(r.opts.Thresholds) > 0 {
+		thresholds = r.opts.Thresholds
+	}
+	backends := []string{""} // "": the backend --agent-set names, else the delay line
+	if len(r.opts.Backends) > 0 {
+		backends = r.opts.Backends
+		cr.sum.Backend, cr.sum.Backends = "", backends
+	}
+	agentYAML := r.opts.AgentYAML
+	defer func() { r.opts.AgentYAML = agentYAML }()
+	for _, be := range backends {
+		tag := ""
+		if be != "" {
+			r.opts.AgentYAML = withBackend(agentYAML, be)
+			tag = be + "-"
+		}
+		for _, thr := range thresholds {
+			if err := cr.regulated(be, tag, thr); err != nil {
+				return nil, err
+			}
+		}
+	}
+	r.opts.AgentYAML = agentYAML
+	cr.totals()
+	if c.oracle && !r.opts.NoOracle {
+		if err := cr.runOracle(thresholds); err != nil {
+			return nil, err
+		}
+	}
+	cr.sum.Judge()
+	if err := cr.plot(thresholds); err != nil {
+		return nil, err
+	}
+	if !c.bridge {
+		return cr.sum, nil
+	}
+	return cr.bridgeSummary(thresholds[0])
+}
+
+func (cr *controlledRuns) phase(name, label string) *lab.Phase {
+	return cr.r.controlledPhase(cr.c.load, cr.s, name, label)
+}
+
+// judge is a run's figures (thr 0: the baseline's).
+func (cr *controlledRuns) judge(res *lab.PhaseResult, thr time.Duration) ControlledRun {
+	return controlledRun(res, thr, cr.steps, cr.s.on.Seconds(), cr.c.load.reads)
+}
+
+// baseline runs the load without an agent.
+func (cr *controlledRuns) baseline() error {
+	base, err := cr.r.Run(cr.phase("baseline", "agent off"), 0)
+	if err != nil {
+		return err
+	}
+	cr.all = append(cr.all, base)
+	cr.sum.Baseline = cr.judge(base, 0)
+	// The reader alone, before the first interferer: what no throttle of
+	// them can improve on.
+	cr.sum.ReaderAloneP95Ms = round(report.Describe(report.Values(base.Between(time.Second, cr.s.lead), "b2", readWait)).P95, 2)
+	cr.plotRun(base, "no regulation")
+	return nil
+}
+
+// plotRun adds a run's reader wait and interferers' rate to the plots.
+func (cr *controlledRuns) plotRun(res *lab.PhaseResult, label string) {
+	x, y := res.Series("b2", readWait)
+	cr.wait = append(cr.wait, report.Series{Name: label, X: x, Y: smooth(y)})
+	wx, wy := report.AggregateSeries(res.Ticks, lab.Hosts[1:], cr.c.load.moved)
+	cr.rate = append(cr.rate, report.Series{Name: label, X: wx, Y: smooth(wy)})
+}
+
+// startAgents starts a regulated run's agent, and beside it (target mode)
+// a dry-run shadow with the same config, whose CPU is the control loop's.
+func (cr *controlledRuns) startAgents(cfgPath, tag string, thr time.Duration) (a, shadow *lab.LabAgent, err error) {
+	r := cr.r
+	if cr.c.bridge {
+		// No shadow: a second capture would double the work measured.
+		if err := r.bridgeAgentConfig(cfgPath, thr); err != nil {
+			return nil, nil, err
+		}
+		a, err = lab.StartAgentIn(lab.SwitchNS, "agent", "delayline", r.Dir, "--config", cfgPath)
+		return a, nil, err
+	}
+	if err := r.agentConfig(cfgPath, thr, cr.c.autonomic); err != nil {
+		return nil, nil, err
+	}
+	shadowCfg := filepath.Join(r.Dir, fmt.Sprintf("shadow-%s%v.yaml", tag, thr))
+	if err := r.writeAgentConfig(shadowCfg, "dry-run", "127.0.0.1:9312", thr, cr.c.autonomic); err != nil {
+		return nil, nil, err
+	}
+	if a, err = lab.StartAgent("delayline", r.Dir, "--config", cfgPath); err != nil {
+		return nil, nil, err
+	}
+	if shadow, err = lab.StartAgentNamed("shadow", "dry-run", r.Dir, "--config", shadowCfg); err != nil {
+		a.Stop()
+		return nil, nil, err
+	}
+	return a, shadow, nil
+}
+
+// regulated runs the load once with the agent at thr (on backend be,
+// "": the default), and records it.
+func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
+	r, length := cr.r, cr.s.length()
+	cfgPath := filepath.Join(r.Dir, fmt.Sprintf("agent-%s%v.yaml", tag, thr))
+	if cr.firstCfg == "" {
+		cr.firstCfg = cfgPath
+	}
+	a, shadow, err := cr.startAgents(cfgPath, tag, thr)
+	if err != nil {
+		return err
+	}
+	p := cr.phase(fmt.Sprintf("%sthreshold-%v", tag, thr), fmt.Sprintf("%sthreshold %v", strings.ReplaceAll(tag, "-", " "), thr))
+	var ds delaySamples
+	t0 := time.Now()
+	p.Events = delaySampler(a, length, cr.c.load, &ds)
+	var ps *passiveSeries
+	if cr.c.bridge {
+		ps = &passiveSeries{}
+		p.Events = append(p.Events, ps.events(a, length)...)
+	}
+	var runLate throttle.Lateness
+	c0, s0 := lab.CPUSeconds(a.Pid()), 0.0
+	if shadow != nil {
+		s0 = lab.CPUSeconds(shadow.Pid())
+	}
+	res, err := r.Run(p, 0)
+	runCPU := lab.CPUSeconds(a.Pid()) - c0
+	cr.cpu += runCPU
+	var runShadow float64
+	if shadow != nil {
+		runShadow = lab.CPUSeconds(shadow.Pid()) - s0
+		cr.shadowCPU += runShadow
+	}
+	cr.wall += time.Since(t0).Seconds()
+	if err == nil {
+		runLate, err = cr.agentCounters(a)
+	}
+	if err = stopAgents(err, a, shadow); err != nil {
+		return err
+	}
+	if ps != nil {
+		cr.tracking = append(cr.tracking, ps.track(res, thr))
+		if len(cr.tracking) == 1 {
+			cr.trackPlot = ps.plot(res, thr)
+		}
+	}
+	cr.all = append(cr.all, res)
+	run := cr.judge(res, thr)
+	if be != "" {
+		run.Backend = be
+		if w := time.Since(t0).Seconds(); w > 0 {
+			run.AgentCPUPct = round(100*runCPU/w, 2)
+			run.ControlCPUPct = round(100*runShadow/w, 2)
+		}
+	}
+	if runLate.Count > 0 {
+		run.DelayLineLate = lateSummary(runLate)
+	}
+	ds.throttled(&run, p)
+	if err := ds.writeCSV(filepath.Join(r.Dir, "delays-"+p.Name+".csv")); err != nil {
+		return err
+	}
+	if run.ThresholdMs <= cr.sum.ReaderAloneP95Ms {
+		run.Unreachable = cr.c.load.unreachable(cr.sum.ReaderAloneP95Ms)
+	}
+	cr.sum.Regulated = append(cr.sum.Regulated, run)
+	cr.plotRun(res, p.Label)
+	cr.delay = append(cr.delay, ds.series(p.Label, cr.c.load)...)
+	if slices.ContainsFunc(ds.caps, func(c float64) bool { return c > 0 }) {
+		cr.caps = append(cr.caps, report.Series{Name: p.Label, X: ds.x, Y: ds.caps})
+	}
+	return nil
+}
+
+// agentCounters adds a fresh agent's held packets and lateness (its
+// counters are this run's) to the totals and returns its lateness.
+func (cr *controlledRuns) agentCounters(a *lab.LabAgent) (throttle.Lateness, error) {
+	cs, cerr := a.Counters()
+	for _, c := range cs {
+		cr.held += c.Packets
+	}
+	st, serr := a.Stats()
+	cr.late = cr.late.Add(st.Late)
+	return st.Late, errors.Join(cerr, serr)
+}
+
+// stopAgents stops a run's agent and shadow (nil: none); err is the run's
+// own error, which comes first.
+func stopAgents(err error, agents ...*lab.LabAgent) error {
+	for _, a := range agents {
+		if a == nil {
+			continue
+		}
+		if serr := a.Stop(); err == nil {
+			err = serr
+		}
+	}
+	return err
+}
+
+// totals sums TCP and the agents' costs over the runs so far.
+func (cr *controlledRuns) totals() {
+	sum := &cr.sum
+	sum.TCP = sumTCP(cr.all)
+	sum.Retrans = sum.TCP.RetransSegs
+	var sides, reg report.TCPSides
+	for i, res := range cr.all {
+		s := tcpSides(res)
+		sides = sides.Add(s)
+		if i > 0 {
+			reg = reg.Add(s)
+		}
+	}
+	sum.TCPBySide, sum.RegulatedTCPBySide = &sides, &reg
+	regRetrans := reg.Total().RetransSegs
+	sum.RegulatedRetrans = &regRetrans
+	if cr.wall <= 0 {
+		return
+	}
+	sum.AgentCPUPct = round(100*cr.cpu/cr.wall, 2)
+	if !cr.c.bridge {
+		sum.ControlCPUPct = round(100*cr.shadowCPU/cr.wall, 2)
+		if cr.held > 0 {
+			sum.DelayLinePackets = cr.held
+			sum.DelayLineUSPerPacket = round(1e6*(cr.cpu-cr.shadowCPU)/float64(cr.held), 1)
+		}
+	}
+	if cr.late.Count > 0 {
+		sum.DelayLineLate = lateSummary(cr.late)
+	}
+}
+
+// runOracle searches the best static delay per threshold within the
+// first regulated run's delay step and max_delay, and runs it.
+func (cr *controlledRuns) runOracle(thresholds []time.Duration) error {
+	cfg, err := config.Load(cr.firstCfg)
+	if err != nil {
+		return err
+	}
+	cr.sum.Oracle, err = runOracle(cr.r, cr.c.load, thresholds, cfg.DelayStep, cfg.MaxDelay, cr.s, cr.phase, cr.judge)
+	return err
+}
+
+// plot draws the reader's wait per threshold, the interferers' rate, the
+// delay applied and (if any) the write caps.
+func (cr *controlledRuns) plot(thresholds []time.Duration) error {
+	var refs []report.Line
+	for _, t := range thresholds {
+		refs = append(refs, report.Line{Name: fmt.Sprintf("%v", t), Y: float64(t) / 1e6})
+	}
+	dir, name, l := cr.r.Dir, cr.name, cr.c.load
+	figs := func(s string) string { // the thesis' figures, for its writers
+		if l != writerLoad {
+			return ""
+		}
+		return s
+	}
+	rateFile, rateTitle := "write-rate.png", fmt.Sprintf("%s: aggregate write rate of the %d writers (Fig 5.10/5.12)", name, cr.sum.Writers)
+	delayTitle := name + ": write delay applied to the throttleable set (Fig 5.13)"
+	if l.reads {
+		rateFile, rateTitle = "interferer-rate.png", fmt.Sprintf("%s: aggregate read + write rate of the %s", name, l.many)
+		delayTitle = name + ": largest read and write delay applied to the throttleable set"
+	}
+	if err := report.TimePlot(filepath.Join(dir, "read-wait.png"), fmt.Sprintf("%s: reader's wait per threshold vs no regulation%s", name, figs(" (Fig 5.9/5.11)")),
+		"time (s)", "read wait (ms, EWMA 0.15)", cr.wait, refs); err != nil {
+		return err
+	}
+	if err := report.TimePlot(filepath.Join(dir, rateFile), rateTitle, "time (s)", "MB/s (EWMA 0.15)", cr.rate, nil); err != nil {
+		return err
+	}
+	if err := report.TimePlot(filepath.Join(dir, "delay.png"), delayTitle, "time (s)", "delay (ms)", cr.delay, nil); err != nil {
+		return err
+	}
+	if len(cr.caps) == 0 {
+		return nil
+	}
+	return report.TimePlot(filepath.Join(dir, "write-caps.png"), name+": the second lever, sum of the capped writers' write-rate caps (0: none)",
+		"time (s)", "MB/s", cr.caps, nil)
+}
+
+// bridgeSummary is bridge-autonomic's summary: the controlled one and the
+// passive indicator's tracking of diskstats.
+func (cr *controlledRuns) bridgeSummary(thr time.Duration) (any, error) {
+	bs := BridgeSummary{ControlledSummary: cr.sum, Passive: cr.tracking}
+	if len(cr.trackPlot) == 0 {
+		return bs, nil
+	}
+	return bs, report.TimePlot(filepath.Join(cr.r.Dir, "passive-vs-diskstats.png"),
+		fmt.Sprintf("%s: reader's read wait, passive (on the wire, what the agent uses) vs diskstats in bm, threshold %v", cr.name, thr),
+		"time (s)", "read wait (ms, EWMA 0.15)", cr.trackPlot, nil)
+}
+
+// delaySamples are the agent's throttles sampled every 500 ms: at x (s),
+// the largest delay acting on the interferers (ms), the largest read and
+// write delay on anyone (ms), the larger of the two on the protected
+// reader b2 itself (ms), and the sum of the write-rate caps of the second
+// lever (MB/s, 0 with none).
+type delaySamples struct {
+	x, delay, read, write, reader, caps []float64
+	// rows are every consumer's delays per sample, for delays-*.csv:
+	// the plot shows only the largest, which hides a consumer left
+	// out of the set or slowed in one direction only.
+	rows [][]string
+}
+
+// delaySampler samples the agent's throttles as phase events (the agent
+// is the source of truth for what it applied): the delay acting is the
+// write delay for writers, the larger of read and write delay for
+// interferers that read.
+func delaySampler(a *lab.LabAgent, length time.Duration, l *interferers, ds *delaySamples) []lab.Event {
+	var ev []lab.Event
+	for t := time.Second; t < length; t += 500 * time.Millisecond {
+		t := t
+		ev = append(ev, lab.Event{At: t, Name: "sample delay", Do: func() error {
+			m, err := a.List()
+			if err != nil {
+				return err
+			}
+			d, rd, wd, c := 0.0, 0.0, 0.0, 0.0
+			for _, addr := range slices.SortedFunc(maps.Keys(m), netip.Addr.Compare) {
+				s := m[addr]
+				ds.rows = append(ds.rows, []string{fmt.Sprintf("%.1f", t.Seconds()), addr.String(),
+					fmt.Sprintf("%.2f", float64(s.ReadDelay)/1e6), fmt.Sprintf("%.2f", float64(s.WriteDelay)/1e6)})
+				d = math.Max(d, l.delay(s))
+				rd, wd = math.Max(rd, float64(s.ReadDelay)/1e6), math.Max(wd, float64(s.WriteDelay)/1e6)
+				c += float64(s.WriteRate) / 1e6
+			}
+			b2 := m[lab.HostAddr("b2")]
+			ds.x = append(ds.x, t.Seconds())
+			ds.delay, ds.read, ds.write = append(ds.delay, d), append(ds.read, rd), append(ds.write, wd)
+			ds.reader = append(ds.reader, float64(max(b2.ReadDelay, b2.WriteDelay))/1e6)
+			ds.caps = append(ds.caps, c)
+			return nil
+		}})
+	}
+	return ev
+}
+
+// series is a run's curves in delay.png: the write delay for writers;
+// for interferers that read, the read delay and, if any was set, the
+// write delay, so the plot shows which direction acted, and the delay on
+// the protected reader if it had one: the reader's wait in read-wait.png
+// is measured at the disk, and cannot show a delay on its own packets.
+func (ds *delaySamples) series(label string, l *interferers) []report.Series {
+	if !l.reads {
+		return []report.Series{{Name: label, X: ds.x, Y: ds.delay}}
+	}
+	out := []report.Series{{Name: label + ", read delay", X: ds.x, Y: ds.read}}
+	if slices.ContainsFunc(ds.write, func(d float64) bool { return d > 0 }) {
+		out = append(out, report.Series{Name: label + ", write delay", X: ds.x, Y: ds.write})
+	}
+	if slices.ContainsFunc(ds.reader, func(d float64) bool { return d > 0 }) {
+		out = append(out, report.Series{Name: label + ", on the reader b2", X: ds.x, Y: ds.reader})
+	}
+	return out
+}
+
+// throttled sets run's MaxDelay and, over p's window, the share of
+// samples with a delay applied.
+func (ds *delaySamples) throttled(run *ControlledRun, p *lab.Phase) {
+	var on, inWin int
+	for i, d := range ds.delay {
+		run.MaxDelay = math.Max(run.MaxDelay, d)
+		if x := ds.x[i]; x > p.From.Seconds() && x <= p.To.Seconds() {
+			inWin++
+			if d > 0 {
+				on++
+			}
+		}
+	}
+	if inWin > 0 {
+		run.Throttled = round(100*float64(on)/float64(inWin), 1)
+	}
+}
+
+// writeCSV writes every consumer's delays per sample.
+func (ds *delaySamples) writeCSV(path string) error {
+	var b strings.Builder
+	w := csv.NewWriter(&b)
+	_ = w.Write([]string{"t_s", "consumer", "read_delay_ms", "write_delay_ms"})
+	_ = w.WriteAll(ds.rows)
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}

@@ -1,0 +1,102 @@
+package experiments
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"time"
+
+	"github.com/sanqos/sanqos/lab"
+	"github.com/sanqos/sanqos/report"
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// delaySweepFresh: Rate vs delay with a new iSCSI session per point.
+type delaySweepFresh struct{}
+
+func (delaySweepFresh) Spec() Spec {
+	return Spec{Name: "delay-sweep-fresh", DefaultScale: 0.25, Flags: FlagBackends,
+		Title: "Rate vs delay when every point opens a new iSCSI session (shows CUBIC HyStart's early exit)"}
+}
+
+func (delaySweepFresh) Run(_ context.Context, r *lab.Runner, o Options) (any, error) {
+	rr := wrap(r, o)
+	return rr.eachBackend("delay-sweep-fresh", rr.delaySweepFresh)
+}
+
+func (r *runner) delaySweepFresh(backend string) (backendRun, error) {
+	a, err := r.startAgent(backend, thesisWrites...)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Stop()
+	bytes := int64(float64(200e6)*r.opts.Scale) / (64 << 10) * (64 << 10)
+	sum := &SweepSummary{Experiment: "delay-sweep-fresh", Session: "new per point", BytesPer: bytes, R2: map[string]float64{}, R2Time: map[string]float64{}, RatioAtMax: map[string]float64{}}
+	b2 := lab.HostAddr("b2")
+	var all []*lab.PhaseResult
+	for _, dir := range []string{"read", "write"} {
+		var xs, ys []float64
+		for _, d := range SweepDelays {
+			set := throttle.Setting{ReadDelay: d}
+			if dir == "write" {
+				set = throttle.Setting{WriteDelay: d}
+			}
+			p := &lab.Phase{Name: fmt.Sprintf("%s-%.1fms", dir, float64(d)/1e6), Label: fmt.Sprintf("%s at %v", dir, d),
+				Length: 5 * time.Minute, From: 0, To: 0,
+				Jobs: []lab.Job{{Name: "move", Host: "b2", URL: r.LUN("b2").URL, RW: dir, BS: 64 << 10, Size: bytes}}}
+			pt := SweepPoint{Direction: dir, DelayMs: float64(d) / 1e6}
+			for rep := 0; rep < max(r.opts.Repeat, 3); rep++ {
+				if err := a.Set(map[netip.Addr]throttle.Setting{b2: set}); err != nil {
+					return nil, err
+				}
+				res, err := r.Run(p, rep)
+				if err != nil {
+					return nil, err
+				}
+				all = append(all, res)
+				mbs, err := fioMBs(filepath.Join(r.Dir, fmt.Sprintf("%s.r%d", p.Name, rep), "b2.json"), dir)
+				if err != nil {
+					return nil, err
+				}
+				pt.Repeats = append(pt.Repeats, round(mbs, 3))
+				xs = append(xs, pt.DelayMs)
+				ys = append(ys, mbs)
+			}
+			m, se := report.MeanStderr(pt.Repeats)
+			pt.MBs, pt.Stderr = round(m, 3), round(se, 3)
+			sum.Points = append(sum.Points, pt)
+		}
+		_, _, r2 := report.LinearFit(xs, ys)
+		sum.R2[dir] = round(r2, 4)
+		sum.fitTime(dir, xs, ys)
+		var first, last float64
+		var bars []report.Bar
+		for _, pt := range sum.Points {
+			if pt.Direction != dir {
+				continue
+			}
+			if pt.DelayMs == 0 {
+				first = pt.MBs
+			}
+			last = pt.MBs
+			bars = append(bars, report.Bar{Label: fmt.Sprintf("%.1f", pt.DelayMs), Value: pt.MBs, Err: pt.Stderr})
+		}
+		if first > 0 {
+			sum.RatioAtMax[dir] = round(last/first, 3)
+		}
+		if err := report.BarPlot(filepath.Join(r.Dir, dir+"-sweep.png"),
+			fmt.Sprintf("%s rate vs added delay (ms), %d MB per point, R²=%.3f", dir, bytes/1e6, r2), dir+" MB/s", bars); err != nil {
+			return nil, err
+		}
+		if err := timePlot(r.Dir, dir, sum.Points, sum.R2Time[dir]); err != nil {
+			return nil, err
+		}
+	}
+	if err := a.Clear(); err != nil {
+		return nil, err
+	}
+	sum.TCP = sumTCP(all)
+	sum.Retrans = sum.TCP.RetransSegs
+	return sum, nil
+}

@@ -1,0 +1,27 @@
+package experiments
+
+import (
+	"github.com/sanqos/sanqos/lab"
+	"github.com/sanqos/sanqos/report"
+	"github.com/sanqos/sanqos/sample"
+)
+
+func readWait(iv sample.Interval) float64 { return iv.ReadWaitMs }
+func readMBs(iv sample.Interval) float64  { return iv.ReadBps / 1e6 }
+func writeMBs(iv sample.Interval) float64 { return iv.WriteBps / 1e6 }
+
+// smooth is the thesis' plotting filter, an EWMA with α = 0.15 that skips
+// intervals without completions.
+func smooth(y []float64) []float64 { return report.Smooth(y) }
+
+func sumTCP(rs []*lab.PhaseResult) lab.TCPCounters {
+	var n lab.TCPCounters
+	for _, r := range rs {
+		n = n.Add(r.TCP)
+	}
+	return n
+}
+
+func round(v float64, d int) float64 { return report.Round(v, d) }
+
+func roundDist(d report.Dist) report.Dist { return report.RoundDist(d) }

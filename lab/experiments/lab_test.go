@@ -1,0 +1,80 @@
+package experiments
+
+import (
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/testenv"
+	"github.com/sanqos/sanqos/lab"
+	"github.com/sanqos/sanqos/report"
+	"github.com/sanqos/sanqos/sample"
+)
+
+// The helpers of the integration tests that bring the lab up, as lab's
+// own tests have them (lab_integration_test.go, throttle_integration_test.go).
+
+func TestMain(m *testing.M) {
+	// lab up starts its supervisor by running this test binary again.
+	lab.ServeIfAsked()
+	os.Exit(m.Run())
+}
+
+func requireLab(t *testing.T) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	if err := lab.CheckPrereqs(); err != nil {
+		testenv.RequireCommands(t, "fio-with-libiscsi: "+err.Error())
+	}
+}
+
+// buildSanqos builds the sanqos binary the lab runs inside bm.
+func buildSanqos(t *testing.T) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "sanqos")
+	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/sanqos").CombinedOutput()
+	if err != nil {
+		t.Fatalf("building sanqos: %v\n%s", err, out)
+	}
+	lab.SanqosBinary = bin
+	t.Cleanup(func() { lab.SanqosBinary = "" })
+}
+
+// upLab brings a small lab up for one test and takes it down after,
+// asserting nothing is left.
+func upLab(t *testing.T) *lab.State {
+	t.Helper()
+	o := lab.DefaultOptions()
+	o.LUNSize = 256 << 20
+	return upLabWith(t, o)
+}
+
+// upLabWith is upLab with the given options.
+func upLabWith(t *testing.T, o lab.Options) *lab.State {
+	t.Helper()
+	requireLab(t)
+	if left := lab.Leftovers(); len(left) > 0 {
+		t.Fatalf("lab objects exist before the test (run `sanqos lab down`): %v", left)
+	}
+	s, err := lab.Up(o, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := lab.Down(io.Discard); err != nil {
+			t.Errorf("down: %v", err)
+		}
+		if left := lab.Leftovers(); len(left) > 0 {
+			t.Errorf("left behind after down: %v", left)
+		}
+	})
+	return s
+}
+
+func meanOver(res *lab.PhaseResult, host string, from, to time.Duration, f func(iv sample.Interval) float64) float64 {
+	m, _ := report.MeanStderr(report.Values(res.Between(from, to), host, f))
+	return m
+}

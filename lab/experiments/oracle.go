@@ -1,0 +1,170 @@
+package experiments
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sanqos/sanqos/lab"
+	"github.com/sanqos/sanqos/report"
+)
+
+// The oracle answers "how good could any controller be here?": the
+// smallest write delay that, applied to every writer from the first packet
+// and never changed, holds the reader's p95 at the threshold. It knows the
+// load in advance, which the agent does not, so the writes the agent keeps
+// against the oracle's measure what finding the delay online costs.
+//
+// The search bisects over the agent's own delay steps on steady-load
+// probes (twelve writers on throughout, the reader beside them): p95 falls
+// as the delay grows, so the smallest passing step is found in
+// log2(max/step) probes. Probes are cached across thresholds, since one
+// delay's p95 answers for all of them. The delay found then runs with the
+// experiment's own on/off pattern, so both runs are judged on the same
+// load.
+
+// oracleProbeLength is a probe's duration before scaling: long enough for
+// ~100 read intervals at the default scale, short enough that a search of
+// seven probes per threshold costs less than one regulated run.
+const oracleProbeLength = 40 * time.Second
+
+// oracleAfterLogin is how long after its sessions log in the oracle sets
+// its delay on loads that read. Set before login, the same delay is a
+// different lever: the connections' slow start ends early under it and
+// the TCP small-queue limit, with packets held in the delay line, then
+// lets only a few segments out per delayed round — an 8 KiB read took
+// two rounds, a 64 KiB read twelve (lab mixed, 2026-11-26) — while on
+// established sessions, the regime the agent works in and a production
+// target's sessions live in, every I/O takes one. An oracle in the
+// harsher regime answers a question no controller on live sessions can.
+// fio logs in when a job starts (its startdelay), so this is measured
+// from each on-step; 250 ms covers the logins of the lab's jobs.
+const oracleAfterLogin = 250 * time.Millisecond
+
+// oracleSettle is skipped at the start of each probe: fio's login and the
+// first writes, which no static delay changes.
+const oracleSettle = 2 * time.Second
+
+type oracleSearch struct {
+	r *runner
+	// afterLogin: the delay is set oracleAfterLogin after the load's
+	// sessions start, not before (loads that read; see above).
+	afterLogin bool
+	load       *interferers
+	a          *lab.LabAgent
+	step       time.Duration
+	max        int // steps
+	probes     map[int]report.OracleProbe
+	order      []int
+}
+
+func (o *oracleSearch) delay(k int) time.Duration { return time.Duration(k) * o.step }
+
+// probe measures the reader's steady p95 with every writer at k steps.
+func (o *oracleSearch) probe(k int) (report.OracleProbe, error) {
+	if p, ok := o.probes[k]; ok {
+		return p, nil
+	}
+	r := o.r
+	length := max(r.Scale(oracleProbeLength), 4*oracleSettle)
+	d := o.delay(k)
+	p := &lab.Phase{Name: fmt.Sprintf("oracle-probe-%v", d), Label: fmt.Sprintf("oracle probe %v", d), Length: length, From: oracleSettle, To: length,
+		Jobs: append([]lab.Job{r.reader(length)}, o.load.jobs(r, 0, length)...)}
+	if err := o.arm(p, d, []time.Duration{0}, 0); err != nil {
+		return report.OracleProbe{}, err
+	}
+	res, err := r.Run(p, 0)
+	if err != nil {
+		return report.OracleProbe{}, err
+	}
+	w := res.Window()
+	pr := report.OracleProbe{DelayMs: round(float64(d)/1e6, 2), P95Ms: round(report.Describe(report.Values(w, "b2", readWait)).P95, 2),
+		WriteMBs: round(report.Aggregate(w, lab.Hosts[1:], writeMBs), 2)}
+	if o.load.reads {
+		pr.ReadMBs = round(report.Aggregate(w, lab.Hosts[1:], readMBs), 2)
+	}
+	o.probes[k] = pr
+	o.order = append(o.order, k)
+	return pr, nil
+}
+
+// arm applies delay d to the interferers for phase p: at once, or (after
+// login) as p's events oracleAfterLogin after each of the load's starts,
+// back to none at each stop (on 0: never).
+func (o *oracleSearch) arm(p *lab.Phase, d time.Duration, starts []time.Duration, on time.Duration) error {
+	if !o.afterLogin || d == 0 {
+		return setInterferers(o.a, o.load, d)
+	}
+	p.Events = append(p.Events, afterLoginEvents(d, starts, on, func(d time.Duration) error { return setInterferers(o.a, o.load, d) })...)
+	return setInterferers(o.a, o.load, 0)
+}
+
+// afterLoginEvents are the events that set d oracleAfterLogin after each
+// start and 0 at each start + on (on 0: never).
+func afterLoginEvents(d time.Duration, starts []time.Duration, on time.Duration, set func(time.Duration) error) []lab.Event {
+	var ev []lab.Event
+	for _, at := range starts {
+		ev = append(ev, lab.Event{At: at + oracleAfterLogin, Name: "oracle delay on", Do: func() error { return set(d) }})
+		if on > 0 {
+			ev = append(ev, lab.Event{At: at + on, Name: "oracle delay off", Do: func() error { return set(0) }})
+		}
+	}
+	return ev
+}
+
+// find bisects for the smallest step whose probe holds thr; ok is false
+// when not even the largest does.
+func (o *oracleSearch) find(thr time.Duration) (k int, ok bool, err error) {
+	limit := float64(thr) / 1e6
+	return report.SmallestHolding(o.max, func(k int) (bool, error) {
+		p, err := o.probe(k)
+		return p.P95Ms <= limit, err
+	})
+}
+
+// runOracle searches and runs the oracle for every threshold, with one
+// agent driven by hand (the delay line, write delays on replies: what the
+// regulated runs use), setting load's static delay on every interferer.
+// mkPhase builds the experiment's load pattern.
+// s is that pattern's schedule, which an oracle after login follows.
+func runOracle(r *runner, load *interferers, thresholds []time.Duration, step, maxDelay time.Duration, s schedule, mkPhase func(name, label string) *lab.Phase,
+	judge func(*lab.PhaseResult, time.Duration) report.ControlledRun) ([]report.OracleRun, error) {
+	a, err := lab.StartAgentNamed("oracle", "delayline", r.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Stop()
+	o := &oracleSearch{r: r, load: load, a: a, step: step, max: int(maxDelay / step), probes: map[int]report.OracleProbe{}, afterLogin: load.reads}
+	regime := "first-packet"
+	if o.afterLogin {
+		regime = "after-login"
+	}
+	var out []report.OracleRun
+	for _, thr := range thresholds {
+		k, ok, err := o.find(thr)
+		if err != nil {
+			return nil, err
+		}
+		or := report.OracleRun{ThresholdMs: float64(thr) / 1e6, DelayMs: round(float64(o.delay(k))/1e6, 2), Reachable: ok, Regime: regime}
+		for _, kk := range o.order {
+			or.Probes = append(or.Probes, o.probes[kk])
+		}
+		if ok {
+			p := mkPhase(fmt.Sprintf("oracle-%v", thr), fmt.Sprintf("oracle %v (static %v)", thr, o.delay(k)))
+			var starts []time.Duration
+			for c := 0; c < s.cycles; c++ {
+				starts = append(starts, s.start(c))
+			}
+			if err := o.arm(p, o.delay(k), starts, s.on); err != nil {
+				return nil, err
+			}
+			res, err := r.Run(p, 0)
+			if err != nil {
+				return nil, err
+			}
+			run := judge(res, thr)
+			or.Run = &run
+		}
+		out = append(out, or)
+	}
+	return out, setInterferers(a, load, 0)
+}

@@ -1,0 +1,128 @@
+package experiments
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sanqos/sanqos/agent"
+	"github.com/sanqos/sanqos/lab"
+)
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// StatusSample is one poll of the agent's status during a phase: what
+// status.jsonl holds, one per line.
+type StatusSample struct {
+	Phase   string              `json:"phase"`
+	T       float64             `json:"t_s"`
+	Classes []agent.ClassStatus `json:"classes,omitempty"`
+	// Delays are the write and read delays the agent applied, ms, by
+	// consumer address.
+	WriteDelayMs map[string]float64 `json:"write_delay_ms,omitempty"`
+	ReadDelayMs  map[string]float64 `json:"read_delay_ms,omitempty"`
+	// IndicatorMs is the resource's smoothed read wait.
+	IndicatorMs agent.JSONFloat `json:"indicator_ms"`
+}
+
+// statusPoller returns events that poll the agent's status every 500 ms
+// of a phase into *out.
+func statusPoller(a *lab.LabAgent, phase string, length time.Duration, out *[]StatusSample) []lab.Event {
+	var ev []lab.Event
+	for t := 500 * time.Millisecond; t < length; t += 500 * time.Millisecond {
+		t := t
+		ev = append(ev, lab.Event{At: t, Name: "poll status", Do: func() error {
+			var st agent.Status
+			if err := a.Status(&st); err != nil {
+				return err
+			}
+			s := StatusSample{Phase: phase, T: t.Seconds(), WriteDelayMs: map[string]float64{}, ReadDelayMs: map[string]float64{}}
+			if len(st.Resources) > 0 {
+				s.Classes = st.Resources[0].Classes
+				s.IndicatorMs = agent.JSONFloat(st.Resources[0].IndicatorMs)
+			}
+			for k, v := range st.Throttles {
+				if v.WriteDelay > 0 {
+					s.WriteDelayMs[k] = ms(v.WriteDelay)
+				}
+				if v.ReadDelay > 0 {
+					s.ReadDelayMs[k] = ms(v.ReadDelay)
+				}
+			}
+			*out = append(*out, s)
+			return nil
+		}})
+	}
+	return ev
+}
+
+// writeStatusLog appends samples to dir/status.jsonl.
+// runPolled runs phase p while polling agent a's status (nil: no agent,
+// no polls), stops a, and appends the polls to the run's status log.
+func (r *runner) runPolled(p *lab.Phase, a *lab.LabAgent, length time.Duration) (*lab.PhaseResult, []StatusSample, error) {
+	var polls []StatusSample
+	if a != nil {
+		p.Events = append(p.Events, statusPoller(a, p.Name, length, &polls)...)
+	}
+	res, err := r.Run(p, 0)
+	if a != nil {
+		if serr := a.Stop(); err == nil {
+			err = serr
+		}
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := writeStatusLog(r.Dir, polls); err != nil {
+		return nil, nil, err
+	}
+	return res, polls, nil
+}
+
+// startConfigured writes config text to file in the run directory and
+// starts a delay-line agent called name on it.
+func (r *runner) startConfigured(file, config, name string) (*lab.LabAgent, error) {
+	cfg := filepath.Join(r.Dir, file)
+	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
+		return nil, err
+	}
+	return lab.StartAgentNamed(name, "delayline", r.Dir, "--config", cfg)
+}
+
+func writeStatusLog(dir string, samples []StatusSample) error {
+	f, err := os.OpenFile(filepath.Join(dir, "status.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(f)
+	for _, s := range samples {
+		if err := enc.Encode(s); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
+}
+
+// LoadStatusLog reads status.jsonl back, by phase.
+func LoadStatusLog(path string) (map[string][]StatusSample, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string][]StatusSample{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		var s StatusSample
+		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		out[s.Phase] = append(out[s.Phase], s)
+	}
+	return out, sc.Err()
+}

@@ -1,0 +1,148 @@
+package experiments
+
+// What htb-steps, delay-steps-read and delay-steps-write share: a
+// throttle set stepwise on sequential readers or writers, then released.
+
+import (
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"time"
+
+	"github.com/sanqos/sanqos/lab"
+	"github.com/sanqos/sanqos/report"
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// step is one throttle change of the steps experiments.
+type step struct {
+	At   time.Duration
+	Host string
+	On   bool
+}
+
+// StepSegment is the rates between two throttle changes.
+type StepSegment struct {
+	FromS      float64            `json:"from_s"`
+	ToS        float64            `json:"to_s"`
+	Throttled  []string           `json:"throttled"`
+	PerHostMBs map[string]float64 `json:"per_host_mb_s"`
+}
+
+// StepsSummary is summary.json of delay-steps-* and htb-steps.
+type StepsSummary struct {
+	Experiment string        `json:"experiment"`
+	Backend    string        `json:"backend"`
+	Direction  string        `json:"direction"`
+	Setting    string        `json:"setting"`
+	Segments   []StepSegment `json:"segments"`
+	// ThrottledVsFree is the mean rate of throttled hosts over that of the
+	// unthrottled ones, across segments with both.
+	ThrottledVsFree float64         `json:"throttled_vs_free_rate_ratio"`
+	Retrans         uint64          `json:"retransmits"`
+	TCP             lab.TCPCounters `json:"tcp"`
+}
+
+// thesisWrites makes the agent of the thesis' throttle figures (5.4–5.6,
+// 5.8) put write delays on pure ACKs, as the thesis did; the agent's
+// default, the target's replies, is what pid and autonomic measure.
+var thesisWrites = []string{"--write-delay-on", "acks"}
+
+func describeSetting(s throttle.Setting) string {
+	switch {
+	case s.Rate > 0:
+		return fmt.Sprintf("rate %.1f MB/s", float64(s.Rate)/1e6)
+	case s.ReadDelay > 0:
+		return "read delay " + s.ReadDelay.String()
+	default:
+		return "write delay " + s.WriteDelay.String()
+	}
+}
+
+// runSteps is the thesis' stepwise throttling: four equal sequential jobs;
+// b2, b3, b4 are throttled one after another, then released in turn.
+//
+// It is long because it is the experiment's script, read top to bottom
+// in the order it runs; split, one timeline would be spread over several
+// functions.
+func runSteps(r *runner, backend, dir string, set throttle.Setting) (any, error) {
+	a, err := lab.StartAgent(backend, r.Dir, thesisWrites...)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Stop()
+	sc := r.Scale
+	steps := []step{{sc(20 * time.Second), "b2", true}, {sc(40 * time.Second), "b3", true}, {sc(60 * time.Second), "b4", true},
+		{sc(80 * time.Second), "b2", false}, {sc(100 * time.Second), "b3", false}, {sc(120 * time.Second), "b4", false}}
+	length := sc(140 * time.Second)
+	rw := "read"
+	if dir == "write" {
+		rw = "write"
+	}
+	p := &lab.Phase{Name: "steps", Label: describeSetting(set), Length: length, From: 0, To: length}
+	for _, h := range lab.Hosts {
+		p.Jobs = append(p.Jobs, lab.Job{Name: "seq" + rw, Host: h, URL: r.LUN(h).URL, RW: rw, BS: 64 << 10, Runtime: length})
+	}
+	for _, s := range steps {
+		s := s
+		p.Events = append(p.Events, lab.Event{At: s.At, Name: fmt.Sprintf("%s %v", s.Host, s.On), Do: func() error {
+			if s.On {
+				return a.Set(map[netip.Addr]throttle.Setting{lab.HostAddr(s.Host): set})
+			}
+			return a.Clear(lab.HostAddr(s.Host))
+		}})
+	}
+	rs, err := r.RunAll([]*lab.Phase{p})
+	if err != nil {
+		return nil, err
+	}
+	res := rs[0]
+	f := readMBs
+	if dir == "write" {
+		f = writeMBs
+	}
+	sum := StepsSummary{Experiment: "steps", Backend: backend, Direction: dir, Setting: describeSetting(set), Retrans: sumTCP(rs).RetransSegs, TCP: sumTCP(rs)}
+	bounds := []time.Duration{0}
+	for _, s := range steps {
+		bounds = append(bounds, s.At)
+	}
+	bounds = append(bounds, length)
+	on := map[string]bool{}
+	var thr, free []float64
+	for i := 0; i+1 < len(bounds); i++ {
+		if i > 0 {
+			on[steps[i-1].Host] = steps[i-1].On
+		}
+		// Skip the first second after a change: the rate is in transition.
+		from, to := bounds[i]+time.Second, bounds[i+1]
+		seg := StepSegment{FromS: from.Seconds(), ToS: to.Seconds(), PerHostMBs: map[string]float64{}}
+		for _, h := range lab.Hosts {
+			if on[h] {
+				seg.Throttled = append(seg.Throttled, h)
+			}
+			m, _ := report.MeanStderr(report.Values(res.Between(from, to), h, f))
+			seg.PerHostMBs[h] = round(m, 2)
+			if len(seg.Throttled) > 0 && len(seg.Throttled) < len(lab.Hosts) {
+				if on[h] {
+					thr = append(thr, m)
+				} else {
+					free = append(free, m)
+				}
+			}
+		}
+		sum.Segments = append(sum.Segments, seg)
+	}
+	mt, _ := report.MeanStderr(thr)
+	mf, _ := report.MeanStderr(free)
+	if mf > 0 {
+		sum.ThrottledVsFree = round(mt/mf, 3)
+	}
+	var series []report.Series
+	for _, h := range lab.Hosts {
+		x, y := res.Series(h, f)
+		series = append(series, report.Series{Name: h, X: x, Y: smooth(y)})
+	}
+	title := fmt.Sprintf("Stepwise throttling of sequential %ss by %s (%s)", dir, backend, sum.Setting)
+	err = report.TimePlot(filepath.Join(r.Dir, dir+"-rates.png"), title, "time (s)", dir+" rate (MB/s, EWMA 0.15)", series, nil)
+	return sum, err
+}

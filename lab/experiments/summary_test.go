@@ -1,0 +1,153 @@
+package experiments
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/lab"
+	"github.com/sanqos/sanqos/report"
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// The fixture is trace.csv of a real interference run (scale 0.1) in this
+// lab. The expected figures come from an independent computation over the
+// same CSV (testdata/interference-run/oracle.py, standard-library Python).
+func TestInterferenceSummaryFromRecordedTrace(t *testing.T) {
+	lead, wrun := 6*time.Second, 6500*time.Millisecond
+	var phases []*lab.Phase
+	for _, n := range InterferenceWriters {
+		phases = append(phases, &lab.Phase{Name: fmt.Sprintf("writers-%d", n), Label: fmt.Sprintf("%d writers", n), From: lead, To: lead + wrun})
+	}
+	rs, err := lab.LoadTrace("testdata/interference-run/trace.csv", phases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 4 {
+		t.Fatalf("%d phase results, want 4", len(rs))
+	}
+	got, series := SummarizeInterference(phases, rs)
+	want := []struct {
+		writers                    int
+		n                          int
+		mean, p50, p95, max, write float64
+	}{
+		{0, 65, 6.397, 6.333, 6.667, 7.0, 0},
+		{1, 65, 6.640, 6.667, 7.25, 7.333, 20.234},
+		{3, 65, 9.566, 9.667, 10.634, 10.667, 27.899},
+		{12, 65, 25.461, 26.333, 27.266, 38.0, 27.769},
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 0.006 } // summary rounds to 0.01
+	for i, w := range want {
+		g := got.Runs[i]
+		if g.Writers != w.writers || g.ReadWaitMs.N != w.n || !near(g.ReadWaitMs.Mean, w.mean) || !near(g.ReadWaitMs.P50, w.p50) ||
+			!near(g.ReadWaitMs.P95, w.p95) || !near(g.ReadWaitMs.Max, w.max) || !near(g.WriteMBs, w.write) {
+			t.Errorf("writers %d: got %+v, want %+v", w.writers, g, w)
+		}
+	}
+	if !near(got.P95Ratio12, math.Round(27.266/6.667*100)/100) {
+		t.Errorf("p95 ratio %v", got.P95Ratio12)
+	}
+	if len(series) != 4 {
+		t.Errorf("%d plot series", len(series))
+	}
+}
+
+// The summary's lateness is in ms at the histogram's resolution, with the
+// exact maximum, so a starved delay line reads as such in summary.json.
+func TestLateSummary(t *testing.T) {
+	var l throttle.Lateness
+	l.Counts[1], l.Counts[5], l.Counts[len(throttle.LateBounds)] = 98, 1, 1 // ≤100 µs, ≤2 ms, >16 ms
+	l.Count, l.Max = 100, 23456*time.Microsecond
+	got := *lateSummary(l)
+	want := report.LateSummary{P50: 0.1, P99: 2, Max: 23.456, PctOver2: 1, Releases: 100}
+	if got != want {
+		t.Errorf("lateSummary = %+v, want %+v", got, want)
+	}
+}
+
+// --agent-set may name the regulating agent's backend (the write-cap
+// lever needs delayline+htb); the shadow agent keeps dry-run, and both
+// configs are valid as written.
+func TestAgentConfigBackendOverride(t *testing.T) {
+	o := Options{AgentYAML: "backend: delayline+htb\nrate_lever_steps: 20"}
+	r := wrap(lab.PlanRunner(nil, &lab.Resource{Name: "vg1"}, o.RunOptions), o)
+	dir := t.TempDir()
+	for _, tc := range []struct{ backend, want string }{{"delayline", "delayline+htb"}, {"dry-run", "dry-run"}} {
+		p := filepath.Join(dir, tc.backend+".yaml")
+		if err := r.writeAgentConfig(p, tc.backend, "127.0.0.1:9311", 10*time.Millisecond, true); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(p)
+		if err != nil {
+			b, _ := os.ReadFile(p)
+			t.Fatalf("%s: %v\n%s", tc.backend, err, b)
+		}
+		if cfg.Backend != tc.want || cfg.RateLeverSteps != 20 || cfg.MaxDelay != 40*time.Millisecond {
+			t.Errorf("%s: backend %q, lever %d, max delay %v", tc.backend, cfg.Backend, cfg.RateLeverSteps, cfg.MaxDelay)
+		}
+	}
+}
+
+// --lun-map names each host's own LUN in the autonomic agent's config,
+// which parses and maps every host to its loop device alone.
+func TestAgentConfigLUNMap(t *testing.T) {
+	res := &lab.Resource{Name: "vg1"}
+	for i, h := range lab.Hosts {
+		res.LUNs = append(res.LUNs, lab.LUN{Host: h, Number: i + 1, Loop: fmt.Sprintf("loop%d", i)})
+	}
+	for _, lunMap := range []bool{false, true} {
+		r := wrap(lab.PlanRunner(nil, res, lab.RunOptions{}), Options{LUNMap: lunMap})
+		p := filepath.Join(t.TempDir(), "agent.yaml")
+		if err := r.writeAgentConfig(p, "delayline", "127.0.0.1:9311", 15*time.Millisecond, true); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(p)
+		if err != nil {
+			b, _ := os.ReadFile(p)
+			t.Fatalf("lun map %v: %v\n%s", lunMap, err, b)
+		}
+		got := cfg.Resources[0].ConsumerDevices
+		if !lunMap {
+			if len(got) != 0 {
+				t.Errorf("without --lun-map: consumer_devices %v", got)
+			}
+			continue
+		}
+		for i, h := range lab.Hosts {
+			if d := got[lab.HostAddr(h).String()]; len(d) != 1 || d[0] != fmt.Sprintf("loop%d", i) {
+				t.Errorf("%s: devices %v, want [loop%d]", h, d, i)
+			}
+		}
+	}
+}
+
+// On a modelled disk slower than the default (the stock-kernel guest's
+// 4 MB/s), the agent's heavy-writer floor scales with it; on the
+// default disk the agent's own default stays.
+func TestAgentWriteFloorFollowsTheDisk(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		bw   float64
+		want float64
+	}{{4e6, 0.1}, {lab.DefaultOptions().Model.Bandwidth, config.Defaults().WriteMBs}} {
+		o := lab.DefaultOptions()
+		o.Model.Bandwidth = tc.bw
+		r := wrap(lab.PlanRunner(&lab.State{Options: o}, &lab.Resource{Name: "vg1"}, lab.RunOptions{}), Options{})
+		p := filepath.Join(dir, "agent.yaml")
+		if err := r.writeAgentConfig(p, "delayline", "127.0.0.1:9311", 40*time.Millisecond, true); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.WriteMBs != tc.want {
+			t.Errorf("disk %g B/s: throttleable_write_mb_s %g, want %g", tc.bw, cfg.WriteMBs, tc.want)
+		}
+	}
+}
