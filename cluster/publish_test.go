@@ -260,18 +260,27 @@ func (lt *leadTest) spread(lo, hi int, within time.Duration, tk *time.Ticker) ti
 	}
 }
 
-// hold ticks for d and counts the leaderships that moved.
+// hold ticks for d and counts the leaderships that moved: a resource
+// whose leader differs from the last one seen. A handover passes through
+// a moment with no leader — the giver has resigned, the taker's campaign
+// has not returned yet — and a tick may land in it; that moment is not a
+// move of its own (counting it made one handover two moves, about one run
+// in six), so a resource seen without a leader keeps its last one.
 func (lt *leadTest) hold(d time.Duration, tk *time.Ticker) (moves int, led []int) {
-	by, _ := lt.leaders()
+	last, led := lt.leaders()
 	for end := time.Now().Add(d); time.Now().Before(end); <-tk.C {
 		lt.tick()
-		now, l := lt.leaders()
+		var now map[string]string
+		now, led = lt.leaders()
 		for _, r := range lt.res {
-			if now[r] != by[r] {
+			if now[r] == "" {
+				continue // between two leaders
+			}
+			if last[r] != "" && now[r] != last[r] {
 				moves++
 			}
+			last[r] = now[r]
 		}
-		by, led = now, l
 	}
 	return moves, led
 }
@@ -297,6 +306,9 @@ func TestLeadershipSpreads(t *testing.T) {
 			t.Errorf("%s leads %d of %d after settling, want 2-4", lt.nodes[i].ID(), l, len(lt.res))
 		}
 	}
+	// Settling is declared at 2-4 each, which may be 2/3/4: the one move
+	// to 3/3/3 (the heaviest's excess is HandOverGap above the lightest's)
+	// may come after it. Any more is flapping.
 	if moves > 1 {
 		t.Errorf("leadership moved %d times after settling: flapping", moves)
 	}
