@@ -14,7 +14,7 @@ import (
 func NewPID(cfg *config.Config, r config.Resource) Controller {
 	p, err := control.NewPID(control.PIDConfig{
 		Threshold: float64(r.Threshold) / 1e6, Kp: cfg.PID.Kp, Interval: cfg.Interval, Ti: cfg.PID.Ti, Td: cfg.PID.Td,
-		MaxSteps: int(cfg.MaxDelay/cfg.DelayStep) + cfg.RateLeverSteps, Step: cfg.DelayStep, ReleaseBand: 0.25, ReleaseFactor: 0.5,
+		MaxSteps: int(cfg.MaxDelay/cfg.DelayStep) + cfg.RateLeverSteps, Step: cfg.DelayStep, ReleaseBand: 0.25, ReleaseFactor: 0.5, ReleaseAfter: 3,
 	})
 	if err != nil {
 		panic(fmt.Sprintf("config validation let through a bad PID: %v", err)) // config.validate checks the same bounds

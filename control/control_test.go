@@ -452,3 +452,41 @@ func TestPIDPreset(t *testing.T) {
 		t.Fatalf("Preset above max: Output = %d, want %d", got, DefaultMaxSteps)
 	}
 }
+
+// A dip under the release band shorter than ReleaseAfter leaves the
+// integral to the ordinary law; a longer one halves it per tick from the
+// ReleaseAfter-th tick on.
+func TestPIDReleaseAfter(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		after  int
+		dip    int // ticks at 5 (band: 7.5) after the load at 20
+		halved int // ticks of those whose integral was halved
+	}{
+		{"at once", 0, 2, 2},
+		{"one tick", 1, 2, 2},
+		{"short dip kept", 3, 2, 0},
+		{"load gone", 3, 5, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := ThesisPIDConfig(10)
+			cfg.ReleaseAfter = tc.after
+			p := mustPID(t, cfg)
+			for range 30 {
+				p.Update(20)
+			}
+			halved := 0
+			for range tc.dip {
+				before := p.State().I
+				p.Update(5)
+				// The ordinary law alone gives back Kp·T/Ti·|e| ≈ 0.05.
+				if p.State().I < before*0.6 {
+					halved++
+				}
+			}
+			if halved != tc.halved {
+				t.Errorf("%d of %d dip ticks halved the integral, want %d", halved, tc.dip, tc.halved)
+			}
+		})
+	}
+}

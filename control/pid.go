@@ -36,6 +36,14 @@ type PIDConfig struct {
 	// equation). See the PID type for why it exists.
 	ReleaseBand   float64
 	ReleaseFactor float64
+	// ReleaseAfter is how many consecutive Updates the measurement must
+	// stay below the band before ReleaseFactor applies (0 and 1: at
+	// once). A noisy wait — random reads behind random I/O — dips under
+	// the band for a tick or two while the load still needs the whole
+	// throttle; halving on such a dip gave back 60 % of it in two ticks
+	// and cost the reader a second above the threshold (lab mixed,
+	// 2026-11-26). A load that has ended stays below.
+	ReleaseAfter int
 }
 
 // ThesisPIDConfig returns the thesis' tuning (Kp = 0.3, Ti = 500, Td = 1,
@@ -90,6 +98,8 @@ func (c PIDConfig) Validate() error {
 		return bad("ReleaseBand must be in [0, 1), got %v", c.ReleaseBand)
 	case !finite(c.ReleaseFactor) || c.ReleaseFactor < 0 || c.ReleaseFactor > 1:
 		return bad("ReleaseFactor must be in [0, 1], got %v", c.ReleaseFactor)
+	case c.ReleaseAfter < 0:
+		return bad("ReleaseAfter must be ≥ 0, got %v", c.ReleaseAfter)
 	}
 	return nil
 }
@@ -161,6 +171,8 @@ type PID struct {
 	// hold suspends the release rule for this many Updates after a
 	// Preload (onset.go).
 	hold int
+	// below counts consecutive Updates under the release band.
+	below int
 }
 
 // NewPID validates cfg and returns an unthrottled controller.
@@ -200,6 +212,11 @@ func (p *PID) Update(measured float64) int {
 	// Clamping Ui (rather than holding it at Ui_{k−1} as the flowchart
 	// does) lets the integral alone reach u_max; either bounds windup.
 	ui := p.ui + p.ki*e
+	if measured <= p.releaseBelow && e <= 0 {
+		p.below++
+	} else {
+		p.below = 0
+	}
 	switch {
 	case p.hold > 0:
 		// After a preload the integral already stands for the load: the
@@ -208,7 +225,7 @@ func (p *PID) Update(measured float64) int {
 		// the release rule waits until the surge can have been seen.
 		ui = math.Min(ui, p.ui)
 		p.hold--
-	case measured <= p.releaseBelow && e <= 0:
+	case p.below > 0 && p.below >= p.cfg.ReleaseAfter:
 		ui *= p.releaseFactor
 	}
 	p.ui = clamp(ui, 0, umax)
@@ -253,7 +270,7 @@ func (p *PID) Delay() time.Duration { return Step(p.out, p.cfg.Step) }
 
 // Reset implements Controller.
 func (p *PID) Reset() {
-	p.ui, p.u, p.ePrev, p.started, p.out, p.hold = 0, 0, 0, false, 0, 0
+	p.ui, p.u, p.ePrev, p.started, p.out, p.hold, p.below = 0, 0, 0, false, 0, 0, 0
 	p.lastP, p.lastD, p.lastMeasured, p.lastError = 0, 0, 0, 0
 }
 
