@@ -6,6 +6,34 @@ import (
 	"slices"
 )
 
+// inIDOrder is every agent's indicator of a resource — agents as
+// received, with this agent's own (id, own) laid over its echo, which is
+// older — in the order of the agents' ids. The aggregates below add
+// floats, and a float sum depends on the order of its terms: summed in a
+// map's order, which Go draws afresh for every range, the same indicators
+// gave a wait differing in its last digits from one tick (or run) to the
+// next, so the simulator's figures differed between runs of one seed. In
+// id order the same indicators always give the same wait.
+func inIDOrder(id string, own Indicator, agents map[string]Indicator) []Indicator {
+	ids := make([]string, 0, len(agents)+1)
+	for k := range agents {
+		if k != id {
+			ids = append(ids, k)
+		}
+	}
+	ids = append(ids, id)
+	slices.Sort(ids)
+	out := make([]Indicator, len(ids))
+	for i, k := range ids {
+		if k == id {
+			out[i] = own
+		} else {
+			out[i] = agents[k]
+		}
+	}
+	return out
+}
+
 // aggregate combines the agents' waits into the resource's indicator: the
 // mean weighted by each agent's read traffic. The back end has one read
 // wait; each agent samples it through the reads its own LUNs complete, so
@@ -16,7 +44,8 @@ import (
 // stand in for read counts (the agent's status has the former); if no agent
 // reports traffic, agents with a wait count equally. NaN if nobody has a
 // wait: the PID then holds its output, as it does for a local sampling gap.
-func aggregate(agents map[string]Indicator) (wait, weight float64) {
+// agents come in a fixed order (inIDOrder), so the sums are reproducible.
+func aggregate(agents []Indicator) (wait, weight float64) {
 	var sum, w, plain float64
 	var n int
 	for _, a := range agents {
@@ -42,7 +71,7 @@ func aggregate(agents map[string]Indicator) (wait, weight float64) {
 // weightedLocalStep is where a new shared controller starts when there
 // was no shared step: the agents' local outputs, weighted like their
 // waits, rounded up (a throttle in force is not lightened by the takeover).
-func weightedLocalStep(agents map[string]Indicator) int {
+func weightedLocalStep(agents []Indicator) int {
 	var sum, w float64
 	hi := 0
 	for _, a := range agents {
@@ -59,7 +88,7 @@ func weightedLocalStep(agents map[string]Indicator) int {
 }
 
 // throttleable is the union of every agent's throttleable consumers.
-func throttleable(agents map[string]Indicator) []netip.Addr {
+func throttleable(agents []Indicator) []netip.Addr {
 	seen := map[netip.Addr]bool{}
 	var out []netip.Addr
 	for _, a := range agents {

@@ -221,17 +221,42 @@ func TestAggregate(t *testing.T) {
 	nan := math.NaN()
 	for _, tc := range []struct {
 		name   string
-		agents map[string]Indicator
+		agents []Indicator
 		want   float64
 	}{
-		{"read-weighted", map[string]Indicator{"a": {WaitMs: 10, ReadBps: 3e6}, "b": {WaitMs: 50, ReadBps: 1e6}}, 20},
-		{"an idle host's noisy wait does not count", map[string]Indicator{"a": {WaitMs: 10, ReadBps: 3e6}, "b": {WaitMs: 500}}, 10},
-		{"no traffic reported: plain mean", map[string]Indicator{"a": {WaitMs: 10}, "b": {WaitMs: 20}}, 15},
-		{"no reads anywhere", map[string]Indicator{"a": {WaitMs: nan}}, nan},
+		{"read-weighted", []Indicator{{WaitMs: 10, ReadBps: 3e6}, {WaitMs: 50, ReadBps: 1e6}}, 20},
+		{"an idle host's noisy wait does not count", []Indicator{{WaitMs: 10, ReadBps: 3e6}, {WaitMs: 500}}, 10},
+		{"no traffic reported: plain mean", []Indicator{{WaitMs: 10}, {WaitMs: 20}}, 15},
+		{"no reads anywhere", []Indicator{{WaitMs: nan}}, nan},
 	} {
 		got, _ := aggregate(tc.agents)
 		if !(got == tc.want || math.IsNaN(got) && math.IsNaN(tc.want)) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestAggregateReproducible: the same indicators give the same wait to
+// the last bit, however the map that holds them happens to be ranged over
+// (Go draws a new order for every range), because they are summed in the
+// agents' id order. Float addition is not associative: 0.1+0.2+0.3+0.4 is
+// 1 in that order, 0.9999999999999999 from the back and 1.0000000000000002
+// as 0.4+0.2+0.3+0.1, so a sum in a map's order differs between calls.
+func TestAggregateReproducible(t *testing.T) {
+	a, b, c, d := 0.1, 0.2, 0.3, 0.4 // variables: constants would be summed exactly
+	// a's echo is stale: its own indicator is laid over it.
+	agents := map[string]Indicator{"a": {WaitMs: 9}, "b": {WaitMs: b}, "c": {WaitMs: c}, "d": {WaitMs: d}}
+	own := Indicator{WaitMs: a}
+	want, _ := aggregate(inIDOrder("a", own, agents))
+	if want != (a+b+c+d)/4 {
+		t.Fatalf("wait %v; want the mean of a's own, b, c and d in id order, %v", want, (a+b+c+d)/4)
+	}
+	if back, _ := aggregate([]Indicator{{WaitMs: d}, {WaitMs: c}, {WaitMs: b}, {WaitMs: a}}); back == want {
+		t.Fatal("the reverse order sums to the same wait: the test shows nothing")
+	}
+	for range 200 {
+		if got, _ := aggregate(inIDOrder("a", own, agents)); got != want {
+			t.Fatalf("the same indicators gave %v, then %v", want, got)
 		}
 	}
 }

@@ -370,11 +370,7 @@ type Lead struct {
 // follower side: a new leader takes over from the previous leader's step
 // if it is no older than Decay, and continues its sequence numbers.
 func (l *Leader) Step(id string, own Indicator, agents map[string]Indicator, f *Follower, t Timing, step time.Duration, now time.Time) Lead {
-	all := make(map[string]Indicator, len(agents)+1)
-	for k, v := range agents {
-		all[k] = v
-	}
-	all[id] = own
+	all := inIDOrder(id, own, agents)
 	wait, _ := aggregate(all)
 	var out Lead
 	if l.preset {
