@@ -93,6 +93,35 @@ func TestAgentConfigBackendOverride(t *testing.T) {
 	}
 }
 
+// A load that needs a larger max_delay (mixed) gets it in its agents'
+// configs; the writers keep 40 ms, and --agent-set still wins.
+func TestAgentConfigLoadMaxDelay(t *testing.T) {
+	for _, tc := range []struct {
+		load *interferers
+		set  string
+		want time.Duration
+	}{
+		{writerLoad, "", 40 * time.Millisecond},
+		{mixedLoad, "", 90 * time.Millisecond},
+		{mixedLoad, "max_delay: 70ms", 70 * time.Millisecond},
+	} {
+		o := Options{AgentYAML: tc.set}
+		r := wrap(lab.PlanRunner(nil, &lab.Resource{Name: "vg1"}, o.RunOptions), o)
+		r.maxDelay = tc.load.maxDelay
+		p := filepath.Join(t.TempDir(), "agent.yaml")
+		if err := r.writeAgentConfig(p, "delayline", "127.0.0.1:9311", 15*time.Millisecond, true); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.MaxDelay != tc.want {
+			t.Errorf("%s load, --agent-set %q: max_delay %v, want %v", tc.load.many, tc.set, cfg.MaxDelay, tc.want)
+		}
+	}
+}
+
 // --lun-map names each host's own LUN in the autonomic agent's config,
 // which parses and maps every host to its loop device alone.
 func TestAgentConfigLUNMap(t *testing.T) {
