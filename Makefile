@@ -1,7 +1,8 @@
 # Convenience targets; the README's two commands are scripts/demo.sh and
 # scripts/test.sh.
 #
-#   make install                      # as root: binary, unit, config, completions
+#   make install                      # as root: binary, unit, config, completions,
+#                                     # Grafana dashboard, Prometheus alert rules
 #   make install DESTDIR=/tmp/pkg     # staged, for packaging
 #   make deb                          # bin/sanqos_VERSION_ARCH.deb
 PREFIX ?= /usr/local
@@ -43,6 +44,7 @@ install: build
 	bin/sanqos completion zsh > $(DESTDIR)$(DATADIR)/zsh/site-functions/_sanqos
 	bin/sanqos completion fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/sanqos.fish
 	install -D -m 0644 grafana/sanqos-dashboard.json $(DESTDIR)$(DATADIR)/sanqos/grafana/sanqos-dashboard.json
+	install -D -m 0644 prometheus/sanqos-alerts.yml $(DESTDIR)$(DATADIR)/sanqos/prometheus/sanqos-alerts.yml
 	@if [ -z "$(DESTDIR)" ] && [ "$(SYSTEMD_BOOTED)" = yes ]; then $(SYSTEMCTL) daemon-reload; fi
 	@echo "installed; edit $(SYSCONFDIR)/sanqos/sanqos.yaml, check it (sanqos doctor --config $(SYSCONFDIR)/sanqos/sanqos.yaml), then: systemctl enable --now sanqos"
 

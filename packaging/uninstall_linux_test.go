@@ -18,6 +18,7 @@ var installed = []string{
 	"bin/sanqos", "unit/sanqos.service",
 	"share/bash-completion/completions/sanqos", "share/zsh/site-functions/_sanqos",
 	"share/fish/vendor_completions.d/sanqos.fish", "share/sanqos/grafana/sanqos-dashboard.json",
+	"share/sanqos/prometheus/sanqos-alerts.yml",
 }
 
 // makeVars points make's install directories into root, and systemctl at

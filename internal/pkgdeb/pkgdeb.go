@@ -32,7 +32,7 @@ type Options struct {
 	// and architecture.
 	Binary string
 	// Source is the root of the source tree (README.md, packaging/,
-	// examples/, grafana/).
+	// examples/, grafana/, prometheus/).
 	Source string
 	// OutDir receives sanqos_VERSION_ARCH.deb.
 	OutDir string
@@ -153,6 +153,9 @@ func (b *builder) sourceContents() files.Contents {
 		{Source: src("examples/sanqos.yaml"), Destination: confPath, Type: files.TypeConfig, FileInfo: &files.ContentFileInfo{Mode: 0o644}},
 		file("README.md", docDir+"/README.md", 0o644),
 		file("grafana/sanqos-dashboard.json", grafanaPath, 0o644),
+		// The alert rules (not their promtool test): a Prometheus on
+		// this host may load them where they are, and upgrades with them.
+		file("prometheus/sanqos-alerts.yml", alertsPath, 0o644),
 	}
 	// The other examples the operator guide points to (bridge mode,
 	// policies).

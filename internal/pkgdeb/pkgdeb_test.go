@@ -118,6 +118,7 @@ func TestPackageFiles(t *testing.T) {
 		"/usr/share/doc/sanqos/README.md":                  "-rw-r--r--",
 		"/usr/share/doc/sanqos/copyright":                  "-rw-r--r--",
 		"/usr/share/sanqos/grafana/sanqos-dashboard.json":  "-rw-r--r--",
+		"/usr/share/sanqos/prometheus/sanqos-alerts.yml":   "-rw-r--r--",
 	}
 	for _, e := range []string{"sanqos", "bridge", "slo-classes", "reservations"} {
 		want["/usr/share/doc/sanqos/examples/"+e+".yaml"] = "-rw-r--r--"

@@ -27,6 +27,7 @@ const (
 	binPath     = "/usr/bin/sanqos"
 	confPath    = "/etc/sanqos/sanqos.yaml"
 	grafanaPath = "/usr/share/sanqos/grafana/sanqos-dashboard.json"
+	alertsPath  = "/usr/share/sanqos/prometheus/sanqos-alerts.yml"
 )
 
 // stage writes the files generated for the package into dir: the man
