@@ -65,6 +65,14 @@ var examples = map[string]string{
 	"resources[].capacity_mb_s":           "resources:\n  - name: vg1\n    policy: reservations\n    capacity_mb_s: 30\n    reservations:\n      - {consumer: 10.99.0.2, bytes: 1000000, period: 1s}\n",
 }
 
+// notes add to a key's doc what package config cannot say, being about
+// the command line: an operator who reads the page to make a shadow agent
+// would otherwise edit the file for what one flag does.
+var notes = map[string]string{
+	"backend": "`sanqos agent --dry-run` runs the agent with `dry-run` whatever this key says, the file unchanged: " +
+		"the [shadow rollout](operator-guide.md#shadow-rollout) of the very config you will enable.",
+}
+
 // defaultText says a default in words where no probe shows it: keys that
 // are required, and defaults that depend on other keys (the test checks
 // the second kind against config.Parse).

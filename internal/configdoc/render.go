@@ -23,27 +23,8 @@ func generate(dir string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var problems []error
-	for _, k := range keys {
-		if k.Doc == "" {
-			problems = append(problems, fmt.Errorf("%s (config.%s): no doc comment", k.Path, k.GoName))
-		}
-		if examples[k.Path] == "" {
-			problems = append(problems, fmt.Errorf("%s: no example in internal/configdoc/examples.go", k.Path))
-		}
-	}
-	for p := range examples {
-		if !slices.ContainsFunc(keys, func(k key) bool { return k.Path == p }) {
-			problems = append(problems, fmt.Errorf("examples.go: %s is no key of the config", p))
-		}
-	}
-	for p := range defaultText {
-		if !slices.ContainsFunc(keys, func(k key) bool { return k.Path == p }) {
-			problems = append(problems, fmt.Errorf("examples.go: defaultText names %s, no key of the config", p))
-		}
-	}
-	if len(problems) > 0 {
-		return nil, errors.Join(problems...)
+	if err := complete(keys); err != nil {
+		return nil, err
 	}
 
 	var b strings.Builder
@@ -83,12 +64,46 @@ config), [operator-guide.md](operator-guide.md) (how to roll it out).
 		fmt.Fprintf(&b, "Type: %s. Default: %s.\n\n", typeText(k), defs[k.Path])
 		b.WriteString(k.Doc)
 		b.WriteString("\n")
+		if n := notes[k.Path]; n != "" {
+			fmt.Fprintf(&b, "\n%s\n", n)
+		}
 		if len(k.Checks) > 0 {
 			fmt.Fprintf(&b, "\nChecked: %s.\n", quoteAll(k.Checks))
 		}
 		fmt.Fprintf(&b, "\n```yaml\n%s```\n", examples[k.Path])
 	}
 	return []byte(b.String()), nil
+}
+
+// complete checks that every key has a doc comment and an example, and
+// that the generator's own tables (examples, defaultText, notes) name only
+// keys of the config.
+func complete(keys []key) error {
+	var problems []error
+	for _, k := range keys {
+		if k.Doc == "" {
+			problems = append(problems, fmt.Errorf("%s (config.%s): no doc comment", k.Path, k.GoName))
+		}
+		if examples[k.Path] == "" {
+			problems = append(problems, fmt.Errorf("%s: no example in internal/configdoc/examples.go", k.Path))
+		}
+	}
+	for p := range examples {
+		if !slices.ContainsFunc(keys, func(k key) bool { return k.Path == p }) {
+			problems = append(problems, fmt.Errorf("examples.go: %s is no key of the config", p))
+		}
+	}
+	for p := range defaultText {
+		if !slices.ContainsFunc(keys, func(k key) bool { return k.Path == p }) {
+			problems = append(problems, fmt.Errorf("examples.go: defaultText names %s, no key of the config", p))
+		}
+	}
+	for p := range notes {
+		if !slices.ContainsFunc(keys, func(k key) bool { return k.Path == p }) {
+			problems = append(problems, fmt.Errorf("examples.go: notes names %s, no key of the config", p))
+		}
+	}
+	return errors.Join(problems...)
 }
 
 // anchor is the id GitHub gives the heading "`path`".
