@@ -24,6 +24,12 @@ type ResourceStatus struct {
 	// off, since it would only starve the writers.
 	FloorMs     float64 `json:"floor_ms,omitempty"`
 	Unreachable bool    `json:"unreachable,omitempty"`
+	// AtMaxDelay says the controller is at max_delay and the wait still
+	// above the threshold: the load needs more delay than allowed (ten
+	// closed-loop random streams need about ten service times), so the
+	// operator raises max_delay, names what to slow or to protect, or
+	// turns the rate lever on.
+	AtMaxDelay bool `json:"at_max_delay,omitempty"`
 	// Onsets counts the write surges the onset detector found;
 	// FeedForwardMs is the delay it would preload at the next (0 until
 	// the resource has been regulated under load).

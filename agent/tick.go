@@ -318,6 +318,7 @@ func (l *Loops) decide(rs *resourceState, st *ResourceStatus, step int) PolicyOu
 	p, in := rs.plan, &rs.in
 	delay := min(time.Duration(step)*l.cfg.DelayStep, l.cfg.MaxDelay)
 	st.Step, st.Delay = step, delay
+	st.AtMaxDelay = delay >= l.cfg.MaxDelay && st.IndicatorMs > st.ThresholdMs
 	in.IndicatorMs, in.Output = st.IndicatorMs, delay
 	out := rs.policy.Decide(in)
 	st.Policy, st.Classes, st.Network, st.Reservations = rs.policy.Name(), out.Classes, out.Network, out.Reservations

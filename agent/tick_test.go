@@ -309,11 +309,16 @@ func TestStageDecideShapePublish(t *testing.T) {
 			rs, _ := measuredAt(t, tc.fixture, tc.until)
 			l, _ := stageState(t)
 			l.cfg.RiseStep = tc.rise
-			st := ResourceStatus{Name: "vg1", Consumers: make([]ConsumerStatus, len(rs.in.Consumers))}
+			// The backup's wait is above a 15 ms threshold: pinned, the
+			// status says AT MAX.
+			st := ResourceStatus{Name: "vg1", Consumers: make([]ConsumerStatus, len(rs.in.Consumers)), IndicatorMs: 27, ThresholdMs: 15}
 			for k, c := range rs.in.Consumers {
 				st.Consumers[k].Addr = c.Addr.String()
 			}
 			out := l.decide(rs, &st, tc.steps)
+			if pinned := tc.steps >= 80; st.AtMaxDelay != pinned {
+				t.Errorf("at max delay %v at %d steps", st.AtMaxDelay, tc.steps)
+			}
 			d := l.shape(rs, "vg1", out)
 			l.publish("vg1", &st, &rs.in, out)
 			if st.Delay != min(time.Duration(tc.steps)*500*time.Microsecond, 40*time.Millisecond) || st.Policy != "read-over-write" {

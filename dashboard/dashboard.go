@@ -60,6 +60,8 @@ type ResourcePoint struct {
 	// Unreachable says the threshold sits on the read wait with no writer.
 	RateLeverStep int  `json:"rate_lever_step,omitempty"`
 	Unreachable   bool `json:"unreachable,omitempty"`
+	// AtMaxDelay: at max_delay and still above the threshold.
+	AtMaxDelay bool `json:"at_max_delay,omitempty"`
 }
 
 // ConsumerRow is one line of the consumers table: the consumer's rates
@@ -172,7 +174,7 @@ func FrameOf(s agent.Status) Frame {
 	}
 	for _, rs := range s.Resources {
 		p := ResourcePoint{Name: rs.Name, IndicatorMs: agent.JSONFloat(rs.IndicatorMs), RawWaitMs: agent.JSONFloat(rs.RawWaitMs), ThresholdMs: agent.JSONFloat(rs.ThresholdMs),
-			DelayMs: ms(rs.Delay), Step: rs.Step, Throttleable: len(rs.Throttleable), RateLeverStep: rs.RateLeverStep, Unreachable: rs.Unreachable}
+			DelayMs: ms(rs.Delay), Step: rs.Step, Throttleable: len(rs.Throttleable), RateLeverStep: rs.RateLeverStep, Unreachable: rs.Unreachable, AtMaxDelay: rs.AtMaxDelay}
 		for _, c := range rs.Consumers {
 			p.ReadMBs += agent.JSONFloat(c.ReadBps / 1e6)
 			p.WriteMBs += agent.JSONFloat(c.WriteBps / 1e6)

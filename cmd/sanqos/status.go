@@ -154,6 +154,7 @@ func renderStatus(w io.Writer, st agent.Status) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	atMax := false
 	if len(f.Resources) == 0 {
 		fmt.Fprintln(tw, "no resources (agent without --config: manual throttles only)")
 	} else {
@@ -165,6 +166,8 @@ func renderStatus(w io.Writer, st agent.Status) {
 				state = "UNREACHABLE" // the threshold is at the wait reads have with no writer
 			case r.RateLeverStep > 0:
 				state = "capping" // past the maximum delay: writers' rates capped
+			case r.AtMaxDelay:
+				state, atMax = "AT MAX", true
 			case float64(r.IndicatorMs) > float64(r.ThresholdMs):
 				state = "ABOVE"
 			case r.DelayMs > 0:
@@ -179,6 +182,10 @@ func renderStatus(w io.Writer, st agent.Status) {
 		}
 	}
 	tw.Flush()
+	if atMax {
+		fmt.Fprintln(w, "AT MAX: the wait is above the threshold at max_delay. Raise max_delay (up to 99 ms: about the interferers'")
+		fmt.Fprintln(w, "streams × a request's service time), name consumers throttleable or important, or set rate_lever_steps.")
+	}
 	renderClasses(w, st)
 	renderReservations(w, st)
 	fmt.Fprintln(w)

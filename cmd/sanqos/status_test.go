@@ -65,6 +65,7 @@ var testStatus = agent.Status{
 		{Name: "vg2", IndicatorMs: math.NaN(), RawWaitMs: math.NaN(), ThresholdMs: 20},
 		{Name: "vg3", IndicatorMs: 9, ThresholdMs: 8, Step: 43, Delay: 20 * time.Millisecond, RateLeverStep: 3},
 		{Name: "vg4", IndicatorMs: 6.5, ThresholdMs: 5, Step: 40, Delay: 20 * time.Millisecond, FloorMs: 6.4, Unreachable: true},
+		{Name: "vg5", IndicatorMs: 27, ThresholdMs: 15, Step: 40, Delay: 20 * time.Millisecond, AtMaxDelay: true},
 	},
 }
 
@@ -92,6 +93,9 @@ func TestStatusTable(t *testing.T) {
 		{"vg2", []string{"vg2", "-", "20.0", "ms", "ok", "-", "0", "-"}}, // no reads: no wait, not 0 ms
 		{"vg3", []string{"vg3", "9.0", "ms", "8.0", "ms", "capping", "20.0", "ms", "43", "-"}},
 		{"vg4", []string{"vg4", "6.5", "ms", "5.0", "ms", "UNREACHABLE", "20.0", "ms", "40", "-"}},
+		// At max_delay and still above: the status says what to change.
+		{"vg5", []string{"vg5", "27.0", "ms", "15.0", "ms", "AT", "MAX", "20.0", "ms", "40", "-"}},
+		{"AT", []string{"AT", "MAX:", "the", "wait", "is", "above", "the", "threshold", "at", "max_delay.", "Raise", "max_delay", "(up", "to", "99", "ms:", "about", "the", "interferers'"}},
 		// Queue and load per direction: why a consumer is slowed, and which way.
 		{"10.99.0.3", []string{"10.99.0.3", "vg1", "12.00", "0.00", "-", "-", "-", "3.9", "2%/27%", "throttleable"}},
 		{"10.99.0.2", []string{"10.99.0.2", "vg1", "0.00", "1.50", "-", "-", "-", "0.6", "17%/0%", "-"}},
@@ -137,7 +141,7 @@ func TestStatusJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if len(st.Resources) != 4 || !st.Resources[3].Unreachable || st.Resources[2].RateLeverStep != 3 || st.Resources[0].IndicatorMs != 16.5 || !math.IsNaN(st.Resources[1].IndicatorMs) || st.Throttles["10.9.9.9"].WriteDelay != 2*time.Millisecond {
+	if len(st.Resources) != 5 || !st.Resources[4].AtMaxDelay || !st.Resources[3].Unreachable || st.Resources[2].RateLeverStep != 3 || st.Resources[0].IndicatorMs != 16.5 || !math.IsNaN(st.Resources[1].IndicatorMs) || st.Throttles["10.9.9.9"].WriteDelay != 2*time.Millisecond {
 		t.Fatalf("round trip: %+v", st)
 	}
 	if !strings.Contains(out, `"indicator_ms": null`) {
