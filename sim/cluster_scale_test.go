@@ -99,11 +99,15 @@ func TestClusterScale(t *testing.T) {
 
 			// The busiest leader dies: its followers fall back within
 			// Fresh of their last record (checked on their ticks), and a
-			// new leader is followed once its lease is gone.
+			// new leader is followed once its lease is gone. From the
+			// death itself it may take one write's bound more: a record the
+			// leader wrote just before it died still lands and reaches them
+			// (with a slow etcd one arrived 2 ms after the death, and its
+			// followers fell back 599 ms after it, 601 ms after the death).
 			fall := ms(o.Fresh) + tick
-			if s.KilledLed == 0 || s.FallbackMs.N == 0 || s.FallbackMs.Max > fall || s.FallbackSinceRecMs.Max > fall {
-				t.Errorf("leader death (%s led %d): fallback max %.0f ms, %.0f ms after the last record; want ≤ %.0f",
-					s.Killed, s.KilledLed, s.FallbackMs.Max, s.FallbackSinceRecMs.Max, fall)
+			if s.KilledLed == 0 || s.FallbackMs.N == 0 || s.FallbackMs.Max > fall+bound || s.FallbackSinceRecMs.Max > fall {
+				t.Errorf("leader death (%s led %d): fallback max %.0f ms (want ≤ %.0f), %.0f ms after the last record (want ≤ %.0f)",
+					s.Killed, s.KilledLed, s.FallbackMs.Max, fall+bound, s.FallbackSinceRecMs.Max, fall)
 			}
 			over := ms(time.Duration(o.TTL)*time.Second+o.Etcd.LeaseCheck) + 3*bound + 2*tick
 			if s.FailoverIncomplete != 0 || s.FailoverMs.N != s.KilledLed || s.FailoverMs.Max > over {
