@@ -16,6 +16,62 @@ import (
 // that makes them fail open, the program fragment that checks it and
 // finds the consumer, and their bookkeeping.
 
+// raiseMemlock lifts RLIMIT_MEMLOCK before a backend makes its BPF maps.
+// Kernels before 5.11 charge BPF maps and programs to the locked-memory
+// limit (later ones to the memory cgroup), and edt's two 65536-entry
+// maps alone exceed the 8 MiB many distributions default to: the map
+// creation then fails with a bare EPERM. On 5.11 and later it does
+// nothing. The systemd unit sets LimitMEMLOCK=infinity too; this covers
+// the agent run from a shell or a container.
+//
+// Not cilium/ebpf's rlimit.RemoveMemlock, which does the same: that
+// package finds out whether the kernel charges the limit by creating a
+// BPF map in its init, in every process that links it — `sanqos doctor`
+// too, which must create no BPF object (doctor's TestNoStateSyscalls).
+func raiseMemlock(log *slog.Logger) {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err == nil {
+		raiseMemlockFor(unix.ByteSliceToString(u.Release[:]), log)
+	}
+}
+
+// raiseMemlockFor does raiseMemlock's work for a kernel release. Raising
+// the hard limit needs CAP_SYS_RESOURCE; without it the soft limit goes
+// up to the hard one, the maps may still fit, and the warning explains
+// an EPERM that may follow.
+func raiseMemlockFor(release string, log *slog.Logger) {
+	if !memlockCharged(release) {
+		return
+	}
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim); err != nil || lim.Cur == unix.RLIM_INFINITY {
+		return
+	}
+	err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY})
+	if err == nil {
+		return
+	}
+	if lim.Max > lim.Cur {
+		_ = unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: lim.Max, Max: lim.Max})
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Warn("cannot lift RLIMIT_MEMLOCK; on kernels before 5.11 the BPF maps must fit under it (LimitMEMLOCK=infinity, or CAP_SYS_RESOURCE)",
+		"kernel", release, "hard_limit_bytes", lim.Max, "err", err)
+}
+
+// memlockCharged reports whether a kernel release charges BPF memory to
+// RLIMIT_MEMLOCK: those before 5.11. A release it cannot read counts as
+// charging: raising the limit where it is not needed costs nothing.
+func memlockCharged(release string) bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(release, "%d.%d", &major, &minor); err != nil {
+		return true
+	}
+	return major < 5 || major == 5 && minor < 11
+}
+
 // bpfObjects are a BPF backend's kernel-side objects: its program, the
 // map of its consumers and its lease.
 type bpfObjects struct {

@@ -150,6 +150,7 @@ func (e *EDT) build() error {
 		}
 		return fmt.Errorf("fq root: %w", err)
 	}
+	raiseMemlock(e.cfg.Log)
 	if e.consumers, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 16, MaxEntries: 65536}); err != nil {
 		return fmt.Errorf("bpf map: %w", err)
 	}

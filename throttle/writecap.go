@@ -158,6 +158,7 @@ func (w *WriteCap) build() error {
 			return fmt.Errorf("add htb class on ifb: %w", err)
 		}
 	}
+	raiseMemlock(w.cfg.Log)
 	if w.consumers, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: writeCapMaxConsumers}); err != nil {
 		return fmt.Errorf("bpf map: %w", err)
 	}
