@@ -51,6 +51,7 @@ type EDT struct {
 	cfg   EDTConfig
 	major uint16
 	dev   netlink.Link
+	hook  *clsactHook
 
 	bpfObjects           // consumers: IPv4 (host order) → {read ns, write ns}
 	last       *ebpf.Map // IPv4 (host order) → latest departure (ns, CLOCK_MONOTONIC)
@@ -109,10 +110,11 @@ func NewEDT(cfg EDTConfig) (*EDT, error) {
 	if err := CleanupEDT(cfg.Label); err != nil {
 		return nil, fmt.Errorf("edt: remove stale objects of label %s: %w", cfg.Label, err)
 	}
-	e := &EDT{cfg: cfg, major: tcRootMajor(cfg.Label), dev: dev, cur: map[netip.Addr]Setting{}}
+	e := &EDT{cfg: cfg, major: tcRootMajor(cfg.Label), dev: dev, cur: map[netip.Addr]Setting{},
+		hook: &clsactHook{ifindex: dev.Attrs().Index, dev: cfg.Device}}
 	if err := e.build(); err != nil {
 		e.close()
-		if cerr := CleanupEDT(cfg.Label); cerr != nil {
+		if cerr := errors.Join(CleanupEDT(cfg.Label), e.hook.release()); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("cleanup after failed start: %w", cerr))
 		}
 		return nil, fmt.Errorf("edt on %s: %w", cfg.Device, err)
@@ -133,6 +135,31 @@ func replaceableRoot(kind string) bool {
 }
 
 func (e *EDT) build() error {
+	if err := e.fqRoot(); err != nil {
+		return err
+	}
+	raiseMemlock(e.cfg.Log)
+	var err error
+	if e.consumers, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 16, MaxEntries: 65536}); err != nil {
+		return fmt.Errorf("bpf map: %w", err)
+	}
+	if e.last, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.LRUHash, KeySize: 4, ValueSize: 8, MaxEntries: 65536}); err != nil {
+		return fmt.Errorf("bpf map: %w", err)
+	}
+	if e.lease, err = newBPFLease(e.cfg.TTL, e.cfg.Log, "edt delays"); err != nil {
+		return err
+	}
+	e.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sanqos_edt", Type: ebpf.SchedCLS, License: "GPL",
+		Instructions: edtProgram(e.cfg.Port, e.cfg.WriteOn, e.consumers.FD(), e.last.FD(), e.lease.m.FD())})
+	if err != nil {
+		return fmt.Errorf("load program: %w", err)
+	}
+	return e.attach()
+}
+
+// fqRoot makes fq with our handle the device's root, unless the root is
+// someone's configuration.
+func (e *EDT) fqRoot() error {
 	qs, err := netlink.QdiscList(e.dev)
 	if err != nil {
 		return err
@@ -150,24 +177,14 @@ func (e *EDT) build() error {
 		}
 		return fmt.Errorf("fq root: %w", err)
 	}
-	raiseMemlock(e.cfg.Log)
-	if e.consumers, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 16, MaxEntries: 65536}); err != nil {
-		return fmt.Errorf("bpf map: %w", err)
-	}
-	if e.last, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.LRUHash, KeySize: 4, ValueSize: 8, MaxEntries: 65536}); err != nil {
-		return fmt.Errorf("bpf map: %w", err)
-	}
-	if e.lease, err = newBPFLease(e.cfg.TTL, e.cfg.Log, "edt delays"); err != nil {
+	return nil
+}
+
+// attach hangs the program from the clsact's egress hook (adding the
+// clsact if the device has none).
+func (e *EDT) attach() error {
+	if err := e.hook.ensure(); err != nil {
 		return err
-	}
-	e.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sanqos_edt", Type: ebpf.SchedCLS, License: "GPL",
-		Instructions: edtProgram(e.cfg.Port, e.cfg.WriteOn, e.consumers.FD(), e.last.FD(), e.lease.m.FD())})
-	if err != nil {
-		return fmt.Errorf("load program: %w", err)
-	}
-	q := &netlink.Clsact{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: e.dev.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}}
-	if err := netlink.QdiscReplace(q); err != nil {
-		return fmt.Errorf("clsact: %w", err)
 	}
 	f := &netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{LinkIndex: e.dev.Attrs().Index, Parent: netlink.HANDLE_MIN_EGRESS,
 		Handle: uint32(e.major), Protocol: unix.ETH_P_ALL, Priority: edtFilterPrio}, Fd: e.prog.FD(), Name: "sanqos_edt", DirectAction: true}
@@ -350,10 +367,11 @@ func (e *EDT) List() map[netip.Addr]Setting {
 }
 
 // Close implements Throttle: the program first (no new stamps), then the
-// fq root (the kernel reattaches its default, and sends what fq held).
+// fq root (the kernel reattaches its default, and sends what fq held),
+// then the clsact if it added it and nobody else's filters hang there.
 func (e *EDT) Close() error {
 	e.lease.end()
-	err := CleanupEDT(e.cfg.Label)
+	err := errors.Join(CleanupEDT(e.cfg.Label), e.hook.release())
 	e.close()
 	return err
 }

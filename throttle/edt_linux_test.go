@@ -262,7 +262,8 @@ func delaysOrRefuses(t *testing.T, refusal error, available func() (bool, string
 // withKernelBackend builds a kernel delay backend on A's device and runs
 // test with it where the kernel has what it needs (available); otherwise
 // it checks that the constructor refuses with refusal and leaves the
-// device as it was. test closes the backend; nothing may be left after.
+// device as it was. test closes the backend; nothing may be left after,
+// not even the clsact a BPF backend added.
 func withKernelBackend(t *testing.T, refusal error, available func() (bool, string), build func(*tcTestNet) (Throttle, error), test func(*testing.T, *tcTestNet, Throttle)) {
 	n := newTCTestNet(t)
 	n.enterA(t)
@@ -270,7 +271,7 @@ func withKernelBackend(t *testing.T, refusal error, available func() (bool, stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	rootBefore := rootKind(t, l)
+	rootBefore, clsactBefore := rootKind(t, l), clsactOf(t, n.devA)
 	th, err := build(n)
 	if ok, why := available(); !ok {
 		t.Logf("not available: %s", why)
@@ -285,6 +286,9 @@ func withKernelBackend(t *testing.T, refusal error, available func() (bool, stri
 	}
 	test(t, n, th)
 	assertDelayBackendGone(t, l, rootBefore)
+	if got := clsactOf(t, n.devA); got != clsactBefore {
+		t.Errorf("qdisc in clsact's place %q after Close, was %q", got, clsactBefore)
+	}
 	n.assertNothingLeft(t)
 }
 

@@ -210,3 +210,14 @@ func (n *tcTestNet) assertNothingLeft(t *testing.T) {
 		t.Errorf("ipset left: %s", s.SetName)
 	}
 }
+
+// inA runs a command in namespace A by name (ip netns exec), as an
+// operator would: never in the namespace the test started in.
+func (n *tcTestNet) inA(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("ip", append([]string{"netns", "exec", n.nameA}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}

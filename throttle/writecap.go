@@ -45,6 +45,7 @@ type WriteCap struct {
 	major uint16
 	dev   netlink.Link
 	ifb   netlink.Link
+	hook  *clsactHook
 
 	bpfObjects // consumers: IPv4 (host order) → classid
 
@@ -119,10 +120,11 @@ func NewWriteCap(cfg WriteCapConfig) (*WriteCap, error) {
 	if err := CleanupWriteCap(cfg.Label); err != nil {
 		return nil, fmt.Errorf("write cap: remove stale objects of label %s: %w", cfg.Label, err)
 	}
-	w := &WriteCap{cfg: cfg, major: tcRootMajor(cfg.Label), dev: dev, cur: map[netip.Addr]htbConsumer{}, minor: map[uint16]bool{}}
+	w := &WriteCap{cfg: cfg, major: tcRootMajor(cfg.Label), dev: dev, cur: map[netip.Addr]htbConsumer{}, minor: map[uint16]bool{},
+		hook: &clsactHook{ifindex: dev.Attrs().Index, dev: cfg.Device}}
 	if err := w.build(); err != nil {
 		w.close()
-		if cerr := CleanupWriteCap(cfg.Label); cerr != nil {
+		if cerr := errors.Join(CleanupWriteCap(cfg.Label), w.hook.release()); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("cleanup after failed start: %w", cerr))
 		}
 		return nil, fmt.Errorf("write cap on %s: %w", cfg.Device, err)
@@ -133,6 +135,17 @@ func NewWriteCap(cfg WriteCapConfig) (*WriteCap, error) {
 }
 
 func (w *WriteCap) build() error {
+	if err := w.buildIFB(); err != nil {
+		return err
+	}
+	if err := w.load(); err != nil {
+		return err
+	}
+	return w.steer()
+}
+
+// buildIFB adds the IFB and its HTB tree (without consumer classes).
+func (w *WriteCap) buildIFB() error {
 	la := netlink.NewLinkAttrs()
 	la.Name = WriteCapIFB(w.cfg.Label)
 	la.TxQLen = writeCapQueue
@@ -158,7 +171,13 @@ func (w *WriteCap) build() error {
 			return fmt.Errorf("add htb class on ifb: %w", err)
 		}
 	}
+	return nil
+}
+
+// load makes the map, the heartbeat and the steering program.
+func (w *WriteCap) load() error {
 	raiseMemlock(w.cfg.Log)
+	var err error
 	if w.consumers, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: writeCapMaxConsumers}); err != nil {
 		return fmt.Errorf("bpf map: %w", err)
 	}
@@ -170,15 +189,21 @@ func (w *WriteCap) build() error {
 	if err != nil {
 		return fmt.Errorf("load steering program: %w", err)
 	}
-	q := &netlink.Clsact{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: w.dev.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}}
-	if err := netlink.QdiscReplace(q); err != nil {
-		return fmt.Errorf("clsact on %s: %w", w.cfg.Device, err)
+	return nil
+}
+
+// steer attaches the two filters to the device's clsact ingress hook
+// (adding the clsact if the device has none): the redirect into the IFB
+// first, so the program never hands a packet on to nothing.
+func (w *WriteCap) steer() error {
+	if err := w.hook.ensure(); err != nil {
+		return err
 	}
 	progPrio, redirPrio := writeCapPrios(w.major)
 	idx := w.dev.Attrs().Index
 	redirect := &netlink.U32{FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: netlink.HANDLE_MIN_INGRESS, Priority: redirPrio, Protocol: unix.ETH_P_ALL},
 		Sel:     &netlink.TcU32Sel{Flags: nl.TC_U32_TERMINAL, Nkeys: 1, Keys: []netlink.TcU32Key{{}}}, // matches every packet it sees
-		Actions: []netlink.Action{netlink.NewMirredAction(ifb.Attrs().Index)}}
+		Actions: []netlink.Action{netlink.NewMirredAction(w.ifb.Attrs().Index)}}
 	if err := netlink.FilterAdd(redirect); err != nil {
 		return fmt.Errorf("add redirect filter: %w", err)
 	}
@@ -388,10 +413,11 @@ func (w *WriteCap) List() map[netip.Addr]Setting {
 }
 
 // Close implements Throttle: the filter first (traffic takes the normal
-// path at once), then the IFB with its tree, then the program and maps.
+// path at once), then the IFB with its tree, the clsact if it added it
+// and nobody else's filters hang there, then the program and maps.
 func (w *WriteCap) Close() error {
 	w.lease.end()
-	err := CleanupWriteCap(w.cfg.Label)
+	err := errors.Join(CleanupWriteCap(w.cfg.Label), w.hook.release())
 	w.close()
 	return err
 }
@@ -402,15 +428,20 @@ func CleanupWriteCap(label string) error {
 	if err := tcCheckLabel(label); err != nil {
 		return err
 	}
-	major := tcRootMajor(label)
-	progPrio, redirPrio := writeCapPrios(major)
-	errs := deleteFilters(netlink.HANDLE_MIN_INGRESS, func(a netlink.FilterAttrs) bool {
-		return a.Priority == progPrio || a.Priority == redirPrio
-	})
+	errs := unsteerWriteCap(label)
 	if l, err := netlink.LinkByName(WriteCapIFB(label)); err == nil {
 		if err := netlink.LinkDel(l); err != nil {
 			errs = append(errs, fmt.Errorf("delete %s: %w", l.Attrs().Name, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// unsteerWriteCap removes a label's steering filters from every link's
+// ingress hook.
+func unsteerWriteCap(label string) []error {
+	progPrio, redirPrio := writeCapPrios(tcRootMajor(label))
+	return deleteFilters(netlink.HANDLE_MIN_INGRESS, func(a netlink.FilterAttrs) bool {
+		return a.Priority == progPrio || a.Priority == redirPrio
+	})
 }
