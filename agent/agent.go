@@ -73,7 +73,19 @@ func New(cfg *config.Config, d Deps) *Agent {
 	applyErrs := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sanqos_throttle_apply_errors_total",
 		Help: "Batches of throttle changes the backend refused (each is retried next tick; the log says why)."},
 		func() float64 { return float64(a.loops.ApplyErrors()) })
-	a.reg.MustRegister(newCollector(a.loops.Status, d.Throttle), a.ticks, a.discErrs, maxDelay, applyErrs,
+	// The backend's guard puts back what an operator's firewall flush or
+	// qdisc deletion removed (throttle/guard.go) and logs it once a
+	// minute at most; the count tells a one-off from something that
+	// keeps removing them.
+	reinstalls := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sanqos_throttle_reinstalls_total",
+		Help: "Times the backend found its kernel objects (rules, sets, qdiscs, filters) removed by someone else and reinstalled them with the current throttles."},
+		func() float64 {
+			if r, ok := d.Throttle.(throttle.Reinstaller); ok {
+				return float64(r.Reinstalls())
+			}
+			return 0
+		})
+	a.reg.MustRegister(newCollector(a.loops.Status, d.Throttle), a.ticks, a.discErrs, maxDelay, applyErrs, reinstalls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.applySpecs(cfg)
 	return a

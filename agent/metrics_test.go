@@ -232,6 +232,32 @@ sanqos_throttle_apply_errors_total 2
 	}
 }
 
+// reinstallingThrottle is a Memory whose guard has put its objects back
+// twice.
+type reinstallingThrottle struct{ *throttle.Memory }
+
+func (reinstallingThrottle) Reinstalls() uint64 { return 2 }
+
+// The backend's reinstalls of its removed kernel objects are a counter
+// of the agent's registry (0 for a backend without a guard), for the
+// alert on something that keeps flushing the firewall.
+func TestThrottleReinstallsExported(t *testing.T) {
+	cfg := config.Defaults()
+	for _, tc := range []struct {
+		th   throttle.Throttle
+		want string
+	}{{reinstallingThrottle{throttle.NewMemory()}, "2"}, {throttle.NewMemory(), "0"}} {
+		a := New(&cfg, Deps{Throttle: tc.th, Log: slog.New(slog.DiscardHandler)})
+		want := `
+# HELP sanqos_throttle_reinstalls_total Times the backend found its kernel objects (rules, sets, qdiscs, filters) removed by someone else and reinstalled them with the current throttles.
+# TYPE sanqos_throttle_reinstalls_total counter
+sanqos_throttle_reinstalls_total ` + tc.want + "\n"
+		if err := testutil.GatherAndCompare(a.reg, strings.NewReader(want), "sanqos_throttle_reinstalls_total"); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 func TestMetricsClasses(t *testing.T) {
 	status := func() []ResourceStatus {
 		return []ResourceStatus{{Name: "vg1", Classes: []ClassStatus{{Name: "power", IOPS: 25, MBs: 1.6, LatencyMs: 12, CreditS: 4, Missing: true,

@@ -9,7 +9,9 @@
 # seccomp filters; systemd is only installed, not made PID 1), promtool (the
 # alert rules' tests; from the prometheus package, its server not started),
 # bash-completion (internal/pkgdeb's test completes with the Debian
-# package's script), and fio built from Debian's own source package with
+# package's script), nftables (throttle's test that the guard puts back
+# rules that `nft flush ruleset` took; the package's service stays
+# disabled, as Debian ships it), and fio built from Debian's own source package with
 # the libiscsi engine (Debian's binary fio lacks it). Idempotent: each step
 # is skipped when its result is present.
 set -euo pipefail
@@ -25,7 +27,7 @@ fi
 pkgs=(tgt libiscsi-dev libiscsi-bin iptables ipset iproute2 fuse3 kmod curl
 	dpkg-dev build-essential pkg-config zlib1g-dev libaio-dev chromium
 	qemu-system-x86 linux-image-amd64 busybox-static cpio etcd-server open-iscsi strace
-	linux-libc-dev bash-completion)
+	linux-libc-dev bash-completion nftables)
 # systemd-analyze: from Debian's systemd package, unless this host has it.
 command -v systemd-analyze >/dev/null || pkgs+=(systemd)
 missing=()

@@ -5,9 +5,11 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 )
 
 // Auto picks the best delay backend this kernel runs, trying the delay
@@ -104,7 +106,7 @@ func delayLineAvailable() (bool, string) {
 // program on a scratch veth.
 func writeCapAvailable() (bool, string) {
 	err := inScratchNS(func(dev netlink.Link) error {
-		w, err := NewWriteCap(WriteCapConfig{Device: dev.Attrs().Name, Label: "probe", Log: slog.New(slog.DiscardHandler)})
+		w, err := NewWriteCap(WriteCapConfig{Device: dev.Attrs().Name, Label: "probe", Check: -1, Log: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return err
 		}
@@ -128,4 +130,53 @@ func kernelModule(name string) bool {
 		return false
 	}
 	return strings.Contains(string(dep), "/"+name+".ko")
+}
+
+// inScratchNS runs f on a veth (sqtprobe0) in a scratch network namespace.
+// The thread is never unlocked: when the goroutine ends, Go discards the
+// thread, and with it the namespace, so the caller's threads never see it.
+func inScratchNS(f func(dev netlink.Link) error) error {
+	ch := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		ch <- func() error {
+			ns, err := netns.New()
+			if err != nil {
+				return fmt.Errorf("new namespace: %w", err)
+			}
+			defer ns.Close()
+			la := netlink.NewLinkAttrs()
+			la.Name = "sqtprobe0"
+			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "sqtprobe1"}); err != nil {
+				return fmt.Errorf("veth: %w", err)
+			}
+			link, err := netlink.LinkByName(la.Name)
+			if err != nil {
+				return err
+			}
+			return f(link)
+		}()
+	}()
+	return <-ch
+}
+
+// qdiscAvailable reports whether the kernel has a qdisc kind, by adding
+// the one q builds to a scratch veth.
+func qdiscAvailable(kind string, q func(ifindex int) netlink.Qdisc) (bool, error) {
+	ok := false
+	err := inScratchNS(func(dev netlink.Link) error {
+		err := netlink.QdiscAdd(q(dev.Attrs().Index))
+		switch {
+		case err == nil:
+			ok = true
+		case tcKindMissing(err):
+		default:
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("%s probe: %w", kind, err)
+	}
+	return ok, nil
 }

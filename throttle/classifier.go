@@ -165,19 +165,33 @@ func (c *Classifier) createSet(name string, fam int) error {
 }
 
 func (c *Classifier) install() error {
+	if err := c.createSets(); err != nil {
+		return err
+	}
+	return c.insertRules()
+}
+
+// createSets creates every class's (empty) sets.
+func (c *Classifier) createSets() error {
 	for _, cl := range c.cfg.Classes {
 		for _, fam := range c.families() {
 			set := c.cfg.SetName(cl.Name, fam)
 			if err := c.createSet(set, fam); err != nil {
 				return fmt.Errorf("classifier: create ipset %s: %w", set, err)
 			}
-			alts := cl.Match[fam]
-			if len(alts) == 0 {
-				alts = [][]string{nil}
-			}
-			for _, m := range alts {
+		}
+	}
+	return nil
+}
+
+// insertRules inserts every class's rules at the top of the chain and
+// records them.
+func (c *Classifier) insertRules() error {
+	for _, cl := range c.cfg.Classes {
+		for _, fam := range c.families() {
+			for _, m := range classAlts(cl, fam) {
 				spec := []string{"-p", "tcp", "--sport", strconv.Itoa(int(c.cfg.Port)),
-					"-m", "set", "--match-set", set, "dst"}
+					"-m", "set", "--match-set", c.cfg.SetName(cl.Name, fam), "dst"}
 				spec = append(spec, m...)
 				spec = append(spec, "-m", "comment", "--comment", c.cfg.Label, "-j")
 				spec = append(spec, cl.Target...)
@@ -189,6 +203,15 @@ func (c *Classifier) install() error {
 		}
 	}
 	return nil
+}
+
+// classAlts are the extra matches of cl's rules of family fam, one rule
+// each.
+func classAlts(cl Class, fam int) [][]string {
+	if alts := cl.Match[fam]; len(alts) > 0 {
+		return alts
+	}
+	return [][]string{nil}
 }
 
 // Update replaces the members of the named classes (classes not named keep
@@ -311,6 +334,17 @@ func (c *Classifier) teardown() error {
 		}
 	}
 	c.rules = nil
+	errs = append(errs, c.destroySets()...)
+	if c.nl != nil {
+		c.nl.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// destroySets destroys every set of every class (and a swap's leftover),
+// once no rule uses them.
+func (c *Classifier) destroySets() []error {
+	var errs []error
 	for _, cl := range c.cfg.Classes {
 		for _, fam := range []int{4, 6} {
 			for _, name := range []string{c.cfg.SetName(cl.Name, fam), c.cfg.SetName(cl.Name, fam) + "n"} {
@@ -320,10 +354,7 @@ func (c *Classifier) teardown() error {
 			}
 		}
 	}
-	if c.nl != nil {
-		c.nl.Close()
-	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // CleanupClassifier removes every iptables rule (any chain of the filter and
@@ -355,29 +386,7 @@ func CleanupClassifier(label string) error {
 				continue
 			}
 			for _, chain := range chains {
-				rules, err := ipt.List(table, chain)
-				if err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				for _, r := range rules {
-					f := strings.Fields(r)
-					// -S output: "-A CHAIN spec...". No argument of ours
-					// has spaces, so splitting on spaces is exact, but -S
-					// quotes some (u32 expressions): iptables wants them
-					// bare.
-					if len(f) < 3 || f[0] != "-A" || !hasComment(f, label) {
-						continue
-					}
-					for i, a := range f {
-						if len(a) >= 2 && a[0] == '"' && a[len(a)-1] == '"' {
-							f[i] = a[1 : len(a)-1]
-						}
-					}
-					if err := ipt.Delete(table, chain, f[2:]...); err != nil {
-						errs = append(errs, fmt.Errorf("delete %s/%s %q: %w", table, chain, r, err))
-					}
-				}
+				errs = append(errs, deleteLabelled(ipt, table, chain, label)...)
 			}
 		}
 	}
@@ -394,6 +403,33 @@ func CleanupClassifier(label string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// deleteLabelled deletes the rules of table/chain commented with label.
+func deleteLabelled(ipt *iptables.IPTables, table, chain, label string) []error {
+	rules, err := ipt.List(table, chain)
+	if err != nil {
+		return []error{err}
+	}
+	var errs []error
+	for _, r := range rules {
+		f := strings.Fields(r)
+		// -S output: "-A CHAIN spec...". No argument of ours has
+		// spaces, so splitting on spaces is exact, but -S quotes some
+		// (u32 expressions): iptables wants them bare.
+		if len(f) < 3 || f[0] != "-A" || !hasComment(f, label) {
+			continue
+		}
+		for i, a := range f {
+			if len(a) >= 2 && a[0] == '"' && a[len(a)-1] == '"' {
+				f[i] = a[1 : len(a)-1]
+			}
+		}
+		if err := ipt.Delete(table, chain, f[2:]...); err != nil {
+			errs = append(errs, fmt.Errorf("delete %s/%s %q: %w", table, chain, r, err))
+		}
+	}
+	return errs
 }
 
 func hasComment(f []string, label string) bool {

@@ -3,6 +3,7 @@ package throttle
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"os"
@@ -99,6 +100,8 @@ type DelayLine struct {
 	// drainBy bounds the drain on Close, should the barrier's ack be lost.
 	drainBy atomic.Int64
 	done    chan struct{}
+
+	guard *guard // puts the rules and sets back when someone removes them
 }
 
 // DelayLineConfig configures a DelayLine. Zero values take the defaults.
@@ -122,6 +125,12 @@ type DelayLineConfig struct {
 	Follow bool
 	// WriteOn says which packets carry the write delay (replies).
 	WriteOn WriteOn
+	// Check is how often the rules and sets are checked, and put back
+	// with the current members if someone removed them (guard.go):
+	// DefaultCheck if 0, never if negative.
+	Check time.Duration
+	// Log receives the guard's reports (default slog.Default()).
+	Log *slog.Logger
 }
 
 // DelayCounters are one consumer's totals since the delay line started.
@@ -228,6 +237,12 @@ func NewDelayLine(cfg DelayLineConfig) (*DelayLine, error) {
 		d.shutdown()
 		return nil, fmt.Errorf("delayline: %w", err)
 	}
+	d.guard = startGuard(&guard{what: "delayline", interval: cfg.Check, log: cfg.Log, check: d.cls.check,
+		repair: func() error {
+			d.setMu.Lock()
+			defer d.setMu.Unlock()
+			return d.cls.reinstall()
+		}})
 	return d, nil
 }
 
@@ -268,6 +283,9 @@ func (d *DelayLine) Name() string { return "delayline" }
 
 // Config returns the configuration in effect, defaults filled in.
 func (d *DelayLine) Config() DelayLineConfig { return d.cfg }
+
+// Reinstalls implements Reinstaller.
+func (d *DelayLine) Reinstalls() uint64 { return d.guard.Reinstalls() }
 
 // mono is CLOCK_MONOTONIC in ns, read through Go's vDSO clock.
 func (d *DelayLine) mono() int64 { return d.mon0 + int64(time.Since(d.base)) }
@@ -367,6 +385,7 @@ func (d *DelayLine) Stats() DelayLineStats {
 // Close accepts every held packet, removes the rules and sets, accepts what
 // the kernel queued before the rules went, and unbinds the queue.
 func (d *DelayLine) Close() error {
+	d.guard.end() // first: a repair takes setMu, and must not follow Close
 	d.setMu.Lock()
 	defer d.setMu.Unlock()
 	d.mu.Lock()

@@ -3,6 +3,9 @@ package throttle
 import (
 	"fmt"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 )
 
 // ConsumerInterface picks the interface towards the consumers when none is
@@ -22,4 +25,18 @@ func ConsumerInterface(ifs []net.Interface) (string, error) {
 		return "", fmt.Errorf("cannot tell the interface towards the consumers among %v: give --device (or device: in the config)", names)
 	}
 	return names[0], nil
+}
+
+// linkSpeed reads the link speed from sysfs (Mbit/s); devices without one
+// (or "-1") get MaxRate.
+func linkSpeed(dev string) uint64 {
+	b, err := os.ReadFile("/sys/class/net/" + dev + "/speed")
+	if err != nil {
+		return MaxRate
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || v <= 0 {
+		return MaxRate
+	}
+	return min(uint64(v)*1e6/8, MaxRate)
 }

@@ -52,6 +52,7 @@ type EDT struct {
 	major uint16
 	dev   netlink.Link
 	hook  *clsactHook
+	guard *guard // puts fq and the filter back when someone removes them
 
 	bpfObjects           // consumers: IPv4 (host order) → {read ns, write ns}
 	last       *ebpf.Map // IPv4 (host order) → latest departure (ns, CLOCK_MONOTONIC)
@@ -67,7 +68,11 @@ type EDTConfig struct {
 	Port    uint16 // the target's TCP port (source port of delayed segments); 0: any
 	WriteOn WriteOn
 	TTL     time.Duration // heartbeat: default DefaultMarkTTL
-	Log     *slog.Logger
+	// Check is how often fq and the filter are checked, and put back if
+	// someone removed them (guard.go): DefaultCheck if 0, never if
+	// negative.
+	Check time.Duration
+	Log   *slog.Logger
 }
 
 // ErrNoFq is returned (wrapped) when the kernel has no fq qdisc.
@@ -120,6 +125,7 @@ func NewEDT(cfg EDTConfig) (*EDT, error) {
 		return nil, fmt.Errorf("edt on %s: %w", cfg.Device, err)
 	}
 	e.lease.start()
+	e.guard = startGuard(&guard{what: "edt", interval: cfg.Check, log: cfg.Log, check: e.check, repair: e.repair})
 	cfg.Log.Info("edt throttle ready", "device", cfg.Device, "root", tcHandleString(netlink.MakeHandle(e.major, 0)), "write_delay_on", cfg.WriteOn)
 	return e, nil
 }
@@ -370,11 +376,15 @@ func (e *EDT) List() map[netip.Addr]Setting {
 // fq root (the kernel reattaches its default, and sends what fq held),
 // then the clsact if it added it and nobody else's filters hang there.
 func (e *EDT) Close() error {
+	e.guard.end()
 	e.lease.end()
 	err := errors.Join(CleanupEDT(e.cfg.Label), e.hook.release())
 	e.close()
 	return err
 }
+
+// Reinstalls implements Reinstaller.
+func (e *EDT) Reinstalls() uint64 { return e.guard.Reinstalls() }
 
 // close releases the program and maps.
 func (e *EDT) close() {
@@ -420,7 +430,7 @@ func CleanupEDT(label string) error {
 func EDTAvailable() (bool, string) {
 	ok, why := false, ""
 	err := inScratchNS(func(dev netlink.Link) error {
-		e, err := NewEDT(EDTConfig{Device: dev.Attrs().Name, Label: "probe", Log: slog.New(slog.DiscardHandler)})
+		e, err := NewEDT(EDTConfig{Device: dev.Attrs().Name, Label: "probe", Check: -1, Log: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return err
 		}

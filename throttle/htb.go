@@ -6,10 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +43,10 @@ type HTBConfig struct {
 	MarkMask uint32
 	// MarkTTL is how long a cap outlives this process (DefaultMarkTTL).
 	MarkTTL time.Duration
+	// Check is how often the tree, the rule and the set are checked, and
+	// put back with the current caps if someone removed them (guard.go):
+	// DefaultCheck if 0, never if negative.
+	Check time.Duration
 	// Log receives start-up messages; default slog.Default().
 	Log *slog.Logger
 }
@@ -107,20 +108,6 @@ func (c *HTBConfig) defaults() error {
 	return nil
 }
 
-// linkSpeed reads the link speed from sysfs (Mbit/s); devices without one
-// (or "-1") get MaxRate.
-func linkSpeed(dev string) uint64 {
-	b, err := os.ReadFile("/sys/class/net/" + dev + "/speed")
-	if err != nil {
-		return MaxRate
-	}
-	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil || v <= 0 {
-		return MaxRate
-	}
-	return min(uint64(v)*1e6/8, MaxRate)
-}
-
 // HTB is the rate backend; see HTBConfig.
 type HTB struct {
 	cfg    HTBConfig
@@ -136,6 +123,7 @@ type HTB struct {
 	cur   map[netip.Addr]htbConsumer
 	minor map[uint16]bool // minors in use
 	lease *markLease
+	guard *guard
 }
 
 type htbConsumer struct {
@@ -196,28 +184,13 @@ func NewHTB(cfg HTBConfig) (*HTB, error) {
 		"root", tcHandleString(netlink.MakeHandle(major, 0)), "link_rate_Bps", cfg.LinkRate,
 		"filter", string(t.filter), "chain", cfg.Chain)
 	t.lease = startMarkLease(t.cfg.MarkTTL, t.refresh)
+	t.guard = startGuard(&guard{what: "htb", interval: cfg.Check, log: cfg.Log, check: t.tcGuard().check, repair: t.repair})
 	return t, nil
 }
 
 func (t *HTB) build() error {
-	p := t.cfg.plan(t.ifidx)
-	if err := netlink.QdiscAdd(p.Root); err != nil {
-		return fmt.Errorf("add root htb: %w", err)
-	}
-	for _, c := range p.Classes {
-		if err := netlink.ClassAdd(c); err != nil {
-			return fmt.Errorf("add class %s: %w", tcHandleString(c.Handle), err)
-		}
-	}
-	kind, err := tcChooseFilter(t.ifidx, t.marks, htbDefaultMinor)
-	if err != nil {
+	if err := t.buildTree(true); err != nil {
 		return err
-	}
-	t.filter = kind
-	if kind == tcBPF {
-		if err := tcFilterSpecs(kind, t.ifidx, t.marks, nil, tcFilterPrio)[0].add(); err != nil {
-			return err
-		}
 	}
 	c, err := newIpsetConn()
 	if err != nil {
@@ -227,16 +200,53 @@ func (t *HTB) build() error {
 	if err := tcCreateSet(tcRateSet(t.cfg.Label), true, t.cfg.MarkTTL); err != nil {
 		return err
 	}
+	return t.buildMarking()
+}
+
+// buildTree adds the root, the fixed classes and, with a bpf classifier,
+// its one filter; choose first finds the classifier this kernel supports
+// (a reinstall reuses the one found at the start).
+func (t *HTB) buildTree(choose bool) error {
+	p := t.cfg.plan(t.ifidx)
+	if err := netlink.QdiscAdd(p.Root); err != nil {
+		return fmt.Errorf("add root htb: %w", err)
+	}
+	for _, c := range p.Classes {
+		if err := netlink.ClassAdd(c); err != nil {
+			return fmt.Errorf("add class %s: %w", tcHandleString(c.Handle), err)
+		}
+	}
+	if choose {
+		kind, err := tcChooseFilter(t.ifidx, t.marks, htbDefaultMinor)
+		if err != nil {
+			return err
+		}
+		t.filter = kind
+	}
+	if t.filter == tcBPF {
+		if err := tcFilterSpecs(t.filter, t.ifidx, t.marks, nil, tcFilterPrio)[0].add(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildMarking installs the mangle rule that marks packets from the set.
+// One rule for all consumers: each set member carries its own mark
+// (ipset skbinfo), so adding a consumer is one ipset add.
+func (t *HTB) buildMarking() error {
 	nf, err := newTcNetfilter(t.cfg.Label, t.cfg.Chain, t.cfg.Device, t.cfg.Port)
 	if err != nil {
 		return err
 	}
-	// One rule for all consumers: each set member carries its own mark
-	// (ipset skbinfo), so adding a consumer is one ipset add.
-	return nf.install([][]string{tcMapSpec(tcRateSet(t.cfg.Label))})
+	set := tcRateSet(t.cfg.Label)
+	return nf.install([][]string{jumpIfIn(set)}, [][]string{tcMapSpec(set)})
 }
 
 func (t *HTB) Name() string { return "htb" }
+
+// Reinstalls implements Reinstaller.
+func (t *HTB) Reinstalls() uint64 { return t.guard.Reinstalls() }
 
 func (t *HTB) link() netlink.Link {
 	return &netlink.GenericLink{LinkAttrs: netlink.LinkAttrs{Index: t.ifidx, Name: t.cfg.Device}}
@@ -337,6 +347,15 @@ func (t *HTB) add(a netip.Addr, c htbConsumer) (err error) {
 			delete(t.minor, c.minor)
 		}
 	}()
+	if err := t.addClass(a, c, &undo); err != nil {
+		return err
+	}
+	return tcSetAddMark(t.ipset, tcRateSet(t.cfg.Label), a, t.marks.mark(uint32(c.minor)), t.marks.Mask)
+}
+
+// addClass adds a consumer's class, its leaf and (fw/u32) its filter,
+// logging in undo how to take them away.
+func (t *HTB) addClass(a netip.Addr, c htbConsumer, undo *undoLog) error {
 	cl := t.consumerClass(c.minor, c.rate)
 	if err := netlink.ClassAdd(cl); err != nil {
 		return fmt.Errorf("htb: add class for %v: %w", a, err)
@@ -354,7 +373,7 @@ func (t *HTB) add(a netip.Addr, c htbConsumer) (err error) {
 		}
 		undo.add(f.del)
 	}
-	return tcSetAddMark(t.ipset, tcRateSet(t.cfg.Label), a, t.marks.mark(uint32(c.minor)), t.marks.Mask)
+	return nil
 }
 
 // remove undoes add in reverse without dropping what the class still
@@ -442,6 +461,11 @@ func (t *HTB) List() map[netip.Addr]Setting {
 func (t *HTB) refresh() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.remark()
+}
+
+// remark re-adds every capped consumer's entry; t.mu must be held.
+func (t *HTB) remark() {
 	for a, c := range t.cur {
 		if err := tcSetAddMark(t.ipset, tcRateSet(t.cfg.Label), a, t.marks.mark(uint32(c.minor)), t.marks.Mask); err != nil {
 			t.cfg.Log.Warn("htb: refreshing a consumer's mark", "consumer", a, "err", err)
@@ -452,6 +476,7 @@ func (t *HTB) refresh() {
 // Close deletes the root qdisc it created (and with it every class and
 // filter), the rules and the set.
 func (t *HTB) Close() error {
+	t.guard.end()
 	t.lease.end()
 	t.mu.Lock()
 	defer t.mu.Unlock()

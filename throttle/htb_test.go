@@ -259,6 +259,7 @@ func TestHTBCleanupAfterCrash(t *testing.T) {
 	if err := h.Set(map[netip.Addr]Setting{n.addrsB[0]: {Rate: 1 << 20}, n.addrsB[1]: {Rate: 2 << 20}}); err != nil {
 		t.Fatal(err)
 	}
+	h.crash()
 	// A second instance with the same label replaces the stale one
 	// instead of failing on it.
 	h2, err := NewHTB(HTBConfig{Device: n.devA, Label: n.label, Port: n.port})
@@ -268,6 +269,7 @@ func TestHTBCleanupAfterCrash(t *testing.T) {
 	if len(h2.List()) != 0 {
 		t.Error("new instance inherited consumers")
 	}
+	h2.crash()
 	if err := CleanupTC(n.label); err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +306,7 @@ func TestHTBCapsLapseWhenRefreshStops(t *testing.T) {
 			t.Fatalf("cap lapsed after %v while the backend was refreshing it", time.Since(start))
 		}
 	}
-	h.lease.end() // the agent "dies": no refresh, no cleanup
+	h.crash() // the agent "dies": no refresh, no cleanup
 	stopped := time.Now()
 	for member() {
 		if time.Since(stopped) > ttl+500*time.Millisecond {
@@ -316,6 +318,13 @@ func TestHTBCapsLapseWhenRefreshStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.assertNothingLeft(t)
+}
+
+// crash stops what a killed agent's process stops: the refreshes and
+// the guard; every kernel object stays.
+func (t *HTB) crash() {
+	t.lease.end()
+	t.guard.end()
 }
 
 // rateTol is a cap test's bound on a rate's relative error: tol on a real

@@ -64,6 +64,17 @@ func (l *layered) List() map[netip.Addr]Setting {
 	return out
 }
 
+// Reinstalls implements Reinstaller: both backends' reinstalls.
+func (l *layered) Reinstalls() uint64 {
+	var n uint64
+	for _, t := range []Throttle{l.delay, l.rate} {
+		if r, ok := t.(Reinstaller); ok {
+			n += r.Reinstalls()
+		}
+	}
+	return n
+}
+
 // Close closes the caps first: a writer must never be left capped by a
 // half-closed pair.
 func (l *layered) Close() error { return errors.Join(l.rate.Close(), l.delay.Close()) }

@@ -55,3 +55,22 @@ func TestLayered(t *testing.T) {
 		t.Errorf("name %q", l.Name())
 	}
 }
+
+// reinstaller is a Memory whose guard reinstalled n times.
+type reinstaller struct {
+	*Memory
+	n uint64
+}
+
+func (r reinstaller) Reinstalls() uint64 { return r.n }
+
+// A layered pair's reinstalls are both halves' (a half without a guard
+// counts none).
+func TestLayeredReinstalls(t *testing.T) {
+	if got := Layered(reinstaller{NewMemory(), 2}, reinstaller{NewMemory(), 3}).(Reinstaller).Reinstalls(); got != 5 {
+		t.Errorf("reinstalls %d, want 5", got)
+	}
+	if got := Layered(NewMemory(), reinstaller{NewMemory(), 3}).(Reinstaller).Reinstalls(); got != 3 {
+		t.Errorf("reinstalls %d, want 3", got)
+	}
+}

@@ -6,12 +6,10 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
-	"runtime"
 	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 )
 
 // ErrNoNetem is returned (wrapped) when the kernel has no netem qdisc.
@@ -56,6 +54,10 @@ type NetemConfig struct {
 	Limit uint32
 	// MarkTTL is how long a delay outlives this process (DefaultMarkTTL).
 	MarkTTL time.Duration
+	// Check is how often the tree, the rules and the sets are checked,
+	// and put back if someone removed them (guard.go): DefaultCheck if
+	// 0, never if negative.
+	Check time.Duration
 	// WriteOn says which packets carry the write delay (replies): with
 	// replies every segment but the pure ACKs takes the larger of the
 	// consumer's two delays, as in the delay line.
@@ -191,6 +193,7 @@ type Netem struct {
 	mu    sync.Mutex
 	cur   map[netip.Addr]netemState
 	lease *markLease
+	guard *guard
 }
 
 type netemState struct {
@@ -228,6 +231,7 @@ func NewNetem(cfg NetemConfig) (*Netem, error) {
 		"root", tcHandleString(t.plan.Root.Handle), "steps", cfg.steps(), "step", cfg.Step,
 		"filter", string(t.filter), "chain", cfg.Chain, "mark_ttl", cfg.MarkTTL)
 	t.lease = startMarkLease(cfg.MarkTTL, t.refresh)
+	t.guard = startGuard(&guard{what: "netem", interval: cfg.Check, log: cfg.Log, check: t.tcGuard().check, repair: t.repair})
 	return t, nil
 }
 
@@ -236,6 +240,11 @@ func NewNetem(cfg NetemConfig) (*Netem, error) {
 func (t *Netem) refresh() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.remark()
+}
+
+// remark re-adds every delayed consumer's entries; t.mu must be held.
+func (t *Netem) remark() {
 	for a, st := range t.cur {
 		for _, m := range []struct {
 			dir  string
@@ -259,6 +268,16 @@ func (t *Netem) mark(dir string, a netip.Addr, step int) error {
 }
 
 func (t *Netem) build() error {
+	if err := t.buildTree(true); err != nil {
+		return err
+	}
+	return t.buildMarking()
+}
+
+// buildTree adds the root, the classes, their leaves and the filters;
+// choose first finds the classifier this kernel supports (a reinstall
+// reuses the one found at the start).
+func (t *Netem) buildTree(choose bool) error {
 	if err := netlink.QdiscAdd(t.plan.Root); err != nil {
 		return fmt.Errorf("add root htb %s: %w", tcHandleString(t.plan.Root.Handle), err)
 	}
@@ -277,21 +296,23 @@ func (t *Netem) build() error {
 			return fmt.Errorf("add netem %s: %w", tcHandleString(leaf.Handle), err)
 		}
 	}
-	kind, err := tcChooseFilter(t.ifidx, t.plan.Marks, 1)
-	if err != nil {
-		return err
+	if choose {
+		kind, err := tcChooseFilter(t.ifidx, t.plan.Marks, 1)
+		if err != nil {
+			return err
+		}
+		t.filter = kind
 	}
-	t.filter = kind
 	var fields []uint32
 	for s := 1; s <= t.cfg.steps(); s++ {
 		fields = append(fields, uint32(s))
 	}
-	for _, f := range tcFilterSpecs(kind, t.ifidx, t.plan.Marks, fields, tcFilterPrio) {
+	for _, f := range tcFilterSpecs(t.filter, t.ifidx, t.plan.Marks, fields, tcFilterPrio) {
 		if err := f.add(); err != nil {
 			return err
 		}
 	}
-	return t.buildMarking()
+	return nil
 }
 
 // buildMarking creates the two sets and installs the mangle chains that
@@ -308,14 +329,22 @@ func (t *Netem) buildMarking() error {
 			return err
 		}
 	}
+	return t.installRules()
+}
+
+// installRules installs the mangle chains; the sets must exist.
+func (t *Netem) installRules() error {
 	nf, err := newTcNetfilter(t.cfg.Label, t.cfg.Chain, t.cfg.Device, t.cfg.Port)
 	if err != nil {
 		return err
 	}
 	ch := tcChains(t.cfg.Label)
-	return nf.install(netemMainRules(ch),
-		[][]string{tcMapSpec(tcMapSet(t.cfg.Label, "w"))},
-		[][]string{tcMapSpec(tcMapSet(t.cfg.Label, "r"))})
+	r, w := tcMapSet(t.cfg.Label, "r"), tcMapSet(t.cfg.Label, "w")
+	// Consumers with a read step jump once, those with only a write
+	// step once: nobody passes our chains twice.
+	return nf.install([][]string{jumpIfIn(r), jumpIfIn(w, r)}, netemMainRules(ch),
+		[][]string{tcMapSpec(w)},
+		[][]string{tcMapSpec(r)})
 }
 
 // netemMainRules send pure ACKs to the ACK chain and everything else to
@@ -331,6 +360,9 @@ func netemMainRules(ch []string) [][]string {
 }
 
 func (t *Netem) Name() string { return "netem" }
+
+// Reinstalls implements Reinstaller.
+func (t *Netem) Reinstalls() uint64 { return t.guard.Reinstalls() }
 
 // Set moves each consumer to the steps of its (rounded-up) delays: per
 // direction one ipset add that replaces its entry's mark, or one del for
@@ -433,6 +465,7 @@ func (t *Netem) List() map[netip.Addr]Setting {
 // netem leaf (deleting a qdisc drops its queue, and the backend must not
 // drop storage traffic), then removes every object.
 func (t *Netem) Close() error {
+	t.guard.end()
 	t.lease.end()
 	err := t.Clear()
 	// After the sets are empty nothing new enters a leaf, and nothing
@@ -450,53 +483,4 @@ func NetemAvailable() (bool, error) {
 		return netlink.NewNetem(netlink.QdiscAttrs{LinkIndex: ifindex, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT},
 			netlink.NetemQdiscAttrs{Latency: 1000})
 	})
-}
-
-// inScratchNS runs f on a veth (sqtprobe0) in a scratch network namespace.
-// The thread is never unlocked: when the goroutine ends, Go discards the
-// thread, and with it the namespace, so the caller's threads never see it.
-func inScratchNS(f func(dev netlink.Link) error) error {
-	ch := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		ch <- func() error {
-			ns, err := netns.New()
-			if err != nil {
-				return fmt.Errorf("new namespace: %w", err)
-			}
-			defer ns.Close()
-			la := netlink.NewLinkAttrs()
-			la.Name = "sqtprobe0"
-			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "sqtprobe1"}); err != nil {
-				return fmt.Errorf("veth: %w", err)
-			}
-			link, err := netlink.LinkByName(la.Name)
-			if err != nil {
-				return err
-			}
-			return f(link)
-		}()
-	}()
-	return <-ch
-}
-
-// qdiscAvailable reports whether the kernel has a qdisc kind, by adding
-// the one q builds to a scratch veth.
-func qdiscAvailable(kind string, q func(ifindex int) netlink.Qdisc) (bool, error) {
-	ok := false
-	err := inScratchNS(func(dev netlink.Link) error {
-		err := netlink.QdiscAdd(q(dev.Attrs().Index))
-		switch {
-		case err == nil:
-			ok = true
-		case tcKindMissing(err):
-		default:
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		return false, fmt.Errorf("%s probe: %w", kind, err)
-	}
-	return ok, nil
 }

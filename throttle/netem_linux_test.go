@@ -57,6 +57,7 @@ func TestNetemMarksByWriteOn(t *testing.T) {
 	}{
 		{WriteOnACKs, Setting{ReadDelay: ms, WriteDelay: 3 * ms}, 6, 2},
 		{WriteOnACKs, Setting{ReadDelay: 5 * ms, WriteDelay: 2 * ms}, 4, 10},
+		{WriteOnACKs, Setting{WriteDelay: 3 * ms}, 6, 0}, // only in the w set: the hook's second jump
 		{WriteOnACKs, Setting{}, 0, 0},
 		{WriteOnReplies, Setting{ReadDelay: ms, WriteDelay: 3 * ms}, 0, 6},
 		{WriteOnReplies, Setting{ReadDelay: 4 * ms}, 0, 8},

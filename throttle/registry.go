@@ -46,6 +46,10 @@ type Options struct {
 	MaxDelay, Step time.Duration
 	// Log is the agent's logger (default slog.Default()).
 	Log *slog.Logger
+	// Check is how often a backend checks that its kernel objects are
+	// still there, and reinstalls them if not (guard.go); 0: DefaultCheck.
+	// The agent passes its control interval.
+	Check time.Duration
 }
 
 func (o Options) logger() *slog.Logger {
@@ -107,7 +111,7 @@ var registry = []registered{
 			if err != nil {
 				return nil, err
 			}
-			return NewEDT(EDTConfig{Device: dev, Label: o.Label + "-edt", Port: uint16(o.Port), WriteOn: w, Log: o.Log})
+			return NewEDT(EDTConfig{Device: dev, Label: o.Label + "-edt", Port: uint16(o.Port), WriteOn: w, Check: o.Check, Log: o.Log})
 		},
 		auto: autoText{has: "fq and tc BPF", logMiss: true}},
 	{name: "netem", delays: true,
@@ -135,7 +139,7 @@ var registry = []registered{
 			if err != nil {
 				return nil, err
 			}
-			return NewHTB(HTBConfig{Device: dev, Label: o.Label + "-htb", Port: uint16(o.Port), Chain: o.tcChain(), Log: o.Log})
+			return NewHTB(HTBConfig{Device: dev, Label: o.Label + "-htb", Port: uint16(o.Port), Chain: o.tcChain(), Check: o.Check, Log: o.Log})
 		},
 	},
 	{name: "delayline+htb",
@@ -242,12 +246,12 @@ func newNetemFrom(o Options, w WriteOn) (Throttle, error) {
 		return nil, err
 	}
 	return NewNetem(NetemConfig{Device: dev, Label: o.Label + "-ne", Port: uint16(o.Port), Chain: o.tcChain(), WriteOn: w, Log: o.Log,
-		MaxDelay: o.MaxDelay, Step: o.Step})
+		MaxDelay: o.MaxDelay, Step: o.Step, Check: o.Check})
 }
 
 func newDelayLineFrom(o Options, w WriteOn) (Throttle, error) {
 	return NewDelayLine(DelayLineConfig{Port: uint16(o.Port), Chain: o.Chain, Label: o.Label + "-dl", QueueLimit: o.QueueLimit,
-		Ramp: o.Ramp, Follow: o.Follow, WriteOn: w})
+		Ramp: o.Ramp, Follow: o.Follow, WriteOn: w, Check: o.Check, Log: o.Log})
 }
 
 // newDelayLineWriteCap is the delay line for delays and write-rate caps on
@@ -262,7 +266,7 @@ func newDelayLineWriteCap(o Options, w WriteOn) (Throttle, error) {
 	if err != nil {
 		return nil, err
 	}
-	wc, err := NewWriteCap(WriteCapConfig{Device: dev, Label: o.Label + "-wc", Port: uint16(o.Port), Log: o.Log})
+	wc, err := NewWriteCap(WriteCapConfig{Device: dev, Label: o.Label + "-wc", Port: uint16(o.Port), Check: o.Check, Log: o.Log})
 	if err != nil {
 		return nil, errors.Join(err, dl.Close())
 	}

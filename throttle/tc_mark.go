@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,17 +80,36 @@ func newTcNetfilter(label, hook, dev string, port uint16) (*tcNetfilter, error) 
 	return &tcNetfilter{ipt: ipt, label: label, hook: hook, dev: dev, port: port}, nil
 }
 
-func (n *tcNetfilter) jumpSpec() []string {
+// jumpSpec is a jump from the hook into our first chain for the packets
+// that also match m.
+func (n *tcNetfilter) jumpSpec(m []string) []string {
 	s := []string{"-o", n.dev}
 	if n.port != 0 {
 		s = append(s, "-p", "tcp", "--sport", strconv.Itoa(int(n.port)))
 	}
+	s = append(s, m...)
 	return append(s, "-m", "comment", "--comment", tcComment(n.label), "-j", tcChains(n.label)[0])
 }
 
+// jumpIfIn is a jump's match for packets to a member of set and, with
+// not, to no member of not.
+func jumpIfIn(set string, not ...string) []string {
+	m := []string{"-m", "set", "--match-set", set, "dst"}
+	for _, s := range not {
+		m = append(m, "-m", "set", "!", "--match-set", s, "dst")
+	}
+	return m
+}
+
 // install creates our chains with rules[i] in chain i (tcChains), then
-// the jump from the hook, last, so traffic never enters a half-built chain.
-func (n *tcNetfilter) install(rules ...[][]string) error {
+// the jumps from the hook (one per entry of jumps, each with its extra
+// match), last, so traffic never enters a half-built chain.
+//
+// The jumps match the consumers' sets, so only their packets enter our
+// chains, and every rule of ours holds a reference on a set: a flush of
+// the hook or of our chains shows in the sets' reference counts, which
+// the guard reads over netlink (guard_tc.go).
+func (n *tcNetfilter) install(jumps [][]string, rules ...[][]string) error {
 	chains := tcChains(n.label)
 	if len(rules) > len(chains) {
 		return fmt.Errorf("rules for %d chains, have %d", len(rules), len(chains))
@@ -108,8 +126,10 @@ func (n *tcNetfilter) install(rules ...[][]string) error {
 			}
 		}
 	}
-	if err := n.ipt.Append(tcTable, n.hook, n.jumpSpec()...); err != nil {
-		return fmt.Errorf("hook %s: %w", n.hook, err)
+	for _, m := range jumps {
+		if err := n.ipt.Append(tcTable, n.hook, n.jumpSpec(m)...); err != nil {
+			return fmt.Errorf("hook %s: %w", n.hook, err)
+		}
 	}
 	return nil
 }
@@ -308,23 +328,12 @@ type markLease struct {
 func startMarkLease(ttl time.Duration, refresh func()) *markLease {
 	l := &markLease{stop: make(chan struct{}), done: make(chan struct{})}
 	// The sets live in the creator's network namespace, which is a
-	// property of its OS thread; the refresher must run there too. Only a
-	// creator on a thread of its own namespace (the tests' namespaces)
-	// needs setns: in the agent every thread is in the one namespace, and
-	// setns, even into the namespace a thread is in, needs CAP_SYS_ADMIN,
-	// which the systemd unit need not grant for this.
-	ns, nsErr := netns.Get()
+	// property of its OS thread; the refresher must run there too.
+	enter := creatorNS()
 	go func() {
 		defer close(l.done)
-		if nsErr == nil {
-			// Never unlocked: the thread dies with the goroutine rather
-			// than go back to the pool in another namespace.
-			runtime.LockOSThread()
-			err := enterNS(ns)
-			ns.Close()
-			if err != nil {
-				return
-			}
+		if err := enter(); err != nil {
+			return
 		}
 		tick := time.NewTicker(max(ttl/3, 10*time.Millisecond))
 		defer tick.Stop()

@@ -46,6 +46,7 @@ type WriteCap struct {
 	dev   netlink.Link
 	ifb   netlink.Link
 	hook  *clsactHook
+	guard *guard // puts the IFB, its classes and the filters back when someone removes them
 
 	bpfObjects // consumers: IPv4 (host order) → classid
 
@@ -68,7 +69,11 @@ type WriteCapConfig struct {
 	LinkRate uint64
 	// TTL is how long caps outlive the last heartbeat (DefaultMarkTTL).
 	TTL time.Duration
-	Log *slog.Logger
+	// Check is how often the IFB tree and the filters are checked, and
+	// put back with the current caps if someone removed them (guard.go):
+	// DefaultCheck if 0, never if negative.
+	Check time.Duration
+	Log   *slog.Logger
 }
 
 // writeCapMaxConsumers bounds the capped consumers (class minors and
@@ -130,6 +135,7 @@ func NewWriteCap(cfg WriteCapConfig) (*WriteCap, error) {
 		return nil, fmt.Errorf("write cap on %s: %w", cfg.Device, err)
 	}
 	w.lease.start()
+	w.guard = startGuard(&guard{what: "write caps", interval: cfg.Check, log: cfg.Log, check: w.check, repair: w.repair})
 	cfg.Log.Info("write-rate caps ready", "device", cfg.Device, "ifb", WriteCapIFB(cfg.Label), "ttl", cfg.TTL)
 	return w, nil
 }
@@ -416,11 +422,15 @@ func (w *WriteCap) List() map[netip.Addr]Setting {
 // path at once), then the IFB with its tree, the clsact if it added it
 // and nobody else's filters hang there, then the program and maps.
 func (w *WriteCap) Close() error {
+	w.guard.end()
 	w.lease.end()
 	err := errors.Join(CleanupWriteCap(w.cfg.Label), w.hook.release())
 	w.close()
 	return err
 }
+
+// Reinstalls implements Reinstaller.
+func (w *WriteCap) Reinstalls() uint64 { return w.guard.Reinstalls() }
 
 // CleanupWriteCap removes a label's steering filters (from every link's
 // ingress) and its IFB, also after a crash.

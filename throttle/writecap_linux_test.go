@@ -340,6 +340,7 @@ func TestWriteCapCleanupAfterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.lease.end() // the process dies: no Close
+	w.guard.end()
 	w2, err := NewWriteCap(WriteCapConfig{Device: n.devA, Label: n.label, Port: n.port})
 	if err != nil {
 		t.Fatalf("restart over stale objects: %v", err)

@@ -30,6 +30,11 @@ type backendOptions struct {
 	// config file, unedited: it decides everything and touches no kernel
 	// state.
 	DryRun bool
+	// NoReinstall (--no-reinstall) keeps the backend from putting back
+	// rules, sets or qdiscs that someone else removed: for experiments
+	// that take the agent's rules out on purpose (lab
+	// overhead-interleaved), which a guard would undo within a tick.
+	NoReinstall bool
 	throttle.Options
 }
 
@@ -54,6 +59,9 @@ func (o backendOptions) resolve(cfg *config.Config, followFlagSet bool) backendO
 	}
 	o.Name, o.Port, o.Ramp, o.Follow, o.WriteOn = cfg.Backend, cfg.ISCSIPort, cfg.DelayRamp, cfg.DelayFollow, cfg.WriteDelayOn
 	o.MaxDelay, o.Step = cfg.MaxDelay, cfg.DelayStep
+	// The backend checks its kernel objects once a control tick, so a
+	// flushed firewall is put back before the next tick or the one after.
+	o.Check = cfg.Interval
 	if cfg.Device != "" {
 		o.Device = cfg.Device
 	}
@@ -64,10 +72,14 @@ func (o backendOptions) resolve(cfg *config.Config, followFlagSet bool) backendO
 }
 
 // shadowed applies --dry-run last, so neither the config nor --backend
-// can put a kernel backend under a shadow agent.
+// can put a kernel backend under a shadow agent; and --no-reinstall,
+// which no config undoes either.
 func (o backendOptions) shadowed() backendOptions {
 	if o.DryRun {
 		o.Name = dryRunBackend
+	}
+	if o.NoReinstall {
+		o.Check = -1
 	}
 	return o
 }
@@ -184,6 +196,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f.Float64Var(&bo.Ramp, "delay-ramp", bo.Ramp, "how fast the delay line lets a connection's delay grow, ms per ms of its traffic; 0: at once (config delay_ramp overrides)")
 	f.StringVar(&bo.WriteOn, "write-delay-on", "replies", "which packets carry a write delay: replies (the target's R2Ts and status; no spurious loss probes) or acks (the thesis' delayed ACKs) (config write_delay_on overrides)")
 	f.BoolVar(&bo.Follow, "delay-follow", bo.Follow, "cap each packet's delay by a model of its sender's srtt: the fastest rise without spurious tail-loss probes (default on without --config with --write-delay-on acks, unless --delay-ramp is set; with --config, the config's delay_follow)")
+	f.BoolVar(&bo.NoReinstall, "no-reinstall", false, "do not put back the backend's rules, sets and qdiscs when someone else removes them (by default they are checked every control tick and reinstalled with the current throttles); for experiments that remove them on purpose")
 	f.IntVar(&bo.QueueLimit, "queue-limit", 0, "most packets the delay line holds at once; beyond it the soonest-due leaves early (default 4096)")
 	f.StringVar(&httpAddr, "http", "", "HTTP listener for the dashboard and /metrics (overrides the config's http; \"\" turns it off; without --config, off unless given)")
 	f.BoolVar(&logJSON, "log-json", false, "log JSON instead of logfmt")

@@ -80,6 +80,11 @@ func TestBackendOptionsResolve(t *testing.T) {
 		if c.cfg != nil && (got.MaxDelay != c.cfg.MaxDelay || got.Step != c.cfg.DelayStep) || c.cfg == nil && (got.MaxDelay != 0 || got.Step != 0) {
 			t.Errorf("%s: netem range %v in %v steps", c.name, got.MaxDelay, got.Step)
 		}
+		// The guard checks the kernel objects every control tick; manual
+		// throttles take the backend's default.
+		if c.cfg != nil && got.Check != c.cfg.Interval || c.cfg == nil && got.Check != 0 {
+			t.Errorf("%s: kernel objects checked every %v", c.name, got.Check)
+		}
 	}
 }
 
@@ -121,6 +126,11 @@ func TestDryRunFlag(t *testing.T) {
 		}
 		if _, ok := th.(*throttle.Memory); !ok || th.Name() != dryRunBackend {
 			t.Errorf("config %v: built %T %q, want the recording throttle", cfg != nil, th, th.Name())
+		}
+	}
+	for _, cfg := range []*config.Config{nil, &named} {
+		if got := (backendOptions{Name: "delayline", NoReinstall: true}).resolve(cfg, false); got.Check >= 0 {
+			t.Errorf("config %v: --no-reinstall left the guard checking every %v", cfg != nil, got.Check)
 		}
 	}
 	if got := (backendOptions{Name: "auto"}).resolve(&named, false); got.Name != "delayline" {

@@ -200,7 +200,9 @@ func (b *ifaceBytes) Close() { b.h.Close() }
 // functions.
 func runOverheadInterleaved(r *runner, dir string, length, window time.Duration) (InterleavedDirection, *lab.PhaseResult, error) {
 	var out InterleavedDirection
-	a, err := r.startAgent("delayline")
+	// --no-reinstall: the agent would put the rules back within a tick
+	// of each window that takes them out.
+	a, err := r.startAgent("delayline", "--no-reinstall")
 	if err != nil {
 		return out, nil, err
 	}
