@@ -79,7 +79,7 @@ func printFigures(cmd *cobra.Command, dir string) error {
 	case "interference":
 		var s report.InterferenceSummary
 		err, sum = json.Unmarshal(b, &s), s
-	case "pid", "autonomic":
+	case "pid", "autonomic", "read-backup", "mixed":
 		var s report.ControlledSummary
 		err, sum = json.Unmarshal(b, &s), s
 	default:

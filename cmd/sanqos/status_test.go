@@ -242,3 +242,32 @@ func TestStatusReservations(t *testing.T) {
 		}
 	}
 }
+
+// A backup's run (the demo's) prints the reader's p95 and the backup's
+// throughput with the agent off and on, and the oracle's, not raw JSON.
+func TestReportInterferers(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "20261126-111000")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("../../report/testdata/read-backup/summary.json") // lab run s05-afterlogin-6913216
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "summary.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "report", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"baseline:        read wait p95  27.00 ms  readers  24.61 MB/s",
+		"threshold 15 ms: read wait p95  16.00 ms (1.07×)", "( 99% kept)", "oracle    15 ms: read wait p95  15.25 ms"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, `"experiment"`) {
+		t.Errorf("printed raw JSON:\n%s", out)
+	}
+}
