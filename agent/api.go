@@ -5,7 +5,7 @@
 // It wires the pipeline together and must not parse kernel files (sample,
 // discover), implement a filter or a controller (filter, control), or talk
 // netlink (throttle). What it does compute each tick is the glue between
-// them, which has no other home yet (issue 31 moves it into stages):
+// them, run as the stages of one tick (tick.go):
 // the indicator (the read wait of the devices a policy protects), the p95
 // objective's tail factor and the floor (objective.go), each consumer's
 // queue and load (saturation.go, priced by package cost), the onset

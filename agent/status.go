@@ -33,14 +33,18 @@ type ResourceStatus struct {
 	// Onsets counts the write surges the onset detector found;
 	// FeedForwardMs is the delay it would preload at the next (0 until
 	// the resource has been regulated under load).
-	Onsets        uint64           `json:"onsets"`
-	FeedForwardMs float64          `json:"feedforward_ms"`
-	ThresholdMs   float64          `json:"threshold_ms"`
-	Step          int              `json:"step"`
-	Delay         time.Duration    `json:"delay_ns"`
-	Throttleable  []string         `json:"throttleable"`
-	Consumers     []ConsumerStatus `json:"consumers"`
-	Policy        string           `json:"policy,omitempty"`
+	Onsets        uint64  `json:"onsets"`
+	FeedForwardMs float64 `json:"feedforward_ms"`
+	ThresholdMs   float64 `json:"threshold_ms"`
+	Step          int     `json:"step"`
+	// Delay is the controller's delay; DelayMs the same in the unit of
+	// the thresholds and waits beside it (delay_ns stays for scripts
+	// written against it, and the throttle API keeps integer ns).
+	Delay        time.Duration    `json:"delay_ns"`
+	DelayMs      float64          `json:"delay_ms"`
+	Throttleable []string         `json:"throttleable"`
+	Consumers    []ConsumerStatus `json:"consumers"`
+	Policy       string           `json:"policy,omitempty"`
 	// Classes is the slo-classes policy's per-class accounting.
 	Classes []ClassStatus `json:"classes,omitempty"`
 	// Network is the network saturation indicator and Reservations the
