@@ -201,9 +201,11 @@ func (l *Loops) measureConsumer(pc planConsumer, d devIntervals, r sample.Rate, 
 	// to itself; on shared devices they are everyone's (lab autonomic:
 	// every initiator sees every LUN of the one target, and the reader
 	// had the whole resource's queue of 13, so it was slowed with the
-	// backup), so there the queue is unknown (0: the queue rule does not
-	// apply) and the load is priced from the consumer's own bytes on the
-	// wire, when the agent samples them.
+	// backup), so there, when the agent samples the wire, the queue is
+	// the consumer's own commands per second × the devices' mean wait
+	// (Little's law: every request on a device waits alike) and the load
+	// is priced from its own bytes; without the wire the queue is
+	// unknown (0: the queue rule does not apply).
 	var devLoad cost.Load
 	var devQueue float64
 	if secs > 0 {
@@ -214,6 +216,9 @@ func (l *Loops) measureConsumer(pc planConsumer, d devIntervals, r sample.Rate, 
 	}
 	if wire && !pc.exclusive {
 		devLoad = l.cfg.Cost.Bytes(r.ReadBps, r.WriteBps)
+		if n := nr + nw; n > 0 {
+			devQueue = r.CommandsPerSec * (rTicks + wTicks) / n / 1e3
+		}
 	}
 	if wire {
 		rb, wb = r.ReadBps, r.WriteBps

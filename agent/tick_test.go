@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/csv"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -354,11 +355,19 @@ func TestStageDecideShapePublish(t *testing.T) {
 }
 
 // With every host on every LUN (the lab's autonomic discovery, a shared
-// datastore) the devices cannot say whose queue is whose: the queue rule
-// stays out, the wire's bytes price each consumer, the backup hosts join
-// by their read rate and get read delays, and the reader is never slowed
-// (it was, with the whole resource's queue of 13 as its own).
+// datastore) the devices cannot say whose queue is whose: each consumer's
+// queue is its own commands on the wire × the devices' mean wait (not
+// the resource's queue of 13, which once slowed the reader with the
+// backup), the wire's bytes price each consumer, the backup hosts join
+// and get read delays, and the reader is never slowed. Without command
+// counts (no wire) the queue rule stays out.
 func TestStageSharedLUNs(t *testing.T) {
+	for _, cmds := range []bool{false, true} {
+		t.Run(fmt.Sprintf("commands on the wire %v", cmds), func(t *testing.T) { sharedLUNs(t, cmds) })
+	}
+}
+
+func sharedLUNs(t *testing.T, cmds bool) {
 	ticks := loadRecorded(t, "testdata/stages/read-backup-baseline.csv")
 	l, rs := stageStateOf(t, true)
 	for k, snap := range cumulative(ticks) {
@@ -366,6 +375,10 @@ func TestStageSharedLUNs(t *testing.T) {
 		for i, h := range stageHosts {
 			iv := ticks[k].dev["loop"+strconv.Itoa(i)]
 			wire[stageAddr[h]] = sample.Rate{ReadBps: iv.ReadBps, WriteBps: iv.WriteBps, Conns: 1}
+			if cmds && iv.Seconds > 0 {
+				// Each host's commands are its own LUN's requests.
+				wire[stageAddr[h]] = sample.Rate{ReadBps: iv.ReadBps, WriteBps: iv.WriteBps, Conns: 1, CommandsPerSec: float64(iv.Reads+iv.Writes) / iv.Seconds}
+			}
 		}
 		l.measure(rs, rs.sampleDevices(snap), wire, time.Unix(0, 0), 15)
 		if ticks[k].t >= 7.0 {
@@ -373,10 +386,14 @@ func TestStageSharedLUNs(t *testing.T) {
 		}
 	}
 	for _, c := range rs.in.Consumers {
-		if c.Queue != 0 {
-			t.Errorf("%v: queue %.2f on shared LUNs, want none", c.Addr, c.Queue)
-		}
 		backup := c.Addr != stageAddr["b2"]
+		t.Logf("%v: queue %.2f", c.Addr, c.Queue)
+		switch {
+		case !cmds && c.Queue != 0:
+			t.Errorf("%v: queue %.2f on shared LUNs without commands, want none", c.Addr, c.Queue)
+		case cmds && backup != (c.Queue >= 1.25):
+			t.Errorf("%v: queue %.2f from its commands, want ≥ 1.25 only for the backup", c.Addr, c.Queue)
+		}
 		if backup != (c.ReadEWMA > 1e6) || c.Load.Write != 0 || (backup && c.Load.Read < 0.15) || (!backup && c.Load.Read > 0.02) {
 			t.Errorf("%v: read %.2f MB/s, load %+v: want the wire's own bytes priced", c.Addr, c.ReadEWMA/1e6, c.Load)
 		}

@@ -107,6 +107,7 @@ func parseDiagReply(b []byte) (connSample, error) {
 			s.ti.Bytes_acked = binary.NativeEndian.Uint64(ti[120:])
 			s.ti.Bytes_received = binary.NativeEndian.Uint64(ti[128:])
 			s.ti.Min_rtt = u32(148)
+			s.ti.Data_segs_in = u32(152)
 			s.ti.Delivery_rate = binary.NativeEndian.Uint64(ti[160:])
 			return s, nil
 		}

@@ -36,6 +36,11 @@ type Rate struct {
 	// InFlight is the bytes the target has sent it and not had acked
 	// (unacked segments × MSS), summed over its connections.
 	InFlight float64
+	// CommandsPerSec estimates the iSCSI commands it sends per second
+	// from its data segments (see commands): with the wait its devices
+	// give, the number of its requests in the resource where it shares
+	// the devices with others, which diskstats cannot split.
+	CommandsPerSec float64
 }
 
 type connKey struct {
@@ -45,6 +50,8 @@ type connKey struct {
 
 type connCounters struct {
 	recv, acked uint64
+	segsIn      uint32 // tcpi_data_segs_in (wraps)
+	mss         uint32 // tcpi_snd_mss: the path's, as the initiator's full segments are
 }
 
 // TCPRates samples per-connection TCP_INFO (sock_diag) for connections on a
@@ -107,7 +114,7 @@ func (t *TCPRates) Sample() (map[netip.Addr]Rate, error) {
 	net := map[netip.Addr]Rate{} // per-peer delay signals
 	for i := range conns {
 		c := &conns[i]
-		cur[c.key] = connCounters{recv: c.ti.Bytes_received, acked: c.ti.Bytes_acked}
+		cur[c.key] = connCounters{recv: c.ti.Bytes_received, acked: c.ti.Bytes_acked, segsIn: c.ti.Data_segs_in, mss: c.ti.Snd_mss}
 		n := net[c.key.peer.Addr()]
 		addDelay(&n, &c.ti)
 		net[c.key.peer.Addr()] = n
@@ -134,10 +141,28 @@ func (t *TCPRates) Sample() (map[netip.Addr]Rate, error) {
 		if p, ok := prev[k]; ok && secs > 0 && c.recv >= p.recv && c.acked >= p.acked {
 			r.WriteBps += float64(c.recv-p.recv) / secs
 			r.ReadBps += float64(c.acked-p.acked) / secs
+			r.CommandsPerSec += commands(c.segsIn-p.segsIn, c.recv-p.recv, c.mss) / secs
 		}
 		out[k.peer.Addr()] = r
 	}
 	return out, nil
+}
+
+// commands estimates how many iSCSI commands arrived in segs data
+// segments carrying bytes: a command PDU is a short segment of its own
+// (48 bytes, or the tail of a write's immediate data) while write data
+// fills whole segments of mss, so the segments that whole-segment data
+// does not explain are commands. Exact for reads; a write counts only
+// the fraction its last segment leaves empty (0.3 for 8 KiB at an MSS of
+// 1448), so writers are under-counted — the safe side for a rule that
+// slows consumers by their queue. The MSS is the target's sending one:
+// tcpi_rcv_mss stays at 536 on a connection that has only received
+// short segments (a reader's), which would under-count reads by 9 %.
+func commands(segs uint32, bytes uint64, mss uint32) float64 {
+	if mss == 0 {
+		return 0
+	}
+	return max(0, float64(segs)-float64(bytes)/float64(mss))
 }
 
 // dumpAll dumps every TCP socket of both families, keeps those on Port

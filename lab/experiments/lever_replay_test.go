@@ -62,7 +62,10 @@ func (r *traceReplay) Read(devices ...string) (map[string]sample.Counters, error
 // the wire and diskstats are read at slightly different moments and a
 // request's bytes cross one after the other, so the wire's tick is
 // taken as half this tick's device bytes and half the last's, plus
-// iSCSI's 48-byte header per 8 KiB.
+// iSCSI's 48-byte header per 8 KiB. Its commands are what the sampler
+// would count from its segments (sample.commands at an MSS of 1448): a
+// read's command segment less its 48/1448, a write's last segment's
+// empty fraction.
 func (r *traceReplay) Sample() (map[netip.Addr]sample.Rate, error) {
 	out := map[netip.Addr]sample.Rate{}
 	tk := r.res.Ticks[r.i-1]
@@ -72,9 +75,22 @@ func (r *traceReplay) Sample() (map[netip.Addr]sample.Rate, error) {
 	}
 	for h, iv := range tk.Dev {
 		p := prev.Dev[h]
-		out[lab.HostAddr(h)] = sample.Rate{WriteBps: 1.006 * (iv.WriteBps + p.WriteBps) / 2, ReadBps: 1.006 * (iv.ReadBps + p.ReadBps) / 2, Conns: 1}
+		out[lab.HostAddr(h)] = sample.Rate{WriteBps: 1.006 * (iv.WriteBps + p.WriteBps) / 2, ReadBps: 1.006 * (iv.ReadBps + p.ReadBps) / 2, Conns: 1,
+			CommandsPerSec: (wireCommands(iv) + wireCommands(p)) / 2}
 	}
 	return out, nil
+}
+
+// wireCommands is the sampler's command count per second for one
+// device interval's requests (see Sample).
+func wireCommands(iv sample.Interval) float64 {
+	const mss, hdr, tick = 1448.0, 48.0, 0.1 // a loaded trace's tick: 100 ms
+	n := float64(iv.Reads) * (1 - hdr/mss)
+	if iv.Writes > 0 {
+		b := hdr + iv.WriteBps*tick/float64(iv.Writes)
+		n += float64(iv.Writes) * (math.Ceil(b/mss) - b/mss)
+	}
+	return n / tick
 }
 
 // The write-cap lever's hand-over, on a real run: the 10 ms phase of
