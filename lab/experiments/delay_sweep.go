@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"path/filepath"
 	"time"
 
 	"github.com/sanqos/sanqos/lab"
@@ -45,7 +44,7 @@ func (r *runner) delaySweepSession(backend string) (backendRun, error) {
 	lead := 2 * time.Second
 	reps := max(r.opts.Repeat, 3)
 	n := len(SweepDelays)
-	sum := &SweepSummary{Experiment: "delay-sweep", Session: "one per direction, delay changed on it", R2: map[string]float64{}, R2Time: map[string]float64{}, RatioAtMax: map[string]float64{}}
+	sum := newSweepSummary("delay-sweep", "one per direction, delay changed on it")
 	b2 := lab.HostAddr("b2")
 	var all []*lab.PhaseResult
 	for _, dir := range []string{"read", "write"} {
@@ -56,10 +55,7 @@ func (r *runner) delaySweepSession(backend string) (backendRun, error) {
 		var marksT, marksI []lab.TCPCounters // target, initiator
 		for k := 0; k < n*reps; k++ {
 			d := SweepDelays[k%n]
-			set := throttle.Setting{ReadDelay: d}
-			if dir == "write" {
-				set = throttle.Setting{WriteDelay: d}
-			}
+			set := sweepSetting(dir, d)
 			p.Events = append(p.Events, lab.Event{At: lead + time.Duration(k)*step, Name: d.String(), Do: func() error {
 				t, i, err := readSweepTCP()
 				if err != nil {
@@ -96,8 +92,6 @@ func (r *runner) delaySweepSession(backend string) (backendRun, error) {
 			f = writeMBs
 		}
 		var xs, ys []float64
-		var bars []report.Bar
-		var first, last float64
 		for i, d := range SweepDelays {
 			pt := SweepPoint{Direction: dir, DelayMs: float64(d) / 1e6}
 			for rep := 0; rep < reps; rep++ {
@@ -117,27 +111,11 @@ func (r *runner) delaySweepSession(backend string) (backendRun, error) {
 				pt.TCP = &c
 			}
 			sum.Points = append(sum.Points, pt)
-			bars = append(bars, report.Bar{Label: fmt.Sprintf("%.1f", pt.DelayMs), Value: pt.MBs, Err: pt.Stderr})
-			if i == 0 {
-				first = pt.MBs
-			}
-			last = pt.MBs
 		}
-		_, _, r2 := report.LinearFit(xs, ys)
-		sum.R2[dir] = round(r2, 4)
-		sum.fitTime(dir, xs, ys)
-		if first > 0 {
-			sum.RatioAtMax[dir] = round(last/first, 3)
-		}
-		if err := report.BarPlot(filepath.Join(r.Dir, dir+"-sweep.png"),
-			fmt.Sprintf("%s rate vs added delay (ms) on one session, %d repeats, R²=%.3f", dir, reps, r2), dir+" MB/s", bars); err != nil {
-			return nil, err
-		}
-		if err := timePlot(r.Dir, dir, sum.Points, sum.R2Time[dir]); err != nil {
+		if err := sum.fitDirection(r.Dir, dir, xs, ys, fmt.Sprintf(" on one session, %d repeats", reps)); err != nil {
 			return nil, err
 		}
 	}
-	sum.TCP = sumTCP(all)
-	sum.Retrans = sum.TCP.RetransSegs
+	sum.setTCP(all)
 	return sum, a.Clear()
 }

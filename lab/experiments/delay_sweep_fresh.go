@@ -32,16 +32,14 @@ func (r *runner) delaySweepFresh(backend string) (backendRun, error) {
 	}
 	defer a.Stop()
 	bytes := int64(float64(200e6)*r.opts.Scale) / (64 << 10) * (64 << 10)
-	sum := &SweepSummary{Experiment: "delay-sweep-fresh", Session: "new per point", BytesPer: bytes, R2: map[string]float64{}, R2Time: map[string]float64{}, RatioAtMax: map[string]float64{}}
+	sum := newSweepSummary("delay-sweep-fresh", "new per point")
+	sum.BytesPer = bytes
 	b2 := lab.HostAddr("b2")
 	var all []*lab.PhaseResult
 	for _, dir := range []string{"read", "write"} {
 		var xs, ys []float64
 		for _, d := range SweepDelays {
-			set := throttle.Setting{ReadDelay: d}
-			if dir == "write" {
-				set = throttle.Setting{WriteDelay: d}
-			}
+			set := sweepSetting(dir, d)
 			p := &lab.Phase{Name: fmt.Sprintf("%s-%.1fms", dir, float64(d)/1e6), Label: fmt.Sprintf("%s at %v", dir, d),
 				Length: 5 * time.Minute, From: 0, To: 0,
 				Jobs: []lab.Job{{Name: "move", Host: "b2", URL: r.LUN("b2").URL, RW: dir, BS: 64 << 10, Size: bytes}}}
@@ -67,36 +65,13 @@ func (r *runner) delaySweepFresh(backend string) (backendRun, error) {
 			pt.MBs, pt.Stderr = round(m, 3), round(se, 3)
 			sum.Points = append(sum.Points, pt)
 		}
-		_, _, r2 := report.LinearFit(xs, ys)
-		sum.R2[dir] = round(r2, 4)
-		sum.fitTime(dir, xs, ys)
-		var first, last float64
-		var bars []report.Bar
-		for _, pt := range sum.Points {
-			if pt.Direction != dir {
-				continue
-			}
-			if pt.DelayMs == 0 {
-				first = pt.MBs
-			}
-			last = pt.MBs
-			bars = append(bars, report.Bar{Label: fmt.Sprintf("%.1f", pt.DelayMs), Value: pt.MBs, Err: pt.Stderr})
-		}
-		if first > 0 {
-			sum.RatioAtMax[dir] = round(last/first, 3)
-		}
-		if err := report.BarPlot(filepath.Join(r.Dir, dir+"-sweep.png"),
-			fmt.Sprintf("%s rate vs added delay (ms), %d MB per point, R²=%.3f", dir, bytes/1e6, r2), dir+" MB/s", bars); err != nil {
-			return nil, err
-		}
-		if err := timePlot(r.Dir, dir, sum.Points, sum.R2Time[dir]); err != nil {
+		if err := sum.fitDirection(r.Dir, dir, xs, ys, fmt.Sprintf(", %d MB per point", bytes/1e6)); err != nil {
 			return nil, err
 		}
 	}
 	if err := a.Clear(); err != nil {
 		return nil, err
 	}
-	sum.TCP = sumTCP(all)
-	sum.Retrans = sum.TCP.RetransSegs
+	sum.setTCP(all)
 	return sum, nil
 }

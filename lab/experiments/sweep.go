@@ -9,6 +9,7 @@ import (
 
 	"github.com/sanqos/sanqos/lab"
 	"github.com/sanqos/sanqos/report"
+	"github.com/sanqos/sanqos/throttle"
 )
 
 // What delay-sweep and delay-sweep-fresh share: the sweep's points, its
@@ -79,6 +80,57 @@ var SweepDelays = []time.Duration{0, 600 * time.Microsecond, 1600 * time.Microse
 	4600 * time.Microsecond, 5600 * time.Microsecond, 6600 * time.Microsecond, 7600 * time.Microsecond, 8600 * time.Microsecond, 9600 * time.Microsecond}
 
 func (s *SweepSummary) tcpTotal() lab.TCPCounters { return s.TCP }
+
+// newSweepSummary is an empty summary of the named sweep, its maps made.
+func newSweepSummary(experiment, session string) *SweepSummary {
+	return &SweepSummary{Experiment: experiment, Session: session,
+		R2: map[string]float64{}, R2Time: map[string]float64{}, RatioAtMax: map[string]float64{}}
+}
+
+// sweepSetting is delay d on the swept direction only.
+func sweepSetting(direction string, d time.Duration) throttle.Setting {
+	if direction == "write" {
+		return throttle.Setting{WriteDelay: d}
+	}
+	return throttle.Setting{ReadDelay: d}
+}
+
+// fitDirection judges one direction once its points are in s, given each
+// repeat's (delay ms, MB/s) in xs, ys: the rate fit (R2), the time fit
+// (fitTime), the rate at the largest delay over the rate at zero, and the
+// rate and time plots in dir. how goes after "(ms)" in the rate plot's
+// title.
+func (s *SweepSummary) fitDirection(dir, direction string, xs, ys []float64, how string) error {
+	_, _, r2 := report.LinearFit(xs, ys)
+	s.R2[direction] = round(r2, 4)
+	s.fitTime(direction, xs, ys)
+	var first, last float64
+	var bars []report.Bar
+	for _, pt := range s.Points {
+		if pt.Direction != direction {
+			continue
+		}
+		if pt.DelayMs == 0 {
+			first = pt.MBs
+		}
+		last = pt.MBs
+		bars = append(bars, report.Bar{Label: fmt.Sprintf("%.1f", pt.DelayMs), Value: pt.MBs, Err: pt.Stderr})
+	}
+	if first > 0 {
+		s.RatioAtMax[direction] = round(last/first, 3)
+	}
+	if err := report.BarPlot(filepath.Join(dir, direction+"-sweep.png"),
+		fmt.Sprintf("%s rate vs added delay (ms)%s, R²=%.3f", direction, how, r2), direction+" MB/s", bars); err != nil {
+		return err
+	}
+	return timePlot(dir, direction, s.Points, s.R2Time[direction])
+}
+
+// setTCP totals the TCP counters of the sweep's phases.
+func (s *SweepSummary) setTCP(all []*lab.PhaseResult) {
+	s.TCP = sumTCP(all)
+	s.Retrans = s.TCP.RetransSegs
+}
 
 // pointTCP sums the counts of delay i's steps, given the counters at each
 // of the n·reps changes and at the end; nil if an event did not run.

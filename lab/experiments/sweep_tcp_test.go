@@ -1,9 +1,13 @@
 package experiments
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/sanqos/sanqos/lab"
+	"github.com/sanqos/sanqos/throttle"
 )
 
 func TestPointTCP(t *testing.T) {
@@ -60,5 +64,43 @@ func TestSweepCriterion(t *testing.T) {
 		if s.Criterion.Pass["read"] != c.pass || s.Criterion.SecondsPerMs["read"] != c.slope {
 			t.Errorf("%s: pass %v slope %v (R² %v), want %v %v", c.name, s.Criterion.Pass["read"], s.Criterion.SecondsPerMs["read"], s.R2Time["read"], c.pass, c.slope)
 		}
+	}
+}
+
+func TestSweepFitDirection(t *testing.T) {
+	s := newSweepSummary("delay-sweep", "test")
+	var xs, ys []float64
+	for _, dir := range []string{"read", "write"} {
+		for i, d := range []float64{0, 0.6, 1.6} {
+			mbs := 20 - float64(i)*5
+			if dir == "write" {
+				mbs /= 2
+			}
+			s.Points = append(s.Points, SweepPoint{Direction: dir, DelayMs: d, MBs: mbs, Repeats: []float64{mbs}})
+			if dir == "write" {
+				xs, ys = append(xs, d), append(ys, mbs)
+			}
+		}
+	}
+	dir := t.TempDir()
+	if err := s.fitDirection(dir, "write", xs, ys, ", test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.RatioAtMax["write"]; got != 0.5 {
+		t.Errorf("write ratio at max %v, want 0.5 (its own points only)", got)
+	}
+	if _, ok := s.RatioAtMax["read"]; ok {
+		t.Errorf("read judged too: %v", s.RatioAtMax)
+	}
+	for _, f := range []string{"write-sweep.png", "write-time-per-200mb.png"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	if got := sweepSetting("write", time.Millisecond); got != (throttle.Setting{WriteDelay: time.Millisecond}) {
+		t.Errorf("write sweep sets %+v", got)
+	}
+	if got := sweepSetting("read", time.Millisecond); got != (throttle.Setting{ReadDelay: time.Millisecond}) {
+		t.Errorf("read sweep sets %+v", got)
 	}
 }
