@@ -13,10 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coreos/go-iptables/iptables"
 	"github.com/sanqos/sanqos/internal/testenv"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 )
 
 // classBytes is the bytes a class has sent.
@@ -56,18 +54,14 @@ func passesThrough(t *testing.T, w net.Conn, r net.Conn, dev string, handle uint
 	return classBytes(t, dev, handle)-before >= n
 }
 
-// HTB's tree goes with `tc qdisc del dev X root`, its marking with
-// `iptables -t mangle -F` or a firewall manager's iptables-restore of
-// the mangle table, or only the jump into ours with `iptables -t mangle
-// -F POSTROUTING`: each time the guard puts them back within a few
-// control ticks, with the consumer's class, and the consumer's traffic
-// is capped through its class again. Four removals within the minute
-// are one log line and four reinstalls.
-func TestHTBReinstallsRemovedTreeAndRules(t *testing.T) {
-	n := newTCTestNet(t)
-	n.enterA(t)
-	h := &logRecords{}
-	ht, err := NewHTB(HTBConfig{Device: n.devA, Label: n.label, Port: n.port, Log: slog.New(h)})
+// cappedHTB makes HTB on n's device A, caps one consumer of B at
+// 64 MiB/s and connects it, and checks the consumer's traffic passes its
+// class before anything is removed. It returns the backend, the
+// connection's ends and the consumer's class.
+func cappedHTB(t *testing.T, n *tcTestNet, cfg HTBConfig) (ht *HTB, client, server net.Conn, class uint32) {
+	t.Helper()
+	cfg.Device, cfg.Label, cfg.Port = n.devA, n.label, n.port
+	ht, err := NewHTB(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,29 +73,62 @@ func TestHTBReinstallsRemovedTreeAndRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	client, server := n.connect(t, ln, consumer)
-	class := netlink.MakeHandle(ht.marks.Major, ht.cur[consumer].minor)
+	t.Cleanup(func() { ln.Close() })
+	client, server = n.connect(t, ln, consumer)
+	class = netlink.MakeHandle(ht.marks.Major, ht.cur[consumer].minor)
 	if !passesThrough(t, server, client, n.devA, class) {
 		t.Fatal("the consumer's traffic does not pass its class before any removal")
 	}
+	return ht, client, server, class
+}
+
+// reinstalledAfter runs each removal in turn in A by name, waits for the
+// backend's guard to count its reinstall, and calls check with the
+// removal's command line.
+func reinstalledAfter(t *testing.T, n *tcTestNet, r Reinstaller, removals [][]string, check func(cmd string, took time.Duration)) {
+	t.Helper()
+	for i, remove := range removals {
+		cmd := strings.Join(remove, " ")
+		n.inA(t, remove...)
+		check(cmd, waitFor(t, 2*time.Second, cmd, func() bool { return r.Reinstalls() >= uint64(i+1) }))
+	}
+}
+
+// passesAgainAfter is reinstalledAfter checking that the bytes written on
+// w pass class of dev again.
+func passesAgainAfter(t *testing.T, n *tcTestNet, r Reinstaller, removals [][]string, w, rd net.Conn, dev string, class uint32) {
+	t.Helper()
+	reinstalledAfter(t, n, r, removals, func(cmd string, took time.Duration) {
+		t.Helper()
+		t.Logf("%s: reinstalled after %v", cmd, took)
+		if !passesThrough(t, w, rd, dev, class) {
+			t.Errorf("after %s and the reinstall, the consumer's traffic does not pass its class", cmd)
+		}
+	})
+}
+
+// HTB's tree goes with `tc qdisc del dev X root`, its marking with
+// `iptables -t mangle -F` or a firewall manager's iptables-restore of
+// the mangle table, or only the jump into ours with `iptables -t mangle
+// -F POSTROUTING`: each time the guard puts them back within a few
+// control ticks, with the consumer's class, and the consumer's traffic
+// is capped through its class again. Four removals within the minute
+// are one log line and four reinstalls.
+func TestHTBReinstallsRemovedTreeAndRules(t *testing.T) {
+	n := newTCTestNet(t)
+	n.enterA(t)
+	h := &logRecords{}
+	ht, client, server, class := cappedHTB(t, n, HTBConfig{Log: slog.New(h)})
 	guardChecks(t, ht.guard, 3)
 	if got := ht.Reinstalls(); got != 0 {
 		t.Fatalf("%d reinstalls before anything was removed", got)
 	}
-	for i, remove := range [][]string{
+	passesAgainAfter(t, n, ht, [][]string{
 		{"tc", "qdisc", "del", "dev", n.devA, "root"},
 		{"iptables", "-t", "mangle", "-F"},
 		{"iptables", "-t", "mangle", "-F", "POSTROUTING"}, // the hook's jump only
 		{"sh", "-c", "printf '*mangle\\nCOMMIT\\n' | iptables-restore"},
-	} {
-		n.inA(t, remove...)
-		took := waitFor(t, 2*time.Second, strings.Join(remove, " "), func() bool { return ht.Reinstalls() >= uint64(i+1) })
-		t.Logf("%s: reinstalled after %v", strings.Join(remove, " "), took)
-		if !passesThrough(t, server, client, n.devA, class) {
-			t.Errorf("after %s and the reinstall, the consumer's traffic does not pass its class", strings.Join(remove, " "))
-		}
-	}
+	}, server, client, n.devA, class)
 	guardChecks(t, ht.guard, 5)
 	if got := ht.Reinstalls(); got != 4 {
 		t.Errorf("4 removals, %d reinstalls", got)
@@ -159,17 +186,10 @@ func TestWriteCapReinstallsRemovedFiltersAndIFB(t *testing.T) {
 	if got := w.Reinstalls(); got != 0 {
 		t.Fatalf("%d reinstalls before anything was removed", got)
 	}
-	for i, remove := range [][]string{
+	passesAgainAfter(t, n, w, [][]string{
 		{"tc", "qdisc", "del", "dev", n.devA, "clsact"},
 		{"ip", "link", "del", ifb},
-	} {
-		n.inA(t, remove...)
-		took := waitFor(t, 2*time.Second, strings.Join(remove, " "), func() bool { return w.Reinstalls() >= uint64(i+1) })
-		t.Logf("%s: reinstalled after %v", strings.Join(remove, " "), took)
-		if !passesThrough(t, client, server, ifb, class) {
-			t.Errorf("after %s and the reinstall, the consumer's writes do not pass its class", strings.Join(remove, " "))
-		}
-	}
+	}, client, server, ifb, class)
 	guardChecks(t, w.guard, 5)
 	if got := w.Reinstalls(); got != 2 {
 		t.Errorf("2 removals, %d reinstalls", got)
@@ -239,15 +259,14 @@ func delayedAgainAfter(t *testing.T, n *tcTestNet, th Throttle, removals [][]str
 		return pct(pingPong(t, s.(*net.TCPConn), c.(*net.TCPConn), 20), 0.5)
 	}
 	r := th.(Reinstaller)
-	for i, remove := range removals {
-		n.inA(t, remove...)
-		took := waitFor(t, 2*time.Second, strings.Join(remove, " "), func() bool { return r.Reinstalls() >= uint64(i+1) })
+	reinstalledAfter(t, n, r, removals, func(cmd string, took time.Duration) {
+		t.Helper()
 		got := rtt()
-		t.Logf("%s: %s reinstalled after %v; round trip p50 %v", th.Name(), strings.Join(remove, " "), took, got)
+		t.Logf("%s: %s reinstalled after %v; round trip p50 %v", th.Name(), cmd, took, got)
 		if got < d {
-			t.Errorf("%s: after %s and the reinstall, round trip %v, want ≥ %v", th.Name(), strings.Join(remove, " "), got, d)
+			t.Errorf("%s: after %s and the reinstall, round trip %v, want ≥ %v", th.Name(), cmd, got, d)
 		}
-	}
+	})
 	if got := r.Reinstalls(); got != uint64(len(removals)) {
 		t.Errorf("%s: %d removals, %d reinstalls", th.Name(), len(removals), got)
 	}
@@ -263,29 +282,9 @@ func delayedAgainAfter(t *testing.T, n *tcTestNet, th Throttle, removals [][]str
 func TestNetemMarkingReinstalled(t *testing.T) {
 	n := newTCTestNet(t)
 	n.enterA(t)
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	ipt, err := iptables.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := NetemConfig{Device: n.devA, Label: n.label, Port: n.port, WriteOn: WriteOnACKs}
-	if err := cfg.defaults(); err != nil {
-		t.Fatal(err)
-	}
-	ne := &Netem{cfg: cfg, plan: cfg.plan(0), cur: map[netip.Addr]netemState{}}
-	defer func() {
-		ne.ipset.close()
-		if err := CleanupTC(n.label); err != nil {
-			t.Error(err)
-		}
-	}()
-	if err := ne.buildMarking(); err != nil {
-		t.Fatal(err)
-	}
+	fd, ipt := markProbe(t)
+	ne, undo := markingNetem(t, NetemConfig{Device: n.devA, Label: n.label, Port: n.port, WriteOn: WriteOnACKs})
+	defer undo()
 	reader, writer := n.addrsB[0], n.addrsB[1]
 	if err := ne.Set(map[netip.Addr]Setting{reader: {ReadDelay: time.Millisecond}, writer: {WriteDelay: 2 * time.Millisecond}}); err != nil {
 		t.Fatal(err)
@@ -294,7 +293,7 @@ func TestNetemMarkingReinstalled(t *testing.T) {
 	cc := &checkConn{}
 	defer cc.close()
 	repair := func() error {
-		return g.repairMarking(cc, ne.remark, ne.installRules, func(set string) error { return tcCreateSet(set, true, cfg.MarkTTL) })
+		return g.repairMarking(cc, ne.remark, ne.installRules, func(set string) error { return tcCreateSet(set, true, ne.cfg.MarkTTL) })
 	}
 	m := ne.plan.Marks
 	for i, remove := range [][]string{
@@ -374,30 +373,8 @@ func TestHTBReinstallsAfterNftFlushRuleset(t *testing.T) {
 	if v := n.inA(t, "iptables", "--version"); !strings.Contains(v, "nf_tables") {
 		t.Fatalf("iptables is not iptables-nft: %s", v)
 	}
-	ht, err := NewHTB(HTBConfig{Device: n.devA, Label: n.label, Port: n.port})
-	if err != nil {
-		t.Fatal(err)
-	}
-	consumer := n.addrsB[0]
-	if err := ht.Set(map[netip.Addr]Setting{consumer: {Rate: 64 << 20}}); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", netip.AddrPortFrom(n.addrA, n.port).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, server := n.connect(t, ln, consumer)
-	class := netlink.MakeHandle(ht.marks.Major, ht.cur[consumer].minor)
-	if !passesThrough(t, server, client, n.devA, class) {
-		t.Fatal("the consumer's traffic does not pass its class before the flush")
-	}
-	n.inA(t, "nft", "flush", "ruleset")
-	took := waitFor(t, 2*time.Second, "nft flush ruleset", func() bool { return ht.Reinstalls() >= 1 })
-	t.Logf("nft flush ruleset: reinstalled after %v", took)
-	if !passesThrough(t, server, client, n.devA, class) {
-		t.Error("after nft flush ruleset and the reinstall, the consumer's traffic does not pass its class")
-	}
+	ht, client, server, class := cappedHTB(t, n, HTBConfig{})
+	passesAgainAfter(t, n, ht, [][]string{{"nft", "flush", "ruleset"}}, server, client, n.devA, class)
 	if err := ht.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -29,26 +29,11 @@ import (
 func TestNetemMarksByWriteOn(t *testing.T) {
 	n := newTCTestNet(t)
 	n.enterA(t)
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	ipt, err := iptables.New()
-	if err != nil {
-		t.Fatal(err)
-	}
+	fd, ipt := markProbe(t)
 	consumer, bystander := n.addrsB[0], n.addrsB[1]
 	var ne *Netem
-	closeNetem := func() {
-		if ne != nil {
-			ne.ipset.close()
-			if err := CleanupTC(n.label); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	defer closeNetem()
+	closeNetem := func() {}
+	defer func() { closeNetem() }()
 	ms := time.Millisecond
 	for round, tc := range []struct {
 		on        WriteOn
@@ -65,14 +50,7 @@ func TestNetemMarksByWriteOn(t *testing.T) {
 	} {
 		if ne == nil || ne.cfg.WriteOn != tc.on {
 			closeNetem()
-			cfg := NetemConfig{Device: n.devA, Label: n.label, Port: n.port, WriteOn: tc.on}
-			if err := cfg.defaults(); err != nil {
-				t.Fatal(err)
-			}
-			ne = &Netem{cfg: cfg, plan: cfg.plan(0), cur: map[netip.Addr]netemState{}}
-			if err := ne.buildMarking(); err != nil {
-				t.Fatal(err)
-			}
+			ne, closeNetem = markingNetem(t, NetemConfig{Device: n.devA, Label: n.label, Port: n.port, WriteOn: tc.on})
 		}
 		if err := ne.Set(map[netip.Addr]Setting{consumer: tc.set}); err != nil {
 			t.Fatal(err)
@@ -109,6 +87,51 @@ func TestNetemMarksByWriteOn(t *testing.T) {
 			}
 		}
 	}
+}
+
+// markProbe opens what a test of the marking sends and counts with, in
+// the namespace the test's thread is in: a raw socket (closed when the
+// test ends) and iptables.
+func markProbe(t *testing.T) (fd int, ipt *iptables.IPTables) {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	ipt, err = iptables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fd, ipt
+}
+
+// markingNetem builds netem's marking half with cfg (its mangle chains
+// and ipsets; the tc half needs the netem qdisc) in the namespace the
+// caller's thread is in. undo closes its ipset socket and removes what
+// CleanupTC finds of cfg's label; a second call does nothing.
+func markingNetem(tb testing.TB, cfg NetemConfig) (ne *Netem, undo func()) {
+	tb.Helper()
+	if err := cfg.defaults(); err != nil {
+		tb.Fatal(err)
+	}
+	ne = &Netem{cfg: cfg, plan: cfg.plan(0), cur: map[netip.Addr]netemState{}}
+	done := false
+	undo = func() {
+		if done {
+			return
+		}
+		done = true
+		ne.ipset.close()
+		if err := CleanupTC(cfg.Label); err != nil {
+			tb.Error(err)
+		}
+	}
+	if err := ne.buildMarking(); err != nil {
+		undo()
+		tb.Fatal(err)
+	}
+	return ne, undo
 }
 
 // markCounter adds a rule after ours in mangle POSTROUTING that counts

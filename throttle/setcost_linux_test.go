@@ -67,20 +67,8 @@ func BenchmarkNetemSetTickSocketPerMessage(b *testing.B) { benchNetemSet(b, fals
 func benchNetemSet(b *testing.B, shared bool) {
 	n := newTCTestNet(b)
 	n.enterA(b)
-	cfg := NetemConfig{Device: n.devA, Label: n.label, Port: n.port, MaxDelay: 40 * time.Millisecond, Log: slog.New(slog.DiscardHandler)}
-	if err := cfg.defaults(); err != nil {
-		b.Fatal(err)
-	}
-	ne := &Netem{cfg: cfg, plan: cfg.plan(0), cur: map[netip.Addr]netemState{}}
-	defer func() {
-		ne.ipset.close()
-		if err := CleanupTC(n.label); err != nil {
-			b.Error(err)
-		}
-	}()
-	if err := ne.buildMarking(); err != nil {
-		b.Fatal(err)
-	}
+	ne, undo := markingNetem(b, NetemConfig{Device: n.devA, Label: n.label, Port: n.port, MaxDelay: 40 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+	defer undo()
 	if !shared {
 		ne.ipset.close()
 		ne.ipset = nil
