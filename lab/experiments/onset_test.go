@@ -15,10 +15,7 @@ import (
 func autonomicFixture(t *testing.T) []*lab.PhaseResult {
 	t.Helper()
 	dir := gunzipFixture(t, "testdata/autonomic-run")
-	var phases []*lab.Phase
-	for _, n := range []string{"baseline", "threshold-10ms", "threshold-20ms"} {
-		phases = append(phases, &lab.Phase{Name: n, From: 5 * time.Second, To: 21 * time.Second})
-	}
+	phases := phasesBetween(5*time.Second, 21*time.Second, "baseline", "threshold-10ms", "threshold-20ms")
 	rs, err := lab.LoadTrace(filepath.Join(dir, "trace.csv"), phases)
 	if err != nil {
 		t.Fatal(err)

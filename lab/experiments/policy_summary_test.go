@@ -42,26 +42,55 @@ func gunzipFixture(t *testing.T, dir string) string {
 	return out
 }
 
+// phasesBetween is one phase per name, each measured from from to to.
+func phasesBetween(from, to time.Duration, names ...string) []*lab.Phase {
+	var phases []*lab.Phase
+	for _, n := range names {
+		phases = append(phases, &lab.Phase{Name: n, From: from, To: to})
+	}
+	return phases
+}
+
+// recordedPolicyRun decompresses fixture's files and loads its trace
+// over phases, which it must hold all of, and the agent's status polls.
+func recordedPolicyRun(t *testing.T, fixture string, phases []*lab.Phase) (dir string, rs []*lab.PhaseResult, polls map[string][]StatusSample) {
+	t.Helper()
+	dir = gunzipFixture(t, fixture)
+	rs, err := lab.LoadTrace(filepath.Join(dir, "trace.csv"), phases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != len(phases) {
+		t.Fatalf("%d phase results, want %d", len(rs), len(phases))
+	}
+	polls, err = LoadStatusLog(filepath.Join(dir, "status.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, rs, polls
+}
+
+// recordedSummary reads the summary.json fixture's run wrote into v.
+func recordedSummary(t *testing.T, fixture string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(fixture, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The fixture is a real slo-classes run at scale 1 in this lab (its
 // regulated and burst phases: trace.csv, the agent's status polls, fio's
 // clat logs, and the summary.json the run wrote). The expected figures
 // come from an independent computation over the same files
 // (testdata/slo-classes-run/oracle.py, standard-library Python).
 func TestSLOClassesSummaryFromRecordedRun(t *testing.T) {
-	dir := gunzipFixture(t, "testdata/slo-classes-run")
 	main := &lab.Phase{Name: "slo-classes", From: 10 * time.Second, To: 59 * time.Second}
 	burst := &lab.Phase{Name: "burst", From: 25 * time.Second, To: 45 * time.Second}
-	rs, err := lab.LoadTrace(filepath.Join(dir, "trace.csv"), []*lab.Phase{main, burst})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rs) != 2 {
-		t.Fatalf("%d phase results, want 2", len(rs))
-	}
-	polls, err := LoadStatusLog(filepath.Join(dir, "status.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, rs, polls := recordedPolicyRun(t, "testdata/slo-classes-run", []*lab.Phase{main, burst})
 	run := SummarizeSLORun("slo-classes", "slo-classes", rs[0], polls["slo-classes"], dir)
 
 	want := []struct {
@@ -113,14 +142,8 @@ func TestSLOClassesSummaryFromRecordedRun(t *testing.T) {
 
 	// Recomputed from the files, the summary is the one the run wrote
 	// (its bulk writer rate and burst figures included).
-	b, err := os.ReadFile("testdata/slo-classes-run/summary.json")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var recorded SLOClassesSummary
-	if err := json.Unmarshal(b, &recorded); err != nil {
-		t.Fatal(err)
-	}
+	recordedSummary(t, "testdata/slo-classes-run", &recorded)
 	run.TCP = recorded.Runs[1].TCP // not in the trace
 	sameJSON(t, "regulated run", run, recorded.Runs[1])
 	var cl LabSLOClass
@@ -205,30 +228,10 @@ func TestFioClatWindowRejectsGarbage(t *testing.T) {
 // the agent's status polls, the summary.json it wrote). The expected
 // writer shares come from testdata/weighted-run/oracle.py.
 func TestWeightedSummaryFromRecordedRun(t *testing.T) {
-	dir := gunzipFixture(t, "testdata/weighted-run")
-	var phases []*lab.Phase
-	for _, n := range []string{"agent-off", "weighted-20ms", "weighted-50ms"} {
-		phases = append(phases, &lab.Phase{Name: n, From: 10 * time.Second, To: 59 * time.Second})
-	}
-	rs, err := lab.LoadTrace(filepath.Join(dir, "trace.csv"), phases)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rs) != 3 {
-		t.Fatalf("%d phase results, want 3", len(rs))
-	}
-	polls, err := LoadStatusLog(filepath.Join(dir, "status.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile("testdata/weighted-run/summary.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, rs, polls := recordedPolicyRun(t, "testdata/weighted-run",
+		phasesBetween(10*time.Second, 59*time.Second, "agent-off", "weighted-20ms", "weighted-50ms"))
 	var recorded WeightedSummary
-	if err := json.Unmarshal(b, &recorded); err != nil {
-		t.Fatal(err)
-	}
+	recordedSummary(t, "testdata/weighted-run", &recorded)
 	want := weightedOracle
 	for i, res := range rs {
 		maxDelay := []time.Duration{0, 20 * time.Millisecond, 50 * time.Millisecond}[i]
@@ -254,23 +257,8 @@ var weightedOracle = [3][3]float64{{0.333, 0.3334, 0.3336}, {0.4747, 0.3156, 0.2
 // The fixture is a real important-sets run at scale 1 in this lab; the
 // expected figures come from testdata/important-sets-run/oracle.py.
 func TestImportantSetsSummaryFromRecordedRun(t *testing.T) {
-	dir := gunzipFixture(t, "testdata/important-sets-run")
 	names := []string{"agent-off", "read-over-write", "important-sets"}
-	var phases []*lab.Phase
-	for _, n := range names {
-		phases = append(phases, &lab.Phase{Name: n, From: 10 * time.Second, To: 59 * time.Second})
-	}
-	rs, err := lab.LoadTrace(filepath.Join(dir, "trace.csv"), phases)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rs) != 3 {
-		t.Fatalf("%d phase results, want 3", len(rs))
-	}
-	polls, err := LoadStatusLog(filepath.Join(dir, "status.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, rs, polls := recordedPolicyRun(t, "testdata/important-sets-run", phasesBetween(10*time.Second, 59*time.Second, names...))
 	want := []struct {
 		mean, p50, p95, writeMBs float64
 		meanMet                  bool
