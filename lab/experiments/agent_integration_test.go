@@ -34,6 +34,69 @@ func startLabAgent(t *testing.T, name string, write func(r *runner, cfg string) 
 	return r, a
 }
 
+// heldRun is what runHeldLoad read off its run.
+type heldRun struct {
+	res *lab.PhaseResult
+	// during is who was throttled a second before the writers stopped,
+	// after the count still throttled half a second before the end.
+	during []string
+	after  int
+}
+
+// The load an agent test regulates: the reader throughout, 12 writers
+// after a lead, and a pause after them.
+const heldLead, heldWriting, heldAfter = 3 * time.Second, 20 * time.Second, 6 * time.Second
+
+// runHeldLoad runs the reader and 12 writers in phase name with agent a
+// on (and events, if any), and checks what every agent test asks of it:
+// in the second half of the writers' window, when the controller has had
+// 10 s, the reader's mean wait is within 1.25 × thr and the writers are
+// not starved; nothing is throttled after the load ends. what names the
+// agent in the messages.
+func runHeldLoad(t *testing.T, r *runner, a *lab.LabAgent, name, label, what string, thr time.Duration, events ...lab.Event) heldRun {
+	t.Helper()
+	const lead, writing, after = heldLead, heldWriting, heldAfter
+	p := &lab.Phase{Name: name, Label: label, Length: lead + writing + after, From: lead, To: lead + writing,
+		Jobs: append([]lab.Job{r.reader(lead + writing + after)}, r.writers(12, lead, writing)...)}
+	var h heldRun
+	p.Events = append(events,
+		lab.Event{At: lead + writing - time.Second, Name: "check during", Do: func() error {
+			m, err := a.List()
+			for c := range m {
+				h.during = append(h.during, c.String())
+			}
+			return err
+		}},
+		lab.Event{At: lead + writing + after - 500*time.Millisecond, Name: "check after", Do: func() error {
+			m, err := a.List()
+			h.after = len(m)
+			return err
+		}},
+	)
+	res, err := r.Run(p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.res = res
+	late := meanOver(res, "b2", lead+writing/2, lead+writing, readWait)
+	wr := 0.0
+	for _, host := range lab.Hosts[1:] {
+		wr += meanOver(res, host, lead+writing/2, lead+writing, writeMBs)
+	}
+	t.Logf("reader wait (diskstats) in the 2nd half of the load: %.1f ms (threshold %v); writes %.1f MB/s; throttled during %v, after %d; tcp %+v",
+		late, thr, wr, h.during, h.after, res.TCP)
+	if late > 1.25*float64(thr)/1e6 {
+		t.Errorf("reader's mean wait %.1f ms is above 1.25 × threshold %v with the %s on", late, thr, what)
+	}
+	if h.after != 0 {
+		t.Errorf("%d consumers still throttled %v after the load ended", h.after, after)
+	}
+	if wr < 5 {
+		t.Errorf("writers starved: %.1f MB/s", wr)
+	}
+	return h
+}
+
 // The autonomic agent, given only a 15 ms threshold, brings the reader's
 // wait back under it while 12 writers run, and lifts every throttle after
 // they stop.
@@ -44,44 +107,8 @@ func TestAutonomicAgentHoldsThresholdInLab(t *testing.T) {
 		func(r *runner, cfg string) (*lab.LabAgent, error) {
 			return lab.StartAgent("delayline", r.Dir, "--config", cfg)
 		})
-	const lead, writing, after = 3 * time.Second, 20 * time.Second, 6 * time.Second
-	p := &lab.Phase{Name: "autonomic", Label: "agent on", Length: lead + writing + after, From: lead, To: lead + writing,
-		Jobs: append([]lab.Job{r.reader(lead + writing + after)}, r.writers(12, lead, writing)...)}
-	var throttledDuring, throttledAfter int
-	p.Events = []lab.Event{
-		{At: lead + writing - time.Second, Name: "check during", Do: func() error {
-			m, err := a.List()
-			throttledDuring = len(m)
-			return err
-		}},
-		{At: lead + writing + after - 500*time.Millisecond, Name: "check after", Do: func() error {
-			m, err := a.List()
-			throttledAfter = len(m)
-			return err
-		}},
-	}
-	res, err := r.Run(p, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The second half of the writers' window: the controller has had 10 s.
-	late := meanOver(res, "b2", lead+writing/2, lead+writing, readWait)
-	wr := 0.0
-	for _, h := range lab.Hosts[1:] {
-		wr += meanOver(res, h, lead+writing/2, lead+writing, writeMBs)
-	}
-	t.Logf("reader wait in the 2nd half of the load: %.1f ms (threshold %v); writes %.1f MB/s; throttled during %d, after %d; tcp %+v",
-		late, thr, wr, throttledDuring, throttledAfter, res.TCP)
-	if late > 1.25*float64(thr)/1e6 {
-		t.Errorf("reader's mean wait %.1f ms is above 1.25 × threshold %v with the agent on", late, thr)
-	}
-	if throttledDuring != 3 {
-		t.Errorf("throttled %d consumers under load, want the 3 writers (b3..b5), never the reader", throttledDuring)
-	}
-	if throttledAfter != 0 {
-		t.Errorf("%d consumers still throttled %v after the load ended", throttledAfter, after)
-	}
-	if wr < 5 {
-		t.Errorf("writers starved: %.1f MB/s", wr)
+	h := runHeldLoad(t, r, a, "autonomic", "agent on", "agent", thr)
+	if len(h.during) != 3 {
+		t.Errorf("throttled %d consumers under load, want the 3 writers (b3..b5), never the reader", len(h.during))
 	}
 }
