@@ -2,8 +2,6 @@ package packaging
 
 import (
 	"bufio"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -34,37 +32,13 @@ const (
 // touch the host's (nor a lab experiment's).
 func scratchNS(t testing.TB) string {
 	t.Helper()
-	b := make([]byte, 4)
-	rand.Read(b)
-	ns := "sqpkg-" + hex.EncodeToString(b)
-	run(t, "ip", "netns", "add", ns)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	for _, c := range [][]string{
-		{"link", "set", "lo", "up"},
-		{"link", "add", nsDev, "type", "veth", "peer", "name", nsPeer},
-		{"addr", "add", nsAddr + "/24", "dev", nsDev},
-		{"addr", "add", nsConsumer + "/24", "dev", nsPeer},
-		{"link", "set", nsDev, "up"},
-		{"link", "set", nsPeer, "up"},
-	} {
-		run(t, append([]string{"ip", "-n", ns}, c...)...)
-	}
-	return ns
-}
-
-func run(t testing.TB, argv ...string) string {
-	t.Helper()
-	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
-	}
-	return string(out)
+	return testenv.ScratchNS(t, "sqpkg", testenv.Veth{Dev: nsDev, Addr: nsAddr, Peer: nsPeer, PeerAddr: nsConsumer})
 }
 
 // inNS runs argv in ns with every privilege (not in the sandbox).
 func inNS(t testing.TB, ns string, argv ...string) string {
 	t.Helper()
-	return run(t, append([]string{"ip", "netns", "exec", ns}, argv...)...)
+	return testenv.Run(t, append([]string{"ip", "netns", "exec", ns}, argv...)...)
 }
 
 // leftovers lists what of an agent is left in ns: rules, sets, qdiscs
@@ -82,7 +56,7 @@ func leftovers(t testing.TB, ns string) []string {
 			}
 		}
 	}
-	for _, l := range strings.Split(run(t, "tc", "-n", ns, "qdisc", "show"), "\n") {
+	for _, l := range strings.Split(testenv.Run(t, "tc", "-n", ns, "qdisc", "show"), "\n") {
 		f := strings.Fields(l)
 		switch {
 		case len(f) < 5 || f[1] == "noqueue":
@@ -94,7 +68,7 @@ func leftovers(t testing.TB, ns string) []string {
 			out = append(out, "qdisc: "+l)
 		}
 	}
-	for _, l := range strings.Split(run(t, "ip", "-n", ns, "-o", "link", "show"), "\n") {
+	for _, l := range strings.Split(testenv.Run(t, "ip", "-n", ns, "-o", "link", "show"), "\n") {
 		if f := strings.Fields(l); len(f) > 1 {
 			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
 			if name != "lo" && name != nsDev && name != nsPeer {
@@ -108,8 +82,8 @@ func leftovers(t testing.TB, ns string) []string {
 // emptyClsact reports whether dev's clsact hooks hold no filter.
 func emptyClsact(t testing.TB, ns, dev string) bool {
 	t.Helper()
-	return strings.TrimSpace(run(t, "tc", "-n", ns, "filter", "show", "dev", dev, "ingress")+
-		run(t, "tc", "-n", ns, "filter", "show", "dev", dev, "egress")) == ""
+	return strings.TrimSpace(testenv.Run(t, "tc", "-n", ns, "filter", "show", "dev", dev, "ingress")+
+		testenv.Run(t, "tc", "-n", ns, "filter", "show", "dev", dev, "egress")) == ""
 }
 
 // backend is one row of `sanqos throttle backends --json`.
@@ -300,22 +274,6 @@ func stopTimeout(t testing.TB, u *unit) time.Duration {
 	return d
 }
 
-// diskDevice is a block device of this machine for a static resource.
-func diskDevice(t testing.TB) string {
-	t.Helper()
-	b, err := os.ReadFile("/proc/diskstats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) > 3 {
-			return f[2]
-		}
-	}
-	testenv.Missing(t, "no block device in /proc/diskstats")
-	return ""
-}
-
 // targetConfig is a target-mode config with backend b: one static
 // resource without consumers, so no controller touches the consumer the
 // test throttles by hand; no HTTP listener.
@@ -392,7 +350,7 @@ func TestAgentUnderUnit(t *testing.T) {
 		}
 	}
 	t.Logf("this kernel runs %v; auto takes %s", names, autoPick)
-	dev := diskDevice(t)
+	dev := testenv.BlockDevice(t)
 	timeout := stopTimeout(t, shipped)
 
 	for _, v := range []struct {
@@ -451,7 +409,7 @@ func TestAgentUnderUnit(t *testing.T) {
 					// Past the marks' and heartbeats' TTL (1 s): their leases run.
 					time.Sleep(1500 * time.Millisecond)
 					a.alive(t, "throttle set")
-					if out := run(t, bin, "throttle", "list", "--socket", sock); !strings.Contains(out, nsConsumer) {
+					if out := testenv.Run(t, bin, "throttle", "list", "--socket", sock); !strings.Contains(out, nsConsumer) {
 						t.Errorf("throttle list:\n%s", out)
 					}
 					if used != "edt" {

@@ -87,7 +87,7 @@ func TestMakeUninstall(t *testing.T) {
 	a := startAgent(t, exec.Command("ip", "netns", "exec", ns, bin, "agent", "--backend", "delayline+htb",
 		"--interface", nsDev, "--socket", sock, "--log-json"))
 	a.waitLog(t, "agent running", 30*time.Second)
-	run(t, bin, "throttle", "set", nsConsumer, "--socket", sock, "--read-delay", "2ms", "--write-rate", "2MiB/s")
+	testenv.Run(t, bin, "throttle", "set", nsConsumer, "--socket", sock, "--read-delay", "2ms", "--write-rate", "2MiB/s")
 	if err := a.stop(t, syscall.SIGKILL, 10*time.Second); err == nil {
 		t.Fatal("SIGKILL: the agent exited cleanly")
 	}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"bufio"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -46,31 +44,7 @@ const (
 // experiment running beside the test).
 func dryRunNS(t *testing.T) string {
 	t.Helper()
-	b := make([]byte, 4)
-	rand.Read(b)
-	ns := "sqdry-" + hex.EncodeToString(b)
-	mustRun(t, "ip", "netns", "add", ns)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	for _, c := range [][]string{
-		{"link", "set", "lo", "up"},
-		{"link", "add", dryDev, "type", "veth", "peer", "name", dryPeer},
-		{"addr", "add", "10.214.0.1/24", "dev", dryDev},
-		{"addr", "add", dryConsumer + "/24", "dev", dryPeer},
-		{"link", "set", dryDev, "up"},
-		{"link", "set", dryPeer, "up"},
-	} {
-		mustRun(t, append([]string{"ip", "-n", ns}, c...)...)
-	}
-	return ns
-}
-
-func mustRun(t *testing.T, argv ...string) string {
-	t.Helper()
-	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
-	}
-	return string(out)
+	return testenv.ScratchNS(t, "sqdry", testenv.Veth{Dev: dryDev, Addr: "10.214.0.1", Peer: dryPeer, PeerAddr: dryConsumer})
 }
 
 // nsState is the kernel state of ns a backend builds: links, qdiscs and
@@ -181,21 +155,6 @@ func (a *nsAgent) stop(t *testing.T) {
 	}
 }
 
-// firstDisk is a block device of this machine for a static resource.
-func firstDisk(t *testing.T) string {
-	b, err := os.ReadFile("/proc/diskstats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) > 3 {
-			return f[2]
-		}
-	}
-	testenv.Missing(t, "no block device in /proc/diskstats")
-	return ""
-}
-
 // An agent with --dry-run, started on an operator's config that names a
 // real backend (auto), runs its control loop, takes a throttle and
 // reloads (also after the file's backend changed), and leaves the
@@ -212,7 +171,7 @@ func TestDryRunAgentChangesNothing(t *testing.T) {
 	writeCfg := func(backend string) {
 		t.Helper()
 		c := fmt.Sprintf("backend: %s\ndevice: %s\nsocket: %s\nhttp: \"\"\ndiscovery:\n  source: static\nresources:\n  - name: r1\n    devices: [%s]\n    throttleable: [%s]\n",
-			backend, dryDev, sock, firstDisk(t), dryConsumer)
+			backend, dryDev, sock, testenv.BlockDevice(t), dryConsumer)
 		if err := os.WriteFile(cfgPath, []byte(c), 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -1,5 +1,7 @@
 // Package testenv holds the checks that tests needing real kernel features
-// (root, network namespaces, iptables, tgtd, fio) make before they start.
+// (root, network namespaces, iptables, tgtd, fio) make before they start,
+// and what several packages' such tests share (a scratch namespace, a
+// command that must succeed, a block device of the machine).
 // Outside CI a missing prerequisite skips the test with the reason; in CI
 // (CI=true) it fails the test, so a lab test can never pass by not running.
 package testenv

@@ -51,3 +51,18 @@ func TestMissing(t *testing.T) {
 		})
 	}
 }
+
+// Run returns a command's output, and fails t with the command line and
+// output when it fails.
+func TestRun(t *testing.T) {
+	if got := Run(t, "sh", "-c", "echo out; echo err >&2"); got != "out\nerr\n" {
+		t.Errorf("Run: %q, want both streams", got)
+	}
+	r := &recorder{}
+	done := make(chan struct{})
+	go func() { defer close(done); Run(r, "sh", "-c", "echo why; exit 3") }()
+	<-done
+	if want := "sh -c echo why; exit 3: exit status 3\nwhy\n"; r.fatal != want {
+		t.Errorf("failing command: fatal %q, want %q", r.fatal, want)
+	}
+}
