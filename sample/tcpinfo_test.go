@@ -62,6 +62,53 @@ func dumpOf(f func(fam uint8) ([]*netlink.InetDiagTCPInfoResp, error)) func(uint
 	}
 }
 
+// roundsDump is TCPRates.dump over a fixture of AF_INET dumps: round
+// *i's replies, nothing in other families.
+func roundsDump(rounds [][]*netlink.InetDiagTCPInfoResp, i *int) func(uint8, func([]byte)) error {
+	return dumpOf(func(f uint8) ([]*netlink.InetDiagTCPInfoResp, error) {
+		if f != syscall.AF_INET {
+			return nil, nil
+		}
+		return rounds[*i], nil
+	})
+}
+
+// loopbackTarget listens on loopback and serves the one connection it
+// accepts with serve, after which the server side stays established
+// until the test ends; it dials the listener, takes a TCPRates' first
+// sample on its port and waits for the connection change that sample
+// signals. It returns the client side and the sampler.
+func loopbackTarget(t *testing.T, serve func(c net.Conn)) (net.Conn, *TCPRates) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		serve(c)
+		<-done
+	}()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	tr := NewTCPRates(uint16(l.Addr().(*net.TCPAddr).Port))
+	if _, err := tr.Sample(); err != nil {
+		t.Fatal(err)
+	}
+	<-tr.ConnChanges() // the first sample sees its connections appear
+	return c, tr
+}
+
 func TestTCPRatesPerConnection(t *testing.T) {
 	rounds := [][]*netlink.InetDiagTCPInfoResp{
 		{resp(1, "10.0.0.3:40000", 3260, 1000, 0), resp(2, "10.0.0.2:40001", 3260, 0, 500), resp(9, "10.0.0.9:22", 22, 0, 0)},
@@ -71,12 +118,7 @@ func TestTCPRatesPerConnection(t *testing.T) {
 	}
 	i := 0
 	now := time.Unix(0, 0)
-	tr := &TCPRates{Port: 3260, now: func() time.Time { return now }, dump: dumpOf(func(f uint8) ([]*netlink.InetDiagTCPInfoResp, error) {
-		if f != 2 { // AF_INET only in this fixture
-			return nil, nil
-		}
-		return rounds[i], nil
-	})}
+	tr := &TCPRates{Port: 3260, now: func() time.Time { return now }, dump: roundsDump(rounds, &i)}
 	if r, err := tr.Sample(); err != nil || r != nil {
 		t.Fatalf("first sample is a baseline: %v %v", r, err)
 	}
@@ -100,34 +142,11 @@ func TestTCPRatesPerConnection(t *testing.T) {
 
 // Against the real kernel: a loopback connection's bytes show up.
 func TestTCPRatesKernel(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
 	got := make(chan int64)
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	c, tr := loopbackTarget(t, func(c net.Conn) {
 		n, _ := io.CopyN(io.Discard, c, 1<<20)
 		got <- n
-		<-done // the server side stays established until the test ends
-	}()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	tr := NewTCPRates(uint16(l.Addr().(*net.TCPAddr).Port))
-	if _, err := tr.Sample(); err != nil {
-		t.Fatal(err)
-	}
-	<-tr.ConnChanges() // the first sample sees its connections appear
+	})
 	if _, err := c.Write(make([]byte, 1<<20)); err != nil {
 		t.Fatal(err)
 	}
@@ -232,12 +251,7 @@ func TestTCPRatesConnChanges(t *testing.T) {
 		{resp(2, "10.0.0.4:40001", 3260, 10, 0)},                                          // logout
 	}
 	i := 0
-	tr := &TCPRates{Port: 3260, now: time.Now, changed: make(chan struct{}, 1), dump: dumpOf(func(f uint8) ([]*netlink.InetDiagTCPInfoResp, error) {
-		if f != 2 {
-			return nil, nil
-		}
-		return rounds[i], nil
-	})}
+	tr := &TCPRates{Port: 3260, now: time.Now, changed: make(chan struct{}, 1), dump: roundsDump(rounds, &i)}
 	changed := func() bool {
 		select {
 		case <-tr.ConnChanges():
@@ -306,20 +320,8 @@ func TestCommandsFromSegments(t *testing.T) {
 // Against the real kernel: requests answered one at a time (an iSCSI
 // session at queue depth 1) are counted one command each.
 func TestTCPRatesKernelCommands(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
 	const n = 40
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	c, tr := loopbackTarget(t, func(c net.Conn) {
 		req := make([]byte, 48)
 		for range n {
 			if _, err := io.ReadFull(c, req); err != nil {
@@ -327,18 +329,7 @@ func TestTCPRatesKernelCommands(t *testing.T) {
 			}
 			c.Write([]byte{1})
 		}
-		<-done
-	}()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	tr := NewTCPRates(uint16(l.Addr().(*net.TCPAddr).Port))
-	if _, err := tr.Sample(); err != nil {
-		t.Fatal(err)
-	}
-	<-tr.ConnChanges()
+	})
 	start := time.Now()
 	reply := make([]byte, 1)
 	for range n {
