@@ -28,6 +28,26 @@ type Onset struct {
 // measures.
 const OnsetWindow = 1.0 // seconds
 
+// ReadsAsWrites is ticks with every host's reads but reader's counted as
+// writes, for FirstSecond over interferers that read: it dates a load
+// step by the first interval in which an interferer wrote, and a backup
+// never writes. reader's intervals, and the writers' figures, are as
+// they were; ticks are left unchanged.
+func ReadsAsWrites[T Ticker](ticks []T, reader string) []Tick {
+	out := make([]Tick, len(ticks))
+	for i, t := range ticks {
+		t := t.tick()
+		out[i] = Tick{T: t.T, Dev: make(map[string]sample.Interval, len(t.Dev))}
+		for h, iv := range t.Dev {
+			if h != reader {
+				iv.Writes += iv.Reads
+			}
+			out[i].Dev[h] = iv
+		}
+	}
+	return out
+}
+
 // FirstSecond measures Onset over the ticks of a phase: steps are the
 // planned on-times of the writers (seconds from the phase start), each on
 // for onS seconds. A step's onset is the start of the first interval in

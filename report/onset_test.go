@@ -38,3 +38,20 @@ func TestFirstSecond(t *testing.T) {
 		}
 	}
 }
+
+// ReadsAsWrites counts every host's reads but the reader's as writes, in
+// a copy, for ticks and for a struct embedding one.
+func TestReadsAsWrites(t *testing.T) {
+	type simTick struct {
+		Tick
+		Delay float64
+	}
+	ticks := []simTick{{Tick: Tick{T: 0.1, Dev: map[string]sample.Interval{"b2": {Reads: 3, Writes: 1}, "b3": {Reads: 4, Writes: 2}}}, Delay: 5}}
+	got := ReadsAsWrites(ticks, "b2")
+	if len(got) != 1 || got[0].T != 0.1 || got[0].Dev["b2"].Writes != 1 || got[0].Dev["b2"].Reads != 3 || got[0].Dev["b3"].Writes != 6 {
+		t.Errorf("ReadsAsWrites %+v", got)
+	}
+	if ticks[0].Dev["b3"].Writes != 2 {
+		t.Errorf("input changed: %+v", ticks)
+	}
+}

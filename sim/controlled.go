@@ -236,7 +236,7 @@ func ControlledRunOf(res *PhaseResult, thr time.Duration, steps []float64, onS f
 	waits := report.Values(w, "b2", readWait)
 	run := report.ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: report.RoundDist(report.Describe(waits)),
 		WriteMBs: report.Round(report.Aggregate(w, Hosts[1:], writeMBs), 2), ReadMBs: report.Round(report.Aggregate(w, Hosts[1:], readMBs), 2)}
-	onset := report.FirstSecond(ioTicks(res.Ticks), "b2", Hosts[1:], steps, onS)
+	onset := report.FirstSecond(report.ReadsAsWrites(res.Ticks, "b2"), "b2", Hosts[1:], steps, onS)
 	run.Onset = &onset
 	if thr == 0 {
 		return run
@@ -254,22 +254,4 @@ func ControlledRunOf(res *PhaseResult, thr time.Duration, steps []float64, onS f
 		run.Throttled = report.Round(100*float64(on)/float64(len(w)), 1)
 	}
 	return run
-}
-
-// ioTicks are ticks whose interferers' reads count as writes:
-// report.FirstSecond dates a load step by the first interval in which an
-// interferer wrote, and a backup never writes. Writers' ticks are the
-// same either way.
-func ioTicks(ticks []Tick) []report.Tick {
-	out := make([]report.Tick, len(ticks))
-	for i, t := range ticks {
-		out[i] = report.Tick{T: t.T, Dev: make(map[string]sample.Interval, len(t.Dev))}
-		for h, iv := range t.Dev {
-			if h != "b2" {
-				iv.Writes += iv.Reads
-			}
-			out[i].Dev[h] = iv
-		}
-	}
-	return out
 }

@@ -61,7 +61,7 @@ func controlledRun(res *lab.PhaseResult, thr time.Duration, steps []float64, onS
 	ticks := res.Ticks
 	if reads {
 		run.ReadMBs = round(report.Aggregate(res.Window(), lab.Hosts[1:], readMBs), 2)
-		ticks = ioTicks(ticks)
+		ticks = report.ReadsAsWrites(ticks, "b2")
 	}
 	onset := report.FirstSecond(ticks, "b2", lab.Hosts[1:], steps, onS)
 	run.Onset = &onset

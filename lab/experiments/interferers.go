@@ -7,7 +7,6 @@ import (
 
 	"github.com/sanqos/sanqos/lab"
 	"github.com/sanqos/sanqos/lab/diskmodel"
-	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/sample"
 	"github.com/sanqos/sanqos/throttle"
 )
@@ -153,24 +152,6 @@ func setInterferers(a *lab.LabAgent, l *interferers, d time.Duration) error {
 		m[x] = l.setting(d)
 	}
 	return a.Set(m)
-}
-
-// ioTicks are ticks in which the interferers' reads count as writes:
-// report.FirstSecond dates a load step by the first interval in which an
-// interferer wrote, and a backup never writes. The reader's are as they
-// were.
-func ioTicks(ticks []lab.Tick) []lab.Tick {
-	out := make([]lab.Tick, len(ticks))
-	for i, t := range ticks {
-		out[i] = report.Tick{T: t.T, Dev: make(map[string]sample.Interval, len(t.Dev))}
-		for h, iv := range t.Dev {
-			if h != "b2" {
-				iv.Writes += iv.Reads
-			}
-			out[i].Dev[h] = iv
-		}
-	}
-	return out
 }
 
 // unreachable says why a threshold at or below the reader's p95 alone

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/lab"
+	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/sample"
 	"github.com/sanqos/sanqos/throttle"
 )
@@ -151,9 +152,9 @@ func TestInterferersCountReads(t *testing.T) {
 		t.Errorf("moved: writers %v, backup %v, mixed %v", writerLoad.moved(iv), backupLoad.moved(iv), mixedLoad.moved(iv))
 	}
 	ticks := []lab.Tick{{T: 0.1, Dev: map[string]sample.Interval{"b2": {Reads: 3, Writes: 1}, "b3": {Reads: 4, Writes: 2}}}}
-	got := ioTicks(ticks)
+	got := report.ReadsAsWrites(ticks, "b2")
 	if got[0].Dev["b2"].Writes != 1 || got[0].Dev["b3"].Writes != 6 || ticks[0].Dev["b3"].Writes != 2 {
-		t.Errorf("ioTicks %+v (input now %+v)", got, ticks)
+		t.Errorf("ReadsAsWrites %+v (input now %+v)", got, ticks)
 	}
 }
 
