@@ -37,11 +37,10 @@ type ResourceStatus struct {
 	FeedForwardMs float64 `json:"feedforward_ms"`
 	ThresholdMs   float64 `json:"threshold_ms"`
 	Step          int     `json:"step"`
-	// Delay is the controller's delay; DelayMs the same in the unit of
-	// the thresholds and waits beside it (delay_ns stays for scripts
-	// written against it, and the throttle API keeps integer ns).
+	// Delay is the controller's delay; its JSON also carries it as
+	// delay_ms, in the unit of the thresholds and waits beside it
+	// (statusjson.go; delay_ns stays for scripts written against it).
 	Delay        time.Duration    `json:"delay_ns"`
-	DelayMs      float64          `json:"delay_ms"`
 	Throttleable []string         `json:"throttleable"`
 	Consumers    []ConsumerStatus `json:"consumers"`
 	Policy       string           `json:"policy,omitempty"`

@@ -44,11 +44,14 @@ type resourceStatusJSON struct {
 	IndicatorMs JSONFloat `json:"indicator_ms"`
 	RawWaitMs   JSONFloat `json:"raw_wait_ms"`
 	ThresholdMs JSONFloat `json:"threshold_ms"`
+	// DelayMs is Delay in ms, written for readers and not read back
+	// (delay_ns is the field decoded).
+	DelayMs float64 `json:"delay_ms"`
 }
 
 // MarshalJSON writes non-finite figures as null.
 func (s ResourceStatus) MarshalJSON() ([]byte, error) {
-	return json.Marshal(resourceStatusJSON{(*resourceStatusPlain)(&s), JSONFloat(s.IndicatorMs), JSONFloat(s.RawWaitMs), JSONFloat(s.ThresholdMs)})
+	return json.Marshal(resourceStatusJSON{(*resourceStatusPlain)(&s), JSONFloat(s.IndicatorMs), JSONFloat(s.RawWaitMs), JSONFloat(s.ThresholdMs), ms(s.Delay)})
 }
 
 // UnmarshalJSON decodes null as NaN.

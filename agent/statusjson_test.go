@@ -21,7 +21,7 @@ func TestStatusJSONRoundTripsNaN(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"indicator_ms":null`, `"raw_wait_ms":null`, `"threshold_ms":15`, `"name":"vg1"`, `"delay_ns":1000000`, `"read_bps":null`, `"write_bps":1000000`, `"throttled":true`} {
+	for _, want := range []string{`"indicator_ms":null`, `"raw_wait_ms":null`, `"threshold_ms":15`, `"name":"vg1"`, `"delay_ns":1000000`, `"delay_ms":1`, `"read_bps":null`, `"write_bps":1000000`, `"throttled":true`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("%s lacks %s", b, want)
 		}

@@ -322,7 +322,7 @@ func (l *Loops) interference(rs *resourceState) (bps float64, n int) {
 func (l *Loops) decide(rs *resourceState, st *ResourceStatus, step int) PolicyOutput {
 	p, in := rs.plan, &rs.in
 	delay := min(time.Duration(step)*l.cfg.DelayStep, l.cfg.MaxDelay)
-	st.Step, st.Delay, st.DelayMs = step, delay, ms(delay)
+	st.Step, st.Delay = step, delay
 	st.AtMaxDelay = delay >= l.cfg.MaxDelay && st.IndicatorMs > st.ThresholdMs
 	in.IndicatorMs, in.Output = st.IndicatorMs, delay
 	out := rs.policy.Decide(in)
