@@ -19,9 +19,14 @@ import (
 
 // Classifier picks the packets sent from the storage port to a set of
 // consumers with one iptables rule per class and family, matching an ipset
-// (hash:ip) of consumer addresses. Membership changes rewrite the set, never
-// the rules, so one rule serves thousands of consumers and a controller tick
-// costs no rule churn.
+// (hash:ip) of consumer addresses. The sets of consumers and the labelled
+// rules are made and cleaned up here for every backend: the Classifier
+// (the delay line's queue rules) and the tc backends' marks (tc_mark.go)
+// create their sets with createSet, comment their rules with commented,
+// and find a crashed instance's leftovers with deleteLabelled and
+// destroyOwnSets. Membership changes rewrite the set, never the rules, so
+// one rule serves thousands of consumers and a controller tick costs no
+// rule churn.
 //
 // Every kernel object is named after Config.Label: sets are
 // "<label>.<class>.4" and "<label>.<class>.6", and every rule carries
@@ -155,13 +160,46 @@ func (c *Classifier) families() []int {
 }
 
 func (c *Classifier) createSet(name string, fam int) error {
-	af := uint8(unix.AF_INET)
-	if fam == 6 {
-		af = unix.AF_INET6
+	return createSet(c.nl, name, setKind{fam: fam})
+}
+
+// setKind is what a set of consumers holds: addresses of one family and,
+// for the tc backends, a mark per entry (skbinfo, which `-j SET
+// --map-mark` copies to the packet) and a timeout in seconds (their
+// fail-open lease; 0: none).
+type setKind struct {
+	fam     int
+	skbinfo bool
+	timeout uint32
+}
+
+// createSet creates a hash:ip set through h, or through the library's
+// package-level calls (a socket per call) when h is nil.
+func createSet(h *netlink.Handle, name string, k setKind) error {
+	o := netlink.IpsetCreateOptions{Family: unix.AF_INET, Skbinfo: k.skbinfo}
+	if k.fam == 6 {
+		o.Family = unix.AF_INET6
 	}
-	return ipsetCall(func() error {
-		return c.nl.IpsetCreate(name, "hash:ip", netlink.IpsetCreateOptions{Family: af})
-	})
+	if k.timeout > 0 {
+		o.Timeout = &k.timeout
+	}
+	create := netlink.IpsetCreate
+	if h != nil {
+		create = h.IpsetCreate
+	}
+	return ipsetCall(func() error { return create(name, "hash:ip", o) })
+}
+
+// commented is a rule's spec with "-m comment --comment comment" before
+// its target ("-j" or "-g"; iptables parses target options to the end of
+// the line): the label by which a restart or `sanqos cleanup` finds the
+// rules of a crashed instance.
+func commented(spec []string, comment string) []string {
+	i := slices.IndexFunc(spec, func(a string) bool { return a == "-j" || a == "-g" })
+	if i < 0 {
+		i = len(spec)
+	}
+	return append(append(slices.Clone(spec[:i]), "-m", "comment", "--comment", comment), spec[i:]...)
 }
 
 func (c *Classifier) install() error {
@@ -193,8 +231,7 @@ func (c *Classifier) insertRules() error {
 				spec := []string{"-p", "tcp", "--sport", strconv.Itoa(int(c.cfg.Port)),
 					"-m", "set", "--match-set", c.cfg.SetName(cl.Name, fam), "dst"}
 				spec = append(spec, m...)
-				spec = append(spec, "-m", "comment", "--comment", c.cfg.Label, "-j")
-				spec = append(spec, cl.Target...)
+				spec = commented(append(append(spec, "-j"), cl.Target...), c.cfg.Label)
 				if err := c.ipt[fam/6].Insert(c.cfg.Table, c.cfg.Chain, 1, spec...); err != nil {
 					return fmt.Errorf("classifier: insert rule in %s/%s: %w", c.cfg.Table, c.cfg.Chain, err)
 				}
@@ -390,13 +427,21 @@ func CleanupClassifier(label string) error {
 			}
 		}
 	}
+	errs = append(errs, destroyOwnSets(func(name string) bool { return strings.HasPrefix(name, label+".") }))
+	return errors.Join(errs...)
+}
+
+// destroyOwnSets destroys every set whose name own claims, whichever
+// instance made it; it runs after the rules that use them are gone (the
+// kernel refuses to destroy a set in use).
+func destroyOwnSets(own func(name string) bool) error {
 	var sets []netlink.IPSetResult
-	err := ipsetCall(func() (err error) { sets, err = netlink.IpsetListAll(); return err })
-	if err != nil {
-		errs = append(errs, fmt.Errorf("list ipsets: %w", err))
+	if err := ipsetCall(func() (err error) { sets, err = netlink.IpsetListAll(); return err }); err != nil {
+		return fmt.Errorf("list ipsets: %w", err)
 	}
+	var errs []error
 	for _, s := range sets {
-		if strings.HasPrefix(s.SetName, label+".") {
+		if own(s.SetName) {
 			if err := ipsetCall(func() error { return netlink.IpsetDestroy(s.SetName) }); err != nil && !isNoSet(err) {
 				errs = append(errs, fmt.Errorf("destroy ipset %s: %w", s.SetName, err))
 			}
@@ -432,9 +477,9 @@ func deleteLabelled(ipt *iptables.IPTables, table, chain, label string) []error 
 	return errs
 }
 
-func hasComment(f []string, label string) bool {
+func hasComment(f []string, comment string) bool {
 	for i := 0; i+1 < len(f); i++ {
-		if f[i] == "--comment" && strings.Trim(f[i+1], `"`) == label {
+		if f[i] == "--comment" && strings.Trim(f[i+1], `"`) == comment {
 			return true
 		}
 	}

@@ -1,11 +1,16 @@
 package throttle
 
 // Netfilter side of the tc backends: the mangle rules and ipsets that put
-// a mark on each packet towards a throttled consumer. This is a stop-gap
-// until classifier.go offers the same (sets of consumers, rules labelled
-// by comment); the tc backends only need "packets to members of set S,
-// optionally only pure ACKs, get mark M", so switching over touches this
-// file only.
+// a mark on each packet towards a throttled consumer. The sets of
+// consumers and the labelled rules are classifier.go's (createSet,
+// commented, deleteLabelled, destroyOwnSets), as for the delay line; what
+// is the tc backends' own is the shape, which the Classifier type's rules
+// and swapped sets cannot take without changing what the kernel does:
+// each entry carries its consumer's mark (skbinfo) and a timeout that a
+// lease refreshes, so the marks fail open within a TTL of the agent's
+// death; entries change one at a time, with their marks, rather than by a
+// set swap; and the rules sit in chains of their own behind one jump, so
+// the pure-ACK split is a goto.
 
 import (
 	"encoding/binary"
@@ -15,7 +20,6 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -135,14 +139,7 @@ func (n *tcNetfilter) install(jumps [][]string, rules ...[][]string) error {
 }
 
 func (n *tcNetfilter) append(chain string, spec []string) error {
-	// The comment goes before "-j" (or "-g"): iptables parses target
-	// options to the end of the line.
-	i := slices.IndexFunc(spec, func(a string) bool { return a == "-j" || a == "-g" })
-	if i < 0 {
-		i = len(spec)
-	}
-	full := append(append(slices.Clone(spec[:i]), "-m", "comment", "--comment", tcComment(n.label)), spec[i:]...)
-	if err := n.ipt.Append(tcTable, chain, full...); err != nil {
+	if err := n.ipt.Append(tcTable, chain, commented(spec, tcComment(n.label))...); err != nil {
 		return fmt.Errorf("add rule to %s: %w", chain, err)
 	}
 	return nil
@@ -156,22 +153,8 @@ func tcCleanupNetfilter(label string) error {
 		return fmt.Errorf("iptables: %w", err)
 	}
 	var errs []error
-	needle := "--comment " + tcComment(label) + " "
 	for _, hook := range []string{"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"} {
-		rules, err := ipt.List(tcTable, hook)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		// rules[0] is the policy (-P); rule i is number i. Delete from the
-		// end so the numbers of the remaining ones do not shift.
-		for i := len(rules) - 1; i >= 1; i-- {
-			if strings.Contains(rules[i]+" ", needle) || strings.Contains(rules[i], `--comment "`+tcComment(label)+`"`) {
-				if err := ipt.Delete(tcTable, hook, strconv.Itoa(i)); err != nil {
-					errs = append(errs, fmt.Errorf("delete %s rule %d: %w", hook, i, err))
-				}
-			}
-		}
+		errs = append(errs, deleteLabelled(ipt, tcTable, hook, tcComment(label))...)
 	}
 	chains, err := ipt.ListChains(tcTable)
 	if err != nil {
@@ -221,11 +204,7 @@ func ttlSeconds(ttl time.Duration) uint32 {
 }
 
 func tcCreateSet(name string, skbinfo bool, ttl time.Duration) error {
-	err := tcIpset(func() error {
-		to := ttlSeconds(ttl)
-		return netlink.IpsetCreate(name, "hash:ip", netlink.IpsetCreateOptions{Family: unix.AF_INET, Skbinfo: skbinfo, Timeout: &to})
-	})
-	if err != nil {
+	if err := createSet(nil, name, setKind{fam: 4, skbinfo: skbinfo, timeout: ttlSeconds(ttl)}); err != nil {
 		return fmt.Errorf("create ipset %s: %w", name, err)
 	}
 	return nil
@@ -383,24 +362,11 @@ func tcCleanupSets(label string) error {
 	// The skbinfo sets go by name first: listing them would make the
 	// library log every skbmark attribute it does not parse.
 	for _, set := range []string{tcRateSet(label), tcMapSet(label, "r"), tcMapSet(label, "w")} {
-		if err := tcIpset(func() error { return netlink.IpsetDestroy(set) }); err != nil && !errors.Is(err, syscall.ENOENT) {
+		if err := ipsetCall(func() error { return netlink.IpsetDestroy(set) }); err != nil && !isNoSet(err) {
 			return fmt.Errorf("destroy ipset %s: %w", set, err)
 		}
 	}
-	var sets []netlink.IPSetResult
-	err := tcIpset(func() (err error) { sets, err = netlink.IpsetListAll(); return err })
-	if err != nil {
-		return fmt.Errorf("list ipsets: %w", err)
-	}
-	var errs []error
-	for _, s := range sets {
-		if tcOwnSet(label, s.SetName) {
-			if err := tcIpset(func() error { return netlink.IpsetDestroy(s.SetName) }); err != nil && !errors.Is(err, syscall.ENOENT) {
-				errs = append(errs, fmt.Errorf("destroy ipset %s: %w", s.SetName, err))
-			}
-		}
-	}
-	return errors.Join(errs...)
+	return destroyOwnSets(func(name string) bool { return tcOwnSet(label, name) })
 }
 
 // CleanupTC removes every object the netem or HTB backend with this label
@@ -439,15 +405,4 @@ func CleanupTC(label string) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// tcIpset runs one vishvananda/netlink ipset call; v1.3.1 panics on
-// errors that are not a syscall.Errno, which must not take the agent down.
-func tcIpset(f func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("ipset netlink: %v", r)
-		}
-	}()
-	return f()
 }

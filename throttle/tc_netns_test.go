@@ -203,7 +203,7 @@ func (n *tcTestNet) assertNothingLeft(t *testing.T) {
 		t.Errorf("rules left:\n%s", s)
 	}
 	var sets []netlink.IPSetResult
-	if err := tcIpset(func() (err error) { sets, err = netlink.IpsetListAll(); return err }); err != nil {
+	if err := ipsetCall(func() (err error) { sets, err = netlink.IpsetListAll(); return err }); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range sets {
