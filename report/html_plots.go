@@ -1,0 +1,319 @@
+package report
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+)
+
+// This file draws the report's figures: the plots a known experiment's
+// summary.json gives at a glance, and the per-phase read-wait and
+// write-rate plots of a lab trace.csv. It is its own file because it is
+// the part of the report that knows experiments and the trace format;
+// html.go only lays out the page and html_summary.go renders any summary.
+
+// ---- plots from the summary ----------------------------------------------
+
+// summaryPlots draws what a known experiment's summary says at a glance;
+// unknown experiments get none (their tables still render).
+func summaryPlots(dir, experiment string, o object) ([]string, error) {
+	var out []string
+	save := func(name string, draw func(path string) error) error {
+		if err := draw(filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		out = append(out, name)
+		return nil
+	}
+	rows := func(key string) []object {
+		a, _ := o.get(key).([]any)
+		var r []object
+		for _, e := range a {
+			if x, ok := e.(object); ok {
+				r = append(r, x)
+			}
+		}
+		return r
+	}
+	dig := func(x object, path ...string) float64 {
+		var v any = x
+		for _, p := range path {
+			ob, ok := v.(object)
+			if !ok {
+				return math.NaN()
+			}
+			v = ob.get(p)
+		}
+		return num(v)
+	}
+	switch experiment {
+	case "pid", "autonomic":
+		reg := rows("regulated")
+		if len(reg) == 0 {
+			return nil, nil
+		}
+		var bars []Bar
+		for _, r := range reg {
+			thr := dig(r, "threshold_ms")
+			bars = append(bars,
+				Bar{Label: fmt.Sprintf("%g thr", thr), Value: thr},
+				Bar{Label: fmt.Sprintf("%g mean", thr), Value: dig(r, "read_wait_ms", "mean")},
+				Bar{Label: fmt.Sprintf("%g p95", thr), Value: dig(r, "read_wait_ms", "p95")})
+		}
+		if b, ok := o.get("baseline").(object); ok {
+			bars = append(bars, Bar{Label: "free mean", Value: dig(b, "read_wait_ms", "mean")}, Bar{Label: "free p95", Value: dig(b, "read_wait_ms", "p95")})
+		}
+		err := save("report-wait-vs-threshold.png", func(p string) error {
+			return BarPlot(p, experiment+": read wait per threshold (thr, mean, p95) and unthrottled", "read wait (ms)", bars)
+		})
+		return out, err
+	case "interference":
+		var x, p95, mean []float64
+		for _, r := range rows("runs") {
+			x = append(x, dig(r, "writers"))
+			p95 = append(p95, dig(r, "read_wait_ms", "p95"))
+			mean = append(mean, dig(r, "read_wait_ms", "mean"))
+		}
+		if len(x) == 0 {
+			return nil, nil
+		}
+		err := save("report-wait-vs-writers.png", func(p string) error {
+			return TimePlot(p, "interference: read wait vs concurrent writers", "writers", "read wait (ms)",
+				[]Series{{Name: "p95", X: x, Y: p95}, {Name: "mean", X: x, Y: mean}}, nil)
+		})
+		return out, err
+	case "delay-sweep", "delay-sweep-fresh":
+		by := map[string]*Series{}
+		var order []string
+		type point struct {
+			prefix string
+			o      object
+		}
+		var pts []point
+		for _, r := range rows("points") {
+			pts = append(pts, point{"", r})
+		}
+		// Run with --backends: each backend's points, named by it.
+		for _, run := range rows("runs") {
+			be, _ := run.get("backend").(string)
+			sum, _ := run.get("summary").(object)
+			if sum == nil {
+				continue
+			}
+			a, _ := sum.get("points").([]any)
+			for _, e := range a {
+				if x, ok := e.(object); ok {
+					pts = append(pts, point{be + " ", x})
+				}
+			}
+		}
+		for _, pt := range pts {
+			r := pt.o
+			dd, _ := r.get("direction").(string)
+			d := pt.prefix + dd
+			s := by[d]
+			if s == nil {
+				s = &Series{Name: d}
+				by[d] = s
+				order = append(order, d)
+			}
+			s.X = append(s.X, dig(r, "delay_ms"))
+			s.Y = append(s.Y, dig(r, "mb_s"))
+		}
+		var ss []Series
+		for _, d := range order {
+			ss = append(ss, *by[d])
+		}
+		if len(ss) == 0 {
+			return nil, nil
+		}
+		err := save("report-rate-vs-delay.png", func(p string) error {
+			return TimePlot(p, experiment+": throughput vs added delay", "delay (ms)", "MB/s", ss, nil)
+		})
+		return out, err
+	case "equal-share":
+		h, ok := o.get("per_host_mb_s").(object)
+		if !ok {
+			return nil, nil
+		}
+		var bars []Bar
+		for _, f := range h {
+			bars = append(bars, Bar{Label: f.Key, Value: num(f.Val)})
+		}
+		err := save("report-per-host.png", func(p string) error {
+			return BarPlot(p, "equal-share: throughput per host", "MB/s", bars)
+		})
+		return out, err
+	}
+	return nil, nil
+}
+
+// thresholds finds the run's thresholds (threshold_ms anywhere in the
+// summary) to draw as reference lines.
+func thresholds(o object) []float64 {
+	var out []float64
+	seen := map[float64]bool{}
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case object:
+			for _, f := range x {
+				if f.Key == "threshold_ms" {
+					if t := num(f.Val); !math.IsNaN(t) && !seen[t] {
+						seen[t] = true
+						out = append(out, t)
+					}
+				}
+				walk(f.Val)
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(o)
+	return out
+}
+
+// ---- plots from trace.csv ---------------------------------------------------
+
+// maxTracePhases bounds the series per trace plot: beyond it (overhead has
+// 80 phase×repeat runs) a plot is unreadable and the tables say more.
+const maxTracePhases = 8
+
+// tracePlots draws, per phase (first repeat), the read wait averaged over
+// the devices that had reads (smoothed like the thesis' figures, EWMA
+// α 0.15) and the write rate summed over devices, against time in phase.
+func tracePlots(dir, path string, thr []float64) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	rd := csv.NewReader(f)
+	rd.ReuseRecord = true
+	head, err := rd.Read()
+	if err != nil {
+		return nil, err
+	}
+	col := map[string]int{}
+	for i, h := range head {
+		col[h] = i
+	}
+	for _, need := range []string{"phase", "repeat", "t_s", "r_await_ms", "reads", "write_mb_s"} {
+		if _, ok := col[need]; !ok {
+			return nil, fmt.Errorf("no %q column (not a lab trace)", need)
+		}
+	}
+	type tick struct {
+		t                 float64
+		waitSum, reads    float64
+		write             float64
+		hasWait, hasWrite bool
+	}
+	type phase struct {
+		name  string
+		ticks []*tick
+		byT   map[string]*tick
+	}
+	var phases []*phase
+	byName := map[string]*phase{}
+	parse := func(s string) float64 {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return math.NaN()
+		}
+		return v
+	}
+	for {
+		rec, err := rd.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if rec[col["repeat"]] != "0" {
+			continue
+		}
+		name := rec[col["phase"]]
+		p := byName[name]
+		if p == nil {
+			if len(phases) == maxTracePhases {
+				continue
+			}
+			p = &phase{name: name, byT: map[string]*tick{}}
+			byName[name] = p
+			phases = append(phases, p)
+		}
+		ts := rec[col["t_s"]]
+		k := p.byT[ts]
+		if k == nil {
+			k = &tick{t: parse(ts)}
+			p.byT[ts] = k
+			p.ticks = append(p.ticks, k)
+		}
+		// Weight each device's wait by its reads: the resource's wait is
+		// total read ticks over total reads, as iostat would compute it.
+		if w, n := parse(rec[col["r_await_ms"]]), parse(rec[col["reads"]]); !math.IsNaN(w) && n > 0 {
+			k.waitSum += w * n
+			k.reads += n
+			k.hasWait = true
+		}
+		if w := parse(rec[col["write_mb_s"]]); !math.IsNaN(w) {
+			k.write += w
+			k.hasWrite = true
+		}
+	}
+	if len(phases) == 0 {
+		return nil, nil
+	}
+	var wait, write []Series
+	for _, p := range phases {
+		sort.Slice(p.ticks, func(i, k int) bool { return p.ticks[i].t < p.ticks[k].t })
+		ws := Series{Name: p.name}
+		wr := Series{Name: p.name}
+		last := math.NaN()
+		for _, k := range p.ticks {
+			v := math.NaN()
+			if k.hasWait {
+				v = k.waitSum / k.reads
+			}
+			if !math.IsNaN(v) {
+				if math.IsNaN(last) {
+					last = v
+				} else {
+					last = 0.15*v + 0.85*last
+				}
+			}
+			ws.X, ws.Y = append(ws.X, k.t), append(ws.Y, last)
+			wv := math.NaN()
+			if k.hasWrite {
+				wv = k.write
+			}
+			wr.X, wr.Y = append(wr.X, k.t), append(wr.Y, wv)
+		}
+		wait, write = append(wait, ws), append(write, wr)
+	}
+	var refs []Line
+	for _, t := range thr {
+		refs = append(refs, Line{Name: fmt.Sprintf("threshold %g ms", t), Y: t})
+	}
+	var out []string
+	if err := TimePlot(filepath.Join(dir, "report-trace-read-wait.png"), "Read wait per phase (EWMA α 0.15, devices with reads)",
+		"time in phase (s)", "read wait (ms)", wait, refs); err != nil {
+		return nil, err
+	}
+	out = append(out, "report-trace-read-wait.png")
+	if err := TimePlot(filepath.Join(dir, "report-trace-write-rate.png"), "Write rate per phase (all devices)",
+		"time in phase (s)", "MB/s", write, nil); err != nil {
+		return nil, err
+	}
+	return append(out, "report-trace-write-rate.png"), nil
+}
