@@ -191,28 +191,33 @@ type sloGroup struct {
 	addrs    []int // indexes into in.Consumers
 }
 
+// sloTick is one class's figures in one tick.
+type sloTick struct {
+	iops, mbs, lat, ratio float64
+	missing, exceeding    bool
+	members               []int // indexes into in.Consumers
+}
+
 func (p *sloPolicy) Decide(in *PolicyInput) PolicyOutput {
-	dt := in.Interval.Seconds()
-	alpha := 1.0
-	if dt+p.smoothing.Seconds() > 0 {
-		alpha = dt / (dt + p.smoothing.Seconds())
-	}
-	smooth := func(s *float64, x float64) {
-		switch {
-		case math.IsNaN(x):
-		case math.IsNaN(*s):
-			*s = x
-		default:
-			*s += alpha * (x - *s)
-		}
-	}
 	out := PolicyOutput{Settings: in.settings(), Throttleable: in.throttleable()}
-	type tick struct {
-		iops, mbs, lat, ratio float64
-		missing, exceeding    bool
-		members               []int
+	ticks, best := p.tally(in)
+	groups, anyMissing := p.judge(in, ticks)
+	if len(best.addrs) > 0 {
+		groups = append(groups, best)
 	}
-	ticks := make([]tick, len(p.classes))
+	sortSLOGroups(groups)
+	delays := p.fill(in, groups, anyMissing, &out)
+	for i, cl := range p.classes {
+		out.Classes = append(out.Classes, cl.status(ticks[i], delays[i]))
+	}
+	return out
+}
+
+// tally sums each class's members' IOPS and MB/s, and gathers the
+// consumers in no class that move data (not important ones) into the
+// best-effort group.
+func (p *sloPolicy) tally(in *PolicyInput) ([]sloTick, sloGroup) {
+	ticks := make([]sloTick, len(p.classes))
 	best := sloGroup{class: -1, priority: math.MinInt, ratio: math.Inf(1)}
 	for k, c := range in.Consumers {
 		i, ok := p.member[c.Addr]
@@ -227,8 +232,27 @@ func (p *sloPolicy) Decide(in *PolicyInput) PolicyOutput {
 		t.iops += c.ReadIOPS + c.WriteIOPS
 		t.mbs += (c.ReadBps + c.WriteBps) / 1e6
 	}
-	anyMissing := false
-	var groups []sloGroup
+	return ticks, best
+}
+
+// judge brings each class's running figures (life totals, credit,
+// smoothed signals) up to this tick, decides whether it misses or
+// exceeds, and returns the exceeding classes as groups to slow.
+func (p *sloPolicy) judge(in *PolicyInput, ticks []sloTick) (groups []sloGroup, anyMissing bool) {
+	dt := in.Interval.Seconds()
+	alpha := 1.0
+	if dt+p.smoothing.Seconds() > 0 {
+		alpha = dt / (dt + p.smoothing.Seconds())
+	}
+	smooth := func(s *float64, x float64) {
+		switch {
+		case math.IsNaN(x):
+		case math.IsNaN(*s):
+			*s = x
+		default:
+			*s += alpha * (x - *s)
+		}
+	}
 	for i, cl := range p.classes {
 		t := &ticks[i]
 		// I/O-weighted wait of the members' reads and writes.
@@ -285,9 +309,12 @@ func (p *sloPolicy) Decide(in *PolicyInput) PolicyOutput {
 			groups = append(groups, g)
 		}
 	}
-	if len(best.addrs) > 0 {
-		groups = append(groups, best)
-	}
+	return groups, anyMissing
+}
+
+// sortSLOGroups orders the groups in the order they are slowed: lowest
+// priority first, then most slack (largest ratio), then class order.
+func sortSLOGroups(groups []sloGroup) {
 	slices.SortStableFunc(groups, func(a, b sloGroup) int {
 		switch {
 		case a.priority != b.priority:
@@ -300,6 +327,12 @@ func (p *sloPolicy) Decide(in *PolicyInput) PolicyOutput {
 		}
 		return cmp.Compare(a.class, b.class)
 	})
+}
+
+// fill moves the integrator a step (up while any class misses) and fills
+// the groups with it in order, each up to max_delay; it sets the delays
+// of the groups' consumers in out and returns each class's delay.
+func (p *sloPolicy) fill(in *PolicyInput, groups []sloGroup, anyMissing bool, out *PolicyOutput) []time.Duration {
 	if anyMissing {
 		p.level += in.DelayStep
 	} else {
@@ -322,27 +355,29 @@ func (p *sloPolicy) Decide(in *PolicyInput) PolicyOutput {
 		}
 	}
 	slices.Sort(out.Throttleable)
-	for i, cl := range p.classes {
-		t := ticks[i]
-		cs := ClassStatus{Name: cl.Name, Priority: cl.Priority, IOPSObjective: cl.IOPS, MBsObjective: cl.MBs,
-			LatencyObjectiveMs: ms(cl.Latency), BurstS: cl.Burst.Seconds(),
-			IOPS: JSONFloat(t.iops), MBs: JSONFloat(t.mbs), LatencyMs: JSONFloat(t.lat), CreditS: cl.credit,
-			Missing: t.missing, Exceeding: t.exceeding, DelayMs: ms(delays[i]), Seconds: cl.seconds}
-		for _, m := range cl.Members {
-			cs.Members = append(cs.Members, m.String())
-		}
-		meanIOPS, meanMBs, meanLat := cl.ios/cl.seconds, cl.bytes/cl.seconds, math.NaN()
-		if cl.latIOs > 0 {
-			meanLat = cl.latSum / cl.latIOs
-		}
-		cs.MeanIOPS, cs.MeanMBs, cs.MeanLatencyMs = JSONFloat(meanIOPS), JSONFloat(meanMBs), JSONFloat(meanLat)
-		cs.ThroughputDeviationPct = JSONFloat(ThroughputDeviationPct(meanMBs, cl.MBs))
-		cs.IOPSDeviationPct = JSONFloat(ThroughputDeviationPct(meanIOPS, cl.IOPS))
-		cs.LatencyDeviationMs = JSONFloat(LatencyDeviation(meanLat, ms(cl.Latency)))
-		cs.JitterMs = JSONFloat(cl.jitter.value())
-		out.Classes = append(out.Classes, cs)
+	return delays
+}
+
+// status is the class's ClassStatus: this tick's figures t, its delay d,
+// and the means and deviations over its life.
+func (cl *sloClass) status(t sloTick, d time.Duration) ClassStatus {
+	cs := ClassStatus{Name: cl.Name, Priority: cl.Priority, IOPSObjective: cl.IOPS, MBsObjective: cl.MBs,
+		LatencyObjectiveMs: ms(cl.Latency), BurstS: cl.Burst.Seconds(),
+		IOPS: JSONFloat(t.iops), MBs: JSONFloat(t.mbs), LatencyMs: JSONFloat(t.lat), CreditS: cl.credit,
+		Missing: t.missing, Exceeding: t.exceeding, DelayMs: ms(d), Seconds: cl.seconds}
+	for _, m := range cl.Members {
+		cs.Members = append(cs.Members, m.String())
 	}
-	return out
+	meanIOPS, meanMBs, meanLat := cl.ios/cl.seconds, cl.bytes/cl.seconds, math.NaN()
+	if cl.latIOs > 0 {
+		meanLat = cl.latSum / cl.latIOs
+	}
+	cs.MeanIOPS, cs.MeanMBs, cs.MeanLatencyMs = JSONFloat(meanIOPS), JSONFloat(meanMBs), JSONFloat(meanLat)
+	cs.ThroughputDeviationPct = JSONFloat(ThroughputDeviationPct(meanMBs, cl.MBs))
+	cs.IOPSDeviationPct = JSONFloat(ThroughputDeviationPct(meanIOPS, cl.IOPS))
+	cs.LatencyDeviationMs = JSONFloat(LatencyDeviation(meanLat, ms(cl.Latency)))
+	cs.JitterMs = JSONFloat(cl.jitter.value())
+	return cs
 }
 
 func nanTo(x, v float64) float64 {
