@@ -234,29 +234,12 @@ func runAgent(ctx context.Context, hup <-chan os.Signal, cfg *config.Config, cfg
 	api := &agent.API{T: t, Log: log}
 	done := make(chan error, 1)
 	if cfg != nil {
-		var sampler agent.Sampler
-		var disc agent.Discoverer
-		var rates agent.RateSampler
-		if cfg.Mode == "bridge" {
-			// No target to ask: the wire gives the read wait, the
-			// consumers and their rates (passive, capture).
-			b, err := startBridge(cfg, log)
-			if err != nil {
-				return err
-			}
+		sampler, disc, rates, b, err := agentInputs(cfg, log)
+		if err != nil {
+			return err
+		}
+		if b != nil {
 			defer b.Close(log)
-			sampler, disc = b.meter, b
-		} else {
-			ds, err := sample.NewDiskstats("/proc", "/sys")
-			if err != nil {
-				return err
-			}
-			if disc, err = newDiscoverer(cfg); err != nil {
-				return err
-			}
-			sampler = ds
-			// The target's own connections give per-consumer rates.
-			rates = sample.NewTCPRates(uint16(cfg.ISCSIPort))
 		}
 		// With --etcd every resource's controller goes through the cluster
 		// (cmd/sanqos/cluster.go); the agent itself is unchanged.
@@ -277,24 +260,7 @@ func runAgent(ctx context.Context, hup <-chan os.Signal, cfg *config.Config, cfg
 		if err := a.ServeHTTP(ctx, cfg.HTTP, func(mux *http.ServeMux) { dash.Register(mux); register(mux) }); err != nil {
 			return err
 		}
-		// reload is SIGHUP's and the cluster policy's way in: --http's
-		// listener survives it, and bridge mode refuses portal changes.
-		reload := func(nc *config.Config) error {
-			if nc.HTTP != cfg.HTTP && httpOverride {
-				// --http replaced the file's listener at start; keep it,
-				// or every reload would look like a listener change.
-				nc.HTTP = cfg.HTTP
-			}
-			if bo.DryRun {
-				// The file's backend is not what runs: editing it is no
-				// backend change, and needs no restart.
-				nc.Backend = cfg.Backend
-			}
-			if cfg.Mode == "bridge" && !samePortals(cfg, nc) {
-				return errors.New("bridge mode: resources, portals and capture_interface changes need a restart")
-			}
-			return a.Reload(nc)
-		}
+		reload := agentReload(a, cfg, bo.DryRun, httpOverride)
 		if cl != nil {
 			go cl.feedDetails(ctx, a, cfg.Interval)
 			go cl.watchPolicy(ctx, cfgPath, func(nc *config.Config) error {
@@ -305,43 +271,10 @@ func runAgent(ctx context.Context, hup <-chan os.Signal, cfg *config.Config, cfg
 				return nil
 			})
 		}
-		go func() {
-			for range hup {
-				nc, err := load(cfgPath)
-				if err == nil {
-					err = reload(nc)
-				}
-				if err != nil {
-					log.Error("config reload rejected; the old config stays active", "err", err)
-					continue
-				}
-				if cl != nil {
-					cl.applied(nc)
-				}
-				log.Info("config reloaded", "resources", len(nc.Resources))
-			}
-		}()
+		go reloadOnSIGHUP(hup, cfgPath, load, reload, cl, log)
 		go func() { done <- a.Run(ctx) }()
-	} else {
-		if httpAddr != "" {
-			// Manual throttles only: an agent with no resources, never
-			// run, still serves the dashboard (the consumers table) and the
-			// backend's metrics.
-			def := config.Defaults()
-			a := agent.New(&def, agent.Deps{Throttle: t, Log: log, NewController: newPID, NewSmoother: newEWMA})
-			api.Status = func() any { return a.Status() }
-			dash := dashboard.New(a.Status, dashboard.Options{})
-			go dash.Run(ctx)
-			if err := a.ServeHTTP(ctx, httpAddr, dash.Register); err != nil {
-				return err
-			}
-		}
-		go func() { <-ctx.Done(); done <- nil }()
-		go func() {
-			for range hup {
-				log.Info("SIGHUP: no config to reload (started without --config)")
-			}
-		}()
+	} else if err := runManualOnly(ctx, hup, t, api, httpAddr, done, log); err != nil {
+		return err
 	}
 	srv := &http.Server{Handler: api.Handler()}
 	go func() { <-ctx.Done(); srv.Close() }()
@@ -355,6 +288,96 @@ func runAgent(ctx context.Context, hup <-chan os.Signal, cfg *config.Config, cfg
 	err = <-done
 	log.Info("agent stopping: removing throttles")
 	return err
+}
+
+// agentInputs are a configured agent's measurements: in target mode the
+// devices' waits (/proc/diskstats), the target's discovery and its
+// connections' rates; in bridge mode the wire gives the read wait, the
+// consumers and their rates (passive, capture), from b, which the caller
+// closes.
+func agentInputs(cfg *config.Config, log *slog.Logger) (sampler agent.Sampler, disc agent.Discoverer, rates agent.RateSampler, b *bridgeInputs, err error) {
+	if cfg.Mode == "bridge" {
+		// No target to ask.
+		if b, err = startBridge(cfg, log); err != nil {
+			return nil, nil, nil, nil, err
+		}
+		return b.meter, b, nil, b, nil
+	}
+	ds, err := sample.NewDiskstats("/proc", "/sys")
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if disc, err = newDiscoverer(cfg); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	// The target's own connections give per-consumer rates.
+	return ds, disc, sample.NewTCPRates(uint16(cfg.ISCSIPort)), nil, nil
+}
+
+// agentReload is SIGHUP's and the cluster policy's way in to a: --http's
+// listener survives it, and bridge mode refuses portal changes. cfg is
+// the config a started with.
+func agentReload(a *agent.Agent, cfg *config.Config, dryRun, httpOverride bool) func(*config.Config) error {
+	return func(nc *config.Config) error {
+		if nc.HTTP != cfg.HTTP && httpOverride {
+			// --http replaced the file's listener at start; keep it,
+			// or every reload would look like a listener change.
+			nc.HTTP = cfg.HTTP
+		}
+		if dryRun {
+			// The file's backend is not what runs: editing it is no
+			// backend change, and needs no restart.
+			nc.Backend = cfg.Backend
+		}
+		if cfg.Mode == "bridge" && !samePortals(cfg, nc) {
+			return errors.New("bridge mode: resources, portals and capture_interface changes need a restart")
+		}
+		return a.Reload(nc)
+	}
+}
+
+// reloadOnSIGHUP loads cfgPath and reloads the agent on every SIGHUP; a
+// rejected config leaves the old one active. With a cluster (cl), the
+// cluster learns what was applied.
+func reloadOnSIGHUP(hup <-chan os.Signal, cfgPath string, load func(string) (*config.Config, error), reload func(*config.Config) error, cl *clusterRun, log *slog.Logger) {
+	for range hup {
+		nc, err := load(cfgPath)
+		if err == nil {
+			err = reload(nc)
+		}
+		if err != nil {
+			log.Error("config reload rejected; the old config stays active", "err", err)
+			continue
+		}
+		if cl != nil {
+			cl.applied(nc)
+		}
+		log.Info("config reloaded", "resources", len(nc.Resources))
+	}
+}
+
+// runManualOnly is the agent without --config: it serves manual throttles
+// until ctx ends (then done gets nil) and answers SIGHUP with a log line.
+// With httpAddr an agent with no resources, never run, still serves the
+// dashboard (the consumers table) and the backend's metrics.
+func runManualOnly(ctx context.Context, hup <-chan os.Signal, t throttle.Throttle, api *agent.API, httpAddr string, done chan<- error, log *slog.Logger) error {
+	if httpAddr != "" {
+		def := config.Defaults()
+		a := agent.New(&def, agent.Deps{Throttle: t, Log: log, NewController: newPID, NewSmoother: newEWMA})
+		api.Status = func() any { return a.Status() }
+		dash := dashboard.New(a.Status, dashboard.Options{})
+		go dash.Run(ctx)
+		if err := a.ServeHTTP(ctx, httpAddr, dash.Register); err != nil {
+			return err
+		}
+	}
+	go func() { <-ctx.Done(); done <- nil }()
+	go func() {
+		for range hup {
+			log.Info("SIGHUP: no config to reload (started without --config)")
+		}
+	}()
+	return nil
 }
 
 func newPID(cfg *config.Config, r config.Resource) agent.Controller { return agent.NewPID(cfg, r) }
