@@ -22,135 +22,154 @@ import (
 // summaryPlots draws what a known experiment's summary says at a glance;
 // unknown experiments get none (their tables still render).
 func summaryPlots(dir, experiment string, o object) ([]string, error) {
-	var out []string
-	save := func(name string, draw func(path string) error) error {
-		if err := draw(filepath.Join(dir, name)); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		out = append(out, name)
-		return nil
-	}
-	rows := func(key string) []object {
-		a, _ := o.get(key).([]any)
-		var r []object
-		for _, e := range a {
-			if x, ok := e.(object); ok {
-				r = append(r, x)
-			}
-		}
-		return r
-	}
-	dig := func(x object, path ...string) float64 {
-		var v any = x
-		for _, p := range path {
-			ob, ok := v.(object)
-			if !ok {
-				return math.NaN()
-			}
-			v = ob.get(p)
-		}
-		return num(v)
-	}
+	var name string
+	var draw func(path string) error
 	switch experiment {
 	case "pid", "autonomic":
-		reg := rows("regulated")
-		if len(reg) == 0 {
-			return nil, nil
-		}
-		var bars []Bar
-		for _, r := range reg {
-			thr := dig(r, "threshold_ms")
-			bars = append(bars,
-				Bar{Label: fmt.Sprintf("%g thr", thr), Value: thr},
-				Bar{Label: fmt.Sprintf("%g mean", thr), Value: dig(r, "read_wait_ms", "mean")},
-				Bar{Label: fmt.Sprintf("%g p95", thr), Value: dig(r, "read_wait_ms", "p95")})
-		}
-		if b, ok := o.get("baseline").(object); ok {
-			bars = append(bars, Bar{Label: "free mean", Value: dig(b, "read_wait_ms", "mean")}, Bar{Label: "free p95", Value: dig(b, "read_wait_ms", "p95")})
-		}
-		err := save("report-wait-vs-threshold.png", func(p string) error {
-			return BarPlot(p, experiment+": read wait per threshold (thr, mean, p95) and unthrottled", "read wait (ms)", bars)
-		})
-		return out, err
+		name, draw = waitVsThresholdPlot(experiment, o)
 	case "interference":
-		var x, p95, mean []float64
-		for _, r := range rows("runs") {
-			x = append(x, dig(r, "writers"))
-			p95 = append(p95, dig(r, "read_wait_ms", "p95"))
-			mean = append(mean, dig(r, "read_wait_ms", "mean"))
-		}
-		if len(x) == 0 {
-			return nil, nil
-		}
-		err := save("report-wait-vs-writers.png", func(p string) error {
-			return TimePlot(p, "interference: read wait vs concurrent writers", "writers", "read wait (ms)",
-				[]Series{{Name: "p95", X: x, Y: p95}, {Name: "mean", X: x, Y: mean}}, nil)
-		})
-		return out, err
+		name, draw = waitVsWritersPlot(o)
 	case "delay-sweep", "delay-sweep-fresh":
-		by := map[string]*Series{}
-		var order []string
-		type point struct {
-			prefix string
-			o      object
-		}
-		var pts []point
-		for _, r := range rows("points") {
-			pts = append(pts, point{"", r})
-		}
-		// Run with --backends: each backend's points, named by it.
-		for _, run := range rows("runs") {
-			be, _ := run.get("backend").(string)
-			sum, _ := run.get("summary").(object)
-			if sum == nil {
-				continue
-			}
-			a, _ := sum.get("points").([]any)
-			for _, e := range a {
-				if x, ok := e.(object); ok {
-					pts = append(pts, point{be + " ", x})
-				}
-			}
-		}
-		for _, pt := range pts {
-			r := pt.o
-			dd, _ := r.get("direction").(string)
-			d := pt.prefix + dd
-			s := by[d]
-			if s == nil {
-				s = &Series{Name: d}
-				by[d] = s
-				order = append(order, d)
-			}
-			s.X = append(s.X, dig(r, "delay_ms"))
-			s.Y = append(s.Y, dig(r, "mb_s"))
-		}
-		var ss []Series
-		for _, d := range order {
-			ss = append(ss, *by[d])
-		}
-		if len(ss) == 0 {
-			return nil, nil
-		}
-		err := save("report-rate-vs-delay.png", func(p string) error {
-			return TimePlot(p, experiment+": throughput vs added delay", "delay (ms)", "MB/s", ss, nil)
-		})
-		return out, err
+		name, draw = rateVsDelayPlot(experiment, o)
 	case "equal-share":
-		h, ok := o.get("per_host_mb_s").(object)
-		if !ok {
-			return nil, nil
-		}
-		var bars []Bar
-		for _, f := range h {
-			bars = append(bars, Bar{Label: f.Key, Value: num(f.Val)})
-		}
-		err := save("report-per-host.png", func(p string) error {
-			return BarPlot(p, "equal-share: throughput per host", "MB/s", bars)
-		})
-		return out, err
+		name, draw = perHostPlot(o)
 	}
-	return nil, nil
+	if draw == nil {
+		return nil, nil
+	}
+	if err := draw(filepath.Join(dir, name)); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return []string{name}, nil
+}
+
+// The experiments' plots: each returns its file name and how to draw it
+// to a path, or a nil draw when the summary has nothing to plot.
+
+func waitVsThresholdPlot(experiment string, o object) (string, func(path string) error) {
+	reg := summaryRows(o, "regulated")
+	if len(reg) == 0 {
+		return "", nil
+	}
+	var bars []Bar
+	for _, r := range reg {
+		thr := dig(r, "threshold_ms")
+		bars = append(bars,
+			Bar{Label: fmt.Sprintf("%g thr", thr), Value: thr},
+			Bar{Label: fmt.Sprintf("%g mean", thr), Value: dig(r, "read_wait_ms", "mean")},
+			Bar{Label: fmt.Sprintf("%g p95", thr), Value: dig(r, "read_wait_ms", "p95")})
+	}
+	if b, ok := o.get("baseline").(object); ok {
+		bars = append(bars, Bar{Label: "free mean", Value: dig(b, "read_wait_ms", "mean")}, Bar{Label: "free p95", Value: dig(b, "read_wait_ms", "p95")})
+	}
+	return "report-wait-vs-threshold.png", func(p string) error {
+		return BarPlot(p, experiment+": read wait per threshold (thr, mean, p95) and unthrottled", "read wait (ms)", bars)
+	}
+}
+
+func waitVsWritersPlot(o object) (string, func(path string) error) {
+	var x, p95, mean []float64
+	for _, r := range summaryRows(o, "runs") {
+		x = append(x, dig(r, "writers"))
+		p95 = append(p95, dig(r, "read_wait_ms", "p95"))
+		mean = append(mean, dig(r, "read_wait_ms", "mean"))
+	}
+	if len(x) == 0 {
+		return "", nil
+	}
+	return "report-wait-vs-writers.png", func(p string) error {
+		return TimePlot(p, "interference: read wait vs concurrent writers", "writers", "read wait (ms)",
+			[]Series{{Name: "p95", X: x, Y: p95}, {Name: "mean", X: x, Y: mean}}, nil)
+	}
+}
+
+func rateVsDelayPlot(experiment string, o object) (string, func(path string) error) {
+	by := map[string]*Series{}
+	var order []string
+	type point struct {
+		prefix string
+		o      object
+	}
+	var pts []point
+	for _, r := range summaryRows(o, "points") {
+		pts = append(pts, point{"", r})
+	}
+	// Run with --backends: each backend's points, named by it.
+	for _, run := range summaryRows(o, "runs") {
+		be, _ := run.get("backend").(string)
+		sum, _ := run.get("summary").(object)
+		if sum == nil {
+			continue
+		}
+		a, _ := sum.get("points").([]any)
+		for _, e := range a {
+			if x, ok := e.(object); ok {
+				pts = append(pts, point{be + " ", x})
+			}
+		}
+	}
+	for _, pt := range pts {
+		r := pt.o
+		dd, _ := r.get("direction").(string)
+		d := pt.prefix + dd
+		s := by[d]
+		if s == nil {
+			s = &Series{Name: d}
+			by[d] = s
+			order = append(order, d)
+		}
+		s.X = append(s.X, dig(r, "delay_ms"))
+		s.Y = append(s.Y, dig(r, "mb_s"))
+	}
+	var ss []Series
+	for _, d := range order {
+		ss = append(ss, *by[d])
+	}
+	if len(ss) == 0 {
+		return "", nil
+	}
+	return "report-rate-vs-delay.png", func(p string) error {
+		return TimePlot(p, experiment+": throughput vs added delay", "delay (ms)", "MB/s", ss, nil)
+	}
+}
+
+func perHostPlot(o object) (string, func(path string) error) {
+	h, ok := o.get("per_host_mb_s").(object)
+	if !ok {
+		return "", nil
+	}
+	var bars []Bar
+	for _, f := range h {
+		bars = append(bars, Bar{Label: f.Key, Value: num(f.Val)})
+	}
+	return "report-per-host.png", func(p string) error {
+		return BarPlot(p, "equal-share: throughput per host", "MB/s", bars)
+	}
+}
+
+// summaryRows is the summary's array key, its objects only.
+func summaryRows(o object, key string) []object {
+	a, _ := o.get(key).([]any)
+	var r []object
+	for _, e := range a {
+		if x, ok := e.(object); ok {
+			r = append(r, x)
+		}
+	}
+	return r
+}
+
+// dig is the number at path below x; NaN where there is none.
+func dig(x object, path ...string) float64 {
+	var v any = x
+	for _, p := range path {
+		ob, ok := v.(object)
+		if !ok {
+			return math.NaN()
+		}
+		v = ob.get(p)
+	}
+	return num(v)
 }
 
 // thresholds finds the run's thresholds (threshold_ms anywhere in the
@@ -191,6 +210,50 @@ const maxTracePhases = 8
 // the devices that had reads (smoothed like the thesis' figures, EWMA
 // α 0.15) and the write rate summed over devices, against time in phase.
 func tracePlots(dir, path string, thr []float64) ([]string, error) {
+	phases, err := readTracePhases(path)
+	if err != nil || len(phases) == 0 {
+		return nil, err
+	}
+	var wait, write []Series
+	for _, p := range phases {
+		ws, wr := p.series()
+		wait, write = append(wait, ws), append(write, wr)
+	}
+	var refs []Line
+	for _, t := range thr {
+		refs = append(refs, Line{Name: fmt.Sprintf("threshold %g ms", t), Y: t})
+	}
+	var out []string
+	if err := TimePlot(filepath.Join(dir, "report-trace-read-wait.png"), "Read wait per phase (EWMA α 0.15, devices with reads)",
+		"time in phase (s)", "read wait (ms)", wait, refs); err != nil {
+		return nil, err
+	}
+	out = append(out, "report-trace-read-wait.png")
+	if err := TimePlot(filepath.Join(dir, "report-trace-write-rate.png"), "Write rate per phase (all devices)",
+		"time in phase (s)", "MB/s", write, nil); err != nil {
+		return nil, err
+	}
+	return append(out, "report-trace-write-rate.png"), nil
+}
+
+// traceTick is one phase's second of a trace, summed over its devices.
+type traceTick struct {
+	t                 float64
+	waitSum, reads    float64
+	write             float64
+	hasWait, hasWrite bool
+}
+
+// tracePhase is one phase's ticks (first repeat), in the trace's order.
+type tracePhase struct {
+	name  string
+	ticks []*traceTick
+	byT   map[string]*traceTick
+}
+
+// readTracePhases reads a lab trace.csv into its first maxTracePhases
+// phases (first repeat only).
+func readTracePhases(path string) ([]*tracePhase, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -211,19 +274,8 @@ func tracePlots(dir, path string, thr []float64) ([]string, error) {
 			return nil, fmt.Errorf("no %q column (not a lab trace)", need)
 		}
 	}
-	type tick struct {
-		t                 float64
-		waitSum, reads    float64
-		write             float64
-		hasWait, hasWrite bool
-	}
-	type phase struct {
-		name  string
-		ticks []*tick
-		byT   map[string]*tick
-	}
-	var phases []*phase
-	byName := map[string]*phase{}
+	var phases []*tracePhase
+	byName := map[string]*tracePhase{}
 	parse := func(s string) float64 {
 		v, err := strconv.ParseFloat(s, 64)
 		if err != nil {
@@ -248,14 +300,14 @@ func tracePlots(dir, path string, thr []float64) ([]string, error) {
 			if len(phases) == maxTracePhases {
 				continue
 			}
-			p = &phase{name: name, byT: map[string]*tick{}}
+			p = &tracePhase{name: name, byT: map[string]*traceTick{}}
 			byName[name] = p
 			phases = append(phases, p)
 		}
 		ts := rec[col["t_s"]]
 		k := p.byT[ts]
 		if k == nil {
-			k = &tick{t: parse(ts)}
+			k = &traceTick{t: parse(ts)}
 			p.byT[ts] = k
 			p.ticks = append(p.ticks, k)
 		}
@@ -271,49 +323,34 @@ func tracePlots(dir, path string, thr []float64) ([]string, error) {
 			k.hasWrite = true
 		}
 	}
-	if len(phases) == 0 {
-		return nil, nil
-	}
-	var wait, write []Series
-	for _, p := range phases {
-		sort.Slice(p.ticks, func(i, k int) bool { return p.ticks[i].t < p.ticks[k].t })
-		ws := Series{Name: p.name}
-		wr := Series{Name: p.name}
-		last := math.NaN()
-		for _, k := range p.ticks {
-			v := math.NaN()
-			if k.hasWait {
-				v = k.waitSum / k.reads
-			}
-			if !math.IsNaN(v) {
-				if math.IsNaN(last) {
-					last = v
-				} else {
-					last = 0.15*v + 0.85*last
-				}
-			}
-			ws.X, ws.Y = append(ws.X, k.t), append(ws.Y, last)
-			wv := math.NaN()
-			if k.hasWrite {
-				wv = k.write
-			}
-			wr.X, wr.Y = append(wr.X, k.t), append(wr.Y, wv)
+	return phases, nil
+}
+
+// series is the phase's read wait (EWMA α 0.15 over the ticks with
+// reads) and write rate against time in phase; it sorts the ticks.
+func (p *tracePhase) series() (wait, write Series) {
+	sort.Slice(p.ticks, func(i, k int) bool { return p.ticks[i].t < p.ticks[k].t })
+	ws := Series{Name: p.name}
+	wr := Series{Name: p.name}
+	last := math.NaN()
+	for _, k := range p.ticks {
+		v := math.NaN()
+		if k.hasWait {
+			v = k.waitSum / k.reads
 		}
-		wait, write = append(wait, ws), append(write, wr)
+		if !math.IsNaN(v) {
+			if math.IsNaN(last) {
+				last = v
+			} else {
+				last = 0.15*v + 0.85*last
+			}
+		}
+		ws.X, ws.Y = append(ws.X, k.t), append(ws.Y, last)
+		wv := math.NaN()
+		if k.hasWrite {
+			wv = k.write
+		}
+		wr.X, wr.Y = append(wr.X, k.t), append(wr.Y, wv)
 	}
-	var refs []Line
-	for _, t := range thr {
-		refs = append(refs, Line{Name: fmt.Sprintf("threshold %g ms", t), Y: t})
-	}
-	var out []string
-	if err := TimePlot(filepath.Join(dir, "report-trace-read-wait.png"), "Read wait per phase (EWMA α 0.15, devices with reads)",
-		"time in phase (s)", "read wait (ms)", wait, refs); err != nil {
-		return nil, err
-	}
-	out = append(out, "report-trace-read-wait.png")
-	if err := TimePlot(filepath.Join(dir, "report-trace-write-rate.png"), "Write rate per phase (all devices)",
-		"time in phase (s)", "MB/s", write, nil); err != nil {
-		return nil, err
-	}
-	return append(out, "report-trace-write-rate.png"), nil
+	return ws, wr
 }
