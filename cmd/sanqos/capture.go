@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -12,9 +13,14 @@ import (
 
 	"github.com/sanqos/sanqos/capture"
 	"github.com/sanqos/sanqos/passive"
+	"github.com/sanqos/sanqos/sample"
 	"github.com/spf13/cobra"
 )
 
+// captureCmd is the capture command: its help text, its flag table and
+// the capture loop as its RunE, one function as every command of this
+// binary is (the flags' variables are the RunE's closure); the rows it
+// prints are printCaptureRows'.
 func captureCmd() *cobra.Command {
 	var iface, pcap string
 	var portals []string
@@ -93,27 +99,7 @@ the agent is let loose on them. --pcap also writes the raw packets
 				case <-tick.C:
 				}
 				cur, _ := m.Read()
-				names := make([]string, 0, len(cur))
-				for n := range cur {
-					names = append(names, n)
-				}
-				sort.Strings(names)
-				for _, n := range names {
-					c, p := cur[n], prev[n]
-					secs := c.Time.Sub(p.Time).Seconds()
-					if p.Device == "" || secs <= 0 {
-						continue
-					}
-					avg := func(ticks, count uint64) string {
-						if count == 0 {
-							return "-"
-						}
-						return fmt.Sprintf("%.2f", float64(ticks)/float64(count))
-					}
-					fmt.Fprintf(out, "%-8s %-40s %7d %9s %7d %9s %9.2f %9.2f\n", c.Time.Format("15:04:05"), n[len(passive.DevicePrefix):],
-						c.Reads-p.Reads, avg(c.ReadTicks-p.ReadTicks, c.Reads-p.Reads), c.Writes-p.Writes, avg(c.WriteTicks-p.WriteTicks, c.Writes-p.Writes),
-						float64(c.ReadSectors-p.ReadSectors)*512/secs/1e6, float64(c.WriteSectors-p.WriteSectors)*512/secs/1e6)
-				}
+				printCaptureRows(out, prev, cur)
 				prev = cur
 			}
 			cp.Close()
@@ -132,4 +118,31 @@ the agent is let loose on them. --pcap also writes the raw packets
 	f.StringVar(&pcap, "pcap", "", "also write the raw packets to this pcap file")
 	c.MarkFlagRequired("interface")
 	return c
+}
+
+// printCaptureRows prints a row per initiator for the interval from prev
+// to cur (the meter's readings), in name order; initiators new in cur wait
+// for the next interval.
+func printCaptureRows(out io.Writer, prev, cur map[string]sample.Counters) {
+	names := make([]string, 0, len(cur))
+	for n := range cur {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		c, p := cur[n], prev[n]
+		secs := c.Time.Sub(p.Time).Seconds()
+		if p.Device == "" || secs <= 0 {
+			continue
+		}
+		avg := func(ticks, count uint64) string {
+			if count == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f", float64(ticks)/float64(count))
+		}
+		fmt.Fprintf(out, "%-8s %-40s %7d %9s %7d %9s %9.2f %9.2f\n", c.Time.Format("15:04:05"), n[len(passive.DevicePrefix):],
+			c.Reads-p.Reads, avg(c.ReadTicks-p.ReadTicks, c.Reads-p.Reads), c.Writes-p.Writes, avg(c.WriteTicks-p.WriteTicks, c.Writes-p.Writes),
+			float64(c.ReadSectors-p.ReadSectors)*512/secs/1e6, float64(c.WriteSectors-p.WriteSectors)*512/secs/1e6)
+	}
 }
