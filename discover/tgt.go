@@ -14,7 +14,9 @@ import (
 // tgt). Empty output is zero targets. Lines it does not know inside a known
 // section are skipped, so new tgt fields do not break discovery; lines that
 // cannot be placed (a LUN field before any "LUN:", a connection address
-// before any "I_T nexus:") are errors.
+// before any "I_T nexus:") are errors. It is one function because it is
+// one pass over the lines whose state (the current target, connection
+// and LUN) every section's lines update.
 func ParseTgtadm(out []byte) ([]Target, error) {
 	var (
 		targets []Target

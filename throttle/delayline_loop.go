@@ -154,7 +154,10 @@ func rawTimerfdSet(fd int, due int64) error {
 }
 
 // hold queues p, or appends it to now if it passes at once; at the queue
-// limit it appends the packet due soonest instead. d.mu must be held.
+// limit it appends the packet due soonest instead. d.mu must be held. It
+// is one function because it is one packet's path through the delay line
+// (kind, ramp or follow, FIFO, queue limit), read in the order it
+// happens, on the hot path.
 func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
 	dst, port, kind := classifyPacket(p.Payload)
 	perFlow := d.cfg.Ramp > 0 || d.cfg.Follow

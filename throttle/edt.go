@@ -208,7 +208,9 @@ const skbTstampOff = 152
 // while the heartbeat lasts. A segment with payload is also never stamped
 // earlier than the consumer's last departure (the last map, which the
 // program keeps), whether or not the consumer still has a delay. It
-// always returns TC_ACT_OK: it delays, it never drops or redirects.
+// always returns TC_ACT_OK: it delays, it never drops or redirects. It
+// is one function because it is one BPF program, read top to bottom as
+// the verifier reads it: its jumps go to labels inside it.
 func edtProgram(port uint16, writeOn WriteOn, delays, last, beat int) asm.Instructions {
 	// Registers past the parse: R6 the context, R7 now, R8 the delay and
 	// then the departure, R9 the payload length (≤ 0: a pure ACK).

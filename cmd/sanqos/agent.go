@@ -84,6 +84,9 @@ func (o backendOptions) shadowed() backendOptions {
 	return o
 }
 
+// agentCmd is the agent command's help text and flag table, which read
+// best in one place (the help is long: it is the agent's manual page); it
+// is one function for that reason, and its work is runAgent's.
 func agentCmd() *cobra.Command {
 	socket := agent.DefaultSocket
 	bo := backendOptions{Name: "auto", Options: throttle.Options{Port: 3260, Chain: "OUTPUT", Label: "sanqos", Ramp: config.Defaults().DelayRamp}}

@@ -18,7 +18,9 @@ import (
 
 // clusterCmd is the operator's side of cluster control: the policy every
 // agent follows (validated before it is written, as the agents validate
-// it when they read it) and what etcd says of each shared resource.
+// it when they read it) and what etcd says of each shared resource. It is
+// one function, long for its subcommands' help texts and flags, because
+// they share the endpoints and prefix flags' variables.
 func clusterCmd() *cobra.Command {
 	var endpoints, prefix string
 	c := &cobra.Command{

@@ -319,6 +319,9 @@ BENCHMARKS.md.`,
 	return c
 }
 
+// simClusterScaleCmd is `sim cluster-scale`: its help text, its flag
+// table and a short RunE, one function as every command of this binary is
+// (the flags' variables are the RunE's closure).
 func simClusterScaleCmd() *cobra.Command {
 	o := sim.DefaultClusterScale()
 	var results string

@@ -30,7 +30,10 @@ type key struct {
 // schema reads package config's source in dir and returns every YAML key
 // reachable from Config, in declaration order (a struct's keys follow the
 // key that holds it), each with its doc comment and the validator's
-// literal messages.
+// literal messages. It is one function because its walk is a closure
+// that recurses through config's struct types over the type and
+// validator tables it builds first; split, they would be passed around
+// whole.
 func schema(dir string) ([]key, error) {
 	fset := token.NewFileSet()
 	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
