@@ -189,6 +189,11 @@ func retrans(tb testing.TB, w *nsWorker) int64 {
 
 func tcpRetrans(tb testing.TB, c *net.TCPConn) uint32 {
 	tb.Helper()
+	return tcpInfo(tb, c).Total_retrans
+}
+
+func tcpInfo(tb testing.TB, c *net.TCPConn) *unix.TCPInfo {
+	tb.Helper()
 	rc, _ := c.SyscallConn()
 	var info *unix.TCPInfo
 	var err error
@@ -196,7 +201,7 @@ func tcpRetrans(tb testing.TB, c *net.TCPConn) uint32 {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return info.Total_retrans
+	return info
 }
 
 // bulk sends from src to dst for dur and returns bytes/s.

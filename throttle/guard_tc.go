@@ -223,6 +223,7 @@ func (e *EDT) repair() error {
 // check finds the IFB with our HTB root, and both filters on the
 // device's ingress hook.
 func (w *WriteCap) check(cc *checkConn) error {
+	w.reapChecked()
 	if err := w.checkIFB(cc); err != nil {
 		return err
 	}
@@ -288,6 +289,11 @@ func (w *WriteCap) repair() error {
 		for a, c := range w.cur {
 			if err := netlink.ClassAdd(w.class(c)); err != nil {
 				return fmt.Errorf("write cap class for %v: %w", a, err)
+			}
+		}
+		for a, d := range w.draining {
+			if err := netlink.ClassAdd(w.openClass(d.minor)); err != nil {
+				return fmt.Errorf("write cap class for %v (being lifted): %w", a, err)
 			}
 		}
 		return w.steer()

@@ -48,11 +48,12 @@ type WriteCap struct {
 	hook  *clsactHook
 	guard *guard // puts the IFB, its classes and the filters back when someone removes them
 
-	bpfObjects // consumers: IPv4 (host order) → classid
+	bpfObjects // consumers: IPv4 (host order) → wcapValue
 
-	mu    sync.Mutex
-	cur   map[netip.Addr]htbConsumer
-	minor map[uint16]bool
+	mu       sync.Mutex
+	cur      map[netip.Addr]htbConsumer
+	minor    map[uint16]bool
+	draining map[netip.Addr]drainingCap // lifted caps being handed over
 }
 
 // WriteCapConfig configures WriteCap.
@@ -126,7 +127,8 @@ func NewWriteCap(cfg WriteCapConfig) (*WriteCap, error) {
 		return nil, fmt.Errorf("write cap: remove stale objects of label %s: %w", cfg.Label, err)
 	}
 	w := &WriteCap{cfg: cfg, major: tcRootMajor(cfg.Label), dev: dev, cur: map[netip.Addr]htbConsumer{}, minor: map[uint16]bool{},
-		hook: &clsactHook{ifindex: dev.Attrs().Index, dev: cfg.Device}}
+		draining: map[netip.Addr]drainingCap{},
+		hook:     &clsactHook{ifindex: dev.Attrs().Index, dev: cfg.Device}}
 	if err := w.build(); err != nil {
 		w.close()
 		if cerr := errors.Join(CleanupWriteCap(cfg.Label), w.hook.release()); cerr != nil {
@@ -184,7 +186,7 @@ func (w *WriteCap) buildIFB() error {
 func (w *WriteCap) load() error {
 	raiseMemlock(w.cfg.Log)
 	var err error
-	if w.consumers, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: writeCapMaxConsumers}); err != nil {
+	if w.consumers, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: wcapValueSize, MaxEntries: writeCapMaxConsumers}); err != nil {
 		return fmt.Errorf("bpf map: %w", err)
 	}
 	if w.lease, err = newBPFLease(w.cfg.TTL, w.cfg.Log, "write caps"); err != nil {
@@ -275,7 +277,19 @@ func writeCapProgram(port uint16, consumers, beat int) asm.Instructions {
 	)
 	insns = append(insns, leaseAndLookup(beat, consumers)...)
 	return append(insns,
-		asm.LoadMem(asm.R1, asm.R0, 0, asm.Word),
+		// A consumer being handed over (writecap_handover.go) stays
+		// in its class while its segments come closer together than
+		// the quiet gap, and takes the direct path from its first gap.
+		asm.Mov.Reg(asm.R9, asm.R0),
+		asm.LoadMem(asm.R1, asm.R9, 4, asm.Word), // handOver
+		asm.JEq.Imm(asm.R1, 0, "tag"),
+		asm.FnKtimeGetNs.Call(),
+		asm.LoadMem(asm.R1, asm.R9, 8, asm.DWord), // last steered
+		asm.Mov.Reg(asm.R2, asm.R0),
+		asm.Sub.Reg(asm.R2, asm.R1),
+		asm.JGE.Imm(asm.R2, int32(writeCapQuiet), "pass"),
+		asm.StoreMem(asm.R9, 8, asm.R0, asm.DWord),
+		asm.LoadMem(asm.R1, asm.R9, 0, asm.Word).WithSymbol("tag"), // the class
 		asm.StoreMem(asm.R6, priorityOff, asm.R1, asm.Word),
 		asm.Mov.Imm(asm.R0, tcActUnspec),
 		asm.Return(),
@@ -304,12 +318,41 @@ func (w *WriteCap) Set(settings map[netip.Addr]Setting) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	next, used, err := w.plan(settings)
+	if err != nil {
+		return err
+	}
+	var lifted []netip.Addr
+	for a := range w.cur {
+		if _, ok := next[a]; !ok {
+			lifted = append(lifted, a)
+		}
+	}
+	for a := range next {
+		delete(w.draining, a) // capped again: its map entry says so now
+	}
+	w.handOver(lifted)
+	w.cur, w.minor = next, used
+	w.reap()
+	return w.lease.refresh()
+}
+
+// plan makes the classes of settings' caps and steers the capped
+// consumers to them, and returns the caps and class minors that result;
+// on error it undoes its class changes. A consumer capped again while
+// its last cap is being handed over gets its class back (so its queued
+// segments stay ahead of the new ones).
+func (w *WriteCap) plan(settings map[netip.Addr]Setting) (map[netip.Addr]htbConsumer, map[uint16]bool, error) {
 	next := maps.Clone(w.cur)
 	used := maps.Clone(w.minor)
 	var added []uint16
+	var recapped []netip.Addr
 	rollback := func() {
 		for _, m := range added {
 			_ = netlink.ClassDel(netlink.NewHtbClass(netlink.ClassAttrs{LinkIndex: w.ifb.Attrs().Index, Handle: netlink.MakeHandle(w.major, m)}, netlink.HtbClassAttrs{}))
+		}
+		for _, a := range recapped {
+			_ = netlink.ClassChange(w.openClass(w.draining[a].minor))
 		}
 	}
 	for a, s := range settings {
@@ -320,11 +363,14 @@ func (w *WriteCap) Set(settings map[netip.Addr]Setting) error {
 			continue
 		}
 		c := htbConsumer{minor: old.minor, rate: s.WriteRate}
-		if !had {
+		if d, ok := w.draining[a]; !had && ok {
+			c.minor = d.minor
+			recapped = append(recapped, a)
+		} else if !had {
 			m, ok := freeMinor(used)
 			if !ok {
 				rollback()
-				return fmt.Errorf("write cap: more than %d capped consumers", writeCapMaxConsumers)
+				return nil, nil, fmt.Errorf("write cap: more than %d capped consumers", writeCapMaxConsumers)
 			}
 			c.minor, used[m] = m, true
 			added = append(added, m)
@@ -334,61 +380,18 @@ func (w *WriteCap) Set(settings map[netip.Addr]Setting) error {
 		}
 		if err := netlink.ClassReplace(w.class(c)); err != nil {
 			rollback()
-			return fmt.Errorf("write cap class for %v: %w", a, err)
+			return nil, nil, fmt.Errorf("write cap class for %v: %w", a, err)
 		}
 		next[a] = c
 	}
 	// The map last: a packet is steered only to a class that exists.
 	for a, c := range next {
-		if err := w.consumers.Put(ipv4Key(a), uint32(netlink.MakeHandle(w.major, c.minor))); err != nil {
+		if err := w.consumers.Put(ipv4Key(a), wcapValue{Class: uint32(netlink.MakeHandle(w.major, c.minor))}); err != nil {
 			rollback()
-			return fmt.Errorf("write cap map: %w", err)
+			return nil, nil, fmt.Errorf("write cap map: %w", err)
 		}
 	}
-	var lifted []netip.Addr
-	for a := range w.cur {
-		if _, ok := next[a]; !ok {
-			lifted = append(lifted, a)
-		}
-	}
-	w.lift(lifted)
-	for _, a := range lifted {
-		delete(used, w.cur[a].minor)
-	}
-	w.cur, w.minor = next, used
-	return w.lease.refresh()
-}
-
-// lift ends the caps of consumers without dropping or reordering what
-// their classes still hold. Deleting a class drops its queue (up to the
-// writer's window: TCP resends it, after an RTO if it was the tail), and
-// unsteering the consumer first lets its next segments overtake the
-// queued ones (duplicate ACKs, a spurious fast retransmit). So the
-// classes open to the link rate and drain, the consumers are unsteered,
-// and the classes go once empty again (lab, twelve writers at 10 ms with
-// caps deleted at once: 226 drops, 658 retransmissions, 8 RTOs).
-func (w *WriteCap) lift(consumers []netip.Addr) {
-	if len(consumers) == 0 {
-		return
-	}
-	idx := w.ifb.Attrs().Index
-	handles := make([]uint32, 0, len(consumers))
-	for _, a := range consumers {
-		c := w.cur[a]
-		open := w.class(htbConsumer{minor: c.minor, rate: max(w.cfg.LinkRate, c.rate)})
-		if err := netlink.ClassChange(open); err != nil {
-			w.cfg.Log.Warn("write cap: opening a lifted cap's class", "consumer", a, "err", err)
-		}
-		handles = append(handles, open.Handle)
-	}
-	tcWaitEmpty(idx, handles...)
-	for _, a := range consumers {
-		_ = w.consumers.Delete(ipv4Key(a))
-	}
-	tcWaitEmpty(idx, handles...)
-	for _, a := range consumers {
-		_ = netlink.ClassDel(w.class(w.cur[a]))
-	}
+	return next, used, nil
 }
 
 func (w *WriteCap) class(c htbConsumer) *netlink.HtbClass {

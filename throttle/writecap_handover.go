@@ -1,0 +1,129 @@
+package throttle
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/vishvananda/netlink"
+)
+
+// Lifting a write cap must neither drop nor reorder what the consumer's
+// class still holds. Deleting the class drops its queue (up to the
+// writer's window: TCP resends it, after an RTO if it was the tail; lab,
+// twelve writers at 10 ms with caps deleted at once: 226 drops, 658
+// retransmissions, 8 RTOs). Unsteering the consumer while its segments
+// are still on the IFB path — in the class, or past it in the IFB's own
+// queue, which no class statistic shows — lets its next segments
+// overtake them: duplicate ACKs, a spurious fast retransmit (the
+// stock-kernel guest's TestWriteCapLiftDrains, two CI runs in three,
+// when user space unsteered as soon as the class looked empty).
+//
+// So the hand-over is the packet path's own decision, in two steps. The
+// lifted consumer's class opens to the link rate and its segments still
+// go into it, until the class has been seen empty: an HTB class waiting
+// for tokens at its old rate keeps waiting after a rate change, up to one
+// packet's time at that rate (125 ms for 64 KiB at 512 KiB/s), and the
+// writer, its whole window queued, sends nothing meanwhile — a pause that
+// must not count as the gap below (lab test: 79 fast retransmissions when
+// it did). Then the map entry is marked handed over: the steering
+// program keeps sending the consumer's segments into the open class while
+// they follow each other closer than writeCapQuiet, and passes them
+// straight on from the first longer gap, after which it never steers that
+// consumer again (the entry's last-steered time stops moving). Nothing
+// can still be on the IFB path behind a gap that long: an open class and
+// the IFB forward in microseconds. User space reaps the entry and the
+// class once the program has stopped steering. A writer that never
+// pauses for writeCapQuiet stays on the open class, shaped by nothing but
+// the link.
+
+// writeCapQuiet is the gap after which a handed-over consumer's segments
+// take the direct path: many times the IFB path's latency (tens of
+// microseconds; a millisecond in a TCG guest), shorter than the pauses
+// between an iSCSI initiator's bursts.
+const writeCapQuiet = 5 * time.Millisecond
+
+// wcapValue is the steering map's value (16 bytes, the program's
+// offsets 0, 4 and 8).
+type wcapValue struct {
+	Class    uint32 // the consumer's class, major:minor
+	HandOver uint32 // non-zero: the cap is lifted, hand the consumer over
+	Last     uint64 // CLOCK_MONOTONIC ns of the last segment steered while handing over
+}
+
+const wcapValueSize = 16
+
+// handOver opens the lifted consumers' classes; reap marks them handed
+// over once empty. Their minors stay used until reap removes them. Called
+// with w.mu held, with the caps still in w.cur.
+func (w *WriteCap) handOver(lifted []netip.Addr) {
+	for _, a := range lifted {
+		c := w.cur[a]
+		if err := netlink.ClassChange(w.openClass(c.minor)); err != nil {
+			w.cfg.Log.Warn("write cap: opening a lifted cap's class", "consumer", a, "err", err)
+		}
+		w.draining[a] = drainingCap{minor: c.minor}
+	}
+}
+
+// drainingCap is a lifted cap being handed over.
+type drainingCap struct {
+	minor  uint16
+	marked bool // the map entry says hand over (the class was seen empty)
+}
+
+// openClass is a consumer class at the link rate.
+func (w *WriteCap) openClass(minor uint16) *netlink.HtbClass {
+	return w.class(htbConsumer{minor: minor, rate: w.cfg.LinkRate})
+}
+
+// reap moves the hand-overs on: an opened class seen empty gets its
+// entry marked; a marked consumer that the program no longer steers (no
+// segment steered for two quiet gaps, so none is being steered now) and
+// whose class is empty loses its entry and its class. Called with w.mu
+// held: by Set and by the guard's every check.
+func (w *WriteCap) reap() {
+	if len(w.draining) == 0 {
+		return
+	}
+	cls, err := netlink.ClassList(w.ifb, netlink.HANDLE_NONE)
+	if err != nil {
+		return
+	}
+	backlog := map[uint32]uint32{}
+	for _, k := range cls {
+		if s := k.Attrs().Statistics; s != nil && s.Queue != nil {
+			backlog[k.Attrs().Handle] = s.Queue.Qlen
+		}
+	}
+	now := monoNow()
+	for a, d := range w.draining {
+		handle := netlink.MakeHandle(w.major, d.minor)
+		if backlog[handle] > 0 {
+			continue
+		}
+		if !d.marked {
+			v := wcapValue{Class: handle, HandOver: 1, Last: now}
+			if err := w.consumers.Put(ipv4Key(a), v); err != nil {
+				w.cfg.Log.Warn("write cap: handing a lifted cap over", "consumer", a, "err", err)
+				continue
+			}
+			w.draining[a] = drainingCap{minor: d.minor, marked: true}
+			continue
+		}
+		var v wcapValue
+		if err := w.consumers.Lookup(ipv4Key(a), &v); err == nil && v.HandOver != 0 && now-v.Last < uint64(2*writeCapQuiet) {
+			continue
+		}
+		_ = w.consumers.Delete(ipv4Key(a))
+		_ = netlink.ClassDel(w.openClass(d.minor))
+		delete(w.draining, a)
+		delete(w.minor, d.minor)
+	}
+}
+
+// reapChecked is reap for the guard, which holds no lock.
+func (w *WriteCap) reapChecked() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.reap()
+}
