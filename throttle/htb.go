@@ -386,11 +386,15 @@ func (t *HTB) remove(a netip.Addr, c htbConsumer) error {
 	if err := netlink.ClassChange(fast); err != nil {
 		return fmt.Errorf("htb: open class of %v: %w", a, err)
 	}
-	tcWaitEmpty(t.ifidx, fast.Handle)
+	// A class waiting for tokens at its old rate keeps waiting after the
+	// change, up to one packet's time at that rate (64 KiB at 512 KiB/s:
+	// 125 ms; writecap_handover.go), and only then drains.
+	within := 100*time.Millisecond + time.Duration(float64(time.Second)*float64(64<<10)/float64(max(c.rate, 1)))
+	tcWaitEmpty(t.ifidx, min(within, 2*time.Second), fast.Handle)
 	if err := tcSetDel(t.ipset, tcRateSet(t.cfg.Label), a); err != nil {
 		return err
 	}
-	tcWaitEmpty(t.ifidx, fast.Handle)
+	tcWaitEmpty(t.ifidx, 100*time.Millisecond, fast.Handle)
 	if t.filter != tcBPF {
 		if err := tcFilterFor(t.filter, t.ifidx, t.marks, uint32(c.minor), tcFilterPrio).del(); err != nil {
 			return err
@@ -404,14 +408,14 @@ func (t *HTB) remove(a netip.Addr, c htbConsumer) error {
 }
 
 // tcWaitEmpty polls the queue lengths of classes on a device until all
-// are empty, for at most 100 ms: opened to the link rate, even a full
-// leaf drains in a fraction of that.
-func tcWaitEmpty(ifidx int, handles ...uint32) {
+// are empty, for at most within: opened to the link rate, even a full
+// leaf drains in a fraction of 100 ms once its class may send.
+func tcWaitEmpty(ifidx int, within time.Duration, handles ...uint32) {
 	link, err := netlink.LinkByIndex(ifidx)
 	if err != nil || len(handles) == 0 {
 		return
 	}
-	for deadline := time.Now().Add(100 * time.Millisecond); time.Now().Before(deadline); {
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); {
 		cls, err := netlink.ClassList(link, netlink.HANDLE_NONE)
 		if err != nil {
 			return
