@@ -380,6 +380,7 @@ func labRunCmd() *cobra.Command {
 	f.DurationSliceVar(&o.Thresholds, "thresholds", nil, experiments.Taking(experiments.FlagThresholds)+": thresholds to regulate to (default 10ms,15ms,20ms; autonomic adds 5ms)")
 	f.StringVar(&o.AgentYAML, "agent-set", "", experiments.Taking(experiments.FlagAgentSet)+": YAML appended to the agent's config, e.g. 'pid: {kp: 1, ti: 200ms}'")
 	f.IntVar(&o.Writers, "writers", 0, experiments.Taking(experiments.FlagWriters)+": writer threads (default the thesis' 12)")
+	f.IntVar(&o.Streams, "streams", 0, experiments.Taking(experiments.FlagStreams)+": concurrent streams on the swept host, each one I/O in flight (default 1, the thesis'); more sweep 0–40 ms")
 	f.IntVar(&o.Cycles, "cycles", 0, experiments.Taking(experiments.FlagCycles)+": the load's on/off cycles (default 6)")
 	f.BoolVar(&o.NoOracle, "no-oracle", false, experiments.Taking(experiments.FlagNoOracle)+": skip the oracle's search for the best static delay")
 	f.BoolVar(&o.LUNMap, "lun-map", false, experiments.Taking(experiments.FlagLUNMap)+": name each host's own LUN in the agent's config (consumer_devices), which discovery cannot tell with one tgt target for every host")

@@ -15,7 +15,7 @@ import (
 type delaySweep struct{}
 
 func (delaySweep) Spec() Spec {
-	return Spec{Name: "delay-sweep", DefaultScale: 0.25, Flags: FlagBackends,
+	return Spec{Name: "delay-sweep", DefaultScale: 0.25, Flags: FlagBackends | FlagStreams,
 		Title: "Rate vs added delay 0–9.6 ms on an established session, reads and writes, repeated (Fig 5.5/5.6)"}
 }
 
@@ -43,18 +43,21 @@ func (r *runner) delaySweepSession(backend string) (backendRun, error) {
 	step := max(r.Scale(20*time.Second), 2*time.Second)
 	lead := 2 * time.Second
 	reps := max(r.opts.Repeat, 3)
-	n := len(SweepDelays)
+	streams := max(r.opts.Streams, 1)
+	delays := sweepDelays(streams)
+	n := len(delays)
 	sum := newSweepSummary("delay-sweep", "one per direction, delay changed on it")
+	sum.Streams = streams
 	b2 := lab.HostAddr("b2")
 	var all []*lab.PhaseResult
 	for _, dir := range []string{"read", "write"} {
 		length := lead + time.Duration(n*reps)*step
 		p := &lab.Phase{Name: dir, Label: dir + " sweep", Length: length + time.Second, From: 0, To: length,
-			Jobs: []lab.Job{{Name: "sweep", Host: "b2", URL: r.LUN("b2").URL, RW: dir, BS: 64 << 10, Runtime: length}}}
+			Jobs: []lab.Job{{Name: "sweep", Host: "b2", URL: r.LUN("b2").URL, RW: dir, BS: 64 << 10, NumJobs: streams, Runtime: length}}}
 		// Counters at each change, so each step's TCP events are known.
 		var marksT, marksI []lab.TCPCounters // target, initiator
 		for k := 0; k < n*reps; k++ {
-			d := SweepDelays[k%n]
+			d := delays[k%n]
 			set := sweepSetting(dir, d)
 			p.Events = append(p.Events, lab.Event{At: lead + time.Duration(k)*step, Name: d.String(), Do: func() error {
 				t, i, err := readSweepTCP()
@@ -92,7 +95,7 @@ func (r *runner) delaySweepSession(backend string) (backendRun, error) {
 			f = writeMBs
 		}
 		var xs, ys []float64
-		for i, d := range SweepDelays {
+		for i, d := range delays {
 			pt := SweepPoint{Direction: dir, DelayMs: float64(d) / 1e6}
 			for rep := 0; rep < reps; rep++ {
 				// Skip the first second of a step: the queue and the TCP
@@ -112,7 +115,11 @@ func (r *runner) delaySweepSession(backend string) (backendRun, error) {
 			}
 			sum.Points = append(sum.Points, pt)
 		}
-		if err := sum.fitDirection(r.Dir, dir, xs, ys, fmt.Sprintf(" on one session, %d repeats", reps)); err != nil {
+		how := fmt.Sprintf(" on one session, %d repeats", reps)
+		if streams > 1 {
+			how = fmt.Sprintf(" on %d streams, %d repeats", streams, reps)
+		}
+		if err := sum.fitDirection(r.Dir, dir, xs, ys, how); err != nil {
 			return nil, err
 		}
 	}

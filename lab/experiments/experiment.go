@@ -51,6 +51,7 @@ const (
 	FlagNoOracle                    // --no-oracle
 	FlagLUNMap                      // --lun-map
 	FlagBackends                    // --backends
+	FlagStreams                     // --streams
 )
 
 // Options are a run's: the lab's (scale, repeats, results) and what the
@@ -70,6 +71,9 @@ type Options struct {
 	// (the stock-kernel tier) can carry.
 	Writers, Cycles int
 	NoOracle        bool
+	// Streams is delay-sweep's fio threads on the swept session's host
+	// (0: one, the thesis' single stream): the many-stream read path.
+	Streams int
 	// LUNMap names each host's own LUN in the autonomic agents' config
 	// (consumer_devices): with one tgt target for every host, discovery
 	// lists every host on every LUN, and a LUN's queue is nobody's own
