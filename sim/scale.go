@@ -132,8 +132,32 @@ func RunScale(so ScaleOptions) (*ScaleSummary, error) {
 		return nil, err
 	}
 	runtime.GC()
-	var ms0, ms1 runtime.MemStats
+	var ms0 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
+	resOf, known := lateWriters(topo, late)
+	r := &scaleRun{so: so, m: m, cfg: cfg, topo: topo, late: late, known: known}
+	// Consumers have their own LUNs here, so device rates name the
+	// writers; the TCP rate sampler is not used.
+	r.a = NewAgent(cfg, m, r.discover(0), false)
+	r.discovered = map[netip.Addr]time.Duration{}
+	r.s = &ScaleSummary{Experiment: "scale", Resources: so.Resources, Consumers: so.Resources * so.PerResource,
+		IntervalMs: int(Interval / time.Millisecond), LateWriters: len(late)}
+	r.pending = map[string][]netip.Addr{}
+	for c, res := range resOf {
+		r.pending[res] = append(r.pending[res], c)
+	}
+	r.throttled = map[string]bool{}
+	for t := Interval; t <= so.Length; t += Interval {
+		if err := r.tick(t); err != nil {
+			return nil, err
+		}
+	}
+	return r.summary(ms0), nil
+}
+
+// lateWriters returns the resource of each late writer and whether it is
+// known to the agent before it starts writing.
+func lateWriters(topo *agent.Topology, late map[netip.Addr]time.Duration) (map[netip.Addr]string, map[netip.Addr]bool) {
 	resOf := map[netip.Addr]string{}
 	for name, v := range topo.Resources {
 		for c := range v.Consumers {
@@ -150,108 +174,134 @@ func RunScale(so ScaleOptions) (*ScaleSummary, error) {
 		fmt.Sscanf(r, "r%d", &n)
 		known[c] = n%2 == 0
 	}
-	// Discovery: a late writer's session appears in the topology at the
-	// first discovery round (every discovery interval, 1 s by default)
-	// after it logs in, i.e. starts; every round publishes a new topology,
-	// as the daemon's discovery loop does.
-	discover := func(t time.Duration) *agent.Topology {
-		nt := &agent.Topology{Resources: make(map[string]agent.ResourceView, len(topo.Resources))}
-		for name, v := range topo.Resources {
-			nv := agent.ResourceView{Devices: v.Devices, Consumers: make(map[netip.Addr][]string, len(v.Consumers))}
-			for c, d := range v.Consumers {
-				if st, ok := late[c]; !ok || st <= t || known[c] {
-					nv.Consumers[c] = d
-				}
+	return resOf, known
+}
+
+// scaleRun is one run of the scale scenario: the agent, the late writers
+// it has yet to see become throttleable, and what its ticks measured.
+type scaleRun struct {
+	so    ScaleOptions
+	m     *Model
+	cfg   *config.Config
+	topo  *agent.Topology
+	late  map[netip.Addr]time.Duration
+	known map[netip.Addr]bool
+	a     *agent.Agent
+	s     *ScaleSummary
+
+	discovered map[netip.Addr]time.Duration // late writer → discovery round that found it
+	pending    map[string][]netip.Addr      // resource → late writers not yet throttleable
+	throttled  map[string]bool              // resources ever delayed
+
+	walls, detect, afterDisc, detectKnown []float64
+	cpu                                   time.Duration
+	alloc                                 uint64
+}
+
+// discover is the topology at time t. Discovery: a late writer's session
+// appears in the topology at the first discovery round (every discovery
+// interval, 1 s by default) after it logs in, i.e. starts; every round
+// publishes a new topology, as the daemon's discovery loop does.
+func (r *scaleRun) discover(t time.Duration) *agent.Topology {
+	nt := &agent.Topology{Resources: make(map[string]agent.ResourceView, len(r.topo.Resources))}
+	for name, v := range r.topo.Resources {
+		nv := agent.ResourceView{Devices: v.Devices, Consumers: make(map[netip.Addr][]string, len(v.Consumers))}
+		for c, d := range v.Consumers {
+			if st, ok := r.late[c]; !ok || st <= t || r.known[c] {
+				nv.Consumers[c] = d
 			}
-			nt.Resources[name] = nv
 		}
-		return nt
+		nt.Resources[name] = nv
 	}
-	// Consumers have their own LUNs here, so device rates name the
-	// writers; the TCP rate sampler is not used.
-	a := NewAgent(cfg, m, discover(0), false)
-	discovered := map[netip.Addr]time.Duration{}
-	s := &ScaleSummary{Experiment: "scale", Resources: so.Resources, Consumers: so.Resources * so.PerResource,
-		IntervalMs: int(Interval / time.Millisecond), LateWriters: len(late)}
-	pending := map[string][]netip.Addr{}
-	for c, r := range resOf {
-		pending[r] = append(pending[r], c)
+	return nt
+}
+
+// tick runs the model to t, publishes a topology on discovery rounds,
+// steps the agent (timing it, and measuring its allocation at half time)
+// and records the late writers it now finds throttleable.
+func (r *scaleRun) tick(t time.Duration) error {
+	r.m.RunUntil(t)
+	if t%r.cfg.Discovery.Interval == 0 {
+		r.a.SetTopology(r.discover(t))
+		for c, st := range r.late {
+			if _, ok := r.discovered[c]; !ok && st <= t {
+				r.discovered[c] = t
+			}
+		}
 	}
-	var walls, detect, afterDisc, detectKnown []float64
-	var cpu time.Duration
-	var alloc uint64
-	throttled := map[string]bool{}
-	for t := Interval; t <= so.Length; t += Interval {
-		m.RunUntil(t)
-		if t%cfg.Discovery.Interval == 0 {
-			a.SetTopology(discover(t))
-			for c, st := range late {
-				if _, ok := discovered[c]; !ok && st <= t {
-					discovered[c] = t
-				}
-			}
+	var before runtime.MemStats
+	if t == r.so.Length/2 {
+		runtime.ReadMemStats(&before)
+	}
+	c0, w0 := cpuTime(), time.Now()
+	if err := r.a.Step(r.m.Epoch.Add(t)); err != nil {
+		return err
+	}
+	r.walls = append(r.walls, float64(time.Since(w0))/1e6)
+	r.cpu += cpuTime() - c0
+	if t == r.so.Length/2 {
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		r.alloc = after.TotalAlloc - before.TotalAlloc
+	}
+	r.s.Ticks++
+	r.detectLate(t)
+	return nil
+}
+
+// detectLate records, at t, which late writers are now throttleable, and
+// which resources are delayed.
+func (r *scaleRun) detectLate(t time.Duration) {
+	for _, st := range r.a.Resources() {
+		if st.Delay > 0 {
+			r.throttled[st.Name] = true
 		}
-		var before runtime.MemStats
-		if t == so.Length/2 {
-			runtime.ReadMemStats(&before)
+		cs := r.pending[st.Name]
+		if len(cs) == 0 {
+			continue
 		}
-		c0, w0 := cpuTime(), time.Now()
-		if err := a.Step(m.Epoch.Add(t)); err != nil {
-			return nil, err
+		in := map[string]bool{}
+		for _, x := range st.Throttleable {
+			in[x] = true
 		}
-		walls = append(walls, float64(time.Since(w0))/1e6)
-		cpu += cpuTime() - c0
-		if t == so.Length/2 {
-			var after runtime.MemStats
-			runtime.ReadMemStats(&after)
-			alloc = after.TotalAlloc - before.TotalAlloc
-		}
-		s.Ticks++
-		// Detection: which late writers are now throttleable?
-		for _, st := range a.Resources() {
-			if st.Delay > 0 {
-				throttled[st.Name] = true
-			}
-			cs := pending[st.Name]
-			if len(cs) == 0 {
-				continue
-			}
-			in := map[string]bool{}
-			for _, x := range st.Throttleable {
-				in[x] = true
-			}
-			var keep []netip.Addr
-			for _, c := range cs {
-				if in[c.String()] {
-					if known[c] {
-						detectKnown = append(detectKnown, float64(t-late[c])/1e6)
-					} else {
-						detect = append(detect, float64(t-late[c])/1e6)
-						afterDisc = append(afterDisc, float64(t-discovered[c])/1e6)
-					}
+		var keep []netip.Addr
+		for _, c := range cs {
+			if in[c.String()] {
+				if r.known[c] {
+					r.detectKnown = append(r.detectKnown, float64(t-r.late[c])/1e6)
 				} else {
-					keep = append(keep, c)
+					r.detect = append(r.detect, float64(t-r.late[c])/1e6)
+					r.afterDisc = append(r.afterDisc, float64(t-r.discovered[c])/1e6)
 				}
+			} else {
+				keep = append(keep, c)
 			}
-			pending[st.Name] = keep
 		}
+		r.pending[st.Name] = keep
 	}
+}
+
+// summary fills in the run's summary: the agent's heap growth since ms0,
+// its tick costs, and the late writers' detection times.
+func (r *scaleRun) summary(ms0 runtime.MemStats) *ScaleSummary {
+	s := r.s
+	var ms1 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&ms1)
 	s.AgentHeapMB = report.Round(float64(int64(ms1.HeapAlloc)-int64(ms0.HeapAlloc))/1e6, 1)
-	s.AllocPerTickMB = report.Round(float64(alloc)/1e6, 2)
-	runtime.KeepAlive(a)
-	s.TickWallMs = report.RoundDist(report.Describe(walls))
-	s.TickCPUMs = report.Round(float64(cpu)/1e6/float64(s.Ticks), 2)
-	s.ThrottleSetCalls, s.ThrottleChanges = m.Throttle().Sets, m.Throttle().Changed
-	s.SaturatedResources = len(throttled)
-	sort.Float64s(detect)
-	s.LateWritersDetected = len(detect) + len(detectKnown)
-	s.KnownToThrottleableMs = report.RoundDist(report.Describe(detectKnown))
-	s.TimeToThrottleableMs = report.RoundDist(report.Describe(detect))
-	s.FromDiscoveryMs = report.RoundDist(report.Describe(afterDisc))
-	s.SimulatedS = so.Length.Seconds()
-	s.Events = m.seq
-	a.Release()
-	return s, nil
+	s.AllocPerTickMB = report.Round(float64(r.alloc)/1e6, 2)
+	runtime.KeepAlive(r.a)
+	s.TickWallMs = report.RoundDist(report.Describe(r.walls))
+	s.TickCPUMs = report.Round(float64(r.cpu)/1e6/float64(s.Ticks), 2)
+	s.ThrottleSetCalls, s.ThrottleChanges = r.m.Throttle().Sets, r.m.Throttle().Changed
+	s.SaturatedResources = len(r.throttled)
+	sort.Float64s(r.detect)
+	s.LateWritersDetected = len(r.detect) + len(r.detectKnown)
+	s.KnownToThrottleableMs = report.RoundDist(report.Describe(r.detectKnown))
+	s.TimeToThrottleableMs = report.RoundDist(report.Describe(r.detect))
+	s.FromDiscoveryMs = report.RoundDist(report.Describe(r.afterDisc))
+	s.SimulatedS = r.so.Length.Seconds()
+	s.Events = r.m.seq
+	r.a.Release()
+	return s
 }
