@@ -129,17 +129,37 @@ func cmp(name string, lp, sp, lw, sw float64) Compare {
 func Calibrate(lr *LabRuns, seed uint64) (*Calibration, error) {
 	p := DefaultParams()
 	c := &Calibration{Lab: lr}
+	if err := c.fitTCP(lr.Sweep, &p); err != nil {
+		return nil, err
+	}
+	lab := lr.Interference
+	p = c.fitDisk(lab, p, seed)
+	c.Params = p
+	if err := c.compareInterference(lab, p, seed); err != nil {
+		return nil, err
+	}
+	if lr.PID != nil {
+		if err := c.comparePID(lr.PID, p, seed); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// fitTCP is Calibrate's step 1: the TCP windows, and the read wire rate,
+// fitted to the delay sweep's time per request.
+func (c *Calibration) fitTCP(sweep SweepSummary, p *Params) error {
 	const bs = 65536.0
 	for _, dir := range []string{"read", "write"} {
 		var xs, ys []float64
-		for _, pt := range lr.Sweep.Points {
+		for _, pt := range sweep.Points {
 			if pt.Direction == dir && pt.MBs > 0 {
 				xs, ys = append(xs, pt.DelayMs), append(ys, bs/(pt.MBs*1e6)*1e3) // ms per request
 			}
 		}
 		slope, icept := fitLine(xs, ys)
 		if !(slope > 0) {
-			return nil, fmt.Errorf("delay-sweep %s: time per request does not grow with delay (slope %v)", dir, slope)
+			return fmt.Errorf("delay-sweep %s: time per request does not grow with delay (slope %v)", dir, slope)
 		}
 		if dir == "read" {
 			p.ReadWindow = bs / slope
@@ -152,7 +172,12 @@ func Calibrate(lr *LabRuns, seed uint64) (*Calibration, error) {
 			c.Method = append(c.Method, fmt.Sprintf("write: %.2f rounds of delay per 64 KiB (window %.0f B), %.2f ms undelayed, from %d sweep points", slope, p.WriteWindow, icept, len(xs)))
 		}
 	}
-	lab := lr.Interference
+	return nil
+}
+
+// fitDisk is Calibrate's step 2: p with the disk and stack knobs that best
+// fit the lab's interference run, by coordinate descent.
+func (c *Calibration) fitDisk(lab report.InterferenceSummary, p Params, seed uint64) Params {
 	cost := func(q Params) float64 {
 		c.Evaluations++
 		s, err := simInterference(q, seed, 0.5)
@@ -195,10 +220,15 @@ func Calibrate(lr *LabRuns, seed uint64) (*Calibration, error) {
 	}
 	c.Method = append(c.Method, fmt.Sprintf("disk/stack: write_cost %.2f, device_latency %.2f ms, write wire %.0f MB/s by coordinate descent over %d simulated interference runs (scale 0.5, seed %d)",
 		p.WriteCost, ms(p.DeviceLatency), p.WriteNetBps/1e6, c.Evaluations, seed))
-	c.Params = p
+	return p
+}
+
+// compareInterference compares the fitted model's interference run, at
+// full scale, with the lab's.
+func (c *Calibration) compareInterference(lab report.InterferenceSummary, p Params, seed uint64) error {
 	s, err := simInterference(p, seed, 1)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var sum float64
 	for i, r := range lab.Runs {
@@ -207,29 +237,32 @@ func Calibrate(lr *LabRuns, seed uint64) (*Calibration, error) {
 		sum += math.Abs(cp.ErrPct)
 	}
 	c.InterferenceErrPct = report.Round(sum/float64(len(lab.Runs)), 1)
-	if lr.PID != nil {
-		// The lab runs pid at its default scale 0.25 (25 s on-periods
-		// become 6.25 s); compare like with like.
-		o := DefaultOptions()
-		o.Params, o.Seed, o.Scale = p, seed, 0.25
-		for _, r := range lr.PID.Regulated {
-			o.Thresholds = append(o.Thresholds, time.Duration(r.ThresholdMs*1e6))
-		}
-		v, err := runControlled(o, pidExperiment)
-		if err != nil {
-			return nil, err
-		}
-		ps := v.(report.ControlledSummary)
-		c.PID = append(c.PID, cmp("baseline", lr.PID.Baseline.ReadWaitMs.P95, ps.Baseline.ReadWaitMs.P95, lr.PID.Baseline.WriteMBs, ps.Baseline.WriteMBs))
-		sum = 0
-		for i, r := range lr.PID.Regulated {
-			cp := cmp(fmt.Sprintf("threshold %v ms", r.ThresholdMs), r.ReadWaitMs.P95, ps.Regulated[i].ReadWaitMs.P95, r.WriteMBs, ps.Regulated[i].WriteMBs)
-			c.PID = append(c.PID, cp)
-			sum += math.Abs(cp.ErrPct)
-		}
-		c.PIDErrPct = report.Round(sum/float64(len(lr.PID.Regulated)), 1)
+	return nil
+}
+
+// comparePID compares the fitted model's pid run with the lab's.
+func (c *Calibration) comparePID(pid *report.ControlledSummary, p Params, seed uint64) error {
+	// The lab runs pid at its default scale 0.25 (25 s on-periods
+	// become 6.25 s); compare like with like.
+	o := DefaultOptions()
+	o.Params, o.Seed, o.Scale = p, seed, 0.25
+	for _, r := range pid.Regulated {
+		o.Thresholds = append(o.Thresholds, time.Duration(r.ThresholdMs*1e6))
 	}
-	return c, nil
+	v, err := runControlled(o, pidExperiment)
+	if err != nil {
+		return err
+	}
+	ps := v.(report.ControlledSummary)
+	c.PID = append(c.PID, cmp("baseline", pid.Baseline.ReadWaitMs.P95, ps.Baseline.ReadWaitMs.P95, pid.Baseline.WriteMBs, ps.Baseline.WriteMBs))
+	var sum float64
+	for i, r := range pid.Regulated {
+		cp := cmp(fmt.Sprintf("threshold %v ms", r.ThresholdMs), r.ReadWaitMs.P95, ps.Regulated[i].ReadWaitMs.P95, r.WriteMBs, ps.Regulated[i].WriteMBs)
+		c.PID = append(c.PID, cp)
+		sum += math.Abs(cp.ErrPct)
+	}
+	c.PIDErrPct = report.Round(sum/float64(len(pid.Regulated)), 1)
+	return nil
 }
 
 func simInterference(p Params, seed uint64, scale float64) (report.InterferenceSummary, error) {
