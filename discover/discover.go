@@ -130,95 +130,131 @@ func (s Snapshot) ConsumersOf(name string) []netip.Addr { return s.Map[name] }
 // BuildSnapshot joins targets with the block layer seen through r. A nil r
 // skips block resolution: every LUN is then its own resource named by path.
 func BuildSnapshot(targets []Target, r *Resolver) Snapshot {
-	snap := Snapshot{Map: map[string][]netip.Addr{}}
-	type lunInfo struct {
-		ref  LUNRef
-		pool []string
+	sb := &snapshotBuilder{
+		snap:      Snapshot{Map: map[string][]netip.Addr{}},
+		r:         r,
+		resolved:  map[string]lunInfo{},
+		resources: map[string]*Resource{},
+		consumers: map[netip.Addr]*Consumer{},
 	}
-	resolved := map[string]lunInfo{} // by backing path: one lookup per path
-	resources := map[string]*Resource{}
-	consumers := map[netip.Addr]*Consumer{}
+	for _, t := range targets {
+		byNum := sb.addLUNs(t)
+		for _, s := range t.Sessions {
+			sb.addSession(t, s, byNum)
+		}
+	}
+	return sb.finish()
+}
 
-	lookup := func(iqn string, l LUN) lunInfo {
-		if li, ok := resolved[l.Path]; ok {
-			li.ref.Target, li.ref.LUN = iqn, l.Number
-			return li
-		}
-		li := lunInfo{ref: LUNRef{Target: iqn, LUN: l.Number, Path: l.Path}}
-		if r != nil {
-			bd, err := r.Resolve(l.Path)
-			if err != nil {
-				snap.Problems = append(snap.Problems, err.Error())
-			}
-			li.ref.Device, li.pool = bd.Name, bd.Pool
-		}
-		if len(li.pool) == 0 {
-			li.pool = []string{"path:" + l.Path}
-		}
-		resolved[l.Path] = li
+// lunInfo is a LUN's reference and the pool of devices behind it.
+type lunInfo struct {
+	ref  LUNRef
+	pool []string
+}
+
+// snapshotBuilder is BuildSnapshot's state: the snapshot so far and the
+// resources and consumers it is collecting.
+type snapshotBuilder struct {
+	snap      Snapshot
+	r         *Resolver
+	resolved  map[string]lunInfo // by backing path: one lookup per path
+	resources map[string]*Resource
+	consumers map[netip.Addr]*Consumer
+}
+
+// lookup resolves LUN l of target iqn to its pool, once per backing path.
+func (sb *snapshotBuilder) lookup(iqn string, l LUN) lunInfo {
+	if li, ok := sb.resolved[l.Path]; ok {
+		li.ref.Target, li.ref.LUN = iqn, l.Number
 		return li
 	}
-
-	for _, t := range targets {
-		byNum := map[int]lunInfo{}
-		for _, l := range t.DataLUNs() {
-			li := lookup(t.IQN, l)
-			byNum[l.Number] = li
-			name := poolName(li.pool)
-			res := resources[name]
-			if res == nil {
-				res = &Resource{Name: name, Pool: li.pool}
-				resources[name] = res
-			}
-			if !slices.Contains(res.LUNs, li.ref) {
-				res.LUNs = append(res.LUNs, li.ref)
-			}
-			if li.ref.Device != "" && !slices.Contains(res.Devices, li.ref.Device) {
-				res.Devices = append(res.Devices, li.ref.Device)
-			}
+	li := lunInfo{ref: LUNRef{Target: iqn, LUN: l.Number, Path: l.Path}}
+	if sb.r != nil {
+		bd, err := sb.r.Resolve(l.Path)
+		if err != nil {
+			sb.snap.Problems = append(sb.snap.Problems, err.Error())
 		}
-		for _, s := range t.Sessions {
-			addrs := s.Addrs()
-			if len(addrs) == 0 {
-				snap.Problems = append(snap.Problems, "session of "+s.Initiator+" on "+t.IQN+" has no connection address")
-				continue
+		li.ref.Device, li.pool = bd.Name, bd.Pool
+	}
+	if len(li.pool) == 0 {
+		li.pool = []string{"path:" + l.Path}
+	}
+	sb.resolved[l.Path] = li
+	return li
+}
+
+// addLUNs adds target t's data LUNs to their resources and returns them
+// by LUN number.
+func (sb *snapshotBuilder) addLUNs(t Target) map[int]lunInfo {
+	byNum := map[int]lunInfo{}
+	for _, l := range t.DataLUNs() {
+		li := sb.lookup(t.IQN, l)
+		byNum[l.Number] = li
+		name := poolName(li.pool)
+		res := sb.resources[name]
+		if res == nil {
+			res = &Resource{Name: name, Pool: li.pool}
+			sb.resources[name] = res
+		}
+		if !slices.Contains(res.LUNs, li.ref) {
+			res.LUNs = append(res.LUNs, li.ref)
+		}
+		if li.ref.Device != "" && !slices.Contains(res.Devices, li.ref.Device) {
+			res.Devices = append(res.Devices, li.ref.Device)
+		}
+	}
+	return byNum
+}
+
+// addSession makes each address of session s on target t a consumer of
+// the LUNs (byNum: t's, by number) the session uses, and of their
+// resources.
+func (sb *snapshotBuilder) addSession(t Target, s Session, byNum map[int]lunInfo) {
+	addrs := s.Addrs()
+	if len(addrs) == 0 {
+		sb.snap.Problems = append(sb.snap.Problems, "session of "+s.Initiator+" on "+t.IQN+" has no connection address")
+		return
+	}
+	var used []lunInfo
+	for _, l := range t.DataLUNs() {
+		if s.LUNs == nil || slices.Contains(s.LUNs, l.Number) {
+			used = append(used, byNum[l.Number])
+		}
+	}
+	for _, a := range addrs {
+		c := sb.consumers[a]
+		if c == nil {
+			c = &Consumer{Addr: a}
+			sb.consumers[a] = c
+		}
+		if !slices.Contains(c.Initiators, s.Initiator) {
+			c.Initiators = append(c.Initiators, s.Initiator)
+		}
+		for _, li := range used {
+			if !slices.Contains(c.LUNs, li.ref) {
+				c.LUNs = append(c.LUNs, li.ref)
 			}
-			var used []lunInfo
-			for _, l := range t.DataLUNs() {
-				if s.LUNs == nil || slices.Contains(s.LUNs, l.Number) {
-					used = append(used, byNum[l.Number])
-				}
+			rn := poolName(li.pool)
+			if !slices.Contains(c.Resources, rn) {
+				c.Resources = append(c.Resources, rn)
 			}
-			for _, a := range addrs {
-				c := consumers[a]
-				if c == nil {
-					c = &Consumer{Addr: a}
-					consumers[a] = c
-				}
-				if !slices.Contains(c.Initiators, s.Initiator) {
-					c.Initiators = append(c.Initiators, s.Initiator)
-				}
-				for _, li := range used {
-					if !slices.Contains(c.LUNs, li.ref) {
-						c.LUNs = append(c.LUNs, li.ref)
-					}
-					rn := poolName(li.pool)
-					if !slices.Contains(c.Resources, rn) {
-						c.Resources = append(c.Resources, rn)
-					}
-					if !slices.Contains(snap.Map[rn], a) {
-						snap.Map[rn] = append(snap.Map[rn], a)
-					}
-				}
+			if !slices.Contains(sb.snap.Map[rn], a) {
+				sb.snap.Map[rn] = append(sb.snap.Map[rn], a)
 			}
 		}
 	}
-	for _, res := range resources {
+}
+
+// finish returns the snapshot with its resources and consumers, each
+// sorted, as is every list in them.
+func (sb *snapshotBuilder) finish() Snapshot {
+	snap := sb.snap
+	for _, res := range sb.resources {
 		sort.Strings(res.Devices)
 		snap.Resources = append(snap.Resources, *res)
 	}
 	sort.Slice(snap.Resources, func(i, j int) bool { return snap.Resources[i].Name < snap.Resources[j].Name })
-	for _, c := range consumers {
+	for _, c := range sb.consumers {
 		sort.Strings(c.Initiators)
 		sort.Strings(c.Resources)
 		snap.Consumers = append(snap.Consumers, *c)
