@@ -302,6 +302,20 @@ func (p *reservations) Decide(in *PolicyInput) PolicyOutput {
 	nr := NetIndicator(in.Consumers, p.applied)
 	ns := &NetStatus{QueueMs: JSONFloat(nr.QueueMs), RawQueueMs: JSONFloat(nr.RawQueueMs), ThresholdMs: p.netThresh, Flows: nr.Flows,
 		Discounted: nr.Discounted, Congested: nr.QueueMs > p.netThresh, DiskSaturated: in.Output > 0}
+	laxOf := p.candidates(in, ns)
+	p.cands = fillers(p.cands)
+	p.setLevel(in, ns)
+	p.apply(in, &out)
+	out.Network = ns
+	p.status(in, laxOf, &out)
+	return out
+}
+
+// candidates accounts each reserved consumer's period and collects into
+// p.cands the consumers that may be delayed: unreserved ones with traffic
+// (as fillers) and reserved ones with spare laxity. It returns the
+// reserved consumers' laxity in seconds and counts those at risk in ns.
+func (p *reservations) candidates(in *PolicyInput, ns *NetStatus) map[netip.Addr]float64 {
 	p.cands = p.cands[:0]
 	laxOf := map[netip.Addr]float64{}
 	for k, c := range in.Consumers {
@@ -328,7 +342,13 @@ func (p *reservations) Decide(in *PolicyInput) PolicyOutput {
 			p.cands = append(p.cands, cand{k: k, lax: pct, metric: c.ReadBps + c.WriteBps})
 		}
 	}
-	p.cands = fillers(p.cands)
+	return laxOf
+}
+
+// setLevel raises the pressure level while the network is congested, the
+// disk saturated or a reservation at risk, lowers it otherwise, and caps
+// it (recorded in ns).
+func (p *reservations) setLevel(in *PolicyInput, ns *NetStatus) {
 	// Multiplicative in both directions (×1.25 up, ×7/8 down, at least a
 	// step): from nothing to the maximum on two candidates in ~2 s at
 	// 100 ms ticks, where one step a tick took 12 s and missed every
@@ -346,6 +366,12 @@ func (p *reservations) Decide(in *PolicyInput) PolicyOutput {
 	// more pressure buys nothing and only delays the release.
 	p.level = min(p.level, maxSteps+rampSteps*max(0, len(p.cands)-1))
 	ns.Level = p.level
+}
+
+// apply spreads the level over the candidates in order, rampSteps fewer
+// steps each, into out's settings (and p.applied), and makes every
+// candidate throttleable.
+func (p *reservations) apply(in *PolicyInput, out *PolicyOutput) {
 	clear(p.applied)
 	for i, cd := range p.cands {
 		steps := p.level - i*rampSteps
@@ -362,7 +388,11 @@ func (p *reservations) Decide(in *PolicyInput) PolicyOutput {
 		out.Throttleable = append(out.Throttleable, cd.k)
 	}
 	slices.Sort(out.Throttleable)
-	out.Network = ns
+}
+
+// status reports each reservation in out, with its laxity where laxOf
+// has it (its consumer was seen this tick).
+func (p *reservations) status(in *PolicyInput, laxOf map[netip.Addr]float64, out *PolicyOutput) {
 	for _, a := range p.order {
 		r := p.resv[a]
 		unit := "bytes"
@@ -378,5 +408,4 @@ func (p *reservations) Decide(in *PolicyInput) PolicyOutput {
 		}
 		out.Reservations = append(out.Reservations, st)
 	}
-	return out
 }
