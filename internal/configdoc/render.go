@@ -183,18 +183,9 @@ func defaults(keys []key) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the empty config: %w", err)
 	}
-	type probed struct {
-		policy string
-		c      *config.Config
-		set    map[string]bool // yaml paths the probe sets itself
-	}
-	var ps []probed
-	for _, p := range probes {
-		c, err := config.Parse([]byte(p.yaml))
-		if err != nil {
-			return nil, fmt.Errorf("probe %q: %w", p.yaml, err)
-		}
-		ps = append(ps, probed{p.policy, c, setPaths([]byte(p.yaml))})
+	ps, err := parseProbes()
+	if err != nil {
+		return nil, err
 	}
 	out := map[string]string{}
 	topByName := map[string]key{}
@@ -221,44 +212,74 @@ func defaults(keys []key) (map[string]string, error) {
 			out[k.Path] = format(v)
 			continue
 		}
-		// A key of a resource (or of its classes or reservations): its
-		// value in each probe that has it and does not set it.
-		byValue := map[string][]string{}
-		var order []string
-		for _, p := range ps {
-			if p.set[k.Path] {
-				continue
-			}
-			v, ok := value(reflect.ValueOf(p.c).Elem(), k.Index)
-			if !ok {
-				continue
-			}
-			s := format(v)
-			if byValue[s] == nil {
-				order = append(order, s)
-			}
-			byValue[s] = append(byValue[s], p.policy)
+		s, err := resourceDefault(k, ps, top, topByName)
+		if err != nil {
+			return nil, err
 		}
-		switch {
-		case len(order) == 0:
-			return nil, fmt.Errorf("%s: no probe has it; add one", k.Path)
-		case len(order) == 1:
-			s := order[0]
-			if t, ok := topByName[k.Name]; ok && !slices.Contains(t.Index, -1) {
-				if v, _ := value(reflect.ValueOf(top).Elem(), t.Index); format(v) == s && s != "none" {
-					s = fmt.Sprintf("the top-level [`%s`](#%s) (%s)", t.Path, anchor(t.Path), s)
-				}
-			}
-			out[k.Path] = s
-		default:
-			var parts []string
-			for _, s := range order[1:] {
-				parts = append(parts, fmt.Sprintf("%s with policy %s", s, policyList(byValue[s])))
-			}
-			out[k.Path] = strings.Join(parts, "; ") + "; otherwise " + order[0]
-		}
+		out[k.Path] = s
 	}
 	return out, nil
+}
+
+// probed is a probe's config as config.Parse makes it.
+type probed struct {
+	policy string
+	c      *config.Config
+	set    map[string]bool // yaml paths the probe sets itself
+}
+
+// parseProbes parses every probe.
+func parseProbes() ([]probed, error) {
+	var ps []probed
+	for _, p := range probes {
+		c, err := config.Parse([]byte(p.yaml))
+		if err != nil {
+			return nil, fmt.Errorf("probe %q: %w", p.yaml, err)
+		}
+		ps = append(ps, probed{p.policy, c, setPaths([]byte(p.yaml))})
+	}
+	return ps, nil
+}
+
+// resourceDefault renders the default of k, a key of a resource (or of
+// its classes or reservations): its value in each probe that has it and
+// does not set it, per policy where they differ, and as the top-level key
+// of its name (top's, found in topByName) where that gives it.
+func resourceDefault(k key, ps []probed, top *config.Config, topByName map[string]key) (string, error) {
+	byValue := map[string][]string{}
+	var order []string
+	for _, p := range ps {
+		if p.set[k.Path] {
+			continue
+		}
+		v, ok := value(reflect.ValueOf(p.c).Elem(), k.Index)
+		if !ok {
+			continue
+		}
+		s := format(v)
+		if byValue[s] == nil {
+			order = append(order, s)
+		}
+		byValue[s] = append(byValue[s], p.policy)
+	}
+	switch {
+	case len(order) == 0:
+		return "", fmt.Errorf("%s: no probe has it; add one", k.Path)
+	case len(order) == 1:
+		s := order[0]
+		if t, ok := topByName[k.Name]; ok && !slices.Contains(t.Index, -1) {
+			if v, _ := value(reflect.ValueOf(top).Elem(), t.Index); format(v) == s && s != "none" {
+				s = fmt.Sprintf("the top-level [`%s`](#%s) (%s)", t.Path, anchor(t.Path), s)
+			}
+		}
+		return s, nil
+	default:
+		var parts []string
+		for _, s := range order[1:] {
+			parts = append(parts, fmt.Sprintf("%s with policy %s", s, policyList(byValue[s])))
+		}
+		return strings.Join(parts, "; ") + "; otherwise " + order[0], nil
+	}
 }
 
 func policyList(ps []string) string {
