@@ -8,13 +8,10 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sanqos/sanqos/report"
@@ -220,8 +217,9 @@ func (r *Runner) RunAll(phases []*Phase) ([]*PhaseResult, error) {
 // Run executes one phase: fio on every host with jobs, a 100 ms diskstats
 // sampler on the target, timed events, retransmission counters around it.
 //
-// It is long because one loop owns the sampler, the timed events and
-// fio's exit, whose timing depends on each other; it stays in one place.
+// Its loop stays in Run because it owns the sampler, the timed events and
+// fio's exit, whose timing depends on each other; the fio commands, the
+// sampling and the counters are functions of their own.
 func (r *Runner) Run(p *Phase, rep int) (*PhaseResult, error) {
 	res := &PhaseResult{Phase: p, Repeat: rep}
 	pdir := filepath.Join(r.Dir, fmt.Sprintf("%s.r%d", p.Name, rep))
@@ -238,32 +236,17 @@ func (r *Runner) Run(p *Phase, rep int) (*PhaseResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	devs := map[string]string{} // device → host
-	var names []string
+	sp := &phaseSampler{r: r, p: p, rep: rep, ds: ds, devs: map[string]string{}}
 	for _, l := range r.Res.LUNs {
-		devs[l.Loop] = l.Host
-		names = append(names, l.Loop)
+		sp.devs[l.Loop] = l.Host
+		sp.names = append(sp.names, l.Loop)
 	}
 	// Start fio everywhere at once; jobs carry their own start offsets.
-	var cmds []*exec.Cmd
-	for h := range hosts {
-		jf, err := JobFile(h, p.Jobs, filepath.Join(pdir, h))
-		if err != nil {
-			return nil, err
-		}
-		path := filepath.Join(pdir, h+".fio")
-		if err := os.WriteFile(path, []byte(jf), 0o644); err != nil {
-			return nil, err
-		}
-		cmd := exec.Command("ip", "netns", "exec", h, "fio", "--output-format=json", "--output="+filepath.Join(pdir, h+".json"), path)
-		// If the run dies, its load must not outlive it.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		errf, _ := os.Create(filepath.Join(pdir, h+".stderr"))
-		cmd.Stderr = errf
-		cmds = append(cmds, cmd)
-	}
-	prev, err := ds.Read(names...)
+	cmds, err := fioCommands(p, hosts, pdir)
 	if err != nil {
+		return nil, err
+	}
+	if sp.prev, err = ds.Read(sp.names...); err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
@@ -272,22 +255,7 @@ func (r *Runner) Run(p *Phase, rep int) (*PhaseResult, error) {
 			return nil, err
 		}
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var fioErrs []string
-	for _, c := range cmds {
-		wg.Add(1)
-		go func(c *exec.Cmd) {
-			defer wg.Done()
-			if err := c.Wait(); err != nil {
-				mu.Lock()
-				fioErrs = append(fioErrs, fmt.Sprintf("%s: %v", c.Args[3], err))
-				mu.Unlock()
-			}
-		}(c)
-	}
-	fioDone := make(chan struct{})
-	go func() { wg.Wait(); close(fioDone) }()
+	fw := waitFio(cmds)
 	events := append([]Event(nil), p.Events...)
 	sort.Slice(events, func(i, k int) bool { return events[i].At < events[k].At })
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -296,7 +264,7 @@ func (r *Runner) Run(p *Phase, rep int) (*PhaseResult, error) {
 	var evErr error
 	// fioCh goes nil once fio has exited: a closed channel is always ready
 	// and would spin this loop until the window's end.
-	fioCh := fioDone
+	fioCh := fw.done
 loop:
 	for {
 		select {
@@ -307,22 +275,10 @@ loop:
 				}
 				events = events[1:]
 			}
-			cur, err := ds.Read(names...)
+			t, err := sp.sample(now.Sub(t0))
 			if err != nil {
 				return nil, err
 			}
-			t := Tick{T: now.Sub(t0).Seconds(), Dev: map[string]sample.Interval{}}
-			for dev, c := range cur {
-				iv, err := sample.Diff(prev[dev], c)
-				if err != nil {
-					continue // device replaced: skip one interval, re-baseline
-				}
-				h := devs[dev]
-				t.Dev[h] = iv
-				r.trace.Write([]string{r.TracePrefix + p.Name, strconv.Itoa(rep), ff(t.T, 3), h, dev, strconv.FormatUint(iv.Reads, 10), strconv.FormatUint(iv.Writes, 10),
-					ff(iv.ReadWaitMs, 3), ff(iv.WriteWaitMs, 3), ff(iv.ReadBps/1e6, 3), ff(iv.WriteBps/1e6, 3), strconv.FormatUint(iv.InFlight, 10)})
-			}
-			prev = cur
 			res.Ticks = append(res.Ticks, t)
 			r.progress.advance(p.Label, 100*time.Millisecond)
 			if now.After(deadline) || (fioCh == nil && now.Sub(t0) >= p.To) {
@@ -335,20 +291,14 @@ loop:
 			fioCh = nil
 		}
 	}
-	<-fioDone
+	<-fw.done
 	r.trace.Flush()
 	if cpu1, err := hostCPU(); err == nil && cpuErr == nil {
 		res.Host = hostCPUUse(cpu0, cpu1)
 	}
-	res.TCPByNS = map[string]TCPCounters{}
-	for ns, c := range tcpByNS() {
-		if b, ok := before[ns]; ok {
-			res.TCPByNS[ns] = c.Sub(b)
-			res.TCP = res.TCP.Add(c.Sub(b))
-		}
-	}
-	if len(fioErrs) > 0 {
-		res.FioErr = fmt.Errorf("fio failed: %s (see %s/*.stderr)", strings.Join(fioErrs, "; "), pdir)
+	res.TCPByNS, res.TCP = tcpSince(before)
+	if len(fw.errs) > 0 {
+		res.FioErr = fmt.Errorf("fio failed: %s (see %s/*.stderr)", strings.Join(fw.errs, "; "), pdir)
 		return res, res.FioErr
 	}
 	return res, evErr

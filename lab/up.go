@@ -59,9 +59,9 @@ func Up(o Options, log io.Writer) (*State, error) {
 
 // build makes the lab from nothing, in order: network, stores and the
 // supervisor, loop devices, targets, etcd, the kernel initiator, capacity.
-//
-// It is long because the bring-up is one ordered sequence, each step
-// needing the one before; it reads as the lab's build order.
+// The bring-up is one ordered sequence, each step needing the one before;
+// build reads as the lab's build order, its longer steps in functions of
+// their own.
 func build(o Options, log io.Writer) (*State, error) {
 	if err := os.MkdirAll(StateDir, 0o700); err != nil {
 		return nil, err
@@ -72,62 +72,17 @@ func build(o Options, log io.Writer) (*State, error) {
 	}
 	s := &State{Options: o, Created: time.Now().UTC()}
 	for i, name := range o.Resources {
-		r := Resource{Name: name, TID: i + 1, IQN: IQNPrefix + name}
-		if o.RealDisk {
-			r.Store = filepath.Join(RealDir, name)
-		} else {
-			r.Store = filepath.Join(StoreDir, name)
-			r.Mount = filepath.Join(StateDir, "pool", name)
-		}
-		for _, d := range []string{r.Store, r.Mount} {
-			if d != "" {
-				if err := os.MkdirAll(d, 0o700); err != nil {
-					return nil, err
-				}
-			}
-		}
-		for j, h := range Hosts {
-			l := LUN{Host: h, Number: j + 1, Store: filepath.Join(r.Store, h+".img")}
-			l.File = l.Store
-			if r.Mount != "" {
-				l.File = filepath.Join(r.Mount, h+".img")
-			}
-			if err := os.Truncate(l.Store, 0); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return nil, err
-			}
-			f, err := os.OpenFile(l.Store, os.O_CREATE|os.O_WRONLY, 0o600)
-			if err != nil {
-				return nil, err
-			}
-			err = f.Truncate(o.LUNSize)
-			f.Close()
-			if err != nil {
-				return nil, err
-			}
-			t := o.TargetOf(h)
-			if t.NS != TargetNS {
-				l.Target = t.NS
-			}
-			l.URL = fmt.Sprintf(`iscsi\://%s\:%d/%s/%d`, t.Addr, ISCSIPort, strings.ReplaceAll(r.IQN, ":", `\:`), l.Number)
-			r.LUNs = append(r.LUNs, l)
+		r, err := newResource(o, i, name)
+		if err != nil {
+			return nil, err
 		}
 		s.Resources = append(s.Resources, r)
 	}
-	ram := Resource{Name: "ram", TID: 100, IQN: IQNPrefix + "ram", Store: filepath.Join(StoreDir, "ram")}
-	if err := os.MkdirAll(ram.Store, 0o700); err != nil {
+	ram, err := newRAMResource()
+	if err != nil {
 		return nil, err
 	}
-	rl := LUN{Host: "b2", Number: 1, Store: filepath.Join(ram.Store, "b2.img")}
-	rl.File, rl.Backing = rl.Store, rl.Store
-	rl.URL = fmt.Sprintf(`iscsi\://%s\:%d/%s/1`, TargetAddr, ISCSIPort, strings.ReplaceAll(ram.IQN, ":", `\:`))
-	if err := os.WriteFile(rl.Store, nil, 0o600); err != nil {
-		return nil, err
-	}
-	if err := os.Truncate(rl.Store, 256<<20); err != nil {
-		return nil, err
-	}
-	ram.LUNs = []LUN{rl}
-	s.RAM = &ram
+	s.RAM = ram
 	if err := s.save(); err != nil {
 		return nil, err
 	}
@@ -144,33 +99,14 @@ func build(o Options, log io.Writer) (*State, error) {
 	if err := startServe(s); err != nil {
 		return nil, err
 	}
-	for i := range s.Resources {
-		r := &s.Resources[i]
-		for j := range r.LUNs {
-			l := &r.LUNs[j]
-			loop, err := attachLoop(l.File)
-			if err != nil {
-				return nil, err
-			}
-			l.Loop, l.Backing = loop, "/dev/"+loop
-		}
+	if err := attachLoops(s); err != nil {
+		return nil, err
 	}
 	if err := s.save(); err != nil {
 		return nil, err
 	}
-	switch o.TargetKind() {
-	case TargetLIO:
-		fmt.Fprintln(log, "LIO: targets in configfs, portal", fmt.Sprintf("%s:%d", TargetAddr, ISCSIPort), "in netns", TargetNS)
-		if err := configureLIO(s, log); err != nil {
-			return nil, err
-		}
-	default:
-		if err := WaitFor("tgtd control sockets", 10*time.Second, s.TgtsReady); err != nil {
-			return nil, err
-		}
-		if err := configureTargetsLog(s, log); err != nil {
-			return nil, err
-		}
+	if err := configureTargetKind(s, log); err != nil {
+		return nil, err
 	}
 	if o.targetCount() > 1 {
 		fmt.Fprintln(log, "etcd: starting on", EtcdURL(), "(cluster control across the target hosts)")
@@ -187,6 +123,120 @@ func build(o Options, log io.Writer) (*State, error) {
 		}
 	}
 	fmt.Fprintln(log, "calibrating the shared resource…")
+	if err := measureCapacities(s); err != nil {
+		return nil, err
+	}
+	if err := s.save(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// newResource is resource i, name, with its store (and, unless on a real
+// disk, its mount point) made and one LUN per host, its image file created
+// empty at the LUN size.
+func newResource(o Options, i int, name string) (Resource, error) {
+	r := Resource{Name: name, TID: i + 1, IQN: IQNPrefix + name}
+	if o.RealDisk {
+		r.Store = filepath.Join(RealDir, name)
+	} else {
+		r.Store = filepath.Join(StoreDir, name)
+		r.Mount = filepath.Join(StateDir, "pool", name)
+	}
+	for _, d := range []string{r.Store, r.Mount} {
+		if d != "" {
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				return Resource{}, err
+			}
+		}
+	}
+	for j, h := range Hosts {
+		l := LUN{Host: h, Number: j + 1, Store: filepath.Join(r.Store, h+".img")}
+		l.File = l.Store
+		if r.Mount != "" {
+			l.File = filepath.Join(r.Mount, h+".img")
+		}
+		if err := os.Truncate(l.Store, 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return Resource{}, err
+		}
+		f, err := os.OpenFile(l.Store, os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return Resource{}, err
+		}
+		err = f.Truncate(o.LUNSize)
+		f.Close()
+		if err != nil {
+			return Resource{}, err
+		}
+		t := o.TargetOf(h)
+		if t.NS != TargetNS {
+			l.Target = t.NS
+		}
+		l.URL = fmt.Sprintf(`iscsi\://%s\:%d/%s/%d`, t.Addr, ISCSIPort, strings.ReplaceAll(r.IQN, ":", `\:`), l.Number)
+		r.LUNs = append(r.LUNs, l)
+	}
+	return r, nil
+}
+
+// newRAMResource is the ram resource: one 256 MiB LUN for b2 on a file
+// in the store directory, not on a modelled disk.
+func newRAMResource() (*Resource, error) {
+	ram := Resource{Name: "ram", TID: 100, IQN: IQNPrefix + "ram", Store: filepath.Join(StoreDir, "ram")}
+	if err := os.MkdirAll(ram.Store, 0o700); err != nil {
+		return nil, err
+	}
+	rl := LUN{Host: "b2", Number: 1, Store: filepath.Join(ram.Store, "b2.img")}
+	rl.File, rl.Backing = rl.Store, rl.Store
+	rl.URL = fmt.Sprintf(`iscsi\://%s\:%d/%s/1`, TargetAddr, ISCSIPort, strings.ReplaceAll(ram.IQN, ":", `\:`))
+	if err := os.WriteFile(rl.Store, nil, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.Truncate(rl.Store, 256<<20); err != nil {
+		return nil, err
+	}
+	ram.LUNs = []LUN{rl}
+	return &ram, nil
+}
+
+// attachLoops attaches a loop device to each LUN's file.
+func attachLoops(s *State) error {
+	for i := range s.Resources {
+		r := &s.Resources[i]
+		for j := range r.LUNs {
+			l := &r.LUNs[j]
+			loop, err := attachLoop(l.File)
+			if err != nil {
+				return err
+			}
+			l.Loop, l.Backing = loop, "/dev/"+loop
+		}
+	}
+	return nil
+}
+
+// configureTargetKind configures the targets, in LIO's configfs or, once
+// its control sockets are up, in tgtd.
+func configureTargetKind(s *State, log io.Writer) error {
+	switch s.Options.TargetKind() {
+	case TargetLIO:
+		fmt.Fprintln(log, "LIO: targets in configfs, portal", fmt.Sprintf("%s:%d", TargetAddr, ISCSIPort), "in netns", TargetNS)
+		if err := configureLIO(s, log); err != nil {
+			return err
+		}
+	default:
+		if err := WaitFor("tgtd control sockets", 10*time.Second, s.TgtsReady); err != nil {
+			return err
+		}
+		if err := configureTargetsLog(s, log); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measureCapacities measures each resource's capacity where its LUN
+// files are.
+func measureCapacities(s *State) error {
 	for _, r := range s.Resources {
 		dir := r.Mount
 		if dir == "" {
@@ -194,14 +244,11 @@ func build(o Options, log io.Writer) (*State, error) {
 		}
 		c, err := MeasureCapacity(dir, 1500*time.Millisecond)
 		if err != nil {
-			return nil, fmt.Errorf("capacity of %s: %w", r.Name, err)
+			return fmt.Errorf("capacity of %s: %w", r.Name, err)
 		}
 		s.Capacity = append(s.Capacity, c)
 	}
-	if err := s.save(); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return nil
 }
 
 // startServe launches the supervisor (`sanqos lab serve`) in its own
