@@ -182,33 +182,14 @@ func (c *clusterRun) phaseSummary(res *lab.PhaseResult) ClusterPhase {
 
 // runClusterAutonomic runs local-only control, then cluster control on
 // etcd, then the faults, then policy propagation, on one lab.
-//
-// It is long because it is the experiment's script, read top to bottom
-// in the order it runs; split, one timeline would be spread over several
-// functions.
 func runClusterAutonomic(r *runner) (any, error) {
 	targets := r.State.Options.TargetHosts()
 	if len(targets) < 3 {
 		return nil, fmt.Errorf("cluster-autonomic needs three target hosts: run `sanqos lab up --targets 3` (this lab has %d)", len(targets))
 	}
-	c := &clusterRun{r: r, thr: 15 * time.Millisecond, targets: targets, cfgs: map[string]string{}}
-	if len(r.opts.Thresholds) > 0 {
-		c.thr = r.opts.Thresholds[0]
-	}
-	c.lead, c.on, c.tail = r.Scale(10*time.Second), r.Scale(60*time.Second), r.Scale(5*time.Second)
-	sum := &ClusterSummary{Experiment: "cluster-autonomic", Scale: r.opts.Scale, ThresholdMs: ms(c.thr), Placement: map[string]string{}}
-	for _, t := range targets {
-		sum.Targets = append(sum.Targets, t.NS)
-	}
-	for _, h := range lab.Hosts {
-		sum.Placement[h] = r.State.Options.TargetOf(h).NS
-	}
-	for _, t := range targets {
-		path := filepath.Join(r.Dir, "agent-"+t.NS+".yaml")
-		if err := r.writeAgentConfigOn(path, "delayline", "127.0.0.1:9311", c.thr, true, t); err != nil {
-			return nil, err
-		}
-		c.cfgs[t.NS] = path
+	c, sum, err := newClusterRun(r, targets)
+	if err != nil {
+		return nil, err
 	}
 	cli, err := labEtcd()
 	if err != nil {
@@ -216,10 +197,7 @@ func runClusterAutonomic(r *runner) (any, error) {
 	}
 	defer cli.Close()
 	// A policy or records left by an earlier run would steer this one.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_, err = cli.Delete(ctx, cluster.DefaultPrefix, clientv3.WithPrefix())
-	cancel()
-	if err != nil {
+	if err := clearClusterKeys(cli); err != nil {
 		return nil, fmt.Errorf("clearing the lab etcd: %w", err)
 	}
 
@@ -241,35 +219,73 @@ func runClusterAutonomic(r *runner) (any, error) {
 	}
 	_, sum.Cluster, err = c.run(c.mkPhase("cluster", "cluster control on etcd", 12), ca)
 	if err == nil {
-		// Policy propagation, with the cluster's agents still running: the
-		// threshold moves by 1 ms and back, five times each way.
-		for i := range 10 {
-			next := c.thr + time.Millisecond
-			if i%2 == 1 {
-				next = c.thr
-			}
-			d, perr := propagate(cli, ca, next)
-			if perr != nil {
-				err = fmt.Errorf("policy change %d: %w", i, perr)
-				break
-			}
-			sum.PolicyChanges = append(sum.PolicyChanges, round(ms(d), 1))
-		}
-		sum.PolicyPropagationMs = roundDist(report.Describe(sum.PolicyChanges))
+		// Policy propagation, with the cluster's agents still running.
+		err = c.propagation(cli, ca, sum)
 	}
 	ca.stop()
 	if err != nil {
 		return sum, err
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
-	_, err = cli.Delete(ctx, cluster.DefaultPrefix, clientv3.WithPrefix())
-	cancel()
-	if err != nil {
+	if err := clearClusterKeys(cli); err != nil {
 		return sum, err
 	}
 	sum.Faults, err = c.faults(cli)
 	sum.judge()
 	return sum, err
+}
+
+// newClusterRun is the run's plan on the lab's target hosts, its summary's
+// layout, and each target host's agent configuration written.
+func newClusterRun(r *runner, targets []lab.TargetHost) (*clusterRun, *ClusterSummary, error) {
+	c := &clusterRun{r: r, thr: 15 * time.Millisecond, targets: targets, cfgs: map[string]string{}}
+	if len(r.opts.Thresholds) > 0 {
+		c.thr = r.opts.Thresholds[0]
+	}
+	c.lead, c.on, c.tail = r.Scale(10*time.Second), r.Scale(60*time.Second), r.Scale(5*time.Second)
+	sum := &ClusterSummary{Experiment: "cluster-autonomic", Scale: r.opts.Scale, ThresholdMs: ms(c.thr), Placement: map[string]string{}}
+	for _, t := range targets {
+		sum.Targets = append(sum.Targets, t.NS)
+	}
+	for _, h := range lab.Hosts {
+		sum.Placement[h] = r.State.Options.TargetOf(h).NS
+	}
+	for _, t := range targets {
+		path := filepath.Join(r.Dir, "agent-"+t.NS+".yaml")
+		if err := r.writeAgentConfigOn(path, "delayline", "127.0.0.1:9311", c.thr, true, t); err != nil {
+			return nil, nil, err
+		}
+		c.cfgs[t.NS] = path
+	}
+	return c, sum, nil
+}
+
+// clearClusterKeys deletes every policy and record under the cluster
+// prefix.
+func clearClusterKeys(cli *clientv3.Client) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, err := cli.Delete(ctx, cluster.DefaultPrefix, clientv3.WithPrefix())
+	cancel()
+	return err
+}
+
+// propagation measures policy propagation to the running agents ca: the
+// threshold moves by 1 ms and back, five times each way.
+func (c *clusterRun) propagation(cli *clientv3.Client, ca *clusterAgents, sum *ClusterSummary) error {
+	var err error
+	for i := range 10 {
+		next := c.thr + time.Millisecond
+		if i%2 == 1 {
+			next = c.thr
+		}
+		d, perr := propagate(cli, ca, next)
+		if perr != nil {
+			err = fmt.Errorf("policy change %d: %w", i, perr)
+			break
+		}
+		sum.PolicyChanges = append(sum.PolicyChanges, round(ms(d), 1))
+	}
+	sum.PolicyPropagationMs = roundDist(report.Describe(sum.PolicyChanges))
+	return err
 }
 
 // propagate puts a policy with threshold thr and returns the time until

@@ -52,22 +52,7 @@ func (c *clusterRun) faults(cli *clientv3.Client) (ClusterFaults, error) {
 	killLeaderAt := c.lead + max(c.on/4, 3*time.Second)
 	killEtcdAt := killLeaderAt + max(c.on/4, 6*time.Second)
 	on := max(c.on, killEtcdAt+etcdDown+6*time.Second-c.lead)
-	p := c.mkPhaseOn("faults", "cluster control; leader and etcd killed", 9, on)
-	// The time-based writers keep to the first three quarters of each LUN
-	// and the verified writer to the last, so no job overwrites what
-	// another will check.
-	lun := c.r.State.Options.LUNSize
-	size := min(max(int64(c.r.opts.Scale*32)<<20, 8<<20), lun/4) / 65536 * 65536
-	for i := range p.Jobs {
-		if p.Jobs[i].Name == "writer" {
-			p.Jobs[i].Size = lun / 4 / 65536 * 65536
-		}
-	}
-	for _, h := range lab.Hosts[1:] {
-		j := c.r.verifiedWriter(h, 1, size)
-		j.Start, j.Offset = c.lead, lun/4*3/65536*65536
-		p.Jobs = append(p.Jobs, j)
-	}
+	p := c.faultsPhase(on)
 	var (
 		mu      sync.Mutex
 		samples []faultSample
@@ -170,6 +155,27 @@ func (c *clusterRun) faults(cli *clientv3.Client) (ClusterFaults, error) {
 		err = werr
 	}
 	return f, err
+}
+
+// faultsPhase is the faults phase, on long: the cluster phase's writers
+// and one verified writer per writer host. The time-based writers keep to
+// the first three quarters of each LUN and the verified writer to the
+// last, so no job overwrites what another will check.
+func (c *clusterRun) faultsPhase(on time.Duration) *lab.Phase {
+	p := c.mkPhaseOn("faults", "cluster control; leader and etcd killed", 9, on)
+	lun := c.r.State.Options.LUNSize
+	size := min(max(int64(c.r.opts.Scale*32)<<20, 8<<20), lun/4) / 65536 * 65536
+	for i := range p.Jobs {
+		if p.Jobs[i].Name == "writer" {
+			p.Jobs[i].Size = lun / 4 / 65536 * 65536
+		}
+	}
+	for _, h := range lab.Hosts[1:] {
+		j := c.r.verifiedWriter(h, 1, size)
+		j.Start, j.Offset = c.lead, lun/4*3/65536*65536
+		p.Jobs = append(p.Jobs, j)
+	}
+	return p
 }
 
 // judgeFaults reads the samples: the first record of a new leader after

@@ -30,10 +30,6 @@ func (delaySweep) Run(_ context.Context, r *lab.Runner, o Options) (any, error) 
 // per point measures something else: with the delay already in place,
 // CUBIC's HyStart sees the RTT jump by more than its 4 ms minimum and ends
 // slow start at a small window; see delay-sweep-fresh.)
-//
-// It is long because it is the experiment's script, read top to bottom
-// in the order it runs; split, one timeline would be spread over several
-// functions.
 func (r *runner) delaySweepSession(backend string) (backendRun, error) {
 	a, err := r.startAgent(backend, thesisWrites...)
 	if err != nil {
@@ -90,31 +86,8 @@ func (r *runner) delaySweepSession(backend string) (backendRun, error) {
 			sum.LeadTCP = sum.LeadTCP.Add(marksT[0].Sub(lead0T)).Add(marksI[0].Sub(lead0I))
 		}
 		all = append(all, res)
-		f := readMBs
-		if dir == "write" {
-			f = writeMBs
-		}
-		var xs, ys []float64
-		for i, d := range delays {
-			pt := SweepPoint{Direction: dir, DelayMs: float64(d) / 1e6}
-			for rep := 0; rep < reps; rep++ {
-				// Skip the first second of a step: the queue and the TCP
-				// window settle.
-				from := lead + time.Duration(rep*n+i)*step + time.Second
-				to := lead + time.Duration(rep*n+i+1)*step
-				m, _ := report.MeanStderr(report.Values(res.Between(from, to), "b2", f))
-				pt.Repeats = append(pt.Repeats, round(m, 3))
-				xs, ys = append(xs, pt.DelayMs), append(ys, m)
-			}
-			m, se := report.MeanStderr(pt.Repeats)
-			pt.MBs, pt.Stderr = round(m, 3), round(se, 3)
-			pt.TCPTarget, pt.TCPInitiator = pointTCP(marksT, n, reps, i), pointTCP(marksI, n, reps, i)
-			if pt.TCPTarget != nil && pt.TCPInitiator != nil {
-				c := pt.TCPTarget.Add(*pt.TCPInitiator)
-				pt.TCP = &c
-			}
-			sum.Points = append(sum.Points, pt)
-		}
+		pts, xs, ys := sweepPoints(res, dir, delays, marksT, marksI, lead, step, reps)
+		sum.Points = append(sum.Points, pts...)
 		how := fmt.Sprintf(" on one session, %d repeats", reps)
 		if streams > 1 {
 			how = fmt.Sprintf(" on %d streams, %d repeats", streams, reps)
@@ -125,4 +98,37 @@ func (r *runner) delaySweepSession(backend string) (backendRun, error) {
 	}
 	sum.setTCP(all)
 	return sum, a.Clear()
+}
+
+// sweepPoints reads direction dir's run res: each of the delays' mean
+// rate over its reps steps (each step's first second skipped), and the
+// TCP events of its steps from the counters marked at each change; xs and
+// ys are every step's delay and rate, for the fit.
+func sweepPoints(res *lab.PhaseResult, dir string, delays []time.Duration, marksT, marksI []lab.TCPCounters, lead, step time.Duration, reps int) (pts []SweepPoint, xs, ys []float64) {
+	n := len(delays)
+	f := readMBs
+	if dir == "write" {
+		f = writeMBs
+	}
+	for i, d := range delays {
+		pt := SweepPoint{Direction: dir, DelayMs: float64(d) / 1e6}
+		for rep := 0; rep < reps; rep++ {
+			// Skip the first second of a step: the queue and the TCP
+			// window settle.
+			from := lead + time.Duration(rep*n+i)*step + time.Second
+			to := lead + time.Duration(rep*n+i+1)*step
+			m, _ := report.MeanStderr(report.Values(res.Between(from, to), "b2", f))
+			pt.Repeats = append(pt.Repeats, round(m, 3))
+			xs, ys = append(xs, pt.DelayMs), append(ys, m)
+		}
+		m, se := report.MeanStderr(pt.Repeats)
+		pt.MBs, pt.Stderr = round(m, 3), round(se, 3)
+		pt.TCPTarget, pt.TCPInitiator = pointTCP(marksT, n, reps, i), pointTCP(marksI, n, reps, i)
+		if pt.TCPTarget != nil && pt.TCPInitiator != nil {
+			c := pt.TCPTarget.Add(*pt.TCPInitiator)
+			pt.TCP = &c
+		}
+		pts = append(pts, pt)
+	}
+	return pts, xs, ys
 }

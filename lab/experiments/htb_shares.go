@@ -88,10 +88,6 @@ func htbClassBytes() (map[uint16]uint64, error) {
 // after a third of the run and lifts them after two thirds. Caps are set
 // one consumer at a time at first, so the class minors are known (the
 // backend hands them out from 0x10 in order).
-//
-// It is long because it is the experiment's script, read top to bottom
-// in the order it runs; split, one timeline would be spread over several
-// functions.
 func runHTBShares(r *runner) (any, error) {
 	a, err := lab.StartAgent("htb", r.Dir)
 	if err != nil {
@@ -133,6 +129,20 @@ func runHTBShares(r *runner) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	sum := sharesSummary(res, capped, caps, snaps, snapAt, seg)
+	var series []report.Series
+	for _, h := range lab.Hosts {
+		x, y := res.Series(h, readMBs)
+		series = append(series, report.Series{Name: fmt.Sprintf("%s (%v)", h, lab.HostAddr(h)), X: x, Y: smooth(y)})
+	}
+	return sum, report.TimePlot(filepath.Join(r.Dir, "rates.png"), "htb-shares: per-reader read rate under caps 2/4/6, 6/2/4, none", "time (s)", "MB/s (EWMA 0.15)", series, nil)
+}
+
+// sharesSummary reads the run: per segment and capped host (classes
+// 0x10 on, in capped's order), the wire rate its class's byte counters
+// (snaps, taken at snapAt) give and the payload rate its device saw,
+// against its cap; then the longest stall right after the change at seg.
+func sharesSummary(res *lab.PhaseResult, capped []string, caps [][]float64, snaps []map[uint16]uint64, snapAt []time.Duration, seg time.Duration) SharesSummary {
 	sum := SharesSummary{Experiment: "htb-shares", TCP: res.TCP}
 	for i := range caps {
 		from, to := snapAt[2*i], snapAt[2*i+1]
@@ -171,10 +181,5 @@ func runHTBShares(r *runner) (any, error) {
 			}
 		}
 	}
-	var series []report.Series
-	for _, h := range lab.Hosts {
-		x, y := res.Series(h, readMBs)
-		series = append(series, report.Series{Name: fmt.Sprintf("%s (%v)", h, lab.HostAddr(h)), X: x, Y: smooth(y)})
-	}
-	return sum, report.TimePlot(filepath.Join(r.Dir, "rates.png"), "htb-shares: per-reader read rate under caps 2/4/6, 6/2/4, none", "time (s)", "MB/s (EWMA 0.15)", series, nil)
+	return sum
 }

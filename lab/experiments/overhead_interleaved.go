@@ -195,9 +195,8 @@ func (b *ifaceBytes) Close() { b.h.Close() }
 // and the queue settling after the change) is not counted. Each pair
 // gives one overhead figure; the CI is a paired t over pairs.
 //
-// It is long because it is the experiment's script, read top to bottom
-// in the order it runs; split, one timeline would be spread over several
-// functions.
+// Setting up the windows' events stays here, as the experiment's script
+// read in the order it runs; the pairs' analysis is interleavedResult's.
 func runOverheadInterleaved(r *runner, dir string, length, window time.Duration) (InterleavedDirection, *lab.PhaseResult, error) {
 	var out InterleavedDirection
 	// --no-reinstall: the agent would put the rules back within a tick
@@ -274,6 +273,15 @@ func runOverheadInterleaved(r *runner, dir string, length, window time.Duration)
 	if measErr != nil {
 		return out, res, measErr
 	}
+	out, err = interleavedResult(rates, onAt, window, pkts, measured)
+	return out, res, err
+}
+
+// interleavedResult is the overhead of the idle rules from the windows'
+// rates (MB/s; window k had the rules in if onAt(k)), pair by pair, and
+// the target's packet rate from the pkts it sent over measured.
+func interleavedResult(rates []float64, onAt func(int) bool, window time.Duration, pkts uint64, measured time.Duration) (InterleavedDirection, error) {
+	n := len(rates)
 	var diffs, base, idle []float64
 	for i := 0; i+1 < n; i += 2 {
 		var off, on float64
@@ -283,7 +291,7 @@ func runOverheadInterleaved(r *runner, dir string, length, window time.Duration)
 			off, on = rates[i], rates[i+1]
 		}
 		if off <= 0 || on <= 0 {
-			return out, res, fmt.Errorf("interleaved overhead: window pair %d moved nothing (%.2f / %.2f MB/s)", i/2, off, on)
+			return InterleavedDirection{}, fmt.Errorf("interleaved overhead: window pair %d moved nothing (%.2f / %.2f MB/s)", i/2, off, on)
 		}
 		// Log ratios: a pair's ratio is symmetric in its two windows, and
 		// a mean of logs is not dragged by one stalled window the way a
@@ -295,13 +303,13 @@ func runOverheadInterleaved(r *runner, dir string, length, window time.Duration)
 	mb, _ := report.MeanStderr(base)
 	mi, _ := report.MeanStderr(idle)
 	pct := func(l float64) float64 { return round((math.Exp(l)-1)*100, 3) }
-	out = InterleavedDirection{OverheadPct: pct(w.Diff), CI99Pct: [2]float64{pct(w.CI[0]), pct(w.CI[1])}, P: round(w.P, 4),
+	out := InterleavedDirection{OverheadPct: pct(w.Diff), CI99Pct: [2]float64{pct(w.CI[0]), pct(w.CI[1])}, P: round(w.P, 4),
 		Pairs: len(diffs), WindowS: window.Seconds(), BaseMBs: round(mb, 2), IdleRulesMBs: round(mi, 2),
 		TargetTxPktsPerS: round(float64(pkts)/measured.Seconds(), 0)}
 	for _, d := range diffs {
 		out.PairPct = append(out.PairPct, pct(d))
 	}
-	return out, res, nil
+	return out, nil
 }
 
 // OverheadInterleavedSummary is summary.json of overhead-interleaved.

@@ -185,10 +185,6 @@ type resvSample struct {
 
 // runReservations runs each load with the agent off and with the
 // reservations policy, and summarizes the periods the reserved writer got.
-//
-// It is long because it is the experiment's script, read top to bottom
-// in the order it runs; split, one timeline would be spread over several
-// functions.
 func runReservations(r *runner) (any, error) {
 	// A leftover limit from a killed run would make every phase net-bound.
 	if err := removeLinkLimit(); err != nil {
@@ -196,17 +192,6 @@ func runReservations(r *runner) (any, error) {
 	}
 	length := r.Scale(60 * time.Second)
 	from, to := r.Scale(10*time.Second), length-time.Second
-	jobs := func() []lab.Job {
-		js := []lab.Job{
-			{Name: "reserved", Host: resvHost, URL: r.LUN(resvHost).URL, RW: "write", BS: 64 << 10, Rate: resvFioRate, Runtime: length, Size: 256 << 20},
-			{Name: "smalljob", Host: "b5", URL: r.LUN("b5").URL, RW: "randread", BS: 8 << 10, Rate: 256 << 10, Runtime: length},
-		}
-		for _, h := range []string{"b3", "b4"} {
-			js = append(js, lab.Job{Name: "writer", Host: h, URL: r.LUN(h).URL, RW: "write", BS: 64 << 10, NumJobs: 3, Runtime: length,
-				Size: r.State.Options.LUNSize / 3 / 65536 * 65536})
-		}
-		return js
-	}
 	sum := ResvSummary{Experiment: "reservations", Scale: r.opts.Scale, LinkMbit: resvLinkMbit, Consumer: lab.HostAddr(resvHost).String(),
 		ReservedMB: resvBytes / 1e6, PeriodS: resvPeriod.Seconds()}
 	var all []*lab.PhaseResult
@@ -231,7 +216,7 @@ func runReservations(r *runner) (any, error) {
 				}
 				undo = u
 			}
-			res, samples, err := r.resvPhase(load, mode, backend, cfg, length, from, to, jobs())
+			res, samples, err := r.resvPhase(load, mode, backend, cfg, length, from, to, r.resvJobs(length))
 			if uerr := undo(); err == nil {
 				err = uerr
 			}
@@ -242,38 +227,70 @@ func runReservations(r *runner) (any, error) {
 			run := resvRun(res, samples, load, mode, from, to)
 			sum.Runs = append(sum.Runs, run)
 			label := load + ", agent " + mode
-			var x, q, d []float64
-			for _, s := range samples {
-				x = append(x, s.t)
-				q, d = append(q, nanIfNil(s.st.Network, func(n *agent.NetStatus) float64 {
-					if mode == "off" {
-						return float64(n.RawQueueMs)
-					}
-					return float64(n.QueueMs)
-				})), append(d, s.st.IndicatorMs)
-			}
-			qSeries = append(qSeries, report.Series{Name: label, X: x, Y: q})
-			dSeries = append(dSeries, report.Series{Name: label, X: x, Y: d})
+			q, d := resvIndicatorSeries(label, mode, samples)
+			qSeries, dSeries = append(qSeries, q), append(dSeries, d)
 			if load == "net-bound" {
-				px := make([]float64, len(run.AttainedMB))
-				for i := range px {
-					px[i] = run.FirstPeriodS + float64(i+1)*resvPeriod.Seconds()
-				}
-				aSeries = append(aSeries, report.Series{Name: label, X: px, Y: run.AttainedMB})
+				aSeries = append(aSeries, resvAttainedSeries(label, run))
 			}
 		}
 	}
 	sum.TCP = sumTCP(all)
 	sum.Retrans = sum.TCP.RetransSegs
+	return sum, r.resvPlots(qSeries, dSeries, aSeries)
+}
+
+// resvJobs are one phase's jobs: the reserved writer, a small random
+// reader, and three bulk writers on each of b3 and b4.
+func (r *runner) resvJobs(length time.Duration) []lab.Job {
+	js := []lab.Job{
+		{Name: "reserved", Host: resvHost, URL: r.LUN(resvHost).URL, RW: "write", BS: 64 << 10, Rate: resvFioRate, Runtime: length, Size: 256 << 20},
+		{Name: "smalljob", Host: "b5", URL: r.LUN("b5").URL, RW: "randread", BS: 8 << 10, Rate: 256 << 10, Runtime: length},
+	}
+	for _, h := range []string{"b3", "b4"} {
+		js = append(js, lab.Job{Name: "writer", Host: h, URL: r.LUN(h).URL, RW: "write", BS: 64 << 10, NumJobs: 3, Runtime: length,
+			Size: r.State.Options.LUNSize / 3 / 65536 * 65536})
+	}
+	return js
+}
+
+// resvIndicatorSeries are a run's network and disk indicators over time,
+// as the agent saw them (agent off: the network's undiscounted).
+func resvIndicatorSeries(label, mode string, samples []resvSample) (report.Series, report.Series) {
+	var x, q, d []float64
+	for _, s := range samples {
+		x = append(x, s.t)
+		q, d = append(q, nanIfNil(s.st.Network, func(n *agent.NetStatus) float64 {
+			if mode == "off" {
+				return float64(n.RawQueueMs)
+			}
+			return float64(n.QueueMs)
+		})), append(d, s.st.IndicatorMs)
+	}
+	return report.Series{Name: label, X: x, Y: q}, report.Series{Name: label, X: x, Y: d}
+}
+
+// resvAttainedSeries is what the reserved writer attained in each period
+// of run, at the period's end.
+func resvAttainedSeries(label string, run ResvRun) report.Series {
+	px := make([]float64, len(run.AttainedMB))
+	for i := range px {
+		px[i] = run.FirstPeriodS + float64(i+1)*resvPeriod.Seconds()
+	}
+	return report.Series{Name: label, X: px, Y: run.AttainedMB}
+}
+
+// resvPlots draws the network and disk indicators of every run and what
+// the reserved writer attained under the net-bound load.
+func (r *runner) resvPlots(qSeries, dSeries, aSeries []report.Series) error {
 	if err := report.TimePlot(filepath.Join(r.Dir, "net-indicator.png"), "Network indicator: queueing delay srtt − min_rtt (least-delayed active flow, our delay discounted; agent off: undiscounted)",
 		"time (s)", "ms", qSeries, []report.Line{{Name: "net_threshold", Y: durMs(resvNetThres)}}); err != nil {
-		return sum, err
+		return err
 	}
 	if err := report.TimePlot(filepath.Join(r.Dir, "disk-indicator.png"), "Disk indicator: smoothed read wait of the resource",
 		"time (s)", "ms", dSeries, []report.Line{{Name: "threshold", Y: 15}}); err != nil {
-		return sum, err
+		return err
 	}
-	return sum, report.TimePlot(filepath.Join(r.Dir, "reserved-attained.png"), "Reserved writer: MB attained per 1 s period (net-bound load)",
+	return report.TimePlot(filepath.Join(r.Dir, "reserved-attained.png"), "Reserved writer: MB attained per 1 s period (net-bound load)",
 		"time (s)", "MB per period", aSeries, []report.Line{{Name: "reservation", Y: resvBytes / 1e6}})
 }
 
@@ -334,11 +351,19 @@ func (r *runner) resvPhase(load, mode, backend, cfg string, length, from, to tim
 
 // resvRun is one run's figures: what the reserved writer attained per
 // agent period, and the saturation indicators the agent saw.
-//
-// It is long because every figure of a ResvRun comes from the same
-// period-by-period pass over the trace and the agent's samples.
 func resvRun(res *lab.PhaseResult, samples []resvSample, load, mode string, from, to time.Duration) ResvRun {
 	run := ResvRun{Load: load, Agent: mode, ReservedMB: resvBytes / 1e6, TCP: res.TCP, AttainedMB: []float64{}}
+	resvAttained(&run, res, samples, from, to)
+	run.Attained = roundDist(report.Describe(run.AttainedMB))
+	run.OthersMBs = round(report.Aggregate(res.Window(), []string{"b3", "b4"}, writeMBs), 2)
+	run.ReaderWaitMs = roundDist(report.Describe(report.Values(res.Window(), "b5", readWait)))
+	resvIndicators(&run, samples, mode, from, to)
+	return run
+}
+
+// resvAttained fills in what the reserved writer attained in each period
+// within (from, to].
+func resvAttained(run *ResvRun, res *lab.PhaseResult, samples []resvSample, from, to time.Duration) {
 	// Attained per period from the reserved consumer's LUN writes, on the
 	// agent's own period boundaries (RAD's periods are the dispatcher's),
 	// mapped onto the phase's time by a status sample (events fire on the
@@ -381,9 +406,11 @@ func resvRun(res *lab.PhaseResult, samples []resvSample, load, mode string, from
 	if run.Periods > 0 {
 		run.PctMet = round(100*float64(run.PeriodsMet)/float64(run.Periods), 1)
 	}
-	run.Attained = roundDist(report.Describe(run.AttainedMB))
-	run.OthersMBs = round(report.Aggregate(res.Window(), []string{"b3", "b4"}, writeMBs), 2)
-	run.ReaderWaitMs = roundDist(report.Describe(report.Values(res.Window(), "b5", readWait)))
+}
+
+// resvIndicators fills in the run's indicators, as the agent's samples
+// within (from, to] saw them, and the hosts it throttled.
+func resvIndicators(run *ResvRun, samples []resvSample, mode string, from, to time.Duration) {
 	var q, raw, d, lax []float64
 	var n, cong, disk, risk int
 	throttled := map[string]bool{}
@@ -437,5 +464,4 @@ func resvRun(res *lab.PhaseResult, samples []resvSample, load, mode string, from
 			run.ThrottledHosts = append(run.ThrottledHosts, h)
 		}
 	}
-	return run
 }

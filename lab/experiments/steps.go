@@ -11,6 +11,7 @@ import (
 
 	"github.com/sanqos/sanqos/lab"
 	"github.com/sanqos/sanqos/report"
+	"github.com/sanqos/sanqos/sample"
 	"github.com/sanqos/sanqos/throttle"
 )
 
@@ -61,10 +62,6 @@ func describeSetting(s throttle.Setting) string {
 
 // runSteps is the thesis' stepwise throttling: four equal sequential jobs;
 // b2, b3, b4 are throttled one after another, then released in turn.
-//
-// It is long because it is the experiment's script, read top to bottom
-// in the order it runs; split, one timeline would be spread over several
-// functions.
 func runSteps(r *runner, backend, dir string, set throttle.Setting) (any, error) {
 	a, err := lab.StartAgent(backend, r.Dir, thesisWrites...)
 	if err != nil {
@@ -102,6 +99,22 @@ func runSteps(r *runner, backend, dir string, set throttle.Setting) (any, error)
 		f = writeMBs
 	}
 	sum := StepsSummary{Experiment: "steps", Backend: backend, Direction: dir, Setting: describeSetting(set), Retrans: sumTCP(rs).RetransSegs, TCP: sumTCP(rs)}
+	stepSegments(&sum, res, steps, length, f)
+	var series []report.Series
+	for _, h := range lab.Hosts {
+		x, y := res.Series(h, f)
+		series = append(series, report.Series{Name: h, X: x, Y: smooth(y)})
+	}
+	title := fmt.Sprintf("Stepwise throttling of sequential %ss by %s (%s)", dir, backend, sum.Setting)
+	err = report.TimePlot(filepath.Join(r.Dir, dir+"-rates.png"), title, "time (s)", dir+" rate (MB/s, EWMA 0.15)", series, nil)
+	return sum, err
+}
+
+// stepSegments fills in sum's segments, the times between steps (each
+// change's first second skipped): each host's mean rate by f and who was
+// throttled; and, over the segments where some were, the throttled hosts'
+// mean rate against the free ones'.
+func stepSegments(sum *StepsSummary, res *lab.PhaseResult, steps []step, length time.Duration, f func(sample.Interval) float64) {
 	bounds := []time.Duration{0}
 	for _, s := range steps {
 		bounds = append(bounds, s.At)
@@ -137,12 +150,4 @@ func runSteps(r *runner, backend, dir string, set throttle.Setting) (any, error)
 	if mf > 0 {
 		sum.ThrottledVsFree = round(mt/mf, 3)
 	}
-	var series []report.Series
-	for _, h := range lab.Hosts {
-		x, y := res.Series(h, f)
-		series = append(series, report.Series{Name: h, X: x, Y: smooth(y)})
-	}
-	title := fmt.Sprintf("Stepwise throttling of sequential %ss by %s (%s)", dir, backend, sum.Setting)
-	err = report.TimePlot(filepath.Join(r.Dir, dir+"-rates.png"), title, "time (s)", dir+" rate (MB/s, EWMA 0.15)", series, nil)
-	return sum, err
 }
