@@ -1,0 +1,75 @@
+package throttle
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// BenchmarkDelayLine reports packets/s through the delay line (bulk read at
+// 0.5 ms) and, per delay, the error of the added round-trip delay and the
+// lateness of each release against its due time.
+func BenchmarkDelayLine(b *testing.B) {
+	l := newLab(b)
+	d := l.delayLine(b)
+	b.Run("pps", func(b *testing.B) {
+		tc, cc := l.conn(b, false)
+		l.set(b, d, map[netip.Addr]Setting{l.cAddr: {ReadDelay: 500 * time.Microsecond, WriteDelay: 500 * time.Microsecond}})
+		before := d.Counters()[l.cAddr].Packets
+		start := time.Now()
+		rate := bulk(b, tc, cc, time.Duration(b.N)*time.Millisecond)
+		el := time.Since(start)
+		after := d.Counters()[l.cAddr].Packets
+		b.ReportMetric(float64(after-before)/el.Seconds(), "pkts/s")
+		b.ReportMetric(rate/1e6, "MB/s")
+		l.set(b, d, map[netip.Addr]Setting{l.cAddr: {}})
+	})
+	for _, delay := range []time.Duration{500 * time.Microsecond, 5 * time.Millisecond, 20 * time.Millisecond} {
+		b.Run(fmt.Sprint("delay=", delay), func(b *testing.B) {
+			tc, cc := l.conn(b, false)
+			cc.SetNoDelay(true)
+			tc.SetNoDelay(true)
+			base := pingPong(b, tc, cc, 200)
+			var lates []time.Duration
+			d.mu.Lock()
+			d.late = func(ns int64) { lates = append(lates, time.Duration(ns)) }
+			d.mu.Unlock()
+			l.set(b, d, map[netip.Addr]Setting{l.cAddr: {ReadDelay: delay}})
+			rtts := pingPong(b, tc, cc, max(b.N, 20))
+			l.set(b, d, map[netip.Addr]Setting{l.cAddr: {}})
+			d.mu.Lock()
+			d.late = nil
+			d.mu.Unlock()
+			b50 := pct(base, 0.5)
+			for _, p := range []float64{0.5, 0.9, 0.99} {
+				b.ReportMetric(float64(pct(rtts, p)-b50-delay)/1e3, fmt.Sprintf("err-p%.0f-us", p*100))
+				b.ReportMetric(float64(pct(lates, p))/1e3, fmt.Sprintf("late-p%.0f-us", p*100))
+			}
+		})
+	}
+}
+
+// BenchmarkSets10k times what the agent's actuator asks of the kernel at
+// scale: one Set that throttles 10,000 consumers (their ipset is rebuilt
+// and swapped in once) and one that releases them all.
+func BenchmarkSets10k(b *testing.B) {
+	l := newLab(b)
+	d := l.delayLine(b)
+	on := make(map[netip.Addr]Setting, 10000)
+	off := make(map[netip.Addr]Setting, 10000)
+	for i := 1; i <= 10000; i++ {
+		a := netip.AddrFrom4([4]byte{10, 232, byte(i >> 8), byte(i)})
+		on[a], off[a] = Setting{WriteDelay: time.Millisecond}, Setting{}
+	}
+	var ins, rem time.Duration
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		l.set(b, d, on)
+		t1 := time.Now()
+		l.set(b, d, off)
+		ins, rem = ins+t1.Sub(t0), rem+time.Since(t1)
+	}
+	b.ReportMetric(float64(ins.Milliseconds())/float64(b.N), "insert-10k-ms")
+	b.ReportMetric(float64(rem.Milliseconds())/float64(b.N), "remove-10k-ms")
+}
