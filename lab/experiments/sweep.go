@@ -36,10 +36,10 @@ type SweepPoint struct {
 type SweepSummary struct {
 	Experiment string `json:"experiment"`
 	backendFields
-	Session  string       `json:"session"`
+	Session string `json:"session"`
 	// Streams is the swept host's concurrent streams (delay-sweep
 	// --streams); with more than one the criterion is monotony.
-	Streams int `json:"streams,omitempty"`
+	Streams  int          `json:"streams,omitempty"`
 	BytesPer int64        `json:"bytes_per_point"`
 	Points   []SweepPoint `json:"points"`
 	// Criterion is the pass test: the thesis' own measure (Fig 5.5/5.6),
