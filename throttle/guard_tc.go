@@ -110,10 +110,10 @@ func (g tcGuard) repairTree(build func() error) error {
 	return nil
 }
 
+// repairMarking creates the sets that went, re-adds their entries, and
+// reinstalls the mangle rules, whose install replaces whatever of ours a
+// flush left in one transaction (tcNetfilter.install): no cleanup first.
 func (g tcGuard) repairMarking(cc *checkConn, remark func(), install func() error, createSet func(string) error) error {
-	if err := tcCleanupNetfilter(g.label); err != nil {
-		return err
-	}
 	for _, set := range g.sets {
 		if _, err := cc.ipsetHeader(set.name); errors.Is(err, errNoSet) {
 			if err := createSet(set.name); err != nil {

@@ -65,6 +65,13 @@ func cappedHTB(t *testing.T, n *tcTestNet, cfg HTBConfig) (ht *HTB, client, serv
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A test that fails before its Close must not leave the guard and
+	// the lease running: the guard would go on repairing this test's
+	// namespace, with this test's PATH (the nft test's iptables-nft
+	// links) after the test removed it, logging into the tests after it.
+	// Registered after the test's Setenv and TempDir, it runs before
+	// them; after a Close it does nothing.
+	t.Cleanup(ht.crash)
 	consumer := n.addrsB[0]
 	if err := ht.Set(map[netip.Addr]Setting{consumer: {Rate: 64 << 20}}); err != nil {
 		t.Fatal(err)

@@ -256,6 +256,7 @@ func TestHTBCleanupAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(h.crash) // a failure before the crash must not leave the guard running
 	if err := h.Set(map[netip.Addr]Setting{n.addrsB[0]: {Rate: 1 << 20}, n.addrsB[1]: {Rate: 2 << 20}}); err != nil {
 		t.Fatal(err)
 	}
@@ -266,6 +267,7 @@ func TestHTBCleanupAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatalf("restart over stale objects: %v", err)
 	}
+	t.Cleanup(h2.crash)
 	if len(h2.List()) != 0 {
 		t.Error("new instance inherited consumers")
 	}
@@ -288,6 +290,7 @@ func TestHTBCapsLapseWhenRefreshStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(h.crash) // a failure before the crash must not leave the guard running
 	defer CleanupTC(n.label)
 	c := n.addrsB[0]
 	if err := h.Set(map[netip.Addr]Setting{c: {Rate: 1 << 20}}); err != nil {
