@@ -195,6 +195,11 @@ func TestNoStateSyscalls(t *testing.T) {
 	execve := regexp.MustCompile(`execve\("([^"]+)"`)
 	ran := map[string]int{}
 	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		// A thread that exits while strace reports it leaves a line such
+		// as `202 ???( <detached ...>`: no system call of the filter's.
+		if strings.Contains(l, "<detached ...>") {
+			continue
+		}
 		if m := execve.FindStringSubmatch(l); m != nil {
 			ran[filepath.Base(m[1])]++
 			if !slices.Contains(allowed, filepath.Base(m[1])) {
