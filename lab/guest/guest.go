@@ -47,6 +47,12 @@ type Options struct {
 	// Console receives the guest's serial console (kernel and script
 	// output); nil discards it.
 	Console io.Writer
+	// Systemd boots systemd as PID 1 (Run only): the root is the host's,
+	// read-only, under a writable overlay kept in guest memory, so
+	// packages install and units change there and vanish at power-off;
+	// the script runs as a oneshot service of a boot target of its own
+	// (systemd.go).
+	Systemd bool
 }
 
 // Result is what the guest's script did.
@@ -82,7 +88,7 @@ func Kernel() (image, version string, err error) {
 // modules.dep, in load order.
 var bootModules = []string{"virtio_pci", "9pnet_virtio", "9p"}
 
-func moduleOrder(version string) ([]string, error) {
+func moduleOrder(version string, modules []string) ([]string, error) {
 	b, err := os.ReadFile(filepath.Join("/lib/modules", version, "modules.dep"))
 	if err != nil {
 		return nil, err
@@ -112,7 +118,7 @@ func moduleOrder(version string) ([]string, error) {
 		}
 		order = append(order, m)
 	}
-	for _, n := range bootModules {
+	for _, n := range modules {
 		m, ok := byName[n]
 		if !ok {
 			return nil, fmt.Errorf("%w: module %s not in %s's modules.dep", ErrNoGuest, n, version)
@@ -133,6 +139,7 @@ mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 for m in $(cat /modules.order); do insmod /modules/$(basename $m) || echo "sanqos-guest: insmod $m failed"; done
 R=/newroot
+[ -e /systemd.sh ] && . /systemd.sh
 mkdir -p $R
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=262144 hostroot $R
 mount -t proc proc $R/proc
@@ -167,7 +174,7 @@ poweroff -f
 
 // buildInitramfs writes a newc cpio archive with busybox, the boot
 // modules and /init into dir/initramfs.
-func buildInitramfs(dir, version, workdir string) (string, error) {
+func buildInitramfs(dir, version, workdir string, systemd bool) (string, error) {
 	busybox, err := exec.LookPath("busybox")
 	if err != nil {
 		return "", fmt.Errorf("%w: no busybox", ErrNoGuest)
@@ -175,7 +182,11 @@ func buildInitramfs(dir, version, workdir string) (string, error) {
 	if _, err := exec.LookPath("cpio"); err != nil {
 		return "", fmt.Errorf("%w: no cpio", ErrNoGuest)
 	}
-	mods, err := moduleOrder(version)
+	boot := bootModules
+	if systemd {
+		boot = append(append([]string(nil), boot...), systemdModules...)
+	}
+	mods, err := moduleOrder(version, boot)
 	if err != nil {
 		return "", err
 	}
@@ -201,6 +212,12 @@ func buildInitramfs(dir, version, workdir string) (string, error) {
 		}
 	}
 	files := map[string]string{"init": initScript, "modules.order": strings.Join(mods, "\n") + "\n", "workdir": workdir + "\n"}
+	if systemd {
+		files["systemd.sh"] = systemdBoot
+		if err := stageSystemdEtc(filepath.Join(stage, "etc"), workdir); err != nil {
+			return "", err
+		}
+	}
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(stage, name), []byte(body), 0o755); err != nil {
 			return "", err
@@ -248,7 +265,7 @@ func qemuArgs(o *Options, dir, boot, serial string) (string, []string, error) {
 	if o.Accel != "tcg" && o.Accel != "kvm" {
 		return "", nil, fmt.Errorf("accelerator %q: want tcg or kvm", o.Accel)
 	}
-	initrd, err := buildInitramfs(boot, version, dir)
+	initrd, err := buildInitramfs(boot, version, dir, o.Systemd)
 	if err != nil {
 		return "", nil, err
 	}
@@ -256,13 +273,17 @@ func qemuArgs(o *Options, dir, boot, serial string) (string, []string, error) {
 	if accel == "tcg" {
 		accel = "tcg,thread=multi"
 	}
+	cmdline := "console=ttyS0 panic=-1 rdinit=/init loglevel=4 " + AccelCmdlineKey + "=" + o.Accel
+	if o.Systemd {
+		cmdline += " " + systemdCmdline
+	}
 	args := []string{
 		"-accel", accel, "-smp", strconv.Itoa(o.CPUs), "-m", strconv.Itoa(o.MemoryMiB),
 		"-nographic", "-no-reboot", "-nodefaults", "-serial", serial, "-nic", "none",
 		"-kernel", image, "-initrd", initrd,
 		// sanqos.accel tells the programs in the guest (the lab's waits,
 		// its summaries) what they run on.
-		"-append", "console=ttyS0 panic=-1 rdinit=/init loglevel=4 " + AccelCmdlineKey + "=" + o.Accel,
+		"-append", cmdline,
 		"-fsdev", "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
 		"-device", "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot",
 		"-fsdev", "local,id=work,path=" + dir + ",security_model=none",
