@@ -1,0 +1,318 @@
+package guest
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/internal/pkgdeb"
+	"github.com/sanqos/sanqos/internal/testenv"
+)
+
+// systemdScript runs in the systemd guest as a oneshot service, with the
+// work directory (the .deb, a source tree for make) as its current
+// directory. Each check prints "ok: NAME" or "FAIL: NAME: why"; the test
+// wants every name in systemdChecks.
+const systemdScript = `set -u
+fails=0
+ok() { echo "ok: $1"; }
+fail() { echo "FAIL: $1: $2"; fails=$((fails+1)); }
+step() { echo; echo "=== $(cut -d' ' -f1 /proc/uptime)s $*"; }
+# pred NAME CMD...: ok when CMD succeeds.
+pred() { n=$1; shift; if "$@"; then ok "$n"; else fail "$n" "$*"; fi; }
+unit_state() { systemctl show -p ActiveState --value sanqos.service; }
+mainpid() { systemctl show -p MainPID --value sanqos.service; }
+# kstate: what of an agent is in the kernel: qdiscs and filters on the
+# consumer-facing device, sanqos' rules and sets, links it would add.
+kstate() {
+	tc qdisc show dev sqg0 | grep -v -e noqueue -e 'qdisc clsact' | sed 's/^/qdisc: /'
+	tc filter show dev sqg0 ingress | sed 's/^/ingress: /'
+	tc filter show dev sqg0 egress | sed 's/^/egress: /'
+	iptables-save 2>/dev/null | grep -i sanqos | sed 's/^/iptables: /'
+	ip6tables-save 2>/dev/null | grep -i sanqos | sed 's/^/ip6tables: /'
+	ipset list -n 2>/dev/null | grep -i sanqos | sed 's/^/ipset: /'
+	ip -o link show | awk -F': ' '{print $2}' | grep -v -e '^lo$' -e '^sqg0' | sed 's/^/link: /'
+}
+# clean NAME: no agent state in the kernel.
+clean() {
+	s=$(kstate)
+	if [ -z "$s" ]; then ok "$1"; else fail "$1" "left: $s"; fi
+}
+# journal: this run's (invocation's) agent log.
+journal() { journalctl -b _SYSTEMD_INVOCATION_ID=$(systemctl show -p InvocationID --value sanqos.service) -o cat; }
+# logged MSG [TEXT]: this run's agent logged MSG (with TEXT in the record).
+logged() { journal | grep "\"msg\":\"$1\"" | grep -q -e "${2:-}"; }
+# running NAME BACKEND: the unit is active, its agent runs BACKEND under
+# the unit's capabilities, no_new_privs and seccomp filter, and answers
+# on its socket.
+running() {
+	for i in $(seq 100); do $S status >/dev/null 2>&1 && break; sleep 0.3; done
+	pred "$1/active" [ "$(unit_state)" = active ]
+	pred "$1/status" $S status
+	pid=$(mainpid)
+	st=$(grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/$pid/status | tr -s '\t ' ' ')
+	echo "$st"
+	pred "$1/sandbox" [ "$st" = "$(printf 'CapEff: %s\nCapBnd: %s\nNoNewPrivs: 1\nSeccomp: 2' $CAPS $CAPS)" ]
+	pred "$1/backend" logged "agent running" "\"backend\":\"$2\""
+}
+cfg() {
+	cat > /etc/sanqos/sanqos.yaml <<EOF
+backend: $1
+device: sqg0
+discovery:
+  source: static
+resources:
+  - name: r1
+    devices: [ram0]
+EOF
+}
+# CapEff of the unit's agent: CAP_NET_ADMIN (12), CAP_NET_RAW (13),
+# CAP_SYS_ADMIN (21), CAP_BPF (39).
+CAPS=0000008000203000
+
+step "the guest: systemd $(systemctl --version | head -n 1), kernel $(uname -r)"
+pred pid1 [ "$(cat /proc/1/comm)" = systemd ]
+# A block device for the static resource, and the consumer-facing link:
+# a veth pair whose other end, the consumer 10.214.0.2, is in a namespace.
+modprobe brd rd_nr=1 rd_size=4096
+ip link set lo up
+ip netns add consumer
+ip link add sqg0 type veth peer name sqg1
+ip link set sqg1 netns consumer
+ip addr add 10.214.0.1/24 dev sqg0
+ip link set sqg0 up
+ip -n consumer addr add 10.214.0.2/24 dev sqg1
+ip -n consumer link set sqg1 up
+clean baseline
+
+step "dpkg -i"
+# The package's binary (a /usr/local/bin/sanqos of the host's would come
+# first on the PATH).
+S=/usr/bin/sanqos
+# man-db's trigger (mandb over every page) takes minutes under TCG.
+rm -f /var/lib/man-db/auto-update
+pred dpkg-install dpkg -i ./sanqos.deb
+pred unit-loaded [ "$(systemctl show -p LoadState --value sanqos.service)" = loaded ]
+pred not-enabled [ "$(systemctl is-enabled sanqos.service)" = disabled ]
+pred not-started [ "$(unit_state)" = inactive ]
+
+step "sanqos doctor"
+cfg edt
+$S doctor --config /etc/sanqos/sanqos.yaml > doctor.txt 2>&1
+pred doctor [ $? = 0 ]
+cat doctor.txt
+$S doctor --config /etc/sanqos/sanqos.yaml --json > doctor.json
+pred doctor-json [ $? = 0 ]
+clean doctor-changes-nothing
+
+for b in edt netem; do
+	step "backend $b under systemd"
+	cfg $b
+	pred $b/start systemctl start sanqos
+	running $b $b
+	pred $b/throttle $S throttle set 10.214.0.2 --read-delay 2ms
+	kstate > state-$b.txt
+	cat state-$b.txt
+	case $b in
+	edt) pred $b/kernel-state sh -c 'grep -q "qdisc: qdisc fq" state-edt.txt && grep -q "egress: .*bpf" state-edt.txt' ;;
+	netem) pred $b/kernel-state sh -c 'grep -q "qdisc: qdisc htb" state-netem.txt && grep -q "qdisc: qdisc netem" state-netem.txt' ;;
+	esac
+	pid=$(mainpid)
+	pred $b/reload systemctl reload sanqos
+	for i in $(seq 50); do logged "config reloaded" && break; sleep 0.2; done
+	pred $b/reloaded logged "config reloaded"
+	pred $b/same-pid [ "$(mainpid)" = "$pid" ]
+	running $b/after-reload $b
+	pred $b/stop systemctl stop sanqos
+	pred $b/stopped [ "$(unit_state)" = inactive ]
+	pred $b/exit-0 [ "$(systemctl show -p ExecMainStatus --value sanqos.service)" = 0 ]
+	clean $b/stop-clean
+	journal > journal-$b.txt
+done
+
+step "shadow agent (--dry-run)"
+cfg edt
+$S agent --config /etc/sanqos/sanqos.yaml --dry-run > shadow.log 2>&1 &
+spid=$!
+for i in $(seq 100); do $S status >/dev/null 2>&1 && break; sleep 0.3; done
+pred shadow/status $S status
+pred shadow/throttle $S throttle set 10.214.0.2 --read-delay 2ms
+clean shadow/no-kernel-state
+kill -INT $spid
+wait $spid
+pred shadow/exit-0 [ $? = 0 ]
+clean shadow/after
+
+step "dpkg -r, dpkg --purge"
+pred enable systemctl enable --now sanqos
+running remove edt
+pred remove dpkg -r sanqos
+pred remove/stopped sh -c '[ "$(systemctl show -p ActiveState --value sanqos.service)" != active ]'
+pred remove/no-agent sh -c '! pgrep -x sanqos'
+clean remove/clean
+pred remove/files sh -c '[ ! -e /usr/bin/sanqos ] && [ ! -e /lib/systemd/system/sanqos.service ]'
+pred remove/config-kept [ -e /etc/sanqos/sanqos.yaml ]
+pred remove/enable-link-kept [ -L /etc/systemd/system/multi-user.target.wants/sanqos.service ]
+pred purge dpkg --purge sanqos
+pred purge/files sh -c '[ ! -e /etc/sanqos ] && [ ! -L /etc/systemd/system/multi-user.target.wants/sanqos.service ]'
+pred purge/unit-gone [ "$(systemctl show -p LoadState --value sanqos.service)" = not-found ]
+
+step "make install, make uninstall"
+pred make-install make -C src --no-print-directory -o build install
+S=/usr/local/bin/sanqos
+cfg edt
+pred make/enable systemctl enable --now sanqos
+running make edt
+pred make/throttle $S throttle set 10.214.0.2 --read-delay 2ms
+pred make-uninstall make -C src --no-print-directory uninstall
+pred make/stopped sh -c '[ "$(systemctl show -p ActiveState --value sanqos.service)" != active ]'
+pred make/no-agent sh -c '! pgrep -x sanqos'
+pred make/disabled sh -c '[ ! -e /etc/systemd/system/multi-user.target.wants/sanqos.service ]'
+clean make/clean
+pred make/files sh -c '[ ! -e /usr/local/bin/sanqos ] && [ ! -e /etc/systemd/system/sanqos.service ]'
+pred make/unit-gone [ "$(systemctl show -p LoadState --value sanqos.service)" = not-found ]
+pred make/config-kept [ -e /etc/sanqos/sanqos.yaml ]
+
+step "end: failed units"
+systemctl --failed --no-pager
+echo "$fails failed"
+exit $fails
+`
+
+// systemdChecks are the checks systemdScript must pass, each once at
+// least: a check that never ran fails the test as one that failed.
+var systemdChecks = []string{
+	"pid1", "baseline", "dpkg-install", "unit-loaded", "not-enabled", "not-started",
+	"doctor", "doctor-json", "doctor-changes-nothing",
+	"edt/start", "edt/active", "edt/sandbox", "edt/backend", "edt/throttle", "edt/kernel-state",
+	"edt/reload", "edt/reloaded", "edt/same-pid", "edt/after-reload/active", "edt/stop", "edt/stopped", "edt/exit-0", "edt/stop-clean",
+	"netem/start", "netem/active", "netem/sandbox", "netem/backend", "netem/throttle", "netem/kernel-state",
+	"netem/reload", "netem/reloaded", "netem/same-pid", "netem/after-reload/active", "netem/stop", "netem/stopped", "netem/exit-0", "netem/stop-clean",
+	"shadow/status", "shadow/throttle", "shadow/no-kernel-state", "shadow/exit-0", "shadow/after",
+	"enable", "remove/active", "remove", "remove/stopped", "remove/no-agent", "remove/clean", "remove/files",
+	"remove/config-kept", "remove/enable-link-kept", "purge", "purge/files", "purge/unit-gone",
+	"make-install", "make/enable", "make/active", "make/sandbox", "make/throttle", "make-uninstall",
+	"make/stopped", "make/no-agent", "make/disabled", "make/clean", "make/files", "make/unit-gone", "make/config-kept",
+}
+
+// Issue 32 items 4 and 5, for real: in one boot of the stock kernel with
+// systemd as PID 1 (Options.Systemd), the Debian package built from this
+// tree installs with dpkg; sanqos doctor (and --json) passes there; the
+// unit, started by systemctl with its whole sandbox, runs the agent with
+// edt and then netem on a veth towards a consumer, throttles it (fq and a
+// tc BPF filter; HTB and netem leaves), survives `systemctl reload`
+// (SIGHUP, same process) and on `systemctl stop` exits 0 leaving nothing
+// in the kernel; a shadow agent (--dry-run) answers and creates nothing;
+// dpkg -r stops the running agent and cleans up, purge removes the
+// config and the enable link; and `make install` + `systemctl enable
+// --now` then `make uninstall` stop, disable and clean up as well.
+func TestSystemdUnitInGuest(t *testing.T) {
+	requireGuest(t)
+	testenv.RequireCommands(t, "go", "dpkg", "make")
+	if _, err := os.Stat("/lib/systemd/systemd"); err != nil {
+		testenv.Missing(t, "systemd is not installed (/lib/systemd/systemd): run scripts/setup.sh")
+	}
+	start := time.Now()
+	dir := t.TempDir()
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The package as `make deb` builds it: a static binary whose version
+	// is the tree's.
+	version := "v0.0.0"
+	if out, err := exec.Command("git", "-C", repo, "describe", "--tags", "--always", "--dirty").Output(); err == nil {
+		version = strings.TrimSpace(string(out))
+	}
+	bin := filepath.Join(dir, "src", "bin", "sanqos")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X github.com/sanqos/sanqos/internal/version.Version="+version,
+		"-o", bin, "github.com/sanqos/sanqos/cmd/sanqos")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build sanqos: %v\n%s", err, out)
+	}
+	deb, err := pkgdeb.Build(pkgdeb.Options{Binary: bin, Source: repo, OutDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(deb, filepath.Join(dir, "sanqos.deb")); err != nil {
+		t.Fatal(err)
+	}
+	// What `make install` and `make uninstall` read, the binary already
+	// built (make -o build): the guest cannot see a checkout under /tmp,
+	// and a Go build there would take minutes.
+	for _, f := range []string{"Makefile", "packaging/sanqos.service", "examples/sanqos.yaml", "grafana/sanqos-dashboard.json", "prometheus/sanqos-alerts.yml"} {
+		b, err := os.ReadFile(filepath.Join(repo, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, "src", f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	built := time.Since(start)
+
+	console, err := os.Create(filepath.Join(dir, "console.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer console.Close()
+	res, err := Run(context.Background(), Options{Dir: dir, Systemd: true, Console: console, Timeout: 5 * time.Minute}, systemdScript)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("package built in %v; %s guest with systemd on %s: %v", built.Round(time.Second), res.Accel, res.Kernel, res.Elapsed.Round(time.Second))
+	passed := map[string]bool{}
+	var failed []string
+	for _, l := range strings.Split(res.Output, "\n") {
+		if n, found := strings.CutPrefix(l, "ok: "); found {
+			passed[n] = true
+		} else if strings.HasPrefix(l, "FAIL: ") {
+			failed = append(failed, l)
+		}
+	}
+	for _, c := range systemdChecks {
+		if !passed[c] {
+			failed = append(failed, "not run: "+c)
+		}
+	}
+	var doc struct {
+		OK     bool
+		Checks []struct{ Name, Status, Summary string }
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "doctor.json")); err != nil || json.Unmarshal(b, &doc) != nil || !doc.OK {
+		failed = append(failed, "doctor --json: not ok")
+	}
+	for _, c := range doc.Checks {
+		t.Logf("doctor: %-12s %-4s %s", c.Name, c.Status, c.Summary)
+	}
+	if res.ExitCode != 0 || len(failed) > 0 {
+		for _, f := range []string{"journal-edt.txt", "journal-netem.txt", "shadow.log"} {
+			b, _ := os.ReadFile(filepath.Join(dir, f))
+			t.Logf("%s:\n%s", f, tail(string(b), 4000))
+		}
+		t.Fatalf("exit %d; %d checks failed:\n%s\nguest output:\n%s", res.ExitCode, len(failed), strings.Join(failed, "\n"), res.Output)
+	}
+	for _, l := range strings.Split(res.Output, "\n") {
+		if strings.HasPrefix(l, "=== ") {
+			t.Logf("guest at %s", l[4:])
+		}
+	}
+	for _, f := range []string{"state-edt.txt", "state-netem.txt"} {
+		b, _ := os.ReadFile(filepath.Join(dir, f))
+		t.Logf("%s:\n%s", f, b)
+	}
+	if _, end, found := strings.Cut(res.Output, "end: failed units\n"); found {
+		t.Logf("guest's failed units (none of sanqos'):\n%s", end)
+	}
+	t.Logf("%d checks passed in %v", len(passed), time.Since(start).Round(time.Second))
+}
