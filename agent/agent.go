@@ -125,8 +125,8 @@ func (a *Agent) Reload(cfg *config.Config) error {
 	defer a.mu.Unlock()
 	old := a.cfg
 	switch {
-	case cfg.Backend != old.Backend, cfg.Mode != old.Mode, cfg.ISCSIPort != old.ISCSIPort, cfg.DelayRamp != old.DelayRamp, cfg.DelayFollow != old.DelayFollow, cfg.WriteDelayOn != old.WriteDelayOn:
-		return errors.New("backend, mode, iscsi_port, delay_ramp, delay_follow and write_delay_on changes need a restart")
+	case cfg.Backend != old.Backend, cfg.Mode != old.Mode, cfg.ISCSIPort != old.ISCSIPort, cfg.DelayRamp != old.DelayRamp, cfg.DelayFollow != old.DelayFollow, cfg.WriteDelayOn != old.WriteDelayOn, cfg.QuickAck != old.QuickAck:
+		return errors.New("backend, mode, iscsi_port, delay_ramp, delay_follow, write_delay_on and quick_ack changes need a restart")
 	case cfg.Interval != old.Interval, cfg.DelayStep != old.DelayStep, cfg.MaxDelay != old.MaxDelay, cfg.DelayRise != old.DelayRise:
 		return errors.New("interval, delay_step, max_delay and delay_rise changes need a restart")
 	case cfg.Socket != old.Socket, cfg.HTTP != old.HTTP, cfg.Token != old.Token:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -35,6 +36,9 @@ type backendOptions struct {
 	// that take the agent's rules out on purpose (lab
 	// overhead-interleaved), which a guard would undo within a tick.
 	NoReinstall bool
+	// QuickAck (config quick_ack, flag --quick-ack) sets the quickack
+	// route metric while a delay backend runs (throttle/quickack.go).
+	QuickAck bool
 	throttle.Options
 }
 
@@ -58,6 +62,7 @@ func (o backendOptions) resolve(cfg *config.Config, followFlagSet bool) backendO
 		return o.shadowed()
 	}
 	o.Name, o.Port, o.Ramp, o.Follow, o.WriteOn = cfg.Backend, cfg.ISCSIPort, cfg.DelayRamp, cfg.DelayFollow, cfg.WriteDelayOn
+	o.QuickAck = cfg.QuickAck
 	o.MaxDelay, o.Step = cfg.MaxDelay, cfg.DelayStep
 	// The backend checks its kernel objects once a control tick, so a
 	// flushed firewall is put back before the next tick or the one after.
@@ -89,7 +94,7 @@ func (o backendOptions) shadowed() backendOptions {
 // is one function for that reason, and its work is runAgent's.
 func agentCmd() *cobra.Command {
 	socket := agent.DefaultSocket
-	bo := backendOptions{Name: "auto", Options: throttle.Options{Port: 3260, Chain: "OUTPUT", Label: "sanqos", Ramp: config.Defaults().DelayRamp}}
+	bo := backendOptions{Name: "auto", QuickAck: true, Options: throttle.Options{Port: 3260, Chain: "OUTPUT", Label: "sanqos", Ramp: config.Defaults().DelayRamp}}
 	var logJSON bool
 	var cfgPath, httpAddr string
 	var eo etcdOptions
@@ -208,6 +213,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f.StringVar(&eo.Prefix, "etcd-prefix", cluster.DefaultPrefix, "prefix of the cluster's etcd keys")
 	f.DurationVar(&eo.Fresh, "etcd-fresh", cluster.DefaultFresh, "how long a shared step is followed after it arrived; then the agent falls back to its own controller (100ms..1s)")
 	f.DurationVar(&eo.Decay, "etcd-decay", cluster.DefaultDecay, "how long a lost shared step takes to decay to zero: the bound on a throttle outliving its cluster (100ms..1m)")
+	f.BoolVar(&bo.QuickAck, "quick-ack", bo.QuickAck, "set the quickack route metric on the consumers' interface's connected routes while a delay backend holds replies, so no ACK waits behind a held reply (config quick_ack)")
 	renamedFlag(f, "device", "interface") // a device is a block device everywhere else (resources' devices)
 	// --backend names what --dry-run would silently replace.
 	c.MarkFlagsMutuallyExclusive("dry-run", "backend")
@@ -226,6 +232,12 @@ func runAgent(ctx context.Context, hup <-chan os.Signal, cfg *config.Config, cfg
 	}
 	defer func() {
 		if err := t.Close(); err != nil {
+			log.Error("cleanup", "err", err)
+		}
+	}()
+	qa := enableQuickAck(bo, log)
+	defer func() {
+		if err := qa.Restore(); err != nil {
 			log.Error("cleanup", "err", err)
 		}
 	}()
@@ -423,6 +435,34 @@ func newDiscoverer(cfg *config.Config) (agent.Discoverer, error) {
 
 // newBackend checks the flags' ranges, then has the throttle registry
 // build the backend.
+// enableQuickAck sets the quickack route metric where a delay backend
+// holds the target's replies (target mode, write_delay_on replies): a
+// shadow agent, bridge mode, an HTB-only backend or quick_ack: false
+// leave the routes alone, and so does a failure (logged: the throttle
+// works without it, the writers only probe more).
+func enableQuickAck(o backendOptions, log *slog.Logger) *throttle.QuickAck {
+	if !o.QuickAck || o.DryRun || o.Name == dryRunBackend || o.Name == "htb" || o.Chain == "FORWARD" || (o.WriteOn != "" && o.WriteOn != "replies") {
+		return nil
+	}
+	dev := o.Device
+	if dev == "" {
+		ifs, err := net.Interfaces()
+		if err == nil {
+			dev, err = throttle.ConsumerInterface(ifs)
+		}
+		if err != nil {
+			log.Warn("quickack not set: no consumers' interface", "err", err)
+			return nil
+		}
+	}
+	q, err := throttle.EnableQuickAck(dev, log)
+	if err != nil {
+		log.Warn("quickack not set", "err", err)
+		return nil
+	}
+	return q
+}
+
 func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 	if o.Port < 1 || o.Port > 65535 {
 		return nil, fmt.Errorf("iscsi-port %d out of range", o.Port)

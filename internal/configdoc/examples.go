@@ -32,6 +32,7 @@ var examples = map[string]string{
 	"delay_ramp":                          "write_delay_on: acks\ndelay_ramp: 0.5\n",
 	"delay_follow":                        "write_delay_on: acks\ndelay_follow: true\n",
 	"write_delay_on":                      "write_delay_on: acks   # the thesis' delayed ACKs\n",
+	"quick_ack":                           "quick_ack: false   # leave the target's delayed ACKs alone\n",
 	"onset_feedforward":                   "onset_feedforward: false\n",
 	"rate_lever_steps":                    "backend: delayline+htb\nrate_lever_steps: 20\n",
 	"throttleable_write_mb_s":             "throttleable_write_mb_s: 2\n",
