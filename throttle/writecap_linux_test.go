@@ -330,32 +330,33 @@ func TestWriteCapLiftDrains(t *testing.T) {
 }
 
 func hasClass(t *testing.T, dev netlink.Link, handle uint32) bool {
-	t.Helper()
-	cls, err := netlink.ClassList(dev, netlink.HANDLE_NONE)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range cls {
-		if k.Attrs().Handle == handle {
-			return true
-		}
-	}
-	return false
+	found, _ := classQueue(t, dev, handle)
+	return found
 }
 
 // classBacklog is a class's queued bytes.
 func classBacklog(t *testing.T, dev netlink.Link, handle uint32) uint32 {
+	_, backlog := classQueue(t, dev, handle)
+	return backlog
+}
+
+// classQueue says whether dev has the class and what it queues (bytes).
+func classQueue(t *testing.T, dev netlink.Link, handle uint32) (found bool, backlog uint32) {
 	t.Helper()
 	cls, err := netlink.ClassList(dev, netlink.HANDLE_NONE)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range cls {
-		if k.Attrs().Handle == handle && k.Attrs().Statistics != nil && k.Attrs().Statistics.Queue != nil {
-			return k.Attrs().Statistics.Queue.Backlog
+		if k.Attrs().Handle != handle {
+			continue
 		}
+		if s := k.Attrs().Statistics; s != nil && s.Queue != nil {
+			return true, s.Queue.Backlog
+		}
+		return true, 0
 	}
-	return 0
+	return false, 0
 }
 
 func assertWriteCapGone(t *testing.T, n *tcTestNet) {
