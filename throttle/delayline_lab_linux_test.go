@@ -281,20 +281,26 @@ func pct(d []time.Duration, p float64) time.Duration {
 }
 
 func netstatDump(tb testing.TB, w *nsWorker) map[string]int64 {
+	var m map[string]int64
+	w.Do(func() { m = threadNetCounters() })
+	return m
+}
+
+// threadNetCounters is the calling thread's namespace's /proc/net/netstat
+// and /proc/net/snmp counters, keyed "TcpExt:TCPLossProbes".
+func threadNetCounters() map[string]int64 {
 	m := map[string]int64{}
-	w.Do(func() {
-		for _, f := range []string{"/proc/thread-self/net/netstat", "/proc/thread-self/net/snmp"} {
-			b, _ := os.ReadFile(f)
-			lines := strings.Split(string(b), "\n")
-			for i := 0; i+1 < len(lines); i += 2 {
-				h, v := strings.Fields(lines[i]), strings.Fields(lines[i+1])
-				for j := 1; j < len(h) && j < len(v); j++ {
-					n, _ := strconv.ParseInt(v[j], 10, 64)
-					m[h[0]+h[j]] = n
-				}
+	for _, f := range []string{"/proc/thread-self/net/netstat", "/proc/thread-self/net/snmp"} {
+		b, _ := os.ReadFile(f)
+		lines := strings.Split(string(b), "\n")
+		for i := 0; i+1 < len(lines); i += 2 {
+			h, v := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+			for j := 1; j < len(h) && j < len(v); j++ {
+				n, _ := strconv.ParseInt(v[j], 10, 64)
+				m[h[0]+h[j]] = n
 			}
 		}
-	})
+	}
 	return m
 }
 

@@ -416,24 +416,27 @@ func tcWaitEmpty(ifidx int, within time.Duration, handles ...uint32) {
 		return
 	}
 	for deadline := time.Now().Add(within); time.Now().Before(deadline); {
-		cls, err := netlink.ClassList(link, netlink.HANDLE_NONE)
-		if err != nil {
-			return
-		}
-		busy := false
-		for _, k := range cls {
-			if !slices.Contains(handles, k.Attrs().Handle) {
-				continue
-			}
-			if s := k.Attrs().Statistics; s != nil && s.Queue != nil && s.Queue.Qlen > 0 {
-				busy = true
-			}
-		}
-		if !busy {
+		qlen, err := tcClassQlens(link)
+		if err != nil || !slices.ContainsFunc(handles, func(h uint32) bool { return qlen[h] > 0 }) {
 			return
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// tcClassQlens is each class's queue length (packets) on link, by handle.
+func tcClassQlens(link netlink.Link) (map[uint32]uint32, error) {
+	cls, err := netlink.ClassList(link, netlink.HANDLE_NONE)
+	if err != nil {
+		return nil, err
+	}
+	qlen := make(map[uint32]uint32, len(cls))
+	for _, k := range cls {
+		if s := k.Attrs().Statistics; s != nil && s.Queue != nil {
+			qlen[k.Attrs().Handle] = s.Queue.Qlen
+		}
+	}
+	return qlen, nil
 }
 
 func (t *HTB) Clear(consumers ...netip.Addr) error {

@@ -59,8 +59,9 @@ func (o Options) logger() *slog.Logger {
 	return o.Log
 }
 
-// device is the interface towards the consumers.
-func (o Options) device() (string, error) {
+// ConsumerDevice is the interface towards the consumers: Device, else
+// the only non-loopback one (ConsumerInterface).
+func (o Options) ConsumerDevice() (string, error) {
 	if o.Device != "" {
 		return o.Device, nil
 	}
@@ -107,7 +108,7 @@ var registry = []registered{
 		about: "kernel delay: tc BPF departure times, fq holds each packet",
 		probe: func() (bool, string, error) { ok, why := EDTAvailable(); return ok, why, nil },
 		build: func(o Options, w WriteOn) (Throttle, error) {
-			dev, err := o.device()
+			dev, err := o.ConsumerDevice()
 			if err != nil {
 				return nil, err
 			}
@@ -135,7 +136,7 @@ var registry = []registered{
 			return ok, cond(ok, "kernel has htb", "kernel has no htb qdisc (CONFIG_NET_SCH_HTB)"), err
 		},
 		build: func(o Options, _ WriteOn) (Throttle, error) {
-			dev, err := o.device()
+			dev, err := o.ConsumerDevice()
 			if err != nil {
 				return nil, err
 			}
@@ -241,7 +242,7 @@ func Backends() []Backend {
 // max_delay: with netem's own 20 ms under a 40 ms max_delay every larger
 // wish failed to apply (seen in the stock-kernel guest's autonomic).
 func newNetemFrom(o Options, w WriteOn) (Throttle, error) {
-	dev, err := o.device()
+	dev, err := o.ConsumerDevice()
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +259,7 @@ func newDelayLineFrom(o Options, w WriteOn) (Throttle, error) {
 // the target's ingress for the controller's second lever
 // (rate_lever_steps).
 func newDelayLineWriteCap(o Options, w WriteOn) (Throttle, error) {
-	dev, err := o.device()
+	dev, err := o.ConsumerDevice()
 	if err != nil {
 		return nil, err
 	}

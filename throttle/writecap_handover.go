@@ -85,20 +85,14 @@ func (w *WriteCap) reap() {
 	if len(w.draining) == 0 {
 		return
 	}
-	cls, err := netlink.ClassList(w.ifb, netlink.HANDLE_NONE)
+	qlen, err := tcClassQlens(w.ifb)
 	if err != nil {
 		return
-	}
-	backlog := map[uint32]uint32{}
-	for _, k := range cls {
-		if s := k.Attrs().Statistics; s != nil && s.Queue != nil {
-			backlog[k.Attrs().Handle] = s.Queue.Qlen
-		}
 	}
 	now := monoNow()
 	for a, d := range w.draining {
 		handle := netlink.MakeHandle(w.major, d.minor)
-		if backlog[handle] > 0 {
+		if qlen[handle] > 0 {
 			continue
 		}
 		if !d.marked {

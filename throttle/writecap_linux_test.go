@@ -319,7 +319,7 @@ func TestWriteCapLiftDrains(t *testing.T) {
 	// probes spuriously whether or not the cap is lifted (the TCG guest:
 	// one DSACKed probe in about half the runs): every other
 	// retransmission is this test's failure.
-	if rtx := int64(after-before) - int64(moved["TCPLossProbes"]); rtx > 0 || moved["TCPFastRetrans"] > 0 || moved["TCPTimeouts"] > 0 || softnetDrops(t) > drops {
+	if rtx := int64(after-before) - moved["TcpExt:TCPLossProbes"]; rtx > 0 || moved["TcpExt:TCPFastRetrans"] > 0 || moved["TcpExt:TCPTimeouts"] > 0 || softnetDrops(t) > drops {
 		info := tcpInfo(t, c.(*net.TCPConn))
 		t.Errorf("the writer retransmitted %d segments besides tail-loss probes after its cap was lifted with %d bytes queued (receiver backlog drops %d; reordering %d, lost %d; writer's TcpExt %v)",
 			rtx, backlog, softnetDrops(t)-drops, info.Reordering, info.Lost, moved)
@@ -422,34 +422,26 @@ func softnetDrops(t *testing.T) uint64 {
 	return n
 }
 
-// tcpExtMoved is the loss-related TcpExt counters that moved from a to b.
-func tcpExtMoved(a, b map[string]uint64) map[string]uint64 {
-	out := map[string]uint64{}
+// tcpExtMoved is the loss-related TcpExt counters that moved from a to b
+// (threadNetCounters' keys).
+func tcpExtMoved(a, b map[string]int64) map[string]int64 {
+	out := map[string]int64{}
 	for k, v := range b {
-		if v != a[k] && (strings.Contains(k, "Retrans") || strings.Contains(k, "Loss") || strings.Contains(k, "Reorder") || strings.Contains(k, "Timeout") || strings.Contains(k, "Spurious") || strings.Contains(k, "DSACK")) {
+		if v != a[k] && strings.HasPrefix(k, "TcpExt:") && (strings.Contains(k, "Retrans") || strings.Contains(k, "Loss") || strings.Contains(k, "Reorder") || strings.Contains(k, "Timeout") || strings.Contains(k, "Spurious") || strings.Contains(k, "DSACK")) {
 			out[k] = v - a[k]
 		}
 	}
 	return out
 }
 
-// tcpExtB is namespace B's TcpExt counters.
-func (n *tcTestNet) tcpExtB(t *testing.T) map[string]uint64 {
+// tcpExtB is namespace B's counters.
+func (n *tcTestNet) tcpExtB(t *testing.T) map[string]int64 {
 	t.Helper()
-	var b []byte
-	if err := inNS(n.nsB, func() (err error) { b, err = os.ReadFile("/proc/thread-self/net/netstat"); return err }); err != nil {
+	var m map[string]int64
+	if err := inNS(n.nsB, func() error { m = threadNetCounters(); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]uint64{}
-	lines := strings.Split(string(b), "\n")
-	for i := 0; i+1 < len(lines); i += 2 {
-		keys, vals := strings.Fields(lines[i]), strings.Fields(lines[i+1])
-		for j := 1; j < len(keys) && j < len(vals); j++ {
-			v, _ := strconv.ParseUint(vals[j], 10, 64)
-			out[keys[j]] = v
-		}
-	}
-	return out
+	return m
 }
 
 // A consumer capped again while its last cap is being handed over gets

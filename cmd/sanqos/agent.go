@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -433,27 +432,22 @@ func newDiscoverer(cfg *config.Config) (agent.Discoverer, error) {
 	}
 }
 
-// newBackend checks the flags' ranges, then has the throttle registry
-// build the backend.
 // enableQuickAck sets the quickack route metric where a delay backend
 // holds the target's replies (target mode, write_delay_on replies): a
 // shadow agent, bridge mode, an HTB-only backend or quick_ack: false
 // leave the routes alone, and so does a failure (logged: the throttle
 // works without it, the writers only probe more).
 func enableQuickAck(o backendOptions, log *slog.Logger) *throttle.QuickAck {
-	if !o.QuickAck || o.DryRun || o.Name == dryRunBackend || o.Name == "htb" || o.Chain == "FORWARD" || (o.WriteOn != "" && o.WriteOn != "replies") {
+	if w, err := throttle.ParseWriteOn(o.WriteOn); err != nil || w != throttle.WriteOnReplies {
 		return nil
 	}
-	dev := o.Device
-	if dev == "" {
-		ifs, err := net.Interfaces()
-		if err == nil {
-			dev, err = throttle.ConsumerInterface(ifs)
-		}
-		if err != nil {
-			log.Warn("quickack not set: no consumers' interface", "err", err)
-			return nil
-		}
+	if !o.QuickAck || o.DryRun || o.Name == dryRunBackend || o.Name == "htb" || o.Chain == "FORWARD" {
+		return nil
+	}
+	dev, err := o.ConsumerDevice()
+	if err != nil {
+		log.Warn("quickack not set: no consumers' interface", "err", err)
+		return nil
 	}
 	q, err := throttle.EnableQuickAck(dev, log)
 	if err != nil {
@@ -463,6 +457,8 @@ func enableQuickAck(o backendOptions, log *slog.Logger) *throttle.QuickAck {
 	return q
 }
 
+// newBackend checks the flags' ranges, then has the throttle registry
+// build the backend.
 func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 	if o.Port < 1 || o.Port > 65535 {
 		return nil, fmt.Errorf("iscsi-port %d out of range", o.Port)
