@@ -40,7 +40,7 @@ func TestProductionExampleIsValid(t *testing.T) {
 	if vg2.Name != "vg2" || vg2.Threshold != 5*time.Millisecond || vg2.Objective != "p95" {
 		t.Errorf("vg2: %+v", vg2)
 	}
-	if c.MaxDelay != 20*time.Millisecond || c.MaxDelay >= 100*time.Millisecond {
+	if c.MaxDelay != Defaults().MaxDelay || c.MaxDelay >= 100*time.Millisecond {
 		t.Errorf("max_delay %v", c.MaxDelay)
 	}
 }

@@ -42,10 +42,6 @@ type controlled struct {
 	rate                func(sample.Interval) float64
 	rateFile, rateTitle string
 	delayTitle, figs    string
-	// maxDelay is the agent's max_delay for this load unless
-	// --agent-yaml names one ("": the product's default), as the lab's
-	// experiment of the same name runs it.
-	maxDelay string
 }
 
 var (
@@ -140,9 +136,6 @@ func (o Options) thresholds() []time.Duration {
 // runControlled runs the baseline and one agent run per threshold (seeds
 // Seed, Seed+1, …), then the oracle if the experiment has one.
 func runControlled(o Options, c *controlled) (any, error) {
-	if c.maxDelay != "" && !strings.Contains(o.AgentYAML, "max_delay:") {
-		o.AgentYAML = "max_delay: " + c.maxDelay + "\n" + o.AgentYAML
-	}
 	sum := report.ControlledSummary{Experiment: c.name, Interferers: c.interferers}
 	thresholds := o.thresholds()
 	var pl controlledPlots

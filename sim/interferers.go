@@ -27,10 +27,7 @@ var (
 	readBackupExperiment = &controlled{name: "read-backup", interferers: "readers", load: backupReaders, autonomic: true, oracle: true,
 		rate: movedMBs, rateFile: "interferer-rate.png", rateTitle: "aggregate read + write rate of the 12 backup streams, agent vs oracle",
 		delayTitle: "largest delay (read or write) applied, agent vs oracle"}
-	// mixed runs with the lab's max_delay for it: its closed-loop random
-	// streams need about their number × a service time of delay (the
-	// product's 20 ms left the oracle unreachable at every threshold).
-	mixedExperiment = &controlled{name: "mixed", interferers: "mixed", load: mixedIO, autonomic: true, oracle: true, maxDelay: "90ms",
+	mixedExperiment = &controlled{name: "mixed", interferers: "mixed", load: mixedIO, autonomic: true, oracle: true,
 		rate: movedMBs, rateFile: "interferer-rate.png", rateTitle: "aggregate read + write rate of the 6 mixed streams, agent vs oracle",
 		delayTitle: readBackupExperiment.delayTitle}
 )

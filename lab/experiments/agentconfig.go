@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/config"
-	"github.com/sanqos/sanqos/internal/guestenv"
 	"github.com/sanqos/sanqos/lab"
 	"github.com/sanqos/sanqos/lab/diskmodel"
 )
@@ -21,31 +20,6 @@ func (r *runner) consumerDevicesYAML() string {
 	}
 	return b.String()
 }
-
-// controlledDefaults are the agent settings pid and autonomic run with
-// unless --agent-set names the key: the threshold bounds the reader's
-// p95 (the Done-when's measure), and 40 ms of delay — a fifth of TCP's
-// 200 ms minimum RTO — is what 12 writers need at a 10 ms threshold (at
-// 20 ms the PID pinned at max_delay and p95 stayed at 1.31×); in the TCG
-// guest, tcgMaxDelay; a load that needs more names it (r.maxDelay).
-func (r *runner) controlledDefaults() [][2]string {
-	maxDelay := "40ms"
-	switch {
-	case guestenv.Emulated():
-		maxDelay = tcgMaxDelay
-	case r.maxDelay != "":
-		maxDelay = r.maxDelay
-	}
-	return [][2]string{{"objective", "p95"}, {"max_delay", maxDelay}}
-}
-
-// tcgMaxDelay is max_delay's default in the stock-kernel guest under TCG,
-// where every round trip through the emulated stack is slower, so the
-// same cut in the writers' rate takes more delay: there the oracle needed
-// a static 43 ms on every writer to hold 15 ms, and 40 ms left the
-// reader's p95 at 15.3 ms (results/autonomic/guest-bs8k-w12-80). 80 ms is
-// still 2.5× below TCP's minimum RTO.
-const tcgMaxDelay = "80ms"
 
 // agentConfig writes the agent's config for a controlled run. autonomic
 // gives only the threshold; pid names the devices and the sets.
@@ -76,11 +50,6 @@ func (r *runner) writeAgentConfigOn(path, backend, http string, thr time.Duratio
 	}
 	extra = strings.Join(kept, "\n")
 	fmt.Fprintf(&b, "backend: %s\nhttp: %s\nthreshold: %v\n%s\n", backend, http, thr, extra)
-	for _, kv := range r.controlledDefaults() {
-		if !strings.Contains(extra, kv[0]+":") {
-			fmt.Fprintf(&b, "%s: %s\n", kv[0], kv[1])
-		}
-	}
 	if v := r.scaledWriteMBs(); v > 0 && !strings.Contains(extra, "throttleable_write_mb_s:") {
 		fmt.Fprintf(&b, "throttleable_write_mb_s: %g\n", v)
 	}

@@ -118,7 +118,6 @@ func runControlled(r *runner, kind string) (any, error) {
 	if c.bridge && len(r.opts.Backends) > 0 {
 		return nil, errors.New("bridge-autonomic runs its agent on the delay line only: no --backends")
 	}
-	r.maxDelay = c.load.maxDelay
 	cr := &controlledRuns{c: c, r: r, name: kind, s: r.controlledSchedule()}
 	cr.steps = cr.s.steps()
 	cr.sum = ControlledSummary{Experiment: kind, Interferers: c.load.name, Backend: r.regulatingBackend(), Cycles: cr.s.cycles}

@@ -32,12 +32,6 @@ type interferers struct {
 	// step's onset, and the oracle and delay.png take both directions'
 	// delay. Writers keep the write delay alone, as before issue 30.
 	reads bool
-	// maxDelay is the lab's max_delay for this load ("": the controlled
-	// experiments' 40 ms). Ten closed-loop streams of random I/O need
-	// about their number × a request's service time to drain the disk's
-	// queue onto the wire: the oracle after login held 15 ms at 60 ms
-	// and 20 ms at 51.5 ms (results/mixed/s05-lunmap-afterlogin-md90).
-	maxDelay string
 }
 
 var (
@@ -47,7 +41,7 @@ var (
 		return r.writers(r.controlledWriters(), start, runtime)
 	}}
 	backupLoad = &interferers{name: "readers", one: "backup stream", many: "backup streams", jobs: (*runner).backupReaders, reads: true}
-	mixedLoad  = &interferers{name: "mixed", one: "mixed stream", many: "mixed streams", jobs: (*runner).mixedIO, reads: true, maxDelay: "90ms"}
+	mixedLoad  = &interferers{name: "mixed", one: "mixed stream", many: "mixed streams", jobs: (*runner).mixedIO, reads: true}
 )
 
 // backupStreams are read-backup's streams per host: 4 on each of b3..b5,

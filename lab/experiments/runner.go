@@ -18,9 +18,6 @@ type runner struct {
 	*lab.Runner
 	opts Options
 	use  lab.AgentUse
-	// maxDelay overrides the controlled experiments' max_delay for the
-	// load being run ("": theirs).
-	maxDelay string
 }
 
 // wrap is the runner of an experiment's Run.

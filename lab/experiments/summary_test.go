@@ -87,27 +87,27 @@ func TestAgentConfigBackendOverride(t *testing.T) {
 			b, _ := os.ReadFile(p)
 			t.Fatalf("%s: %v\n%s", tc.backend, err, b)
 		}
-		if cfg.Backend != tc.want || cfg.RateLeverSteps != 20 || cfg.MaxDelay != 40*time.Millisecond {
+		if cfg.Backend != tc.want || cfg.RateLeverSteps != 20 || cfg.MaxDelay != config.Defaults().MaxDelay {
 			t.Errorf("%s: backend %q, lever %d, max delay %v", tc.backend, cfg.Backend, cfg.RateLeverSteps, cfg.MaxDelay)
 		}
 	}
 }
 
-// A load that needs a larger max_delay (mixed) gets it in its agents'
-// configs; the writers keep 40 ms, and --agent-set still wins.
-func TestAgentConfigLoadMaxDelay(t *testing.T) {
+// The autonomic agent runs the product's defaults, whatever the load:
+// its config sets the threshold and what the lab must (backend, HTTP,
+// discovery), and leaves the controller's settings to config.Defaults;
+// --agent-set still wins.
+func TestAgentConfigDefaults(t *testing.T) {
+	def := config.Defaults()
 	for _, tc := range []struct {
-		load *interferers
 		set  string
 		want time.Duration
 	}{
-		{writerLoad, "", 40 * time.Millisecond},
-		{mixedLoad, "", 90 * time.Millisecond},
-		{mixedLoad, "max_delay: 70ms", 70 * time.Millisecond},
+		{"", def.MaxDelay},
+		{"max_delay: 70ms", 70 * time.Millisecond},
 	} {
 		o := Options{AgentYAML: tc.set}
 		r := wrap(lab.PlanRunner(nil, &lab.Resource{Name: "vg1"}, o.RunOptions), o)
-		r.maxDelay = tc.load.maxDelay
 		p := filepath.Join(t.TempDir(), "agent.yaml")
 		if err := r.writeAgentConfig(p, "delayline", "127.0.0.1:9311", 15*time.Millisecond, true); err != nil {
 			t.Fatal(err)
@@ -116,8 +116,9 @@ func TestAgentConfigLoadMaxDelay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cfg.MaxDelay != tc.want {
-			t.Errorf("%s load, --agent-set %q: max_delay %v, want %v", tc.load.many, tc.set, cfg.MaxDelay, tc.want)
+		if cfg.MaxDelay != tc.want || cfg.Objective != def.Objective || cfg.DelayStep != def.DelayStep || cfg.PID != def.PID {
+			t.Errorf("--agent-set %q: max_delay %v objective %s step %v pid %+v, want max_delay %v and the defaults",
+				tc.set, cfg.MaxDelay, cfg.Objective, cfg.DelayStep, cfg.PID, tc.want)
 		}
 	}
 }
