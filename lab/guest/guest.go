@@ -350,13 +350,33 @@ func Run(ctx context.Context, o Options, script string) (Result, error) {
 	res := Result{Accel: o.Accel, Elapsed: time.Since(start)}
 	rc, err := os.ReadFile(filepath.Join(dir, "rc"))
 	if err != nil {
-		return res, fmt.Errorf("guest gave no exit code (qemu: %v, after %v); console ends:\n%s", runErr, res.Elapsed.Round(time.Second), tail(console.String(), 2000))
+		return res, fmt.Errorf("guest gave no exit code (qemu: %v, after %v)%s; console ends:\n%s", runErr, res.Elapsed.Round(time.Second),
+			hangClues(console.String(), filepath.Join(dir, "output.log")), tail(console.String(), 2000))
 	}
 	res.ExitCode, _ = strconv.Atoi(strings.TrimSpace(string(rc)))
 	out, _ := os.ReadFile(filepath.Join(dir, "output.log"))
 	k, _ := os.ReadFile(filepath.Join(dir, "kernel"))
 	res.Output, res.Kernel = string(out), strings.TrimSpace(string(k))
 	return res, nil
+}
+
+// hangClues says, for a guest that never finished, what it was doing:
+// the command's output so far (a test binary's last "=== RUN") and the
+// kernel's first complaint (a soft lockup's or RCU stall's first report
+// names the stuck task and its stack; the console's tail has only the
+// repeats).
+func hangClues(console, outputLog string) string {
+	var b strings.Builder
+	if out, err := os.ReadFile(outputLog); err == nil && len(out) > 0 {
+		fmt.Fprintf(&b, "; its output ends:\n%s\n", tail(string(out), 1000))
+	}
+	for _, mark := range []string{"BUG: soft lockup", "rcu: INFO", "BUG:", "WARNING:"} {
+		if i := strings.Index(console, mark); i >= 0 {
+			fmt.Fprintf(&b, "; the kernel's first complaint:\n%s\n", console[i:min(len(console), i+3000)])
+			break
+		}
+	}
+	return b.String()
 }
 
 // tail is the last n bytes of s.
