@@ -370,11 +370,15 @@ func hangClues(console, outputLog string) string {
 	if out, err := os.ReadFile(outputLog); err == nil && len(out) > 0 {
 		fmt.Fprintf(&b, "; its output ends:\n%s\n", tail(string(out), 1000))
 	}
-	for _, mark := range []string{"BUG: soft lockup", "rcu: INFO", "BUG:", "WARNING:"} {
-		if i := strings.Index(console, mark); i >= 0 {
-			fmt.Fprintf(&b, "; the kernel's first complaint:\n%s\n", console[i:min(len(console), i+3000)])
-			break
+	first := -1
+	for _, mark := range []string{"BUG:", "rcu: INFO", "WARNING:"} {
+		if i := strings.Index(console, mark); i >= 0 && (first < 0 || i < first) {
+			first = i
 		}
+	}
+	if first >= 0 {
+		first = strings.LastIndexByte(console[:first], '\n') + 1 // the whole line, with its timestamp
+		fmt.Fprintf(&b, "; the kernel's first complaint:\n%s\n", console[first:min(len(console), first+3000)])
 	}
 	return b.String()
 }

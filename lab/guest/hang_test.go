@@ -25,6 +25,7 @@ func TestHangClues(t *testing.T) {
 		{"lockup and output", console, out, []string{"=== RUN   TestB", "soft lockup - CPU#0 stuck for 22s", "htb_dequeue"}, nil},
 		{"no output file", console, filepath.Join(dir, "none"), []string{"soft lockup"}, []string{"output ends"}},
 		{"a quiet console", "[ 1.0] booted\n", out, []string{"=== RUN   TestB"}, []string{"first complaint"}},
+		{"a stall before the lockup", "[ 50.0] rcu: INFO: rcu_preempt detected stalls\n" + console, out, []string{"complaint:\n[ 50.0] rcu: INFO"}, nil},
 	} {
 		got := hangClues(tc.console, tc.log)
 		for _, w := range tc.want {
