@@ -141,3 +141,45 @@ func TestTailEstimateSteadyAcrossLoadSteps(t *testing.T) {
 		t.Errorf("q ranged %.2f–%.2f after the first load step; want a spread ≤ 0.08 around the trace's tail (~1.3)", lo, hi)
 	}
 }
+
+// The correction moves q toward the factor at which the observed p95 of
+// loaded intervals' waits is the threshold, within its bounds, and only
+// once a window's worth has been seen.
+func TestTailCorrection(t *testing.T) {
+	tests := []struct {
+		name   string
+		raw    float64 // every loaded interval's wait, threshold 10 ms
+		n      int
+		lo, hi float64 // expected correction
+	}{
+		{"too few loaded intervals leave q alone", 5, corrMinimum - 1, 1, 1},
+		{"a tail on the threshold leaves q alone", 10, 2000, 1, 1},
+		{"a tail under the threshold lowers q", 9.3, 400, 0.97, 0.9999},
+		{"long under the threshold stops at the bound", 5, 20000, corrMin, corrMin},
+		{"a tail over the threshold raises q", 11, 400, 1.0001, 1.04},
+		{"long over the threshold stops at the bound", 30, 20000, corrMax, corrMax},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			te := newTailEstimate()
+			te.q = 1.3
+			for range tc.n {
+				te.observe(tc.raw, 10)
+			}
+			if te.corr < tc.lo || te.corr > tc.hi {
+				t.Errorf("correction %.4f, want in [%.4f, %.4f]", te.corr, tc.lo, tc.hi)
+			}
+			if want := math.Max(1, math.Min(tailMaxQ, 1.3*te.corr)); te.factor() != want {
+				t.Errorf("factor %.4f, want q × correction %.4f", te.factor(), want)
+			}
+		})
+	}
+	te := newTailEstimate()
+	for _, bad := range []float64{math.NaN(), math.Inf(1), -1} {
+		te.observe(bad, 10)
+	}
+	te.observe(5, 0)
+	if te.seenN != 0 {
+		t.Errorf("recorded %d bad samples", te.seenN)
+	}
+}

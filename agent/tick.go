@@ -132,13 +132,16 @@ func (rs *resourceState) indicate(tailObjective bool, thresholdMs float64, d dev
 				rs.tail = newTailEstimate()
 			}
 			if prev, ok := rs.ind.Value(); ok {
-				ind.q = rs.tail.add(ind.rawMs, prev)
+				rs.tail.add(ind.rawMs, prev)
+			}
+			if len(rs.slowed) > 0 {
+				rs.tail.observe(ind.rawMs, thresholdMs)
 			}
 		}
 		rs.ind.Update(ind.rawMs)
 	}
 	if rs.tail != nil {
-		ind.q = rs.tail.q
+		ind.q = rs.tail.factor()
 	}
 	if f, ok := rs.floor.value(); ok {
 		// The tail factor never aims the controller below the wait
