@@ -50,29 +50,33 @@ const (
 // q is an open-loop estimate, and it is biased by the loop it feeds: the
 // controller's corrections make raw and the indicator it is divided by
 // move apart (a surge's first reads against an indicator that has not yet
-// risen, then throttled reads against one that has not yet fallen), so the
-// ratio's tail is wider than the raw wait's tail over its own mean. On the
-// lab's writers at 10 ms (s1-default-c608126, reader's LUN) q was 1.35
-// where p95(raw)/mean(indicator) was 1.30: the setpoint sat 4 % low, the
-// p95 landed at 0.93–0.95× the threshold, and on that flat plant the delay
-// settled at 42 ms where the best static delay was 33 (83 % of its
-// writes). So the estimate is corrected by what it was for: the observed
-// p95 of the raw wait over the last minute of loaded intervals (the
-// reports' definition, quantile.Linear) against the threshold, integrated
-// slowly into a factor in [corrMin, corrMax]. Only intervals with an
-// interferer (a non-empty throttleable set) count: an idle night's short
-// waits must not become credit that lets the next backup overshoot. The
-// window's percentile lags its input by about half the window (30 s), and
-// an integrator behind that lag rings above about π/2 / 30 s ≈ 0.05 per
-// second; at 0.03, a p95 7 % under the threshold moves the factor the 4 %
-// above in about twenty seconds plus that lag. The bounds keep a plant the
+// risen, then throttled reads against one that has not yet fallen). On the
+// lab's writers at 10 ms (s1-default-c608126, reader's LUN) the reader's
+// mean wait sat 4 % under the best static delay's, the p95 at 0.93–0.95×
+// the threshold, and on that flat plant the delay settled at 42 ms where
+// the best static delay was 33 (83 % of its writes).
+//
+// So q is corrected by what it is for, closed-loop: a factor that tracks
+// the threshold as the 95th percentile of the raw wait over loaded
+// intervals (a non-empty throttleable set: an idle night's short waits
+// must not become credit that lets the next backup overshoot), by the
+// stochastic-approximation quantile rule — up by corrStep × 0.95 on an
+// interval over the threshold, down by corrStep × 0.05 on one at or under
+// it — which rests where 5 % of intervals exceed. Unlike a window's
+// percentile it has no lag of its own and a transient moves it by its
+// count, not its size. A first try that integrated a one-minute window's
+// p95 (gain 0.03/s) rang in the lab with a 2.5-minute period (delay
+// 24–64 ms at 10 ms): the window lagged, and the first surge's walk-up
+// wound it to its bound. The first corrWarmup loaded intervals are
+// skipped for the same reason: with no onset memory yet the first surge
+// is not under control for several seconds. The bounds keep a plant the
 // controller cannot move from walking the factor far.
 const (
-	corrWindow  = 600  // loaded intervals (1 min) whose p95 is observed
-	corrMinimum = 300  // loaded intervals before the first correction
-	corrGain    = 0.03 // per tailEvery samples (a second at 100 ms)
-	corrMin     = 0.85
-	corrMax     = 1.15
+	corrWarmup = 300   // loaded intervals (30 s) before the correction acts
+	corrStep   = 0.003 // log-factor step per loaded interval
+	corrTarget = 0.05  // share of loaded intervals over the threshold
+	corrMin    = 0.92
+	corrMax    = 1.08
 )
 
 // tailEstimate is a ring of raw/indicator ratios and the current q, and
@@ -84,45 +88,12 @@ type tailEstimate struct {
 	q       float64
 	scratch []float64
 
-	seen      []float64 // raw waits of loaded intervals
-	seenNext  int
-	seenN     int
-	corr      float64
-	corrSince int
+	loaded int     // loaded intervals seen
+	corr   float64 // multiplies q
 }
 
 func newTailEstimate() *tailEstimate {
-	return &tailEstimate{ring: make([]float64, tailWindow), q: 1, seen: make([]float64, corrWindow), corr: 1}
-}
-
-// factor is the tail factor the controller is fed: q, corrected by the
-// observed tail, within [1, tailMaxQ].
-func (t *tailEstimate) factor() float64 {
-	return math.Max(1, math.Min(tailMaxQ, t.q*t.corr))
-}
-
-// observe records a loaded interval's raw wait and, once a second,
-// moves the correction toward the factor at which the observed p95 of
-// those waits is the threshold.
-func (t *tailEstimate) observe(raw, thresholdMs float64) {
-	if raw < 0 || math.IsInf(raw, 0) || math.IsNaN(raw) || !(thresholdMs > 0) {
-		return
-	}
-	t.seen[t.seenNext] = raw
-	t.seenNext = (t.seenNext + 1) % len(t.seen)
-	t.seenN = min(t.seenN+1, len(t.seen))
-	t.corrSince++
-	if t.seenN < corrMinimum || t.corrSince < tailEvery {
-		return
-	}
-	t.corrSince = 0
-	t.scratch = append(t.scratch[:0], t.seen[:t.seenN]...)
-	slices.Sort(t.scratch)
-	p95 := quantile.Of(t.scratch, 0.95, quantile.Linear)
-	if p95 <= 0 {
-		return
-	}
-	t.corr = math.Max(corrMin, math.Min(corrMax, t.corr*math.Pow(p95/thresholdMs, corrGain)))
+	return &tailEstimate{ring: make([]float64, tailWindow), q: 1, corr: 1}
 }
 
 // add records one interval's raw wait against the indicator it was
@@ -142,6 +113,29 @@ func (t *tailEstimate) add(raw, prevIndicator float64) float64 {
 		t.q = math.Max(1, math.Min(tailMaxQ, p95))
 	}
 	return t.q
+}
+
+// factor is the tail factor the controller is fed: q, corrected by the
+// observed tail, within [1, tailMaxQ].
+func (t *tailEstimate) factor() float64 {
+	return math.Max(1, math.Min(tailMaxQ, t.q*t.corr))
+}
+
+// observe records whether a loaded interval's raw wait exceeded the
+// threshold, and steps the correction.
+func (t *tailEstimate) observe(raw, thresholdMs float64) {
+	if raw < 0 || math.IsInf(raw, 0) || math.IsNaN(raw) || !(thresholdMs > 0) {
+		return
+	}
+	t.loaded++
+	if t.loaded <= corrWarmup {
+		return
+	}
+	over := 0.0
+	if raw > thresholdMs {
+		over = 1
+	}
+	t.corr = math.Max(corrMin, math.Min(corrMax, t.corr*math.Exp(corrStep*(over-corrTarget))))
 }
 
 // The floor: the read wait with no writer active. Objective p95 aims the

@@ -142,29 +142,37 @@ func TestTailEstimateSteadyAcrossLoadSteps(t *testing.T) {
 	}
 }
 
-// The correction moves q toward the factor at which the observed p95 of
-// loaded intervals' waits is the threshold, within its bounds, and only
-// once a window's worth has been seen.
+// The correction rests where 5 % of loaded intervals exceed the
+// threshold, moves toward it from either side, stays in its bounds, and
+// waits out the warm-up.
 func TestTailCorrection(t *testing.T) {
 	tests := []struct {
 		name   string
-		raw    float64 // every loaded interval's wait, threshold 10 ms
+		over   float64 // share of loaded intervals over the 10 ms threshold
 		n      int
 		lo, hi float64 // expected correction
 	}{
-		{"too few loaded intervals leave q alone", 5, corrMinimum - 1, 1, 1},
-		{"a tail on the threshold leaves q alone", 10, 2000, 1, 1},
-		{"a tail under the threshold lowers q", 9.3, 400, 0.97, 0.9999},
-		{"long under the threshold stops at the bound", 5, 20000, corrMin, corrMin},
-		{"a tail over the threshold raises q", 11, 400, 1.0001, 1.04},
-		{"long over the threshold stops at the bound", 30, 20000, corrMax, corrMax},
+		{"the warm-up leaves q alone", 1, corrWarmup, 1, 1},
+		{"5 % over the threshold leaves q where it is", 0.05, corrWarmup + 2000, 0.99, 1.01},
+		{"fewer over the threshold lower q", 0.02, corrWarmup + 400, 0.95, 0.99},
+		{"long under the threshold stops at the bound", 0, corrWarmup + 20000, corrMin, corrMin},
+		{"more over the threshold raise q", 0.10, corrWarmup + 400, 1.03, 1.08},
+		{"long over the threshold stops at the bound", 1, corrWarmup + 20000, corrMax, corrMax},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			te := newTailEstimate()
 			te.q = 1.3
+			acc := 0.0
 			for range tc.n {
-				te.observe(tc.raw, 10)
+				// Evenly spread exceedances: the share is exact, with
+				// no random run to widen the bounds.
+				raw := 9.0
+				if acc += tc.over; acc >= 1 {
+					acc--
+					raw = 11
+				}
+				te.observe(raw, 10)
 			}
 			if te.corr < tc.lo || te.corr > tc.hi {
 				t.Errorf("correction %.4f, want in [%.4f, %.4f]", te.corr, tc.lo, tc.hi)
@@ -179,7 +187,7 @@ func TestTailCorrection(t *testing.T) {
 		te.observe(bad, 10)
 	}
 	te.observe(5, 0)
-	if te.seenN != 0 {
-		t.Errorf("recorded %d bad samples", te.seenN)
+	if te.loaded != 0 {
+		t.Errorf("recorded %d bad samples", te.loaded)
 	}
 }
