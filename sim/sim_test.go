@@ -457,3 +457,27 @@ func TestRateLeverHandOver(t *testing.T) {
 		}
 	}
 }
+
+// Objective p95 lands on the threshold, not under it: the tail factor's
+// closed-loop correction (agent/objective.go) moves it by the share of
+// loaded intervals over the threshold. Before it, the open-loop factor
+// held the simulator's p95 at 0.97–0.98× and the lab's at 0.93–0.95× at
+// 10 ms, which on a flat plant cost a sixth of the writes. Scale 1: the
+// correction waits out 30 s of load and needs a load step or two more.
+func TestP95ObjectiveLandsOnThreshold(t *testing.T) {
+	for _, scenario := range []string{"autonomic", "read-backup"} {
+		for seed := uint64(1); seed <= 3; seed++ {
+			o := DefaultOptions()
+			o.Scale, o.Seed = 1, seed
+			v, err := Run(scenario, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range v.(report.ControlledSummary).Regulated {
+				if x := r.ReadWaitMs.P95 / r.ThresholdMs; x < 0.98 || x > 1.05 {
+					t.Errorf("%s, seed %d, %v ms: p95 %.2f× the threshold, want 0.98–1.05×", scenario, seed, r.ThresholdMs, x)
+				}
+			}
+		}
+	}
+}
