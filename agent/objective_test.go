@@ -39,13 +39,7 @@ func TestTailEstimate(t *testing.T) {
 		})
 	}
 	te := newTailEstimate()
-	for _, bad := range []float64{math.NaN(), math.Inf(1), -1} {
-		te.add(bad, 10)
-	}
-	te.add(10, 0)
-	if te.n != 0 {
-		t.Errorf("recorded %d bad samples", te.n)
-	}
+	rejectsBad(t, func(raw, ref float64) { te.add(raw, ref) }, func() int { return te.n })
 }
 
 // With objective p95 a wait that scatters below the threshold on average
@@ -183,11 +177,19 @@ func TestTailCorrection(t *testing.T) {
 		})
 	}
 	te := newTailEstimate()
+	rejectsBad(t, te.observe, func() int { return te.loaded })
+}
+
+// rejectsBad feeds a tail estimate's input NaN, +Inf and negative waits
+// and a zero reference (indicator or threshold), and checks that none
+// was counted.
+func rejectsBad(t *testing.T, feed func(raw, ref float64), counted func() int) {
+	t.Helper()
 	for _, bad := range []float64{math.NaN(), math.Inf(1), -1} {
-		te.observe(bad, 10)
+		feed(bad, 10)
 	}
-	te.observe(5, 0)
-	if te.loaded != 0 {
-		t.Errorf("recorded %d bad samples", te.loaded)
+	feed(10, 0)
+	if n := counted(); n != 0 {
+		t.Errorf("recorded %d bad samples", n)
 	}
 }
