@@ -99,7 +99,7 @@ func newTailEstimate() *tailEstimate {
 // add records one interval's raw wait against the indicator it was
 // measured against (the previous interval's), and returns q.
 func (t *tailEstimate) add(raw, prevIndicator float64) float64 {
-	if prevIndicator > 0 && raw >= 0 && !math.IsInf(raw, 0) && !math.IsNaN(raw) {
+	if prevIndicator > 0 && validWait(raw) {
 		t.ring[t.next] = raw / prevIndicator
 		t.next = (t.next + 1) % len(t.ring)
 		t.n = min(t.n+1, len(t.ring))
@@ -115,6 +115,10 @@ func (t *tailEstimate) add(raw, prevIndicator float64) float64 {
 	return t.q
 }
 
+// validWait reports whether an interval's raw wait can be counted: a
+// sampling gap (NaN, ±Inf) or a counter gone backwards (negative) cannot.
+func validWait(raw float64) bool { return raw >= 0 && !math.IsInf(raw, 0) }
+
 // factor is the tail factor the controller is fed: q, corrected by the
 // observed tail, within [1, tailMaxQ].
 func (t *tailEstimate) factor() float64 {
@@ -124,7 +128,7 @@ func (t *tailEstimate) factor() float64 {
 // observe records whether a loaded interval's raw wait exceeded the
 // threshold, and steps the correction.
 func (t *tailEstimate) observe(raw, thresholdMs float64) {
-	if raw < 0 || math.IsInf(raw, 0) || math.IsNaN(raw) || !(thresholdMs > 0) {
+	if !validWait(raw) || !(thresholdMs > 0) {
 		return
 	}
 	t.loaded++
