@@ -1,6 +1,8 @@
 package experiments
 
 import (
+	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/sanqos/sanqos/lab"
@@ -84,4 +86,73 @@ func lateSummary(l throttle.Lateness) *report.LateSummary {
 		P50: ms(l.Quantile(0.5)), P99: ms(l.Quantile(0.99)), Max: ms(l.Max),
 		PctOver2: round(100*l.Over(2*time.Millisecond), 2), Releases: l.Count,
 	}
+}
+
+// totals sums TCP and the agents' costs over the runs so far.
+func (cr *controlledRuns) totals() {
+	sum := &cr.sum
+	sum.TCP = sumTCP(cr.all)
+	sum.Retrans = sum.TCP.RetransSegs
+	var sides, reg report.TCPSides
+	for i, res := range cr.all {
+		s := tcpSides(res)
+		sides = sides.Add(s)
+		if i > 0 {
+			reg = reg.Add(s)
+		}
+	}
+	sum.TCPBySide, sum.RegulatedTCPBySide = &sides, &reg
+	regRetrans := reg.Total().RetransSegs
+	sum.RegulatedRetrans = &regRetrans
+	if cr.wall <= 0 {
+		return
+	}
+	sum.AgentCPUPct = round(100*cr.cpu/cr.wall, 2)
+	if !cr.c.bridge {
+		sum.ControlCPUPct = round(100*cr.shadowCPU/cr.wall, 2)
+		if cr.held > 0 {
+			sum.DelayLinePackets = cr.held
+			sum.DelayLineUSPerPacket = round(1e6*(cr.cpu-cr.shadowCPU)/float64(cr.held), 1)
+		}
+	}
+	if cr.late.Count > 0 {
+		sum.DelayLineLate = lateSummary(cr.late)
+	}
+}
+
+// plot draws the reader's wait per threshold, the interferers' rate, the
+// delay applied and (if any) the write caps.
+func (cr *controlledRuns) plot(thresholds []time.Duration) error {
+	var refs []report.Line
+	for _, t := range thresholds {
+		refs = append(refs, report.Line{Name: fmt.Sprintf("%v", t), Y: float64(t) / 1e6})
+	}
+	dir, name, l := cr.r.Dir, cr.name, cr.c.load
+	figs := func(s string) string { // the thesis' figures, for its writers
+		if l != writerLoad {
+			return ""
+		}
+		return s
+	}
+	rateFile, rateTitle := "write-rate.png", fmt.Sprintf("%s: aggregate write rate of the %d writers (Fig 5.10/5.12)", name, cr.sum.Writers)
+	delayTitle := name + ": write delay applied to the throttleable set (Fig 5.13)"
+	if l.reads {
+		rateFile, rateTitle = "interferer-rate.png", fmt.Sprintf("%s: aggregate read + write rate of the %s", name, l.many)
+		delayTitle = name + ": largest read and write delay applied to the throttleable set"
+	}
+	if err := report.TimePlot(filepath.Join(dir, "read-wait.png"), fmt.Sprintf("%s: reader's wait per threshold vs no regulation%s", name, figs(" (Fig 5.9/5.11)")),
+		"time (s)", "read wait (ms, EWMA 0.15)", cr.wait, refs); err != nil {
+		return err
+	}
+	if err := report.TimePlot(filepath.Join(dir, rateFile), rateTitle, "time (s)", "MB/s (EWMA 0.15)", cr.rate, nil); err != nil {
+		return err
+	}
+	if err := report.TimePlot(filepath.Join(dir, "delay.png"), delayTitle, "time (s)", "delay (ms)", cr.delay, nil); err != nil {
+		return err
+	}
+	if len(cr.caps) == 0 {
+		return nil
+	}
+	return report.TimePlot(filepath.Join(dir, "write-caps.png"), name+": the second lever, sum of the capped writers' write-rate caps (0: none)",
+		"time (s)", "MB/s", cr.caps, nil)
 }
