@@ -317,10 +317,6 @@ func labServeCmd() *cobra.Command {
 func labRunCmd() *cobra.Command {
 	o := experiments.Options{RunOptions: lab.RunOptions{Results: "results", Repeat: 1}}
 	var kernel string
-	var list strings.Builder
-	for _, e := range experiments.All() {
-		fmt.Fprintf(&list, "  %-18s %s\n", e.Spec().Name, e.Spec().Title)
-	}
 	c := &cobra.Command{
 		Use:   "run NAME",
 		Short: "Run an experiment and write results/NAME/RUN/",
@@ -333,7 +329,7 @@ func labRunCmd() *cobra.Command {
 			"summary.json naming the accelerator and kernel (--kernel host: the host's lab).\n" +
 			"pid and autonomic take --writers, --cycles and --no-oracle to fit TCG.\n\n" +
 			"To watch the controller live, open the agent's dashboard while a pid or\n" +
-			"autonomic run is going (see `sanqos agent --help`).\n\nExperiments:\n" + list.String(),
+			"autonomic run is going (see `sanqos agent --help`).\n\nExperiments:\n" + experiments.Help(),
 		Example: `  sudo sanqos lab run interference
   sudo sanqos lab run interference --scale 1 --repeat 3
   sudo sanqos lab run equal-share --scale 0.1`,

@@ -5,7 +5,28 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sanqos/sanqos/lab/experiments"
 )
+
+// `lab run --help` lists every experiment of the registry, each with its
+// one-line title: the list experiments.Help makes, which a test-only
+// experiment shows up in (lab/experiments, TestOneFileExperiment).
+func TestLabRunHelpListsEveryExperiment(t *testing.T) {
+	out, err := run(t, "lab", "run", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range experiments.All() {
+		s := e.Spec()
+		if !strings.Contains(out, s.Name) || !strings.Contains(strings.Join(strings.Fields(out), " "), s.Title) {
+			t.Errorf("lab run --help does not list %s: %q", s.Name, s.Title)
+		}
+	}
+	if len(experiments.All()) < 20 {
+		t.Errorf("only %d experiments registered", len(experiments.All()))
+	}
+}
 
 // A guest lab that went away (QEMU gone, its directory left) makes lab
 // run fail and say so, instead of running on the host's lab. The

@@ -41,6 +41,16 @@ func All() []Experiment {
 	return out
 }
 
+// Help is the list of experiments `sanqos lab run --help` shows: one
+// line each, its name and its one-line title.
+func Help() string {
+	var b strings.Builder
+	for _, e := range All() {
+		fmt.Fprintf(&b, "  %-18s %s\n", e.Spec().Name, e.Spec().Title)
+	}
+	return b.String()
+}
+
 // Lookup finds an experiment or says which exist.
 func Lookup(name string) (Experiment, error) {
 	var names []string

@@ -32,22 +32,7 @@ func RunExperiment(ctx context.Context, name string, o Options) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	if o.Scale == 0 {
-		o.Scale = e.Spec().DefaultScale
-	}
-	if o.Scale < 0.01 || o.Scale > 10 {
-		return "", fmt.Errorf("scale %v: want 0.01..10", o.Scale)
-	}
-	if o.Repeat < 0 || o.Repeat > 50 {
-		return "", fmt.Errorf("repeat %d: want 1..50", o.Repeat)
-	}
-	if o.Writers < 0 || o.Writers > 48 || o.Cycles < 0 || o.Cycles > 50 {
-		return "", fmt.Errorf("writers %d, cycles %d: want 0 (default) or 1..48 writers, 1..50 cycles", o.Writers, o.Cycles)
-	}
-	if len(o.Backends) > 0 && !e.Spec().Takes(FlagBackends) {
-		return "", fmt.Errorf("%s takes no --backends (these do: %s)", name, Taking(FlagBackends))
-	}
-	if err := checkBackends(o.Backends); err != nil {
+	if o, err = checkOptions(e, o); err != nil {
 		return "", err
 	}
 	r, err := lab.NewRunner(name, o.RunOptions)
@@ -55,6 +40,34 @@ func RunExperiment(ctx context.Context, name string, o Options) (string, error) 
 		return "", err
 	}
 	defer r.Close()
+	return r.Dir, runOn(ctx, e, r, o)
+}
+
+// checkOptions fills in e's default scale and refuses what the run cannot
+// take: a scale, repeat, writers or cycles out of range, --backends for
+// an experiment that takes none, a backend of no name.
+func checkOptions(e Experiment, o Options) (Options, error) {
+	if o.Scale == 0 {
+		o.Scale = e.Spec().DefaultScale
+	}
+	if o.Scale < 0.01 || o.Scale > 10 {
+		return o, fmt.Errorf("scale %v: want 0.01..10", o.Scale)
+	}
+	if o.Repeat < 0 || o.Repeat > 50 {
+		return o, fmt.Errorf("repeat %d: want 1..50", o.Repeat)
+	}
+	if o.Writers < 0 || o.Writers > 48 || o.Cycles < 0 || o.Cycles > 50 {
+		return o, fmt.Errorf("writers %d, cycles %d: want 0 (default) or 1..48 writers, 1..50 cycles", o.Writers, o.Cycles)
+	}
+	if len(o.Backends) > 0 && !e.Spec().Takes(FlagBackends) {
+		return o, fmt.Errorf("%s takes no --backends (these do: %s)", e.Spec().Name, Taking(FlagBackends))
+	}
+	return o, checkBackends(o.Backends)
+}
+
+// runOn runs e on r and writes what every run leaves besides its trace:
+// summary.json and the one-page report.
+func runOn(ctx context.Context, e Experiment, r *lab.Runner, o Options) error {
 	sum, err := e.Run(ctx, r, o)
 	if sum != nil {
 		// A summary that comes with an error says what failed.
@@ -71,5 +84,5 @@ func RunExperiment(ctx context.Context, name string, o Options) (string, error) 
 			}
 		}
 	}
-	return r.Dir, err
+	return err
 }
