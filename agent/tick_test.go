@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sanqos/sanqos/control"
 	"github.com/sanqos/sanqos/cost"
 	"github.com/sanqos/sanqos/sample"
 	"github.com/sanqos/sanqos/throttle"
@@ -281,6 +282,112 @@ func TestStageIndicate(t *testing.T) {
 				}
 				if ind.q != 1 {
 					t.Fatalf("tick %d: tail factor %v before 50 samples", k, ind.q)
+				}
+			}
+		})
+	}
+}
+
+// stageCtl is a controller that records what the control stage feeds
+// it: each Update's input, each Preload's level and hold.
+type stageCtl struct {
+	step     int // Update's answer
+	in       []float64
+	preloads []float64
+	holds    []int
+}
+
+func (c *stageCtl) Update(m float64) int { c.in = append(c.in, m); return c.step }
+func (c *stageCtl) Reset()               {}
+func (c *stageCtl) Preload(level float64, hold int) int {
+	c.preloads, c.holds = append(c.preloads, level), append(c.holds, hold)
+	return int(math.Ceil(level))
+}
+
+// control: on the recorded writers' run (the writers start at 5.4 s) the
+// controller gets the smoothed indicator × the tail factor (NaN before a
+// read has completed); the onset detector fires once, on the first tick
+// whose recorded writes pass the floor, and preloads the controller with
+// what the memory learnt, capped at max_delay's steps, only if the
+// memory knows a level and the onset response is on; with none known, the
+// memory learns the loaded ticks' output once the surge has settled.
+func TestStageControl(t *testing.T) {
+	ticks := loadRecorded(t, "testdata/stages/writers-baseline.csv")
+	// The surge's first tick, from the recording: the first whose writes
+	// (every device's) reach the detector's floor, WriteBps 1 MB/s.
+	surge := -1
+	for k, tk := range ticks {
+		var w float64
+		for _, iv := range tk.dev {
+			w += iv.WriteBps
+		}
+		if k > 0 && w >= 1e6 {
+			surge = k
+			break
+		}
+	}
+	if surge < 0 || ticks[surge].t < 5.4 || ticks[surge].t > 5.6 {
+		t.Fatalf("the recording's surge at tick %d, want the writers' start at 5.4 s", surge)
+	}
+	for _, tc := range []struct {
+		name      string
+		q         float64 // the tail objective's factor
+		detector  bool    // an onset detector (the onset response or the rate lever on)
+		onset     bool    // the onset response on
+		remember  float64 // the memory's level before the run (0: none)
+		preload   float64 // the level preloaded at the surge (0: none)
+		learnsOwn bool    // the memory ends at the controller's output
+	}{
+		{name: "the indicator as it is", q: 1},
+		{name: "the tail factor scales it", q: 0.8},
+		{name: "onset, nothing remembered: no guess, the memory learns", q: 1, detector: true, onset: true, learnsOwn: true},
+		{name: "onset, 30 steps remembered: preloaded", q: 1, detector: true, onset: true, remember: 30, preload: 30},
+		{name: "onset, 200 steps remembered: preloaded at max_delay's 80", q: 1, detector: true, onset: true, remember: 200, preload: 80},
+		{name: "detector without the onset response (rate lever): counts, no preload", q: 1, detector: true, remember: 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, rs := stageState(t)
+			l.cfg.Onset = tc.onset
+			ctl := &stageCtl{step: 7}
+			rs.ctrl = ctl
+			if tc.detector {
+				rs.onset = control.NewOnsetDetector(control.DefaultOnsetConfig(l.cfg.WriteBps))
+				rs.mem = control.NewMemory(onsetMemoryAlpha)
+				for i := 0; tc.remember > 0 && i < 10; i++ {
+					rs.mem.Observe(tc.remember)
+				}
+			}
+			for k, snap := range cumulative(ticks) {
+				d := rs.sampleDevices(snap)
+				ind := rs.indicate(false, 15, d)
+				st := ResourceStatus{Name: "vg1", ThresholdMs: 15, RawWaitMs: ind.rawMs}
+				st.Consumers = l.measure(rs, d, nil, time.Unix(0, 0), 15)
+				step := l.control(rs, &st, tc.q)
+				v, ok := rs.ind.Value()
+				switch got := ctl.in[len(ctl.in)-1]; {
+				case !ok && (!math.IsNaN(got) || st.IndicatorMs != 0):
+					t.Fatalf("tick %d, no indicator: the controller got %v, status %v; want NaN and none", k, got, st.IndicatorMs)
+				case ok && (got != v*tc.q || st.IndicatorMs != v):
+					t.Fatalf("tick %d: the controller got %v, status %v; want %v × %v", k, got, st.IndicatorMs, v, tc.q)
+				}
+				wantStep := ctl.step
+				if k == surge && tc.preload > 0 {
+					wantStep = int(tc.preload)
+				}
+				if step != wantStep {
+					t.Fatalf("tick %d: step %d, want %d", k, step, wantStep)
+				}
+				if fired := k >= surge && tc.detector; st.Onsets != map[bool]uint64{true: 1}[fired] {
+					t.Fatalf("tick %d: %d onsets", k, st.Onsets)
+				}
+			}
+			if want := map[bool][]float64{true: {tc.preload}}[tc.preload > 0]; !slices.Equal(ctl.preloads, want) ||
+				(len(want) > 0 && ctl.holds[0] != onsetHold) {
+				t.Errorf("preloads %v holds %v, want %v held %d ticks", ctl.preloads, ctl.holds, want, onsetHold)
+			}
+			if tc.learnsOwn {
+				if lvl, known := rs.mem.Level(); !known || lvl != float64(ctl.step) {
+					t.Errorf("memory %v (known %v) after the surge settled, want the output %d", lvl, known, ctl.step)
 				}
 			}
 		})
