@@ -313,22 +313,7 @@ func (c *stageCtl) Preload(level float64, hold int) int {
 // memory learns the loaded ticks' output once the surge has settled.
 func TestStageControl(t *testing.T) {
 	ticks := loadRecorded(t, "testdata/stages/writers-baseline.csv")
-	// The surge's first tick, from the recording: the first whose writes
-	// (every device's) reach the detector's floor, WriteBps 1 MB/s.
-	surge := -1
-	for k, tk := range ticks {
-		var w float64
-		for _, iv := range tk.dev {
-			w += iv.WriteBps
-		}
-		if k > 0 && w >= 1e6 {
-			surge = k
-			break
-		}
-	}
-	if surge < 0 || ticks[surge].t < 5.4 || ticks[surge].t > 5.6 {
-		t.Fatalf("the recording's surge at tick %d, want the writers' start at 5.4 s", surge)
-	}
+	surge := recordedSurge(t, ticks)
 	for _, tc := range []struct {
 		name      string
 		q         float64 // the tail objective's factor
@@ -392,6 +377,27 @@ func TestStageControl(t *testing.T) {
 			}
 		})
 	}
+}
+
+// recordedSurge is the writers' first tick in the recording: the first
+// whose writes (every device's) reach the onset detector's floor, the
+// stage state's WriteBps of 1 MB/s.
+func recordedSurge(t *testing.T, ticks []recordedTick) int {
+	t.Helper()
+	for k, tk := range ticks {
+		var w float64
+		for _, iv := range tk.dev {
+			w += iv.WriteBps
+		}
+		if k > 0 && w >= 1e6 {
+			if tk.t < 5.4 || tk.t > 5.6 {
+				t.Fatalf("the recording's surge at %.1f s, want the writers' start at 5.4 s", tk.t)
+			}
+			return k
+		}
+	}
+	t.Fatal("no surge in the recording")
+	return -1
 }
 
 // decide and shape: the measured recorded inputs at a given controller
