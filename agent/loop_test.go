@@ -76,6 +76,8 @@ func counters(tick int, readWaitMs float64) map[string]sample.Counters {
 // closing the loop releases everything. Run with testLoops' zero cost
 // model, which prices nothing (directed falls back to the direction that
 // moves more bytes), and with the agent's, cost.Default().
+// It is long for its table of ticks, which run in order through one live
+// resource loop, each tick's state the next one's premise.
 func TestResourceLoopThrottlesWritersNotImportant(t *testing.T) {
 	ms := time.Millisecond
 	write := func(d time.Duration) throttle.Setting { return throttle.Setting{WriteDelay: d} }

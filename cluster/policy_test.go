@@ -136,6 +136,9 @@ func TestPolicyPutRefusesBad(t *testing.T) {
 // TestPolicyReachesWatchers: a policy change reaches N watching agents,
 // each with its own client; a bad policy written behind Put's back is
 // refused by every one of them and the good one stays.
+// It is one function because its policies (a warm-up, timed rounds, an
+// invalid one) are written in order to one etcd watched by the same n
+// agents.
 func TestPolicyReachesWatchers(t *testing.T) {
 	const n = 5
 	srv := etcdtest.Start(t)

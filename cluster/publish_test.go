@@ -31,6 +31,8 @@ func multiTick(node *Node, res []string, ind Indicator, local int) map[string]Mo
 // never land, the other's go on landing in the same rounds, and the
 // deposed leader leaves the shared step of the lost one within Fresh,
 // since etcd confirms none of its records there.
+// It is one function because its phases (lead both, depose one, watch
+// both) run in order on one node and one etcd, timed by one ticker.
 func TestDeposedRecordDoesNotLand(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client()

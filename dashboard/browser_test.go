@@ -22,6 +22,9 @@ import (
 // HTTP on a free port), the dashboard in headless Chromium, and a throttle
 // set through the CLI that must appear in the page's table. Screenshots go
 // to $SANQOS_ARTIFACTS (CI keeps them) or a temp dir.
+// It is one function because it drives one agent and one browser session
+// through the page's states in order; what it repeats (screenshots,
+// polls) are closures over that session.
 func TestBrowser(t *testing.T) {
 	chromium := testenv.Chromium(t)
 	dir := t.TempDir()

@@ -72,6 +72,9 @@ func inNetns(t *testing.T, name string, fn func() error) {
 
 // TestQueueRoundTrip sends UDP datagrams through an iptables NFQUEUE rule,
 // checks the queued headers, accepts them, and sees them delivered.
+// It is one function because its checks run in order on one bound queue
+// and one socket pair in one namespace, each leaving the queue empty for
+// the next.
 func TestQueueRoundTrip(t *testing.T) {
 	ns := testNetns(t)
 	const queue = 4242

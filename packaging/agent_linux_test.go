@@ -195,6 +195,10 @@ func doctorCaps(t testing.TB, out []byte) (status, summary string) {
 //   - as shipped, the agent runs in bridge mode (its AF_PACKET capture);
 //   - a SIGHUP or SIGTERM while the agent starts neither kills it nor
 //     leaves anything behind.
+//
+// It is long because its subtests share what is built once for all of
+// them: the binary, the unit with its drop-in, the scratch namespace and
+// the backends' probe; each subtest is one backend's or one signal's run.
 func TestAgentUnderUnit(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "systemd-analyze", "ip", "tc", "iptables-save", "ipset")

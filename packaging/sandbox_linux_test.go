@@ -106,6 +106,8 @@ var familyNumbers = map[string]uint32{
 
 // newSandbox builds the sandbox of u's [Service] for argv. rw is the
 // test's writable directory (RuntimeDirectory's stand-in).
+// It is one function because it is one pass over the unit's [Service]
+// directives, a few lines each, into one sandbox.
 func newSandbox(t testing.TB, u *unit, rw string, argv []string) *sandbox {
 	t.Helper()
 	if runtime.GOARCH != "amd64" {

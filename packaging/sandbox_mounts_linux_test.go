@@ -99,6 +99,10 @@ func under(p string, roots ...string) bool {
 	return false
 }
 
+// mounts builds the sandbox's mount namespace: / private, read-only where
+// the unit says, its writable paths, a private /tmp, the home directories
+// hidden. It is one function because the mounts must happen in this
+// order, each over the one before.
 func (s *sandbox) mounts() error {
 	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("unshare mount namespace: %w", err)

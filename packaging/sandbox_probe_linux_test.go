@@ -125,6 +125,8 @@ func copySelf(t testing.TB, dir string) string {
 // and allow the calls the unit's directives name, and kill a call outside
 // the allow-list; the file system is read-only but for the unit's
 // writable paths, with /tmp private and the home directories hidden.
+// It is long because its three subtests (process, calls, files) share the
+// unit, the sandbox's directory and the test binary copied into it.
 func TestSandboxIsTheUnits(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "systemd-analyze", "ip")

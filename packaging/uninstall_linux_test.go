@@ -59,6 +59,8 @@ func writeFile(t testing.TB, p, content string, mode os.FileMode) {
 // network namespace), removes every installed file but the config, and
 // reloads systemd. Run again, with nothing installed, it succeeds without
 // asking systemctl to stop anything. With DESTDIR it only removes files.
+// It is one function because its runs of `make uninstall` are in order on
+// one installed tree: the second run's premise is the first's result.
 func TestMakeUninstall(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "make", "ip", "tc", "iptables-save", "ipset")

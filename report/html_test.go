@@ -31,6 +31,9 @@ func copyRun(t *testing.T, name string) string {
 
 var pngMagic = []byte("\x89PNG\r\n\x1a\n")
 
+// TestGenerate renders each recorded run's report.html: its regenerated
+// figures, tables and scalars, self-contained, and the same again. It is
+// long for its table of runs; the checks are one loop.
 func TestGenerate(t *testing.T) {
 	for _, tc := range []struct {
 		run       string

@@ -114,6 +114,9 @@ func (m *meter) rates(warm, window time.Duration, extra ...func() int64) []float
 
 // TestHTBRateCapInNamespaces is seed 001's experiment on a veth: a capped
 // consumer next to an uncapped one, then a rate change at run time.
+// It is one function because its phases (cap, change, clear, close) run
+// in order on one HTB instance and one set of live streams, measured by
+// one meter.
 func TestHTBRateCapInNamespaces(t *testing.T) {
 	n := newTCTestNet(t)
 	n.enterA(t)

@@ -220,6 +220,10 @@ In the lab, the experiments' agent runs in namespace bm: see
 }
 
 // runAgent runs until ctx ends (SIGTERM, SIGINT); hup delivers SIGHUP.
+// It is one function because its defers are the agent's teardown in the
+// reverse order of its start-up (the backend last, so no throttle
+// outlives the agent's other parts); split, the order would be spread
+// over several functions.
 func runAgent(ctx context.Context, hup <-chan os.Signal, cfg *config.Config, cfgPath string, bo backendOptions, socket, httpAddr string, httpOverride bool, eo etcdOptions, log *slog.Logger) error {
 	if ctx.Err() != nil {
 		log.Info("agent stopped before it started")

@@ -23,6 +23,8 @@ import (
 // cluster policy reaches the agent's config (merged over its file) and the
 // leader's controller, the resource's controller goes through the
 // cluster, and /api/cluster shows the mode.
+// It is one function because its checks run in order on one agent wired
+// to one etcd, each on the state the one before set.
 func TestAgentCluster(t *testing.T) {
 	srv := etcdtest.Start(t)
 	path := filepath.Join(t.TempDir(), "sanqos.yaml")

@@ -31,6 +31,8 @@ func TestAccelKeyMatchesLab(t *testing.T) {
 // `lab down` leaves nothing: no QEMU, no directory. The guest has its own
 // directory (SANQOS_GUEST_DIR), so a guest lab someone has up on this
 // machine is not touched, nor is the host's lab.
+// It is one function because it is one guest lab, up, run and down in
+// order through the CLI, each step on what the one before left.
 func TestLabUpRunDownInGuest(t *testing.T) {
 	requireGuest(t)
 	testenv.RequireCommands(t, "go", "tgtd", "tgtadm")

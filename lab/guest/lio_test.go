@@ -22,6 +22,9 @@ import (
 // slows its reads and not its neighbour's; and the guest's `lab down`
 // leaves no configfs object, session, iscsid, client interface or
 // module it loaded. Its own SANQOS_GUEST_DIR, like TestLabUpRunDownInGuest.
+// It is one function because it is one guest lab, brought up once (a
+// boot of the stock kernel) and taken down at the end: each step is the
+// next one's premise.
 func TestLIOKernelInitiatorInGuest(t *testing.T) {
 	requireGuest(t)
 	testenv.RequireCommands(t, "go", "iscsid", "iscsiadm", "fio")

@@ -211,6 +211,9 @@ var systemdChecks = []string{
 // dpkg -r stops the running agent and cleans up, purge removes the
 // config and the enable link; and `make install` + `systemctl enable
 // --now` then `make uninstall` stop, disable and clean up as well.
+// It is one function because it is one boot of the guest under systemd,
+// whose script runs these steps in order, each on what the one before
+// left (a boot per step would take minutes each).
 func TestSystemdUnitInGuest(t *testing.T) {
 	requireGuest(t)
 	testenv.RequireCommands(t, "go", "dpkg", "make")
