@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -45,7 +46,8 @@ type backendOptions struct {
 const dryRunBackend = "dry-run"
 
 // resolve returns the options in effect: a config's backend settings
-// override the flags; without one, a delay line that delays ACKs
+// replace the flags' defaults (a flag given on the command line was
+// written into the config first: overrideConfig); without one, a delay line that delays ACKs
 // (--write-delay-on acks) follows each sender's srtt unless --delay-follow
 // or --delay-ramp says otherwise, because
 // manual throttles have no control loop waiting for the delay to bite, so
@@ -73,6 +75,48 @@ func (o backendOptions) resolve(cfg *config.Config, followFlagSet bool) backendO
 		o.Chain = "FORWARD"
 	}
 	return o.shadowed()
+}
+
+// agentConfigFlags are the agent's flags that set what a config key
+// sets: the flag, the key, and how the flag's value goes in.
+var agentConfigFlags = []struct {
+	flag, key string
+	set       func(*config.Config, backendOptions)
+}{
+	{"backend", "backend", func(c *config.Config, o backendOptions) { c.Backend = o.Name }},
+	{"iscsi-port", "iscsi_port", func(c *config.Config, o backendOptions) { c.ISCSIPort = o.Port }},
+	{"interface", "device", func(c *config.Config, o backendOptions) { c.Device = o.Device }},
+	{"device", "device", func(c *config.Config, o backendOptions) { c.Device = o.Device }}, // --interface's old name
+	{"delay-ramp", "delay_ramp", func(c *config.Config, o backendOptions) { c.DelayRamp = o.Ramp }},
+	{"delay-follow", "delay_follow", func(c *config.Config, o backendOptions) { c.DelayFollow = o.Follow }},
+	{"write-delay-on", "write_delay_on", func(c *config.Config, o backendOptions) { c.WriteDelayOn = o.WriteOn }},
+	{"quick-ack", "quick_ack", func(c *config.Config, o backendOptions) { c.QuickAck = o.QuickAck }},
+}
+
+// overrideConfig returns what puts the flags given on the command line
+// (changed) over a config's keys, and the keys it replaces. The agent
+// applies it to the config it starts with and to every config a reload
+// (SIGHUP, the cluster's policy) brings, so an operator's --backend is
+// never silently replaced by the file's backend, at start or later. bo
+// holds the flags' values as parsed; they are checked where a flag's
+// would be (newBackend, the throttle registry).
+func overrideConfig(changed func(string) bool, bo backendOptions) (func(*config.Config), []string) {
+	var keys []string
+	for _, f := range agentConfigFlags {
+		if changed(f.flag) && !slices.Contains(keys, f.key) {
+			keys = append(keys, f.key)
+		}
+	}
+	return func(c *config.Config) {
+		if c == nil {
+			return
+		}
+		for _, f := range agentConfigFlags {
+			if changed(f.flag) {
+				f.set(c, bo)
+			}
+		}
+	}, keys
 }
 
 // shadowed applies --dry-run last, so neither the config nor --backend
@@ -166,6 +210,8 @@ In the lab, the experiments' agent runs in namespace bm: see
 			}
 			log := slog.New(h)
 			var cfg *config.Config
+			// The flags as given, before a config fills in the rest.
+			override, overridden := overrideConfig(cmd.Flags().Changed, bo)
 			if cfgPath != "" {
 				var err error
 				if cfg, err = config.Load(cfgPath); err != nil {
@@ -180,6 +226,10 @@ In the lab, the experiments' agent runs in namespace bm: see
 				if cmd.Flags().Changed("http") {
 					cfg.HTTP = httpAddr
 				}
+				override(cfg)
+				if len(overridden) > 0 {
+					log.Info("command-line flags override the config", "keys", strings.Join(overridden, ","))
+				}
 			}
 			bo = bo.resolve(cfg, cmd.Flags().Changed("delay-follow"))
 			if eo.Endpoints != "" && cfg == nil {
@@ -188,21 +238,21 @@ In the lab, the experiments' agent runs in namespace bm: see
 			if err := eo.validate(); err != nil {
 				return err
 			}
-			return runAgent(ctx, hup, cfg, cfgPath, bo, socket, httpAddr, cmd.Flags().Changed("http"), eo, log)
+			return runAgent(ctx, hup, cfg, cfgPath, bo, socket, httpAddr, cmd.Flags().Changed("http"), override, eo, log)
 		},
 	}
 	f := c.Flags()
 	f.StringVar(&cfgPath, "config", "", "YAML config (see examples/sanqos.yaml); without it, manual throttles only")
 	f.StringVar(&socket, "socket", socket, "control socket path (root-only)")
-	f.StringVar(&bo.Name, "backend", bo.Name, "throttle backend: "+strings.Join(throttle.Names(), "|")+" (config overrides; see 'sanqos throttle backends')")
+	f.StringVar(&bo.Name, "backend", bo.Name, "throttle backend: "+strings.Join(throttle.Names(), "|")+" (overrides the config's backend; see 'sanqos throttle backends')")
 	f.BoolVar(&bo.DryRun, "dry-run", false, "decide everything, apply nothing: the dry-run backend whatever the config names (a shadow agent; touches no kernel state)")
-	f.IntVar(&bo.Port, "iscsi-port", bo.Port, "the target's TCP port whose traffic is throttled (config overrides)")
+	f.IntVar(&bo.Port, "iscsi-port", bo.Port, "the target's TCP port whose traffic is throttled (overrides the config's iscsi_port)")
 	f.StringVar(&bo.Chain, "chain", bo.Chain, "netfilter chain: OUTPUT (target mode) or FORWARD (bridge mode)")
 	f.StringVar(&bo.Label, "label", bo.Label, "label of the kernel objects this agent creates")
-	f.StringVar(&bo.Device, "interface", "", "network interface towards the consumers, for netem and htb (default: the only non-loopback one; config device overrides)")
-	f.Float64Var(&bo.Ramp, "delay-ramp", bo.Ramp, "how fast the delay line lets a connection's delay grow, ms per ms of its traffic; 0: at once (config delay_ramp overrides)")
-	f.StringVar(&bo.WriteOn, "write-delay-on", "replies", "which packets carry a write delay: replies (the target's R2Ts and status; no spurious loss probes) or acks (the thesis' delayed ACKs) (config write_delay_on overrides)")
-	f.BoolVar(&bo.Follow, "delay-follow", bo.Follow, "cap each packet's delay by a model of its sender's srtt: the fastest rise without spurious tail-loss probes (default on without --config with --write-delay-on acks, unless --delay-ramp is set; with --config, the config's delay_follow)")
+	f.StringVar(&bo.Device, "interface", "", "network interface towards the consumers, for netem and htb (default: the only non-loopback one; overrides the config's device)")
+	f.Float64Var(&bo.Ramp, "delay-ramp", bo.Ramp, "how fast the delay line lets a connection's delay grow, ms per ms of its traffic; 0: at once (overrides the config's delay_ramp)")
+	f.StringVar(&bo.WriteOn, "write-delay-on", "replies", "which packets carry a write delay: replies (the target's R2Ts and status; no spurious loss probes) or acks (the thesis' delayed ACKs) (overrides the config's write_delay_on)")
+	f.BoolVar(&bo.Follow, "delay-follow", bo.Follow, "cap each packet's delay by a model of its sender's srtt: the fastest rise without spurious tail-loss probes (default on without --config with --write-delay-on acks, unless --delay-ramp is set; with --config, the config's delay_follow, which the flag overrides)")
 	f.BoolVar(&bo.NoReinstall, "no-reinstall", false, "do not put back the backend's rules, sets and qdiscs when someone else removes them (by default they are checked every control tick and reinstalled with the current throttles); for experiments that remove them on purpose")
 	f.IntVar(&bo.QueueLimit, "queue-limit", 0, "most packets the delay line holds at once; beyond it the soonest-due leaves early (default 4096)")
 	f.StringVar(&httpAddr, "http", "", "HTTP listener for the dashboard and /metrics (overrides the config's http; \"\" turns it off; without --config, off unless given)")
@@ -212,7 +262,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f.StringVar(&eo.Prefix, "etcd-prefix", cluster.DefaultPrefix, "prefix of the cluster's etcd keys")
 	f.DurationVar(&eo.Fresh, "etcd-fresh", cluster.DefaultFresh, "how long a shared step is followed after it arrived; then the agent falls back to its own controller (100ms..1s)")
 	f.DurationVar(&eo.Decay, "etcd-decay", cluster.DefaultDecay, "how long a lost shared step takes to decay to zero: the bound on a throttle outliving its cluster (100ms..1m)")
-	f.BoolVar(&bo.QuickAck, "quick-ack", bo.QuickAck, "set the quickack route metric on the consumers' interface's connected routes while a delay backend holds replies, so no ACK waits behind a held reply (config quick_ack)")
+	f.BoolVar(&bo.QuickAck, "quick-ack", bo.QuickAck, "set the quickack route metric on the consumers' interface's connected routes while a delay backend holds replies, so no ACK waits behind a held reply (overrides the config's quick_ack)")
 	renamedFlag(f, "device", "interface") // a device is a block device everywhere else (resources' devices)
 	// --backend names what --dry-run would silently replace.
 	c.MarkFlagsMutuallyExclusive("dry-run", "backend")
@@ -224,7 +274,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 // reverse order of its start-up (the backend last, so no throttle
 // outlives the agent's other parts); split, the order would be spread
 // over several functions.
-func runAgent(ctx context.Context, hup <-chan os.Signal, cfg *config.Config, cfgPath string, bo backendOptions, socket, httpAddr string, httpOverride bool, eo etcdOptions, log *slog.Logger) error {
+func runAgent(ctx context.Context, hup <-chan os.Signal, cfg *config.Config, cfgPath string, bo backendOptions, socket, httpAddr string, httpOverride bool, override func(*config.Config), eo etcdOptions, log *slog.Logger) error {
 	if ctx.Err() != nil {
 		log.Info("agent stopped before it started")
 		return nil
@@ -278,7 +328,7 @@ func runAgent(ctx context.Context, hup <-chan os.Signal, cfg *config.Config, cfg
 		if err := a.ServeHTTP(ctx, cfg.HTTP, func(mux *http.ServeMux) { dash.Register(mux); register(mux) }); err != nil {
 			return err
 		}
-		reload := agentReload(a, cfg, bo.DryRun, httpOverride)
+		reload := agentReload(a, cfg, bo.DryRun, httpOverride, override)
 		if cl != nil {
 			go cl.feedDetails(ctx, a, cfg.Interval)
 			go cl.watchPolicy(ctx, cfgPath, func(nc *config.Config) error {
@@ -333,10 +383,14 @@ func agentInputs(cfg *config.Config, log *slog.Logger) (sampler agent.Sampler, d
 }
 
 // agentReload is SIGHUP's and the cluster policy's way in to a: --http's
-// listener survives it, and bridge mode refuses portal changes. cfg is
-// the config a started with.
-func agentReload(a *agent.Agent, cfg *config.Config, dryRun, httpOverride bool) func(*config.Config) error {
+// listener and the flags that override config keys (override) survive
+// it, and bridge mode refuses portal changes. cfg is the config a
+// started with.
+func agentReload(a *agent.Agent, cfg *config.Config, dryRun, httpOverride bool, override func(*config.Config)) func(*config.Config) error {
 	return func(nc *config.Config) error {
+		if override != nil {
+			override(nc)
+		}
 		if nc.HTTP != cfg.HTTP && httpOverride {
 			// --http replaced the file's listener at start; keep it,
 			// or every reload would look like a listener change.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +69,7 @@ func TestBackendOptionsResolve(t *testing.T) {
 		{name: "manual, --delay-ramp", o: backendOptions{Name: "auto", Options: throttle.Options{Chain: "OUTPUT", Ramp: 0.5, WriteOn: "acks"}}, ramp: 0.5, chain: "OUTPUT", backend: "auto", writeOn: "acks"},
 		{name: "config: its delay_follow (off)", o: def, cfg: withFollow(false), chain: "OUTPUT", backend: "auto", writeOn: "replies"},
 		{name: "config: its delay_follow (on)", o: def, cfg: withFollow(true), follow: true, chain: "OUTPUT", backend: "auto", writeOn: "replies"},
-		{name: "config overrides the flag", o: backendOptions{Name: "htb", Options: throttle.Options{Follow: true, Chain: "OUTPUT"}}, cfg: withFollow(false), chain: "OUTPUT", backend: "auto", writeOn: "replies"},
+		{name: "the config replaces the flags' defaults", o: backendOptions{Name: "htb", Options: throttle.Options{Follow: true, Chain: "OUTPUT"}}, cfg: withFollow(false), chain: "OUTPUT", backend: "auto", writeOn: "replies"},
 		{name: "bridge mode", o: def, cfg: &bridge, chain: "FORWARD", backend: "delayline", device: "br0", writeOn: "replies"},
 	} {
 		got := c.o.resolve(c.cfg, c.flagSet)
@@ -143,5 +144,64 @@ func TestDryRunFlag(t *testing.T) {
 	_, err := run(t, "agent", "--dry-run", "--backend", "netem")
 	if err == nil || exitCode(err) != exitUsage {
 		t.Errorf("--dry-run --backend netem: %v (exit %d), want a usage error", err, exitCode(err))
+	}
+}
+
+// A flag given on the command line wins over the config's key, at start
+// and at every reload: --backend netem beside a config naming delayline
+// runs netem (it used to run delayline, silently). Flags not given leave
+// the config's keys alone, and the keys replaced are listed for the log.
+func TestFlagsOverrideConfig(t *testing.T) {
+	file := func() *config.Config {
+		c := config.Defaults()
+		c.Backend, c.ISCSIPort, c.Device, c.WriteDelayOn, c.QuickAck = "delayline", 3260, "eth1", "replies", true
+		return &c
+	}
+	flags := backendOptions{Name: "netem", QuickAck: false, Options: throttle.Options{Port: 3261, Device: "eth0", Chain: "OUTPUT", WriteOn: "acks", Ramp: 0.5}}
+	for _, tc := range []struct {
+		name    string
+		given   []string
+		backend string
+		port    int
+		device  string
+		writeOn string
+		ramp    float64
+		qa      bool
+		keys    string
+	}{
+		{"none given", nil, "delayline", 3260, "eth1", "replies", 0, true, ""},
+		{"--backend", []string{"backend"}, "netem", 3260, "eth1", "replies", 0, true, "backend"},
+		{"--interface and --iscsi-port", []string{"interface", "iscsi-port"}, "delayline", 3261, "eth0", "replies", 0, true, "iscsi_port,device"},
+		{"--device (old name)", []string{"device"}, "delayline", 3260, "eth0", "replies", 0, true, "device"},
+		{"--write-delay-on, --delay-ramp, --quick-ack", []string{"write-delay-on", "delay-ramp", "quick-ack"}, "delayline", 3260, "eth1", "acks", 0.5, false, "delay_ramp,write_delay_on,quick_ack"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			changed := func(f string) bool { return slices.Contains(tc.given, f) }
+			override, keys := overrideConfig(changed, flags)
+			if got := strings.Join(keys, ","); got != tc.keys {
+				t.Errorf("keys replaced %q, want %q", got, tc.keys)
+			}
+			// At start, and again on a reloaded file (a new *Config).
+			for _, when := range []string{"start", "reload"} {
+				cfg := file()
+				override(cfg)
+				got := flags.resolve(cfg, changed("delay-follow"))
+				if got.Name != tc.backend || got.Port != tc.port || got.Device != tc.device || got.WriteOn != tc.writeOn || got.Ramp != tc.ramp || got.QuickAck != tc.qa {
+					t.Errorf("%s: %+v", when, got)
+				}
+				if cfg.ISCSIPort != got.Port || cfg.Backend != got.Name {
+					t.Errorf("%s: the config (discovery, rates, reload checks) says port %d backend %s, the backend runs %d %s", when, cfg.ISCSIPort, cfg.Backend, got.Port, got.Name)
+				}
+			}
+		})
+	}
+	override, _ := overrideConfig(func(string) bool { return true }, flags)
+	override(nil) // no config: nothing to do
+	// Every flag in the table is one of the agent's.
+	fs := agentCmd().Flags()
+	for _, f := range agentConfigFlags {
+		if fs.Lookup(f.flag) == nil {
+			t.Errorf("the agent has no --%s", f.flag)
+		}
 	}
 }
