@@ -185,6 +185,14 @@ type HostCPU struct {
 	StealPct float64 `json:"steal_pct"`
 }
 
+// BeforeAfterPlot is the plot a controlled run (pid, autonomic,
+// read-backup, mixed) draws in its directory: the protected reader's read
+// wait through the same load with the agent off (no regulation) and on,
+// one line per threshold. It is the product's cure in one picture:
+// scripts/demo.sh ends with it (sanqos report names it) and the README
+// shows one (docs/img/before-after.png).
+const BeforeAfterPlot = "read-wait.png"
+
 // ControlledSummary is summary.json of pid and autonomic.
 type ControlledSummary struct {
 	Experiment string `json:"experiment"`

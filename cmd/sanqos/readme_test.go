@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sanqos/sanqos/report"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -64,6 +65,72 @@ func TestReadmeIsShort(t *testing.T) {
 	}
 	if n := strings.Count(string(b), "\n"); n > readmeMaxLines {
 		t.Errorf("README.md has %d lines, at most %d: move the detail to docs/", n, readmeMaxLines)
+	}
+}
+
+// The README is an operator's page that works on a fresh Debian machine
+// as root: no command needs sudo (a root machine may not have it), and
+// the production path (install, roll out, undo) comes before the lab.
+func TestReadmeOrderAndRoot(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	for i, l := range strings.Split(md, "\n") {
+		for _, w := range strings.Fields(cutComment(l)) {
+			if w == "sudo" || w == "`sudo" {
+				t.Errorf("README.md:%d: sudo: %s", i+1, l)
+			}
+		}
+	}
+	at := func(h string) int {
+		i := strings.Index(md, "\n"+h+"\n")
+		if i < 0 {
+			t.Fatalf("README.md has no %q", h)
+		}
+		return i
+	}
+	if at("## Install") > at("## Roll it out") || at("## Roll it out") > at("## The lab: demo and tests") {
+		t.Error("README.md: want Install, then Roll it out (the production path), then the lab")
+	}
+}
+
+// The demo ends with the cure: the report of its run, whose last line
+// (TestReportInterferers) gives the reader's p95 with the agent off and on
+// and names the before/after plot, and a check that the plot is there.
+// The README shows one such plot, and only that picture.
+func TestDemoEndsWithThePicture(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "scripts", "demo.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(cutComment(l)); l != "" {
+			cmds = append(cmds, l)
+		}
+	}
+	if len(cmds) < 2 {
+		t.Fatalf("scripts/demo.sh: %d commands", len(cmds))
+	}
+	last2 := cmds[len(cmds)-2:]
+	if !strings.Contains(last2[0], "sanqos report") || !strings.Contains(last2[1], report.BeforeAfterPlot) {
+		t.Errorf("scripts/demo.sh ends with %q, want its run's report, then a check of %s", last2, report.BeforeAfterPlot)
+	}
+	if !strings.Contains(string(b), "lab run read-backup") {
+		t.Error("scripts/demo.sh does not run read-backup (the backup with the agent off and on)")
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	imgs := regexp.MustCompile(`!\[[^\]]*\]\(([^)]+)\)`).FindAllStringSubmatch(string(readme), -1)
+	if len(imgs) != 1 || imgs[0][1] != "docs/img/before-after.png" {
+		t.Fatalf("README.md pictures %v, want the one before/after plot docs/img/before-after.png", imgs)
+	}
+	if fi, err := os.Stat(filepath.Join("..", "..", imgs[0][1])); err != nil || fi.Size() == 0 {
+		t.Errorf("%s: %v", imgs[0][1], err)
 	}
 }
 

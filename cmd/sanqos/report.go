@@ -90,5 +90,39 @@ func printFigures(cmd *cobra.Command, dir string) error {
 		return fmt.Errorf("%s: %w", dir, err)
 	}
 	printSummary(cmd, sum)
+	if s, ok := sum.(report.ControlledSummary); ok {
+		if line := beforeAfter(dir, s); line != "" {
+			fmt.Fprintln(cmd.OutOrStdout(), line)
+		}
+	}
 	return nil
+}
+
+// beforeAfter is a controlled run's last word: the reader's p95 with the
+// agent off and on at the first threshold, what the interferers kept,
+// and the picture, when the run drew it ("" otherwise).
+func beforeAfter(dir string, s report.ControlledSummary) string {
+	plot := filepath.Join(dir, report.BeforeAfterPlot)
+	if _, err := os.Stat(plot); err != nil || len(s.Regulated) == 0 {
+		return ""
+	}
+	if abs, err := filepath.Abs(plot); err == nil {
+		plot = abs
+	}
+	on := s.Regulated[0]
+	moved := func(r report.ControlledRun) float64 { return r.WriteMBs }
+	who := "the writers kept %.0f%% of their throughput"
+	if s.Interferers != "" {
+		moved = func(r report.ControlledRun) float64 { return r.ReadMBs + r.WriteMBs }
+		who = "the " + s.Interferers + " kept %.0f%% of their throughput"
+		if s.Interferers == "readers" {
+			who = "the backup kept %.0f%% of its throughput"
+		}
+	}
+	kept := ""
+	if b := moved(s.Baseline); b > 0 {
+		kept = ", " + fmt.Sprintf(who, 100*moved(on)/b)
+	}
+	return fmt.Sprintf("before/after: the reader's read wait p95 %.2f ms with the agent off, %.2f ms with it on at %.0f ms%s, same load, same run: %s",
+		s.Baseline.ReadWaitMs.P95, on.ReadWaitMs.P95, on.ThresholdMs, kept, plot)
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/agent"
+	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/throttle"
 )
 
@@ -269,5 +270,23 @@ func TestReportInterferers(t *testing.T) {
 	}
 	if strings.Contains(out, `"experiment"`) {
 		t.Errorf("printed raw JSON:\n%s", out)
+	}
+	// Without its plot a run says nothing of a picture.
+	if strings.Contains(out, "before/after") {
+		t.Errorf("names a picture the run did not draw:\n%s", out)
+	}
+	// With it (the lab draws it), the report ends with the cure in one
+	// line and the picture's path: what scripts/demo.sh ends with.
+	if err := os.WriteFile(filepath.Join(dir, report.BeforeAfterPlot), []byte("png"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err = run(t, "report", dir); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	last := lines[len(lines)-1]
+	want := "before/after: the reader's read wait p95 27.00 ms with the agent off, 16.00 ms with it on at 15 ms, the backup kept 99% of its throughput, same load, same run: /"
+	if !strings.HasPrefix(last, want) || !strings.HasSuffix(last, "/20261126-111000/"+report.BeforeAfterPlot) {
+		t.Errorf("last line %q, want %q...%s", last, want, report.BeforeAfterPlot)
 	}
 }

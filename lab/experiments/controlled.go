@@ -187,7 +187,7 @@ func (cr *controlledRuns) baseline() error {
 	// The reader alone, before the first interferer: what no throttle of
 	// them can improve on.
 	cr.sum.ReaderAloneP95Ms = round(report.Describe(report.Values(base.Between(time.Second, cr.s.lead), "b2", readWait)).P95, 2)
-	cr.plotRun(base, "no regulation")
+	cr.plotRun(base, "agent off")
 	return nil
 }
 

@@ -140,7 +140,7 @@ func (cr *controlledRuns) plot(thresholds []time.Duration) error {
 		rateFile, rateTitle = "interferer-rate.png", fmt.Sprintf("%s: aggregate read + write rate of the %s", name, l.many)
 		delayTitle = name + ": largest read and write delay applied to the throttleable set"
 	}
-	if err := report.TimePlot(filepath.Join(dir, "read-wait.png"), fmt.Sprintf("%s: reader's wait per threshold vs no regulation%s", name, figs(" (Fig 5.9/5.11)")),
+	if err := report.TimePlot(filepath.Join(dir, report.BeforeAfterPlot), fmt.Sprintf("%s: reader's wait, agent off and on (per threshold)%s", name, figs(" (Fig 5.9/5.11)")),
 		"time (s)", "read wait (ms, EWMA 0.15)", cr.wait, refs); err != nil {
 		return err
 	}
