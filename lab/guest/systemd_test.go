@@ -38,6 +38,24 @@ kstate() {
 	ipset list -n 2>/dev/null | grep -i sanqos | sed 's/^/ipset: /'
 	ip -o link show | awk -F': ' '{print $2}' | grep -v -e '^lo$' -e '^sqg0' | sed 's/^/link: /'
 }
+# fetch_ms: the quickest of five HTTP fetches, in ms, by the consumer
+# from a server on the target's iSCSI port (3260, the port a backend
+# delays): the reply's data is what a read delay holds. The quickest, as
+# TCG makes any one of them slow now and then.
+fetch_ms() {
+	best=
+	for i in 1 2 3 4 5; do
+		t=$(ip netns exec consumer curl -s -o /dev/null --max-time 10 -w '%{time_total}' http://10.214.0.1:3260/f) || return 1
+		ms=$(awk -v t="$t" 'BEGIN { printf "%d", t * 1000 }')
+		if [ -z "$best" ] || [ "$ms" -lt "$best" ]; then best=$ms; fi
+	done
+	echo "$best"
+}
+# delayed MS BASE: a fetch of MS ms took the 80 ms read delay: at least
+# 80 ms, and 60 ms more than BASE, the fetch with no agent.
+delayed() { [ -n "$1" ] && [ "$1" -ge 80 ] && [ "$1" -ge $(($2 + 60)) ]; }
+# undelayed MS BASE: no 80 ms read delay held it.
+undelayed() { [ -n "$1" ] && [ "$1" -lt $(($2 + 60)) ]; }
 # clean NAME: no agent state in the kernel.
 clean() {
 	s=$(kstate)
@@ -89,6 +107,12 @@ ip link set sqg0 up
 ip -n consumer addr add 10.214.0.2/24 dev sqg1
 ip -n consumer link set sqg1 up
 clean baseline
+# What the consumer reads: a file served on the target's iSCSI port.
+mkdir -p www && echo sanqos > www/f
+pred httpd busybox httpd -p 10.214.0.1:3260 -h "$PWD/www"
+base=$(fetch_ms)
+echo "fetch with no agent: ${base}ms"
+pred fetch-baseline [ -n "$base" ]
 
 step "dpkg -i"
 # The package's binary (a /usr/local/bin/sanqos of the host's would come
@@ -115,7 +139,10 @@ for b in edt netem; do
 	cfg $b
 	pred $b/start systemctl start sanqos
 	running $b $b
-	pred $b/throttle $S throttle set 10.214.0.2 --read-delay 2ms
+	pred $b/throttle $S throttle set 10.214.0.2 --read-delay 80ms
+	ms=$(fetch_ms)
+	echo "$b: fetch with an 80 ms read delay: ${ms}ms (${base}ms with no agent)"
+	pred $b/delays delayed "$ms" "$base"
 	kstate > state-$b.txt
 	cat state-$b.txt
 	case $b in
@@ -128,10 +155,16 @@ for b in edt netem; do
 	pred $b/reloaded logged "config reloaded"
 	pred $b/same-pid [ "$(mainpid)" = "$pid" ]
 	running $b/after-reload $b
+	ms=$(fetch_ms)
+	echo "$b: fetch after the reload: ${ms}ms"
+	pred $b/delays-after-reload delayed "$ms" "$base"
 	pred $b/stop systemctl stop sanqos
 	pred $b/stopped [ "$(unit_state)" = inactive ]
 	pred $b/exit-0 [ "$(systemctl show -p ExecMainStatus --value sanqos.service)" = 0 ]
 	clean $b/stop-clean
+	ms=$(fetch_ms)
+	echo "$b: fetch after the stop: ${ms}ms"
+	pred $b/undelayed-after-stop undelayed "$ms" "$base"
 	journal > journal-$b.txt
 done
 
@@ -187,12 +220,14 @@ exit $fails
 // systemdChecks are the checks systemdScript must pass, each once at
 // least: a check that never ran fails the test as one that failed.
 var systemdChecks = []string{
-	"pid1", "baseline", "dpkg-install", "unit-loaded", "not-enabled", "not-started",
+	"pid1", "baseline", "httpd", "fetch-baseline", "dpkg-install", "unit-loaded", "not-enabled", "not-started",
 	"doctor", "doctor-json", "doctor-changes-nothing",
-	"edt/start", "edt/active", "edt/sandbox", "edt/backend", "edt/throttle", "edt/kernel-state",
-	"edt/reload", "edt/reloaded", "edt/same-pid", "edt/after-reload/active", "edt/stop", "edt/stopped", "edt/exit-0", "edt/stop-clean",
-	"netem/start", "netem/active", "netem/sandbox", "netem/backend", "netem/throttle", "netem/kernel-state",
-	"netem/reload", "netem/reloaded", "netem/same-pid", "netem/after-reload/active", "netem/stop", "netem/stopped", "netem/exit-0", "netem/stop-clean",
+	"edt/start", "edt/active", "edt/sandbox", "edt/backend", "edt/throttle", "edt/delays", "edt/kernel-state",
+	"edt/reload", "edt/reloaded", "edt/same-pid", "edt/after-reload/active", "edt/delays-after-reload",
+	"edt/stop", "edt/stopped", "edt/exit-0", "edt/stop-clean", "edt/undelayed-after-stop",
+	"netem/start", "netem/active", "netem/sandbox", "netem/backend", "netem/throttle", "netem/delays", "netem/kernel-state",
+	"netem/reload", "netem/reloaded", "netem/same-pid", "netem/after-reload/active", "netem/delays-after-reload",
+	"netem/stop", "netem/stopped", "netem/exit-0", "netem/stop-clean", "netem/undelayed-after-stop",
 	"shadow/status", "shadow/throttle", "shadow/no-kernel-state", "shadow/exit-0", "shadow/after",
 	"enable", "remove/active", "remove", "remove/stopped", "remove/no-agent", "remove/clean", "remove/files",
 	"remove/config-kept", "remove/enable-link-kept", "purge", "purge/files", "purge/unit-gone",
@@ -205,9 +240,11 @@ var systemdChecks = []string{
 // tree installs with dpkg; sanqos doctor (and --json) passes there; the
 // unit, started by systemctl with its whole sandbox, runs the agent with
 // edt and then netem on a veth towards a consumer, throttles it (fq and a
-// tc BPF filter; HTB and netem leaves), survives `systemctl reload`
-// (SIGHUP, same process) and on `systemctl stop` exits 0 leaving nothing
-// in the kernel; a shadow agent (--dry-run) answers and creates nothing;
+// tc BPF filter; HTB and netem leaves; the consumer's fetch from the
+// target's port takes the 80 ms read delay set), survives `systemctl
+// reload` (SIGHUP, same process, the delay still in force) and on
+// `systemctl stop` exits 0 leaving nothing in the kernel and nothing
+// delayed; a shadow agent (--dry-run) answers and creates nothing;
 // dpkg -r stops the running agent and cleans up, purge removes the
 // config and the enable link; and `make install` + `systemctl enable
 // --now` then `make uninstall` stop, disable and clean up as well.
