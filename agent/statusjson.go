@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
+
+	"github.com/sanqos/sanqos/throttle"
 )
 
 // JSONFloat is a float64 that encodes NaN and ±Inf as JSON null (and null
@@ -68,14 +70,15 @@ type consumerStatusPlain ConsumerStatus
 
 type consumerStatusJSON struct {
 	*consumerStatusPlain
-	ReadBps   JSONFloat `json:"read_bps"`
-	WriteBps  JSONFloat `json:"write_bps"`
-	WriteEWMA JSONFloat `json:"write_bps_ewma"`
+	ReadBps   JSONFloat   `json:"read_bps"`
+	WriteBps  JSONFloat   `json:"write_bps"`
+	WriteEWMA JSONFloat   `json:"write_bps_ewma"`
+	Setting   settingJSON `json:"setting,omitzero"`
 }
 
 // MarshalJSON encodes missing rates as null.
 func (c ConsumerStatus) MarshalJSON() ([]byte, error) {
-	return json.Marshal(consumerStatusJSON{(*consumerStatusPlain)(&c), JSONFloat(c.ReadBps), JSONFloat(c.WriteBps), JSONFloat(c.WriteEWMA)})
+	return json.Marshal(consumerStatusJSON{(*consumerStatusPlain)(&c), JSONFloat(c.ReadBps), JSONFloat(c.WriteBps), JSONFloat(c.WriteEWMA), newSettingJSON(c.Setting)})
 }
 
 // UnmarshalJSON decodes null as NaN.
@@ -85,5 +88,40 @@ func (c *ConsumerStatus) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	c.ReadBps, c.WriteBps, c.WriteEWMA = float64(aux.ReadBps), float64(aux.WriteBps), float64(aux.WriteEWMA)
+	c.Setting = aux.Setting.Setting
 	return nil
+}
+
+// settingJSON is a throttle setting as the status document writes it:
+// each delay in ns, as the control API takes it (and the field decoded),
+// and in ms beside it, the unit of the thresholds and waits around it, so
+// a script reading the status meets one unit throughout. The control
+// API's own requests stay throttle.Setting (it refuses unknown fields).
+type settingJSON struct {
+	throttle.Setting
+	ReadDelayMs  float64 `json:"read_delay_ms"`
+	WriteDelayMs float64 `json:"write_delay_ms"`
+}
+
+func newSettingJSON(s throttle.Setting) settingJSON {
+	return settingJSON{s, ms(s.ReadDelay), ms(s.WriteDelay)}
+}
+
+type statusPlain Status
+
+type statusJSON struct {
+	*statusPlain
+	Throttles map[string]settingJSON `json:"throttles"`
+}
+
+// MarshalJSON writes each throttle's delays in ns and ms.
+func (s Status) MarshalJSON() ([]byte, error) {
+	var t map[string]settingJSON
+	if s.Throttles != nil {
+		t = make(map[string]settingJSON, len(s.Throttles))
+		for k, v := range s.Throttles {
+			t[k] = newSettingJSON(v)
+		}
+	}
+	return json.Marshal(statusJSON{(*statusPlain)(&s), t})
 }
