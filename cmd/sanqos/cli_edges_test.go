@@ -14,7 +14,8 @@ import (
 // so. The rows' own tests go further (TestUnknownSubcommand,
 // TestConfigCheck, TestExitCodes, TestOneFlagNamePerConcept,
 // TestThrottleSetSaysWhatItApplied, TestStatusJSON,
-// TestHelpHasNoInternalRefs); this table is the list in one place.
+// TestHelpHasNoInternalRefs); this table is the list in one place, and
+// is one function for that reason: its length is the rows.
 func TestCLIEdges(t *testing.T) {
 	dir := t.TempDir()
 	res := "resources:\n  - name: vg1\n"
