@@ -31,7 +31,7 @@ func guardChecks(tb testing.TB, g *guard, n uint64) {
 }
 
 // An operator's `iptables -F` (and `ip6tables -F`) removes the delay
-// line's rules: the guard notices within a few control ticks, puts them
+// line's rules: the guard's next check (one control tick) puts them
 // back with the members the sets kept, logs it once and counts it, and
 // the consumer's replies are delayed again. `ipset flush` of its set is
 // repaired the same way (the members come back), counted, and not logged
@@ -62,8 +62,8 @@ func TestDelayLineReinstallsFlushedRules(t *testing.T) {
 	if n := strings.Count(rules(), "NFQUEUE"); n != 0 {
 		t.Fatalf("%d rules left after the flush", n)
 	}
-	took := waitFor(t, 2*time.Second, "rules back after iptables -F", func() bool { return d.Reinstalls() >= 1 })
-	t.Logf("reinstalled %v after the flush (check every %v)", took, d.guard.interval)
+	took := restoredWithinOneTick(t, d, 1, "rules back after iptables -F")
+	t.Logf("restored by the first whole check after the flush (check every %v; two checks took %v)", d.guard.interval, took)
 	if n := strings.Count(rules(), "NFQUEUE"); n != want {
 		t.Errorf("%d NFQUEUE rules after the reinstall, want %d:\n%s", n, want, rules())
 	}
@@ -81,7 +81,7 @@ func TestDelayLineReinstallsFlushedRules(t *testing.T) {
 	}
 
 	sh(t, "ip", "netns", "exec", l.tns, "ipset", "flush", "sqt-dl.q.4")
-	waitFor(t, 2*time.Second, "members back after ipset flush", func() bool { return d.Reinstalls() >= 2 })
+	restoredWithinOneTick(t, d, 2, "members back after ipset flush")
 	if out := sh(t, "ip", "netns", "exec", l.tns, "ipset", "list", "sqt-dl.q.4"); !strings.Contains(out, l.cAddr.String()) {
 		t.Errorf("consumer not back in its set:\n%s", out)
 	}
