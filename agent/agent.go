@@ -118,7 +118,7 @@ func (a *Agent) applySpecs(cfg *config.Config) {
 }
 
 // Reload swaps in a new config. Settings that need a restart (backend,
-// interval, listeners) are refused with the reason, leaving the old
+// interval, listeners, interfaces) are refused with the reason, leaving the old
 // config active.
 func (a *Agent) Reload(cfg *config.Config) error {
 	a.mu.Lock()
@@ -131,6 +131,10 @@ func (a *Agent) Reload(cfg *config.Config) error {
 		return errors.New("interval, delay_step, max_delay and delay_rise changes need a restart")
 	case cfg.Socket != old.Socket, cfg.HTTP != old.HTTP, cfg.Token != old.Token:
 		return errors.New("listener and token changes need a restart")
+	case cfg.Device != old.Device, cfg.CaptureInterface != old.CaptureInterface:
+		// The backend's qdiscs and the capture are on the old interface:
+		// taking the new one silently would throttle nothing there.
+		return errors.New("device and capture_interface changes need a restart")
 	}
 	a.cfg = cfg
 	a.applySpecs(cfg)

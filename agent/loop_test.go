@@ -2,10 +2,12 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -205,6 +207,7 @@ func TestReloadRefusesRestartOnlyChanges(t *testing.T) {
 		"backend: delayline\nresources:\n  - name: vg1\n",
 		"backend: dry-run\ninterval: 50ms\nresources:\n  - name: vg1\n",
 		"backend: dry-run\nsocket: /tmp/other.sock\nresources:\n  - name: vg1\n",
+		"backend: dry-run\ndevice: eth9\nresources:\n  - name: vg1\n",
 	} {
 		nc, err := config.Parse([]byte(bad))
 		if err != nil {
@@ -425,5 +428,28 @@ func TestDiscoveryRunsOnConnectionChange(t *testing.T) {
 	case <-calls:
 		t.Fatal("kept rediscovering after the change settled")
 	case <-time.After(5 * cfg.Discovery.Interval):
+	}
+}
+
+// A bridge-mode agent watches its capture interface from the start: a
+// reload naming another one is refused, not silently half-applied.
+func TestReloadRefusesCaptureInterfaceChange(t *testing.T) {
+	const base = "backend: dry-run\nmode: bridge\ncapture_interface: %s\nresources:\n  - name: vg1\n    portals: [\"10.0.0.1:3260\"]\n"
+	cfg, err := config.Parse([]byte(fmt.Sprintf(base, "eth1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(cfg, Deps{Throttle: throttle.NewMemory(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		NewController: func(*config.Config, config.Resource) Controller { return &propCtl{} },
+		NewSmoother:   func(float64) Smoother { return &lastValue{} }})
+	nc, err := config.Parse([]byte(fmt.Sprintf(base, "eth9")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reload(nc); err == nil || !strings.Contains(err.Error(), "capture_interface") {
+		t.Errorf("reload to another capture interface: %v, want refused naming capture_interface", err)
+	}
+	if a.cfg.CaptureInterface != "eth1" {
+		t.Errorf("refused reload changed the capture interface to %q", a.cfg.CaptureInterface)
 	}
 }

@@ -42,7 +42,11 @@ The file is validated as a whole: an unknown key or a bad value is an
 error with its line, and nothing is applied unless all of it is valid
 (` + "`sanqos config check FILE`" + `, ` + "`sanqos doctor --config FILE`" + `). ` + "`SIGHUP`" + `
 (` + "`systemctl reload sanqos`" + `) re-reads it; a bad new file is refused and the
-old one stays.
+old one stays, and so is one that changes a key the running agent cannot
+take over: ` + "`backend`, `mode`, `iscsi_port`, `device`, `capture_interface`," + `
+` + "`interval`, `delay_step`, `max_delay`, `delay_rise`, `delay_ramp`," + `
+` + "`delay_follow`, `write_delay_on`, `quick_ack`, `socket`, `http`" + ` and the
+token need a restart.
 
 Durations are Go durations (` + "`100ms`, `1.5s`, `500us`" + `); MB/s are 10⁶ bytes
 per second. A path like ` + "`resources[].threshold`" + ` is the key ` + "`threshold`" + ` in
