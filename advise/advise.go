@@ -8,6 +8,8 @@
 // It only reads: it never writes a sysctl, never touches the initiators,
 // and never changes a socket. Measuring is one sock_diag dump at the start
 // and one at the end of an interval; Recommend is pure arithmetic.
+//
+// Imports (sanqos): none.
 package advise
 
 import (

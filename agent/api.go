@@ -11,6 +11,9 @@
 // queue and load (saturation.go, priced by package cost), the onset
 // detector's signal, and the policies that turn the controller's output
 // into per-consumer settings (policy_*.go).
+//
+// Imports (sanqos): config, control, cost, discover, filter,
+// internal/quantile, sample, throttle.
 package agent
 
 import (

@@ -11,6 +11,8 @@
 // drops a packet, since a tap socket gets a copy. One buffer is reused for
 // every packet, so the payload handed to the callback is valid only during
 // the call; the callback must copy what it keeps.
+//
+// Imports (sanqos): none.
 package capture
 
 import (

@@ -22,6 +22,8 @@
 // policies and delays through etcd and tells the agent's per-resource loop
 // which step to use. Applying the step to packets stays the agent's job,
 // through its policy and actuator, exactly as without a cluster.
+//
+// Imports (sanqos): agent, config, control.
 package cluster
 
 import (

@@ -3,6 +3,8 @@
 // error is rejected entirely, so nothing is ever half-applied.
 //
 // It only parses and checks; it never touches the kernel or the agent.
+//
+// Imports (sanqos): internal/editdist, throttle.
 package config
 
 import (

@@ -35,6 +35,8 @@
 // integral walks on into the cap range, and when it recovers it walks back
 // through the caps (they loosen, then vanish) before the delay falls. The
 // onset preload never lands in the cap range; only the PID walks there.
+//
+// Imports (sanqos): none.
 package control
 
 import (

@@ -15,6 +15,8 @@
 // mostly random and large I/O mostly streaming; a 64 KiB random read is
 // the case this gets wrong (charged as sequential, about a quarter of its
 // cost on the thesis' group). The package does no I/O and keeps no state.
+//
+// Imports (sanqos): none.
 package cost
 
 import "time"

@@ -10,6 +10,8 @@
 // throttles are set only through the root-only unix socket (agent.API).
 // The assets are embedded and use relative URLs, so the page works offline
 // (no CDN) and behind an SSH tunnel or reverse proxy on any host and path.
+//
+// Imports (sanqos): agent.
 package dashboard
 
 import (

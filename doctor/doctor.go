@@ -19,6 +19,8 @@
 // Each concern is one Check (a name and a Run that returns a Result),
 // registered in Checks; cmd/sanqos/doctor.go runs them and prints a table
 // or JSON.
+//
+// Imports (sanqos): agent, config, discover, throttle.
 package doctor
 
 import (

@@ -12,6 +12,8 @@
 // must never read as "fast" (0) nor poison the state forever (NaN). A caller
 // that wants the thesis' "drop the EWMA when there is no activity"
 // behaviour (listing C.3) feeds an explicit 0 instead.
+//
+// Imports (sanqos): none.
 package filter
 
 import (

@@ -11,6 +11,8 @@
 // (Tracker.Feed), e.g. from AF_PACKET or NFLOG. It keeps bounded state: a
 // partial header per stream and a capped table of outstanding commands per
 // connection.
+//
+// Imports (sanqos): none.
 package iscsipdu
 
 import (

@@ -14,6 +14,8 @@
 // paths under StateDir and StoreDir, tgtd's private control port) so that
 // Down finds and removes it even after a crash. It must not touch any
 // namespace, loop device, process or file that is not its own.
+//
+// Imports (sanqos): agent, internal/guestenv, lab/diskmodel, report, sample.
 package lab
 
 import (

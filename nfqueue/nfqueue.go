@@ -22,6 +22,8 @@
 // the socket makes the kernel drop every packet still waiting, so callers
 // accept everything they hold, and remove the rule feeding the queue,
 // before Close.
+//
+// Imports (sanqos): none.
 package nfqueue
 
 import (

@@ -6,4 +6,6 @@
 // under the unit's sandbox rebuilt without systemd (capabilities, seccomp
 // filters, mount namespace) with every backend the kernel has, and run
 // `make uninstall`.
+//
+// Imports (sanqos): none.
 package packaging

@@ -11,6 +11,8 @@
 // It only counts: it never captures (package capture feeds it), touches
 // the kernel, or decides anything. It is safe for one feeding goroutine
 // and any number of readers.
+//
+// Imports (sanqos): capture, iscsipdu, sample.
 package passive
 
 import (

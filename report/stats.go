@@ -4,6 +4,8 @@
 //
 // It reads traces and writes files under a run's results directory; it
 // never touches the kernel, the lab or the agent.
+//
+// Imports (sanqos): internal/quantile, sample.
 package report
 
 import (

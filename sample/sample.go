@@ -9,6 +9,8 @@
 // It only reads: it never writes to /proc or /sys, never changes a socket,
 // never filters or smooths (that is package filter's job) and knows
 // nothing of resources or policy.
+//
+// Imports (sanqos): none.
 package sample
 
 import (

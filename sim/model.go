@@ -17,6 +17,9 @@
 // For many agents (cluster_scale.go) it also models etcd and the
 // goroutines of a cluster.Node around package cluster's own per-tick
 // rules; it never starts an etcd or talks to one.
+//
+// Imports (sanqos): agent, cluster, config, control, report, sample,
+// throttle.
 package sim
 
 import (

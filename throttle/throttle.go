@@ -6,6 +6,8 @@
 // It must not decide *who* to throttle or *how much*: that is control's and
 // agent's job. It must never drop accepted storage traffic: backends fail
 // open (NFQUEUE --queue-bypass, watchdogs) so a dead sanqos means no throttle.
+//
+// Imports (sanqos): nfqueue.
 package throttle
 
 import (

@@ -5,6 +5,8 @@
 //	go run ./cmd/sanqos-pkg -binary bin/deb/sanqos -out bin
 //
 // It prints the package's path. See internal/pkgdeb for what goes in.
+//
+// Imports (sanqos): internal/pkgdeb.
 package main
 
 import (

@@ -1,5 +1,10 @@
 // Command sanqos is the autonomic QoS controller for iSCSI and other TCP
 // storage networks, and the lab that demonstrates it.
+//
+// Imports (sanqos): advise, agent, capture, cluster, config, control,
+// dashboard, discover, doctor, internal/editdist, internal/nsforward,
+// internal/version, lab, lab/experiments, lab/guest, passive, report,
+// sample, sim, throttle.
 package main
 
 import (

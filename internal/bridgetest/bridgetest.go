@@ -4,6 +4,8 @@
 // addresses. Closures run inside a namespace on a locked OS thread. It
 // removes everything it creates at test cleanup and touches nothing else
 // (random names with a fixed prefix).
+//
+// Imports (sanqos): internal/testenv.
 package bridgetest
 
 import (

@@ -11,6 +11,8 @@
 //	go generate ./config
 //
 // (or go run ./internal/configdoc from the module root).
+//
+// Imports (sanqos): config.
 package main
 
 import (

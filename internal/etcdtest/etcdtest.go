@@ -8,6 +8,8 @@
 //
 // Outside CI a missing etcd skips the test; in CI (CI=true) it fails it
 // (internal/testenv), so cluster tests can never pass by not running.
+//
+// Imports (sanqos): internal/testenv.
 package etcdtest
 
 import (

@@ -4,6 +4,8 @@
 // process in it — the lab, the agents, tests compiled on the host and run
 // there — can read it from /proc/cmdline without an environment passed
 // along. It reads; it must not touch anything.
+//
+// Imports (sanqos): none.
 package guestenv
 
 import (

@@ -8,6 +8,8 @@
 // What the package installs and why is in docs/operator-guide.md
 // ("Install from the Debian package"); the maintainer scripts, in
 // packaging/deb/, say what each does.
+//
+// Imports (sanqos): internal/version.
 package pkgdeb
 
 import (

@@ -1,6 +1,8 @@
 // Package quantile is the one definition of a sample's quantiles in
 // sanqos, so that the controller's p95 and the reports' p95 are computed
 // by one piece of code, each naming the method it uses and why.
+//
+// Imports (sanqos): none.
 package quantile
 
 import "math"

@@ -4,6 +4,8 @@
 // command that must succeed, a block device of the machine).
 // Outside CI a missing prerequisite skips the test with the reason; in CI
 // (CI=true) it fails the test, so a lab test can never pass by not running.
+//
+// Imports (sanqos): none.
 package testenv
 
 import (

@@ -1,5 +1,7 @@
 // Package version holds the build's version, set by the linker
 // (-X github.com/sanqos/sanqos/internal/version.Version=...).
+//
+// Imports (sanqos): none.
 package version
 
 import (

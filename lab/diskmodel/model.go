@@ -24,6 +24,8 @@
 //
 // It stores data in an ordinary directory (tmpfs in the lab) and must not
 // touch anything outside that directory and its mount point.
+//
+// Imports (sanqos): none.
 package diskmodel
 
 import (

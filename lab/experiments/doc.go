@@ -16,4 +16,7 @@
 // It must not build, change or tear down the testbed itself except
 // through lab's exported functions, and lab must never import it: the
 // testbed knows nothing of experiments.
+//
+// Imports (sanqos): agent, cluster, config, lab, lab/diskmodel, report,
+// sample, throttle.
 package experiments

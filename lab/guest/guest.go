@@ -9,6 +9,8 @@
 // It must not touch the host's network, block devices or files beyond its
 // own work directory: the guest has no network device, its root is
 // read-only, and the one writable share is the work directory.
+//
+// Imports (sanqos): internal/guestenv.
 package guest
 
 import (
