@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/sanqos/sanqos/internal/testenv"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -119,22 +120,27 @@ const (
 
 func offArg(i int) uint32 { return 16 + 8*uint32(i) }
 
-func ld(off uint32) unix.SockFilter {
-	return unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: off}
+// The instructions are golang.org/x/net/bpf's, as throttle's mark-to-class
+// program: asm assembles one into the kernel's sock_filter.
+func asm(i bpf.Instruction) unix.SockFilter {
+	r, err := i.Assemble()
+	if err != nil {
+		panic(fmt.Sprintf("seccomp instruction %v: %v", i, err))
+	}
+	return unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
 }
+func ld(off uint32) unix.SockFilter { return asm(bpf.LoadAbsolute{Off: off, Size: 4}) }
 func jeq(k uint32, jt, jf uint8) unix.SockFilter {
-	return unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: jt, Jf: jf, K: k}
+	return asm(bpf.JumpIf{Cond: bpf.JumpEqual, Val: k, SkipTrue: jt, SkipFalse: jf})
 }
 func jge(k uint32, jt, jf uint8) unix.SockFilter {
-	return unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K, Jt: jt, Jf: jf, K: k}
+	return asm(bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: k, SkipTrue: jt, SkipFalse: jf})
 }
 func jset(k uint32, jt, jf uint8) unix.SockFilter {
-	return unix.SockFilter{Code: unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K, Jt: jt, Jf: jf, K: k}
+	return asm(bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: k, SkipTrue: jt, SkipFalse: jf})
 }
-func and(k uint32) unix.SockFilter {
-	return unix.SockFilter{Code: unix.BPF_ALU | unix.BPF_AND | unix.BPF_K, K: k}
-}
-func ret(k uint32) unix.SockFilter { return unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: k} }
+func and(k uint32) unix.SockFilter { return asm(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: k}) }
+func ret(k uint32) unix.SockFilter { return asm(bpf.RetConstant{Val: k}) }
 
 const (
 	retAllow = unix.SECCOMP_RET_ALLOW
