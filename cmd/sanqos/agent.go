@@ -168,7 +168,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 			log := slog.New(h)
 			var cfg *config.Config
 			// The flags as given, before a config fills in the rest.
-			override, overridden := overrideConfig(cmd.Flags().Changed, bo)
+			override, overridden := overrideConfig(cmd.Flags().Changed, agentFlagValues{bo, httpAddr})
 			if cfgPath != "" {
 				var err error
 				if cfg, err = config.Load(cfgPath); err != nil {
@@ -179,9 +179,6 @@ In the lab, the experiments' agent runs in namespace bm: see
 				}
 				if !cmd.Flags().Changed("socket") {
 					socket = cfg.Socket
-				}
-				if cmd.Flags().Changed("http") {
-					cfg.HTTP = httpAddr
 				}
 				override(cfg)
 				if len(overridden) > 0 {
@@ -195,7 +192,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 			if err := eo.validate(); err != nil {
 				return err
 			}
-			return runAgent(ctx, hup, cfg, cfgPath, bo, socket, httpAddr, cmd.Flags().Changed("http"), override, eo, log)
+			return runAgent(ctx, hup, cfg, cfgPath, bo, socket, httpAddr, override, eo, log)
 		},
 	}
 	f := c.Flags()
@@ -231,7 +228,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 // reverse order of its start-up (the backend last, so no throttle
 // outlives the agent's other parts); split, the order would be spread
 // over several functions.
-func runAgent(ctx context.Context, hup <-chan os.Signal, cfg *config.Config, cfgPath string, bo backendOptions, socket, httpAddr string, httpOverride bool, override func(*config.Config), eo etcdOptions, log *slog.Logger) error {
+func runAgent(ctx context.Context, hup <-chan os.Signal, cfg *config.Config, cfgPath string, bo backendOptions, socket, httpAddr string, override func(*config.Config), eo etcdOptions, log *slog.Logger) error {
 	if ctx.Err() != nil {
 		log.Info("agent stopped before it started")
 		return nil
@@ -285,7 +282,7 @@ func runAgent(ctx context.Context, hup <-chan os.Signal, cfg *config.Config, cfg
 		if err := a.ServeHTTP(ctx, cfg.HTTP, func(mux *http.ServeMux) { dash.Register(mux); register(mux) }); err != nil {
 			return err
 		}
-		reload := agentReload(a, cfg, bo.DryRun, httpOverride, override)
+		reload := agentReload(a, cfg, bo.DryRun, override)
 		if cl != nil {
 			go cl.feedDetails(ctx, a, cfg.Interval)
 			go cl.watchPolicy(ctx, cfgPath, func(nc *config.Config) error {
@@ -339,19 +336,15 @@ func agentInputs(cfg *config.Config, log *slog.Logger) (sampler agent.Sampler, d
 	return ds, disc, sample.NewTCPRates(uint16(cfg.ISCSIPort)), nil, nil
 }
 
-// agentReload is SIGHUP's and the cluster policy's way in to a: --http's
-// listener and the flags that override config keys (override) survive
-// it, and bridge mode refuses portal changes. cfg is the config a
-// started with.
-func agentReload(a *agent.Agent, cfg *config.Config, dryRun, httpOverride bool, override func(*config.Config)) func(*config.Config) error {
+// agentReload is SIGHUP's and the cluster policy's way in to a: the
+// flags that override config keys (override; --http's listener among
+// them, or every reload would look like a listener change) survive it,
+// and bridge mode refuses portal changes. cfg is the config a started
+// with.
+func agentReload(a *agent.Agent, cfg *config.Config, dryRun bool, override func(*config.Config)) func(*config.Config) error {
 	return func(nc *config.Config) error {
 		if override != nil {
 			override(nc)
-		}
-		if nc.HTTP != cfg.HTTP && httpOverride {
-			// --http replaced the file's listener at start; keep it,
-			// or every reload would look like a listener change.
-			nc.HTTP = cfg.HTTP
 		}
 		if dryRun {
 			// The file's backend is not what runs: editing it is no

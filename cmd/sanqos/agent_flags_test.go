@@ -154,10 +154,11 @@ func TestDryRunFlag(t *testing.T) {
 func TestFlagsOverrideConfig(t *testing.T) {
 	file := func() *config.Config {
 		c := config.Defaults()
-		c.Backend, c.ISCSIPort, c.Device, c.WriteDelayOn, c.QuickAck = "delayline", 3260, "eth1", "replies", true
+		c.Backend, c.ISCSIPort, c.Device, c.WriteDelayOn, c.QuickAck, c.HTTP = "delayline", 3260, "eth1", "replies", true, "127.0.0.1:9100"
 		return &c
 	}
 	flags := backendOptions{Name: "netem", QuickAck: false, Options: throttle.Options{Port: 3261, Device: "eth0", Chain: "OUTPUT", WriteOn: "acks", Ramp: 0.5}}
+	values := agentFlagValues{flags, "127.0.0.1:9200"}
 	for _, tc := range []struct {
 		name    string
 		given   []string
@@ -167,17 +168,19 @@ func TestFlagsOverrideConfig(t *testing.T) {
 		writeOn string
 		ramp    float64
 		qa      bool
+		http    string
 		keys    string
 	}{
-		{"none given", nil, "delayline", 3260, "eth1", "replies", 0, true, ""},
-		{"--backend", []string{"backend"}, "netem", 3260, "eth1", "replies", 0, true, "backend"},
-		{"--interface and --iscsi-port", []string{"interface", "iscsi-port"}, "delayline", 3261, "eth0", "replies", 0, true, "iscsi_port,device"},
-		{"--device (old name)", []string{"device"}, "delayline", 3260, "eth0", "replies", 0, true, "device"},
-		{"--write-delay-on, --delay-ramp, --quick-ack", []string{"write-delay-on", "delay-ramp", "quick-ack"}, "delayline", 3260, "eth1", "acks", 0.5, false, "delay_ramp,write_delay_on,quick_ack"},
+		{"none given", nil, "delayline", 3260, "eth1", "replies", 0, true, "127.0.0.1:9100", ""},
+		{"--backend", []string{"backend"}, "netem", 3260, "eth1", "replies", 0, true, "127.0.0.1:9100", "backend"},
+		{"--interface and --iscsi-port", []string{"interface", "iscsi-port"}, "delayline", 3261, "eth0", "replies", 0, true, "127.0.0.1:9100", "iscsi_port,device"},
+		{"--device (old name)", []string{"device"}, "delayline", 3260, "eth0", "replies", 0, true, "127.0.0.1:9100", "device"},
+		{"--write-delay-on, --delay-ramp, --quick-ack", []string{"write-delay-on", "delay-ramp", "quick-ack"}, "delayline", 3260, "eth1", "acks", 0.5, false, "127.0.0.1:9100", "delay_ramp,write_delay_on,quick_ack"},
+		{"--http", []string{"http"}, "delayline", 3260, "eth1", "replies", 0, true, "127.0.0.1:9200", "http"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			changed := func(f string) bool { return slices.Contains(tc.given, f) }
-			override, keys := overrideConfig(changed, flags)
+			override, keys := overrideConfig(changed, values)
 			if got := strings.Join(keys, ","); got != tc.keys {
 				t.Errorf("keys replaced %q, want %q", got, tc.keys)
 			}
@@ -189,13 +192,16 @@ func TestFlagsOverrideConfig(t *testing.T) {
 				if got.Name != tc.backend || got.Port != tc.port || got.Device != tc.device || got.WriteOn != tc.writeOn || got.Ramp != tc.ramp || got.QuickAck != tc.qa {
 					t.Errorf("%s: %+v", when, got)
 				}
+				if cfg.HTTP != tc.http {
+					t.Errorf("%s: listener %q, want %q", when, cfg.HTTP, tc.http)
+				}
 				if cfg.ISCSIPort != got.Port || cfg.Backend != got.Name {
 					t.Errorf("%s: the config (discovery, rates, reload checks) says port %d backend %s, the backend runs %d %s", when, cfg.ISCSIPort, cfg.Backend, got.Port, got.Name)
 				}
 			}
 		})
 	}
-	override, _ := overrideConfig(func(string) bool { return true }, flags)
+	override, _ := overrideConfig(func(string) bool { return true }, values)
 	override(nil) // no config: nothing to do
 	// Every flag in the table is one of the agent's.
 	fs := agentCmd().Flags()

@@ -6,20 +6,28 @@ import (
 	"github.com/sanqos/sanqos/config"
 )
 
+// agentFlagValues are the values of the agent's flags that set config
+// keys, as parsed.
+type agentFlagValues struct {
+	bo   backendOptions
+	http string
+}
+
 // agentConfigFlags are the agent's flags that set what a config key
 // sets: the flag, the key, and how the flag's value goes in.
 var agentConfigFlags = []struct {
 	flag, key string
-	set       func(*config.Config, backendOptions)
+	set       func(*config.Config, agentFlagValues)
 }{
-	{"backend", "backend", func(c *config.Config, o backendOptions) { c.Backend = o.Name }},
-	{"iscsi-port", "iscsi_port", func(c *config.Config, o backendOptions) { c.ISCSIPort = o.Port }},
-	{"interface", "device", func(c *config.Config, o backendOptions) { c.Device = o.Device }},
-	{"device", "device", func(c *config.Config, o backendOptions) { c.Device = o.Device }}, // --interface's old name
-	{"delay-ramp", "delay_ramp", func(c *config.Config, o backendOptions) { c.DelayRamp = o.Ramp }},
-	{"delay-follow", "delay_follow", func(c *config.Config, o backendOptions) { c.DelayFollow = o.Follow }},
-	{"write-delay-on", "write_delay_on", func(c *config.Config, o backendOptions) { c.WriteDelayOn = o.WriteOn }},
-	{"quick-ack", "quick_ack", func(c *config.Config, o backendOptions) { c.QuickAck = o.QuickAck }},
+	{"backend", "backend", func(c *config.Config, v agentFlagValues) { c.Backend = v.bo.Name }},
+	{"iscsi-port", "iscsi_port", func(c *config.Config, v agentFlagValues) { c.ISCSIPort = v.bo.Port }},
+	{"interface", "device", func(c *config.Config, v agentFlagValues) { c.Device = v.bo.Device }},
+	{"device", "device", func(c *config.Config, v agentFlagValues) { c.Device = v.bo.Device }}, // --interface's old name
+	{"delay-ramp", "delay_ramp", func(c *config.Config, v agentFlagValues) { c.DelayRamp = v.bo.Ramp }},
+	{"delay-follow", "delay_follow", func(c *config.Config, v agentFlagValues) { c.DelayFollow = v.bo.Follow }},
+	{"write-delay-on", "write_delay_on", func(c *config.Config, v agentFlagValues) { c.WriteDelayOn = v.bo.WriteOn }},
+	{"quick-ack", "quick_ack", func(c *config.Config, v agentFlagValues) { c.QuickAck = v.bo.QuickAck }},
+	{"http", "http", func(c *config.Config, v agentFlagValues) { c.HTTP = v.http }},
 }
 
 // overrideConfig returns what puts the flags given on the command line
@@ -27,9 +35,9 @@ var agentConfigFlags = []struct {
 // applies it to the config it starts with and to every config a reload
 // (SIGHUP, the cluster's policy) brings, so an operator's --backend is
 // never silently replaced by the file's backend, at start or later. bo
-// holds the flags' values as parsed; they are checked where a flag's
+// v holds the flags' values as parsed; they are checked where a flag's
 // would be (newBackend, the throttle registry).
-func overrideConfig(changed func(string) bool, bo backendOptions) (func(*config.Config), []string) {
+func overrideConfig(changed func(string) bool, v agentFlagValues) (func(*config.Config), []string) {
 	var keys []string
 	for _, f := range agentConfigFlags {
 		if changed(f.flag) && !slices.Contains(keys, f.key) {
@@ -42,7 +50,7 @@ func overrideConfig(changed func(string) bool, bo backendOptions) (func(*config.
 		}
 		for _, f := range agentConfigFlags {
 			if changed(f.flag) {
-				f.set(c, bo)
+				f.set(c, v)
 			}
 		}
 	}, keys
