@@ -110,18 +110,20 @@ func beforeAfter(dir string, s report.ControlledSummary) string {
 		plot = abs
 	}
 	on := s.Regulated[0]
-	moved := func(r report.ControlledRun) float64 { return r.WriteMBs }
-	who := "the writers kept %.0f%% of their throughput"
-	if s.Interferers != "" {
-		moved = func(r report.ControlledRun) float64 { return r.ReadMBs + r.WriteMBs }
-		who = "the " + s.Interferers + " kept %.0f%% of their throughput"
-		if s.Interferers == "readers" {
-			who = "the backup kept %.0f%% of its throughput"
-		}
+	// Writers (pid, autonomic: no interferers named) move writes; the
+	// other loads move reads and writes.
+	moved := func(r report.ControlledRun) float64 { return r.ReadMBs + r.WriteMBs }
+	who, whose := "the "+s.Interferers, "their"
+	switch s.Interferers {
+	case "":
+		moved = func(r report.ControlledRun) float64 { return r.WriteMBs }
+		who = "the writers"
+	case "readers":
+		who, whose = "the backup", "its"
 	}
 	kept := ""
 	if b := moved(s.Baseline); b > 0 {
-		kept = ", " + fmt.Sprintf(who, 100*moved(on)/b)
+		kept = fmt.Sprintf(", %s kept %.0f%% of %s throughput", who, 100*moved(on)/b, whose)
 	}
 	return fmt.Sprintf("before/after: the reader's read wait p95 %.2f ms with the agent off, %.2f ms with it on at %.0f ms%s, same load, same run: %s",
 		s.Baseline.ReadWaitMs.P95, on.ReadWaitMs.P95, on.ThresholdMs, kept, plot)
