@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -38,7 +39,7 @@ func TestArchitecturePackageMap(t *testing.T) {
 		if r.all {
 			continue
 		}
-		if g, w := keys(got), keys(r.imports); !slices.Equal(g, w) {
+		if g, w := slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(r.imports)); !slices.Equal(g, w) {
 			t.Errorf("docs/architecture.md row %v: imports (sanqos) %v, go list says %v", r.pkgs, w, g)
 		}
 	}
@@ -186,14 +187,5 @@ func modulePackages(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return keys(seen)
-}
-
-func keys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(seen))
 }
