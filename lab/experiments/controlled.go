@@ -288,7 +288,7 @@ func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 		run.DelayLineLate = lateSummary(runLate)
 	}
 	ds.throttled(&run, p)
-	if err := ds.writeCSV(filepath.Join(r.Dir, "delays-"+p.Name+".csv")); err != nil {
+	if err := ds.writeCSVs(r.Dir, p.Name); err != nil {
 		return err
 	}
 	if run.ThresholdMs <= cr.sum.ReaderAloneP95Ms {

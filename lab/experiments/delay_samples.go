@@ -7,10 +7,12 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/sanqos/sanqos/agent"
 	"github.com/sanqos/sanqos/lab"
 	"github.com/sanqos/sanqos/report"
 )
@@ -26,6 +28,11 @@ type delaySamples struct {
 	// the plot shows only the largest, which hides a consumer left
 	// out of the set or slowed in one direction only.
 	rows [][]string
+	// loop are each resource's controller state per sample, for
+	// loop-*.csv: the setpoint is threshold / the tail factor, so a run
+	// that held the wait tighter than asked shows whether the tail
+	// factor or the controller put it there.
+	loop [][]string
 }
 
 // delaySampler samples the agent's throttles as phase events (the agent
@@ -49,6 +56,14 @@ func delaySampler(a *lab.LabAgent, length time.Duration, l *interferers, ds *del
 				d = math.Max(d, l.delay(s))
 				rd, wd = math.Max(rd, float64(s.ReadDelay)/1e6), math.Max(wd, float64(s.WriteDelay)/1e6)
 				c += float64(s.WriteRate) / 1e6
+			}
+			var st agent.Status
+			if err := a.Status(&st); err != nil {
+				return err
+			}
+			for _, r := range st.Resources {
+				ds.loop = append(ds.loop, []string{fmt.Sprintf("%.1f", t.Seconds()), r.Name, msCell(r.SetpointMs), msCell(r.IndicatorMs),
+					msCell(r.RawWaitMs), msCell(float64(r.Delay) / 1e6)})
 			}
 			b2 := m[lab.HostAddr("b2")]
 			ds.x = append(ds.x, t.Seconds())
@@ -98,11 +113,27 @@ func (ds *delaySamples) throttled(run *ControlledRun, p *lab.Phase) {
 	}
 }
 
-// writeCSV writes every consumer's delays per sample.
-func (ds *delaySamples) writeCSV(path string) error {
+// msCell formats a status value in ms; NaN (no reads this tick) as empty.
+func msCell(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return ""
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// writeCSVs writes every consumer's delays per sample to
+// delays-NAME.csv and each resource's controller state to loop-NAME.csv.
+func (ds *delaySamples) writeCSVs(dir, name string) error {
+	if err := writeCSV(filepath.Join(dir, "delays-"+name+".csv"), []string{"t_s", "consumer", "read_delay_ms", "write_delay_ms"}, ds.rows); err != nil {
+		return err
+	}
+	return writeCSV(filepath.Join(dir, "loop-"+name+".csv"), []string{"t_s", "resource", "setpoint_ms", "indicator_ms", "raw_wait_ms", "delay_ms"}, ds.loop)
+}
+
+func writeCSV(path string, header []string, rows [][]string) error {
 	var b strings.Builder
 	w := csv.NewWriter(&b)
-	_ = w.Write([]string{"t_s", "consumer", "read_delay_ms", "write_delay_ms"})
-	_ = w.WriteAll(ds.rows)
+	_ = w.Write(header)
+	_ = w.WriteAll(rows)
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
