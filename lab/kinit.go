@@ -37,6 +37,18 @@ import (
 // KernelClientDev is the initial namespace's interface of client host.
 func KernelClientDev(host string) string { return "sq-" + host }
 
+// ClientTCPNS is the network namespace whose TCP stack carries client
+// host's iSCSI connections, where their TCP counters are read: the
+// host's own with libiscsi (fio's engine in it), the initial one ("",
+// all clients' sessions together) with the kernel initiator, as tcpByNS
+// counts a phase. A nil state is the default lab's (libiscsi).
+func (s *State) ClientTCPNS(host string) string {
+	if s != nil && s.Options.InitiatorKind() == InitiatorKernel {
+		return ""
+	}
+	return host
+}
+
 var (
 	iscsidConf    = filepath.Join(StateDir, "iscsid.conf")
 	initiatorFile = filepath.Join(StateDir, "initiatorname.iscsi")

@@ -64,3 +64,23 @@ func TestOptionsTargetInitiator(t *testing.T) {
 		t.Error("initiator iser accepted")
 	}
 }
+
+// Where a client's TCP counters are: its own namespace with libiscsi
+// (whatever the target), the initial one with the kernel initiator.
+func TestClientTCPNS(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		s    *State
+		want string
+	}{
+		{"no state", nil, "b2"},
+		{"tgt, libiscsi (default)", &State{Options: DefaultOptions()}, "b2"},
+		{"lio, libiscsi", &State{Options: Options{Target: TargetLIO, Initiator: InitiatorLibiscsi}}, "b2"},
+		{"lio, kernel initiator", &State{Options: Options{Target: TargetLIO, Initiator: InitiatorKernel}}, ""},
+		{"tgt, kernel initiator", &State{Options: Options{Initiator: InitiatorKernel}}, ""},
+	} {
+		if got := c.s.ClientTCPNS("b2"); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}
