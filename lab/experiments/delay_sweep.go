@@ -24,80 +24,127 @@ func (delaySweep) Run(_ context.Context, r *lab.Runner, o Options) (any, error) 
 	return rr.eachBackend("delay-sweep", rr.delaySweepSession)
 }
 
-// runDelaySweepSession keeps one iSCSI session per direction for the whole
-// sweep and changes the delay on it, as a controller does and as the
-// thesis' long-lived kernel-initiator sessions saw it. (A new session
-// per point measures something else: with the delay already in place,
-// CUBIC's HyStart sees the RTT jump by more than its 4 ms minimum and ends
-// slow start at a small window; see delay-sweep-fresh.)
+// delaySweepSession changes the delay on established iSCSI sessions, as
+// a controller does and as the thesis' long-lived kernel-initiator
+// sessions saw it: with libiscsi one per stream and direction, opened by
+// fio for the direction's whole sweep; with the kernel initiator b2's one
+// session, logged in at lab up, for every stream and both directions.
+// (A new session per point measures something else: with the delay
+// already in place, CUBIC's HyStart sees the RTT jump by more than its
+// 4 ms minimum and ends slow start at a small window; see
+// delay-sweep-fresh.)
 func (r *runner) delaySweepSession(backend string) (backendRun, error) {
 	a, err := r.startAgent(backend, thesisWrites...)
 	if err != nil {
 		return nil, err
 	}
 	defer a.Stop()
-	step := max(r.Scale(20*time.Second), 2*time.Second)
-	lead := 2 * time.Second
-	reps := max(r.opts.Repeat, 3)
-	streams := max(r.opts.Streams, 1)
-	delays := sweepDelays(streams)
-	n := len(delays)
-	sum := newSweepSummary("delay-sweep", "one per direction, delay changed on it")
-	sum.Streams = streams
-	b2 := lab.HostAddr("b2")
+	pl := r.sweepPlan()
+	sum := newSweepSummary("delay-sweep", sweepSession(r.State))
+	sum.Streams = pl.streams
 	var all []*lab.PhaseResult
 	for _, dir := range []string{"read", "write"} {
-		length := lead + time.Duration(n*reps)*step
-		p := &lab.Phase{Name: dir, Label: dir + " sweep", Length: length + time.Second, From: 0, To: length,
-			Jobs: []lab.Job{{Name: "sweep", Host: "b2", URL: r.LUN("b2").URL, RW: dir, BS: 64 << 10, NumJobs: streams, Runtime: length}}}
-		// Counters at each change, so each step's TCP events are known.
-		var marksT, marksI []lab.TCPCounters // target, initiator
-		for k := 0; k < n*reps; k++ {
-			d := delays[k%n]
-			set := sweepSetting(dir, d)
-			p.Events = append(p.Events, lab.Event{At: lead + time.Duration(k)*step, Name: d.String(), Do: func() error {
-				t, i, err := readSweepTCP()
-				if err != nil {
-					return err
-				}
-				marksT, marksI = append(marksT, t), append(marksI, i)
-				return a.Set(map[netip.Addr]throttle.Setting{b2: set})
-			}})
-		}
-		// The lead runs undelayed (the read sweep ends at 9.6 ms): its
-		// login and first seconds are the unthrottled control.
-		if err := a.Clear(); err != nil {
-			return nil, err
-		}
-		lead0T, lead0I, err := readSweepTCP()
+		res, err := r.sweepDirection(a, pl, dir, sum)
 		if err != nil {
 			return nil, err
-		}
-		res, err := r.Run(p, 0)
-		if err != nil {
-			return nil, err
-		}
-		endT, endI, err := readSweepTCP()
-		if err != nil {
-			return nil, err
-		}
-		marksT, marksI = append(marksT, endT), append(marksI, endI)
-		if len(marksT) > 1 {
-			sum.LeadTCP = sum.LeadTCP.Add(marksT[0].Sub(lead0T)).Add(marksI[0].Sub(lead0I))
 		}
 		all = append(all, res)
-		pts, xs, ys := sweepPoints(res, dir, delays, marksT, marksI, lead, step, reps)
-		sum.Points = append(sum.Points, pts...)
-		how := fmt.Sprintf(" on one session, %d repeats", reps)
-		if streams > 1 {
-			how = fmt.Sprintf(" on %d streams, %d repeats", streams, reps)
-		}
-		if err := sum.fitDirection(r.Dir, dir, xs, ys, how); err != nil {
-			return nil, err
-		}
 	}
 	sum.setTCP(all)
 	return sum, a.Clear()
+}
+
+// sweepPlan is delay-sweep's schedule and where the swept session's two
+// ends keep their TCP counters.
+type sweepPlan struct {
+	step, lead    time.Duration
+	reps, streams int
+	delays        []time.Duration
+	// targetNS and initiatorNS are the namespaces whose TCP counters are
+	// the session's target and initiator ends (ClientTCPNS: with the
+	// kernel initiator the initial namespace, every client's sessions).
+	targetNS, initiatorNS string
+}
+
+func (r *runner) sweepPlan() sweepPlan {
+	streams := max(r.opts.Streams, 1)
+	return sweepPlan{step: max(r.Scale(20*time.Second), 2*time.Second), lead: 2 * time.Second,
+		reps: max(r.opts.Repeat, 3), streams: streams, delays: sweepDelays(streams),
+		targetNS: lab.TargetNS, initiatorNS: r.State.ClientTCPNS("b2")}
+}
+
+// length is a direction's fio runtime: the lead and every step.
+func (pl sweepPlan) length() time.Duration {
+	return pl.lead + time.Duration(len(pl.delays)*pl.reps)*pl.step
+}
+
+// sweepSession is summary.json's "session": which sessions carried the
+// sweep.
+func sweepSession(s *lab.State) string {
+	if s != nil && s.Options.InitiatorKind() == lab.InitiatorKernel {
+		return "b2's one kernel-initiator session (logged in at lab up) for both directions, delay changed on it"
+	}
+	return "one per direction, delay changed on it"
+}
+
+// sweepPhase is direction dir's phase, without its events: the streams
+// on b2's LUN as the lab reaches it (LUN.URL: a libiscsi URL, or the
+// kernel initiator's block device, whose one session carries them all).
+func (r *runner) sweepPhase(pl sweepPlan, dir string) *lab.Phase {
+	length := pl.length()
+	return &lab.Phase{Name: dir, Label: dir + " sweep", Length: length + time.Second, From: 0, To: length,
+		Jobs: []lab.Job{{Name: "sweep", Host: "b2", URL: r.LUN("b2").URL, RW: dir, BS: 64 << 10, NumJobs: pl.streams, Runtime: length}}}
+}
+
+// sweepDirection runs direction dir's sweep through agent a and adds its
+// points, fit and plots to sum.
+func (r *runner) sweepDirection(a *lab.LabAgent, pl sweepPlan, dir string, sum *SweepSummary) (*lab.PhaseResult, error) {
+	p := r.sweepPhase(pl, dir)
+	n := len(pl.delays)
+	b2 := lab.HostAddr("b2")
+	// Counters at each change, so each step's TCP events are known.
+	var marksT, marksI []lab.TCPCounters // target, initiator
+	for k := 0; k < n*pl.reps; k++ {
+		d := pl.delays[k%n]
+		set := sweepSetting(dir, d)
+		p.Events = append(p.Events, lab.Event{At: pl.lead + time.Duration(k)*pl.step, Name: d.String(), Do: func() error {
+			t, i, err := pl.readTCP()
+			if err != nil {
+				return err
+			}
+			marksT, marksI = append(marksT, t), append(marksI, i)
+			return a.Set(map[netip.Addr]throttle.Setting{b2: set})
+		}})
+	}
+	// The lead runs undelayed (the read sweep ends at its largest delay):
+	// its first seconds (with libiscsi its login too) are the
+	// unthrottled control.
+	if err := a.Clear(); err != nil {
+		return nil, err
+	}
+	lead0T, lead0I, err := pl.readTCP()
+	if err != nil {
+		return nil, err
+	}
+	res, err := r.Run(p, 0)
+	if err != nil {
+		return nil, err
+	}
+	endT, endI, err := pl.readTCP()
+	if err != nil {
+		return nil, err
+	}
+	marksT, marksI = append(marksT, endT), append(marksI, endI)
+	if len(marksT) > 1 {
+		sum.LeadTCP = sum.LeadTCP.Add(marksT[0].Sub(lead0T)).Add(marksI[0].Sub(lead0I))
+	}
+	pts, xs, ys := sweepPoints(res, dir, pl.delays, marksT, marksI, pl.lead, pl.step, pl.reps)
+	sum.Points = append(sum.Points, pts...)
+	how := fmt.Sprintf(" on one session, %d repeats", pl.reps)
+	if pl.streams > 1 {
+		how = fmt.Sprintf(" on %d streams, %d repeats", pl.streams, pl.reps)
+	}
+	return res, sum.fitDirection(r.Dir, dir, xs, ys, how)
 }
 
 // sweepPoints reads direction dir's run res: each of the delays' mean

@@ -26,7 +26,8 @@ type SweepPoint struct {
 	// steps, each from the change into it (delay-sweep only): it tells a
 	// probe the delay caused from one the lab makes unthrottled. By sender:
 	// the target (the reads' data) and b2 (the writes' data, whose ACKs a
-	// write delay holds).
+	// write delay holds). With the kernel initiator b2's side is the
+	// initial namespace's stack, every client's session (b3..b5's idle).
 	TCP          *lab.TCPCounters `json:"tcp,omitempty"`
 	TCPTarget    *lab.TCPCounters `json:"tcp_target,omitempty"`
 	TCPInitiator *lab.TCPCounters `json:"tcp_initiator,omitempty"`
@@ -56,8 +57,9 @@ type SweepSummary struct {
 	Retrans    uint64             `json:"retransmits"`
 	TCP        lab.TCPCounters    `json:"tcp"`
 	// LeadTCP is the target's and b2's count over each direction's
-	// undelayed lead (login and first seconds, delay-sweep only): what
-	// the lab does unthrottled, beside the points' own counts.
+	// undelayed lead (first seconds, with libiscsi its login too;
+	// delay-sweep only): what the lab does unthrottled, beside the
+	// points' own counts.
 	LeadTCP lab.TCPCounters `json:"tcp_unthrottled_lead"`
 }
 
@@ -172,14 +174,14 @@ func pointTCP(marks []lab.TCPCounters, n, reps, i int) *lab.TCPCounters {
 	return &c
 }
 
-// readSweepTCP reads the counters of the swept session's two ends. An
-// error ends the sweep: a zero reading would turn the next difference
-// into a wrapped uint64, not a count.
-func readSweepTCP() (target, initiator lab.TCPCounters, err error) {
-	if target, err = lab.ReadTCPCounters(lab.TargetNS); err != nil {
+// readTCP reads the counters of the swept session's two ends. An error
+// ends the sweep: a zero reading would turn the next difference into a
+// wrapped uint64, not a count.
+func (pl sweepPlan) readTCP() (target, initiator lab.TCPCounters, err error) {
+	if target, err = lab.ReadTCPCounters(pl.targetNS); err != nil {
 		return target, initiator, err
 	}
-	initiator, err = lab.ReadTCPCounters("b2")
+	initiator, err = lab.ReadTCPCounters(pl.initiatorNS)
 	return target, initiator, err
 }
 
