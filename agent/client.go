@@ -100,6 +100,12 @@ func (c *Client) List() (map[netip.Addr]throttle.Setting, error) {
 	if err := c.do(http.MethodGet, "/v1/throttles", nil, &m); err != nil {
 		return nil, err
 	}
+	return throttlesByAddr(m)
+}
+
+// throttlesByAddr keys the throttles the agent sent (JSON object keys are
+// strings) by address.
+func throttlesByAddr(m map[string]throttle.Setting) (map[netip.Addr]throttle.Setting, error) {
 	out := make(map[netip.Addr]throttle.Setting, len(m))
 	for k, v := range m {
 		a, err := netip.ParseAddr(k)
@@ -109,6 +115,13 @@ func (c *Client) List() (map[netip.Addr]throttle.Setting, error) {
 		out[a] = v
 	}
 	return out, nil
+}
+
+// ThrottlesByAddr is the status document's throttles keyed by address, as
+// List returns them: a caller that needs both the throttles and the
+// resources' state reads them from one status, one snapshot.
+func (s Status) ThrottlesByAddr() (map[netip.Addr]throttle.Setting, error) {
+	return throttlesByAddr(s.Throttles)
 }
 
 // Counters returns what the backend delayed per consumer (GET /v1/counters).

@@ -44,7 +44,13 @@ func delaySampler(a *lab.LabAgent, length time.Duration, l *interferers, ds *del
 	for t := time.Second; t < length; t += 500 * time.Millisecond {
 		t := t
 		ev = append(ev, lab.Event{At: t, Name: "sample delay", Do: func() error {
-			m, err := a.List()
+			// One status: the throttles and the controllers' state
+			// of the same instant, in one request.
+			var st agent.Status
+			if err := a.Status(&st); err != nil {
+				return err
+			}
+			m, err := st.ThrottlesByAddr()
 			if err != nil {
 				return err
 			}
@@ -56,10 +62,6 @@ func delaySampler(a *lab.LabAgent, length time.Duration, l *interferers, ds *del
 				d = math.Max(d, l.delay(s))
 				rd, wd = math.Max(rd, float64(s.ReadDelay)/1e6), math.Max(wd, float64(s.WriteDelay)/1e6)
 				c += float64(s.WriteRate) / 1e6
-			}
-			var st agent.Status
-			if err := a.Status(&st); err != nil {
-				return err
 			}
 			for _, r := range st.Resources {
 				ds.loop = append(ds.loop, []string{fmt.Sprintf("%.1f", t.Seconds()), r.Name, msCell(r.SetpointMs), msCell(r.IndicatorMs),
