@@ -61,6 +61,23 @@ type Params struct {
 	WriteNetBps float64       `json:"write_net_bps"`
 	ReadWindow  float64       `json:"read_window_bytes"`
 	WriteWindow float64       `json:"write_window_bytes"`
+	// ReadStall and ReadStallProb give reads an additive tail: while
+	// another consumer's job is active on the resource, each read is held
+	// ReadStall (± Jitter) longer in the block stack with probability
+	// ReadStallProb, as if queued behind one interferer request whose
+	// service does not shrink when the interferers are delayed. The lab's
+	// reader at 15 ms has such a tail (docs/interferers.md, "Why the 15 ms
+	// runs wander": mean 13.6 → 9.0 ms, per-interval p95 18.0 → 15.6 ms);
+	// the queue above alone gives a tail that scales with the mean. 0 (the
+	// default) draws nothing, so existing runs replay unchanged.
+	ReadStall     time.Duration `json:"read_stall_ns,omitempty"`
+	ReadStallProb float64       `json:"read_stall_prob,omitempty"`
+	// ReadStallDelay, if > 0, scales ReadStallProb by the largest write
+	// delay applied to the other consumers over ReadStallDelay (capped at
+	// probability 1): a tail that grows as the writers are slowed (the
+	// delayed ACKs release each writer's window in one burst), so the
+	// per-interval p95 falls slower than the mean.
+	ReadStallDelay time.Duration `json:"read_stall_delay_ns,omitempty"`
 }
 
 // DefaultParams are the lab's disk model (0.2 ms, 5 ms, 40 MB/s) with
@@ -423,9 +440,39 @@ func (m *Model) done(ri int) {
 	if r.cached {
 		dk.cacheUse -= int64(r.bytes)
 	} else {
-		m.push(event{at: m.now + m.P.DeviceLatency, kind: evComplete, req: r})
+		m.push(event{at: m.now + m.P.DeviceLatency + m.stall(r, ri), kind: evComplete, req: r})
 	}
 	m.startNext(ri)
+}
+
+// stall is a read's additive delay (ReadStall): drawn only when
+// ReadStallProb > 0 and another consumer has an active job on the
+// resource, so a model without it draws nothing extra.
+func (m *Model) stall(r *request, ri int) time.Duration {
+	if r.write || m.P.ReadStallProb <= 0 || m.P.ReadStall <= 0 {
+		return 0
+	}
+	me := m.jobs[r.job].Consumer
+	busy := false
+	var delay time.Duration
+	for i, j := range m.jobs {
+		if j.Consumer != me && m.devs[m.jobDev[i]].res == ri && j.active(m.now) {
+			busy = true
+			delay = max(delay, m.thr.get(j.Consumer).WriteDelay)
+		}
+	}
+	p := m.P.ReadStallProb
+	if m.P.ReadStallDelay > 0 {
+		p = min(1, p*float64(delay)/float64(m.P.ReadStallDelay))
+	}
+	if !busy || p <= 0 || m.rng.Float64() >= p {
+		return 0
+	}
+	s := float64(m.P.ReadStall)
+	if m.P.Jitter > 0 {
+		s *= 1 + m.P.Jitter*(2*m.rng.Float64()-1)
+	}
+	return time.Duration(s)
 }
 
 func (m *Model) complete(r *request) {

@@ -64,6 +64,10 @@ type Tick struct {
 	// lever), CapMBs the tightest cap (MB/s; 0: none).
 	Capped int
 	CapMBs float64
+	// SetpointMs and IndicatorMs are the agent's first resource's
+	// setpoint and smoothed wait after the tick (0: no agent), for
+	// loop.csv: how the p95 objective's tail factor moves the setpoint.
+	SetpointMs, IndicatorMs float64
 }
 
 // PhaseResult is a phase's trace.
@@ -138,6 +142,11 @@ func RunPhase(p *Phase, par Params, seed uint64) (*PhaseResult, error) {
 		}
 		cur, _ := m.Read()
 		tk := Tick{Tick: report.Tick{T: t.Seconds(), Dev: map[string]sample.Interval{}}}
+		if ag != nil {
+			if rs := ag.Resources(); len(rs) > 0 {
+				tk.SetpointMs, tk.IndicatorMs = rs[0].SetpointMs, rs[0].IndicatorMs
+			}
+		}
 		for dev, c := range cur {
 			h, ok := p.Hosts[dev]
 			if !ok {
@@ -167,6 +176,33 @@ func RunPhase(p *Phase, par Params, seed uint64) (*PhaseResult, error) {
 	res.Events = m.seq
 	simulated.Add(int64(p.Length))
 	return res, nil
+}
+
+// WriteLoop writes loop.csv: per agent tick, the setpoint and the
+// indicator (the lab's loop-*.csv columns that matter for the p95
+// objective). Phases without an agent are left out.
+func WriteLoop(w io.Writer, rs []*PhaseResult) error {
+	cw := csv.NewWriter(w)
+	_ = cw.Write([]string{"phase", "t_s", "setpoint_ms", "indicator_ms", "raw_ms", "delay_ms"})
+	for _, r := range rs {
+		if r.Phase.Agent == nil {
+			continue
+		}
+		for _, t := range r.Ticks {
+			raw := ""
+			for d, h := range r.Phase.Hosts {
+				if d == Devices[0] {
+					if iv, ok := t.Dev[h]; ok && !math.IsNaN(iv.ReadWaitMs) {
+						raw = strconv.FormatFloat(iv.ReadWaitMs, 'f', 3, 64)
+					}
+				}
+			}
+			_ = cw.Write([]string{r.Phase.Name, strconv.FormatFloat(t.T, 'f', 1, 64), strconv.FormatFloat(t.SetpointMs, 'f', 3, 64),
+				strconv.FormatFloat(t.IndicatorMs, 'f', 3, 64), raw, strconv.FormatFloat(math.Max(t.Delay, t.ReadDelay), 'f', 2, 64)})
+		}
+	}
+	cw.Flush()
+	return cw.Error()
 }
 
 // WriteTrace writes results as the lab's trace.csv (same columns).

@@ -211,6 +211,17 @@ func writeTraceFile(dir string, rs []*PhaseResult) error {
 		f.Close()
 		return err
 	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	f, err = os.Create(filepath.Join(dir, "loop.csv"))
+	if err != nil {
+		return err
+	}
+	if err := WriteLoop(f, rs); err != nil {
+		f.Close()
+		return err
+	}
 	return f.Close()
 }
 

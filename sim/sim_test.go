@@ -482,3 +482,53 @@ func TestP95ObjectiveLandsOnThreshold(t *testing.T) {
 		}
 	}
 }
+
+// TestReadStall: the additive-tail option adds about prob × stall to the
+// reader's mean wait while another consumer is active, nothing while it
+// is alone, and off it replays the model exactly; scaled by the delay it
+// grows with the writers' delay.
+func TestReadStall(t *testing.T) {
+	const stall = 20 * time.Millisecond
+	jobs := func(writer bool) []*Job {
+		j := []*Job{{Consumer: HostAddr("b2"), Device: "loop0", Random: true, BS: 8192, IODepth: 1, RateBps: 256 << 10, Length: 40 * time.Second}}
+		if writer {
+			j = append(j, &Job{Consumer: HostAddr("b3"), Device: "loop1", Write: true, BS: 65536, IODepth: 2, Length: 40 * time.Second})
+		}
+		return j
+	}
+	wait := func(p Params, writer bool, delay time.Duration) float64 {
+		m := NewModel(p, 1, []Resource{{Name: "vg1", Devices: Devices}}, jobs(writer))
+		if delay > 0 {
+			m.Throttle().SetDirect(HostAddr("b3"), throttle.Setting{WriteDelay: delay})
+		}
+		m.RunUntil(40 * time.Second)
+		c, _ := m.Read("loop0")
+		return float64(c["loop0"].ReadTicks) / float64(c["loop0"].Reads)
+	}
+	with := func(prob float64, scale time.Duration) Params {
+		p := DefaultParams()
+		p.ReadStall, p.ReadStallProb, p.ReadStallDelay = stall, prob, scale
+		return p
+	}
+	tests := []struct {
+		name   string
+		p      Params
+		writer bool
+		delay  time.Duration
+		lo, hi float64 // extra mean wait over the same run without the option (ms)
+	}{
+		{"off is the model without it", with(0, 0), true, 0, 0, 0},
+		{"probability 0.1 adds about 2 ms with a writer", with(0.1, 0), true, 0, 1.2, 2.8},
+		{"no stall without another consumer", with(0.1, 0), false, 0, 0, 0},
+		{"delay-scaled: no delay, no stall", with(0.1, 20*time.Millisecond), true, 0, 0, 0},
+		{"delay-scaled: at the scale's delay, as unscaled", with(0.1, 20*time.Millisecond), true, 20 * time.Millisecond, 1.2, 2.8},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			base := wait(DefaultParams(), tc.writer, tc.delay)
+			if d := wait(tc.p, tc.writer, tc.delay) - base; d < tc.lo-1e-9 || d > tc.hi+1e-9 {
+				t.Errorf("extra wait %.3f ms, want in [%.1f, %.1f]", d, tc.lo, tc.hi)
+			}
+		})
+	}
+}

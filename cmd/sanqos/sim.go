@@ -84,8 +84,8 @@ func simCmd() *cobra.Command {
 		Long: `Runs the real agent (indicator, EWMA, PID, throttleable sets, actuator)
 against a deterministic discrete-event model of initiators, TCP and a shared
 disk, under a virtual clock. Scenarios: ` + strings.Join(sim.Names(), ", ") + `.
-Writes summary.json (the lab's format), trace.csv and plots to
-RESULTS/sim-SCENARIO/RUN-ID/, and sim.json with the wall time and speed-up
+Writes summary.json (the lab's format), trace.csv, loop.csv (the agent's
+setpoint and indicator per tick) and plots to RESULTS/sim-SCENARIO/RUN-ID/, and sim.json with the wall time and speed-up
 (kept out of summary.json, which is byte-identical for a seed).`,
 		Example: `  sanqos sim autonomic
   sanqos sim pid --params results/sim-calibration/latest/params.json --agent-yaml tuned.yaml
