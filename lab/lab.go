@@ -288,4 +288,4 @@ func (r *Resource) LUNOf(host string) (*LUN, error) {
 }
 
 // ErrNotRoot is returned when the lab is driven without root.
-var ErrNotRoot = errors.New("the lab needs root (network namespaces, loop devices, tgtd): run with sudo")
+var ErrNotRoot = errors.New("the lab must run as root (network namespaces, loop devices, tgtd)")

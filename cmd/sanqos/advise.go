@@ -37,10 +37,10 @@ net.ipv4.tcp_wmem/tcp_rmem; never lowered below their current values) and
 why. It only reads; it changes nothing. Run it on the target (or an
 initiator) while the connections carry load: an idle connection's
 bandwidth is what it used, so give --bandwidth-mbit for the link otherwise.`,
-		Example: `  sudo sanqos advise
-  sudo sanqos advise --interval 5s --iqn iqn.2026-11.lab:vg1 --json
-  sudo sanqos advise --iscsi-port 3261
-  sudo sanqos advise --bandwidth-mbit 1000 --max-buffer-kib 1024`,
+		Example: `  sanqos advise
+  sanqos advise --interval 5s --iqn iqn.2026-11.lab:vg1 --json
+  sanqos advise --iscsi-port 3261
+  sanqos advise --bandwidth-mbit 1000 --max-buffer-kib 1024`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			conns, err := advise.Measure(netlink.SocketDiagTCPInfo, port, advise.SleepFor(interval))

@@ -105,9 +105,9 @@ func agentCmd() *cobra.Command {
 consumers, samples /proc/diskstats every interval and runs one controller per
 resource; without, it only serves manual throttles (sanqos throttle ...).
 It owns the throttle backend and serves the control API on a root-only unix
-socket. Logs go to stderr (logfmt, or JSON with --log-json). SIGTERM/SIGINT
-remove every rule, set, qdisc and queue it created, after letting held
-packets go. SIGHUP reloads the config; a bad new config is rejected with the
+socket; it needs root. Logs go to stderr (logfmt, or JSON with --log-json).
+SIGTERM/SIGINT remove every rule, set, qdisc and queue it created, after
+letting held packets go. SIGHUP reloads the config; a bad new config is rejected with the
 reason and the old one stays active.
 
 With --config it also serves, read-only, on the config's http address
@@ -139,13 +139,13 @@ http address, so stop it before the real agent starts (or give it its own).
 
 In the lab, the experiments' agent runs in namespace bm: see
 'sanqos lab dashboard'.`,
-		Example: `  sudo sanqos agent --config /etc/sanqos/sanqos.yaml
-  sudo sanqos agent --config /etc/sanqos/sanqos.yaml --dry-run   # shadow: decides, applies nothing
-  sudo sanqos agent --config /etc/sanqos/sanqos.yaml --http 0.0.0.0:9311
+		Example: `  sanqos agent --config /etc/sanqos/sanqos.yaml
+  sanqos agent --config /etc/sanqos/sanqos.yaml --dry-run   # shadow: decides, applies nothing
+  sanqos agent --config /etc/sanqos/sanqos.yaml --http 0.0.0.0:9311
   ssh -L 9311:127.0.0.1:9311 storage1   # then open http://127.0.0.1:9311/
-  sudo sanqos agent --backend delayline
-  sudo sanqos agent --backend delayline --http 127.0.0.1:9311   # manual throttles, with the dashboard
-  sudo ip netns exec bm sanqos agent --backend delayline --socket /run/sanqos-lab/agent.sock`,
+  sanqos agent --backend delayline
+  sanqos agent --backend delayline --http 127.0.0.1:9311   # manual throttles, with the dashboard
+  ip netns exec bm sanqos agent --backend delayline --socket /run/sanqos-lab/agent.sock`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Signals are caught before anything else: systemd may reload

@@ -36,10 +36,11 @@ their mean response time (command to response, matched by Initiator Task
 Tag) and the MB/s each way. This is exactly the signal 'sanqos agent' uses
 in mode bridge, so it shows whether a bridge port sees the sessions before
 the agent is let loose on them. --pcap also writes the raw packets
-(LINKTYPE_RAW, nanosecond pcap) for offline diagnosis or test fixtures.`,
-		Example: `  sudo sanqos capture --interface eth1 --portal 192.168.10.5:3260
-  sudo ip netns exec sqlan sanqos capture --interface p-bm --portal 10.99.0.1 --duration 10s
-  sudo ip netns exec sqlan sanqos capture --interface p-bm --portal 10.99.0.1 --duration 2s --pcap /tmp/lab.pcap`,
+(LINKTYPE_RAW, nanosecond pcap) for offline diagnosis or test fixtures.
+Needs root (an AF_PACKET socket takes CAP_NET_RAW).`,
+		Example: `  sanqos capture --interface eth1 --portal 192.168.10.5:3260
+  ip netns exec sqlan sanqos capture --interface p-bm --portal 10.99.0.1 --duration 10s
+  ip netns exec sqlan sanqos capture --interface p-bm --portal 10.99.0.1 --duration 2s --pcap /tmp/lab.pcap`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(portals) == 0 {

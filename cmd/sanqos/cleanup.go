@@ -26,9 +26,9 @@ against a live agent's label: its throttles would vanish under it. A left
 delay-line rule is harmless meanwhile (--queue-bypass lets traffic through
 when no agent reads the queue); a left netem mark is not, until its ipset
 entries time out, nor a left write cap, until its heartbeat lapses
-(one second).`,
-		Example: `  sudo sanqos cleanup
-  sudo ip netns exec bm sanqos cleanup --label sanqos-lab-agent`,
+(one second). Needs root.`,
+		Example: `  sanqos cleanup
+  ip netns exec bm sanqos cleanup --label sanqos-lab-agent`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The agent derives one label per backend from its own.

@@ -38,11 +38,11 @@ Exits 0 when the agent could run (warnings included), 1 when a check failed.
 It checks its own capabilities; to check with the systemd unit's, run it
 under them (last example). Every check and what to do when it fails:
 docs/doctor.md.`,
-		Example: `  sudo sanqos doctor --config /etc/sanqos/sanqos.yaml
-  sudo sanqos doctor                       # as 'sanqos agent' without a config
-  sudo sanqos doctor --config /etc/sanqos/sanqos.yaml --json | jq '.checks[] | select(.status != "ok")'
-  sudo sanqos doctor --config /etc/sanqos/sanqos.yaml && sudo systemctl start sanqos
-  sudo setpriv --bounding-set -all,+net_admin,+net_raw sanqos doctor --config /etc/sanqos/sanqos.yaml`,
+		Example: `  sanqos doctor --config /etc/sanqos/sanqos.yaml
+  sanqos doctor                       # as 'sanqos agent' without a config
+  sanqos doctor --config /etc/sanqos/sanqos.yaml --json | jq '.checks[] | select(.status != "ok")'
+  sanqos doctor --config /etc/sanqos/sanqos.yaml && systemctl start sanqos
+  setpriv --bounding-set -all,+net_admin,+net_raw sanqos doctor --config /etc/sanqos/sanqos.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			env := doctor.NewEnv(doctor.System(), cfgPath)

@@ -33,9 +33,9 @@ current directory, prints its output and exits with its exit code. The
 guest has no network device; everything it writes outside the work
 directory is in its own memory. TCG boots to a shell in ~6 s here; KVM
 (--accel kvm) only where the host's CPU lets a guest run.`,
-		Example: `  sudo sanqos lab guest -- uname -r
-  sudo sanqos lab guest -- sh -c 'modprobe sch_fq && sanqos throttle backends'
-  sudo sanqos lab guest --dir /tmp/run -- ./throttle.test -test.run EDT -test.v`,
+		Example: `  sanqos lab guest -- uname -r
+  sanqos lab guest -- sh -c 'modprobe sch_fq && sanqos throttle backends'
+  sanqos lab guest --dir /tmp/run -- ./throttle.test -test.run EDT -test.v`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if verbose {

@@ -40,6 +40,37 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	}
 }
 
+// The help pages (and the man pages generated from them) hold the
+// README's rule (TestReadmeOrderAndRoot): an operator on a fresh Debian
+// machine is root and may have no sudo, so no example runs a command
+// through sudo, not even after && or in a pipe; a command that needs root
+// says so once in its description.
+func TestHelpExamplesRunAsRoot(t *testing.T) {
+	var walk func(c *cobra.Command)
+	n := 0
+	walk = func(c *cobra.Command) {
+		for i, l := range strings.Split(c.Example, "\n") {
+			for _, part := range splitCommands(cutComment(l)) {
+				w := shellWords(part)
+				if len(w) == 0 {
+					continue
+				}
+				n++
+				if w[0] == "sudo" {
+					t.Errorf("%q: Example line %d runs sudo: %s", c.CommandPath(), i+1, strings.TrimSpace(l))
+				}
+			}
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(rootCmd())
+	if n < 50 {
+		t.Fatalf("read only %d example commands; is the walk broken?", n)
+	}
+}
+
 func TestCompletionScripts(t *testing.T) {
 	for _, sh := range []string{"bash", "zsh", "fish"} {
 		out, err := run(t, "completion", sh)

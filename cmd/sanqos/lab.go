@@ -30,9 +30,9 @@ func labCmd() *cobra.Command {
 on a Linux bridge; one iSCSI target per shared resource with one LUN per
 initiator; each LUN a loop device on a shared modelled disk group (or, with
 --real-disk, on this machine's disk). Needs root.`,
-		Example: `  sudo sanqos lab up
-  sudo sanqos lab run autonomic
-  sudo sanqos lab down`,
+		Example: `  sanqos lab up
+  sanqos lab run autonomic
+  sanqos lab down`,
 	}
 	c.AddCommand(labUpCmd(), labDownCmd(), labStatusCmd(), labServeCmd(), labRunCmd(), labDashboardCmd(), labGuestCmd())
 	return c
@@ -63,12 +63,12 @@ through configfs, the portal made inside bm) instead of tgtd, and
 initiator: one iscsid in the guest's initial namespace (the kernel's iSCSI
 netlink exists only there), one interface and iface per client with the
 client's address, fio with libaio on each session's /dev/sdX.`,
-		Example: `  sudo sanqos lab up
-  sudo sanqos lab up --real-disk
-  sudo sanqos lab up --resources vg1,vg2 --disk-seek 8ms
-  sudo sanqos lab up --targets 3     # three target hosts and etcd: cluster-autonomic
-  sudo sanqos lab up --kernel debian
-  sudo sanqos lab up --kernel debian --target lio --initiator kernel`,
+		Example: `  sanqos lab up
+  sanqos lab up --real-disk
+  sanqos lab up --resources vg1,vg2 --disk-seek 8ms
+  sanqos lab up --targets 3     # three target hosts and etcd: cluster-autonomic
+  sanqos lab up --kernel debian
+  sanqos lab up --kernel debian --target lio --initiator kernel`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if kernel != "" {
@@ -177,7 +177,7 @@ If the stock-kernel guest ('lab up --kernel debian') is up, or left
 something, it is what goes: QEMU is powered off with the lab in it and
 ` + guest.LabDir + ` removed; the host's lab, if any, is untouched
 (--kernel host takes that down instead).`,
-		Example: "  sudo sanqos lab down\n  sudo sanqos lab down --force   # even while an experiment runs",
+		Example: "  sanqos lab down\n  sanqos lab down --force   # even while an experiment runs",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch kernel {
@@ -211,7 +211,7 @@ func labStatusCmd() *cobra.Command {
 LUN's host and loop device. Exits non-zero when the lab is unhealthy (a
 dead tgtd, a missing namespace), naming the problem. With the stock-kernel
 guest up ('lab up --kernel debian'), the guest and the lab inside it.`,
-		Example: "  sudo sanqos lab status\n  sudo sanqos lab status --json",
+		Example: "  sanqos lab status\n  sanqos lab status --json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if g, err := guest.Open(guest.LabDirectory()); err == nil && hostSide() {
@@ -330,9 +330,9 @@ func labRunCmd() *cobra.Command {
 			"pid and autonomic take --writers, --cycles and --no-oracle to fit TCG.\n\n" +
 			"To watch the controller live, open the agent's dashboard while a pid or\n" +
 			"autonomic run is going (see `sanqos agent --help`).\n\nExperiments:\n" + experiments.Help(),
-		Example: `  sudo sanqos lab run interference
-  sudo sanqos lab run interference --scale 1 --repeat 3
-  sudo sanqos lab run equal-share --scale 0.1`,
+		Example: `  sanqos lab run interference
+  sanqos lab run interference --scale 1 --repeat 3
+  sanqos lab run equal-share --scale 0.1`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Progress = os.Stderr
@@ -450,8 +450,8 @@ reach. This forwards --listen here to that address inside bm, one new
 connection per browser connection, until Ctrl-C. Start it, open the URL
 it prints, then run an experiment: the page reconnects by itself whenever
 the run restarts the agent (once per threshold).`,
-		Example: `  sudo sanqos lab dashboard &
-  sudo sanqos lab run autonomic
+		Example: `  sanqos lab dashboard &
+  sanqos lab run autonomic
   # open http://127.0.0.1:9311/ ; from another machine:
   ssh -L 9311:127.0.0.1:9311 lab-host`,
 		Args: cobra.NoArgs,

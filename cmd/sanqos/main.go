@@ -51,10 +51,10 @@ Start with 'sanqos doctor --config FILE' (could the agent run here, and
 if not, why; it changes nothing), then 'sanqos agent --help'. Operators watch it with the dashboard
 (http://127.0.0.1:9311/ on the agent's host), 'sanqos status', or
 Prometheus (/metrics, Grafana dashboard in grafana/).`,
-		Example: `  sudo sanqos doctor --config /etc/sanqos/sanqos.yaml
-  sudo sanqos agent --config /etc/sanqos/sanqos.yaml
-  sudo sanqos status --watch
-  sudo sanqos throttle set 10.99.0.3 --write-delay 2ms
+		Example: `  sanqos doctor --config /etc/sanqos/sanqos.yaml
+  sanqos agent --config /etc/sanqos/sanqos.yaml
+  sanqos status --watch
+  sanqos throttle set 10.99.0.3 --write-delay 2ms
   sanqos report results/autonomic/latest
   sanqos completion bash > /etc/bash_completion.d/sanqos`,
 		SilenceUsage:  true,

@@ -41,11 +41,13 @@ the terminal version of the dashboard:
 A wait shows as "-" when the resource's devices had no reads (no wait
 measured is not 0 ms). --json prints the agent's status document for
 scripts (wait fields are null when unmeasured). --watch refreshes like top;
---watch alone every 2s, or --watch=500ms.`,
-		Example: `  sudo sanqos status
-  sudo sanqos status --watch
-  sudo sanqos status --watch=500ms --count 10
-  sudo sanqos status --json | jq '.resources[] | {name, indicator_ms, threshold_ms}'`,
+--watch alone every 2s, or --watch=500ms.
+
+Needs root: the agent's control socket is root-only.`,
+		Example: `  sanqos status
+  sanqos status --watch
+  sanqos status --watch=500ms --count 10
+  sanqos status --json | jq '.resources[] | {name, indicator_ms, threshold_ms}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
@@ -89,7 +91,7 @@ func fetchStatus(socket string) (agent.Status, error) {
 		if _, serr := os.Stat(socket); serr == nil {
 			why = "nothing listens on " + socket + " (stale socket)"
 		}
-		return st, fmt.Errorf("agent not running: %s (start it with: sudo sanqos agent --config /etc/sanqos/sanqos.yaml)", why)
+		return st, fmt.Errorf("agent not running: %s (start it with: systemctl start sanqos (or: sanqos agent --config /etc/sanqos/sanqos.yaml))", why)
 	}
 	if err == nil && st.Throttles == nil {
 		// An agent without --config reports only its backend; its manual

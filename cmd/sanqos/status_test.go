@@ -175,7 +175,7 @@ func TestStatusAgentNotRunning(t *testing.T) {
 		{stale, "agent not running: nothing listens on " + stale},
 	} {
 		_, err := run(t, "status", "--socket", tc.sock)
-		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "sudo sanqos agent --config") {
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "start it with: systemctl start sanqos (or: sanqos agent --config") {
 			t.Errorf("%s: %v", tc.sock, err)
 		}
 	}

@@ -31,10 +31,10 @@ bytes/s sent to it. Delays must be below 100 ms, far from TCP's 200 ms
 minimum retransmission timeout.
 
 Throttles set here are shown by 'sanqos status' and the dashboard. Talks to
-the agent over its root-only unix socket.`,
-		Example: `  sudo sanqos throttle set 10.99.0.3 --write-delay 2ms
-  sudo sanqos throttle list
-  sudo sanqos throttle clear --all`,
+the agent over its root-only unix socket, so it needs root.`,
+		Example: `  sanqos throttle set 10.99.0.3 --write-delay 2ms
+  sanqos throttle list
+  sanqos throttle clear --all`,
 	}
 	c.PersistentFlags().StringVar(&socket, "socket", socket, "the agent's control socket")
 	c.AddCommand(throttleSetCmd(&socket), throttleClearCmd(&socket), throttleListCmd(&socket), throttleBackendsCmd())
@@ -157,7 +157,7 @@ func throttleBackendsCmd() *cobra.Command {
 		Long: `Probes, in scratch network namespaces, which throttle backends this kernel
 can run and says why the others cannot; needs root. 'auto' takes the first
 available of ` + andList(throttle.DelayNames()) + `.`,
-		Example: "  sudo sanqos throttle backends\n  sudo sanqos throttle backends --json",
+		Example: "  sanqos throttle backends\n  sanqos throttle backends --json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			bs := throttle.Backends()
