@@ -54,7 +54,7 @@ func (c *Client) do(method, path string, body any, out any) error {
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-			return fmt.Errorf("%w (no agent on %s): start it with `sanqos agent`", ErrNotRunning, c.Socket)
+			return fmt.Errorf("%w (no agent on %s): start it with `systemctl start sanqos` (or `sanqos agent --config /etc/sanqos/sanqos.yaml`)", ErrNotRunning, c.Socket)
 		}
 		if errors.Is(err, syscall.EACCES) {
 			return fmt.Errorf("%s: permission denied (the control socket is root-only)", c.Socket)
