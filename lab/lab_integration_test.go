@@ -111,6 +111,9 @@ func TestParseTCPCounters(t *testing.T) {
 	if c.RetransSegs != 29 || c.LossProbes == 0 || c.NonProbe() > c.RetransSegs {
 		t.Fatalf("%+v", c)
 	}
+	if s, err := ParseTCPSample(string(snmp), string(netstat)); err != nil || s.TCPCounters != c || s.HostQueues != 0 {
+		t.Errorf("ParseTCPSample = %+v, %v; want the same counters and no host-queue skips in this fixture", s, err)
+	}
 	for _, bad := range [][2]string{{"Ip: a b\nIp: 1 2\n", string(netstat)}, {string(snmp), "TcpExt: A B\nTcpExt: 1\n"}} {
 		if _, err := ParseTCPCounters(bad[0], bad[1]); err == nil {
 			t.Errorf("parsed %q", bad)

@@ -243,7 +243,7 @@ func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 	p := cr.phase(fmt.Sprintf("%sthreshold-%v", tag, thr), fmt.Sprintf("%sthreshold %v", strings.ReplaceAll(tag, "-", " "), thr))
 	var ds delaySamples
 	t0 := time.Now()
-	p.Events = delaySampler(a, length, cr.c.load, &ds)
+	p.Events = delaySampler(a, length, cr.c.load, &ds, !cr.c.bridge)
 	var ps *passiveSeries
 	if cr.c.bridge {
 		ps = &passiveSeries{}

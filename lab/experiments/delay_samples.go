@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,17 +34,25 @@ type delaySamples struct {
 	// that held the wait tighter than asked shows whether the tail
 	// factor or the controller put it there.
 	loop [][]string
+	// tcp are the target namespace's TCP counters each second, for
+	// tcp-*.csv: the phase's totals say how many probes there were, the
+	// series says when — at an onset, at a delay's peak, or anywhere.
+	tcp [][]string
 }
 
 // delaySampler samples the agent's throttles as phase events (the agent
 // is the source of truth for what it applied): the delay acting is the
 // write delay for writers, the larger of read and write delay for
-// interferers that read.
-func delaySampler(a *lab.LabAgent, length time.Duration, l *interferers, ds *delaySamples) []lab.Event {
+// interferers that read. With tcp, every whole second it also reads the
+// TCP counters of the agent's namespace, the target's in target mode.
+func delaySampler(a *lab.LabAgent, length time.Duration, l *interferers, ds *delaySamples, tcp bool) []lab.Event {
 	var ev []lab.Event
 	for t := time.Second; t < length; t += 500 * time.Millisecond {
 		t := t
 		ev = append(ev, lab.Event{At: t, Name: "sample delay", Do: func() error {
+			if tcp && t%time.Second == 0 {
+				ds.sampleTCP(t, a.Pid())
+			}
 			// One status: the throttles and the controllers' state
 			// of the same instant, in one request.
 			var st agent.Status
@@ -125,9 +134,27 @@ func msCell(v float64) string {
 
 // writeCSVs writes every consumer's delays per sample to
 // delays-NAME.csv and each resource's controller state to loop-NAME.csv.
+// sampleTCP appends one row of the agent's namespace's TCP counters
+// (cumulative; differences between rows are the second's). A failed read
+// leaves that second out rather than failing a half-hour run over its
+// instrumentation: the gap shows in t_s.
+func (ds *delaySamples) sampleTCP(t time.Duration, pid int) {
+	c, err := lab.ReadTCPSampleOf(pid)
+	if err != nil {
+		return
+	}
+	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	ds.tcp = append(ds.tcp, []string{fmt.Sprintf("%.1f", t.Seconds()), u(c.RetransSegs), u(c.LossProbes), u(c.DSACKRecv), u(c.Timeouts), u(c.HostQueues)})
+}
+
 func (ds *delaySamples) writeCSVs(dir, name string) error {
 	if err := writeCSV(filepath.Join(dir, "delays-"+name+".csv"), []string{"t_s", "consumer", "read_delay_ms", "write_delay_ms"}, ds.rows); err != nil {
 		return err
+	}
+	if len(ds.tcp) > 0 {
+		if err := writeCSV(filepath.Join(dir, "tcp-"+name+".csv"), []string{"t_s", "retrans_segs", "loss_probes", "dsack_recv", "rto_timeouts", "host_queue_skips"}, ds.tcp); err != nil {
+			return err
+		}
 	}
 	return writeCSV(filepath.Join(dir, "loop-"+name+".csv"), []string{"t_s", "resource", "setpoint_ms", "indicator_ms", "raw_wait_ms", "delay_ms"}, ds.loop)
 }

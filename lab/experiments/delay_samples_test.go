@@ -4,7 +4,9 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestDelaySamplesCSVs: a run's delays and its controller state land in
@@ -30,5 +32,35 @@ func TestDelaySamplesCSVs(t *testing.T) {
 		if string(b) != want {
 			t.Errorf("%s:\n%s\nwant\n%s", name, b, want)
 		}
+	}
+}
+
+// TestDelaySamplesTCP: the target's TCP counters, read from the agent's
+// namespace through /proc/PID/net (here this test's own), land in
+// tcp-PHASE.csv one row per sample; a run without them (bridge mode)
+// writes no such file.
+func TestDelaySamplesTCP(t *testing.T) {
+	var ds delaySamples
+	ds.sampleTCP(2*time.Second, os.Getpid())
+	ds.sampleTCP(3*time.Second, -1) // no such process: the second is left out
+	if len(ds.tcp) != 1 || ds.tcp[0][0] != "2.0" || len(ds.tcp[0]) != 6 {
+		t.Fatalf("rows %q, want one row of six cells at 2.0 s", ds.tcp)
+	}
+	dir := t.TempDir()
+	if err := ds.writeCSVs(dir, "threshold-15ms"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "tcp-threshold-15ms.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "t_s,retrans_segs,loss_probes,dsack_recv,rto_timeouts,host_queue_skips\n2.0,"; !strings.HasPrefix(string(b), want) {
+		t.Errorf("tcp csv:\n%s\nwant prefix %q", b, want)
+	}
+	if err := (&delaySamples{}).writeCSVs(dir, "bridge"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tcp-bridge.csv")); !os.IsNotExist(err) {
+		t.Errorf("tcp-bridge.csv written without samples (stat: %v)", err)
 	}
 }
