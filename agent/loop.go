@@ -343,6 +343,21 @@ func riseLimit(prev, want, step time.Duration) time.Duration {
 	return min(want, 2*prev+step)
 }
 
+// readRiseStep is the rise limit's step for read delays when delay_rise
+// is not set. A read delay holds the target's data segments, several in
+// flight, so the target's own probe timer (2·srtt + 2 ms) runs on them:
+// a read delay set at once (0 → 8.5 ms in one tick, the backup's onsets
+// at 20 ms) outran it at every onset. The kernel held most of those
+// probes back because the segment was still queued on the host
+// (TCPSpuriousRtxHostQueues: 16–27 per onset at 15 ms, 2–9 at 20 ms,
+// read-backup s1-corr-f879221 tcp-*.csv), but one to three per phase got
+// out and were DSACKed. Rising as 2·prev + 1 ms per tick stays inside the
+// timer (the backup's connections carry dozens of ACKs per tick, so
+// their srtt follows the delay within one) and reaches 8.5 ms in three
+// ticks. Write delays on replies need no such limit: a reply is one
+// segment, whose probe timer has 200 ms more (docs/architecture.md).
+const readRiseStep = time.Millisecond
+
 // stepper is the synchronous driver's state (see Step).
 type stepper struct {
 	states map[string]*resourceState

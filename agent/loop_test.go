@@ -88,11 +88,12 @@ func TestResourceLoopThrottlesWritersNotImportant(t *testing.T) {
 		cost cost.Model
 		// pinned is the writer's setting with the controller pinned at
 		// max_delay and the threshold missed: the agent's model slows the
-		// other direction too (directed, issue 30).
+		// other direction too (directed, issue 30), its read delay
+		// starting at readRiseStep (the rise limit's first tick).
 		pinned throttle.Setting
 	}{
 		{"zero cost model", cost.Model{}, write(20 * ms)},
-		{"default cost model", cost.Default(), throttle.Setting{ReadDelay: 20 * ms, WriteDelay: 20 * ms}},
+		{"default cost model", cost.Default(), throttle.Setting{ReadDelay: readRiseStep, WriteDelay: 20 * ms}},
 	} {
 		t.Run(m.name, func(t *testing.T) {
 			l, _ := testLoops(t)

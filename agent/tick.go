@@ -350,32 +350,34 @@ func (l *Loops) decide(rs *resourceState, st *ResourceStatus, step int) PolicyOu
 	return out
 }
 
-// shape is the shape stage: each setting after the rise limit (written
+// shape is the shape stage: each setting after the rise limits (written
 // back into out, so status shows what is asked), split into plain write
-// delays and other settings for the actuator.
+// delays and other settings for the actuator. A read delay always rises
+// under riseLimit (readRiseStep unless delay_rise is set); a write delay
+// only with delay_rise.
 func (l *Loops) shape(rs *resourceState, name string, out PolicyOutput) desire {
 	want := make(map[netip.Addr]time.Duration, len(out.Settings))
 	var other map[netip.Addr]throttle.Setting
 	// Two maps swapped every tick: last tick's asks and this tick's.
+	if rs.spare == nil {
+		rs.spare = map[netip.Addr]throttle.Setting{}
+	}
 	asked := rs.asked
-	if l.cfg.RiseStep > 0 {
-		if rs.spare == nil {
-			rs.spare = map[netip.Addr]throttle.Setting{}
-		}
-		rs.asked, rs.spare = rs.spare, asked
-		clear(rs.asked)
+	rs.asked, rs.spare = rs.spare, asked
+	clear(rs.asked)
+	readStep := l.cfg.RiseStep
+	if readStep <= 0 {
+		readStep = readRiseStep
 	}
 	for a, s := range out.Settings {
 		if s.IsZero() {
 			continue
 		}
-		if l.cfg.RiseStep > 0 {
-			p := asked[a]
-			s.WriteDelay = riseLimit(p.WriteDelay, s.WriteDelay, l.cfg.RiseStep)
-			s.ReadDelay = riseLimit(p.ReadDelay, s.ReadDelay, l.cfg.RiseStep)
-			out.Settings[a] = s // the policy's buffer, reused next tick
-			rs.asked[a] = s
-		}
+		p := asked[a]
+		s.WriteDelay = riseLimit(p.WriteDelay, s.WriteDelay, l.cfg.RiseStep)
+		s.ReadDelay = riseLimit(p.ReadDelay, s.ReadDelay, readStep)
+		out.Settings[a] = s // the policy's buffer, reused next tick
+		rs.asked[a] = s
 		if s.ReadDelay == 0 && s.Rate == 0 && s.WriteRate == 0 {
 			want[a] = s.WriteDelay
 			continue

@@ -78,7 +78,9 @@ func TestStageDecide(t *testing.T) {
 // shape: plain write delays go to the actuator's delay map, anything with
 // a read delay or a rate to its settings map; under a rise limit each
 // tick's ask grows at most to 2 × the last + the limit, written back into
-// the policy's output so the status shows what was asked.
+// the policy's output so the status shows what was asked. Read delays
+// are always under one (readRiseStep, or delay_rise when set); write
+// delays only with delay_rise.
 func TestStageShape(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -89,10 +91,10 @@ func TestStageShape(t *testing.T) {
 	}{
 		{"writers: write delays", "testdata/stages/writers-baseline.csv", 7.4, 0,
 			[]throttle.Setting{{WriteDelay: 10 * time.Millisecond}, {WriteDelay: 10 * time.Millisecond}}},
-		{"backup: read delays", "testdata/stages/read-backup-baseline.csv", 7.0, 0,
-			[]throttle.Setting{{ReadDelay: 10 * time.Millisecond}}},
-		{"backup under a 1 ms rise limit: 1, 3, 7, 10 ms", "testdata/stages/read-backup-baseline.csv", 7.0, time.Millisecond,
+		{"backup: read delays rise 1, 3, 7, 10 ms without delay_rise", "testdata/stages/read-backup-baseline.csv", 7.0, 0,
 			[]throttle.Setting{{ReadDelay: time.Millisecond}, {ReadDelay: 3 * time.Millisecond}, {ReadDelay: 7 * time.Millisecond}, {ReadDelay: 10 * time.Millisecond}}},
+		{"backup under delay_rise 2 ms: 2, 6, 10 ms", "testdata/stages/read-backup-baseline.csv", 7.0, 2 * time.Millisecond,
+			[]throttle.Setting{{ReadDelay: 2 * time.Millisecond}, {ReadDelay: 6 * time.Millisecond}, {ReadDelay: 10 * time.Millisecond}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, rs, st, _ := decidedAt(t, tc.fixture, tc.until, 20)
