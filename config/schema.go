@@ -165,9 +165,13 @@ type Config struct {
 	// delay + DelayRise, so throttling never outruns TCP's tail-loss probe
 	// timer (2·srtt + 2 ms, rounded up to a jiffy: recent kernels add
 	// TCP_TIMEOUT_MIN_US; older kernels add 2 jiffies, 8 ms at HZ=250);
-	// keep it below 2 ms. 0 (default) disables the bound: in the lab a bound
-	// that removes most probes (1 ms) doubled the 10 ms threshold's p95,
-	// and 6 ms removed none (docs/architecture.md, "Delay rise limit").
+	// keep it below 2 ms. 0 (default) leaves write delays unbounded: in the
+	// lab a bound that removes most probes (1 ms) doubled the 10 ms
+	// threshold's p95 with write_delay_on: acks, and 6 ms removed none.
+	// Read delays always rise under a bound, 1 ms unless this is set: they
+	// hold the target's data, several segments in flight, whose probe
+	// timer a delay set at once outruns (docs/architecture.md, "Delay rise
+	// limit").
 	DelayRise time.Duration `yaml:"delay_rise"`
 	// DelayRamp is how fast the delay line lets a connection's delay
 	// grow, in ms of delay per ms of its traffic (throttle/ramp.go), so
