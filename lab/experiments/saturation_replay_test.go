@@ -125,7 +125,11 @@ func TestDefaultPolicyDirectionOnRecordedRuns(t *testing.T) {
 							}
 							continue
 						}
-						if s.IsZero() || (s.ReadDelay == maxDelay && s.WriteDelay == maxDelay) {
+						// Pinned at max_delay with the threshold missed, the
+						// policy slows the other direction too (while the
+						// read delay climbs under its rise limit): the
+						// escalation, not the direction choice judged here.
+						if s.IsZero() || (max(s.ReadDelay, s.WriteDelay) == maxDelay && min(s.ReadDelay, s.WriteDelay) > 0) {
 							continue
 						}
 						seen[h]++
