@@ -353,8 +353,8 @@ func riseLimit(prev, want, step time.Duration) time.Duration {
 // read-backup s1-corr-f879221 tcp-*.csv), but one to three per phase got
 // out and were DSACKed. Rising as 2·prev + 1 ms per tick stays inside the
 // timer (the backup's connections carry dozens of ACKs per tick, so
-// their srtt follows the delay within one) and reaches 8.5 ms in three
-// ticks. Write delays on replies need no such limit: a reply is one
+// their srtt follows the delay within one) and reaches 8.5 ms in four
+// ticks (1, 3, 7, 8.5 ms). Write delays on replies need no such limit: a reply is one
 // segment, whose probe timer has 200 ms more (docs/architecture.md).
 const readRiseStep = time.Millisecond
 
