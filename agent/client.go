@@ -54,7 +54,7 @@ func (c *Client) do(method, path string, body any, out any) error {
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-			return fmt.Errorf("%w (no agent on %s): start it with `systemctl start sanqos` (or `sanqos agent --config /etc/sanqos/sanqos.yaml`)", ErrNotRunning, c.Socket)
+			return fmt.Errorf("%w (no agent on %s): %s", ErrNotRunning, c.Socket, StartHint)
 		}
 		if errors.Is(err, syscall.EACCES) {
 			return fmt.Errorf("%s: permission denied (the control socket is root-only)", c.Socket)
@@ -102,6 +102,10 @@ func (c *Client) List() (map[netip.Addr]throttle.Setting, error) {
 	}
 	return throttlesByAddr(m)
 }
+
+// StartHint tells an operator who found no agent how to start one: the
+// installed service first. status and the throttle commands say the same.
+const StartHint = "start it with: systemctl start sanqos (or: sanqos agent --config /etc/sanqos/sanqos.yaml)"
 
 // throttlesByAddr keys the throttles the agent sent (JSON object keys are
 // strings) by address.

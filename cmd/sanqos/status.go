@@ -91,7 +91,7 @@ func fetchStatus(socket string) (agent.Status, error) {
 		if _, serr := os.Stat(socket); serr == nil {
 			why = "nothing listens on " + socket + " (stale socket)"
 		}
-		return st, fmt.Errorf("agent not running: %s (start it with: systemctl start sanqos (or: sanqos agent --config /etc/sanqos/sanqos.yaml))", why)
+		return st, fmt.Errorf("agent not running: %s (%s)", why, agent.StartHint)
 	}
 	if err == nil && st.Throttles == nil {
 		// An agent without --config reports only its backend; its manual
