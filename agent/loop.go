@@ -325,6 +325,8 @@ type resourceState struct {
 	// asked is what this resource asked for each consumer last tick, after
 	// the rise limit: the base of this tick's limit.
 	asked, spare map[netip.Addr]throttle.Setting
+	// reads marks this tick's slowed consumers that read (shape).
+	reads map[netip.Addr]bool
 }
 
 // riseLimit bounds a delay's growth in one tick to 2·prev + step. Linux
@@ -356,6 +358,14 @@ func riseLimit(prev, want, step time.Duration) time.Duration {
 // their srtt follows the delay within one) and reaches 8.5 ms in four
 // ticks (1, 3, 7, 8.5 ms). Write delays on replies need no such limit: a reply is one
 // segment, whose probe timer has 200 ms more (docs/architecture.md).
+// Except on a consumer that reads as well (mixed I/O): the backends
+// cannot tell its replies from its data, so they hold every segment but
+// pure ACKs for the larger of its two delays, and a write
+// delay set at once carried its data past the read's limit (mixed
+// s1-r1-7bb651b at 15 ms: 0 → 42.5 ms in one tick, 14–19 host-queue
+// skips at each onset, two retransmissions the initiators' probes made
+// where agent off had none). There the write delay rises under the
+// same limit.
 const readRiseStep = time.Millisecond
 
 // stepper is the synchronous driver's state (see Step).

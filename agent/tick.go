@@ -354,7 +354,9 @@ func (l *Loops) decide(rs *resourceState, st *ResourceStatus, step int) PolicyOu
 // back into out, so status shows what is asked), split into plain write
 // delays and other settings for the actuator. A read delay always rises
 // under riseLimit (readRiseStep unless delay_rise is set); a write delay
-// only with delay_rise.
+// with delay_rise, or under the read's limit where the consumer reads
+// (its smoothed read rate is not 0: the target sends it data, which the
+// backends hold for the larger of its delays; see readRiseStep).
 func (l *Loops) shape(rs *resourceState, name string, out PolicyOutput) desire {
 	want := make(map[netip.Addr]time.Duration, len(out.Settings))
 	var other map[netip.Addr]throttle.Setting
@@ -369,12 +371,25 @@ func (l *Loops) shape(rs *resourceState, name string, out PolicyOutput) desire {
 	if readStep <= 0 {
 		readStep = readRiseStep
 	}
+	if rs.reads == nil {
+		rs.reads = map[netip.Addr]bool{}
+	}
+	clear(rs.reads)
+	for _, c := range rs.in.Consumers {
+		if c.ReadEWMA > 0 && !out.Settings[c.Addr].IsZero() {
+			rs.reads[c.Addr] = true
+		}
+	}
 	for a, s := range out.Settings {
 		if s.IsZero() {
 			continue
 		}
 		p := asked[a]
-		s.WriteDelay = riseLimit(p.WriteDelay, s.WriteDelay, l.cfg.RiseStep)
+		writeStep := l.cfg.RiseStep
+		if writeStep <= 0 && rs.reads[a] {
+			writeStep = readStep // its data is held for both delays: readRiseStep
+		}
+		s.WriteDelay = riseLimit(p.WriteDelay, s.WriteDelay, writeStep)
 		s.ReadDelay = riseLimit(p.ReadDelay, s.ReadDelay, readStep)
 		out.Settings[a] = s // the policy's buffer, reused next tick
 		rs.asked[a] = s

@@ -95,6 +95,11 @@ func TestStageShape(t *testing.T) {
 			[]throttle.Setting{{ReadDelay: time.Millisecond}, {ReadDelay: 3 * time.Millisecond}, {ReadDelay: 7 * time.Millisecond}, {ReadDelay: 10 * time.Millisecond}}},
 		{"backup under delay_rise 2 ms: 2, 6, 10 ms", "testdata/stages/read-backup-baseline.csv", 7.0, 2 * time.Millisecond,
 			[]throttle.Setting{{ReadDelay: 2 * time.Millisecond}, {ReadDelay: 6 * time.Millisecond}, {ReadDelay: 10 * time.Millisecond}}},
+		// A mixed consumer's data is held for the larger of its delays,
+		// so its write delay climbs with the read's (mixed s1-r1-7bb651b).
+		{"mixed: both directions rise 1, 3, 7, 10 ms together", "testdata/stages/mixed-baseline.csv", 22.0, 0,
+			[]throttle.Setting{{WriteDelay: time.Millisecond, ReadDelay: time.Millisecond}, {WriteDelay: 3 * time.Millisecond, ReadDelay: 3 * time.Millisecond},
+				{WriteDelay: 7 * time.Millisecond, ReadDelay: 7 * time.Millisecond}, {WriteDelay: 10 * time.Millisecond, ReadDelay: 10 * time.Millisecond}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, rs, st, _ := decidedAt(t, tc.fixture, tc.until, 20)

@@ -126,10 +126,18 @@ func TestDefaultPolicyDirectionOnRecordedRuns(t *testing.T) {
 							continue
 						}
 						// Pinned at max_delay with the threshold missed, the
-						// policy slows the other direction too (while the
-						// read delay climbs under its rise limit): the
+						// policy slows the other direction too: the
 						// escalation, not the direction choice judged here.
-						if s.IsZero() || (max(s.ReadDelay, s.WriteDelay) == maxDelay && min(s.ReadDelay, s.WriteDelay) > 0) {
+						// It shows as both delays at max_delay, or, on a
+						// consumer slowed in one direction, as two equal
+						// delays while they climb there together under the
+						// read's rise limit (at an onset the controller's
+						// memory brings it back before status says
+						// at_max_delay); a mixed consumer's climb is both
+						// directions, as wanted.
+						escalated := st.AtMaxDelay || (max(s.ReadDelay, s.WriteDelay) == maxDelay && min(s.ReadDelay, s.WriteDelay) > 0) ||
+							(dir != "both" && s.ReadDelay == s.WriteDelay)
+						if s.IsZero() || escalated {
 							continue
 						}
 						seen[h]++
