@@ -363,9 +363,9 @@ func riseLimit(prev, want, step time.Duration) time.Duration {
 // pure ACKs for the larger of its two delays, and a write
 // delay set at once carried its data past the read's limit (mixed
 // s1-r1-7bb651b at 15 ms: 0 → 42.5 ms in one tick, 14–19 host-queue
-// skips at each onset, two retransmissions the initiators' probes made
-// where agent off had none). There the write delay rises under the
-// same limit.
+// skips at each onset; the phase had two spurious retransmissions where
+// agent off had none). There the write delay rises under the same
+// limit.
 const readRiseStep = time.Millisecond
 
 // stepper is the synchronous driver's state (see Step).

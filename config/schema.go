@@ -171,7 +171,8 @@ type Config struct {
 	// Read delays always rise under a bound, 1 ms unless this is set: they
 	// hold the target's data, several segments in flight, whose probe
 	// timer a delay set at once outruns (docs/architecture.md, "Delay rise
-	// limit").
+	// limit"). So do the write delays of consumers that read too: the
+	// backends hold their data for the larger of the two delays.
 	DelayRise time.Duration `yaml:"delay_rise"`
 	// DelayRamp is how fast the delay line lets a connection's delay
 	// grow, in ms of delay per ms of its traffic (throttle/ramp.go), so
