@@ -149,6 +149,13 @@ type preloader interface {
 	Preload(level float64, hold int) int
 }
 
+// integralHolder is a controller whose integral can be held for a tick
+// (control.PID): while the rise limit holds the settings below what the
+// controller asked, its error is the limit's lag, not a shortfall.
+type integralHolder interface {
+	HoldIntegral()
+}
+
 // Loops runs one goroutine per resource plus a sampler and an actuator.
 type Loops struct {
 	cfg     LoopConfig
@@ -327,6 +334,8 @@ type resourceState struct {
 	asked, spare map[netip.Addr]throttle.Setting
 	// reads marks this tick's slowed consumers that read (shape).
 	reads map[netip.Addr]bool
+	// limited: last tick's rise limit held a setting below the policy's.
+	limited bool
 }
 
 // riseLimit bounds a delay's growth in one tick to 2·prev + step. Linux

@@ -266,6 +266,9 @@ func (l *Loops) control(rs *resourceState, st *ResourceStatus, q float64) int {
 		st.IndicatorMs = v
 		m = v * q
 	}
+	if h, ok := rs.ctrl.(integralHolder); ok && rs.limited {
+		h.HoldIntegral()
+	}
 	step := rs.ctrl.Update(m)
 	if rs.onset == nil {
 		return step
@@ -375,6 +378,7 @@ func (l *Loops) shape(rs *resourceState, name string, out PolicyOutput) desire {
 		rs.reads = map[netip.Addr]bool{}
 	}
 	clear(rs.reads)
+	rs.limited = false
 	for _, c := range rs.in.Consumers {
 		if c.ReadEWMA > 0 && !out.Settings[c.Addr].IsZero() {
 			rs.reads[c.Addr] = true
@@ -385,12 +389,16 @@ func (l *Loops) shape(rs *resourceState, name string, out PolicyOutput) desire {
 			continue
 		}
 		p := asked[a]
+		want0 := s
 		writeStep := l.cfg.RiseStep
 		if writeStep <= 0 && rs.reads[a] {
 			writeStep = readStep // its data is held for both delays: readRiseStep
 		}
 		s.WriteDelay = riseLimit(p.WriteDelay, s.WriteDelay, writeStep)
 		s.ReadDelay = riseLimit(p.ReadDelay, s.ReadDelay, readStep)
+		if s != want0 {
+			rs.limited = true
+		}
 		out.Settings[a] = s // the policy's buffer, reused next tick
 		rs.asked[a] = s
 		if s.ReadDelay == 0 && s.Rate == 0 && s.WriteRate == 0 {

@@ -265,6 +265,11 @@ func (p *PID) Preload(level float64, hold int) int {
 	return p.out
 }
 
+// HoldIntegral keeps the integral from rising on the next Update (it may
+// fall): the output it stands for is not applied yet, so the error that
+// remains is not the output's to answer.
+func (p *PID) HoldIntegral() { p.hold = max(p.hold, 1) }
+
 // Delay returns the packet delay of the current output.
 func (p *PID) Delay() time.Duration { return Step(p.out, p.cfg.Step) }
 
