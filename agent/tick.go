@@ -22,8 +22,8 @@ import (
 //	          the p95 objective's tail factor and the floor (indicate)
 //	measure   intervals + wire rates → each consumer's rates, waits,
 //	          queue and load: the policy's input (measure)
-//	control   indicator → controller step, with the onset feed-forward
-//	          (control)
+//	control   indicator → controller step, with the onset feed-forward;
+//	          its integral held while the rise limit lags (control)
 //	decide    step → the policy's settings, the write-cap hand-over and
 //	          the throttleable set (decide)
 //	shape     settings → the rise limit and the actuator's wishes (shape)
@@ -359,7 +359,9 @@ func (l *Loops) decide(rs *resourceState, st *ResourceStatus, step int) PolicyOu
 // under riseLimit (readRiseStep unless delay_rise is set); a write delay
 // with delay_rise, or under the read's limit where the consumer reads
 // (its smoothed read rate is not 0: the target sends it data, which the
-// backends hold for the larger of its delays; see readRiseStep).
+// backends hold for the larger of its delays; see readRiseStep). It
+// notes whether the limit held any setting below the policy's ask
+// (rs.limited), which holds the controller's integral next tick.
 func (l *Loops) shape(rs *resourceState, name string, out PolicyOutput) desire {
 	want := make(map[netip.Addr]time.Duration, len(out.Settings))
 	var other map[netip.Addr]throttle.Setting

@@ -121,6 +121,11 @@ func TestStageShape(t *testing.T) {
 						t.Errorf("tick %d, %s: %+v in the settings map %v, want it there only with a read delay", tick, h, w, inOther)
 					}
 				}
+				// The policy asks the last tick's settings from the first:
+				// any other is the limit's.
+				if want := tc.want[tick] != tc.want[len(tc.want)-1]; rs.limited != want {
+					t.Errorf("tick %d: limited %v, want %v", tick, rs.limited, want)
+				}
 			}
 		})
 	}

@@ -295,7 +295,10 @@ type stageCtl struct {
 	in       []float64
 	preloads []float64
 	holds    []int
+	held     int // HoldIntegral calls
 }
+
+func (c *stageCtl) HoldIntegral() { c.held++ }
 
 func (c *stageCtl) Update(m float64) int { c.in = append(c.in, m); return c.step }
 func (c *stageCtl) Reset()               {}
@@ -376,6 +379,22 @@ func TestStageControl(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// control: while last tick's rise limit held a setting below the
+// policy's ask, the controller's integral is held for the tick (the
+// limit's lag is not the output's shortfall); otherwise it is not.
+func TestStageControlHoldsIntegralWhileRiseLimited(t *testing.T) {
+	for _, limited := range []bool{false, true} {
+		l, rs := stageState(t)
+		ctl := &stageCtl{step: 7}
+		rs.ctrl, rs.limited = ctl, limited
+		st := ResourceStatus{Name: "vg1", ThresholdMs: 15}
+		l.control(rs, &st, 1)
+		if want := map[bool]int{true: 1}[limited]; ctl.held != want {
+			t.Errorf("limited %v: %d holds, want %d", limited, ctl.held, want)
+		}
 	}
 }
 

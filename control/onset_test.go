@@ -1,6 +1,7 @@
 package control
 
 import (
+	"math"
 	"slices"
 	"testing"
 )
@@ -122,5 +123,30 @@ func TestPIDPreload(t *testing.T) {
 	p.Reset()
 	if p.Output() != 0 || p.hold != 0 {
 		t.Fatal("Reset kept a preload")
+	}
+}
+
+// HoldIntegral: the next Update's error may not raise the integral (P
+// still answers it) but may lower it; the Update after that integrates
+// again.
+func TestPIDHoldIntegral(t *testing.T) {
+	cfg := PIDConfig{Threshold: 10, Kp: 0.8, Interval: 100e6, Ti: 200e6, MaxSteps: 80, Step: DefaultStep, ReleaseBand: 0.25, ReleaseFactor: 1}
+	p := mustPID(t, cfg)
+	p.Update(20) // ki·e = 0.4 × 10 per tick
+	before := p.State().I
+	p.HoldIntegral()
+	p.Update(20)
+	if s := p.State(); s.I != before || math.Abs(s.P-8) > 1e-9 {
+		t.Fatalf("held tick: integral %v P %v, want %v and 8", s.I, s.P, before)
+	}
+	p.Update(20)
+	if ui := p.State().I; math.Abs(ui-(before+4)) > 1e-9 {
+		t.Fatalf("after the hold: integral %v, want %v", ui, before+4)
+	}
+	before = p.State().I
+	p.HoldIntegral()
+	p.Update(5)
+	if ui := p.State().I; math.Abs(ui-(before-2)) > 1e-9 {
+		t.Fatalf("held tick below the threshold: integral %v, want it to fall to %v", ui, before-2)
 	}
 }
