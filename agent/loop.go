@@ -332,8 +332,6 @@ type resourceState struct {
 	// asked is what this resource asked for each consumer last tick, after
 	// the rise limit: the base of this tick's limit.
 	asked, spare map[netip.Addr]throttle.Setting
-	// reads marks this tick's slowed consumers that read (shape).
-	reads map[netip.Addr]bool
 	// limited: last tick's rise limit held a setting below the policy's.
 	limited bool
 }

@@ -376,29 +376,24 @@ func (l *Loops) shape(rs *resourceState, name string, out PolicyOutput) desire {
 	if readStep <= 0 {
 		readStep = readRiseStep
 	}
-	if rs.reads == nil {
-		rs.reads = map[netip.Addr]bool{}
-	}
-	clear(rs.reads)
 	rs.limited = false
+	// Every setting is an input consumer's (policies and the rate lever
+	// key them by PolicyInput.Consumers), whose read rate the write
+	// delay's limit needs.
 	for _, c := range rs.in.Consumers {
-		if c.ReadEWMA > 0 && !out.Settings[c.Addr].IsZero() {
-			rs.reads[c.Addr] = true
-		}
-	}
-	for a, s := range out.Settings {
+		a := c.Addr
+		s := out.Settings[a]
 		if s.IsZero() {
 			continue
 		}
-		p := asked[a]
-		want0 := s
+		p, ask := asked[a], s
 		writeStep := l.cfg.RiseStep
-		if writeStep <= 0 && rs.reads[a] {
+		if writeStep <= 0 && c.ReadEWMA > 0 {
 			writeStep = readStep // its data is held for both delays: readRiseStep
 		}
 		s.WriteDelay = riseLimit(p.WriteDelay, s.WriteDelay, writeStep)
 		s.ReadDelay = riseLimit(p.ReadDelay, s.ReadDelay, readStep)
-		if s != want0 {
+		if s != ask {
 			rs.limited = true
 		}
 		out.Settings[a] = s // the policy's buffer, reused next tick

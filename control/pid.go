@@ -265,8 +265,9 @@ func (p *PID) Preload(level float64, hold int) int {
 	return p.out
 }
 
-// HoldIntegral keeps the integral from rising on the next Update (it may
-// fall): the output it stands for is not applied yet, so the error that
+// HoldIntegral keeps the integral from rising on the next Update, as a
+// preload's hold does (it may fall by its ordinary law; the release rule
+// waits): the output it stands for is not applied yet, so the error that
 // remains is not the output's to answer.
 func (p *PID) HoldIntegral() { p.hold = max(p.hold, 1) }
 
