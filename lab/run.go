@@ -352,52 +352,36 @@ func ReadTCPCounters(ns string) (TCPCounters, error) {
 
 // ParseTCPCounters extracts the counters from the two files' text.
 func ParseTCPCounters(snmp, netstat string) (TCPCounters, error) {
-	s, err := ParseTCPSample(snmp, netstat)
-	return s.TCPCounters, err
-}
-
-// TCPSample is one reading of a namespace's TCP counters for the lab's
-// per-second series (tcp-PHASE.csv): the phase totals' counters, and
-// HostQueues (TcpExt TCPSpuriousRtxHostQueues), the retransmissions and
-// probes the kernel skipped because the segment was still queued on the
-// host — what a delay line holding the target's own segments causes.
-type TCPSample struct {
-	TCPCounters
-	HostQueues uint64
-}
-
-// ParseTCPSample extracts a TCPSample from the two files' text.
-func ParseTCPSample(snmp, netstat string) (TCPSample, error) {
 	a, err := parseProcNet(strings.NewReader(snmp), "Tcp:")
 	if err != nil {
-		return TCPSample{}, err
+		return TCPCounters{}, err
 	}
 	b, err := parseProcNet(strings.NewReader(netstat), "TcpExt:")
 	if err != nil {
-		return TCPSample{}, err
+		return TCPCounters{}, err
 	}
 	rs, ok := a["RetransSegs"]
 	if !ok {
-		return TCPSample{}, fmt.Errorf("no Tcp RetransSegs in /proc/net/snmp")
+		return TCPCounters{}, fmt.Errorf("no Tcp RetransSegs in /proc/net/snmp")
 	}
-	return TCPSample{TCPCounters: TCPCounters{RetransSegs: rs, LossProbes: b["TCPLossProbes"], DSACKRecv: b["TCPDSACKRecv"], Timeouts: b["TCPTimeouts"]},
-		HostQueues: b["TCPSpuriousRtxHostQueues"]}, nil
+	return TCPCounters{RetransSegs: rs, LossProbes: b["TCPLossProbes"], DSACKRecv: b["TCPDSACKRecv"], Timeouts: b["TCPTimeouts"],
+		HostQueueSkips: b["TCPSpuriousRtxHostQueues"]}, nil
 }
 
-// ReadTCPSampleOf reads the TCP counters of the network namespace pid
+// ReadTCPCountersOf reads the TCP counters of the network namespace pid
 // runs in, from /proc/PID/net: no process is started, so the lab can
 // sample the agent's namespace (the target's) every second of a phase.
-func ReadTCPSampleOf(pid int) (TCPSample, error) {
+func ReadTCPCountersOf(pid int) (TCPCounters, error) {
 	dir := filepath.Join("/proc", strconv.Itoa(pid), "net")
 	snmp, err := os.ReadFile(filepath.Join(dir, "snmp"))
 	if err != nil {
-		return TCPSample{}, err
+		return TCPCounters{}, err
 	}
 	netstat, err := os.ReadFile(filepath.Join(dir, "netstat"))
 	if err != nil {
-		return TCPSample{}, err
+		return TCPCounters{}, err
 	}
-	return ParseTCPSample(string(snmp), string(netstat))
+	return ParseTCPCounters(string(snmp), string(netstat))
 }
 
 // parseProcNet reads the header/value line pairs of /proc/net/snmp and

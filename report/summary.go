@@ -22,6 +22,12 @@ type TCPCounters struct {
 	// Timeouts are RTO expiries (TcpExt TCPTimeouts): what real loss or a
 	// delay near TCP_RTO_MIN would cause.
 	Timeouts uint64 `json:"rto_timeouts"`
+	// HostQueueSkips (TcpExt TCPSpuriousRtxHostQueues) are retransmissions
+	// and probes the kernel's timer asked for while the segment was still
+	// queued on its host, so none was sent: what a delay that outgrows the
+	// sender's srtt causes where it holds the sender's own segments (the
+	// target's, under the delay line). Not in RetransSegs.
+	HostQueueSkips uint64 `json:"host_queue_skips"`
 }
 
 // NonProbe is retransmissions not explained by tail-loss probes: the
@@ -35,12 +41,14 @@ func (c TCPCounters) NonProbe() uint64 {
 
 // Sub is c − o, counter by counter.
 func (c TCPCounters) Sub(o TCPCounters) TCPCounters {
-	return TCPCounters{c.RetransSegs - o.RetransSegs, c.LossProbes - o.LossProbes, c.DSACKRecv - o.DSACKRecv, c.Timeouts - o.Timeouts}
+	return TCPCounters{RetransSegs: c.RetransSegs - o.RetransSegs, LossProbes: c.LossProbes - o.LossProbes, DSACKRecv: c.DSACKRecv - o.DSACKRecv,
+		Timeouts: c.Timeouts - o.Timeouts, HostQueueSkips: c.HostQueueSkips - o.HostQueueSkips}
 }
 
 // Add is c + o, counter by counter.
 func (c TCPCounters) Add(o TCPCounters) TCPCounters {
-	return TCPCounters{c.RetransSegs + o.RetransSegs, c.LossProbes + o.LossProbes, c.DSACKRecv + o.DSACKRecv, c.Timeouts + o.Timeouts}
+	return TCPCounters{RetransSegs: c.RetransSegs + o.RetransSegs, LossProbes: c.LossProbes + o.LossProbes, DSACKRecv: c.DSACKRecv + o.DSACKRecv,
+		Timeouts: c.Timeouts + o.Timeouts, HostQueueSkips: c.HostQueueSkips + o.HostQueueSkips}
 }
 
 // TCPSides splits TCP counters by who sends: the throttled writers'
@@ -140,13 +148,16 @@ type Criteria struct {
 	// interferers read (a backup) or do both (mixed I/O).
 	MovedKeptVsBaseline float64 `json:"moved_kept_vs_baseline,omitempty"`
 	MovedKeptVsOracle   float64 `json:"moved_kept_vs_oracle,omitempty"`
-	// Retrans, LossProbes and Timeouts are this run's (every sender); the
-	// Baseline ones the unregulated run's, for "no more than the baseline".
-	Retrans            uint64 `json:"retrans_segs"`
-	LossProbes         uint64 `json:"loss_probes"`
-	Timeouts           uint64 `json:"rto_timeouts"`
-	BaselineRetrans    uint64 `json:"baseline_retrans_segs"`
-	BaselineLossProbes uint64 `json:"baseline_loss_probes"`
+	// Retrans, LossProbes, Timeouts and HostQueueSkips are this run's
+	// (every sender); the Baseline ones the unregulated run's, for "no
+	// more than the baseline".
+	Retrans                uint64 `json:"retrans_segs"`
+	LossProbes             uint64 `json:"loss_probes"`
+	Timeouts               uint64 `json:"rto_timeouts"`
+	HostQueueSkips         uint64 `json:"host_queue_skips"`
+	BaselineRetrans        uint64 `json:"baseline_retrans_segs"`
+	BaselineLossProbes     uint64 `json:"baseline_loss_probes"`
+	BaselineHostQueueSkips uint64 `json:"baseline_host_queue_skips"`
 }
 
 // OracleRun is the best static write delay on every writer for one
@@ -251,8 +262,8 @@ func (s *ControlledSummary) Judge() {
 		}
 		c := &Criteria{
 			P95X: Round(r.ReadWaitMs.P95/r.ThresholdMs, 2), P99X: Round(r.ReadWaitMs.P99/r.ThresholdMs, 2),
-			Retrans: r.TCP.RetransSegs, LossProbes: r.TCP.LossProbes, Timeouts: r.TCP.Timeouts,
-			BaselineRetrans: s.Baseline.TCP.RetransSegs, BaselineLossProbes: s.Baseline.TCP.LossProbes,
+			Retrans: r.TCP.RetransSegs, LossProbes: r.TCP.LossProbes, Timeouts: r.TCP.Timeouts, HostQueueSkips: r.TCP.HostQueueSkips,
+			BaselineRetrans: s.Baseline.TCP.RetransSegs, BaselineLossProbes: s.Baseline.TCP.LossProbes, BaselineHostQueueSkips: s.Baseline.TCP.HostQueueSkips,
 		}
 		if r.Onset != nil && r.Onset.Steps > 0 {
 			c.FirstSecondX = Round(r.Onset.WorstMeanMs/r.ThresholdMs, 2)

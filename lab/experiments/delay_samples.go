@@ -139,12 +139,12 @@ func msCell(v float64) string {
 // leaves that second out rather than failing a half-hour run over its
 // instrumentation: the gap shows in t_s.
 func (ds *delaySamples) sampleTCP(t time.Duration, pid int) {
-	c, err := lab.ReadTCPSampleOf(pid)
+	c, err := lab.ReadTCPCountersOf(pid)
 	if err != nil {
 		return
 	}
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
-	ds.tcp = append(ds.tcp, []string{fmt.Sprintf("%.1f", t.Seconds()), u(c.RetransSegs), u(c.LossProbes), u(c.DSACKRecv), u(c.Timeouts), u(c.HostQueues)})
+	ds.tcp = append(ds.tcp, []string{fmt.Sprintf("%.1f", t.Seconds()), u(c.RetransSegs), u(c.LossProbes), u(c.DSACKRecv), u(c.Timeouts), u(c.HostQueueSkips)})
 }
 
 func (ds *delaySamples) writeCSVs(dir, name string) error {
