@@ -30,3 +30,45 @@ func hostCPUUse(a, b procfs.CPUStat) report.HostCPU {
 	}
 	return report.HostCPU{BusyPct: report.Round(100*busy/total, 1), StealPct: report.Round(100*steal/total, 2)}
 }
+
+// phaseHost watches the machine through a phase: its CPU use, and its
+// stalls where the stall watch could start (it needs real-time priority;
+// without it the phase runs unwatched, which its summary shows by having
+// no stalls).
+type phaseHost struct {
+	cpu0   procfs.CPUStat
+	cpuErr error
+	sw     *StallWatch
+}
+
+func watchHost() *phaseHost {
+	h := &phaseHost{}
+	h.cpu0, h.cpuErr = hostCPU()
+	h.sw, _ = StartStallWatch()
+	return h
+}
+
+// end stops the stall watch, if any; a no-op after stop.
+func (h *phaseHost) end() {
+	if h.sw != nil {
+		h.sw.Stop()
+	}
+}
+
+// stop ends the watch and puts what it saw in res, the stalls also in
+// the CSV at path.
+func (h *phaseHost) stop(res *PhaseResult, path string) error {
+	if cpu1, err := hostCPU(); err == nil && h.cpuErr == nil {
+		res.Host = hostCPUUse(h.cpu0, cpu1)
+	}
+	if h.sw == nil {
+		return nil
+	}
+	stalls, err := h.sw.Stop()
+	if err != nil {
+		return nil // a thread failed midway: unwatched, as without one
+	}
+	res.Stalls, res.StallsWatched = stalls, true
+	res.Host = withStalls(res.Host, stalls)
+	return writeStalls(path, stalls)
+}

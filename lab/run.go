@@ -60,9 +60,14 @@ type PhaseResult struct {
 	TCP    TCPCounters // on target + initiators during the phase
 	// TCPByNS is TCP split by namespace (target and each initiator host).
 	TCPByNS map[string]TCPCounters
-	// Host is the machine's CPU use over the phase (zero if unreadable).
-	Host   report.HostCPU
-	FioErr error
+	// Host is the machine's CPU use over the phase (zero if unreadable),
+	// with its stalls if they were watched.
+	Host report.HostCPU
+	// Stalls are the phase's late wake-ups of the stall watch (T after
+	// the phase started), if StallsWatched (stalls.go).
+	Stalls        []Stall
+	StallsWatched bool
+	FioErr        error
 }
 
 // Window returns the ticks inside the phase's analysis window.
@@ -231,24 +236,17 @@ func (r *Runner) Run(p *Phase, rep int) (*PhaseResult, error) {
 		hosts[j.Host] = true
 	}
 	before := tcpByNS()
-	cpu0, cpuErr := hostCPU()
-	ds, err := sample.NewDiskstats("/proc", "/sys")
-	if err != nil {
-		return nil, err
-	}
-	sp := &phaseSampler{r: r, p: p, rep: rep, ds: ds, devs: map[string]string{}}
-	for _, l := range r.Res.LUNs {
-		sp.devs[l.Loop] = l.Host
-		sp.names = append(sp.names, l.Loop)
-	}
 	// Start fio everywhere at once; jobs carry their own start offsets.
 	cmds, err := fioCommands(p, hosts, pdir)
 	if err != nil {
 		return nil, err
 	}
-	if sp.prev, err = ds.Read(sp.names...); err != nil {
+	sp, err := r.newPhaseSampler(p, rep)
+	if err != nil {
 		return nil, err
 	}
+	host := watchHost()
+	defer host.end() // on an early return; a no-op after host.stop
 	t0 := time.Now()
 	for _, c := range cmds {
 		if err := c.Start(); err != nil {
@@ -293,8 +291,8 @@ loop:
 	}
 	<-fw.done
 	r.trace.Flush()
-	if cpu1, err := hostCPU(); err == nil && cpuErr == nil {
-		res.Host = hostCPUUse(cpu0, cpu1)
+	if err := host.stop(res, filepath.Join(pdir, "stalls.csv")); err != nil {
+		return nil, err
 	}
 	res.TCPByNS, res.TCP = tcpSince(before)
 	if len(fw.errs) > 0 {

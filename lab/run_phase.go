@@ -79,6 +79,24 @@ type phaseSampler struct {
 	prev  map[string]sample.Counters
 }
 
+// newPhaseSampler reads the run resource's loop devices once, the
+// baseline of the phase's first interval.
+func (r *Runner) newPhaseSampler(p *Phase, rep int) (*phaseSampler, error) {
+	ds, err := sample.NewDiskstats("/proc", "/sys")
+	if err != nil {
+		return nil, err
+	}
+	sp := &phaseSampler{r: r, p: p, rep: rep, ds: ds, devs: map[string]string{}}
+	for _, l := range r.Res.LUNs {
+		sp.devs[l.Loop] = l.Host
+		sp.names = append(sp.names, l.Loop)
+	}
+	if sp.prev, err = ds.Read(sp.names...); err != nil {
+		return nil, err
+	}
+	return sp, nil
+}
+
 // sample reads the devices' counters at time at into the phase and
 // returns each host's interval since the last read.
 func (sp *phaseSampler) sample(at time.Duration) (Tick, error) {

@@ -134,6 +134,17 @@ func stopTgtdOn(t TargetHost) {
 	os.Remove(tgtSocket(t) + ".lock")
 }
 
+// TargetPid is the pid of the first target's tgtd (0 if none runs): a
+// process in the target's namespace, whose /proc/PID/net the lab reads
+// the target's TCP counters from when no agent runs there.
+func TargetPid() int {
+	pids := FindProcs(func(argv []string) bool { return tgtdPort(argv) == Target(0).port() })
+	if len(pids) == 0 {
+		return 0
+	}
+	return pids[0]
+}
+
 // IsOurTgtd matches tgtd processes started with one of our control ports.
 func IsOurTgtd(argv []string) bool {
 	p := tgtdPort(argv)

@@ -118,6 +118,10 @@ type ControlledRun struct {
 	TCP TCPCounters `json:"tcp"`
 	// TCPBySide is TCP split by sender (lab runs only).
 	TCPBySide *TCPSides `json:"tcp_by_side,omitempty"`
+	// LossProbesAtStalls are the target's loss probes sent in a second
+	// in which the lab machine stalled (Host.Stalls), of all its probes
+	// counted second by second (lab runs with the agent only).
+	LossProbesAtStalls *ProbesAtStalls `json:"loss_probes_at_stalls,omitempty"`
 	// Host is the lab machine's CPU use over the run, and DelayLineLate
 	// how late this run's delay line released (lab runs only): a run with
 	// probes can be told apart as starved or not.
@@ -191,9 +195,27 @@ type OracleProbe struct {
 
 // HostCPU is a machine's CPU use over a run, in % of all its CPUs' time.
 // StealPct is time the hypervisor gave to others while a vCPU had work.
+// Stalls are its stalls, if they were watched.
 type HostCPU struct {
-	BusyPct  float64 `json:"busy_pct"`
-	StealPct float64 `json:"steal_pct"`
+	BusyPct  float64     `json:"busy_pct"`
+	StealPct float64     `json:"steal_pct"`
+	Stalls   *HostStalls `json:"stalls,omitempty"`
+}
+
+// ProbesAtStalls are a run's loss probes that came in a second with a
+// machine stall (At) out of all (Of).
+type ProbesAtStalls struct {
+	At uint64 `json:"at"`
+	Of uint64 `json:"of"`
+}
+
+// HostStalls count the episodes in which a CPU ran none of the lab's
+// real-time watch threads for 8 ms or more, and the longest
+// (lab/stalls.go): a spurious tail-loss probe in a phase with stalls may
+// be the machine's, not the code's.
+type HostStalls struct {
+	Over8ms int     `json:"over_8ms"`
+	MaxMs   float64 `json:"max_ms"`
 }
 
 // BeforeAfterPlot is the plot a controlled run (pid, autonomic,

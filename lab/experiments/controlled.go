@@ -178,12 +178,27 @@ func (cr *controlledRuns) judge(res *lab.PhaseResult, thr time.Duration) Control
 
 // baseline runs the load without an agent.
 func (cr *controlledRuns) baseline() error {
-	base, err := cr.r.Run(cr.phase("baseline", "agent off"), 0)
+	p := cr.phase("baseline", "agent off")
+	// The target's TCP counters second by second, as the regulated runs
+	// have them from the agent's namespace, so the baseline's probes
+	// are matched to the machine's stalls too.
+	var ds delaySamples
+	if pid := lab.TargetPid(); pid > 0 && !cr.c.bridge {
+		p.Events = tcpSampler(pid, cr.s.length(), &ds)
+	}
+	base, err := cr.r.Run(p, 0)
 	if err != nil {
 		return err
 	}
 	cr.all = append(cr.all, base)
 	cr.sum.Baseline = cr.judge(base, 0)
+	if base.StallsWatched && len(ds.probes) > 1 {
+		at := ds.probesAtStalls(base.Stalls)
+		cr.sum.Baseline.LossProbesAtStalls = &at
+	}
+	if err := ds.writeTCP(cr.r.Dir, p.Name); err != nil {
+		return err
+	}
 	// The reader alone, before the first interferer: what no throttle of
 	// them can improve on.
 	cr.sum.ReaderAloneP95Ms = round(report.Describe(report.Values(base.Between(time.Second, cr.s.lead), "b2", readWait)).P95, 2)
@@ -288,6 +303,10 @@ func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 		run.DelayLineLate = lateSummary(runLate)
 	}
 	ds.throttled(&run, p)
+	if res.StallsWatched && len(ds.probes) > 1 {
+		at := ds.probesAtStalls(res.Stalls)
+		run.LossProbesAtStalls = &at
+	}
 	if err := ds.writeCSVs(r.Dir, p.Name); err != nil {
 		return err
 	}

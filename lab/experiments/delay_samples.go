@@ -38,6 +38,10 @@ type delaySamples struct {
 	// tcp-*.csv: the phase's totals say how many probes there were, the
 	// series says when — at an onset, at a delay's peak, or anywhere.
 	tcp [][]string
+	// tcpAt and probes are tcp's times (s) and cumulative loss probes,
+	// for probesAtStalls.
+	tcpAt  []float64
+	probes []uint64
 }
 
 // delaySampler samples the agent's throttles as phase events (the agent
@@ -144,19 +148,67 @@ func (ds *delaySamples) sampleTCP(t time.Duration, pid int) {
 		return
 	}
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	ds.tcpAt, ds.probes = append(ds.tcpAt, t.Seconds()), append(ds.probes, c.LossProbes)
 	ds.tcp = append(ds.tcp, []string{fmt.Sprintf("%.1f", t.Seconds()), u(c.RetransSegs), u(c.LossProbes), u(c.DSACKRecv), u(c.Timeouts), u(c.HostQueueSkips)})
+}
+
+// stallSlack widens each second's window when probes are matched to
+// stalls: a sample is read up to one 100 ms tick after its nominal time,
+// and a probe leaves when its timer fires, which can be just after the
+// stall that delayed its ACK ends.
+const stallSlack = 200 * time.Millisecond
+
+// probesAtStalls counts the loss probes of the seconds sampled in which a
+// stall episode of at least lab.StallReportMin began or went on, and all
+// probes counted between the first and the last sample.
+func (ds *delaySamples) probesAtStalls(stalls []lab.Stall) report.ProbesAtStalls {
+	eps := lab.StallEpisodes(stalls, lab.StallReportMin)
+	var out report.ProbesAtStalls
+	for i := 1; i < len(ds.probes); i++ {
+		n := ds.probes[i] - ds.probes[i-1]
+		if n == 0 {
+			continue
+		}
+		out.Of += n
+		from := time.Duration(ds.tcpAt[i-1]*float64(time.Second)) - stallSlack
+		to := time.Duration(ds.tcpAt[i]*float64(time.Second)) + stallSlack
+		if slices.ContainsFunc(eps, func(e lab.Episode) bool { return e.T < to && e.T+e.Late > from }) {
+			out.At += n
+		}
+	}
+	return out
 }
 
 func (ds *delaySamples) writeCSVs(dir, name string) error {
 	if err := writeCSV(filepath.Join(dir, "delays-"+name+".csv"), []string{"t_s", "consumer", "read_delay_ms", "write_delay_ms"}, ds.rows); err != nil {
 		return err
 	}
-	if len(ds.tcp) > 0 {
-		if err := writeCSV(filepath.Join(dir, "tcp-"+name+".csv"), []string{"t_s", "retrans_segs", "loss_probes", "dsack_recv", "rto_timeouts", "host_queue_skips"}, ds.tcp); err != nil {
-			return err
-		}
+	if err := ds.writeTCP(dir, name); err != nil {
+		return err
 	}
 	return writeCSV(filepath.Join(dir, "loop-"+name+".csv"), []string{"t_s", "resource", "setpoint_ms", "indicator_ms", "raw_wait_ms", "delay_ms"}, ds.loop)
+}
+
+// writeTCP writes the TCP counters' series, if any, to tcp-NAME.csv.
+func (ds *delaySamples) writeTCP(dir, name string) error {
+	if len(ds.tcp) == 0 {
+		return nil
+	}
+	return writeCSV(filepath.Join(dir, "tcp-"+name+".csv"), []string{"t_s", "retrans_segs", "loss_probes", "dsack_recv", "rto_timeouts", "host_queue_skips"}, ds.tcp)
+}
+
+// tcpSampler reads the TCP counters of pid's namespace every whole
+// second of a phase of length into ds (sampleTCP), for a phase without
+// an agent to sample them beside its delays.
+func tcpSampler(pid int, length time.Duration, ds *delaySamples) []lab.Event {
+	var ev []lab.Event
+	for t := time.Second; t < length; t += time.Second {
+		ev = append(ev, lab.Event{At: t, Name: "sample tcp", Do: func() error {
+			ds.sampleTCP(t, pid)
+			return nil
+		}})
+	}
+	return ev
 }
 
 func writeCSV(path string, header []string, rows [][]string) error {
