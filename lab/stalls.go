@@ -58,6 +58,7 @@ type StallWatch struct {
 	mu     sync.Mutex
 	stalls []Stall
 	errs   []error
+	tids   []int // the watch threads, for the tests
 }
 
 // StartStallWatch starts one watch thread per CPU the process may run on.
@@ -97,12 +98,25 @@ func StartStallWatch() (*StallWatch, error) {
 	return w, nil
 }
 
-// watch is one CPU's thread. It never unlocks its OS thread: when the
-// goroutine returns the runtime ends the thread, and its pinning and
-// priority with it, instead of handing them to other goroutines.
+// watch is one CPU's thread. It gives the thread back as it found it
+// (policy, priority, CPUs) before unlocking it. Ending the goroutine
+// locked would make the runtime end the thread instead, and a child
+// started from that thread earlier (the lab's agents, fio: exec with
+// Pdeathsig) gets its parent-death signal when its parent *thread*
+// exits: the lab's agents died when a phase ended.
 func (w *StallWatch) watch(cpu int, ready chan<- error) {
 	defer w.wg.Done()
 	runtime.LockOSThread()
+	orig, err := saveThread()
+	if err != nil {
+		runtime.UnlockOSThread() // nothing changed yet
+		ready <- err
+		return
+	}
+	defer orig.restore()
+	w.mu.Lock()
+	w.tids = append(w.tids, unix.Gettid())
+	w.mu.Unlock()
 	fd, err := setupWatchThread(cpu)
 	due := monoNow() + int64(StallPeriod)
 	if err == nil {
@@ -144,6 +158,34 @@ func (w *StallWatch) watch(cpu int, ready chan<- error) {
 func armAt(fd int, due int64) error {
 	its := unix.ItimerSpec{Value: unix.NsecToTimespec(due)}
 	return unix.TimerfdSettime(fd, unix.TFD_TIMER_ABSTIME, &its, nil)
+}
+
+// threadState is a thread's scheduling as found, to give it back.
+type threadState struct {
+	attr *unix.SchedAttr
+	cpus unix.CPUSet
+}
+
+func saveThread() (threadState, error) {
+	var t threadState
+	var err error
+	if t.attr, err = unix.SchedGetAttr(0, 0); err != nil {
+		return t, fmt.Errorf("sched_getattr: %w", err)
+	}
+	if err = unix.SchedGetaffinity(0, &t.cpus); err != nil {
+		return t, fmt.Errorf("sched_getaffinity: %w", err)
+	}
+	return t, nil
+}
+
+// restore puts the calling (locked) thread's scheduling back and unlocks
+// it; if that fails the thread stays locked and ends with its goroutine,
+// rather than run other goroutines pinned at real-time priority.
+func (t threadState) restore() {
+	t.attr.Size = unix.SizeofSchedAttr
+	if unix.SchedSetAttr(0, t.attr, 0) == nil && unix.SchedSetaffinity(0, &t.cpus) == nil {
+		runtime.UnlockOSThread()
+	}
 }
 
 // setupWatchThread pins the calling thread to cpu at real-time priority

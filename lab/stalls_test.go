@@ -168,10 +168,11 @@ func TestStallWatchChild(t *testing.T) {
 	fmt.Printf("stalls %s\n", b)
 }
 
-// TestStallWatchGivesItsProcsBack: the watch adds one P per watched CPU
-// while it runs and takes them away on Stop; stalls.csv has a header and
-// one line per stall.
-func TestStallWatchGivesItsProcsBack(t *testing.T) {
+// TestStallWatchGivesBackWhatItTook: the watch adds one P per watched
+// CPU while it runs and takes them away on Stop, and gives its threads
+// back at normal priority on every CPU; stalls.csv has a header and one
+// line per stall.
+func TestStallWatchGivesBackWhatItTook(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("the stall watch needs real-time priority: run as root")
 	}
@@ -189,6 +190,26 @@ func TestStallWatchGivesItsProcsBack(t *testing.T) {
 	}
 	if _, err := w.Stop(); err != nil {
 		t.Fatal(err)
+	}
+	// Each watch thread lives on (an ended thread would take the
+	// children started from it with their Pdeathsig) at normal priority
+	// on every CPU again.
+	if len(w.tids) != set.Count() {
+		t.Fatalf("%d watch threads, want one per CPU (%d)", len(w.tids), set.Count())
+	}
+	for _, tid := range w.tids {
+		if _, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", tid)); err != nil {
+			t.Errorf("watch thread %d ended with its goroutine: %v", tid, err)
+			continue
+		}
+		attr, err := unix.SchedGetAttr(tid, 0)
+		var cpus unix.CPUSet
+		if err == nil {
+			err = unix.SchedGetaffinity(tid, &cpus)
+		}
+		if err != nil || attr.Policy != 0 /* SCHED_OTHER */ || cpus != set {
+			t.Errorf("thread %d after Stop: policy %d, CPUs %v (err %v); want SCHED_OTHER on %v", tid, attr.Policy, cpus, err, set)
+		}
 	}
 	if got := runtime.GOMAXPROCS(0); got != procs {
 		t.Errorf("GOMAXPROCS %d after Stop, want %d back", got, procs)
