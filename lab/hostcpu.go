@@ -41,10 +41,12 @@ type phaseHost struct {
 	sw     *StallWatch
 }
 
-func watchHost() *phaseHost {
+func watchHost(stalls bool) *phaseHost {
 	h := &phaseHost{}
 	h.cpu0, h.cpuErr = hostCPU()
-	h.sw, _ = StartStallWatch()
+	if stalls {
+		h.sw, _ = StartStallWatch()
+	}
 	return h
 }
 

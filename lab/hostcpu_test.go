@@ -1,6 +1,9 @@
 package lab
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/prometheus/procfs"
@@ -38,5 +41,27 @@ func TestHostCPUReadsProc(t *testing.T) {
 	}
 	if s.User+s.System <= 0 || s.Idle <= 0 {
 		t.Errorf("implausible /proc/stat totals: %+v", s)
+	}
+}
+
+// TestPhaseHostWatchesStallsUnlessTold: a phase's host watch records its
+// stalls (count in Host, every one in stalls.csv) by default, and with
+// --no-stall-watch (watchHost(false)) neither: the summary then has no
+// stalls at all rather than a count of zero.
+func TestPhaseHostWatchesStallsUnlessTold(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the stall watch needs real-time priority: run as root")
+	}
+	dir := t.TempDir()
+	for _, watch := range []bool{true, false} {
+		path := filepath.Join(dir, fmt.Sprintf("stalls-%v.csv", watch))
+		res := &PhaseResult{}
+		if err := watchHost(watch).stop(res, path); err != nil {
+			t.Fatal(err)
+		}
+		_, statErr := os.Stat(path)
+		if res.StallsWatched != watch || (res.Host.Stalls != nil) != watch || (statErr == nil) != watch {
+			t.Errorf("watch %v: watched %v, Host.Stalls %+v, stalls.csv: %v", watch, res.StallsWatched, res.Host.Stalls, statErr)
+		}
 	}
 }

@@ -28,6 +28,9 @@ type RunOptions struct {
 	RunID    string    // defaults to a UTC timestamp
 	Resource string    // resource to load (default: the first)
 	Progress io.Writer // progress bar / lines (nil: quiet)
+	// NoStallWatch runs every phase without the stall watch
+	// (stalls.go), to measure what its threads cost the run.
+	NoStallWatch bool
 }
 
 // Event is a timed action inside a phase (e.g. set a throttle at 30 s).
@@ -245,7 +248,7 @@ func (r *Runner) Run(p *Phase, rep int) (*PhaseResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	host := watchHost()
+	host := watchHost(!r.opts.NoStallWatch)
 	defer host.end() // on an early return; a no-op after host.stop
 	t0 := time.Now()
 	for _, c := range cmds {

@@ -378,6 +378,7 @@ func labRunCmd() *cobra.Command {
 	f.IntVar(&o.Writers, "writers", 0, experiments.Taking(experiments.FlagWriters)+": writer threads (default the thesis' 12)")
 	f.IntVar(&o.Streams, "streams", 0, experiments.Taking(experiments.FlagStreams)+": concurrent streams on the swept host, each one I/O in flight (default 1, the thesis'); more sweep 0–40 ms")
 	f.IntVar(&o.Cycles, "cycles", 0, experiments.Taking(experiments.FlagCycles)+": the load's on/off cycles (default 6)")
+	f.BoolVar(&o.NoStallWatch, "no-stall-watch", false, "run without the stall watch (one real-time thread per CPU, 500 wake-ups a second each, timing the machine for host_cpu.stalls), to measure what it costs")
 	f.BoolVar(&o.NoOracle, "no-oracle", false, experiments.Taking(experiments.FlagNoOracle)+": skip the oracle's search for the best static delay")
 	f.BoolVar(&o.LUNMap, "lun-map", false, experiments.Taking(experiments.FlagLUNMap)+": name each host's own LUN in the agent's config (consumer_devices), which discovery cannot tell with one tgt target for every host")
 	f.StringSliceVar(&o.Backends, "backends", nil, experiments.Taking(experiments.FlagBackends)+": run once per throttle backend (edt, netem, delayline), side by side in one summary")
