@@ -70,7 +70,7 @@ func (h *phaseHost) stop(res *PhaseResult, path string) error {
 	if err != nil {
 		return nil // a thread failed midway: unwatched, as without one
 	}
-	res.Stalls, res.StallsWatched = stalls, true
+	res.Stalls = stalls
 	res.Host = withStalls(res.Host, stalls)
 	return writeStalls(path, stalls)
 }

@@ -60,8 +60,8 @@ func TestPhaseHostWatchesStallsUnlessTold(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, statErr := os.Stat(path)
-		if res.StallsWatched != watch || (res.Host.Stalls != nil) != watch || (statErr == nil) != watch {
-			t.Errorf("watch %v: watched %v, Host.Stalls %+v, stalls.csv: %v", watch, res.StallsWatched, res.Host.Stalls, statErr)
+		if res.StallsWatched() != watch || (res.Host.Stalls != nil) != watch || (statErr == nil) != watch {
+			t.Errorf("watch %v: watched %v, Host.Stalls %+v, stalls.csv: %v", watch, res.StallsWatched(), res.Host.Stalls, statErr)
 		}
 	}
 }

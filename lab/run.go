@@ -68,10 +68,13 @@ type PhaseResult struct {
 	Host report.HostCPU
 	// Stalls are the phase's late wake-ups of the stall watch (T after
 	// the phase started), if StallsWatched (stalls.go).
-	Stalls        []Stall
-	StallsWatched bool
-	FioErr        error
+	Stalls []Stall
+	FioErr error
 }
+
+// StallsWatched says whether a stall watch ran through the phase: its
+// count is then in Host, zero or not.
+func (r *PhaseResult) StallsWatched() bool { return r.Host.Stalls != nil }
 
 // Window returns the ticks inside the phase's analysis window.
 func (r *PhaseResult) Window() []Tick { return r.Between(r.Phase.From, r.Phase.To) }

@@ -270,8 +270,8 @@ func monoNow() int64 {
 
 // StallEpisodes merges the stalls of at least min into episodes: stalls
 // whose late intervals overlap, on one CPU or several, are one episode,
-// timed from its first stall, as late as its longest one, with CPUs the
-// number of CPUs it held. On this lab's machines (vCPUs of a shared host)
+// timed from its first stall until the last of them ends, with CPUs the
+// CPUs it held. On this lab's machines (vCPUs of a shared host)
 // most episodes hold one vCPU: the hypervisor ran something else on it
 // (steal), and whatever ran there (the delay line, an initiator's ACK)
 // waited, while the other vCPU went on firing the target's TCP timers.
@@ -284,13 +284,12 @@ func StallEpisodes(stalls []Stall, min time.Duration) []Episode {
 		if n := len(out); n > 0 && s.T <= out[n-1].T+out[n-1].Late {
 			e := &out[n-1]
 			e.Late = max(e.Late, s.T+s.Late-e.T)
-			if !slices.Contains(e.cpus, s.CPU) {
-				e.cpus = append(e.cpus, s.CPU)
-				e.CPUs++
+			if !slices.Contains(e.CPUs, s.CPU) {
+				e.CPUs = append(e.CPUs, s.CPU)
 			}
 			continue
 		}
-		out = append(out, Episode{T: s.T, Late: s.Late, CPUs: 1, cpus: []int{s.CPU}})
+		out = append(out, Episode{T: s.T, Late: s.Late, CPUs: []int{s.CPU}})
 	}
 	return out
 }
@@ -298,6 +297,5 @@ func StallEpisodes(stalls []Stall, min time.Duration) []Episode {
 // Episode is one stretch of overlapping stalls (StallEpisodes).
 type Episode struct {
 	T, Late time.Duration
-	CPUs    int
-	cpus    []int
+	CPUs    []int
 }

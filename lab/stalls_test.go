@@ -33,16 +33,16 @@ func TestStallEpisodes(t *testing.T) {
 		{"none", nil, nil},
 		{"below the minimum", []Stall{{T: ms(1000), CPU: 0, Late: ms(5.9)}}, nil},
 		{"one CPU", []Stall{{T: ms(65801), CPU: 0, Late: ms(18.9)}},
-			[]Episode{{T: ms(65801), Late: ms(18.9), CPUs: 1}}},
+			[]Episode{{T: ms(65801), Late: ms(18.9), CPUs: []int{0}}}},
 		{"both CPUs overlapping are one episode, as long as their union",
 			[]Stall{{T: ms(175791), CPU: 0, Late: ms(10.4)}, {T: ms(175791.5), CPU: 1, Late: ms(12.23)}, {T: ms(175800), CPU: 0, Late: ms(11)}},
-			[]Episode{{T: ms(175791), Late: ms(20), CPUs: 2}}},
+			[]Episode{{T: ms(175791), Late: ms(20), CPUs: []int{0, 1}}}},
 		{"apart on the same CPU are two",
 			[]Stall{{T: ms(71178), CPU: 1, Late: ms(16.39)}, {T: ms(71238), CPU: 1, Late: ms(13.38)}},
-			[]Episode{{T: ms(71178), Late: ms(16.39), CPUs: 1}, {T: ms(71238), Late: ms(13.38), CPUs: 1}}},
+			[]Episode{{T: ms(71178), Late: ms(16.39), CPUs: []int{1}}, {T: ms(71238), Late: ms(13.38), CPUs: []int{1}}}},
 		{"short stalls between long ones do not join them",
 			[]Stall{{T: ms(200530), CPU: 1, Late: ms(21.85)}, {T: ms(200587), CPU: 1, Late: ms(6.89)}, {T: ms(200600), CPU: 0, Late: ms(9)}},
-			[]Episode{{T: ms(200530), Late: ms(21.85), CPUs: 1}, {T: ms(200600), Late: ms(9), CPUs: 1}}},
+			[]Episode{{T: ms(200530), Late: ms(21.85), CPUs: []int{1}}, {T: ms(200600), Late: ms(9), CPUs: []int{0}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := StallEpisodes(tc.stalls, StallReportMin)
@@ -51,8 +51,8 @@ func TestStallEpisodes(t *testing.T) {
 			}
 			for i, e := range got {
 				w := tc.want[i]
-				if e.T != w.T || (e.Late-w.Late).Abs() > time.Microsecond || e.CPUs != w.CPUs {
-					t.Errorf("episode %d: %v late %v on %d CPUs, want %v late %v on %d", i, e.T, e.Late, e.CPUs, w.T, w.Late, w.CPUs)
+				if e.T != w.T || (e.Late-w.Late).Abs() > time.Microsecond || !slices.Equal(e.CPUs, w.CPUs) {
+					t.Errorf("episode %d: %v late %v on CPUs %v, want %v late %v on %v", i, e.T, e.Late, e.CPUs, w.T, w.Late, w.CPUs)
 				}
 			}
 		})
@@ -138,7 +138,7 @@ func TestStallWatchSeesTheMachineStop(t *testing.T) {
 		}
 	}
 	eps := StallEpisodes(child.Stalls, StallReportMin)
-	if !slices.ContainsFunc(eps, func(e Episode) bool { return e.CPUs == child.CPUs && e.Late >= stop-StallPeriod-time.Millisecond }) {
+	if !slices.ContainsFunc(eps, func(e Episode) bool { return len(e.CPUs) == child.CPUs && e.Late >= stop-StallPeriod-time.Millisecond }) {
 		t.Errorf("episodes %+v: want one on all %d CPUs, as long as the stop", eps, child.CPUs)
 	}
 }

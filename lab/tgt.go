@@ -120,7 +120,7 @@ func stopTgtdOn(t TargetHost) {
 	}
 	deadline := time.Now().Add(3 * time.Second * Slowdown())
 	for {
-		pids := FindProcs(func(argv []string) bool { return tgtdPort(argv) == t.port() })
+		pids := tgtdPids(t)
 		if len(pids) == 0 {
 			break
 		}
@@ -138,11 +138,15 @@ func stopTgtdOn(t TargetHost) {
 // process in the target's namespace, whose /proc/PID/net the lab reads
 // the target's TCP counters from when no agent runs there.
 func TargetPid() int {
-	pids := FindProcs(func(argv []string) bool { return tgtdPort(argv) == Target(0).port() })
-	if len(pids) == 0 {
-		return 0
+	if pids := tgtdPids(Target(0)); len(pids) > 0 {
+		return pids[0]
 	}
-	return pids[0]
+	return 0
+}
+
+// tgtdPids are the pids of the tgtd processes listening on t's control port.
+func tgtdPids(t TargetHost) []int {
+	return FindProcs(func(argv []string) bool { return tgtdPort(argv) == t.port() })
 }
 
 // IsOurTgtd matches tgtd processes started with one of our control ports.

@@ -120,7 +120,8 @@ type ControlledRun struct {
 	TCPBySide *TCPSides `json:"tcp_by_side,omitempty"`
 	// LossProbesAtStalls are the target's loss probes sent in a second
 	// in which the lab machine stalled (Host.Stalls), of all its probes
-	// counted second by second (lab runs with the agent only).
+	// counted second by second (lab runs in target mode, agent off
+	// included).
 	LossProbesAtStalls *ProbesAtStalls `json:"loss_probes_at_stalls,omitempty"`
 	// Host is the lab machine's CPU use over the run, and DelayLineLate
 	// how late this run's delay line released (lab runs only): a run with

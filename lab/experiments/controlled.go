@@ -183,8 +183,10 @@ func (cr *controlledRuns) baseline() error {
 	// have them from the agent's namespace, so the baseline's probes
 	// are matched to the machine's stalls too.
 	var ds delaySamples
-	if pid := lab.TargetPid(); pid > 0 && !cr.c.bridge {
-		p.Events = tcpSampler(pid, cr.s.length(), &ds)
+	if !cr.c.bridge {
+		if pid := lab.TargetPid(); pid > 0 {
+			p.Events = tcpSampler(pid, cr.s.length(), &ds)
+		}
 	}
 	base, err := cr.r.Run(p, 0)
 	if err != nil {
@@ -192,10 +194,7 @@ func (cr *controlledRuns) baseline() error {
 	}
 	cr.all = append(cr.all, base)
 	cr.sum.Baseline = cr.judge(base, 0)
-	if base.StallsWatched && len(ds.probes) > 1 {
-		at := ds.probesAtStalls(base.Stalls)
-		cr.sum.Baseline.LossProbesAtStalls = &at
-	}
+	cr.sum.Baseline.LossProbesAtStalls = ds.probesAtStallsOf(base)
 	if err := ds.writeTCP(cr.r.Dir, p.Name); err != nil {
 		return err
 	}
@@ -303,10 +302,7 @@ func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 		run.DelayLineLate = lateSummary(runLate)
 	}
 	ds.throttled(&run, p)
-	if res.StallsWatched && len(ds.probes) > 1 {
-		at := ds.probesAtStalls(res.Stalls)
-		run.LossProbesAtStalls = &at
-	}
+	run.LossProbesAtStalls = ds.probesAtStallsOf(res)
 	if err := ds.writeCSVs(r.Dir, p.Name); err != nil {
 		return err
 	}

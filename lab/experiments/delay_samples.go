@@ -54,9 +54,6 @@ func delaySampler(a *lab.LabAgent, length time.Duration, l *interferers, ds *del
 	for t := time.Second; t < length; t += 500 * time.Millisecond {
 		t := t
 		ev = append(ev, lab.Event{At: t, Name: "sample delay", Do: func() error {
-			if tcp && t%time.Second == 0 {
-				ds.sampleTCP(t, a.Pid())
-			}
 			// One status: the throttles and the controllers' state
 			// of the same instant, in one request.
 			var st agent.Status
@@ -87,6 +84,9 @@ func delaySampler(a *lab.LabAgent, length time.Duration, l *interferers, ds *del
 			ds.caps = append(ds.caps, c)
 			return nil
 		}})
+	}
+	if tcp {
+		ev = append(ev, tcpSampler(a.Pid(), length, ds)...)
 	}
 	return ev
 }
@@ -179,6 +179,16 @@ func (ds *delaySamples) probesAtStalls(stalls []lab.Stall) report.ProbesAtStalls
 	return out
 }
 
+// probesAtStallsOf is probesAtStalls over res's stalls, nil where the
+// phase ran unwatched or its probes were not sampled second by second.
+func (ds *delaySamples) probesAtStallsOf(res *lab.PhaseResult) *report.ProbesAtStalls {
+	if !res.StallsWatched() || len(ds.probes) < 2 {
+		return nil
+	}
+	at := ds.probesAtStalls(res.Stalls)
+	return &at
+}
+
 func (ds *delaySamples) writeCSVs(dir, name string) error {
 	if err := writeCSV(filepath.Join(dir, "delays-"+name+".csv"), []string{"t_s", "consumer", "read_delay_ms", "write_delay_ms"}, ds.rows); err != nil {
 		return err
@@ -198,8 +208,8 @@ func (ds *delaySamples) writeTCP(dir, name string) error {
 }
 
 // tcpSampler reads the TCP counters of pid's namespace every whole
-// second of a phase of length into ds (sampleTCP), for a phase without
-// an agent to sample them beside its delays.
+// second of a phase of length into ds (sampleTCP): the agent's beside
+// its delays (delaySampler), tgtd's where no agent runs (the baseline).
 func tcpSampler(pid int, length time.Duration, ds *delaySamples) []lab.Event {
 	var ev []lab.Event
 	for t := time.Second; t < length; t += time.Second {
