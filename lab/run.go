@@ -69,7 +69,10 @@ type PhaseResult struct {
 	// Stalls are the phase's late wake-ups of the stall watch (T after
 	// the phase started), if StallsWatched (stalls.go).
 	Stalls []Stall
-	FioErr error
+	// TCPSeries are the TCP counters of the target's and each fio
+	// host's namespace, read every second (tcp_series.go).
+	TCPSeries map[string][]TCPSample
+	FioErr    error
 }
 
 // StallsWatched says whether a stall watch ran through the phase: its
@@ -226,7 +229,8 @@ func (r *Runner) RunAll(phases []*Phase) ([]*PhaseResult, error) {
 }
 
 // Run executes one phase: fio on every host with jobs, a 100 ms diskstats
-// sampler on the target, timed events, retransmission counters around it.
+// sampler on the target, timed events, TCP counters around it and every
+// second in each namespace.
 //
 // Its loop stays in Run because it owns the sampler, the timed events and
 // fio's exit, whose timing depends on each other; the fio commands, the
@@ -260,6 +264,7 @@ func (r *Runner) Run(p *Phase, rep int) (*PhaseResult, error) {
 		}
 	}
 	fw := waitFio(cmds)
+	tw := newTCPWatch(cmds)
 	events := append([]Event(nil), p.Events...)
 	sort.Slice(events, func(i, k int) bool { return events[i].At < events[k].At })
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -284,6 +289,7 @@ loop:
 				return nil, err
 			}
 			res.Ticks = append(res.Ticks, t)
+			tw.sample(now.Sub(t0))
 			r.progress.advance(p.Label, 100*time.Millisecond)
 			if now.After(deadline) || (fioCh == nil && now.Sub(t0) >= p.To) {
 				break loop
@@ -301,6 +307,10 @@ loop:
 		return nil, err
 	}
 	res.TCPByNS, res.TCP = tcpSince(before)
+	res.TCPSeries = tw.series
+	if err := tw.writeCSV(filepath.Join(pdir, "tcp.csv")); err != nil {
+		return nil, err
+	}
 	if len(fw.errs) > 0 {
 		res.FioErr = fmt.Errorf("fio failed: %s (see %s/*.stderr)", strings.Join(fw.errs, "; "), pdir)
 		return res, res.FioErr

@@ -120,9 +120,12 @@ type ControlledRun struct {
 	TCPBySide *TCPSides `json:"tcp_by_side,omitempty"`
 	// LossProbesAtStalls are the target's loss probes sent in a second
 	// in which the lab machine stalled (Host.Stalls), of all its probes
-	// counted second by second (lab runs in target mode, agent off
-	// included).
+	// counted second by second (lab runs, agent off included).
 	LossProbesAtStalls *ProbesAtStalls `json:"loss_probes_at_stalls,omitempty"`
+	// LossProbesAtStallsBySide is the same for each sender, the
+	// initiators' namespaces sampled each second too (a side with no
+	// namespace sampled twice is absent).
+	LossProbesAtStallsBySide *ProbesAtStallsBySide `json:"loss_probes_at_stalls_by_side,omitempty"`
 	// Host is the lab machine's CPU use over the run, and DelayLineLate
 	// how late this run's delay line released (lab runs only): a run with
 	// probes can be told apart as starved or not.
@@ -208,6 +211,13 @@ type HostCPU struct {
 type ProbesAtStalls struct {
 	At uint64 `json:"at"`
 	Of uint64 `json:"of"`
+}
+
+// ProbesAtStallsBySide are ProbesAtStalls by sender, as TCPSides.
+type ProbesAtStallsBySide struct {
+	Writers *ProbesAtStalls `json:"writers,omitempty"`
+	Reader  *ProbesAtStalls `json:"reader,omitempty"`
+	Target  *ProbesAtStalls `json:"target,omitempty"`
 }
 
 // HostStalls count the episodes in which a CPU ran none of the lab's

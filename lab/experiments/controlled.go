@@ -179,25 +179,12 @@ func (cr *controlledRuns) judge(res *lab.PhaseResult, thr time.Duration) Control
 // baseline runs the load without an agent.
 func (cr *controlledRuns) baseline() error {
 	p := cr.phase("baseline", "agent off")
-	// The target's TCP counters second by second, as the regulated runs
-	// have them from the agent's namespace, so the baseline's probes
-	// are matched to the machine's stalls too.
-	var ds delaySamples
-	if !cr.c.bridge {
-		if pid := lab.TargetPid(); pid > 0 {
-			p.Events = tcpSampler(pid, cr.s.length(), &ds)
-		}
-	}
 	base, err := cr.r.Run(p, 0)
 	if err != nil {
 		return err
 	}
 	cr.all = append(cr.all, base)
 	cr.sum.Baseline = cr.judge(base, 0)
-	cr.sum.Baseline.LossProbesAtStalls = ds.probesAtStallsOf(base)
-	if err := ds.writeTCP(cr.r.Dir, p.Name); err != nil {
-		return err
-	}
 	// The reader alone, before the first interferer: what no throttle of
 	// them can improve on.
 	cr.sum.ReaderAloneP95Ms = round(report.Describe(report.Values(base.Between(time.Second, cr.s.lead), "b2", readWait)).P95, 2)
@@ -257,7 +244,7 @@ func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 	p := cr.phase(fmt.Sprintf("%sthreshold-%v", tag, thr), fmt.Sprintf("%sthreshold %v", strings.ReplaceAll(tag, "-", " "), thr))
 	var ds delaySamples
 	t0 := time.Now()
-	p.Events = delaySampler(a, length, cr.c.load, &ds, !cr.c.bridge)
+	p.Events = delaySampler(a, length, cr.c.load, &ds)
 	var ps *passiveSeries
 	if cr.c.bridge {
 		ps = &passiveSeries{}
@@ -302,7 +289,6 @@ func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 		run.DelayLineLate = lateSummary(runLate)
 	}
 	ds.throttled(&run, p)
-	run.LossProbesAtStalls = ds.probesAtStallsOf(res)
 	if err := ds.writeCSVs(r.Dir, p.Name); err != nil {
 		return err
 	}

@@ -27,22 +27,38 @@ var Thresholds = []time.Duration{10 * time.Millisecond, 15 * time.Millisecond, 2
 // (ControlledRun.Unreachable) rather than only where it works.
 var AutonomicThresholds = append([]time.Duration{5 * time.Millisecond}, Thresholds...)
 
-// tcpSides splits a phase's TCP counters by sender: the interferers'
-// hosts (Hosts[1:], "writers" in the summary), the reader's (b2) and the
+// The sides a phase's TCP counters are split by: the interferers' hosts
+// (Hosts[1:], "writers" in the summary), the reader's (b2) and the
 // target.
+func isTarget(ns string) bool  { return lab.IsTargetNS(ns) }
+func isReader(ns string) bool  { return ns == "b2" }
+func isWriters(ns string) bool { return !isTarget(ns) && !isReader(ns) }
+
+// tcpSides splits a phase's TCP counters by sender.
 func tcpSides(res *lab.PhaseResult) report.TCPSides {
 	var s report.TCPSides
 	for ns, c := range res.TCPByNS {
 		switch {
-		case lab.IsTargetNS(ns):
+		case isTarget(ns):
 			s.Target = s.Target.Add(c)
-		case ns == "b2":
+		case isReader(ns):
 			s.Reader = s.Reader.Add(c)
 		default:
 			s.Writers = s.Writers.Add(c)
 		}
 	}
 	return s
+}
+
+// probesAtStallsBySide matches each side's loss probes to the phase's
+// stalls (nil where they were not watched): a spurious probe that came
+// in a second the machine stalled says the machine, not the delay line,
+// held the segment past the sender's timer.
+func probesAtStallsBySide(res *lab.PhaseResult) *report.ProbesAtStallsBySide {
+	if !res.StallsWatched() {
+		return nil
+	}
+	return &report.ProbesAtStallsBySide{Writers: res.ProbesAtStalls(isWriters), Reader: res.ProbesAtStalls(isReader), Target: res.ProbesAtStalls(isTarget)}
 }
 
 // controlledWriters is the number of writer threads of pid, autonomic and
@@ -69,6 +85,8 @@ func controlledRun(res *lab.PhaseResult, thr time.Duration, steps []float64, onS
 	run.Onset = &onset
 	s := tcpSides(res)
 	run.TCPBySide = &s
+	run.LossProbesAtStalls = res.ProbesAtStalls(isTarget)
+	run.LossProbesAtStallsBySide = probesAtStallsBySide(res)
 	if res.Host != (report.HostCPU{}) {
 		run.Host = &res.Host
 	}

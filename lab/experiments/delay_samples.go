@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -34,22 +33,13 @@ type delaySamples struct {
 	// that held the wait tighter than asked shows whether the tail
 	// factor or the controller put it there.
 	loop [][]string
-	// tcp are the target namespace's TCP counters each second, for
-	// tcp-*.csv: the phase's totals say how many probes there were, the
-	// series says when — at an onset, at a delay's peak, or anywhere.
-	tcp [][]string
-	// tcpAt and probes are tcp's times (s) and cumulative loss probes,
-	// for probesAtStalls.
-	tcpAt  []float64
-	probes []uint64
 }
 
 // delaySampler samples the agent's throttles as phase events (the agent
 // is the source of truth for what it applied): the delay acting is the
 // write delay for writers, the larger of read and write delay for
-// interferers that read. With tcp, every whole second it also reads the
-// TCP counters of the agent's namespace, the target's in target mode.
-func delaySampler(a *lab.LabAgent, length time.Duration, l *interferers, ds *delaySamples, tcp bool) []lab.Event {
+// interferers that read.
+func delaySampler(a *lab.LabAgent, length time.Duration, l *interferers, ds *delaySamples) []lab.Event {
 	var ev []lab.Event
 	for t := time.Second; t < length; t += 500 * time.Millisecond {
 		t := t
@@ -84,9 +74,6 @@ func delaySampler(a *lab.LabAgent, length time.Duration, l *interferers, ds *del
 			ds.caps = append(ds.caps, c)
 			return nil
 		}})
-	}
-	if tcp {
-		ev = append(ev, tcpSampler(a.Pid(), length, ds)...)
 	}
 	return ev
 }
@@ -138,87 +125,11 @@ func msCell(v float64) string {
 
 // writeCSVs writes every consumer's delays per sample to
 // delays-NAME.csv and each resource's controller state to loop-NAME.csv.
-// sampleTCP appends one row of the agent's namespace's TCP counters
-// (cumulative; differences between rows are the second's). A failed read
-// leaves that second out rather than failing a half-hour run over its
-// instrumentation: the gap shows in t_s.
-func (ds *delaySamples) sampleTCP(t time.Duration, pid int) {
-	c, err := lab.ReadTCPCountersOf(pid)
-	if err != nil {
-		return
-	}
-	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
-	ds.tcpAt, ds.probes = append(ds.tcpAt, t.Seconds()), append(ds.probes, c.LossProbes)
-	ds.tcp = append(ds.tcp, []string{fmt.Sprintf("%.1f", t.Seconds()), u(c.RetransSegs), u(c.LossProbes), u(c.DSACKRecv), u(c.Timeouts), u(c.HostQueueSkips)})
-}
-
-// stallSlack widens each second's window when probes are matched to
-// stalls: a sample is read up to one 100 ms tick after its nominal time,
-// and a probe leaves when its timer fires, which can be just after the
-// stall that delayed its ACK ends.
-const stallSlack = 200 * time.Millisecond
-
-// probesAtStalls counts the loss probes of the seconds sampled in which a
-// stall episode of at least lab.StallReportMin began or went on, and all
-// probes counted between the first and the last sample.
-func (ds *delaySamples) probesAtStalls(stalls []lab.Stall) report.ProbesAtStalls {
-	eps := lab.StallEpisodes(stalls, lab.StallReportMin)
-	var out report.ProbesAtStalls
-	for i := 1; i < len(ds.probes); i++ {
-		n := ds.probes[i] - ds.probes[i-1]
-		if n == 0 {
-			continue
-		}
-		out.Of += n
-		from := time.Duration(ds.tcpAt[i-1]*float64(time.Second)) - stallSlack
-		to := time.Duration(ds.tcpAt[i]*float64(time.Second)) + stallSlack
-		if slices.ContainsFunc(eps, func(e lab.Episode) bool { return e.T < to && e.T+e.Late > from }) {
-			out.At += n
-		}
-	}
-	return out
-}
-
-// probesAtStallsOf is probesAtStalls over res's stalls, nil where the
-// phase ran unwatched or its probes were not sampled second by second.
-func (ds *delaySamples) probesAtStallsOf(res *lab.PhaseResult) *report.ProbesAtStalls {
-	if !res.StallsWatched() || len(ds.probes) < 2 {
-		return nil
-	}
-	at := ds.probesAtStalls(res.Stalls)
-	return &at
-}
-
 func (ds *delaySamples) writeCSVs(dir, name string) error {
 	if err := writeCSV(filepath.Join(dir, "delays-"+name+".csv"), []string{"t_s", "consumer", "read_delay_ms", "write_delay_ms"}, ds.rows); err != nil {
 		return err
 	}
-	if err := ds.writeTCP(dir, name); err != nil {
-		return err
-	}
 	return writeCSV(filepath.Join(dir, "loop-"+name+".csv"), []string{"t_s", "resource", "setpoint_ms", "indicator_ms", "raw_wait_ms", "delay_ms"}, ds.loop)
-}
-
-// writeTCP writes the TCP counters' series, if any, to tcp-NAME.csv.
-func (ds *delaySamples) writeTCP(dir, name string) error {
-	if len(ds.tcp) == 0 {
-		return nil
-	}
-	return writeCSV(filepath.Join(dir, "tcp-"+name+".csv"), []string{"t_s", "retrans_segs", "loss_probes", "dsack_recv", "rto_timeouts", "host_queue_skips"}, ds.tcp)
-}
-
-// tcpSampler reads the TCP counters of pid's namespace every whole
-// second of a phase of length into ds (sampleTCP): the agent's beside
-// its delays (delaySampler), tgtd's where no agent runs (the baseline).
-func tcpSampler(pid int, length time.Duration, ds *delaySamples) []lab.Event {
-	var ev []lab.Event
-	for t := time.Second; t < length; t += time.Second {
-		ev = append(ev, lab.Event{At: t, Name: "sample tcp", Do: func() error {
-			ds.sampleTCP(t, pid)
-			return nil
-		}})
-	}
-	return ev
 }
 
 func writeCSV(path string, header []string, rows [][]string) error {
