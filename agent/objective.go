@@ -95,23 +95,6 @@ const (
 	corrMax    = 1.2
 )
 
-// A fresh agent knows no q. Its ring holds the quiet intervals before the
-// first load (raw/indicator about 1.05 for a lone reader), and the
-// correction waits out its warm-up, so through the first load step the
-// factor stays near 1 while the one that holds the threshold is 1.2–1.4
-// — the lab's steady factors at scale 1: writers 1.3 / 1.38 / 1.2 at
-// 10 / 15 / 20 ms, readers 1.24 / 1.06, mixed 1.3 / 1.3. That first step
-// was the worst of every writers' phase: p95 14–15 ms at 10 ms and 17.5–
-// 17.8 at 15 ms against 10.5 and 15.6 over the steps after it
-// (s1-r2/r3-bc8e052, s1-nowatch-774195e), enough to put the phase over.
-// So until the warm-up is over the factor is at least tailPrior, the
-// smallest of those steady factors but the readers' at 20 ms, rather
-// than none; the floor's cap still applies, and past the warm-up the ring
-// (by then mostly loaded intervals) and the correction take over. 1.25
-// held the simulator's writers at 0.97× at 10 ms (seed 3), whose steady
-// factor is smaller than the lab's; 1.2 leaves them at 0.98–1.00×.
-const tailPrior = 1.2
-
 // tailEstimate is a ring of raw/indicator ratios and the current q, and
 // the closed-loop correction of q from the observed tail.
 type tailEstimate struct {
@@ -153,14 +136,9 @@ func (t *tailEstimate) add(raw, prevIndicator float64) float64 {
 func validWait(raw float64) bool { return raw >= 0 && !math.IsInf(raw, 0) }
 
 // factor is the tail factor the controller is fed: q, corrected by the
-// observed tail, at least tailPrior through the warm-up, within [1,
-// tailMaxQ].
+// observed tail, within [1, tailMaxQ].
 func (t *tailEstimate) factor() float64 {
-	f := t.q * t.corr
-	if t.loaded <= corrWarmup {
-		f = math.Max(f, tailPrior)
-	}
-	return math.Max(1, math.Min(tailMaxQ, f))
+	return math.Max(1, math.Min(tailMaxQ, t.q*t.corr))
 }
 
 // observe records whether a loaded interval's raw wait exceeded the

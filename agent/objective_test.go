@@ -183,32 +183,6 @@ func TestTailCorrection(t *testing.T) {
 	rejectsBad(t, te.observe, func() int { return te.loaded })
 }
 
-// TestTailPrior: a fresh estimate aims with a typical factor, not none,
-// until the correction's warm-up is over; a larger learned factor wins
-// at once, and past the warm-up the learned one alone counts, smaller or
-// not.
-func TestTailPrior(t *testing.T) {
-	te := newTailEstimate()
-	if f := te.factor(); f != tailPrior {
-		t.Errorf("fresh factor %.3f, want the prior %.2f", f, tailPrior)
-	}
-	te.q = 1.4
-	if f := te.factor(); f != 1.4 {
-		t.Errorf("factor %.3f with q 1.4 in the warm-up, want 1.4", f)
-	}
-	te.q = 1.1
-	for range corrWarmup {
-		te.observe(9, 10)
-	}
-	if f := te.factor(); f != tailPrior {
-		t.Errorf("factor %.3f at the warm-up's last interval, want the prior", f)
-	}
-	te.observe(9, 10)
-	if f, want := te.factor(), 1.1*te.corr; f != want {
-		t.Errorf("factor %.4f past the warm-up, want q × correction %.4f", f, want)
-	}
-}
-
 // rejectsBad feeds a tail estimate's input NaN, +Inf and negative waits
 // and a zero reference (indicator or threshold), and checks that none
 // was counted.
