@@ -148,9 +148,10 @@ func TestTailCorrection(t *testing.T) {
 	}{
 		{"the warm-up leaves q alone", 1, corrWarmup, 1, 1},
 		{"5 % over the threshold leaves q where it is", 0.05, corrWarmup + 2000, 0.99, 1.01},
-		{"fewer over the threshold lower q", 0.02, corrWarmup + 400, 0.95, 0.99},
+		// A young correction steps up to four times corrStep.
+		{"fewer over the threshold lower q", 0.02, corrWarmup + 400, corrMin, 0.94},
 		{"long under the threshold stops at the bound", 0, corrWarmup + 20000, corrMin, corrMin},
-		{"more over the threshold raise q", 0.10, corrWarmup + 400, 1.03, 1.08},
+		{"more over the threshold raise q", 0.10, corrWarmup + 400, 1.15, corrMax},
 		// The lab's 15 ms phases: q lagging 15 % left 10–15 % of loaded
 		// intervals over the threshold for minutes (objective.go).
 		{"a lagging q is carried past 1.08 within a minute of load", 0.15, corrWarmup + 600, 1.15, corrMax},
@@ -181,6 +182,31 @@ func TestTailCorrection(t *testing.T) {
 	}
 	te := newTailEstimate()
 	rejectsBad(t, te.observe, func() int { return te.loaded })
+}
+
+// TestTailCorrectionSettles: the correction's step shrinks with its age,
+// so the same 400 intervals at 10 % over the threshold that take a young
+// correction to its ceiling move one that has held its level for five
+// minutes by about 6 % (corrStep × 0.05 × 400).
+func TestTailCorrectionSettles(t *testing.T) {
+	te := newTailEstimate()
+	feed := func(over float64, n int) {
+		acc := 0.0
+		for range n {
+			raw := 9.0
+			if acc += over; acc >= 1 {
+				acc--
+				raw = 11
+			}
+			te.observe(raw, 10)
+		}
+	}
+	feed(0.05, corrWarmup+3000)
+	held := te.corr
+	feed(0.10, 400)
+	if r := te.corr / held; r < 1.05 || r > 1.08 {
+		t.Errorf("settled correction moved ×%.4f by 400 intervals at 10 %% over, want ×1.05–1.08", r)
+	}
 }
 
 // rejectsBad feeds a tail estimate's input NaN, +Inf and negative waits
