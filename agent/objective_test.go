@@ -161,17 +161,7 @@ func TestTailCorrection(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			te := newTailEstimate()
 			te.q = 1.3
-			acc := 0.0
-			for range tc.n {
-				// Evenly spread exceedances: the share is exact, with
-				// no random run to widen the bounds.
-				raw := 9.0
-				if acc += tc.over; acc >= 1 {
-					acc--
-					raw = 11
-				}
-				te.observe(raw, 10)
-			}
+			observeShare(te, tc.over, tc.n)
 			if te.corr < tc.lo || te.corr > tc.hi {
 				t.Errorf("correction %.4f, want in [%.4f, %.4f]", te.corr, tc.lo, tc.hi)
 			}
@@ -184,26 +174,30 @@ func TestTailCorrection(t *testing.T) {
 	rejectsBad(t, te.observe, func() int { return te.loaded })
 }
 
+// observeShare feeds n loaded intervals against a 10 ms threshold, the
+// share over of them over it, evenly spread: the share is exact, with no
+// random run to widen a test's bounds.
+func observeShare(te *tailEstimate, over float64, n int) {
+	acc := 0.0
+	for range n {
+		raw := 9.0
+		if acc += over; acc >= 1 {
+			acc--
+			raw = 11
+		}
+		te.observe(raw, 10)
+	}
+}
+
 // TestTailCorrectionSettles: the correction's step shrinks with its age,
 // so the same 400 intervals at 10 % over the threshold that take a young
 // correction to its ceiling move one that has held its level for five
 // minutes by about 6 % (corrStep × 0.05 × 400).
 func TestTailCorrectionSettles(t *testing.T) {
 	te := newTailEstimate()
-	feed := func(over float64, n int) {
-		acc := 0.0
-		for range n {
-			raw := 9.0
-			if acc += over; acc >= 1 {
-				acc--
-				raw = 11
-			}
-			te.observe(raw, 10)
-		}
-	}
-	feed(0.05, corrWarmup+3000)
+	observeShare(te, 0.05, corrWarmup+3000)
 	held := te.corr
-	feed(0.10, 400)
+	observeShare(te, 0.10, 400)
 	if r := te.corr / held; r < 1.05 || r > 1.08 {
 		t.Errorf("settled correction moved ×%.4f by 400 intervals at 10 %% over, want ×1.05–1.08", r)
 	}
