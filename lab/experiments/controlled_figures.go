@@ -85,8 +85,9 @@ func controlledRun(res *lab.PhaseResult, thr time.Duration, steps []float64, onS
 	run.Onset = &onset
 	s := tcpSides(res)
 	run.TCPBySide = &s
-	run.LossProbesAtStalls = res.ProbesAtStalls(isTarget)
-	run.LossProbesAtStallsBySide = probesAtStallsBySide(res)
+	if by := probesAtStallsBySide(res); by != nil {
+		run.LossProbesAtStalls, run.LossProbesAtStallsBySide = by.Target, by
+	}
 	if res.Host != (report.HostCPU{}) {
 		run.Host = &res.Host
 	}
