@@ -69,8 +69,18 @@ const (
 // 24–64 ms at 10 ms): the window lagged, and the first surge's walk-up
 // wound it to its bound. The first corrWarmup loaded intervals are
 // skipped for the same reason: with no onset memory yet the first surge
-// is not under control for several seconds. The bounds keep a plant the
-// controller cannot move from walking the factor far.
+// is not under control for its first seconds (lab writers: 5–8 of 10
+// intervals over the threshold in each of the first two or three
+// seconds, then 0–2). The warm-up was 30 s, which kept the correction
+// out of a fresh agent's whole first load step, and that step was the
+// writers' remaining miss: 35–43 of a phase's ~100 intervals over the
+// threshold (budget 104) where later steps had 12–25, and a phase p95 of
+// 1.05–1.10× at 10 and 15 ms in five runs. At 5 s (s1-w50) the first
+// step's later seconds count, and the phase read 1.03 / 1.01 / 1.00× at
+// 10 / 15 / 20 ms; the cost is at 10 ms, where the plant is flat and the
+// step's tail lifts the correction early: the writers kept 85 % of the
+// oracle's writes there (96 % and 99.6 % at 15 and 20 ms). The bounds
+// keep a plant the controller cannot move from walking the factor far.
 //
 // The correction is also what carries q while q lags. Where the reader's
 // tail does not shrink with its mean (lab, writers at 15 ms: mean 13.6 →
@@ -100,7 +110,7 @@ const (
 // (s1-r2/r3-bc8e052, s1-nowatch-774195e, s1-prior-f4cbfeb). A fixed
 // 0.006 found it sooner but then wandered on the flat 10 ms plant.
 const (
-	corrWarmup   = 300   // loaded intervals (30 s) before the correction acts
+	corrWarmup   = 50    // loaded intervals (5 s): past a fresh agent's first surge
 	corrStep     = 0.003 // log-factor step per loaded interval, once grown
 	corrBoost    = 3     // the young correction's extra step, × corrStep
 	corrBoostTau = 600   // loaded intervals (1 min) for the extra to fall by e
