@@ -55,7 +55,7 @@ func New(cfg *config.Config, d Deps) *Agent {
 	a := &Agent{deps: d, cfg: cfg, reg: prometheus.NewRegistry()}
 	a.loops = NewLoops(LoopConfig{
 		Interval: cfg.Interval, DelayStep: cfg.DelayStep, MaxDelay: cfg.MaxDelay, WriteBps: cfg.WriteMBs * 1e6, RiseStep: cfg.DelayRise,
-		Onset: cfg.OnsetFeedForward, RateLeverSteps: cfg.RateLeverSteps, BulkQueue: cfg.ThrottleableQueue, ReadBps: cfg.ReadMBs * 1e6, Cost: cost.Default(),
+		Onset: cfg.OnsetFeedForward, IdleHold: cfg.IdleHold, RateLeverSteps: cfg.RateLeverSteps, BulkQueue: cfg.ThrottleableQueue, ReadBps: cfg.ReadMBs * 1e6, Cost: cost.Default(),
 		NewRateSmoother: func() Smoother { return d.NewSmoother(cfg.EWMAAlpha) },
 	}, d.Sampler, d.Throttle, d.Log)
 	if d.Rates != nil {
@@ -127,8 +127,8 @@ func (a *Agent) Reload(cfg *config.Config) error {
 	switch {
 	case cfg.Backend != old.Backend, cfg.Mode != old.Mode, cfg.ISCSIPort != old.ISCSIPort, cfg.DelayRamp != old.DelayRamp, cfg.DelayFollow != old.DelayFollow, cfg.WriteDelayOn != old.WriteDelayOn, cfg.QuickAck != old.QuickAck:
 		return errors.New("backend, mode, iscsi_port, delay_ramp, delay_follow, write_delay_on and quick_ack changes need a restart")
-	case cfg.Interval != old.Interval, cfg.DelayStep != old.DelayStep, cfg.MaxDelay != old.MaxDelay, cfg.DelayRise != old.DelayRise:
-		return errors.New("interval, delay_step, max_delay and delay_rise changes need a restart")
+	case cfg.Interval != old.Interval, cfg.DelayStep != old.DelayStep, cfg.MaxDelay != old.MaxDelay, cfg.DelayRise != old.DelayRise, cfg.IdleHold != old.IdleHold:
+		return errors.New("interval, delay_step, max_delay, delay_rise and idle_hold changes need a restart")
 	case cfg.Socket != old.Socket, cfg.HTTP != old.HTTP, cfg.Token != old.Token:
 		return errors.New("listener and token changes need a restart")
 	case cfg.Device != old.Device, cfg.CaptureInterface != old.CaptureInterface:

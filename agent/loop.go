@@ -108,6 +108,9 @@ type LoopConfig struct {
 	// write surge with the output that held it last time (control,
 	// onset.go).
 	Onset bool
+	// IdleHold is how long a slowed consumer that stops moving data keeps
+	// its delays (hold.go); 0 releases it with the policy.
+	IdleHold time.Duration
 	// RateLeverSteps extends the controller's range past MaxDelay by this
 	// many steps of write-rate caps on the heaviest writers (lever.go); 0
 	// keeps the delay the only lever. The backend must cap write rates.
@@ -334,6 +337,8 @@ type resourceState struct {
 	asked, spare map[netip.Addr]throttle.Setting
 	// limited: last tick's rise limit held a setting below the policy's.
 	limited bool
+	// held are the delays idle consumers keep (hold.go).
+	held holds
 }
 
 // riseLimit bounds a delay's growth in one tick to 2·prev + step. Linux

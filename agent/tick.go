@@ -43,7 +43,7 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 	st.Consumers = l.measure(rs, devs, td.rates, now, st.ThresholdMs)
 	step := l.control(rs, &st, ind.q)
 	out := l.decide(rs, &st, step)
-	d := l.shape(rs, name, out)
+	d := l.shape(rs, name, &out)
 	l.publish(name, &st, &rs.in, out)
 	return d
 }
@@ -361,8 +361,10 @@ func (l *Loops) decide(rs *resourceState, st *ResourceStatus, step int) PolicyOu
 // (its smoothed read rate is not 0: the target sends it data, which the
 // backends hold for the larger of its delays; see readRiseStep). It
 // notes whether the limit held any setting below the policy's ask
-// (rs.limited), which holds the controller's integral next tick.
-func (l *Loops) shape(rs *resourceState, name string, out PolicyOutput) desire {
+// (rs.limited), which holds the controller's integral next tick. Before
+// the limits, a consumer that went idle while slowed keeps its delays
+// (idle_hold, hold.go), also where the policy asks nothing of it.
+func (l *Loops) shape(rs *resourceState, name string, out *PolicyOutput) desire {
 	want := make(map[netip.Addr]time.Duration, len(out.Settings))
 	var other map[netip.Addr]throttle.Setting
 	// Two maps swapped every tick: last tick's asks and this tick's.
@@ -380,9 +382,18 @@ func (l *Loops) shape(rs *resourceState, name string, out PolicyOutput) desire {
 	// Every setting is an input consumer's (policies and the rate lever
 	// key them by PolicyInput.Consumers), whose read rate the write
 	// delay's limit needs.
+	if l.cfg.IdleHold > 0 && rs.held == nil {
+		rs.held = holds{}
+	}
+	if out.Settings == nil && len(rs.held) > 0 {
+		out.Settings = rs.in.settings() // nobody asked, but some are held
+	}
 	for _, c := range rs.in.Consumers {
 		a := c.Addr
 		s := out.Settings[a]
+		if rs.held != nil {
+			s = rs.held.apply(c, s, l.cfg.Interval, l.cfg.IdleHold)
+		}
 		if s.IsZero() {
 			continue
 		}
@@ -398,6 +409,9 @@ func (l *Loops) shape(rs *resourceState, name string, out PolicyOutput) desire {
 		}
 		out.Settings[a] = s // the policy's buffer, reused next tick
 		rs.asked[a] = s
+		if rs.held != nil {
+			rs.held.record(c, s)
+		}
 		if s.ReadDelay == 0 && s.Rate == 0 && s.WriteRate == 0 {
 			want[a] = s.WriteDelay
 			continue
@@ -406,6 +420,9 @@ func (l *Loops) shape(rs *resourceState, name string, out PolicyOutput) desire {
 			other = map[netip.Addr]throttle.Setting{}
 		}
 		other[a] = s
+	}
+	if rs.held != nil {
+		rs.held.prune()
 	}
 	return desire{resource: name, delays: want, other: other}
 }

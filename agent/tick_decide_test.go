@@ -106,7 +106,7 @@ func TestStageShape(t *testing.T) {
 			l.cfg.RiseStep = tc.rise
 			for tick, want := range tc.want {
 				out := l.decide(rs, &st, 20)
-				d := l.shape(rs, "vg1", out)
+				d := l.shape(rs, "vg1", &out)
 				for _, h := range stageHosts {
 					a := stageAddr[h]
 					w := interferer(h, want)

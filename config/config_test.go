@@ -71,6 +71,8 @@ func TestErrorsNameFieldAndLine(t *testing.T) {
 		{"max delay near RTO", "max_delay: 150ms\n", "line 1: max_delay"},
 		{"refresh below interval", "discovery:\n  interval: 2s\n  refresh: 1s\n", "line 3: discovery.refresh"},
 		{"delay rise negative", "delay_rise: -1ms\n", "line 1: delay_rise"},
+		{"idle hold negative", "idle_hold: -1s\n", "line 1: idle_hold"},
+		{"idle hold over an hour", "idle_hold: 2h\n", "line 1: idle_hold"},
 		{"delay rise above max", "max_delay: 20ms\ndelay_rise: 30ms\n", "line 2: delay_rise"},
 		{"delay ramp negative", "delay_ramp: -0.5\n", "line 1: delay_ramp"},
 		{"delay ramp absurd", "delay_ramp: 100\n", "line 1: delay_ramp"},

@@ -32,7 +32,7 @@ func Defaults() Config {
 		Threshold: 15 * time.Millisecond, Objective: "p95", EWMAAlpha: 0.5,
 		PID:       PID{Kp: 0.8, Ti: 200 * time.Millisecond, Td: 0},
 		DelayStep: 500 * time.Microsecond, MaxDelay: 90 * time.Millisecond, DelayRise: 0, DelayRamp: 0, WriteMBs: 1, ThrottleableQueue: 1.25, ReadMBs: 1,
-		WriteDelayOn: "replies", QuickAck: true, OnsetFeedForward: true,
+		WriteDelayOn: "replies", QuickAck: true, OnsetFeedForward: true, IdleHold: 30 * time.Second,
 	}
 }
 

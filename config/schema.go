@@ -213,6 +213,14 @@ type Config struct {
 	// surge, instead of waiting for the smoothed wait to cross (control
 	// package, onset.go). Default true.
 	OnsetFeedForward bool `yaml:"onset_feedforward"`
+	// IdleHold is how long a consumer that was slowed while it moved data
+	// keeps its delays once it moves none (agent, hold.go), so that when
+	// it resumes its first segments are slowed as its last ones were,
+	// where releasing it let each new load step's first writes reach the
+	// disk undelayed. A delay on an idle connection carries nothing; one
+	// that resumes light is released 300 ms later. 0: released with the
+	// policy. Default 30s.
+	IdleHold time.Duration `yaml:"idle_hold"`
 	// RateLeverSteps extends each resource's controller past max_delay
 	// with this many steps of write-rate caps on the heaviest writers
 	// (agent, lever.go): at the top of the range the capped writers keep

@@ -145,6 +145,9 @@ func (c *Config) validateControl(p *problems) {
 	if c.DelayRamp < 0 || c.DelayRamp > 10 || math.IsNaN(c.DelayRamp) {
 		bad("want 0 (new delays at once)..10 ms of delay per ms of traffic", "delay_ramp")
 	}
+	if c.IdleHold < 0 || c.IdleHold > time.Hour {
+		bad("want 0 (release with the policy)..1h", "idle_hold")
+	}
 	if c.DelayFollow && c.DelayRamp > 0 {
 		bad("delay_follow and delay_ramp exclude each other", "delay_follow")
 	}
