@@ -107,6 +107,13 @@ func (h holds) prune() {
 	}
 }
 
+// holding reports whether a's delays are held now: it is idle, or has
+// just resumed, with the delays of its last active tick.
+func (h holds) holding(a netip.Addr) bool {
+	e := h[a]
+	return e != nil && e.idleFor > 0
+}
+
 func maxDelays(a, b throttle.Setting) throttle.Setting {
 	a.ReadDelay, a.WriteDelay = max(a.ReadDelay, b.ReadDelay), max(a.WriteDelay, b.WriteDelay)
 	return a

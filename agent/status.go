@@ -70,4 +70,7 @@ type ConsumerStatus struct {
 	LoadWrite float64 `json:"load_write"`
 	// Setting is what the policy asked for this consumer (zero: nothing).
 	Setting throttle.Setting `json:"setting,omitzero"`
+	// Held: its delays are the ones it had when it last moved data,
+	// kept while it is idle or has just resumed (idle_hold, hold.go).
+	Held bool `json:"held,omitempty"`
 }

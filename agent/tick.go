@@ -44,7 +44,7 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 	step := l.control(rs, &st, ind.q)
 	out := l.decide(rs, &st, step)
 	d := l.shape(rs, name, &out)
-	l.publish(name, &st, &rs.in, out)
+	l.publish(name, &st, &rs.in, out, rs.held)
 	return d
 }
 
@@ -430,11 +430,13 @@ func (l *Loops) shape(rs *resourceState, name string, out *PolicyOutput) desire 
 // publish is the publish stage: each consumer's setting on its status
 // row, and the resource's status where the API, metrics and the cluster
 // seam read it.
-func (l *Loops) publish(name string, st *ResourceStatus, in *PolicyInput, out PolicyOutput) {
+func (l *Loops) publish(name string, st *ResourceStatus, in *PolicyInput, out PolicyOutput, held holds) {
 	if len(out.Settings) > 0 {
 		for k := range st.Consumers {
-			if s, ok := out.Settings[in.Consumers[k].Addr]; ok && !s.IsZero() {
+			a := in.Consumers[k].Addr
+			if s, ok := out.Settings[a]; ok && !s.IsZero() {
 				st.Consumers[k].Throttled, st.Consumers[k].Setting = true, s
+				st.Consumers[k].Held = held.holding(a)
 			}
 		}
 	}

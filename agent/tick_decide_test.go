@@ -149,7 +149,7 @@ func TestStagePublish(t *testing.T) {
 			for h, s := range tc.settings {
 				out.Settings[stageAddr[h]] = s
 			}
-			l.publish("vg1", &st, &rs.in, out)
+			l.publish("vg1", &st, &rs.in, out, rs.held)
 			pub := l.Status()
 			if len(pub) != 1 || pub[0].Name != "vg1" {
 				t.Fatalf("published %+v, want vg1's status", pub)

@@ -81,6 +81,9 @@ type ConsumerRow struct {
 	WriteCapMBs  float64 `json:"write_cap_mb_s,omitempty"`
 	Throttleable bool    `json:"throttleable"`
 	Important    bool    `json:"important"`
+	// Held: its delays are kept from when it last moved data, while it is
+	// idle (agent hold.go, idle_hold).
+	Held bool `json:"held,omitempty"`
 	// Queue and the load per direction say why a consumer is slowed and
 	// which way: the mean number of its requests in its busiest resource,
 	// and its cost there in resource seconds per second (agent
@@ -191,6 +194,7 @@ func FrameOf(s agent.Status) Frame {
 			r.ReadMBs += agent.JSONFloat(c.ReadBps / 1e6)
 			r.WriteMBs += agent.JSONFloat(c.WriteBps / 1e6)
 			r.Important = r.Important || c.Important
+			r.Held = r.Held || c.Held
 			if c.LoadRead+c.LoadWrite >= r.LoadRead+r.LoadWrite {
 				r.Queue, r.LoadRead, r.LoadWrite = c.Queue, c.LoadRead, c.LoadWrite
 			}

@@ -183,3 +183,17 @@ func TestFrameOfShowsTheHeaviestLoad(t *testing.T) {
 		t.Errorf("row %+v: want vg2's queue 3.9 and load 0.26 r / 0.11 w", c)
 	}
 }
+
+// A consumer whose delays a resource holds while it is idle is marked
+// held on its row (the page's state column says so), others not.
+func TestFrameOfMarksHeld(t *testing.T) {
+	st := agent.Status{Resources: []agent.ResourceStatus{
+		{Name: "vg1", Consumers: []agent.ConsumerStatus{{Addr: "10.99.0.3", Throttled: true, Held: true}, {Addr: "10.99.0.4", Throttled: true}}},
+		{Name: "vg2", Consumers: []agent.ConsumerStatus{{Addr: "10.99.0.3"}}},
+	}}
+	for _, c := range FrameOf(st).Consumers {
+		if want := c.Addr == "10.99.0.3"; c.Held != want {
+			t.Errorf("%s: held %v, want %v", c.Addr, c.Held, want)
+		}
+	}
+}

@@ -201,6 +201,8 @@ func renderStatus(w io.Writer, st agent.Status) {
 		switch {
 		case c.Important:
 			state = "important"
+		case c.Held:
+			state = "held" // its last delays, kept for its next burst
 		case c.WriteDelayMs > 0 || c.ReadDelayMs > 0 || c.RateCapMBs > 0 || c.WriteCapMBs > 0:
 			state = "slowed"
 		case c.Throttleable:

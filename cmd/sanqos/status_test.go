@@ -40,7 +40,7 @@ func serveAPI(t *testing.T, st agent.Status) string {
 	srv := &http.Server{Handler: api.Handler()}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
-	if err := mem.Set(map[netip.Addr]throttle.Setting{netip.MustParseAddr("10.9.9.9"): {WriteDelay: 2 * time.Millisecond}}); err != nil {
+	if err := mem.Set(map[netip.Addr]throttle.Setting{netip.MustParseAddr("10.9.9.9"): {WriteDelay: 2 * time.Millisecond}, netip.MustParseAddr("10.99.0.5"): {WriteDelay: 21 * time.Millisecond}}); err != nil {
 		t.Fatal(err)
 	}
 	return sock
@@ -62,7 +62,8 @@ var testStatus = agent.Status{
 	Resources: []agent.ResourceStatus{
 		{Name: "vg1", IndicatorMs: 16.5, ThresholdMs: 15, Step: 4, Delay: 2 * time.Millisecond, Throttleable: []string{"10.99.0.3"},
 			Consumers: []agent.ConsumerStatus{{Addr: "10.99.0.2", ReadBps: 1.5e6, Queue: 0.6, LoadRead: 0.17},
-				{Addr: "10.99.0.3", WriteBps: 12e6, Throttled: true, Queue: 3.94, LoadRead: 0.02, LoadWrite: 0.27}}},
+				{Addr: "10.99.0.3", WriteBps: 12e6, Throttled: true, Queue: 3.94, LoadRead: 0.02, LoadWrite: 0.27},
+				{Addr: "10.99.0.5", Throttled: true, Held: true, Setting: throttle.Setting{WriteDelay: 21 * time.Millisecond}}}},
 		{Name: "vg2", IndicatorMs: math.NaN(), RawWaitMs: math.NaN(), ThresholdMs: 20},
 		{Name: "vg3", IndicatorMs: 9, ThresholdMs: 8, Step: 43, Delay: 20 * time.Millisecond, RateLeverStep: 3},
 		{Name: "vg4", IndicatorMs: 6.5, ThresholdMs: 5, Step: 40, Delay: 20 * time.Millisecond, FloorMs: 6.4, Unreachable: true},
@@ -101,6 +102,8 @@ func TestStatusTable(t *testing.T) {
 		{"10.99.0.3", []string{"10.99.0.3", "vg1", "12.00", "0.00", "-", "-", "-", "3.9", "2%/27%", "throttleable"}},
 		{"10.99.0.2", []string{"10.99.0.2", "vg1", "0.00", "1.50", "-", "-", "-", "0.6", "17%/0%", "-"}},
 		{"10.9.9.9", []string{"10.9.9.9", "-", "0.00", "0.00", "2.0", "ms", "-", "-", "0.0", "-", "slowed"}}, // manual throttle
+		// Idle, its last delay kept for its next burst (idle_hold).
+		{"10.99.0.5", []string{"10.99.0.5", "vg1", "0.00", "0.00", "21.0", "ms", "-", "-", "0.0", "-", "held"}},
 	} {
 		if got := find(tc.row); strings.Join(got, " ") != strings.Join(tc.want, " ") {
 			t.Errorf("%s row:\n got %q\nwant %q", tc.row, got, tc.want)

@@ -153,6 +153,7 @@ function render() {
 
 function stateOf(c) {
   if (c.important) return "important";
+  if (c.held) return "held";
   if (c.write_delay_ms > 0 || c.read_delay_ms > 0 || c.rate_cap_mb_s > 0) return "slowed";
   return c.throttleable ? "throttleable" : "";
 }
