@@ -129,6 +129,10 @@ func (a *Agent) Reload(cfg *config.Config) error {
 		return errors.New("backend, mode, iscsi_port, delay_ramp, delay_follow, write_delay_on and quick_ack changes need a restart")
 	case cfg.Interval != old.Interval, cfg.DelayStep != old.DelayStep, cfg.MaxDelay != old.MaxDelay, cfg.DelayRise != old.DelayRise, cfg.IdleHold != old.IdleHold:
 		return errors.New("interval, delay_step, max_delay, delay_rise and idle_hold changes need a restart")
+	case cfg.OnsetFeedForward != old.OnsetFeedForward, cfg.RateLeverSteps != old.RateLeverSteps, cfg.WriteMBs != old.WriteMBs, cfg.ThrottleableQueue != old.ThrottleableQueue, cfg.ReadMBs != old.ReadMBs:
+		// The loops take these once (New's LoopConfig): a reload that
+		// accepted them would change nothing.
+		return errors.New("onset_feedforward, rate_lever_steps and throttleable_write_mb_s, _queue and _read_mb_s changes need a restart")
 	case cfg.Socket != old.Socket, cfg.HTTP != old.HTTP, cfg.Token != old.Token:
 		return errors.New("listener and token changes need a restart")
 	case cfg.Device != old.Device, cfg.CaptureInterface != old.CaptureInterface:

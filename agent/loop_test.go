@@ -209,6 +209,11 @@ func TestReloadRefusesRestartOnlyChanges(t *testing.T) {
 		"backend: dry-run\ninterval: 50ms\nresources:\n  - name: vg1\n",
 		"backend: dry-run\nsocket: /tmp/other.sock\nresources:\n  - name: vg1\n",
 		"backend: dry-run\ndevice: eth9\nresources:\n  - name: vg1\n",
+		"backend: dry-run\nidle_hold: 0s\nresources:\n  - name: vg1\n",
+		"backend: dry-run\nonset_feedforward: false\nresources:\n  - name: vg1\n",
+		"backend: dry-run\nthrottleable_write_mb_s: 5\nresources:\n  - name: vg1\n",
+		"backend: dry-run\nthrottleable_queue: 2\nresources:\n  - name: vg1\n",
+		"backend: dry-run\nthrottleable_read_mb_s: 5\nresources:\n  - name: vg1\n",
 	} {
 		nc, err := config.Parse([]byte(bad))
 		if err != nil {

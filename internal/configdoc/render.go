@@ -45,8 +45,9 @@ error with its line, and nothing is applied unless all of it is valid
 old one stays, and so is one that changes a key the running agent cannot
 take over: ` + "`backend`, `mode`, `iscsi_port`, `device`, `capture_interface`," + `
 ` + "`interval`, `delay_step`, `max_delay`, `delay_rise`, `delay_ramp`," + `
-` + "`delay_follow`, `write_delay_on`, `quick_ack`, `socket`, `http`" + ` and the
-token need a restart.
+` + "`delay_follow`, `write_delay_on`, `quick_ack`, `idle_hold`," + `
+` + "`onset_feedforward`, `rate_lever_steps`, the `throttleable_*` rates" + `
+and queue, ` + "`socket`, `http`" + ` and the token need a restart.
 
 Durations are Go durations (` + "`100ms`, `1.5s`, `500us`" + `); MB/s are 10⁶ bytes
 per second. A path like ` + "`resources[].threshold`" + ` is the key ` + "`threshold`" + ` in
