@@ -42,7 +42,7 @@ const (
 type held struct {
 	s       throttle.Setting // delays only
 	idleFor time.Duration    // since it last moved data
-	resumed int              // ticks active since it was idle; 0: not yet idle
+	resumed int              // ticks active since its last idle one
 	seen    bool             // in this tick's consumers
 }
 
@@ -72,7 +72,7 @@ func (h holds) apply(c ConsumerInput, ask throttle.Setting, dt, hold time.Durati
 	if e.idleFor == 0 {
 		// Running: the policy decides and record keeps the level; one
 		// that releases a consumer still moving data ends its hold.
-		if ask.ReadDelay == 0 && ask.WriteDelay == 0 {
+		if delays(ask).IsZero() {
 			delete(h, c.Addr)
 		}
 		return ask
@@ -87,13 +87,14 @@ func (h holds) apply(c ConsumerInput, ask throttle.Setting, dt, hold time.Durati
 // record notes what c was given this tick: the delays of a consumer
 // slowed while it moved data are what a later idle spell holds.
 func (h holds) record(c ConsumerInput, s throttle.Setting) {
-	if idle(c) || (s.ReadDelay == 0 && s.WriteDelay == 0) {
+	d := delays(s)
+	if idle(c) || d.IsZero() {
 		return
 	}
 	if e := h[c.Addr]; e != nil && e.idleFor > 0 {
 		return // resuming: keep the held level until apply lets go
 	}
-	h[c.Addr] = &held{s: throttle.Setting{ReadDelay: s.ReadDelay, WriteDelay: s.WriteDelay}, seen: true}
+	h[c.Addr] = &held{s: d, seen: true}
 }
 
 // prune forgets consumers that were not in this tick's input (logged
@@ -112,6 +113,11 @@ func (h holds) prune() {
 func (h holds) holding(a netip.Addr) bool {
 	e := h[a]
 	return e != nil && e.idleFor > 0
+}
+
+// delays is s without its rate caps, which are not held.
+func delays(s throttle.Setting) throttle.Setting {
+	return throttle.Setting{ReadDelay: s.ReadDelay, WriteDelay: s.WriteDelay}
 }
 
 func maxDelays(a, b throttle.Setting) throttle.Setting {

@@ -50,7 +50,7 @@ func TestIdleHold(t *testing.T) {
 			{quiet, throttle.Setting{}, w(90)},
 		}},
 		{"idle past idle_hold is released", append(append([]tick{{busy, w(20), w(20)}},
-			repeat(tick{quiet, w(0), w(20)}, 10)...), // 10 × 100 ms = hold
+			slices.Repeat([]tick{{quiet, w(0), w(20)}}, 10)...), // 10 × 100 ms = hold
 			tick{quiet, w(0), w(0)},
 			tick{busy, w(0), w(0)})},
 		{"released by the policy while moving data: nothing to hold", []tick{
@@ -62,7 +62,7 @@ func TestIdleHold(t *testing.T) {
 		{"back light: let go after holdResume ticks", append([]tick{
 			{busy, w(20), w(20)},
 			{quiet, w(0), w(20)}},
-			append(repeat(tick{5e5, w(0), w(20)}, holdResume), tick{5e5, w(0), w(0)}, tick{quiet, w(0), w(0)})...)},
+			append(slices.Repeat([]tick{{5e5, w(0), w(20)}}, holdResume), tick{5e5, w(0), w(0)}, tick{quiet, w(0), w(0)})...)},
 		{"never slowed: nothing held", []tick{
 			{busy, w(0), w(0)},
 			{quiet, w(0), w(0)},
@@ -86,14 +86,6 @@ func TestIdleHold(t *testing.T) {
 			}
 		})
 	}
-}
-
-func repeat[T any](v T, n int) []T {
-	out := make([]T, n)
-	for i := range out {
-		out[i] = v
-	}
-	return out
 }
 
 // TestIdleHoldPrune: a held consumer that leaves the resource's input
