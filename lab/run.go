@@ -364,6 +364,10 @@ func ReadTCPCounters(ns string) (TCPCounters, error) {
 	return ParseTCPCounters(snmp, netstat)
 }
 
+// rcvDropCounters are the TcpExt counters of segments a host's TCP
+// received and dropped (report.TCPCounters.RcvDrops).
+var rcvDropCounters = []string{"TCPRcvQDrop", "TCPBacklogDrop", "RcvPruned", "TCPOFODrop", "OfoPruned", "TCPZeroWindowDrop"}
+
 // ParseTCPCounters extracts the counters from the two files' text.
 func ParseTCPCounters(snmp, netstat string) (TCPCounters, error) {
 	a, err := parseProcNet(strings.NewReader(snmp), "Tcp:")
@@ -378,8 +382,12 @@ func ParseTCPCounters(snmp, netstat string) (TCPCounters, error) {
 	if !ok {
 		return TCPCounters{}, fmt.Errorf("no Tcp RetransSegs in /proc/net/snmp")
 	}
+	var drops uint64
+	for _, k := range rcvDropCounters {
+		drops += b[k]
+	}
 	return TCPCounters{RetransSegs: rs, LossProbes: b["TCPLossProbes"], DSACKRecv: b["TCPDSACKRecv"], Timeouts: b["TCPTimeouts"],
-		HostQueueSkips: b["TCPSpuriousRtxHostQueues"]}, nil
+		HostQueueSkips: b["TCPSpuriousRtxHostQueues"], FastRetrans: b["TCPFastRetrans"], RcvDrops: drops}, nil
 }
 
 // ReadTCPCountersOf reads the TCP counters of the network namespace pid

@@ -75,11 +75,12 @@ func (w *tcpWatch) writeCSV(path string) error {
 		return nil
 	}
 	var b strings.Builder
-	b.WriteString("t_s,ns,retrans_segs,loss_probes,dsack_recv,rto_timeouts,host_queue_skips\n")
+	b.WriteString("t_s,ns,retrans_segs,loss_probes,dsack_recv,rto_timeouts,host_queue_skips,fast_retrans,rcv_drops\n")
 	for _, ns := range slices.Sorted(maps.Keys(w.series)) {
 		for _, s := range w.series[ns] {
 			c := s.C
-			fmt.Fprintf(&b, "%.1f,%s,%d,%d,%d,%d,%d\n", s.T.Seconds(), ns, c.RetransSegs, c.LossProbes, c.DSACKRecv, c.Timeouts, c.HostQueueSkips)
+			fmt.Fprintf(&b, "%.1f,%s,%d,%d,%d,%d,%d,%d,%d\n", s.T.Seconds(), ns, c.RetransSegs, c.LossProbes, c.DSACKRecv, c.Timeouts,
+				c.HostQueueSkips, c.FastRetrans, c.RcvDrops)
 		}
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)

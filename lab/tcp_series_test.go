@@ -90,7 +90,7 @@ func TestTCPWatchEverySecond(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) != 5 || lines[0] != "t_s,ns,retrans_segs,loss_probes,dsack_recv,rto_timeouts,host_queue_skips" || !strings.HasPrefix(lines[1], "1.0,b3,") {
+	if len(lines) != 5 || lines[0] != "t_s,ns,retrans_segs,loss_probes,dsack_recv,rto_timeouts,host_queue_skips,fast_retrans,rcv_drops" || !strings.HasPrefix(lines[1], "1.0,b3,") {
 		t.Errorf("tcp.csv:\n%s", b)
 	}
 }

@@ -28,6 +28,18 @@ type TCPCounters struct {
 	// sender's srtt causes where it holds the sender's own segments (the
 	// target's, under the delay line). Not in RetransSegs.
 	HostQueueSkips uint64 `json:"host_queue_skips"`
+	// FastRetrans (TcpExt TCPFastRetrans) are retransmissions sent because
+	// the peer's ACKs (duplicate ACKs, SACK blocks, RACK) said a segment
+	// was lost, not because a timer fired: what a dropped or reordered
+	// segment causes. Counted in RetransSegs.
+	FastRetrans uint64 `json:"fast_retrans"`
+	// RcvDrops are segments this host's TCP received and threw away
+	// (TcpExt TCPRcvQDrop, TCPBacklogDrop, RcvPruned, TCPOFODrop,
+	// OfoPruned, TCPZeroWindowDrop): a receive queue over its buffer, an
+	// out-of-order queue pruned, a zero window. The peer retransmits each
+	// one, so a retransmission with no probe, timeout or DSACK behind it
+	// is explained here or on the path between the hosts.
+	RcvDrops uint64 `json:"rcv_drops"`
 }
 
 // NonProbe is retransmissions not explained by tail-loss probes: the
@@ -42,13 +54,15 @@ func (c TCPCounters) NonProbe() uint64 {
 // Sub is c − o, counter by counter.
 func (c TCPCounters) Sub(o TCPCounters) TCPCounters {
 	return TCPCounters{RetransSegs: c.RetransSegs - o.RetransSegs, LossProbes: c.LossProbes - o.LossProbes, DSACKRecv: c.DSACKRecv - o.DSACKRecv,
-		Timeouts: c.Timeouts - o.Timeouts, HostQueueSkips: c.HostQueueSkips - o.HostQueueSkips}
+		Timeouts: c.Timeouts - o.Timeouts, HostQueueSkips: c.HostQueueSkips - o.HostQueueSkips,
+		FastRetrans: c.FastRetrans - o.FastRetrans, RcvDrops: c.RcvDrops - o.RcvDrops}
 }
 
 // Add is c + o, counter by counter.
 func (c TCPCounters) Add(o TCPCounters) TCPCounters {
 	return TCPCounters{RetransSegs: c.RetransSegs + o.RetransSegs, LossProbes: c.LossProbes + o.LossProbes, DSACKRecv: c.DSACKRecv + o.DSACKRecv,
-		Timeouts: c.Timeouts + o.Timeouts, HostQueueSkips: c.HostQueueSkips + o.HostQueueSkips}
+		Timeouts: c.Timeouts + o.Timeouts, HostQueueSkips: c.HostQueueSkips + o.HostQueueSkips,
+		FastRetrans: c.FastRetrans + o.FastRetrans, RcvDrops: c.RcvDrops + o.RcvDrops}
 }
 
 // TCPSides splits TCP counters by who sends: the throttled writers'
@@ -156,6 +170,12 @@ type Criteria struct {
 	// interferers read (a backup) or do both (mixed I/O).
 	MovedKeptVsBaseline float64 `json:"moved_kept_vs_baseline,omitempty"`
 	MovedKeptVsOracle   float64 `json:"moved_kept_vs_oracle,omitempty"`
+	// OracleP95X is the oracle run's own p95 over the threshold. The
+	// oracle's delay is found on steady-load probes; on loads that read
+	// it is set after each on-step's logins, and the onsets can leave its
+	// run well above the threshold. A kept-vs-oracle ratio compares with
+	// a static delay that held only where this is at most 1.
+	OracleP95X float64 `json:"oracle_p95_x_threshold,omitempty"`
 	// Retrans, LossProbes, Timeouts and HostQueueSkips are this run's
 	// (every sender); the Baseline ones the unregulated run's, for "no
 	// more than the baseline".
@@ -318,6 +338,7 @@ func (s *ControlledSummary) Judge() {
 			if m := moved(*o.Run); m > 0 && o.Run.ReadMBs > 0 {
 				c.MovedKeptVsOracle = Round(moved(*r)/m, 3)
 			}
+			c.OracleP95X = Round(o.Run.ReadWaitMs.P95/r.ThresholdMs, 2)
 		}
 		r.Criteria = c
 	}

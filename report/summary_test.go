@@ -32,3 +32,35 @@ func TestJudgeTCPCriteria(t *testing.T) {
 		t.Errorf("Sub = %+v, want %+v", d, reg)
 	}
 }
+
+// The oracle's own p95 rides beside the kept-vs-oracle ratios, so a ratio
+// against a static delay that missed the threshold reads as such. Figures
+// from the lab's s1-r1-449aaf3 runs (2026-11-28): the mixed oracle's run at
+// 15 ms held 43 ms of delay and still had a 28.15 ms p95.
+func TestJudgeOracleCriteria(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		reg, oracle     ControlledRun
+		thr             float64
+		p95x, oracleP95 float64
+		kept, moved     float64
+	}{
+		{"mixed 15 ms, oracle missed", ControlledRun{ReadWaitMs: Dist{P95: 16.33}, WriteMBs: 0.74, ReadMBs: 0.9},
+			ControlledRun{ReadWaitMs: Dist{P95: 28.15}, WriteMBs: 0.93, ReadMBs: 1.12}, 15, 1.09, 1.88, 0.796, 0.8},
+		{"readers 20 ms", ControlledRun{ReadWaitMs: Dist{P95: 22.75}, ReadMBs: 24.53},
+			ControlledRun{ReadWaitMs: Dist{P95: 24}, ReadMBs: 24.57}, 20, 1.14, 1.2, 0, 0.998},
+		{"writers 15 ms, oracle held", ControlledRun{ReadWaitMs: Dist{P95: 15}, WriteMBs: 9.9},
+			ControlledRun{ReadWaitMs: Dist{P95: 14.7}, WriteMBs: 10.3}, 15, 1, 0.98, 0.961, 0},
+	} {
+		reg := tc.reg
+		reg.ThresholdMs = tc.thr
+		s := ControlledSummary{Baseline: ControlledRun{WriteMBs: 20, ReadMBs: 30}, Regulated: []ControlledRun{reg},
+			Oracle: []OracleRun{{ThresholdMs: tc.thr, Reachable: true, Run: &tc.oracle}}}
+		s.Judge()
+		c := s.Regulated[0].Criteria
+		if c.P95X != tc.p95x || c.OracleP95X != tc.oracleP95 || c.KeptVsOracle != tc.kept || c.MovedKeptVsOracle != tc.moved {
+			t.Errorf("%s: p95 %v oracle's %v kept %v moved %v; want %v %v %v %v", tc.name, c.P95X, c.OracleP95X,
+				c.KeptVsOracle, c.MovedKeptVsOracle, tc.p95x, tc.oracleP95, tc.kept, tc.moved)
+		}
+	}
+}
