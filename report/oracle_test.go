@@ -2,6 +2,7 @@ package report
 
 import (
 	"errors"
+	"slices"
 	"testing"
 )
 
@@ -31,5 +32,38 @@ func TestSmallestHolding(t *testing.T) {
 	boom := errors.New("probe failed")
 	if _, _, err := SmallestHolding(80, func(k int) (bool, error) { return k > 40, map[bool]error{true: boom}[k == 40] }); err != boom {
 		t.Errorf("a failed probe's error was %v, want it returned", err)
+	}
+}
+
+func TestRaiseUntilHeld(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		k, top   int
+		p95      func(k int) float64 // the run's p95 at step k, threshold 15 ms
+		wantRuns []int
+		wantHeld bool
+	}{
+		// The writers' oracle, s1-r1-449aaf3: 22 ms (k 44) ran at 14.7 ms.
+		{"holds as found", 44, 400, func(int) float64 { return 14.7 }, []int{44}, true},
+		// Within OracleHoldsX (1.05×) counts as held: 15.7 ms at 15.
+		{"within the bar's top", 44, 400, func(int) float64 { return 15.7 }, []int{44}, true},
+		// Mixed, s1-r1-449aaf3: the probes' 43 ms (k 86) ran at 28.15 ms;
+		// the agent held 60–74 ms for 1.09×.
+		{"held after one raise", 86, 400, func(k int) float64 { return map[bool]float64{true: 28.15, false: 15.2}[k < 120] }, []int{86, 129}, true},
+		{"raises spent", 11, 400, func(int) float64 { return 24.3 }, []int{11, 16, 24}, false},
+		{"capped at max_delay", 300, 400, func(int) float64 { return 30 }, []int{300, 400}, false},
+		{"a zero delay raises by one step", 0, 400, func(k int) float64 { return map[bool]float64{true: 20, false: 14}[k == 0] }, []int{0, 1}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var runs []int
+			last, held, err := RaiseUntilHeld(tc.k, tc.top, 15, func(k int) (float64, error) { runs = append(runs, k); return tc.p95(k), nil })
+			if err != nil || held != tc.wantHeld || !slices.Equal(runs, tc.wantRuns) || last != runs[len(runs)-1] {
+				t.Errorf("ran %v, last %d, held %v, err %v; want runs %v, held %v", runs, last, held, err, tc.wantRuns, tc.wantHeld)
+			}
+		})
+	}
+	boom := errors.New("run failed")
+	if _, held, err := RaiseUntilHeld(10, 400, 15, func(k int) (float64, error) { return 30, map[bool]error{true: boom}[k > 10] }); err != boom || held {
+		t.Errorf("a failed run gave held %v, err %v; want the error, not held", held, err)
 	}
 }

@@ -207,6 +207,21 @@ type OracleRun struct {
 	Probes []OracleProbe `json:"probes"`
 	// Run is the load pattern at DelayMs (nil if it did not run).
 	Run *ControlledRun `json:"run,omitempty"`
+	// Held says Run's p95 is within OracleHoldsX of the threshold. The
+	// lab's oracle raises its delay until it does (RaiseUntilHeld):
+	// FoundMs is then the probes' answer and Attempts every run of the
+	// load, the last being Run.
+	Held     bool            `json:"held"`
+	FoundMs  float64         `json:"found_delay_ms,omitempty"`
+	Attempts []OracleAttempt `json:"attempts,omitempty"`
+}
+
+// OracleAttempt is one run of the load at a static delay.
+type OracleAttempt struct {
+	DelayMs  float64 `json:"delay_ms"`
+	P95Ms    float64 `json:"p95_ms"`
+	WriteMBs float64 `json:"write_mb_s"`
+	ReadMBs  float64 `json:"read_mb_s,omitempty"`
 }
 
 // OracleProbe is one steady-load probe of the bisection.

@@ -20,7 +20,8 @@ import (
 // log2(max/step) probes. Probes are cached across thresholds, since one
 // delay's p95 answers for all of them. The delay found then runs with the
 // experiment's own on/off pattern, so both runs are judged on the same
-// load.
+// load; if that run misses the threshold, the delay is raised and run
+// again (report.RaiseUntilHeld).
 
 // oracleProbeLength is a probe's duration before scaling: long enough for
 // ~100 read intervals at the default scale, short enough that a search of
@@ -126,6 +127,9 @@ func (o *oracleSearch) find(thr time.Duration) (k int, ok bool, err error) {
 // regulated runs use), setting load's static delay on every interferer.
 // mkPhase builds the experiment's load pattern.
 // s is that pattern's schedule, which an oracle after login follows.
+// Where the run at the probes' delay misses the threshold, the delay is
+// raised and the load run again (report.RaiseUntilHeld), so the oracle
+// the regulated runs are judged against holds what they are asked to.
 func runOracle(r *runner, load *interferers, thresholds []time.Duration, step, maxDelay time.Duration, s schedule, mkPhase func(name, label string) *lab.Phase,
 	judge func(*lab.PhaseResult, time.Duration) report.ControlledRun) ([]report.OracleRun, error) {
 	a, err := lab.StartAgentNamed("oracle", "delayline", r.Dir)
@@ -149,22 +153,41 @@ func runOracle(r *runner, load *interferers, thresholds []time.Duration, step, m
 			or.Probes = append(or.Probes, o.probes[kk])
 		}
 		if ok {
-			p := mkPhase(fmt.Sprintf("oracle-%v", thr), fmt.Sprintf("oracle %v (static %v)", thr, o.delay(k)))
-			var starts []time.Duration
-			for c := 0; c < s.cycles; c++ {
-				starts = append(starts, s.start(c))
-			}
-			if err := o.arm(p, o.delay(k), starts, s.on); err != nil {
+			if err := o.runHeld(&or, k, thr, s, mkPhase, judge); err != nil {
 				return nil, err
 			}
-			res, err := r.Run(p, 0)
-			if err != nil {
-				return nil, err
-			}
-			run := judge(res, thr)
-			or.Run = &run
 		}
 		out = append(out, or)
 	}
 	return out, setInterferers(a, load, 0)
+}
+
+// runHeld runs the load pattern from step k up, until a run holds thr or
+// the raises are spent, and records every run in or.
+func (o *oracleSearch) runHeld(or *report.OracleRun, k int, thr time.Duration, s schedule, mkPhase func(name, label string) *lab.Phase,
+	judge func(*lab.PhaseResult, time.Duration) report.ControlledRun) error {
+	var starts []time.Duration
+	for c := 0; c < s.cycles; c++ {
+		starts = append(starts, s.start(c))
+	}
+	last, held, err := report.RaiseUntilHeld(k, o.max, float64(thr)/1e6, func(k int) (float64, error) {
+		d := o.delay(k)
+		p := mkPhase(fmt.Sprintf("oracle-%v-%v", thr, d), fmt.Sprintf("oracle %v (static %v)", thr, d))
+		if err := o.arm(p, d, starts, s.on); err != nil {
+			return 0, err
+		}
+		res, err := o.r.Run(p, 0)
+		if err != nil {
+			return 0, err
+		}
+		run := judge(res, thr)
+		or.Run = &run
+		or.Attempts = append(or.Attempts, report.OracleAttempt{DelayMs: round(float64(d)/1e6, 2), P95Ms: run.ReadWaitMs.P95, WriteMBs: run.WriteMBs, ReadMBs: run.ReadMBs})
+		return run.ReadWaitMs.P95, nil
+	})
+	or.Held = held
+	if last != k {
+		or.FoundMs, or.DelayMs = or.DelayMs, round(float64(o.delay(last))/1e6, 2)
+	}
+	return err
 }
