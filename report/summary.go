@@ -53,16 +53,27 @@ func (c TCPCounters) NonProbe() uint64 {
 
 // Sub is c − o, counter by counter.
 func (c TCPCounters) Sub(o TCPCounters) TCPCounters {
-	return TCPCounters{RetransSegs: c.RetransSegs - o.RetransSegs, LossProbes: c.LossProbes - o.LossProbes, DSACKRecv: c.DSACKRecv - o.DSACKRecv,
-		Timeouts: c.Timeouts - o.Timeouts, HostQueueSkips: c.HostQueueSkips - o.HostQueueSkips,
-		FastRetrans: c.FastRetrans - o.FastRetrans, RcvDrops: c.RcvDrops - o.RcvDrops}
+	return c.combine(o, func(a, b uint64) uint64 { return a - b })
 }
 
 // Add is c + o, counter by counter.
 func (c TCPCounters) Add(o TCPCounters) TCPCounters {
-	return TCPCounters{RetransSegs: c.RetransSegs + o.RetransSegs, LossProbes: c.LossProbes + o.LossProbes, DSACKRecv: c.DSACKRecv + o.DSACKRecv,
-		Timeouts: c.Timeouts + o.Timeouts, HostQueueSkips: c.HostQueueSkips + o.HostQueueSkips,
-		FastRetrans: c.FastRetrans + o.FastRetrans, RcvDrops: c.RcvDrops + o.RcvDrops}
+	return c.combine(o, func(a, b uint64) uint64 { return a + b })
+}
+
+// counters is every field of c, in declaration order: the one place a
+// new counter is listed for Add and Sub (TestTCPCountersListsEveryField
+// holds it to the struct).
+func (c *TCPCounters) counters() []*uint64 {
+	return []*uint64{&c.RetransSegs, &c.LossProbes, &c.DSACKRecv, &c.Timeouts, &c.HostQueueSkips, &c.FastRetrans, &c.RcvDrops}
+}
+
+func (c TCPCounters) combine(o TCPCounters, f func(a, b uint64) uint64) TCPCounters {
+	theirs := o.counters()
+	for i, p := range c.counters() {
+		*p = f(*p, *theirs[i])
+	}
+	return c
 }
 
 // TCPSides splits TCP counters by who sends: the throttled writers'

@@ -1,6 +1,9 @@
 package report
 
-import "testing"
+import (
+	"reflect"
+	"testing"
+)
 
 // The criteria carry each regulated run's TCP counters beside the
 // baseline's, host-queue skips included, and the counters' arithmetic
@@ -61,6 +64,35 @@ func TestJudgeOracleCriteria(t *testing.T) {
 		if c.P95X != tc.p95x || c.OracleP95X != tc.oracleP95 || c.KeptVsOracle != tc.kept || c.MovedKeptVsOracle != tc.moved {
 			t.Errorf("%s: p95 %v oracle's %v kept %v moved %v; want %v %v %v %v", tc.name, c.P95X, c.OracleP95X,
 				c.KeptVsOracle, c.MovedKeptVsOracle, tc.p95x, tc.oracleP95, tc.kept, tc.moved)
+		}
+	}
+}
+
+// Add and Sub go through counters(), so a field missing from it would be
+// dropped from every phase's difference without a word: the list must be
+// the struct's fields, in order.
+func TestTCPCountersListsEveryField(t *testing.T) {
+	var c TCPCounters
+	v := reflect.ValueOf(&c).Elem()
+	ps := c.counters()
+	if len(ps) != v.NumField() {
+		t.Fatalf("counters() lists %d fields, TCPCounters has %d", len(ps), v.NumField())
+	}
+	for i, p := range ps {
+		if f := v.Field(i); f.Addr().Interface() != p {
+			t.Errorf("counters()[%d] is not field %s", i, v.Type().Field(i).Name)
+		}
+	}
+	a, b := TCPCounters{}, TCPCounters{}
+	for i := range v.NumField() {
+		reflect.ValueOf(&a).Elem().Field(i).SetUint(uint64(10 * (i + 1)))
+		reflect.ValueOf(&b).Elem().Field(i).SetUint(uint64(i + 1))
+	}
+	sum, diff := a.Add(b), a.Sub(b)
+	for i := range v.NumField() {
+		s, d := reflect.ValueOf(sum).Field(i).Uint(), reflect.ValueOf(diff).Field(i).Uint()
+		if s != uint64(11*(i+1)) || d != uint64(9*(i+1)) {
+			t.Errorf("%s: sum %d, difference %d; want %d, %d", v.Type().Field(i).Name, s, d, 11*(i+1), 9*(i+1))
 		}
 	}
 }
