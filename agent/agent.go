@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -117,28 +118,15 @@ func (a *Agent) applySpecs(cfg *config.Config) {
 	a.loops.SetSpecs(specs)
 }
 
-// Reload swaps in a new config. Settings that need a restart (backend,
-// interval, listeners, interfaces) are refused with the reason, leaving the old
-// config active.
+// Reload swaps in a new config. One that changes a setting the agent
+// takes once at start (config.RestartKeys: backend, interval, listeners,
+// interfaces, the loops' timing) is refused with the keys, leaving the
+// old config active.
 func (a *Agent) Reload(cfg *config.Config) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	old := a.cfg
-	switch {
-	case cfg.Backend != old.Backend, cfg.Mode != old.Mode, cfg.ISCSIPort != old.ISCSIPort, cfg.DelayRamp != old.DelayRamp, cfg.DelayFollow != old.DelayFollow, cfg.WriteDelayOn != old.WriteDelayOn, cfg.QuickAck != old.QuickAck:
-		return errors.New("backend, mode, iscsi_port, delay_ramp, delay_follow, write_delay_on and quick_ack changes need a restart")
-	case cfg.Interval != old.Interval, cfg.DelayStep != old.DelayStep, cfg.MaxDelay != old.MaxDelay, cfg.DelayRise != old.DelayRise, cfg.IdleHold != old.IdleHold:
-		return errors.New("interval, delay_step, max_delay, delay_rise and idle_hold changes need a restart")
-	case cfg.OnsetFeedForward != old.OnsetFeedForward, cfg.RateLeverSteps != old.RateLeverSteps, cfg.WriteMBs != old.WriteMBs, cfg.ThrottleableQueue != old.ThrottleableQueue, cfg.ReadMBs != old.ReadMBs:
-		// The loops take these once (New's LoopConfig): a reload that
-		// accepted them would change nothing.
-		return errors.New("onset_feedforward, rate_lever_steps and throttleable_write_mb_s, _queue and _read_mb_s changes need a restart")
-	case cfg.Socket != old.Socket, cfg.HTTP != old.HTTP, cfg.Token != old.Token:
-		return errors.New("listener and token changes need a restart")
-	case cfg.Device != old.Device, cfg.CaptureInterface != old.CaptureInterface:
-		// The backend's qdiscs and the capture are on the old interface:
-		// taking the new one silently would throttle nothing there.
-		return errors.New("device and capture_interface changes need a restart")
+	if keys := config.RestartChanges(a.cfg, cfg); len(keys) > 0 {
+		return fmt.Errorf("needs a restart: %s changed (the running config stays)", strings.Join(keys, ", "))
 	}
 	a.cfg = cfg
 	a.applySpecs(cfg)

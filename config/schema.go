@@ -101,42 +101,44 @@ type Class struct {
 	Burst time.Duration `yaml:"burst"`
 }
 
-// Config is the agent's whole configuration.
+// Config is the agent's whole configuration. A field tagged
+// reload:"restart" is one a running agent cannot take over on SIGHUP
+// (RestartChanges).
 type Config struct {
 	// Interval is the sample period of /proc/diskstats and the tick of
 	// every resource's controller.
-	Interval time.Duration `yaml:"interval"`
+	Interval time.Duration `yaml:"interval" reload:"restart"`
 	// Backend is how consumers are slowed: auto (edt where the kernel has
 	// fq and tc BPF, else netem, else the delay line; `sanqos doctor` says
 	// which and why), edt, netem, delayline, htb (rate caps only),
 	// delayline+htb (the delay line and write-rate caps) or dry-run
 	// (records what it would do, touches nothing: a shadow agent).
-	Backend string `yaml:"backend"`
+	Backend string `yaml:"backend" reload:"restart"`
 	// Mode is where the agent runs: target (on the iSCSI target; OUTPUT
 	// chain) or bridge (on a Linux bridge in front of it; FORWARD chain,
 	// read wait measured on the wire).
-	Mode string `yaml:"mode"`
+	Mode string `yaml:"mode" reload:"restart"`
 	// ISCSIPort is the target's TCP port: the traffic from it is throttled
 	// and its connections are the consumers' rates.
-	ISCSIPort int `yaml:"iscsi_port"`
+	ISCSIPort int `yaml:"iscsi_port" reload:"restart"`
 	// Device is the interface towards the consumers, for the backends
 	// that attach qdiscs (edt, netem, htb, delayline+htb). Default: the
 	// only non-loopback interface that is up; with several, set it.
-	Device string `yaml:"device"`
+	Device string `yaml:"device" reload:"restart"`
 	// CaptureInterface is where bridge mode watches the iSCSI traffic:
 	// the bridge port towards the target.
-	CaptureInterface string `yaml:"capture_interface"`
+	CaptureInterface string `yaml:"capture_interface" reload:"restart"`
 	// Socket is the control API's unix socket (root only), which the CLI
 	// (sanqos status, sanqos throttle) talks to.
-	Socket string `yaml:"socket"`
+	Socket string `yaml:"socket" reload:"restart"`
 	// HTTP is the read-only listener of the dashboard, /metrics and
 	// /api/status, host:port; empty turns it off.
-	HTTP string `yaml:"http"`
+	HTTP string `yaml:"http" reload:"restart"`
 	// TokenFile holds the bearer token that opens the control API on the
 	// HTTP listener (root-only file); without it HTTP is read-only.
 	TokenFile string `yaml:"token_file"`
 	// Token is TokenFile's content, read by Load.
-	Token string `yaml:"-"`
+	Token string `yaml:"-" reload:"restart"`
 	// Discovery is where resources and consumers come from.
 	Discovery Discovery `yaml:"discovery"`
 	// Threshold is the read wait every resource is held under unless it
@@ -157,10 +159,10 @@ type Config struct {
 	// anti-windup); `sanqos tune` searches them on the simulator.
 	PID PID `yaml:"pid"`
 	// DelayStep is one controller step of added delay.
-	DelayStep time.Duration `yaml:"delay_step"`
+	DelayStep time.Duration `yaml:"delay_step" reload:"restart"`
 	// MaxDelay is the most delay the controller applies to a consumer,
 	// kept far below TCP's 200 ms minimum retransmission timeout.
-	MaxDelay time.Duration `yaml:"max_delay"`
+	MaxDelay time.Duration `yaml:"max_delay" reload:"restart"`
 	// DelayRise bounds a consumer's delay growth per tick to 2 × its last
 	// delay + DelayRise, so throttling never outruns TCP's tail-loss probe
 	// timer (2·srtt + 2 ms, rounded up to a jiffy: recent kernels add
@@ -173,7 +175,7 @@ type Config struct {
 	// timer a delay set at once outruns (docs/architecture.md, "Delay rise
 	// limit"). So do the write delays of consumers that read too: the
 	// backends hold their data for the larger of the two delays.
-	DelayRise time.Duration `yaml:"delay_rise"`
+	DelayRise time.Duration `yaml:"delay_rise" reload:"restart"`
 	// DelayRamp is how fast the delay line lets a connection's delay
 	// grow, in ms of delay per ms of its traffic (throttle/ramp.go), so
 	// the throttled sender's srtt follows and it sends no spurious
@@ -182,7 +184,7 @@ type Config struct {
 	// per consumer: in the lab 0.5 removed the probes but let load steps
 	// through (p95 1.5–2.2 × the threshold; docs/architecture.md,
 	// "delay_ramp").
-	DelayRamp float64 `yaml:"delay_ramp"`
+	DelayRamp float64 `yaml:"delay_ramp" reload:"restart"`
 	// DelayFollow has the delay line cap each packet's delay by a model
 	// of its sender's srtt (throttle/follow.go): the fastest rise that
 	// sends no spurious tail-loss probe. Excludes delay_ramp. Unset, it
@@ -193,12 +195,12 @@ type Config struct {
 	// is acknowledged on time: nothing needs the ramp, and it would only
 	// let each load step through for a few round trips
 	// (docs/architecture.md, "delay_follow").
-	DelayFollow bool `yaml:"delay_follow"`
+	DelayFollow bool `yaml:"delay_follow" reload:"restart"`
 	// WriteDelayOn says which packets carry a write delay: "replies"
 	// (default: the target's R2Ts and status; ACKs of the consumer's data
 	// stay on time, so no spurious tail-loss probes) or "acks" (the
 	// thesis: its pure ACKs). See throttle.WriteOn.
-	WriteDelayOn string `yaml:"write_delay_on"`
+	WriteDelayOn string `yaml:"write_delay_on" reload:"restart"`
 	// QuickAck sets the route metric quickack on the connected routes of
 	// the consumers' interface while a delay backend runs (target mode,
 	// write_delay_on: replies), so the target's TCP acknowledges each
@@ -207,12 +209,12 @@ type Config struct {
 	// (lab, delay-sweep with 12 writers: 38 DSACKed probes, 0 with it,
 	// rates unchanged; throttle/quickack.go). Taken off at exit. Default
 	// true.
-	QuickAck bool `yaml:"quick_ack"`
+	QuickAck bool `yaml:"quick_ack" reload:"restart"`
 	// OnsetFeedForward preloads a resource's controller with the delay
 	// that held its threshold last time, on the first sample of a write
 	// surge, instead of waiting for the smoothed wait to cross (control
 	// package, onset.go). Default true.
-	OnsetFeedForward bool `yaml:"onset_feedforward"`
+	OnsetFeedForward bool `yaml:"onset_feedforward" reload:"restart"`
 	// IdleHold is how long a consumer that was slowed while it moved data
 	// keeps its delays once it moves none (agent, hold.go), so that when
 	// it resumes its first segments are slowed as its last ones were,
@@ -220,16 +222,16 @@ type Config struct {
 	// disk undelayed. A delay on an idle connection carries nothing; one
 	// that resumes light is released 300 ms later. 0: released with the
 	// policy. Default 30s.
-	IdleHold time.Duration `yaml:"idle_hold"`
+	IdleHold time.Duration `yaml:"idle_hold" reload:"restart"`
 	// RateLeverSteps extends each resource's controller past max_delay
 	// with this many steps of write-rate caps on the heaviest writers
 	// (agent, lever.go): at the top of the range the capped writers keep
 	// 10 % of the rate they had when the delay ran out. 0 (default): the
 	// delay is the only lever. Needs a backend that caps write rates.
-	RateLeverSteps int `yaml:"rate_lever_steps"`
+	RateLeverSteps int `yaml:"rate_lever_steps" reload:"restart"`
 	// WriteMBs is the write rate (EWMA) above which a consumer is
 	// throttleable: the thesis' rule.
-	WriteMBs float64 `yaml:"throttleable_write_mb_s"`
+	WriteMBs float64 `yaml:"throttleable_write_mb_s" reload:"restart"`
 	// ThrottleableQueue is the mean number of a consumer's requests in a
 	// resource (over half a second) at which it counts as saturating
 	// it, in whichever direction: a backup's readers and a VM's random
@@ -239,8 +241,8 @@ type Config struct {
 	// rule; both 0 is the thesis: only writers above
 	// throttleable_write_mb_s and the static throttleable consumers are
 	// slowed. Defaults 1.25 and 1 MB/s (agent/saturation.go).
-	ThrottleableQueue float64 `yaml:"throttleable_queue"`
-	ReadMBs           float64 `yaml:"throttleable_read_mb_s"`
+	ThrottleableQueue float64 `yaml:"throttleable_queue" reload:"restart"`
+	ReadMBs           float64 `yaml:"throttleable_read_mb_s" reload:"restart"`
 	// Resources are the shared pools the agent protects, each with its
 	// own controller. None: the agent serves manual throttles only.
 	Resources  []Resource `yaml:"resources"`

@@ -42,12 +42,8 @@ The file is validated as a whole: an unknown key or a bad value is an
 error with its line, and nothing is applied unless all of it is valid
 (` + "`sanqos config check FILE`" + `, ` + "`sanqos doctor --config FILE`" + `). ` + "`SIGHUP`" + `
 (` + "`systemctl reload sanqos`" + `) re-reads it; a bad new file is refused and the
-old one stays, and so is one that changes a key the running agent cannot
-take over: ` + "`backend`, `mode`, `iscsi_port`, `device`, `capture_interface`," + `
-` + "`interval`, `delay_step`, `max_delay`, `delay_rise`, `delay_ramp`," + `
-` + "`delay_follow`, `write_delay_on`, `quick_ack`, `idle_hold`," + `
-` + "`onset_feedforward`, `rate_lever_steps`, the `throttleable_*` rates" + `
-and queue, ` + "`socket`, `http`" + ` and the token need a restart.
+old one stays, and so is one that changes a key the running agent takes
+only at start (these need a restart): ` + restartKeys() + `.
 
 Durations are Go durations (` + "`100ms`, `1.5s`, `500us`" + `); MB/s are 10⁶ bytes
 per second. A path like ` + "`resources[].threshold`" + ` is the key ` + "`threshold`" + ` in
@@ -378,4 +374,36 @@ func setPaths(doc []byte) map[string]bool {
 	}
 	rec(n.Content[0], "")
 	return out
+}
+
+// restartKeys lists config.RestartKeys for the page, wrapped as prose:
+// the agent's Reload refuses exactly these.
+func restartKeys() string {
+	var ks []string
+	for _, k := range config.RestartKeys() {
+		if k == "token" {
+			ks = append(ks, "the token (`token_file`'s content)")
+			continue
+		}
+		ks = append(ks, "`"+k+"`")
+	}
+	return wrap(strings.Join(ks, ", "), 72)
+}
+
+// wrap breaks s into lines of at most width bytes at spaces.
+func wrap(s string, width int) string {
+	var b strings.Builder
+	n := 0
+	for i, w := range strings.Fields(s) {
+		if i > 0 && n+1+len(w) > width {
+			b.WriteString("\n")
+			n = 0
+		} else if i > 0 {
+			b.WriteString(" ")
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
+	return b.String()
 }
