@@ -35,6 +35,9 @@ func SmallestHolding(top int, holds func(k int) (bool, error)) (k int, ok bool, 
 // (1.00–1.05×), which the writers' oracle meets as found.
 const OracleHoldsX = 1.05
 
+// oracleHolds says an oracle run with this p95 holds thresholdMs.
+func oracleHolds(p95Ms, thresholdMs float64) bool { return p95Ms <= thresholdMs*OracleHoldsX }
+
 // OracleRaises is how often an oracle whose run missed its threshold
 // raises its delay and runs the load again. On loads that read, the
 // delay found on steady probes let the lab's on/off runs reach 1.2–1.9×
@@ -56,7 +59,7 @@ func RaiseUntilHeld(k, top int, limitMs float64, run func(k int) (p95Ms float64,
 		if err != nil {
 			return k, false, err
 		}
-		if p95 <= limitMs*OracleHoldsX {
+		if oracleHolds(p95, limitMs) {
 			return k, true, nil
 		}
 		if raise == OracleRaises || k >= top {

@@ -184,8 +184,8 @@ type Criteria struct {
 	// OracleP95X is the oracle run's own p95 over the threshold. The
 	// oracle's delay is found on steady-load probes; on loads that read
 	// it is set after each on-step's logins, and the onsets can leave its
-	// run well above the threshold. A kept-vs-oracle ratio compares with
-	// a static delay that held only where this is at most 1.
+	// run well above the threshold, unless the lab's oracle raised its
+	// delay until it held (OracleRun.Held: this at most OracleHoldsX).
 	OracleP95X float64 `json:"oracle_p95_x_threshold,omitempty"`
 	// Retrans, LossProbes, Timeouts and HostQueueSkips are this run's
 	// (every sender); the Baseline ones the unregulated run's, for "no
@@ -218,10 +218,11 @@ type OracleRun struct {
 	Probes []OracleProbe `json:"probes"`
 	// Run is the load pattern at DelayMs (nil if it did not run).
 	Run *ControlledRun `json:"run,omitempty"`
-	// Held says Run's p95 is within OracleHoldsX of the threshold. The
-	// lab's oracle raises its delay until it does (RaiseUntilHeld):
-	// FoundMs is then the probes' answer and Attempts every run of the
-	// load, the last being Run.
+	// Held says Run's p95 is within OracleHoldsX of the threshold (Judge
+	// derives it, for the lab's oracle and the simulator's). The lab's
+	// oracle raises its delay until it does (RaiseUntilHeld): FoundMs is
+	// then the probes' answer and Attempts every run of the load, the
+	// last being Run.
 	Held     bool            `json:"held"`
 	FoundMs  float64         `json:"found_delay_ms,omitempty"`
 	Attempts []OracleAttempt `json:"attempts,omitempty"`
@@ -334,6 +335,10 @@ type ControlledSummary struct {
 // Judge fills every regulated run's Criteria from the baseline and the
 // oracle of the same threshold.
 func (s *ControlledSummary) Judge() {
+	for i := range s.Oracle {
+		o := &s.Oracle[i]
+		o.Held = o.Run != nil && oracleHolds(o.Run.ReadWaitMs.P95, o.ThresholdMs)
+	}
 	for i := range s.Regulated {
 		r := &s.Regulated[i]
 		if r.ThresholdMs <= 0 {

@@ -47,13 +47,14 @@ func TestJudgeOracleCriteria(t *testing.T) {
 		thr             float64
 		p95x, oracleP95 float64
 		kept, moved     float64
+		held            bool // the oracle's run within OracleHoldsX
 	}{
 		{"mixed 15 ms, oracle missed", ControlledRun{ReadWaitMs: Dist{P95: 16.33}, WriteMBs: 0.74, ReadMBs: 0.9},
-			ControlledRun{ReadWaitMs: Dist{P95: 28.15}, WriteMBs: 0.93, ReadMBs: 1.12}, 15, 1.09, 1.88, 0.796, 0.8},
+			ControlledRun{ReadWaitMs: Dist{P95: 28.15}, WriteMBs: 0.93, ReadMBs: 1.12}, 15, 1.09, 1.88, 0.796, 0.8, false},
 		{"readers 20 ms", ControlledRun{ReadWaitMs: Dist{P95: 22.75}, ReadMBs: 24.53},
-			ControlledRun{ReadWaitMs: Dist{P95: 24}, ReadMBs: 24.57}, 20, 1.14, 1.2, 0, 0.998},
+			ControlledRun{ReadWaitMs: Dist{P95: 24}, ReadMBs: 24.57}, 20, 1.14, 1.2, 0, 0.998, false},
 		{"writers 15 ms, oracle held", ControlledRun{ReadWaitMs: Dist{P95: 15}, WriteMBs: 11.58},
-			ControlledRun{ReadWaitMs: Dist{P95: 14.7}, WriteMBs: 12.05}, 15, 1, 0.98, 0.961, 0},
+			ControlledRun{ReadWaitMs: Dist{P95: 14.7}, WriteMBs: 12.05}, 15, 1, 0.98, 0.961, 0, true},
 	} {
 		reg := tc.reg
 		reg.ThresholdMs = tc.thr
@@ -64,6 +65,9 @@ func TestJudgeOracleCriteria(t *testing.T) {
 		if c.P95X != tc.p95x || c.OracleP95X != tc.oracleP95 || c.KeptVsOracle != tc.kept || c.MovedKeptVsOracle != tc.moved {
 			t.Errorf("%s: p95 %v oracle's %v kept %v moved %v; want %v %v %v %v", tc.name, c.P95X, c.OracleP95X,
 				c.KeptVsOracle, c.MovedKeptVsOracle, tc.p95x, tc.oracleP95, tc.kept, tc.moved)
+		}
+		if h := s.Oracle[0].Held; h != tc.held {
+			t.Errorf("%s: oracle held %v, want %v", tc.name, h, tc.held)
 		}
 	}
 }

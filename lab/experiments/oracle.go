@@ -170,7 +170,7 @@ func (o *oracleSearch) runHeld(or *report.OracleRun, k int, thr time.Duration, s
 	for c := 0; c < s.cycles; c++ {
 		starts = append(starts, s.start(c))
 	}
-	last, held, err := report.RaiseUntilHeld(k, o.max, float64(thr)/1e6, func(k int) (float64, error) {
+	last, _, err := report.RaiseUntilHeld(k, o.max, float64(thr)/1e6, func(k int) (float64, error) {
 		d := o.delay(k)
 		p := mkPhase(fmt.Sprintf("oracle-%v-%v", thr, d), fmt.Sprintf("oracle %v (static %v)", thr, d))
 		if err := o.arm(p, d, starts, s.on); err != nil {
@@ -185,7 +185,6 @@ func (o *oracleSearch) runHeld(or *report.OracleRun, k int, thr time.Duration, s
 		or.Attempts = append(or.Attempts, report.OracleAttempt{DelayMs: round(float64(d)/1e6, 2), P95Ms: run.ReadWaitMs.P95, WriteMBs: run.WriteMBs, ReadMBs: run.ReadMBs})
 		return run.ReadWaitMs.P95, nil
 	})
-	or.Held = held
 	if last != k {
 		or.FoundMs, or.DelayMs = or.DelayMs, round(float64(o.delay(last))/1e6, 2)
 	}
