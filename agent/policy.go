@@ -118,6 +118,10 @@ type ConsumerInput struct {
 	SRTTMs      float64
 	DeliveryBps float64
 	InFlight    float64
+	// SendSRTT is the smallest srtt of its connections that the target
+	// sent data on this tick (sample.Rate.SendSRTT; 0: none, or no
+	// TCP_INFO): the rise limit of delays that hold its data.
+	SendSRTT time.Duration
 }
 
 // PolicyOutput is a policy's decision.

@@ -73,4 +73,9 @@ type ConsumerStatus struct {
 	// Held: its delays are the ones it had when it last moved data,
 	// kept while it is idle or has just resumed (idle_hold, hold.go).
 	Held bool `json:"held,omitempty"`
+	// SendSRTTMs is the target's srtt on its busiest connection (ms; 0:
+	// none sent it more than a segment this tick, or no TCP_INFO): a
+	// delay that holds its data rises to at most twice this + 1 ms per
+	// tick (srttLimit), which is why its setting may lag the ask.
+	SendSRTTMs float64 `json:"send_srtt_ms,omitempty"`
 }

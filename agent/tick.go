@@ -167,7 +167,7 @@ func (l *Loops) measure(rs *resourceState, d devIntervals, rates map[netip.Addr]
 		ci := l.measureConsumer(pc, d, r, wire)
 		in.Consumers = append(in.Consumers, ci)
 		sts = append(sts, ConsumerStatus{Addr: pc.name, ReadBps: ci.ReadBps, WriteBps: ci.WriteBps, WriteEWMA: ci.WriteEWMA, Important: pc.important,
-			Queue: ci.Queue, LoadRead: ci.Load.Read, LoadWrite: ci.Load.Write})
+			Queue: ci.Queue, LoadRead: ci.Load.Read, LoadWrite: ci.Load.Write, SendSRTTMs: ms(ci.SendSRTT)})
 	}
 	for _, pc := range p.static {
 		in.Consumers = append(in.Consumers, ConsumerInput{Addr: pc.addr, Static: true, ReadWaitMs: math.NaN(), WriteWaitMs: math.NaN(),
@@ -228,7 +228,7 @@ func (l *Loops) measureConsumer(pc planConsumer, d devIntervals, r sample.Rate, 
 		if r.MinRTT > 0 {
 			ci.QueueMs, ci.SRTTMs = ms(r.QueueDelay), ms(r.SRTT)
 		}
-		ci.DeliveryBps, ci.InFlight = r.DeliveryBps, r.InFlight
+		ci.DeliveryBps, ci.InFlight, ci.SendSRTT = r.DeliveryBps, r.InFlight, r.SendSRTT
 	}
 	if nr > 0 {
 		ci.ReadWaitMs = rTicks / nr
@@ -403,7 +403,14 @@ func (l *Loops) shape(rs *resourceState, name string, out *PolicyOutput) desire 
 			writeStep = readStep // its data is held for both delays: readRiseStep
 		}
 		s.WriteDelay = riseLimit(p.WriteDelay, s.WriteDelay, writeStep)
-		s.ReadDelay = riseLimit(p.ReadDelay, s.ReadDelay, readStep)
+		s.ReadDelay = srttLimit(p.ReadDelay, riseLimit(p.ReadDelay, s.ReadDelay, readStep), c.SendSRTT, readStep)
+		if s.ReadDelay > 0 || p.ReadDelay > 0 {
+			// Its data is held for the larger delay. A writer's held
+			// segments are its replies, one per command, whose probe
+			// timer has 200 ms more: no srtt bound (the writers'
+			// campaign: 0 host-queue skips on the target in nine phases).
+			s.WriteDelay = srttLimit(p.WriteDelay, s.WriteDelay, c.SendSRTT, readStep)
+		}
 		if s != ask {
 			rs.limited = true
 		}

@@ -108,6 +108,7 @@ func parseDiagReply(b []byte) (connSample, error) {
 			s.ti.Bytes_received = binary.NativeEndian.Uint64(ti[128:])
 			s.ti.Min_rtt = u32(148)
 			s.ti.Data_segs_in = u32(152)
+			s.ti.Data_segs_out = u32(156)
 			s.ti.Delivery_rate = binary.NativeEndian.Uint64(ti[160:])
 			return s, nil
 		}

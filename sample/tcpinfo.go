@@ -17,6 +17,15 @@ type Rate struct {
 	WriteBps float64
 	Conns    int
 	SRTT     time.Duration // largest smoothed RTT among its connections
+	// SendSRTT is the smallest srtt among its connections that sent it
+	// more than one data segment in the interval (0: none did): data
+	// held for it by a delay runs against the target's tail-loss probe
+	// timer, 2·srtt + 2 ms while more than one segment is in flight
+	// (a lone segment's has 200 ms more), so this is the shortest timer
+	// a rising delay must stay under. Connections that sent less, an
+	// idle session's NOP-In, keep the srtt of whenever they last moved
+	// data, which says nothing about the delay acting now.
+	SendSRTT time.Duration
 	// The network saturation signals (seed 003: congestion from measured
 	// delay), from the same TCP_INFO dump, so the agent reads the kernel
 	// once per tick for rates and for delay.
@@ -51,6 +60,8 @@ type connKey struct {
 type connCounters struct {
 	recv, acked uint64
 	segsIn      uint32 // tcpi_data_segs_in (wraps)
+	segsOut     uint32 // tcpi_data_segs_out (wraps)
+	srtt        time.Duration
 	mss         uint32 // tcpi_snd_mss: the path's, as the initiator's full segments are
 }
 
@@ -114,7 +125,8 @@ func (t *TCPRates) Sample() (map[netip.Addr]Rate, error) {
 	net := map[netip.Addr]Rate{} // per-peer delay signals
 	for i := range conns {
 		c := &conns[i]
-		cur[c.key] = connCounters{recv: c.ti.Bytes_received, acked: c.ti.Bytes_acked, segsIn: c.ti.Data_segs_in, mss: c.ti.Snd_mss}
+		cur[c.key] = connCounters{recv: c.ti.Bytes_received, acked: c.ti.Bytes_acked, segsIn: c.ti.Data_segs_in,
+			segsOut: c.ti.Data_segs_out, srtt: time.Duration(c.ti.Rtt) * time.Microsecond, mss: c.ti.Snd_mss}
 		n := net[c.key.peer.Addr()]
 		addDelay(&n, &c.ti)
 		net[c.key.peer.Addr()] = n
@@ -142,6 +154,9 @@ func (t *TCPRates) Sample() (map[netip.Addr]Rate, error) {
 			r.WriteBps += float64(c.recv-p.recv) / secs
 			r.ReadBps += float64(c.acked-p.acked) / secs
 			r.CommandsPerSec += commands(c.segsIn-p.segsIn, c.recv-p.recv, c.mss) / secs
+			if c.segsOut-p.segsOut > 1 && c.srtt > 0 && (r.SendSRTT == 0 || c.srtt < r.SendSRTT) {
+				r.SendSRTT = c.srtt
+			}
 		}
 		out[k.peer.Addr()] = r
 	}

@@ -44,6 +44,7 @@ func encodeReply(fam uint8, r *netlink.InetDiagTCPInfoResp) []byte {
 	binary.NativeEndian.PutUint64(info[128:], ti.Bytes_received)
 	binary.NativeEndian.PutUint32(info[148:], ti.Min_rtt)
 	binary.NativeEndian.PutUint32(info[152:], ti.Data_segs_in)
+	binary.NativeEndian.PutUint32(info[156:], ti.Data_segs_out)
 	binary.NativeEndian.PutUint64(info[160:], ti.Delivery_rate)
 	b = binary.NativeEndian.AppendUint16(b, uint16(4+len(info)))
 	b = binary.NativeEndian.AppendUint16(b, inetDiagInfo)
@@ -352,5 +353,45 @@ func TestTCPRatesKernelCommands(t *testing.T) {
 	// the loop's: allow for it and for one segment of slack.
 	if got < n-1 || got > n*1.5 {
 		t.Fatalf("counted %.1f commands, sent %d", got, n)
+	}
+}
+
+// SendSRTT is the smallest srtt among the connections that sent more
+// than one data segment since the last sample: a busy session's, not an
+// idle one's (NOP-Ins) whose srtt is from before the delay.
+func TestTCPRatesSendSRTT(t *testing.T) {
+	conn := func(cookie uint32, peer string, segsOut, rttUs uint32) *netlink.InetDiagTCPInfoResp {
+		r := resp(cookie, peer, 3260, 0, 0)
+		r.TCPInfo.Data_segs_out, r.TCPInfo.Rtt = segsOut, rttUs
+		return r
+	}
+	rounds := [][]*netlink.InetDiagTCPInfoResp{
+		{conn(1, "10.0.0.3:40000", 100, 30000), conn(2, "10.0.0.3:40001", 7, 300), conn(3, "10.0.0.3:40002", 50, 60000),
+			conn(4, "10.0.0.4:40000", 10, 300), conn(5, "10.0.0.5:40000", ^uint32(0)-2, 40000)},
+		{conn(1, "10.0.0.3:40000", 145, 30000), conn(2, "10.0.0.3:40001", 8, 300), conn(3, "10.0.0.3:40002", 52, 60000),
+			conn(4, "10.0.0.4:40000", 11, 300), conn(5, "10.0.0.5:40000", 3, 40000)},
+	}
+	i := 0
+	now := time.Unix(0, 0)
+	tr := &TCPRates{Port: 3260, now: func() time.Time { return now }, dump: roundsDump(rounds, &i)}
+	if _, err := tr.Sample(); err != nil {
+		t.Fatal(err)
+	}
+	i, now = 1, now.Add(100*time.Millisecond)
+	r, err := tr.Sample()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		peer string
+		want time.Duration
+	}{
+		{"10.0.0.3", 30 * time.Millisecond}, // the NOP-only session's 0.3 ms is not it
+		{"10.0.0.4", 0},                     // one segment: the long timer, no bound
+		{"10.0.0.5", 40 * time.Millisecond}, // segs_out wrapped
+	} {
+		if got := r[netip.MustParseAddr(c.peer)].SendSRTT; got != c.want {
+			t.Errorf("%s: SendSRTT %v, want %v", c.peer, got, c.want)
+		}
 	}
 }

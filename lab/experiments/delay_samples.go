@@ -26,7 +26,9 @@ type delaySamples struct {
 	x, delay, read, write, reader, caps []float64
 	// rows are every consumer's delays per sample, for delays-*.csv:
 	// the plot shows only the largest, which hides a consumer left
-	// out of the set or slowed in one direction only.
+	// out of the set or slowed in one direction only; with the srtt
+	// that bounds their rise (ConsumerStatus.SendSRTTMs), to check the
+	// bound held.
 	rows [][]string
 	// loop are each resource's controller state per sample, for
 	// loop-*.csv: the setpoint is threshold / the tail factor, so a run
@@ -54,11 +56,18 @@ func delaySampler(a *lab.LabAgent, length time.Duration, l *interferers, ds *del
 			if err != nil {
 				return err
 			}
+			srtt := map[string]float64{} // the srtt its data's delays rise under
+			for _, r := range st.Resources {
+				for _, c := range r.Consumers {
+					srtt[c.Addr] = c.SendSRTTMs
+				}
+			}
 			d, rd, wd, c := 0.0, 0.0, 0.0, 0.0
 			for _, addr := range slices.SortedFunc(maps.Keys(m), netip.Addr.Compare) {
 				s := m[addr]
 				ds.rows = append(ds.rows, []string{fmt.Sprintf("%.1f", t.Seconds()), addr.String(),
-					fmt.Sprintf("%.2f", float64(s.ReadDelay)/1e6), fmt.Sprintf("%.2f", float64(s.WriteDelay)/1e6)})
+					fmt.Sprintf("%.2f", float64(s.ReadDelay)/1e6), fmt.Sprintf("%.2f", float64(s.WriteDelay)/1e6),
+					fmt.Sprintf("%.2f", srtt[addr.String()])})
 				d = math.Max(d, l.delay(s))
 				rd, wd = math.Max(rd, float64(s.ReadDelay)/1e6), math.Max(wd, float64(s.WriteDelay)/1e6)
 				c += float64(s.WriteRate) / 1e6
@@ -126,7 +135,7 @@ func msCell(v float64) string {
 // writeCSVs writes every consumer's delays per sample to
 // delays-NAME.csv and each resource's controller state to loop-NAME.csv.
 func (ds *delaySamples) writeCSVs(dir, name string) error {
-	if err := writeCSV(filepath.Join(dir, "delays-"+name+".csv"), []string{"t_s", "consumer", "read_delay_ms", "write_delay_ms"}, ds.rows); err != nil {
+	if err := writeCSV(filepath.Join(dir, "delays-"+name+".csv"), []string{"t_s", "consumer", "read_delay_ms", "write_delay_ms", "send_srtt_ms"}, ds.rows); err != nil {
 		return err
 	}
 	return writeCSV(filepath.Join(dir, "loop-"+name+".csv"), []string{"t_s", "resource", "setpoint_ms", "indicator_ms", "raw_wait_ms", "delay_ms"}, ds.loop)

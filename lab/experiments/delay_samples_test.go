@@ -12,7 +12,7 @@ import (
 // empty cell, not "NaN", so a spreadsheet or pandas reads it as missing.
 func TestDelaySamplesCSVs(t *testing.T) {
 	ds := delaySamples{
-		rows: [][]string{{"1.0", "10.99.0.3", "0.50", "19.00"}},
+		rows: [][]string{{"1.0", "10.99.0.3", "0.50", "19.00", "12.30"}},
 		loop: [][]string{{"1.0", "vg1", msCell(8.7), msCell(math.NaN()), msCell(math.Inf(1)), msCell(19)}},
 	}
 	dir := t.TempDir()
@@ -20,7 +20,7 @@ func TestDelaySamplesCSVs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]string{
-		"delays-threshold-10ms.csv": "t_s,consumer,read_delay_ms,write_delay_ms\n1.0,10.99.0.3,0.50,19.00\n",
+		"delays-threshold-10ms.csv": "t_s,consumer,read_delay_ms,write_delay_ms,send_srtt_ms\n1.0,10.99.0.3,0.50,19.00,12.30\n",
 		"loop-threshold-10ms.csv":   "t_s,resource,setpoint_ms,indicator_ms,raw_wait_ms,delay_ms\n1.0,vg1,8.70,,,19.00\n",
 	} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
