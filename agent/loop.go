@@ -222,6 +222,19 @@ type desire struct {
 	other map[netip.Addr]throttle.Setting
 }
 
+// add routes a's setting: a plain write delay to delays, anything else
+// to other.
+func (d *desire) add(a netip.Addr, s throttle.Setting) {
+	if s.ReadDelay == 0 && s.Rate == 0 && s.WriteRate == 0 {
+		d.delays[a] = s.WriteDelay
+		return
+	}
+	if d.other == nil {
+		d.other = map[netip.Addr]throttle.Setting{}
+	}
+	d.other[a] = s
+}
+
 // Run samples every interval, feeds each resource's goroutine and applies
 // the merged result, until ctx ends. On return every throttle it applied
 // is cleared.
