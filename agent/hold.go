@@ -27,19 +27,8 @@ import (
 // are slowed as its last ones were. For holdResume ticks after it resumes
 // it has the larger of the held delays and the policy's (the onset
 // preload's hold, while the set re-forms from smoothed rates); after that
-// the policy decides as soon as it asks anything of it. While it asks
-// nothing, a consumer that came back at least half as fast as it left
-// keeps the held delays, up to readRateSmoothing (the time the smoothed
-// load that the policy's set is built from needs to see it again) or
-// idle_hold if shorter; one
-// that came back light is released 300 ms after it resumed. The mixed
-// load's consumers (random I/O, a few hundred KB/s each, slowed to
-// 60-70 ms) were released at their fourth tick back and taken again from
-// 1 ms a tick or two later, so every load step began with their delay
-// rising from 0 on sessions whose srtt had not seen it (mixed
-// s1-n1-930ba93 at 15 ms: 63-69 ms held through each off period, none at
-// 51.0 and 81.0 s, 15 ms half a second later; the target's host-queue
-// skips came in those seconds). Rate caps are not held: the rate lever
+// the policy alone decides, so a consumer that came back light is
+// released 300 ms later. Rate caps are not held: the rate lever
 // re-applies its own.
 const (
 	holdResume = onsetHold
@@ -52,7 +41,6 @@ const (
 // held is one consumer's held delays.
 type held struct {
 	s       throttle.Setting // delays only
-	bps     float64          // its rate (read + write) when s was recorded
 	idleFor time.Duration    // since it last moved data
 	resumed int              // ticks active since its last idle one
 	seen    bool             // in this tick's consumers
@@ -90,11 +78,8 @@ func (h holds) apply(c ConsumerInput, ask throttle.Setting, dt, hold time.Durati
 		return ask
 	}
 	if e.resumed++; e.resumed > holdResume {
-		light := c.ReadBps+c.WriteBps < e.bps/2
-		if !delays(ask).IsZero() || light || time.Duration(e.resumed)*dt > min(readRateSmoothing, hold) {
-			delete(h, c.Addr)
-			return ask
-		}
+		delete(h, c.Addr)
+		return ask
 	}
 	return maxDelays(ask, e.s)
 }
@@ -109,7 +94,7 @@ func (h holds) record(c ConsumerInput, s throttle.Setting) {
 	if e := h[c.Addr]; e != nil && e.idleFor > 0 {
 		return // resuming: keep the held level until apply lets go
 	}
-	h[c.Addr] = &held{s: d, bps: c.ReadBps + c.WriteBps, seen: true}
+	h[c.Addr] = &held{s: d, seen: true}
 }
 
 // prune forgets consumers that were not in this tick's input (logged

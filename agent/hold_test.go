@@ -12,9 +12,7 @@ import (
 // TestIdleHold: a consumer slowed while it moved data keeps its last
 // active delays while idle (whatever the releasing controller asks), and
 // for holdResume ticks after it resumes the larger of those and the
-// policy's; then the policy decides once it asks anything, and until
-// then one that came back heavy keeps its delays (up to idle_hold here,
-// shorter than readRateSmoothing). It is let go after idle_hold, when
+// policy's; then the policy decides. It is let go after idle_hold, when
 // the policy releases it while it still moves data, and when it comes
 // back light.
 func TestIdleHold(t *testing.T) {
@@ -42,16 +40,6 @@ func TestIdleHold(t *testing.T) {
 			{busy, w(24), w(24)}, // past holdResume: the policy's
 			{quiet, w(0), w(24)}, // and that is the level held next
 		}},
-		{"back heavy, not asked yet past holdResume: held until the policy asks", append(append([]tick{
-			{busy, w(20), w(20)},
-			{quiet, w(0), w(20)}},
-			slices.Repeat([]tick{{busy, w(0), w(20)}}, holdResume+2)...),
-			tick{busy, w(30), w(30)},
-			tick{busy, w(0), w(0)})},
-		{"back heavy but never asked: let go after idle_hold", append([]tick{
-			{busy, w(20), w(20)},
-			{quiet, w(0), w(20)}},
-			append(slices.Repeat([]tick{{busy, w(0), w(20)}}, 10), tick{busy, w(0), w(0)})...)},
 		{"a read delay is held as a write delay is", []tick{
 			{busy, throttle.Setting{ReadDelay: ms(9), WriteDelay: ms(1)}, throttle.Setting{ReadDelay: ms(9), WriteDelay: ms(1)}},
 			{quiet, throttle.Setting{}, throttle.Setting{ReadDelay: ms(9), WriteDelay: ms(1)}},

@@ -222,19 +222,6 @@ type desire struct {
 	other map[netip.Addr]throttle.Setting
 }
 
-// add routes a's setting: a plain write delay to delays, anything else
-// to other.
-func (d *desire) add(a netip.Addr, s throttle.Setting) {
-	if s.ReadDelay == 0 && s.Rate == 0 && s.WriteRate == 0 {
-		d.delays[a] = s.WriteDelay
-		return
-	}
-	if d.other == nil {
-		d.other = map[netip.Addr]throttle.Setting{}
-	}
-	d.other[a] = s
-}
-
 // Run samples every interval, feeds each resource's goroutine and applies
 // the merged result, until ctx ends. On return every throttle it applied
 // is cleared.
@@ -368,27 +355,6 @@ func riseLimit(prev, want, step time.Duration) time.Duration {
 		return want
 	}
 	return min(want, 2*prev+step)
-}
-
-// srttLimit bounds the rise of a delay that holds the target's data
-// (prev → want, after riseLimit) by the srtt the target's TCP has now
-// on its busiest connection to the consumer (ConsumerInput.SendSRTT): at
-// most 2·srtt + step, and never below prev (a decrease is the policy's,
-// not this limit's). riseLimit assumes srtt follows the delay within a
-// tick; it does while the delay is short against the tick, but at 30–
-// 75 ms a 100 ms tick holds one or two round trips: in the mixed load at
-// 15 ms each load step took the delay from ~3 to ~75 ms in about ten
-// ticks while the target's srtt read 5 → 20–30 → 10–15 → 30–40 → 55–61
-// ms at 0.4 s intervals, and its probe timer fired on data still held in
-// those seconds only (host-queue skips; 1–3 probes per phase got out,
-// where agent off sent none: mixed s1-r2-eb83889, s1-r3-2bfc676; see
-// docs/architecture.md, "Delay rise limit"). srtt 0 (no connection sent
-// more than a segment, or no TCP_INFO) leaves riseLimit's bound.
-func srttLimit(prev, want, srtt, step time.Duration) time.Duration {
-	if srtt <= 0 || want <= prev {
-		return want
-	}
-	return max(prev, min(want, 2*srtt+step))
 }
 
 // readRiseStep is the rise limit's step for read delays when delay_rise

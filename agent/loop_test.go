@@ -362,29 +362,6 @@ func TestRiseLimit(t *testing.T) {
 	}
 }
 
-// The srtt bound on delays that hold the target's data: the kernel's
-// srtt, not the last delay, is what the probe timer runs on. Figures from
-// a mixed load step at 15 ms (31 → 63 ms asked while the busiest
-// connection's srtt still showed ~20 ms).
-func TestSRTTLimit(t *testing.T) {
-	ms := time.Millisecond
-	for _, tc := range []struct {
-		name                        string
-		prev, want, srtt, step, got time.Duration
-	}{
-		{"srtt lags: 2·srtt + step", 31 * ms, 63 * ms, 20 * ms, ms, 41 * ms},
-		{"srtt caught up: as riseLimit gave", 31 * ms, 63 * ms, 32 * ms, ms, 63 * ms},
-		{"srtt far behind: holds, never lowers", 31 * ms, 63 * ms, 5 * ms, ms, 31 * ms},
-		{"decrease unlimited", 60 * ms, 10 * ms, 5 * ms, ms, 10 * ms},
-		{"no busy connection: no bound", 31 * ms, 63 * ms, 0, ms, 63 * ms},
-		{"from zero", 0, 3 * ms, 200 * time.Microsecond, ms, 1400 * time.Microsecond},
-	} {
-		if got := srttLimit(tc.prev, tc.want, tc.srtt, tc.step); got != tc.got {
-			t.Errorf("%s: srttLimit(%v, %v, %v, %v) = %v, want %v", tc.name, tc.prev, tc.want, tc.srtt, tc.step, got, tc.got)
-		}
-	}
-}
-
 // A jump in the controller's output reaches the writer over several ticks
 // (0 → 2 → 6 → 14 → … ms with a 2 ms rise step), and falls at once.
 func TestStepLimitsDelayRise(t *testing.T) {

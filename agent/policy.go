@@ -120,7 +120,8 @@ type ConsumerInput struct {
 	InFlight    float64
 	// SendSRTT is the smallest srtt of its connections that the target
 	// sent data on this tick (sample.Rate.SendSRTT; 0: none, or no
-	// TCP_INFO): the rise limit of delays that hold its data.
+	// TCP_INFO): what the target's probe timer on data held for it runs
+	// on (status only, for now).
 	SendSRTT time.Duration
 }
 

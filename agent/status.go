@@ -74,8 +74,8 @@ type ConsumerStatus struct {
 	// kept while it is idle or has just resumed (idle_hold, hold.go).
 	Held bool `json:"held,omitempty"`
 	// SendSRTTMs is the target's srtt on its busiest connection (ms; 0:
-	// none sent it more than a segment this tick, or no TCP_INFO): a
-	// delay that holds its data rises to at most twice this + 1 ms per
-	// tick (srttLimit), which is why its setting may lag the ask.
+	// none sent it more than a segment this tick, or no TCP_INFO): data
+	// held for it longer than about twice this fires the target's
+	// tail-loss probe timer (docs/architecture.md, "Delay rise limit").
 	SendSRTTMs float64 `json:"send_srtt_ms,omitempty"`
 }

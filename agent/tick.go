@@ -353,15 +353,20 @@ func (l *Loops) decide(rs *resourceState, st *ResourceStatus, step int) PolicyOu
 	return out
 }
 
-// shape is the shape stage: each setting after the rise limits
-// (limitRise; written back into out, so status shows what is asked),
-// split into plain write delays and other settings for the actuator. It
+// shape is the shape stage: each setting after the rise limits (written
+// back into out, so status shows what is asked), split into plain write
+// delays and other settings for the actuator. A read delay always rises
+// under riseLimit (readRiseStep unless delay_rise is set); a write delay
+// with delay_rise, or under the read's limit where the consumer reads
+// (its smoothed read rate is not 0: the target sends it data, which the
+// backends hold for the larger of its delays; see readRiseStep). It
 // notes whether the limit held any setting below the policy's ask
 // (rs.limited), which holds the controller's integral next tick. Before
 // the limits, a consumer that went idle while slowed keeps its delays
 // (idle_hold, hold.go), also where the policy asks nothing of it.
 func (l *Loops) shape(rs *resourceState, name string, out *PolicyOutput) desire {
-	d := desire{resource: name, delays: make(map[netip.Addr]time.Duration, len(out.Settings))}
+	want := make(map[netip.Addr]time.Duration, len(out.Settings))
+	var other map[netip.Addr]throttle.Setting
 	// Two maps swapped every tick: last tick's asks and this tick's.
 	if rs.spare == nil {
 		rs.spare = map[netip.Addr]throttle.Setting{}
@@ -369,6 +374,10 @@ func (l *Loops) shape(rs *resourceState, name string, out *PolicyOutput) desire 
 	asked := rs.asked
 	rs.asked, rs.spare = rs.spare, asked
 	clear(rs.asked)
+	readStep := l.cfg.RiseStep
+	if readStep <= 0 {
+		readStep = readRiseStep
+	}
 	rs.limited = false
 	// Every setting is an input consumer's (policies and the rate lever
 	// key them by PolicyInput.Consumers), whose read rate the write
@@ -388,8 +397,13 @@ func (l *Loops) shape(rs *resourceState, name string, out *PolicyOutput) desire 
 		if s.IsZero() {
 			continue
 		}
-		ask := s
-		s = l.limitRise(c, asked[a], s)
+		p, ask := asked[a], s
+		writeStep := l.cfg.RiseStep
+		if writeStep <= 0 && c.ReadEWMA > 0 {
+			writeStep = readStep // its data is held for both delays: readRiseStep
+		}
+		s.WriteDelay = riseLimit(p.WriteDelay, s.WriteDelay, writeStep)
+		s.ReadDelay = riseLimit(p.ReadDelay, s.ReadDelay, readStep)
 		if s != ask {
 			rs.limited = true
 		}
@@ -398,40 +412,19 @@ func (l *Loops) shape(rs *resourceState, name string, out *PolicyOutput) desire 
 		if rs.held != nil {
 			rs.held.record(c, s)
 		}
-		d.add(a, s)
+		if s.ReadDelay == 0 && s.Rate == 0 && s.WriteRate == 0 {
+			want[a] = s.WriteDelay
+			continue
+		}
+		if other == nil {
+			other = map[netip.Addr]throttle.Setting{}
+		}
+		other[a] = s
 	}
 	if rs.held != nil {
 		rs.held.prune()
 	}
-	return d
-}
-
-// limitRise applies the rise limits to c's setting s, whose last tick's
-// was p. A read delay always rises under riseLimit (readRiseStep unless
-// delay_rise is set); a write delay with delay_rise, or under the read's
-// limit where the consumer reads (its smoothed read rate is not 0: the
-// target sends it data, which the backends hold for the larger of its
-// delays; see readRiseStep). srttLimit bounds a read delay, and the
-// write delay of a consumer with a read delay.
-func (l *Loops) limitRise(c ConsumerInput, p, s throttle.Setting) throttle.Setting {
-	readStep := l.cfg.RiseStep
-	if readStep <= 0 {
-		readStep = readRiseStep
-	}
-	writeStep := l.cfg.RiseStep
-	if writeStep <= 0 && c.ReadEWMA > 0 {
-		writeStep = readStep // its data is held for both delays: readRiseStep
-	}
-	s.WriteDelay = riseLimit(p.WriteDelay, s.WriteDelay, writeStep)
-	s.ReadDelay = srttLimit(p.ReadDelay, riseLimit(p.ReadDelay, s.ReadDelay, readStep), c.SendSRTT, readStep)
-	if s.ReadDelay > 0 || p.ReadDelay > 0 {
-		// Its data is held for the larger delay. A writer's held
-		// segments are its replies, one per command, whose probe
-		// timer has 200 ms more: no srtt bound (the writers'
-		// campaign: 0 host-queue skips on the target in nine phases).
-		s.WriteDelay = srttLimit(p.WriteDelay, s.WriteDelay, c.SendSRTT, readStep)
-	}
-	return s
+	return desire{resource: name, delays: want, other: other}
 }
 
 // publish is the publish stage: each consumer's setting on its status

@@ -87,39 +87,23 @@ func TestStageShape(t *testing.T) {
 		fixture string
 		until   float64
 		rise    time.Duration
-		srtt    time.Duration      // every interferer's SendSRTT
 		want    []throttle.Setting // each interferer's ask, tick by tick, at 20 steps
-		limited []bool             // nil: every tick but the last's
 	}{
-		{"writers: write delays", "testdata/stages/writers-baseline.csv", 7.4, 0, 0,
-			[]throttle.Setting{{WriteDelay: 10 * time.Millisecond}, {WriteDelay: 10 * time.Millisecond}}, nil},
-		{"backup: read delays rise 1, 3, 7, 10 ms without delay_rise", "testdata/stages/read-backup-baseline.csv", 7.0, 0, 0,
-			[]throttle.Setting{{ReadDelay: time.Millisecond}, {ReadDelay: 3 * time.Millisecond}, {ReadDelay: 7 * time.Millisecond}, {ReadDelay: 10 * time.Millisecond}}, nil},
-		{"backup under delay_rise 2 ms: 2, 6, 10 ms", "testdata/stages/read-backup-baseline.csv", 7.0, 2 * time.Millisecond, 0,
-			[]throttle.Setting{{ReadDelay: 2 * time.Millisecond}, {ReadDelay: 6 * time.Millisecond}, {ReadDelay: 10 * time.Millisecond}}, nil},
-		// The target's srtt to the backup stuck at 3 ms: the delays stop
-		// at 2·3 + 1 ms, whatever riseLimit would allow.
-		{"backup whose srtt lags: read delays stop at 7 ms", "testdata/stages/read-backup-baseline.csv", 7.0, 0, 3 * time.Millisecond,
-			[]throttle.Setting{{ReadDelay: time.Millisecond}, {ReadDelay: 3 * time.Millisecond}, {ReadDelay: 7 * time.Millisecond}, {ReadDelay: 7 * time.Millisecond}},
-			[]bool{true, true, true, true}},
+		{"writers: write delays", "testdata/stages/writers-baseline.csv", 7.4, 0,
+			[]throttle.Setting{{WriteDelay: 10 * time.Millisecond}, {WriteDelay: 10 * time.Millisecond}}},
+		{"backup: read delays rise 1, 3, 7, 10 ms without delay_rise", "testdata/stages/read-backup-baseline.csv", 7.0, 0,
+			[]throttle.Setting{{ReadDelay: time.Millisecond}, {ReadDelay: 3 * time.Millisecond}, {ReadDelay: 7 * time.Millisecond}, {ReadDelay: 10 * time.Millisecond}}},
+		{"backup under delay_rise 2 ms: 2, 6, 10 ms", "testdata/stages/read-backup-baseline.csv", 7.0, 2 * time.Millisecond,
+			[]throttle.Setting{{ReadDelay: 2 * time.Millisecond}, {ReadDelay: 6 * time.Millisecond}, {ReadDelay: 10 * time.Millisecond}}},
 		// A mixed consumer's data is held for the larger of its delays,
 		// so its write delay climbs with the read's (mixed s1-r1-7bb651b).
-		{"mixed: both directions rise 1, 3, 7, 10 ms together", "testdata/stages/mixed-baseline.csv", 22.0, 0, 0,
+		{"mixed: both directions rise 1, 3, 7, 10 ms together", "testdata/stages/mixed-baseline.csv", 22.0, 0,
 			[]throttle.Setting{{WriteDelay: time.Millisecond, ReadDelay: time.Millisecond}, {WriteDelay: 3 * time.Millisecond, ReadDelay: 3 * time.Millisecond},
-				{WriteDelay: 7 * time.Millisecond, ReadDelay: 7 * time.Millisecond}, {WriteDelay: 10 * time.Millisecond, ReadDelay: 10 * time.Millisecond}}, nil},
-		// ... and both stop where its srtt says, the write delay too.
-		{"mixed whose srtt lags: both stop at 3 ms", "testdata/stages/mixed-baseline.csv", 22.0, 0, time.Millisecond,
-			[]throttle.Setting{{WriteDelay: time.Millisecond, ReadDelay: time.Millisecond}, {WriteDelay: 3 * time.Millisecond, ReadDelay: 3 * time.Millisecond},
-				{WriteDelay: 3 * time.Millisecond, ReadDelay: 3 * time.Millisecond}}, []bool{true, true, true}},
+				{WriteDelay: 7 * time.Millisecond, ReadDelay: 7 * time.Millisecond}, {WriteDelay: 10 * time.Millisecond, ReadDelay: 10 * time.Millisecond}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, rs, st, _ := decidedAt(t, tc.fixture, tc.until, 20)
 			l.cfg.RiseStep = tc.rise
-			for i := range rs.in.Consumers {
-				if c := &rs.in.Consumers[i]; c.Addr != stageAddr["b2"] {
-					c.SendSRTT = tc.srtt
-				}
-			}
 			for tick, want := range tc.want {
 				out := l.decide(rs, &st, 20)
 				d := l.shape(rs, "vg1", &out)
@@ -139,11 +123,7 @@ func TestStageShape(t *testing.T) {
 				}
 				// The policy asks the last tick's settings from the first:
 				// any other is the limit's.
-				want := tc.want[tick] != tc.want[len(tc.want)-1]
-				if tc.limited != nil {
-					want = tc.limited[tick]
-				}
-				if rs.limited != want {
+				if want := tc.want[tick] != tc.want[len(tc.want)-1]; rs.limited != want {
 					t.Errorf("tick %d: limited %v, want %v", tick, rs.limited, want)
 				}
 			}
