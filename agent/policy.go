@@ -118,11 +118,6 @@ type ConsumerInput struct {
 	SRTTMs      float64
 	DeliveryBps float64
 	InFlight    float64
-	// SendSRTT is the smallest srtt of its connections that the target
-	// sent data on this tick (sample.Rate.SendSRTT; 0: none, or no
-	// TCP_INFO): what the target's probe timer on data held for it runs
-	// on (status only, for now).
-	SendSRTT time.Duration
 }
 
 // PolicyOutput is a policy's decision.

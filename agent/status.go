@@ -73,8 +73,9 @@ type ConsumerStatus struct {
 	// Held: its delays are the ones it had when it last moved data,
 	// kept while it is idle or has just resumed (idle_hold, hold.go).
 	Held bool `json:"held,omitempty"`
-	// SendSRTTMs is the target's srtt on its busiest connection (ms; 0:
-	// none sent it more than a segment this tick, or no TCP_INFO): data
+	// SendSRTTMs is the smallest srtt among its connections that the
+	// target sent more than one data segment this tick (ms; 0: none, or
+	// no TCP_INFO; sample.Rate.SendSRTT): data
 	// held for it longer than about twice this fires the target's
 	// tail-loss probe timer (docs/architecture.md, "Delay rise limit").
 	SendSRTTMs float64 `json:"send_srtt_ms,omitempty"`

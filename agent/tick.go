@@ -167,7 +167,7 @@ func (l *Loops) measure(rs *resourceState, d devIntervals, rates map[netip.Addr]
 		ci := l.measureConsumer(pc, d, r, wire)
 		in.Consumers = append(in.Consumers, ci)
 		sts = append(sts, ConsumerStatus{Addr: pc.name, ReadBps: ci.ReadBps, WriteBps: ci.WriteBps, WriteEWMA: ci.WriteEWMA, Important: pc.important,
-			Queue: ci.Queue, LoadRead: ci.Load.Read, LoadWrite: ci.Load.Write, SendSRTTMs: ms(ci.SendSRTT)})
+			Queue: ci.Queue, LoadRead: ci.Load.Read, LoadWrite: ci.Load.Write, SendSRTTMs: ms(r.SendSRTT)})
 	}
 	for _, pc := range p.static {
 		in.Consumers = append(in.Consumers, ConsumerInput{Addr: pc.addr, Static: true, ReadWaitMs: math.NaN(), WriteWaitMs: math.NaN(),
@@ -228,7 +228,7 @@ func (l *Loops) measureConsumer(pc planConsumer, d devIntervals, r sample.Rate, 
 		if r.MinRTT > 0 {
 			ci.QueueMs, ci.SRTTMs = ms(r.QueueDelay), ms(r.SRTT)
 		}
-		ci.DeliveryBps, ci.InFlight, ci.SendSRTT = r.DeliveryBps, r.InFlight, r.SendSRTT
+		ci.DeliveryBps, ci.InFlight = r.DeliveryBps, r.InFlight
 	}
 	if nr > 0 {
 		ci.ReadWaitMs = rTicks / nr

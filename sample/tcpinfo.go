@@ -22,7 +22,7 @@ type Rate struct {
 	// held for it by a delay runs against the target's tail-loss probe
 	// timer, 2·srtt + 2 ms while more than one segment is in flight
 	// (a lone segment's has 200 ms more), so this is the shortest timer
-	// a rising delay must stay under. Connections that sent less, an
+	// that data held for it runs against. Connections that sent less, an
 	// idle session's NOP-In, keep the srtt of whenever they last moved
 	// data, which says nothing about the delay acting now.
 	SendSRTT time.Duration

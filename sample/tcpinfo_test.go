@@ -387,7 +387,7 @@ func TestTCPRatesSendSRTT(t *testing.T) {
 		want time.Duration
 	}{
 		{"10.0.0.3", 30 * time.Millisecond}, // the NOP-only session's 0.3 ms is not it
-		{"10.0.0.4", 0},                     // one segment: the long timer, no bound
+		{"10.0.0.4", 0},                     // one segment: the lone segment's longer timer
 		{"10.0.0.5", 40 * time.Millisecond}, // segs_out wrapped
 	} {
 		if got := r[netip.MustParseAddr(c.peer)].SendSRTT; got != c.want {

@@ -26,9 +26,9 @@ type delaySamples struct {
 	x, delay, read, write, reader, caps []float64
 	// rows are every consumer's delays per sample, for delays-*.csv:
 	// the plot shows only the largest, which hides a consumer left
-	// out of the set or slowed in one direction only; with the srtt
-	// that bounds their rise (ConsumerStatus.SendSRTTMs), to check the
-	// bound held.
+	// out of the set or slowed in one direction only; with the target's
+	// srtt to each (ConsumerStatus.SendSRTTMs), to see whether a delay
+	// outran the target's tail-loss probe timer (about 2 × srtt).
 	rows [][]string
 	// loop are each resource's controller state per sample, for
 	// loop-*.csv: the setpoint is threshold / the tail factor, so a run
@@ -56,7 +56,7 @@ func delaySampler(a *lab.LabAgent, length time.Duration, l *interferers, ds *del
 			if err != nil {
 				return err
 			}
-			srtt := map[string]float64{} // the srtt its data's delays rise under
+			srtt := map[string]float64{} // by consumer, as status names them
 			for _, r := range st.Resources {
 				for _, c := range r.Consumers {
 					srtt[c.Addr] = c.SendSRTTMs
