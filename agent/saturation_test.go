@@ -167,3 +167,58 @@ func TestIndicatorReadsLeaveOutTheSlowed(t *testing.T) {
 		})
 	}
 }
+
+// A consumer's load estimate rests through an idle spell up to idle_hold,
+// so a mixed VM back at its next load step is still in the policy's set
+// and keeps its held delays; past the hold, or with no hold, idle ticks
+// decay it as before. The load is labVM's, measured for a second, then
+// idle for four seconds (the lab's off periods are five).
+func TestLoadEstimateRestsWhileIdle(t *testing.T) {
+	const tick = 100 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		hold time.Duration
+		// want is the load after the idle spell as a fraction of before.
+		wantMin, wantMax float64
+	}{
+		{"hold longer than the spell: unchanged", 30 * time.Second, 1, 1},
+		{"no hold: decays as any tick", 0, 0, 0.01},
+		{"spell longer than a 2 s hold: decays for the rest", 2 * time.Second, 0.01, 0.05},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var e loadEstimate
+			for range 10 {
+				e.observe(tick, tc.hold, true, labVM.Queue, labVM.Load, labVM.ReadBps)
+			}
+			before := e
+			for range 40 {
+				e.observe(tick, tc.hold, false, 0, cost.Load{}, 0)
+			}
+			for _, f := range []struct {
+				name     string
+				got, was float64
+			}{
+				{"queue", e.queue, before.queue},
+				{"read load", e.load.Read, before.load.Read},
+				{"write load", e.load.Write, before.load.Write},
+				{"read rate", e.readBps, before.readBps},
+			} {
+				r := f.got / f.was
+				if f.name == "read rate" && tc.wantMax < 1 {
+					// Smoothed over 2 s, not 0.5 s: it decays slower.
+					if r >= 1 {
+						t.Errorf("%s: %.3g of before, want it to decay", f.name, r)
+					}
+					continue
+				}
+				if r < tc.wantMin || r > tc.wantMax {
+					t.Errorf("%s: %.3g of before, want %.2g-%.2g", f.name, r, tc.wantMin, tc.wantMax)
+				}
+			}
+			e.observe(tick, tc.hold, true, labVM.Queue, labVM.Load, labVM.ReadBps)
+			if e.idleFor != 0 {
+				t.Errorf("idle for %v after a tick that moved data, want 0", e.idleFor)
+			}
+		})
+	}
+}

@@ -238,7 +238,7 @@ func (l *Loops) measureConsumer(pc planConsumer, d devIntervals, r sample.Rate, 
 	}
 	if secs > 0 {
 		ci.ReadIOPS, ci.WriteIOPS = nr/secs, nw/secs
-		pc.load.update(l.cfg.Interval.Seconds(), devQueue, devLoad, rb)
+		pc.load.observe(l.cfg.Interval, l.cfg.IdleHold, rb+wb >= idleBps, devQueue, devLoad, rb)
 	}
 	ci.Queue, ci.Load, ci.ReadEWMA = pc.load.queue, pc.load.load, pc.load.readBps
 	ew, _ := pc.rate.Update(wb)
