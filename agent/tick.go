@@ -236,13 +236,15 @@ func (l *Loops) measureConsumer(pc planConsumer, d devIntervals, r sample.Rate, 
 	if nw > 0 {
 		ci.WriteWaitMs = wTicks / nw
 	}
+	ci.ReadBps, ci.WriteBps = rb, wb
 	if secs > 0 {
 		ci.ReadIOPS, ci.WriteIOPS = nr/secs, nw/secs
-		pc.load.observe(l.cfg.Interval, l.cfg.IdleHold, rb+wb >= idleBps, devQueue, devLoad, rb)
+		// Idle as the idle hold judges it (hold.go), so the estimate
+		// rests exactly while the hold keeps the delays.
+		pc.load.observe(l.cfg.Interval, l.cfg.IdleHold, !idle(ci), devQueue, devLoad, rb)
 	}
 	ci.Queue, ci.Load, ci.ReadEWMA = pc.load.queue, pc.load.load, pc.load.readBps
-	ew, _ := pc.rate.Update(wb)
-	ci.ReadBps, ci.WriteBps, ci.WriteEWMA = rb, wb, ew
+	ci.WriteEWMA, _ = pc.rate.Update(wb)
 	return ci
 }
 
