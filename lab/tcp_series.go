@@ -98,6 +98,18 @@ const stallSlack = 200 * time.Millisecond
 // first and last sample (Of). It is nil where the phase ran unwatched or
 // no matching namespace was sampled twice.
 func (r *PhaseResult) ProbesAtStalls(side func(ns string) bool) *report.ProbesAtStalls {
+	return r.atStalls(side, func(c TCPCounters) uint64 { return c.LossProbes })
+}
+
+// RetransAtStalls is ProbesAtStalls for retransmitted segments: the
+// figure the "retransmissions not above agent off" compares,
+// with the share the machine's stalls can account for.
+func (r *PhaseResult) RetransAtStalls(side func(ns string) bool) *report.ProbesAtStalls {
+	return r.atStalls(side, func(c TCPCounters) uint64 { return c.RetransSegs })
+}
+
+// atStalls matches one cumulative counter's rises to the phase's stalls.
+func (r *PhaseResult) atStalls(side func(ns string) bool, count func(TCPCounters) uint64) *report.ProbesAtStalls {
 	if !r.StallsWatched() {
 		return nil
 	}
@@ -111,7 +123,7 @@ func (r *PhaseResult) ProbesAtStalls(side func(ns string) bool) *report.ProbesAt
 			out = &report.ProbesAtStalls{}
 		}
 		for i := 1; i < len(ss); i++ {
-			n := ss[i].C.LossProbes - ss[i-1].C.LossProbes
+			n := count(ss[i].C) - count(ss[i-1].C)
 			if n == 0 {
 				continue
 			}

@@ -64,6 +64,40 @@ func TestProbesAtStalls(t *testing.T) {
 	}
 }
 
+// TestRetransAtStalls: retransmitted segments, not probes, are matched
+// to the stalls. The target's counters and the stalls are read-backup
+// s1-r4-59bf5ef's 15 ms phase (threshold-15ms.r0/tcp.csv, stalls.csv):
+// its two retransmissions, both DSACKed, came in the second of an 83 ms
+// stall of CPU 0; the five probes at the step at 81 s sent new data and
+// count for neither.
+func TestRetransAtStalls(t *testing.T) {
+	at := func(s float64, retrans, probes uint64) TCPSample {
+		return TCPSample{T: time.Duration(s * float64(time.Second)), C: TCPCounters{RetransSegs: retrans, LossProbes: probes}}
+	}
+	tcp := map[string][]TCPSample{"bm": {
+		at(80, 0, 0), at(81, 0, 3), at(82, 0, 3),
+		at(160, 0, 11), at(161, 0, 11), at(162, 2, 13), at(163, 2, 13),
+	}}
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	target := func(ns string) bool { return ns == "bm" }
+	for _, tc := range []struct {
+		name   string
+		stalls []Stall
+		want   report.ProbesAtStalls
+	}{
+		{"the recorded 83 ms stall", []Stall{{T: ms(161692), CPU: 0, Late: ms(82.94)}}, report.ProbesAtStalls{At: 2, Of: 2}},
+		{"only the stall at the step (probes, no retransmission)", []Stall{{T: ms(80500), CPU: 1, Late: ms(20)}}, report.ProbesAtStalls{At: 0, Of: 2}},
+		{"no stalls", []Stall{}, report.ProbesAtStalls{At: 0, Of: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := &PhaseResult{TCPSeries: tcp, Stalls: tc.stalls, Host: withStalls(report.HostCPU{}, tc.stalls)}
+			if got := res.RetransAtStalls(target); got == nil || *got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestTCPWatchEverySecond: the watch reads each command's namespace
 // through /proc/PID/net (here this test's own, standing in for a fio
 // host's) once per whole second however often it is asked, leaves out

@@ -151,6 +151,10 @@ type ControlledRun struct {
 	// initiators' namespaces sampled each second too (a side with no
 	// namespace sampled twice is absent).
 	LossProbesAtStallsBySide *ProbesAtStallsBySide `json:"loss_probes_at_stalls_by_side,omitempty"`
+	// RetransAtStallsBySide is the same for retransmitted segments (At
+	// and Of count segments): how many of TCP's the machine's stalls can
+	// account for.
+	RetransAtStallsBySide *ProbesAtStallsBySide `json:"retrans_at_stalls_by_side,omitempty"`
 	// Host is the lab machine's CPU use over the run, and DelayLineLate
 	// how late this run's delay line released (lab runs only): a run with
 	// probes can be told apart as starved or not.

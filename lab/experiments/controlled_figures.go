@@ -61,6 +61,15 @@ func probesAtStallsBySide(res *lab.PhaseResult) *report.ProbesAtStallsBySide {
 	return &report.ProbesAtStallsBySide{Writers: res.ProbesAtStalls(isWriters), Reader: res.ProbesAtStalls(isReader), Target: res.ProbesAtStalls(isTarget)}
 }
 
+// retransAtStallsBySide is probesAtStallsBySide for retransmitted
+// segments.
+func retransAtStallsBySide(res *lab.PhaseResult) *report.ProbesAtStallsBySide {
+	if !res.StallsWatched() {
+		return nil
+	}
+	return &report.ProbesAtStallsBySide{Writers: res.RetransAtStalls(isWriters), Reader: res.RetransAtStalls(isReader), Target: res.RetransAtStalls(isTarget)}
+}
+
 // controlledWriters is the number of writer threads of pid, autonomic and
 // the oracle's probes: the thesis' 12 unless the run says otherwise.
 func (r *runner) controlledWriters() int {
@@ -87,6 +96,7 @@ func controlledRun(res *lab.PhaseResult, thr time.Duration, steps []float64, onS
 	run.TCPBySide = &s
 	if by := probesAtStallsBySide(res); by != nil {
 		run.LossProbesAtStalls, run.LossProbesAtStallsBySide = by.Target, by
+		run.RetransAtStallsBySide = retransAtStallsBySide(res)
 	}
 	if res.Host != (report.HostCPU{}) {
 		run.Host = &res.Host

@@ -56,8 +56,13 @@ func TestControlledRunProbesAtStalls(t *testing.T) {
 			t.Errorf("%s: got %+v, want %+v", c.side, c.got, c.want)
 		}
 	}
+	// The same series carry no retransmission: every side is matched,
+	// none has one.
+	if r := run.RetransAtStallsBySide; r == nil || r.Target == nil || *r.Target != (report.ProbesAtStalls{}) || r.Writers == nil || *r.Writers != (report.ProbesAtStalls{}) {
+		t.Errorf("retransmissions at stalls: got %+v, want every side at 0 of 0", r)
+	}
 	res.Host.Stalls = nil
-	if run := controlledRun(res, 15*time.Millisecond, nil, 0, false); run.LossProbesAtStalls != nil || run.LossProbesAtStallsBySide != nil {
-		t.Errorf("unwatched phase: got %+v and %+v, want neither", run.LossProbesAtStalls, run.LossProbesAtStallsBySide)
+	if run := controlledRun(res, 15*time.Millisecond, nil, 0, false); run.LossProbesAtStalls != nil || run.LossProbesAtStallsBySide != nil || run.RetransAtStallsBySide != nil {
+		t.Errorf("unwatched phase: got %+v, %+v and %+v, want none", run.LossProbesAtStalls, run.LossProbesAtStallsBySide, run.RetransAtStallsBySide)
 	}
 }
