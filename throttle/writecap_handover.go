@@ -37,10 +37,20 @@ import (
 // the link.
 
 // writeCapQuiet is the gap after which a handed-over consumer's segments
-// take the direct path: many times the IFB path's latency (tens of
-// microseconds; a millisecond in a TCG guest), shorter than the pauses
-// between an iSCSI initiator's bursts.
-const writeCapQuiet = 5 * time.Millisecond
+// take the direct path. The gap is measured where the program runs, in
+// the receive softirq, so a CPU taken away mid-softirq stretches it
+// while a segment already redirected waits for the IFB's tasklet (it
+// runs after the receive softirq): the next segment then goes direct and
+// overtakes it. A target that runs in a VM loses its vCPU for
+// milliseconds; at 5 ms the stock-kernel TCG guest's
+// TestWriteCapLiftDrains saw one spurious fast retransmit in about ten
+// CI runs. The lab machine (a microVM) had 677 CPU stalls of 5 ms or
+// more and 29 of 20 ms or more over three readers runs (the stall
+// watch's stalls.csv, 2026-11-29): 20 ms makes an overtaking stall about
+// twenty times rarer, and is still short of the pauses of a writer that
+// is not saturating. One that never pauses that long stays on its open
+// class, which costs the IFB's CPU and shapes nothing.
+const writeCapQuiet = 20 * time.Millisecond
 
 // wcapValue is the steering map's value (16 bytes, the program's
 // offsets 0, 4 and 8).

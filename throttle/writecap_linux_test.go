@@ -270,10 +270,12 @@ func TestWriteCapLiftDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A paced writer (8 MiB/s): unpaced, a veth flow at GB/s loses
-	// segments in the receiver and retransmits with no cap at all.
+	// segments in the receiver and retransmits with no cap at all. Its
+	// writes come 31 ms apart, past writeCapQuiet, so once lifted it
+	// pauses long enough to be handed over.
 	const pace = 8 << 20
 	go func() {
-		buf := make([]byte, 64<<10)
+		buf := make([]byte, 256<<10)
 		tick := time.NewTicker(time.Second * time.Duration(len(buf)) / pace)
 		defer tick.Stop()
 		for range tick.C {
