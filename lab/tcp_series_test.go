@@ -11,6 +11,13 @@ import (
 	"github.com/sanqos/sanqos/report"
 )
 
+// stallCase is one row of the tables matching counters to stalls.
+type stallCase struct {
+	name   string
+	stalls []Stall
+	want   report.ProbesAtStalls
+}
+
 // TestProbesAtStalls: loss probes are matched to the seconds they were
 // counted in, a second counts as stalled if a stall episode of at least
 // 8 ms overlaps it (widened by the sampling slack), and only the
@@ -29,13 +36,8 @@ func TestProbesAtStalls(t *testing.T) {
 		"bm": series(3, 3, 4, 4, 6, 6),
 		"b3": series(0, 0, 0, 5, 5, 5), // five probes in (18, 19] s
 	}
-	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
 	target := func(ns string) bool { return ns == "bm" }
-	for _, tc := range []struct {
-		name   string
-		stalls []Stall
-		want   report.ProbesAtStalls
-	}{
+	for _, tc := range []stallCase{
 		{"no stalls", []Stall{}, report.ProbesAtStalls{At: 0, Of: 3}},
 		{"a stall in the second of one probe", []Stall{{T: ms(17400), CPU: 1, Late: ms(12)}}, report.ProbesAtStalls{At: 1, Of: 3}},
 		{"short stalls do not count", []Stall{{T: ms(17400), CPU: 1, Late: ms(6)}, {T: ms(19500), CPU: 0, Late: ms(7.9)}}, report.ProbesAtStalls{At: 0, Of: 3}},
@@ -78,13 +80,8 @@ func TestRetransAtStalls(t *testing.T) {
 		at(80, 0, 0), at(81, 0, 3), at(82, 0, 3),
 		at(160, 0, 11), at(161, 0, 11), at(162, 2, 13), at(163, 2, 13),
 	}}
-	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
 	target := func(ns string) bool { return ns == "bm" }
-	for _, tc := range []struct {
-		name   string
-		stalls []Stall
-		want   report.ProbesAtStalls
-	}{
+	for _, tc := range []stallCase{
 		{"the recorded 83 ms stall", []Stall{{T: ms(161692), CPU: 0, Late: ms(82.94)}}, report.ProbesAtStalls{At: 2, Of: 2}},
 		{"only the stall at the step (probes, no retransmission)", []Stall{{T: ms(80500), CPU: 1, Late: ms(20)}}, report.ProbesAtStalls{At: 0, Of: 2}},
 		{"no stalls", []Stall{}, report.ProbesAtStalls{At: 0, Of: 2}},
