@@ -70,8 +70,8 @@ func TestProbesAtStalls(t *testing.T) {
 // to the stalls. The target's counters and the stalls are read-backup
 // s1-r4-59bf5ef's 15 ms phase (threshold-15ms.r0/tcp.csv, stalls.csv):
 // its two retransmissions, both DSACKed, came in the second of an 83 ms
-// stall of CPU 0; the five probes at the step at 81 s sent new data and
-// count for neither.
+// stall of CPU 0; the three probes at the step at 81 s sent new data
+// and count for neither.
 func TestRetransAtStalls(t *testing.T) {
 	at := func(s float64, retrans, probes uint64) TCPSample {
 		return TCPSample{T: time.Duration(s * float64(time.Second)), C: TCPCounters{RetransSegs: retrans, LossProbes: probes}}

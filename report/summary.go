@@ -257,8 +257,9 @@ type HostCPU struct {
 	Stalls   *HostStalls `json:"stalls,omitempty"`
 }
 
-// ProbesAtStalls are a run's loss probes that came in a second with a
-// machine stall (At) out of all (Of).
+// ProbesAtStalls are a run's loss probes (or, in RetransAtStallsBySide,
+// retransmitted segments) that came in a second with a machine stall
+// (At) out of all (Of).
 type ProbesAtStalls struct {
 	At uint64 `json:"at"`
 	Of uint64 `json:"of"`

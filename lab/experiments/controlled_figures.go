@@ -50,24 +50,16 @@ func tcpSides(res *lab.PhaseResult) report.TCPSides {
 	return s
 }
 
-// probesAtStallsBySide matches each side's loss probes to the phase's
-// stalls (nil where they were not watched): a spurious probe that came
-// in a second the machine stalled says the machine, not the delay line,
-// held the segment past the sender's timer.
-func probesAtStallsBySide(res *lab.PhaseResult) *report.ProbesAtStallsBySide {
+// atStallsBySide matches one TCP counter of each side to the phase's
+// stalls (nil where they were not watched), with match one of
+// PhaseResult's ProbesAtStalls or RetransAtStalls: a spurious probe or
+// retransmission that came in a second the machine stalled says the
+// machine, not the delay line, held the segment past the sender's timer.
+func atStallsBySide(res *lab.PhaseResult, match func(side func(ns string) bool) *report.ProbesAtStalls) *report.ProbesAtStallsBySide {
 	if !res.StallsWatched() {
 		return nil
 	}
-	return &report.ProbesAtStallsBySide{Writers: res.ProbesAtStalls(isWriters), Reader: res.ProbesAtStalls(isReader), Target: res.ProbesAtStalls(isTarget)}
-}
-
-// retransAtStallsBySide is probesAtStallsBySide for retransmitted
-// segments.
-func retransAtStallsBySide(res *lab.PhaseResult) *report.ProbesAtStallsBySide {
-	if !res.StallsWatched() {
-		return nil
-	}
-	return &report.ProbesAtStallsBySide{Writers: res.RetransAtStalls(isWriters), Reader: res.RetransAtStalls(isReader), Target: res.RetransAtStalls(isTarget)}
+	return &report.ProbesAtStallsBySide{Writers: match(isWriters), Reader: match(isReader), Target: match(isTarget)}
 }
 
 // controlledWriters is the number of writer threads of pid, autonomic and
@@ -94,9 +86,9 @@ func controlledRun(res *lab.PhaseResult, thr time.Duration, steps []float64, onS
 	run.Onset = &onset
 	s := tcpSides(res)
 	run.TCPBySide = &s
-	if by := probesAtStallsBySide(res); by != nil {
+	if by := atStallsBySide(res, res.ProbesAtStalls); by != nil {
 		run.LossProbesAtStalls, run.LossProbesAtStallsBySide = by.Target, by
-		run.RetransAtStallsBySide = retransAtStallsBySide(res)
+		run.RetransAtStallsBySide = atStallsBySide(res, res.RetransAtStalls)
 	}
 	if res.Host != (report.HostCPU{}) {
 		run.Host = &res.Host
