@@ -7,7 +7,9 @@
 // Sources: tgt (the text of `tgtadm --op show --mode target`), LIO (its
 // configfs tree) and IET (/proc/net/iet/{session,volume}). All three are
 // parsed into the same []Target, and BuildSnapshot turns that into the
-// Resource/Consumer map the rest of the pipeline steers by.
+// Resource/Consumer map the rest of the pipeline steers by. The kernel
+// NVMe target's configfs (ReadNVMet) gives subsystems as Targets too,
+// with their ports; who is connected is not in it.
 //
 // discover only reads. It never changes target configuration: Tgt runs
 // tgtadm with a show operation only (directly, never through a shell, with
