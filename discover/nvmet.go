@@ -63,28 +63,41 @@ func ReadNVMet(root string) (NVMet, error) {
 		}
 		n.Subsystems = append(n.Subsystems, t)
 	}
-	ports, err := os.ReadDir(filepath.Join(root, "ports"))
+	ports, err := numberedDirs(filepath.Join(root, "ports"))
 	if err != nil {
-		return n, fmt.Errorf("discover: nvmet: %w", err)
+		return n, err
 	}
-	for _, e := range ports {
-		id, err := strconv.Atoi(e.Name())
-		if err != nil || !e.IsDir() {
-			continue
-		}
-		p, err := readNVMePort(filepath.Join(root, "ports", e.Name()), id)
+	for _, id := range ports {
+		p, err := readNVMePort(filepath.Join(root, "ports", strconv.Itoa(id)), id)
 		if err != nil {
 			return n, err
 		}
 		n.Ports = append(n.Ports, p)
 	}
-	sort.Slice(n.Ports, func(i, j int) bool { return n.Ports[i].ID < n.Ports[j].ID })
 	return n, nil
+}
+
+// numberedDirs returns the numbers of dir's subdirectories named by one
+// (ports by ID, namespaces by NSID), in numeric order: configfs lists
+// them by name, which puts 10 before 2.
+func numberedDirs(dir string) ([]int, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("discover: nvmet: %w", err)
+	}
+	var ns []int
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err == nil && e.IsDir() {
+			ns = append(ns, n)
+		}
+	}
+	sort.Ints(ns)
+	return ns, nil
 }
 
 func readNVMeSubsystem(dir string) (Target, error) {
 	t := Target{IQN: filepath.Base(dir)}
-	anyHost, err := readAttr(dir, "attr_allow_any_host")
+	anyHost, err := nvmetAttr(dir, "attr_allow_any_host")
 	if err != nil {
 		return t, err
 	}
@@ -95,30 +108,25 @@ func readNVMeSubsystem(dir string) (Target, error) {
 			t.ACL = append(t.ACL, h.Name())
 		}
 	}
-	nss, err := os.ReadDir(filepath.Join(dir, "namespaces"))
+	nsids, err := numberedDirs(filepath.Join(dir, "namespaces"))
 	if err != nil {
-		return t, fmt.Errorf("discover: nvmet: %w", err)
+		return t, err
 	}
-	for _, e := range nss {
-		nsid, err := strconv.Atoi(e.Name())
-		if err != nil || !e.IsDir() {
-			continue
-		}
-		ns := filepath.Join(dir, "namespaces", e.Name())
-		enabled, err := readAttr(ns, "enable")
+	for _, nsid := range nsids {
+		ns := filepath.Join(dir, "namespaces", strconv.Itoa(nsid))
+		enabled, err := nvmetAttr(ns, "enable")
 		if err != nil {
 			return t, err
 		}
 		if enabled != "1" {
 			continue
 		}
-		path, err := readAttr(ns, "device_path")
+		path, err := nvmetAttr(ns, "device_path")
 		if err != nil {
 			return t, err
 		}
 		t.LUNs = append(t.LUNs, LUN{Number: nsid, Type: "disk", Path: path})
 	}
-	sort.Slice(t.LUNs, func(i, j int) bool { return t.LUNs[i].Number < t.LUNs[j].Number })
 	return t, nil
 }
 
@@ -128,7 +136,7 @@ func readNVMePort(dir string, id int) (NVMePort, error) {
 		name string
 		to   *string
 	}{{"addr_trtype", &p.Transport}, {"addr_adrfam", &p.Family}, {"addr_traddr", &p.Addr}, {"addr_trsvcid", &p.Service}} {
-		v, err := readAttr(dir, f.name)
+		v, err := nvmetAttr(dir, f.name)
 		if err != nil {
 			return p, err
 		}
@@ -144,10 +152,10 @@ func readNVMePort(dir string, id int) (NVMePort, error) {
 	return p, nil
 }
 
-// readAttr returns a configfs attribute without its newline. nvmet prints
+// nvmetAttr returns a configfs attribute without its newline. nvmet prints
 // an unset address family as "" and a loop port's address as "", so an
 // empty value is not an error.
-func readAttr(dir, name string) (string, error) {
+func nvmetAttr(dir, name string) (string, error) {
 	b, err := os.ReadFile(filepath.Join(dir, name))
 	if err != nil {
 		return "", fmt.Errorf("discover: nvmet: %w", err)
