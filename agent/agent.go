@@ -113,6 +113,12 @@ func (a *Agent) applySpecs(cfg *config.Config) {
 			NewSmoother:          func() Smoother { return a.deps.NewSmoother(cfg.EWMAAlpha) },
 			NewPolicy:            PolicyFactory(r),
 			TailObjective:        r.Objective == "p95",
+			AutoThreshold:        r.ThresholdAuto,
+			NewControllerAt: func(t time.Duration) Controller {
+				at := r
+				at.Threshold = t
+				return a.deps.NewController(cfg, at)
+			},
 		}
 	}
 	a.loops.SetSpecs(specs)

@@ -77,6 +77,11 @@ type ResourceSpec struct {
 	// TailObjective: the threshold bounds the 95th percentile of the
 	// per-interval read wait, not its smoothed value (objective.go).
 	TailObjective bool
+	// AutoThreshold: threshold: auto, learned from Threshold on
+	// (autothreshold.go); NewControllerAt builds the controller for a
+	// learned one (nil: auto is off).
+	AutoThreshold   bool
+	NewControllerAt func(threshold time.Duration) Controller
 }
 
 // newPolicy is the spec's policy, defaulting as NewPolicy says.
@@ -339,6 +344,8 @@ type resourceState struct {
 	limited bool
 	// held are the delays idle consumers keep (hold.go).
 	held holds
+	// auto is threshold: auto's learner (nil: a set threshold).
+	auto *autoState
 }
 
 // riseLimit bounds a delay's growth in one tick to 2·prev + step. Linux

@@ -36,7 +36,11 @@ type ResourceStatus struct {
 	Onsets        uint64  `json:"onsets"`
 	FeedForwardMs float64 `json:"feedforward_ms"`
 	ThresholdMs   float64 `json:"threshold_ms"`
-	Step          int     `json:"step"`
+	// Auto is what threshold: auto has learned (nil: a set threshold);
+	// ThresholdMs is then the learned threshold, or the start while
+	// Auto.State is "learning".
+	Auto *AutoThresholdStatus `json:"threshold_auto,omitempty"`
+	Step int                  `json:"step"`
 	// Delay is the controller's delay; its JSON also carries it as
 	// delay_ms, in the unit of the thresholds and waits beside it
 	// (statusjson.go; delay_ns stays for scripts written against it).

@@ -36,12 +36,13 @@ import (
 func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *Topology, specs *map[string]ResourceSpec, td tickData, now time.Time) desire {
 	view := topo.Resources[name]
 	l.prepare(rs, name, spec, view, topo, specs)
-	st := ResourceStatus{Name: name, Devices: view.Devices, ThresholdMs: ms(spec.Threshold), Updated: now}
+	st := ResourceStatus{Name: name, Devices: view.Devices, ThresholdMs: ms(l.threshold(rs, spec)), Updated: now}
 	devs := rs.sampleDevices(td.counters)
 	ind := rs.indicate(spec.TailObjective, st.ThresholdMs, devs)
 	st.RawWaitMs, st.FloorMs, st.Unreachable, st.SetpointMs = ind.rawMs, ind.floorMs, ind.unreachable, st.ThresholdMs/ind.q
 	st.Consumers = l.measure(rs, devs, td.rates, now, st.ThresholdMs)
 	step := l.control(rs, &st, ind.q)
+	l.learn(rs, name, &st, devs, now)
 	out := l.decide(rs, &st, step)
 	d := l.shape(rs, name, &out)
 	l.publish(name, &st, &rs.in, out, rs.held)
@@ -55,7 +56,9 @@ func (l *Loops) prepare(rs *resourceState, name string, spec ResourceSpec, view 
 		rs.ctrl, rs.ind = spec.NewController(), spec.NewSmoother()
 		rs.rates, rs.loads = map[netip.Addr]Smoother{}, map[netip.Addr]*loadEstimate{}
 		rs.slowed = map[netip.Addr]bool{}
-		if _, ok := rs.ctrl.(preloader); ok && (l.cfg.Onset || l.cfg.RateLeverSteps > 0) {
+		// threshold: auto learns from the onset detector's loaded ticks
+		// and the floor it keeps, with or without the feed-forward.
+		if _, ok := rs.ctrl.(preloader); ok && (l.cfg.Onset || l.cfg.RateLeverSteps > 0 || spec.AutoThreshold) {
 			rs.onset = control.NewOnsetDetector(control.DefaultOnsetConfig(l.cfg.WriteBps))
 			rs.mem = control.NewMemory(onsetMemoryAlpha)
 		}

@@ -87,6 +87,14 @@ func Parse(b []byte) (*Config, error) {
 	if err := yaml.Unmarshal(b, &root); err != nil {
 		return nil, err
 	}
+	// threshold: auto decodes as AutoStart, flagged (auto.go).
+	autoTop, autoRes := autoThresholds(&root)
+	if autoTop || len(autoRes) > 0 {
+		var err error
+		if b, err = yaml.Marshal(&root); err != nil {
+			return nil, err
+		}
+	}
 	c := Defaults()
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -97,6 +105,10 @@ func Parse(b []byte) (*Config, error) {
 			return nil, errors.Join(errs...)
 		}
 		return nil, err
+	}
+	c.ThresholdAuto = autoTop
+	for i := range c.Resources {
+		c.Resources[i].ThresholdAuto = autoRes[i]
 	}
 	c.applyDefaults(&root)
 	if errs := c.validate(&root); len(errs) > 0 {

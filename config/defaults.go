@@ -52,7 +52,7 @@ func (c *Config) applyDefaults(root *yaml.Node) {
 		// line; inherited, it would be reported again for every resource.
 		// A threshold set to 0 is not left out: validate reports it.
 		if r.Threshold == 0 && thresholdOK(c.Threshold) && !inFile(root, "resources", i, "threshold") {
-			r.Threshold = c.Threshold
+			r.Threshold, r.ThresholdAuto = c.Threshold, c.ThresholdAuto
 		}
 		if len(r.Devices) == 0 {
 			r.Devices = []string{"auto"}

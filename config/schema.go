@@ -27,9 +27,12 @@ type Resource struct {
 	// Devices are the block devices (diskstats names) whose read wait is the
 	// resource's indicator; ["auto"] discovers them from the target.
 	Devices []string `yaml:"devices"`
-	// Threshold is the read wait this resource is held under. Default: the
-	// top-level threshold.
+	// Threshold is the read wait this resource is held under, or auto
+	// (learned, as the top-level threshold says). Default: the top-level
+	// threshold.
 	Threshold time.Duration `yaml:"threshold"`
+	// ThresholdAuto is threshold: auto; Threshold is then AutoStart.
+	ThresholdAuto bool `yaml:"-"`
 	// Important are consumers (IP addresses) that are never slowed; under
 	// policy important-sets their reads alone are the indicator.
 	Important []string `yaml:"important"`
@@ -142,8 +145,21 @@ type Config struct {
 	// Discovery is where resources and consumers come from.
 	Discovery Discovery `yaml:"discovery"`
 	// Threshold is the read wait every resource is held under unless it
-	// sets its own.
+	// sets its own. auto learns it per resource, VMware SIOC's rule
+	// adapted to the floor: the read wait the resource shows at 90 % of
+	// its peak throughput (the median wait of the loaded ticks that move
+	// at least 90 % of the 99th percentile of the loaded ticks'
+	// diskstats throughput, over the last 5 minutes of load), never
+	// below 1.15 × the floor (its read wait with no interferer; within
+	// 1.1 × it cannot be met). Until it has seen 10 s of load, 3 s of
+	// them near the peak, and the floor, status says learning and the
+	// threshold is 15ms, or 1.5 × the floor if that is higher. The
+	// agent's own delays shape what it learns from: it keeps lowering
+	// the threshold while the resource still moves 90 % of its peak
+	// under them. Not in mode bridge (no diskstats).
 	Threshold time.Duration `yaml:"threshold"`
+	// ThresholdAuto is threshold: auto; Threshold is then AutoStart.
+	ThresholdAuto bool `yaml:"-"`
 	// Objective is what every resource's threshold bounds unless the
 	// resource sets its own: p95 (the 95th percentile of the per-interval
 	// read wait is held at the threshold: the setpoint drops below it by

@@ -291,6 +291,9 @@ func (c *Config) validateBridge(p *problems) {
 		if !(len(r.Devices) == 1 && r.Devices[0] == "auto") {
 			bad("mode bridge has no block devices: its read wait is measured on the wire", "resources", i, "devices")
 		}
+		if r.ThresholdAuto {
+			bad("auto learns from the devices' diskstats, which mode bridge has none of: set a duration", "resources", i, "threshold")
+		}
 		for k, p := range r.Portals {
 			ap, err := netip.ParseAddrPort(p)
 			if err != nil {

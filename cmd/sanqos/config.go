@@ -44,8 +44,12 @@ from the cluster policy passes --allow-no-resources.`,
 			if err := cfg.NoResources(); err != nil && !allowNone {
 				return configError{fmt.Errorf("%s: %w", args[0], err)}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%d resources, backend %s, threshold %v, interval %v)\n",
-				args[0], len(cfg.Resources), cfg.Backend, cfg.Threshold, cfg.Interval)
+			thr := cfg.Threshold.String()
+			if cfg.ThresholdAuto {
+				thr = "auto"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%d resources, backend %s, threshold %s, interval %v)\n",
+				args[0], len(cfg.Resources), cfg.Backend, thr, cfg.Interval)
 			for _, w := range cfg.Warnings {
 				fmt.Fprintf(cmd.OutOrStdout(), "warning: %s\n", w)
 			}

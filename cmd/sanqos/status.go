@@ -179,7 +179,14 @@ func renderStatus(w io.Writer, st agent.Status) {
 			if rs := st.Resources[i].Throttleable; len(rs) > 0 {
 				set = strings.Join(rs, ",")
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Name, waitMs(float64(r.IndicatorMs)), waitMs(float64(r.ThresholdMs)),
+			thr := waitMs(float64(r.ThresholdMs))
+			if a := st.Resources[i].Auto; a != nil {
+				thr += " auto" // threshold: auto, learned
+				if a.State != "learned" {
+					thr += " (learning)"
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Name, waitMs(float64(r.IndicatorMs)), thr,
 				state, msOrDash(r.DelayMs), r.Step, set)
 		}
 	}

@@ -293,3 +293,29 @@ func TestReportInterferers(t *testing.T) {
 		t.Errorf("last line %q, want %q...%s", last, want, report.BeforeAfterPlot)
 	}
 }
+
+// threshold: auto shows in the table beside the threshold in force, and
+// in the JSON as threshold_auto with what was learned.
+func TestStatusShowsAutoThreshold(t *testing.T) {
+	for _, tc := range []struct {
+		state, want string
+	}{{"learning", "15.0 ms auto (learning)"}, {"learned", "11.3 ms auto"}} {
+		thr := 15.0
+		if tc.state == "learned" {
+			thr = 11.3
+		}
+		st := agent.Status{Resources: []agent.ResourceStatus{{Name: "vg1", ThresholdMs: thr, IndicatorMs: 9, RawWaitMs: 9,
+			Auto: &agent.AutoThresholdStatus{State: tc.state, PeakMBs: 30.4, WaitAtPeakMs: 11.3, BusySamples: 200, LoadedSamples: 400}}}}
+		var table, js bytes.Buffer
+		renderStatus(&table, st)
+		if !strings.Contains(table.String(), tc.want) {
+			t.Errorf("%s: table lacks %q:\n%s", tc.state, tc.want, table.String())
+		}
+		if err := printStatusDoc(&js, st, true); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(js.String(), `"threshold_auto": {`) || !strings.Contains(js.String(), `"state": "`+tc.state+`"`) {
+			t.Errorf("%s: JSON lacks threshold_auto:\n%s", tc.state, js.String())
+		}
+	}
+}

@@ -1,0 +1,77 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sanqos/sanqos/control"
+	"github.com/sanqos/sanqos/sample"
+)
+
+// threshold: auto through the pipeline: the resource starts at the spec's
+// threshold, learning; a quiet reader gives the floor, the writer's load
+// the wait at its peak; once learned, status, the threshold in force and
+// the controller's setpoint all carry the learned threshold; a reload to
+// a set threshold retargets the controller back to it.
+func TestAutoThresholdInPipeline(t *testing.T) {
+	l, _ := testLoops(t)
+	pid := func(thr time.Duration) Controller {
+		p, err := control.NewPID(control.PIDConfig{Threshold: ms(thr), Kp: 0.5, Interval: 100 * time.Millisecond,
+			Ti: time.Second, MaxSteps: 40, Step: 500 * time.Microsecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	spec := (*l.specs.Load())["vg1"]
+	spec.NewController = func() Controller { return pid(spec.Threshold) }
+	spec.AutoThreshold, spec.NewControllerAt = true, pid
+	l.SetSpecs(map[string]ResourceSpec{"vg1": spec})
+	// 30 quiet ticks (the reader alone, 6 ms), then the writer at 20 MB/s
+	// and the reader at 30 ms.
+	ss := &seqSampler{}
+	var c [3]sample.Counters
+	const quiet, ticks = 30, 330
+	for i := 1; i <= ticks; i++ {
+		at := time.Unix(0, int64(i)*1e8)
+		wait := uint64(6 * 4)
+		if i > quiet {
+			wait = 30 * 4
+			c[1].Writes += 30
+			c[1].WriteSectors += 3900
+		}
+		c[0].Reads, c[0].ReadTicks, c[0].ReadSectors = c[0].Reads+4, c[0].ReadTicks+wait, c[0].ReadSectors+64
+		snap := map[string]sample.Counters{}
+		for k, name := range []string{"loop0", "loop1", "loop2"} {
+			c[k].Device, c[k].Time = name, at
+			snap[name] = c[k]
+		}
+		ss.snaps = append(ss.snaps, snap)
+	}
+	l.sampler = ss
+	setpoint := func() float64 { return l.sync.states["vg1"].ctrl.(*control.PID).Config().Threshold }
+	for i := 1; i <= ticks; i++ {
+		if err := l.Step(time.Unix(0, int64(i)*1e8)); err != nil {
+			t.Fatal(err)
+		}
+		st := l.Status()[0]
+		if st.Auto == nil {
+			t.Fatalf("tick %d: no threshold_auto in status", i)
+		}
+		if i == quiet && (st.Auto.State != "learning" || st.ThresholdMs != 15 || setpoint() != 15) {
+			t.Fatalf("tick %d: %s at %v ms (controller %v), want learning at the start, 15", i, st.Auto.State, st.ThresholdMs, setpoint())
+		}
+	}
+	st := l.Status()[0]
+	if st.Auto.State != "learned" || st.ThresholdMs != 30 || setpoint() != 30 || st.Auto.PeakMBs < 20 || st.Auto.PeakMBs > 20.5 {
+		t.Fatalf("after the load: %s at %v ms (controller %v), peak %.2f MB/s; want learned 30 ms at 20.3 MB/s (the writer and the reader)", st.Auto.State, st.ThresholdMs, setpoint(), st.Auto.PeakMBs)
+	}
+	spec.AutoThreshold, spec.Threshold = false, 20*time.Millisecond
+	l.SetSpecs(map[string]ResourceSpec{"vg1": spec})
+	if err := l.Step(time.Unix(0, int64(ticks+1)*1e8)); err != nil {
+		t.Fatal(err)
+	}
+	if st := l.Status()[0]; st.Auto != nil || st.ThresholdMs != 20 || setpoint() != 20 {
+		t.Fatalf("after a reload to 20 ms: auto %v, %v ms, controller %v", st.Auto, st.ThresholdMs, setpoint())
+	}
+}
