@@ -49,6 +49,9 @@ type Agent struct {
 	ticks    prometheus.Histogram
 	discErrs prometheus.Counter
 	lastDisc string
+	// lastTopo is the last topology discovery published: what the next
+	// round's is compared with, so the log says each change once.
+	lastTopo *Topology
 }
 
 // New builds an agent from a validated config.
@@ -249,6 +252,8 @@ func (a *Agent) discoverOnce() {
 		a.deps.Log.Info("discovery recovered")
 	}
 	a.lastDisc = ""
+	logMappingChanges(a.deps.Log, a.lastTopo, topo)
+	a.lastTopo = topo
 	a.loops.SetTopology(topo)
 }
 

@@ -2,7 +2,10 @@ package agent
 
 import (
 	"fmt"
+	"log/slog"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/sanqos/sanqos/config"
@@ -23,6 +26,12 @@ type SnapshotDiscoverer struct {
 //     ".NAME"-like suffixes containing the resource name, or, when the
 //     config has one auto resource and the target one pool, that pool.
 //
+// A resource that maps to nothing (a typo'd name, a pool another
+// resource claimed) is left out of Resources and named in Unmapped with
+// the reason: the others are still mapped, and since discovery reruns,
+// it is retried at every round. Only a failure to read the target fails
+// the whole round.
+//
 // Consumers are the initiator addresses with sessions on the resource's
 // targets; their devices are the resource's LUN devices they can reach,
 // narrowed to the resource's consumer_devices where it lists them.
@@ -32,54 +41,71 @@ func (d SnapshotDiscoverer) Discover() (*Topology, error) {
 		return nil, err
 	}
 	t := &Topology{Resources: map[string]ResourceView{}}
-	var autos []config.Resource
+	autos := 0
 	for _, r := range d.Resources {
-		if len(r.Devices) == 1 && r.Devices[0] == "auto" {
-			autos = append(autos, r)
+		if isAuto(r) {
+			autos++
 		}
 	}
-	used := map[string]bool{}
+	claimed := map[string]string{} // pool → the resource that took it
 	for _, r := range d.Resources {
-		var dr *discover.Resource
-		if len(r.Devices) == 1 && r.Devices[0] == "auto" {
-			dr = matchResource(snap, r.Name)
-			if dr == nil && len(autos) == 1 && len(snap.Resources) == 1 {
-				dr = &snap.Resources[0]
-			}
+		devices := r.Devices
+		if isAuto(r) {
+			dr, why := pickPool(snap, r.Name, autos, claimed)
 			if dr == nil {
-				return nil, fmt.Errorf("resource %s: no discovered pool matches (found %s); name its devices in the config", r.Name, names(snap))
+				t.unmap(r.Name, why)
+				continue
 			}
-			if used[dr.Name] {
-				return nil, fmt.Errorf("resource %s: pool %s already claimed by another resource", r.Name, dr.Name)
-			}
-			used[dr.Name] = true
+			claimed[dr.Name] = r.Name
+			devices = dr.Devices
 		}
-		v := ResourceView{Consumers: map[netip.Addr][]string{}}
-		devset := map[string]bool{}
-		if dr != nil {
-			v.Devices = dr.Devices
-		} else {
-			v.Devices = r.Devices
-		}
-		for _, dev := range v.Devices {
-			devset[dev] = true
-		}
-		narrow := consumerDevices(r)
-		for _, c := range snap.Consumers {
-			var devs []string
-			only, narrowed := narrow[c.Addr]
-			for _, l := range c.LUNs {
-				if devset[l.Device] && (!narrowed || only[l.Device]) {
-					devs = append(devs, l.Device)
-				}
-			}
-			if len(devs) > 0 {
-				v.Consumers[c.Addr] = devs
-			}
-		}
-		t.Resources[r.Name] = v
+		t.Resources[r.Name] = view(snap, r, devices)
 	}
 	return t, nil
+}
+
+func isAuto(r config.Resource) bool { return len(r.Devices) == 1 && r.Devices[0] == "auto" }
+
+// pickPool is the discovered pool resource name maps to (autos: how many
+// resources the config discovers), or nil and why there is none.
+func pickPool(snap discover.Snapshot, name string, autos int, claimed map[string]string) (*discover.Resource, string) {
+	dr := matchResource(snap, name)
+	if dr == nil && autos == 1 && len(snap.Resources) == 1 {
+		dr = &snap.Resources[0]
+	}
+	if dr == nil {
+		return nil, fmt.Sprintf("no discovered pool matches (found %s; a pool matches when one of its targets' names ends in :%s or .%s); name its devices in the config", names(snap), name, name)
+	}
+	if other, ok := claimed[dr.Name]; ok {
+		return nil, fmt.Sprintf("pool %s is already resource %s's", dr.Name, other)
+	}
+	if len(dr.Devices) == 0 {
+		return nil, fmt.Sprintf("pool %s has no block device to measure (its LUNs are plain files); name its devices in the config", dr.Name)
+	}
+	return dr, ""
+}
+
+// view is resource r on devices: the consumers that reach them.
+func view(snap discover.Snapshot, r config.Resource, devices []string) ResourceView {
+	v := ResourceView{Devices: devices, Consumers: map[netip.Addr][]string{}}
+	devset := map[string]bool{}
+	for _, dev := range devices {
+		devset[dev] = true
+	}
+	narrow := consumerDevices(r)
+	for _, c := range snap.Consumers {
+		var devs []string
+		only, narrowed := narrow[c.Addr]
+		for _, l := range c.LUNs {
+			if devset[l.Device] && (!narrowed || only[l.Device]) {
+				devs = append(devs, l.Device)
+			}
+		}
+		if len(devs) > 0 {
+			v.Consumers[c.Addr] = devs
+		}
+	}
+	return v
 }
 
 func matchResource(s discover.Snapshot, name string) *discover.Resource {
@@ -120,4 +146,27 @@ func consumerDevices(r config.Resource) map[netip.Addr]map[string]bool {
 		out[a.Unmap()] = m
 	}
 	return out
+}
+
+// logMappingChanges logs what changed from prev (nil: none yet) to next
+// in how the config's resources map: a resource that became unmapped (or
+// whose reason changed) as a warning, one mapped or moved to other
+// devices as info. A round that changes nothing logs nothing, so an
+// unmapped resource is said once, not every discovery round.
+func logMappingChanges(log *slog.Logger, prev, next *Topology) {
+	if prev == nil {
+		prev = &Topology{}
+	}
+	for _, name := range slices.Sorted(maps.Keys(next.Unmapped)) {
+		if why := next.Unmapped[name]; prev.Unmapped[name] != why {
+			log.Warn("resource unmapped: it controls nothing until discovery maps it", "resource", name, "reason", why)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(next.Resources)) {
+		v, was := next.Resources[name], prev.Resources[name]
+		_, wasUnmapped := prev.Unmapped[name]
+		if _, ok := prev.Resources[name]; !ok || wasUnmapped || !slices.Equal(v.Devices, was.Devices) {
+			log.Info("resource mapped", "resource", name, "devices", strings.Join(v.Devices, ","))
+		}
+	}
 }

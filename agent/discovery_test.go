@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"log/slog"
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/sanqos/sanqos/config"
@@ -59,5 +61,120 @@ func TestStaticConsumerDevices(t *testing.T) {
 	}
 	if got, ok := v.Consumers[netip.MustParseAddr("10.99.0.5")]; !ok || got != nil {
 		t.Errorf("static throttleable consumer: %v %v, want present without devices", got, ok)
+	}
+}
+
+// twoPools is a target with two pools: vg1's LUNs (loop0, loop1, used by
+// b2) and vg2's (loop2, used by b3), each behind a target named after it.
+func twoPools() discover.Snapshot {
+	vg1 := []discover.LUNRef{{Target: "iqn.2026-11.lab:vg1", LUN: 1, Device: "loop0"}, {Target: "iqn.2026-11.lab:vg1", LUN: 2, Device: "loop1"}}
+	vg2 := []discover.LUNRef{{Target: "iqn.2026-11.lab:vg2", LUN: 1, Device: "loop2"}}
+	return discover.Snapshot{
+		Resources: []discover.Resource{{Name: "sdb", LUNs: vg1, Devices: []string{"loop0", "loop1"}}, {Name: "sdc", LUNs: vg2, Devices: []string{"loop2"}}},
+		Consumers: []discover.Consumer{{Addr: netip.MustParseAddr("10.99.0.2"), LUNs: vg1}, {Addr: netip.MustParseAddr("10.99.0.3"), LUNs: vg2}},
+	}
+}
+
+// Each resource stands on its own: one that maps to nothing is named in
+// Unmapped with the reason, and every other resource is still mapped.
+func TestEachResourceMapsOnItsOwn(t *testing.T) {
+	auto := []string{"auto"}
+	onePool := discover.Snapshot{Resources: twoPools().Resources[:1], Consumers: twoPools().Consumers[:1]}
+	filesOnly := discover.Snapshot{Resources: []discover.Resource{{Name: "path:/srv/lun1", LUNs: []discover.LUNRef{{Target: "iqn.x:vg1", Path: "/srv/lun1"}}}}}
+	for _, tc := range []struct {
+		name      string
+		snap      discover.Snapshot
+		resources []config.Resource
+		mapped    map[string][]string // resource → devices
+		unmapped  map[string]string   // resource → a word of the reason
+	}{
+		{"both good", twoPools(), []config.Resource{{Name: "vg1", Devices: auto}, {Name: "vg2", Devices: auto}},
+			map[string][]string{"vg1": {"loop0", "loop1"}, "vg2": {"loop2"}}, nil},
+		{"a typo beside a good one", twoPools(), []config.Resource{{Name: "vg1", Devices: auto}, {Name: "vg22", Devices: auto}},
+			map[string][]string{"vg1": {"loop0", "loop1"}}, map[string]string{"vg22": "no discovered pool matches (found sdb, sdc"}},
+		{"the typo first", twoPools(), []config.Resource{{Name: "gv1", Devices: auto}, {Name: "vg2", Devices: auto}},
+			map[string][]string{"vg2": {"loop2"}}, map[string]string{"gv1": "no discovered pool matches"}},
+		{"explicit devices are used as given", twoPools(), []config.Resource{{Name: "typo", Devices: auto}, {Name: "mine", Devices: []string{"sdz"}}},
+			map[string][]string{"mine": {"sdz"}}, map[string]string{"typo": "no discovered pool"}},
+		{"one auto resource, one pool: that pool, whatever its name", onePool, []config.Resource{{Name: "data", Devices: auto}},
+			map[string][]string{"data": {"loop0", "loop1"}}, nil},
+		{"two auto resources, one pool: only the named one", onePool, []config.Resource{{Name: "vg1", Devices: auto}, {Name: "data", Devices: auto}},
+			map[string][]string{"vg1": {"loop0", "loop1"}}, map[string]string{"data": "found sdb;"}},
+		{"a pool is one resource's", twoPools(), []config.Resource{{Name: "vg1", Devices: auto}, {Name: "lab:vg1", Devices: auto}},
+			map[string][]string{"vg1": {"loop0", "loop1"}}, map[string]string{"lab:vg1": "pool sdb is already resource vg1's"}},
+		{"no pool on the target", discover.Snapshot{}, []config.Resource{{Name: "vg1", Devices: auto}},
+			map[string][]string{}, map[string]string{"vg1": "found none"}},
+		{"a pool of plain files has nothing to measure", filesOnly, []config.Resource{{Name: "vg1", Devices: auto}},
+			map[string][]string{}, map[string]string{"vg1": "no block device"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := tc.snap
+			topo, err := SnapshotDiscoverer{Resources: tc.resources, Snap: func() (discover.Snapshot, error) { return snap, nil }}.Discover()
+			if err != nil {
+				t.Fatalf("a resource that maps to nothing failed the round: %v", err)
+			}
+			if len(topo.Resources) != len(tc.mapped) {
+				t.Errorf("mapped %v, want %v", topo.Resources, tc.mapped)
+			}
+			for name, devs := range tc.mapped {
+				if got := topo.Resources[name].Devices; !reflect.DeepEqual(got, devs) {
+					t.Errorf("%s on %v, want %v", name, got, devs)
+				}
+			}
+			if len(topo.Unmapped) != len(tc.unmapped) {
+				t.Errorf("unmapped %v, want %v", topo.Unmapped, tc.unmapped)
+			}
+			for name, why := range tc.unmapped {
+				if got, ok := topo.Unmapped[name]; !ok || !strings.Contains(got, why) {
+					t.Errorf("%s unmapped because %q, want it to say %q", name, got, why)
+				}
+			}
+		})
+	}
+}
+
+// A mapped resource beside an unmapped one keeps its consumers, and the
+// unmapped one has none: nothing is slowed on its behalf.
+func TestUnmappedResourceHasNoConsumers(t *testing.T) {
+	snap := twoPools()
+	topo, _ := SnapshotDiscoverer{Resources: []config.Resource{{Name: "vg1", Devices: []string{"auto"}}, {Name: "vg9", Devices: []string{"auto"}}},
+		Snap: func() (discover.Snapshot, error) { return snap, nil }}.Discover()
+	if got := len(topo.Resources["vg1"].Consumers); got != 1 {
+		t.Errorf("vg1 has %d consumers, want 1 (10.99.0.2)", got)
+	}
+	if _, ok := topo.Resources["vg9"]; ok {
+		t.Error("unmapped vg9 has a view")
+	}
+}
+
+// The log says each change of the mapping once: a round that changes
+// nothing logs nothing.
+func TestMappingChangesLoggedOnce(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	good := &Topology{Resources: map[string]ResourceView{"vg1": {Devices: []string{"loop0"}}}, Unmapped: map[string]string{"vg9": "no pool"}}
+	same := &Topology{Resources: map[string]ResourceView{"vg1": {Devices: []string{"loop0"}}}, Unmapped: map[string]string{"vg9": "no pool"}}
+	fixed := &Topology{Resources: map[string]ResourceView{"vg1": {Devices: []string{"loop0"}}, "vg9": {Devices: []string{"loop5"}}}}
+	for _, tc := range []struct {
+		name       string
+		prev, next *Topology
+		lines      int
+		want       []string
+	}{
+		{"first round", nil, good, 2, []string{`level=WARN msg="resource unmapped`, `resource=vg9 reason="no pool"`, `msg="resource mapped" resource=vg1 devices=loop0`}},
+		{"nothing changed", good, same, 0, nil},
+		{"the typo fixed", same, fixed, 1, []string{`msg="resource mapped" resource=vg9 devices=loop5`}},
+		{"a pool lost", fixed, good, 1, []string{`resource=vg9 reason="no pool"`}},
+	} {
+		buf.Reset()
+		logMappingChanges(log, tc.prev, tc.next)
+		if lines := strings.Count(buf.String(), "\n"); lines != tc.lines {
+			t.Errorf("%s: %d lines, want %d:\n%s", tc.name, lines, tc.lines, buf.String())
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(buf.String(), w) {
+				t.Errorf("%s: log lacks %q:\n%s", tc.name, w, buf.String())
+			}
+		}
 	}
 }

@@ -52,6 +52,18 @@ type Topology struct {
 	// Resources by name: the devices that make up each, and which consumer
 	// uses which of them.
 	Resources map[string]ResourceView
+	// Unmapped are the configured resources discovery could not map, by
+	// name, with the reason: they control nothing until a later round
+	// maps them, and status, metrics and the log say so.
+	Unmapped map[string]string
+}
+
+// unmap records that resource name maps to nothing, and why.
+func (t *Topology) unmap(name, why string) {
+	if t.Unmapped == nil {
+		t.Unmapped = map[string]string{}
+	}
+	t.Unmapped[name] = why
 }
 
 // ResourceView is one resource's devices and consumers.

@@ -75,6 +75,7 @@ func newCollector(status func() []ResourceStatus, t throttle.Throttle) *collecto
 		"resv_met":     newDesc("reservation_periods_met_total", "Ended periods in which the reservation was attained.", "resource", "consumer"),
 		"resv_periods": newDesc("reservation_periods_total", "Ended periods of the reservation.", "resource", "consumer"),
 		"class_jitter": newDesc("class_jitter_seconds", "Mean absolute difference of consecutive per-interval latencies over the class's life.", "resource", "class"),
+		"mapped":       newDesc("resource_mapped", "1 while discovery maps the configured resource to devices, 0 while it is unmapped (it then measures and slows nothing; status and the log say why).", "resource"),
 		"updated":      newDesc("resource_updated_timestamp_seconds", "When the resource's loop last published its status (Unix time): falling behind the clock means the loop is stuck (sampling, or a backend that does not return).", "resource"),
 	}}
 }
@@ -90,6 +91,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.descs[name], prometheus.GaugeValue, v, labels...)
 	}
 	for _, s := range c.status() {
+		g("mapped", b2f(s.Unmapped == ""), s.Name)
 		g("indicator", s.IndicatorMs/1e3, s.Name)
 		g("raw", s.RawWaitMs/1e3, s.Name)
 		g("threshold", s.ThresholdMs/1e3, s.Name)

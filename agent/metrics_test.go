@@ -283,3 +283,20 @@ sanqos_class_missing{class="power",resource="vg1"} 1
 		t.Fatal(err)
 	}
 }
+
+// sanqos_resource_mapped is 1 for a mapped resource and 0 for one
+// discovery could not map (the alert on an unmapped resource reads it).
+func TestResourceMappedExported(t *testing.T) {
+	status := func() []ResourceStatus {
+		return []ResourceStatus{{Name: "vg1", Devices: []string{"loop0"}}, {Name: "vg9", Unmapped: "no discovered pool matches"}}
+	}
+	want := `
+# HELP sanqos_resource_mapped 1 while discovery maps the configured resource to devices, 0 while it is unmapped (it then measures and slows nothing; status and the log say why).
+# TYPE sanqos_resource_mapped gauge
+sanqos_resource_mapped{resource="vg1"} 1
+sanqos_resource_mapped{resource="vg9"} 0
+`
+	if err := testutil.CollectAndCompare(newCollector(status, throttle.NewMemory()), strings.NewReader(want), "sanqos_resource_mapped"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -8,10 +8,15 @@ import (
 
 // ResourceStatus is what a resource loop last did, for status and metrics.
 type ResourceStatus struct {
-	Name        string   `json:"name"`
-	Devices     []string `json:"devices"`
-	IndicatorMs float64  `json:"indicator_ms"`
-	RawWaitMs   float64  `json:"raw_wait_ms"`
+	Name    string   `json:"name"`
+	Devices []string `json:"devices"`
+	// Unmapped says why discovery could not map the resource (no
+	// discovered pool matches its name, ...): "" while it is mapped. An
+	// unmapped resource measures and slows nothing; discovery retries it
+	// every round.
+	Unmapped    string  `json:"unmapped,omitempty"`
+	IndicatorMs float64 `json:"indicator_ms"`
+	RawWaitMs   float64 `json:"raw_wait_ms"`
 	// SetpointMs is what the controller holds the indicator at: the
 	// threshold, or below it with objective p95.
 	SetpointMs float64 `json:"setpoint_ms"`

@@ -34,9 +34,17 @@ import (
 // simulator exercises exactly what the agent runs. It publishes the
 // status and returns the resource's wishes.
 func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *Topology, specs *map[string]ResourceSpec, td tickData, now time.Time) desire {
-	view := topo.Resources[name]
+	view, mapped := topo.Resources[name]
 	l.prepare(rs, name, spec, view, topo, specs)
 	st := ResourceStatus{Name: name, Devices: view.Devices, ThresholdMs: ms(l.threshold(rs, spec)), Updated: now}
+	if !mapped {
+		st.Unmapped = topo.Unmapped[name]
+		if st.Unmapped == "" {
+			// The first round has not ended, or discovery fails (status'
+			// discovery_error says why) and never mapped it.
+			st.Unmapped = "not discovered yet"
+		}
+	}
 	devs := rs.sampleDevices(td.counters)
 	ind := rs.indicate(spec.TailObjective, st.ThresholdMs, devs)
 	st.RawWaitMs, st.FloorMs, st.Unreachable, st.SetpointMs = ind.rawMs, ind.floorMs, ind.unreachable, st.ThresholdMs/ind.q

@@ -164,6 +164,8 @@ func renderStatus(w io.Writer, st agent.Status) {
 		for i, r := range f.Resources {
 			state := "ok"
 			switch {
+			case st.Resources[i].Unmapped != "":
+				state = "UNMAPPED" // discovery found nothing for it: it protects nothing
 			case r.Unreachable:
 				state = "UNREACHABLE" // the threshold is at the wait reads have with no writer
 			case r.RateLeverStep > 0:
@@ -191,6 +193,11 @@ func renderStatus(w io.Writer, st agent.Status) {
 		}
 	}
 	tw.Flush()
+	for _, r := range st.Resources {
+		if r.Unmapped != "" {
+			fmt.Fprintf(w, "UNMAPPED %s: %s (it measures and slows nothing; discovery retries it every round)\n", r.Name, r.Unmapped)
+		}
+	}
 	if atMax {
 		fmt.Fprintln(w, "AT MAX: the wait is above the threshold at max_delay. Raise max_delay (up to 99 ms: about the interferers'")
 		fmt.Fprintln(w, "streams × a request's service time), name consumers throttleable or important, or set rate_lever_steps.")

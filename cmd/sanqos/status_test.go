@@ -68,6 +68,7 @@ var testStatus = agent.Status{
 		{Name: "vg3", IndicatorMs: 9, ThresholdMs: 8, Step: 43, Delay: 20 * time.Millisecond, RateLeverStep: 3},
 		{Name: "vg4", IndicatorMs: 6.5, ThresholdMs: 5, Step: 40, Delay: 20 * time.Millisecond, FloorMs: 6.4, Unreachable: true},
 		{Name: "vg5", IndicatorMs: 27, ThresholdMs: 15, Step: 40, Delay: 20 * time.Millisecond, AtMaxDelay: true},
+		{Name: "vg6", IndicatorMs: math.NaN(), RawWaitMs: math.NaN(), ThresholdMs: 15, Unmapped: "no discovered pool matches (found sdb)"},
 	},
 }
 
@@ -97,6 +98,9 @@ func TestStatusTable(t *testing.T) {
 		{"vg4", []string{"vg4", "6.5", "ms", "5.0", "ms", "UNREACHABLE", "20.0", "ms", "40", "-"}},
 		// At max_delay and still above: the status says what to change.
 		{"vg5", []string{"vg5", "27.0", "ms", "15.0", "ms", "AT", "MAX", "20.0", "ms", "40", "-"}},
+		// Mapped to nothing: said in the table and why below it.
+		{"vg6", []string{"vg6", "-", "15.0", "ms", "UNMAPPED", "-", "0", "-"}},
+		{"UNMAPPED", []string{"UNMAPPED", "vg6:", "no", "discovered", "pool", "matches", "(found", "sdb)", "(it", "measures", "and", "slows", "nothing;", "discovery", "retries", "it", "every", "round)"}},
 		{"AT", []string{"AT", "MAX:", "the", "wait", "is", "above", "the", "threshold", "at", "max_delay.", "Raise", "max_delay", "(up", "to", "99", "ms:", "about", "the", "interferers'"}},
 		// Queue and load per direction: why a consumer is slowed, and which way.
 		{"10.99.0.3", []string{"10.99.0.3", "vg1", "12.00", "0.00", "-", "-", "-", "3.9", "2%/27%", "throttleable"}},
@@ -145,7 +149,7 @@ func TestStatusJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if len(st.Resources) != 5 || !st.Resources[4].AtMaxDelay || !st.Resources[3].Unreachable || st.Resources[2].RateLeverStep != 3 || st.Resources[0].IndicatorMs != 16.5 || !math.IsNaN(st.Resources[1].IndicatorMs) || st.Throttles["10.9.9.9"].WriteDelay != 2*time.Millisecond {
+	if len(st.Resources) != 6 || st.Resources[5].Unmapped == "" || !st.Resources[4].AtMaxDelay || !st.Resources[3].Unreachable || st.Resources[2].RateLeverStep != 3 || st.Resources[0].IndicatorMs != 16.5 || !math.IsNaN(st.Resources[1].IndicatorMs) || st.Throttles["10.9.9.9"].WriteDelay != 2*time.Millisecond {
 		t.Fatalf("round trip: %+v", st)
 	}
 	if !strings.Contains(out, `"indicator_ms": null`) {
