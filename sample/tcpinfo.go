@@ -50,6 +50,10 @@ type Rate struct {
 	// give, the number of its requests in the resource where it shares
 	// the devices with others, which diskstats cannot split.
 	CommandsPerSec float64
+	// ReadBytes and WriteBytes are the bytes behind ReadBps and WriteBps
+	// (acked by it, received from it) since the previous sample: what
+	// the agent's per-consumer byte counters add up, exactly.
+	ReadBytes, WriteBytes uint64
 }
 
 type connKey struct {
@@ -153,6 +157,8 @@ func (t *TCPRates) Sample() (map[netip.Addr]Rate, error) {
 		if p, ok := prev[k]; ok && secs > 0 && c.recv >= p.recv && c.acked >= p.acked {
 			r.WriteBps += float64(c.recv-p.recv) / secs
 			r.ReadBps += float64(c.acked-p.acked) / secs
+			r.WriteBytes += c.recv - p.recv
+			r.ReadBytes += c.acked - p.acked
 			r.CommandsPerSec += commands(c.segsIn-p.segsIn, c.recv-p.recv, c.mss) / secs
 			if c.segsOut-p.segsOut > 1 && c.srtt > 0 && (r.SendSRTT == 0 || c.srtt < r.SendSRTT) {
 				r.SendSRTT = c.srtt

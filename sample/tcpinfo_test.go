@@ -130,10 +130,10 @@ func TestTCPRatesPerConnection(t *testing.T) {
 	}
 	w := netip.MustParseAddr("10.0.0.3")
 	rd := netip.MustParseAddr("10.0.0.2")
-	if r[w].WriteBps != 1e6 || r[w].ReadBps != 0 || r[w].SRTT != 250*time.Microsecond {
+	if r[w].WriteBps != 1e6 || r[w].ReadBps != 0 || r[w].WriteBytes != 1e6 || r[w].ReadBytes != 0 || r[w].SRTT != 250*time.Microsecond {
 		t.Fatalf("writer %+v", r[w])
 	}
-	if r[rd].WriteBps != 0 || r[rd].ReadBps != 0 || r[rd].Conns != 1 {
+	if r[rd].WriteBps != 0 || r[rd].ReadBps != 0 || r[rd].ReadBytes != 0 || r[rd].Conns != 1 {
 		t.Fatalf("reconnected reader %+v", r[rd])
 	}
 	if _, ok := r[netip.MustParseAddr("10.0.0.9")]; ok {
