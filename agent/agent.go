@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sanqos/sanqos/config"
 	"github.com/sanqos/sanqos/cost"
+	"github.com/sanqos/sanqos/internal/version"
 	"github.com/sanqos/sanqos/throttle"
 )
 
@@ -89,7 +90,12 @@ func New(cfg *config.Config, d Deps) *Agent {
 			}
 			return 0
 		})
-	a.reg.MustRegister(newCollector(a.loops.Status, d.Throttle), a.ticks, a.discErrs, maxDelay, applyErrs, reinstalls,
+	v := version.Get()
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sanqos_build_info",
+		Help:        "Always 1; its labels say which build runs (join on it to tell agents of different builds apart).",
+		ConstLabels: prometheus.Labels{"version": v.Version, "commit": v.Commit, "goversion": v.GoVersion}})
+	buildInfo.Set(1)
+	a.reg.MustRegister(newCollector(a.loops.Status, d.Throttle), a.ticks, a.discErrs, maxDelay, applyErrs, reinstalls, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.applySpecs(cfg)
 	return a

@@ -13,7 +13,7 @@
 // into per-consumer settings (policy_*.go).
 //
 // Imports (sanqos): config, control, cost, discover, filter,
-// internal/quantile, sample, throttle.
+// internal/quantile, internal/version, sample, throttle.
 package agent
 
 import (

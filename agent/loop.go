@@ -358,6 +358,8 @@ type resourceState struct {
 	held holds
 	// auto is threshold: auto's learner (nil: a set threshold).
 	auto *autoState
+	// io are the counters the metrics export (iototals.go).
+	io ioCounts
 }
 
 // riseLimit bounds a delay's growth in one tick to 2·prev + step. Linux

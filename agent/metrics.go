@@ -27,6 +27,7 @@ type collector struct {
 	status func() []ResourceStatus
 	t      throttle.Throttle
 	descs  map[string]*prometheus.Desc
+	io     map[string]*prometheus.Desc // ioDescs
 }
 
 func newDesc(name, help string, labels ...string) *prometheus.Desc {
@@ -36,13 +37,13 @@ func newDesc(name, help string, labels ...string) *prometheus.Desc {
 func newCollector(status func() []ResourceStatus, t throttle.Throttle) *collector {
 	return &collector{status: status, t: t, descs: map[string]*prometheus.Desc{
 		"indicator":    newDesc("resource_indicator_seconds", "Smoothed read wait (EWMA) of the resource: the controlled variable.", "resource"),
-		"raw":          newDesc("resource_read_wait_seconds", "Read wait of the resource's devices over the last interval (iostat r_await).", "resource"),
 		"threshold":    newDesc("resource_threshold_seconds", "Read-wait threshold of the resource.", "resource"),
 		"setpoint":     newDesc("resource_setpoint_seconds", "What the controller holds the indicator at: the threshold, or below it with objective p95.", "resource"),
 		"output":       newDesc("resource_controller_output_steps", "Controller output in delay steps.", "resource"),
-		"delay":        newDesc("resource_write_delay_seconds", "Write delay the controller applies to the resource's throttleable set.", "resource"),
+		"delay":        newDesc("resource_controller_delay_seconds", "The controller's output as a delay (capped at max_delay), which the policy gives the throttleable set in the direction each saturates.", "resource"),
+		"rdelay":       newDesc("resource_delay_seconds", "Largest delay the resource gives any of its consumers now, per direction (held ones included).", "resource", "direction"),
+		"slowed":       newDesc("resource_throttled_consumers", "Consumers the resource slows now (any delay or cap, held ones included): 0 above the threshold means nobody is slowed.", "resource"),
 		"setsize":      newDesc("resource_throttleable_consumers", "Size of the resource's throttleable set.", "resource"),
-		"crate":        newDesc("consumer_bytes_per_second", "Consumer's I/O rate on the resource over the last interval.", "resource", "consumer", "direction"),
 		"cdelay":       newDesc("consumer_delay_seconds", "Delay applied to the consumer's packets.", "consumer", "direction"),
 		"crate_cap":    newDesc("consumer_rate_cap_bytes_per_second", "Rate cap applied to the consumer.", "consumer"),
 		"dl_packets":   newDesc("delayline_packets_total", "Packets held by the delay line.", "consumer"),
@@ -60,7 +61,7 @@ func newCollector(status func() []ResourceStatus, t throttle.Throttle) *collecto
 		"onsets":       newDesc("resource_onsets_total", "Write surges the onset detector found on the resource.", "resource"),
 		"feedforward":  newDesc("resource_feedforward_seconds", "Delay the onset feed-forward preloads at the next surge (0 until the resource has been regulated under load).", "resource"),
 		"floor":        newDesc("resource_floor_seconds", "Read wait while no writer is active: what slowing writers cannot improve on.", "resource"),
-		"unreachable":  newDesc("resource_unreachable", "1 while the threshold is within 10 % of the floor.", "resource"),
+		"unreachable":  newDesc("resource_unreachable", "1 while the threshold is within 10 % of the floor (0 while the floor is unknown).", "resource"),
 		"lever":        newDesc("resource_rate_lever_steps", "How far the controller is into the write-cap range past the maximum delay.", "resource"),
 		"cwrate_cap":   newDesc("consumer_write_rate_cap_bytes_per_second", "Write-rate cap applied to the consumer (the second lever).", "consumer"),
 		"class_iops":   newDesc("class_iops", "SLO class's IOPS over the last interval (slo-classes).", "resource", "class"),
@@ -77,12 +78,69 @@ func newCollector(status func() []ResourceStatus, t throttle.Throttle) *collecto
 		"class_jitter": newDesc("class_jitter_seconds", "Mean absolute difference of consecutive per-interval latencies over the class's life.", "resource", "class"),
 		"mapped":       newDesc("resource_mapped", "1 while discovery maps the configured resource to devices, 0 while it is unmapped (it then measures and slows nothing; status and the log say why).", "resource"),
 		"updated":      newDesc("resource_updated_timestamp_seconds", "When the resource's loop last published its status (Unix time): falling behind the clock means the loop is stuck (sampling, or a backend that does not return).", "resource"),
-	}}
+	}, io: ioDescs()}
+}
+
+// ioDescs are the counters of IOTotals, per resource and per consumer,
+// and of the indicator's reads.
+func ioDescs() map[string]*prometheus.Desc {
+	d := map[string]*prometheus.Desc{
+		"ind_reads": newDesc("resource_indicator_reads_total", "Reads the indicator measured (the protected devices' reads): with resource_indicator_read_wait_seconds_total, the indicator's unsmoothed mean over any window.", "resource"),
+		"ind_wait":  newDesc("resource_indicator_read_wait_seconds_total", "Summed wait of the reads the indicator measured.", "resource"),
+	}
+	for _, who := range []struct{ prefix, of string }{
+		{"resource", "the resource's devices (diskstats)"},
+		{"consumer", "the consumer on the resource (bytes: the wire where the agent samples TCP_INFO, else its own devices; I/Os and waits: only from devices no other consumer uses)"},
+	} {
+		labels := []string{"resource"}
+		if who.prefix == "consumer" {
+			labels = append(labels, "consumer")
+		}
+		for _, m := range []struct{ key, name, help string }{
+			{"read_bytes", "read_bytes_total", "Bytes read by "},
+			{"written_bytes", "written_bytes_total", "Bytes written by "},
+			{"reads", "reads_total", "Reads completed by "},
+			{"writes", "writes_total", "Writes completed by "},
+			{"read_wait", "read_wait_seconds_total", "Summed wait of the reads completed by "},
+			{"write_wait", "write_wait_seconds_total", "Summed wait of the writes completed by "},
+		} {
+			d[who.prefix+"_"+m.key] = newDesc(who.prefix+"_"+m.name, m.help+who.of+".", labels...)
+		}
+	}
+	return d
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.descs {
 		ch <- d
+	}
+	for _, d := range c.io {
+		ch <- d
+	}
+}
+
+// collectIO exports a resource's counters and its consumers'.
+func (c *collector) collectIO(ch chan<- prometheus.Metric, s ResourceStatus) {
+	k := func(name string, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(c.io[name], prometheus.CounterValue, v, labels...)
+	}
+	totals := func(prefix string, t IOTotals, bytes, ios bool, labels ...string) {
+		if bytes {
+			k(prefix+"_read_bytes", t.ReadBytes, labels...)
+			k(prefix+"_written_bytes", t.WrittenBytes, labels...)
+		}
+		if ios {
+			k(prefix+"_reads", t.Reads, labels...)
+			k(prefix+"_writes", t.Writes, labels...)
+			k(prefix+"_read_wait", t.ReadWaitSeconds, labels...)
+			k(prefix+"_write_wait", t.WriteWaitSeconds, labels...)
+		}
+	}
+	totals("resource", s.IO.IOTotals, true, true, s.Name)
+	k("ind_reads", s.IO.IndicatorReads, s.Name)
+	k("ind_wait", s.IO.IndicatorReadWaitSeconds, s.Name)
+	for _, cs := range s.Consumers {
+		totals("consumer", cs.IO.IOTotals, cs.IO.HasBytes, cs.IO.HasIO, s.Name, cs.Addr)
 	}
 }
 
@@ -93,20 +151,23 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range c.status() {
 		g("mapped", b2f(s.Unmapped == ""), s.Name)
 		g("indicator", s.IndicatorMs/1e3, s.Name)
-		g("raw", s.RawWaitMs/1e3, s.Name)
 		g("threshold", s.ThresholdMs/1e3, s.Name)
 		if s.SetpointMs > 0 {
 			g("setpoint", s.SetpointMs/1e3, s.Name)
 		}
 		g("output", float64(s.Step), s.Name)
 		g("delay", s.Delay.Seconds(), s.Name)
+		g("rdelay", s.MaxReadDelay.Seconds(), s.Name, "read")
+		g("rdelay", s.MaxWriteDelay.Seconds(), s.Name, "write")
+		g("slowed", float64(s.Slowed), s.Name)
+		c.collectIO(ch, s)
 		g("setsize", float64(len(s.Throttleable)), s.Name)
 		ch <- prometheus.MustNewConstMetric(c.descs["onsets"], prometheus.CounterValue, float64(s.Onsets), s.Name)
 		g("feedforward", s.FeedForwardMs/1e3, s.Name)
 		if s.FloorMs > 0 {
 			g("floor", s.FloorMs/1e3, s.Name)
-			g("unreachable", b2f(s.Unreachable), s.Name)
 		}
+		g("unreachable", b2f(s.Unreachable), s.Name) // 0 while the floor is unknown
 		g("lever", float64(s.RateLeverStep), s.Name)
 		if !s.Updated.IsZero() {
 			g("updated", float64(s.Updated.UnixNano())/1e9, s.Name)
@@ -130,8 +191,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.descs["resv_periods"], prometheus.CounterValue, float64(r.Periods), s.Name, r.Consumer)
 		}
 		for _, cs := range s.Consumers {
-			g("crate", cs.ReadBps, s.Name, cs.Addr, "read")
-			g("crate", cs.WriteBps, s.Name, cs.Addr, "write")
 			g("cload", cs.LoadRead, s.Name, cs.Addr, "read")
 			g("cload", cs.LoadWrite, s.Name, cs.Addr, "write")
 			g("cqueue", cs.Queue, s.Name, cs.Addr)

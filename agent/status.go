@@ -60,6 +60,14 @@ type ResourceStatus struct {
 	Network      *NetStatus          `json:"network,omitempty"`
 	Reservations []ReservationStatus `json:"reservations,omitempty"`
 	Updated      time.Time           `json:"updated"`
+	// Slowed is how many consumers the resource slows now (any delay or
+	// cap, held ones included), and MaxReadDelay and MaxWriteDelay the
+	// largest delay it gives any of them in each direction: Delay is the
+	// controller's, which the policy turns into either. IO are its
+	// counters. For /metrics only.
+	Slowed                      int           `json:"-"`
+	MaxReadDelay, MaxWriteDelay time.Duration `json:"-"`
+	IO                          ResourceIO    `json:"-"`
 }
 
 // ConsumerStatus is one consumer of a resource.
@@ -88,4 +96,6 @@ type ConsumerStatus struct {
 	// held for it longer than about twice this fires the target's
 	// tail-loss probe timer (docs/architecture.md, "Delay rise limit").
 	SendSRTTMs float64 `json:"send_srtt_ms,omitempty"`
+	// IO are its counters on the resource, for /metrics only.
+	IO ConsumerIO `json:"-"`
 }

@@ -49,6 +49,7 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 	ind := rs.indicate(spec.TailObjective, st.ThresholdMs, devs)
 	st.RawWaitMs, st.FloorMs, st.Unreachable, st.SetpointMs = ind.rawMs, ind.floorMs, ind.unreachable, st.ThresholdMs/ind.q
 	st.Consumers = l.measure(rs, devs, td.rates, now, st.ThresholdMs)
+	rs.count(&st, devs, ind, td.rates, l.rates != nil)
 	step := l.control(rs, &st, ind.q)
 	l.learn(rs, name, &st, devs, now)
 	out := l.decide(rs, &st, step)
@@ -124,6 +125,9 @@ func (rs *resourceState) sampleDevices(counters map[string]sample.Counters) devI
 type indication struct {
 	rawMs, q, floorMs float64
 	unreachable       bool
+	// reads and readTicks (ms) are the reads behind rawMs, which the
+	// indicator's counters add up (iototals.go).
+	reads, readTicks float64
 }
 
 // indicate is the indicate stage: the read wait over the devices the
@@ -135,7 +139,7 @@ func (rs *resourceState) indicate(tailObjective bool, thresholdMs float64, d dev
 		slowed = rs.slowed
 	}
 	ticks, reads := indicatorReads(rs.plan, d.iv, d.ok, slowed)
-	ind := indication{rawMs: math.NaN(), q: 1}
+	ind := indication{rawMs: math.NaN(), q: 1, reads: reads, readTicks: ticks}
 	if reads > 0 {
 		ind.rawMs = ticks / reads
 		if tailObjective {
@@ -450,6 +454,13 @@ func (l *Loops) publish(name string, st *ResourceStatus, in *PolicyInput, out Po
 			if s, ok := out.Settings[a]; ok && !s.IsZero() {
 				st.Consumers[k].Throttled, st.Consumers[k].Setting = true, s
 				st.Consumers[k].Held = held.holding(a)
+			}
+		}
+		// Static consumers too: what the resource asks of anyone.
+		for _, c := range in.Consumers {
+			if s := out.Settings[c.Addr]; !s.IsZero() {
+				st.Slowed++
+				st.MaxReadDelay, st.MaxWriteDelay = max(st.MaxReadDelay, s.ReadDelay), max(st.MaxWriteDelay, s.WriteDelay)
 			}
 		}
 	}
