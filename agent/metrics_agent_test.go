@@ -26,7 +26,6 @@ import (
 // absence and log it (delete an entry once its series is exported).
 var pendingSeries = map[string]string{
 	"sanqos_config_last_reload_successful": "issue 52 item 3 (reload)",
-	"sanqos_resource_mapped":               "issue 52 item 2 (unmapped resources)",
 }
 
 // seriesUsed is every sanqos series the alert rules' expressions and the
