@@ -199,3 +199,84 @@ func TestAgentScrapeHasWhatAlertsAndDashboardUse(t *testing.T) {
 		t.Errorf("resource read delay %v, the writer's %v", got, rd)
 	}
 }
+
+// docSection is the text of docs/operator-guide.md from the line
+// holding from up to the next line holding to.
+func docSection(t *testing.T, from, to string) string {
+	t.Helper()
+	b, err := os.ReadFile("../docs/operator-guide.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.Index(s, from)
+	j := strings.Index(s[max(i, 0):], to)
+	if i < 0 || j < 0 {
+		t.Fatalf("operator guide: no section from %q to %q", from, to)
+	}
+	return s[i : i+j]
+}
+
+// expandBraces turns `a_{b,c}_d` into a_b_d and a_c_d; a brace without
+// a comma is a label selector and goes.
+func expandBraces(s string) []string {
+	i := strings.IndexByte(s, '{')
+	if i < 0 {
+		return []string{s}
+	}
+	j := strings.IndexByte(s[i:], '}') + i
+	if !strings.Contains(s[i:j], ",") {
+		return expandBraces(s[:i] + s[j+1:])
+	}
+	var out []string
+	for _, alt := range strings.Split(s[i+1:j], ",") {
+		out = append(out, expandBraces(s[:i]+alt+s[j+1:])...)
+	}
+	return out
+}
+
+// The operator guide's metrics table names every series the agent
+// exports, and its table of renamed series names old series the agent
+// no longer exports and new ones it does.
+func TestOperatorGuideListsMetrics(t *testing.T) {
+	known := exportedMetrics(t)
+	listed := map[string]bool{}
+	code := regexp.MustCompile("`(sanqos_[^`]+)`")
+	for _, m := range code.FindAllStringSubmatch(docSection(t, "| metric | labels | meaning |", "**Renamed series**"), -1) {
+		for _, n := range expandBraces(m[1]) {
+			listed[n] = true
+		}
+	}
+	for n := range known {
+		if strings.HasPrefix(n, "sanqos_") && !listed[n] {
+			t.Errorf("the operator guide's metrics table lacks %s", n)
+		}
+	}
+	for n := range listed {
+		if !known[n] && pendingSeries[n] == "" {
+			t.Errorf("the operator guide lists %s, which the agent does not export", n)
+		}
+	}
+	series := regexp.MustCompile(`sanqos_[a-z_]+`)
+	rows := 0
+	for _, line := range strings.Split(docSection(t, "| before | now |", "The dashboard is tested"), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !strings.Contains(cells[1], "sanqos_") {
+			continue
+		}
+		rows++
+		for _, old := range series.FindAllString(cells[1], -1) {
+			if known[old] {
+				t.Errorf("renamed %s is still exported", old)
+			}
+		}
+		for _, n := range series.FindAllString(cells[2], -1) {
+			if !known[n] {
+				t.Errorf("the rename table's %s is not exported", n)
+			}
+		}
+	}
+	if rows < 3 {
+		t.Fatalf("read %d renamed series", rows)
+	}
+}
