@@ -95,7 +95,7 @@ func New(cfg *config.Config, d Deps) *Agent {
 		Help:        "Always 1; its labels say which build runs (join on it to tell agents of different builds apart).",
 		ConstLabels: prometheus.Labels{"version": v.Version, "commit": v.Commit, "goversion": v.GoVersion}})
 	buildInfo.Set(1)
-	a.reg.MustRegister(newCollector(a.loops.Status, d.Throttle), a.ticks, a.discErrs, maxDelay, applyErrs, reinstalls, buildInfo,
+	a.reg.MustRegister(newCollector(a.loops.Status, d.Throttle), eventsCollector{a.loops}, a.ticks, a.discErrs, maxDelay, applyErrs, reinstalls, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.applySpecs(cfg)
 	return a

@@ -53,6 +53,9 @@ type API struct {
 	Log *slog.Logger
 	// Status, when set, is served at GET /v1/status.
 	Status func() any
+	// Events, when set, is served at GET /v1/events?since=SEQ: the
+	// agent's kept events after SEQ (events.go).
+	Events func(since uint64) []Event
 }
 
 // Handler returns the HTTP handler of the control API.
@@ -126,6 +129,7 @@ func (a *API) Handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, a.Status())
 	})
+	mux.HandleFunc("GET /v1/events", a.serveEvents)
 	return mux
 }
 

@@ -193,6 +193,8 @@ type Loops struct {
 	// retried, so only a count tells a one-off from a backend that has
 	// stopped taking changes.
 	applyErrs atomic.Uint64
+	// events is the history of whom the resources slowed (events.go).
+	events eventLog
 }
 
 // NewLoops prepares the loops; Run starts them.
@@ -360,6 +362,8 @@ type resourceState struct {
 	auto *autoState
 	// io are the counters the metrics export (iototals.go).
 	io ioCounts
+	// ev is whom the resource slowed last tick, for events.
+	ev eventTracker
 }
 
 // riseLimit bounds a delay's growth in one tick to 2·prev + step. Linux

@@ -27,6 +27,8 @@ import (
 //	decide    step → the policy's settings, the write-cap hand-over and
 //	          the throttleable set (decide)
 //	shape     settings → the rise limit and the actuator's wishes (shape)
+//	track     settings vs last tick's → events: whom it started or
+//	          stopped slowing, and why (track, events_track.go)
 //	publish   the status the API, metrics and cluster read (publish)
 
 // step is one resource's pipeline for one tick. It is the same code in
@@ -54,6 +56,7 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 	l.learn(rs, name, &st, devs, now)
 	out := l.decide(rs, &st, step)
 	d := l.shape(rs, name, &out)
+	l.track(rs, name, &st, &out, now)
 	l.publish(name, &st, &rs.in, out, rs.held)
 	return d
 }

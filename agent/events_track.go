@@ -1,0 +1,246 @@
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// The events stage (events.go): after shape, each consumer's setting is
+// what the backend applies this tick; compared with what it was, it says
+// whom the resource started or stopped slowing. Only consumers that are
+// slowed or spared are remembered, and a tick in which nothing changes
+// allocates nothing: the memory is a map updated in place.
+
+// direction is what a consumer is slowed in.
+type direction uint8
+
+const (
+	dirNone direction = iota
+	dirRead
+	dirWrite
+	dirBoth
+)
+
+func (d direction) String() string {
+	return [...]string{"", "read", "write", "both"}[d]
+}
+
+// directionOf is s's direction: each delay counts when it is at least
+// half the larger one, so a sliver on the lesser direction (cost.Split:
+// a backup's log writes) does not make a reader "both"; a setting with
+// only rate caps is slowed in the direction it caps.
+func directionOf(s throttle.Setting) direction {
+	hi := max(s.ReadDelay, s.WriteDelay)
+	r, w := s.ReadDelay > 0 && 2*s.ReadDelay >= hi, s.WriteDelay > 0 && 2*s.WriteDelay >= hi
+	if hi == 0 {
+		r, w = s.Rate > 0, s.WriteRate > 0
+	}
+	switch {
+	case r && w:
+		return dirBoth
+	case r:
+		return dirRead
+	case w:
+		return dirWrite
+	}
+	return dirNone
+}
+
+// dirSettle is how many ticks a new direction must last before it is an
+// event: a mixed consumer whose lesser direction hovers at half the
+// larger one would otherwise change direction every other tick.
+const dirSettle = 5
+
+// atMaxRelease is the fraction of max_delay a pinned consumer's delay
+// must fall under before reaching max_delay again is a new event: a
+// controller that regulates at the cap moves a step below it and back.
+const atMaxRelease = 0.9
+
+// tracked is what the events remember of one consumer.
+type tracked struct {
+	slowed, held, atMax, spared bool
+	dir, pend                   direction
+	pendN                       uint8
+	tick                        uint32 // the last tick it was seen
+}
+
+// eventTracker is one resource's memory of whom it slows.
+type eventTracker struct {
+	m    map[netip.Addr]tracked
+	tick uint32
+	// total is this tick's summed load of the consumers (the share's
+	// denominator), computed when the first event needs it; < 0: not yet.
+	total float64
+}
+
+// eventTick is one resource's tick as the events stage sees it.
+type eventTick struct {
+	rs   *resourceState
+	name string
+	st   *ResourceStatus
+	now  time.Time
+}
+
+// track is the events stage: it compares each consumer's setting this
+// tick (out, after the idle hold and the rise limit: what is applied)
+// with last tick's and emits an event for each change of whom the
+// resource slows.
+func (l *Loops) track(rs *resourceState, name string, st *ResourceStatus, out *PolicyOutput, now time.Time) {
+	tr := &rs.ev
+	if tr.m == nil {
+		tr.m = map[netip.Addr]tracked{}
+	}
+	tr.tick++
+	tr.total = -1
+	et := eventTick{rs: rs, name: name, st: st, now: now}
+	for i := range rs.in.Consumers {
+		c := &rs.in.Consumers[i]
+		s := out.Settings[c.Addr]
+		prev, had := tr.m[c.Addr]
+		slowed := !s.IsZero()
+		spared := !slowed && c.Important && st.Delay > 0 && qualifies(c, &rs.in)
+		if !had && !slowed && !spared {
+			continue
+		}
+		cur := l.trackConsumer(et, c, s, prev, slowed)
+		if spared && !prev.spared {
+			l.emit(l.event(et, c, EventSpared, s, "important: never slowed, though it "+qualifyReason(c, &rs.in)))
+		}
+		cur.spared, cur.tick = spared, tr.tick
+		if cur.slowed || cur.spared {
+			tr.m[c.Addr] = cur
+		} else {
+			delete(tr.m, c.Addr)
+		}
+	}
+	for a, p := range tr.m {
+		if p.tick == tr.tick {
+			continue
+		}
+		if p.slowed {
+			l.emit(Event{Time: now, Resource: name, Consumer: a.String(), Kind: EventRelease, IndicatorMs: JSONFloat(st.IndicatorMs),
+				ThresholdMs: st.ThresholdMs, Reason: "left the resource (logged out, or no longer on its devices)"})
+		}
+		delete(tr.m, a)
+	}
+}
+
+// trackConsumer is one consumer's transition: the events it causes, and
+// what to remember of it.
+func (l *Loops) trackConsumer(et eventTick, c *ConsumerInput, s throttle.Setting, prev tracked, slowed bool) tracked {
+	held := et.rs.held.holding(c.Addr)
+	switch {
+	case slowed && !prev.slowed:
+		d := directionOf(s)
+		l.emit(l.event(et, c, EventSlow, s, slowReason(c, &et.rs.in, s, et.rs.policy.Name())))
+		return tracked{slowed: true, held: held, atMax: l.pinned(s), dir: d}
+	case !slowed && prev.slowed:
+		l.emit(l.event(et, c, EventRelease, s, releaseReason(c, prev, et.st)))
+		return tracked{}
+	case !slowed:
+		return prev
+	}
+	cur := prev
+	if held && !prev.held {
+		l.emit(l.event(et, c, EventHeld, s, "held while idle: it keeps its delays for its next burst (idle_hold)"))
+	}
+	cur.held = held
+	switch hi := max(s.ReadDelay, s.WriteDelay); {
+	case l.pinned(s) && !prev.atMax:
+		l.emit(l.event(et, c, EventAtMax, s, fmt.Sprintf("pinned at max_delay %v: the read wait stays above the threshold", l.cfg.MaxDelay)))
+		cur.atMax = true
+	case prev.atMax && float64(hi) < atMaxRelease*float64(l.cfg.MaxDelay):
+		cur.atMax = false
+	}
+	// At max_delay every consumer is slowed both ways (directed), and a
+	// held consumer keeps its last delays: neither is a new direction.
+	d := directionOf(s)
+	switch {
+	case cur.atMax || held || d == cur.dir || d == dirNone:
+		cur.pendN = 0
+	case d != cur.pend:
+		cur.pend, cur.pendN = d, 1
+	default:
+		cur.pendN++
+	}
+	if cur.pendN >= dirSettle {
+		l.emit(l.event(et, c, EventDirection, s, fmt.Sprintf("direction changed: %s, was %s (its load: %.0f%% reads)", d, cur.dir, 100*c.Load.ReadFraction())))
+		cur.dir, cur.pendN = d, 0
+	}
+	return cur
+}
+
+// pinned says s is at max_delay in some direction.
+func (l *Loops) pinned(s throttle.Setting) bool {
+	return l.cfg.MaxDelay > 0 && max(s.ReadDelay, s.WriteDelay) >= l.cfg.MaxDelay
+}
+
+// event builds an event of c's with this tick's figures.
+func (l *Loops) event(et eventTick, c *ConsumerInput, k EventKind, s throttle.Setting, reason string) Event {
+	tr := &et.rs.ev
+	if tr.total < 0 {
+		tr.total = 0
+		for _, x := range et.rs.in.Consumers {
+			tr.total += x.Load.Total()
+		}
+	}
+	e := Event{Time: et.now, Resource: et.name, Consumer: c.Addr.String(), Kind: k, IndicatorMs: JSONFloat(et.st.IndicatorMs),
+		ThresholdMs: et.st.ThresholdMs, Queue: c.Queue, ReadMBs: c.ReadEWMA / 1e6, WriteMBs: c.WriteEWMA / 1e6, Reason: reason}
+	if tr.total > 0 {
+		e.Share = c.Load.Total() / tr.total
+	}
+	if k != EventRelease && k != EventSpared {
+		e.Direction = directionOf(s).String()
+		e.ReadDelayMs, e.WriteDelayMs = ms(s.ReadDelay), ms(s.WriteDelay)
+	}
+	return e
+}
+
+// qualifies says c meets one of the default policy's rules for slowing
+// (saturation.go), whatever its class.
+func qualifies(c *ConsumerInput, in *PolicyInput) bool {
+	return c.Static || c.WriteEWMA > in.WriteBps || saturates(*c, in.BulkQueue, in.ReadBps)
+}
+
+// qualifyReason words the first rule c meets.
+func qualifyReason(c *ConsumerInput, in *PolicyInput) string {
+	switch {
+	case in.BulkQueue > 0 && c.Queue >= in.BulkQueue:
+		return fmt.Sprintf("saturates the resource: %.1f requests queued ≥ throttleable_queue %g", c.Queue, in.BulkQueue)
+	case in.ReadBps > 0 && c.ReadEWMA > in.ReadBps:
+		return fmt.Sprintf("saturates the resource: reads %.1f MB/s > throttleable_read_mb_s %g", c.ReadEWMA/1e6, in.ReadBps/1e6)
+	case c.WriteEWMA > in.WriteBps:
+		return fmt.Sprintf("writes %.1f MB/s > throttleable_write_mb_s %g", c.WriteEWMA/1e6, in.WriteBps/1e6)
+	case c.Static:
+		return "is listed throttleable"
+	}
+	return "saturated the resource, which is still being regulated"
+}
+
+// slowReason is why c starts to be slowed by s: the default policies'
+// rule it meets, the rate lever's cap, or the policy that asked.
+func slowReason(c *ConsumerInput, in *PolicyInput, s throttle.Setting, policy string) string {
+	switch {
+	case s.ReadDelay == 0 && s.WriteDelay == 0:
+		return "rate cap past max_delay (rate_lever_steps)"
+	case policy != "read-over-write" && policy != "important-sets":
+		return "policy " + policy
+	case c.Static:
+		return "listed throttleable"
+	}
+	return qualifyReason(c, in)
+}
+
+// releaseReason is why a consumer slowed last tick is not this tick.
+func releaseReason(c *ConsumerInput, prev tracked, st *ResourceStatus) string {
+	switch {
+	case prev.held && idle(*c):
+		return "released: idle longer than idle_hold"
+	case st.Delay == 0:
+		return "released: resource below threshold"
+	}
+	return "released: no longer saturates the resource"
+}
