@@ -64,6 +64,8 @@ type ResourcePoint struct {
 	Unreachable   bool `json:"unreachable,omitempty"`
 	// AtMaxDelay: at max_delay and still above the threshold.
 	AtMaxDelay bool `json:"at_max_delay,omitempty"`
+	// FloorMs is the read wait with no interferer (0: not known yet).
+	FloorMs float64 `json:"floor_ms,omitempty"`
 }
 
 // ConsumerRow is one line of the consumers table: the consumer's rates
@@ -179,7 +181,7 @@ func FrameOf(s agent.Status) Frame {
 	}
 	for _, rs := range s.Resources {
 		p := ResourcePoint{Name: rs.Name, IndicatorMs: agent.JSONFloat(rs.IndicatorMs), RawWaitMs: agent.JSONFloat(rs.RawWaitMs), ThresholdMs: agent.JSONFloat(rs.ThresholdMs),
-			DelayMs: ms(rs.Delay), Step: rs.Step, Throttleable: len(rs.Throttleable), RateLeverStep: rs.RateLeverStep, Unreachable: rs.Unreachable, AtMaxDelay: rs.AtMaxDelay}
+			DelayMs: ms(rs.Delay), Step: rs.Step, Throttleable: len(rs.Throttleable), RateLeverStep: rs.RateLeverStep, Unreachable: rs.Unreachable, AtMaxDelay: rs.AtMaxDelay, FloorMs: rs.FloorMs}
 		for _, c := range rs.Consumers {
 			p.ReadMBs += agent.JSONFloat(c.ReadBps / 1e6)
 			p.WriteMBs += agent.JSONFloat(c.WriteBps / 1e6)

@@ -22,7 +22,7 @@ import (
 
 func statusCmd() *cobra.Command {
 	socket := agent.DefaultSocket
-	var asJSON bool
+	var asJSON, events bool
 	var watch time.Duration
 	var count int
 	c := &cobra.Command{
@@ -32,11 +32,18 @@ func statusCmd() *cobra.Command {
 the terminal version of the dashboard:
 
   resources  the read-wait indicator (EWMA) against the threshold, ABOVE when
-             it is over, the write delay the controller applies (and its
-             step), and the throttleable set;
+             it is over, the floor (the read wait with no interferer, "-"
+             until the agent has seen the resource quiet), the delay the
+             controller applies (and its step), and the throttleable set;
   consumers  every consumer a resource has seen or the backend throttles:
              write/read rates, applied write/read delays (by the controller
              or by 'sanqos throttle set'), rate caps.
+
+--events prints instead the agent's last 256 events: each time it started
+or stopped slowing a consumer, changed its direction, held it while idle,
+pinned it at max_delay or spared it as important, with the read wait
+against the threshold, the consumer's share of the load, its delays and
+the reason.
 
 A wait shows as "-" when the resource's devices had no reads (no wait
 measured is not 0 ms). --json prints the agent's status document for
@@ -47,10 +54,15 @@ Needs root: the agent's control socket is root-only.`,
 		Example: `  sanqos status
   sanqos status --watch
   sanqos status --watch=500ms --count 10
+  sanqos status --events
+  sanqos status --events --json | jq '.[] | select(.kind == "slow") | {consumer, reason}'
   sanqos status --json | jq '.resources[] | {name, indicator_ms, threshold_ms}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
+			if events {
+				return printEvents(out, socket, asJSON)
+			}
 			fetch := func() (agent.Status, error) { return fetchStatus(socket) }
 			if watch <= 0 {
 				st, err := fetch()
@@ -74,7 +86,8 @@ Needs root: the agent's control socket is root-only.`,
 	}
 	f := c.Flags()
 	f.StringVar(&socket, "socket", socket, "the agent's control socket")
-	f.BoolVar(&asJSON, "json", false, "print the status document as JSON")
+	f.BoolVar(&asJSON, "json", false, "print the status document (or with --events the events) as JSON")
+	f.BoolVar(&events, "events", false, "print the agent's event history: whom it slowed or released, when and why")
 	f.DurationVar(&watch, "watch", 0, "refresh every interval until interrupted (--watch alone: 2s)")
 	f.Lookup("watch").NoOptDefVal = "2s"
 	f.IntVar(&count, "count", 0, "with --watch, stop after this many refreshes (0: never)")
@@ -160,7 +173,7 @@ func renderStatus(w io.Writer, st agent.Status) {
 	if len(f.Resources) == 0 {
 		fmt.Fprintln(tw, "no resources (agent without --config: manual throttles only)")
 	} else {
-		fmt.Fprintln(tw, "RESOURCE\tWAIT (EWMA)\tTHRESHOLD\tSTATE\tDELAY\tSTEP\tTHROTTLEABLE")
+		fmt.Fprintln(tw, "RESOURCE\tWAIT (EWMA)\tTHRESHOLD\tFLOOR\tSTATE\tDELAY\tSTEP\tTHROTTLEABLE")
 		for i, r := range f.Resources {
 			state := "ok"
 			switch {
@@ -188,8 +201,8 @@ func renderStatus(w io.Writer, st agent.Status) {
 					thr += " (learning)"
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Name, waitMs(float64(r.IndicatorMs)), thr,
-				state, msOrDash(r.DelayMs), r.Step, set)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Name, waitMs(float64(r.IndicatorMs)), thr,
+				msOrDash(r.FloorMs), state, msOrDash(r.DelayMs), r.Step, set)
 		}
 	}
 	tw.Flush()

@@ -36,6 +36,14 @@ func serveAPI(t *testing.T, st agent.Status) string {
 			s.Throttles[a.String()] = v
 		}
 		return s
+	}, Events: func(since uint64) []agent.Event {
+		out := []agent.Event{}
+		for _, e := range testEvents {
+			if e.Seq > since {
+				out = append(out, e)
+			}
+		}
+		return out
 	}}
 	srv := &http.Server{Handler: api.Handler()}
 	go srv.Serve(l)
@@ -60,7 +68,7 @@ func run(t *testing.T, args ...string) (string, error) {
 var testStatus = agent.Status{
 	Backend: "dry-run", Time: time.Unix(1000, 0),
 	Resources: []agent.ResourceStatus{
-		{Name: "vg1", IndicatorMs: 16.5, ThresholdMs: 15, Step: 4, Delay: 2 * time.Millisecond, Throttleable: []string{"10.99.0.3"},
+		{Name: "vg1", IndicatorMs: 16.5, ThresholdMs: 15, FloorMs: 4.25, Step: 4, Delay: 2 * time.Millisecond, Throttleable: []string{"10.99.0.3"},
 			Consumers: []agent.ConsumerStatus{{Addr: "10.99.0.2", ReadBps: 1.5e6, Queue: 0.6, LoadRead: 0.17},
 				{Addr: "10.99.0.3", WriteBps: 12e6, Throttled: true, Queue: 3.94, LoadRead: 0.02, LoadWrite: 0.27},
 				{Addr: "10.99.0.5", Throttled: true, Held: true, Setting: throttle.Setting{WriteDelay: 21 * time.Millisecond}}}},
@@ -92,14 +100,15 @@ func TestStatusTable(t *testing.T) {
 		row  string
 		want []string
 	}{
-		{"vg1", []string{"vg1", "16.5", "ms", "15.0", "ms", "ABOVE", "2.0", "ms", "4", "10.99.0.3"}},
-		{"vg2", []string{"vg2", "-", "20.0", "ms", "ok", "-", "0", "-"}}, // no reads: no wait, not 0 ms
-		{"vg3", []string{"vg3", "9.0", "ms", "8.0", "ms", "capping", "20.0", "ms", "43", "-"}},
-		{"vg4", []string{"vg4", "6.5", "ms", "5.0", "ms", "UNREACHABLE", "20.0", "ms", "40", "-"}},
+		// The floor: the read wait with no interferer ("-" until known).
+		{"vg1", []string{"vg1", "16.5", "ms", "15.0", "ms", "4.2", "ms", "ABOVE", "2.0", "ms", "4", "10.99.0.3"}},
+		{"vg2", []string{"vg2", "-", "20.0", "ms", "-", "ok", "-", "0", "-"}}, // no reads: no wait, not 0 ms
+		{"vg3", []string{"vg3", "9.0", "ms", "8.0", "ms", "-", "capping", "20.0", "ms", "43", "-"}},
+		{"vg4", []string{"vg4", "6.5", "ms", "5.0", "ms", "6.4", "ms", "UNREACHABLE", "20.0", "ms", "40", "-"}},
 		// At max_delay and still above: the status says what to change.
-		{"vg5", []string{"vg5", "27.0", "ms", "15.0", "ms", "AT", "MAX", "20.0", "ms", "40", "-"}},
+		{"vg5", []string{"vg5", "27.0", "ms", "15.0", "ms", "-", "AT", "MAX", "20.0", "ms", "40", "-"}},
 		// Mapped to nothing: said in the table and why below it.
-		{"vg6", []string{"vg6", "-", "15.0", "ms", "UNMAPPED", "-", "0", "-"}},
+		{"vg6", []string{"vg6", "-", "15.0", "ms", "-", "UNMAPPED", "-", "0", "-"}},
 		{"UNMAPPED", []string{"UNMAPPED", "vg6:", "no", "discovered", "pool", "matches", "(found", "sdb)", "(it", "measures", "and", "slows", "nothing;", "discovery", "retries", "it", "every", "round)"}},
 		{"AT", []string{"AT", "MAX:", "the", "wait", "is", "above", "the", "threshold", "at", "max_delay.", "Raise", "max_delay", "(up", "to", "99", "ms:", "about", "the", "interferers'"}},
 		// Queue and load per direction: why a consumer is slowed, and which way.
