@@ -5,15 +5,18 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/sanqos/sanqos/agent"
 	"github.com/sanqos/sanqos/internal/testenv"
 )
 
@@ -36,15 +39,7 @@ func TestBrowser(t *testing.T) {
 	if out, err := exec.Command(gobin, "build", "-o", bin, "../cmd/sanqos").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	artifacts := os.Getenv("SANQOS_ARTIFACTS")
-	if artifacts == "" {
-		artifacts = t.TempDir()
-	}
-	artifacts = filepath.Join(artifacts, "dashboard")
-	if err := os.MkdirAll(artifacts, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshots in %s", artifacts)
+	artifacts := artifactsDir(t)
 
 	sock := filepath.Join(dir, "agent.sock")
 	cfg := filepath.Join(dir, "sanqos.yaml")
@@ -76,35 +71,8 @@ resources:
 	defer func() { cancel(); agentCmd.Wait() }()
 	base := "http://" + listenAddr(t, stderr)
 
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.DisableGPU, chromedp.NoSandbox,
-		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 1100),
-		// Without these Chromium waits on a network this machine does not have.
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-	}
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer bcancel()
-
-	shot := func(name string) chromedp.Action[chromedp.Void] {
-		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			png, err := chromedp.FullScreenshot(100)(ctx, tg) // quality 100 means PNG; below, JPEG
-			if err != nil {
-				return err
-			}
-			p := filepath.Join(artifacts, name)
-			t.Logf("screenshot %s", p)
-			return os.WriteFile(p, png, 0o644)
-		})
-	}
-	poll := func(js string) chromedp.Action[chromedp.Void] {
-		// An interval, not the default requestAnimationFrame polling, which
-		// headless Chromium may pause for a page it does not paint.
-		return chromedp.Poll[chromedp.Void](js, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(20*time.Second))
-	}
+	bctx := newBrowser(t, ctx, chromium)
+	shot := screenshot(t, artifacts)
 
 	// The page loads, connects and draws the resource's charts.
 	if err := chromedp.Do(bctx,
@@ -114,6 +82,10 @@ resources:
 		poll(`Number(document.querySelector("#res-vg1").dataset.points) >= 2`),
 	); err != nil {
 		t.Fatalf("page did not load and draw: %v", err)
+	}
+	// The agent serves its events to the page; it has slowed nobody.
+	if err := chromedp.Do(bctx, poll(`!document.querySelector("#no-events").hidden && document.querySelector("#throttle-events").hidden`)); err != nil {
+		t.Fatalf("events section: %v", err)
 	}
 	// Charts update: more frames arrive, and the canvas is not blank.
 	n, err := chromedp.Run(bctx, chromedp.Evaluate[int](`Number(document.querySelector("#frames").textContent)`))
@@ -197,4 +169,118 @@ func listenAddr(t *testing.T, r io.Reader) string {
 	}
 	t.Fatalf("agent exited before listening: %v", sc.Err())
 	return ""
+}
+
+// artifactsDir is where screenshots go: $SANQOS_ARTIFACTS/dashboard (CI
+// keeps them) or a temp dir.
+func artifactsDir(t *testing.T) string {
+	artifacts := os.Getenv("SANQOS_ARTIFACTS")
+	if artifacts == "" {
+		artifacts = t.TempDir()
+	}
+	artifacts = filepath.Join(artifacts, "dashboard")
+	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshots in %s", artifacts)
+	return artifacts
+}
+
+// newBrowser starts headless Chromium for ctx; it ends with ctx.
+func newBrowser(t *testing.T, ctx context.Context, chromium string) context.Context {
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.DisableGPU, chromedp.NoSandbox,
+		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 1100),
+		// Without these Chromium waits on a network this machine does not have.
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+	}
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(acancel)
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	t.Cleanup(bcancel)
+	return bctx
+}
+
+// screenshot returns an action that saves a full-page PNG as name.
+func screenshot(t *testing.T, artifacts string) func(name string) chromedp.Action[chromedp.Void] {
+	return func(name string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			png, err := chromedp.FullScreenshot(100)(ctx, tg) // quality 100 means PNG; below, JPEG
+			if err != nil {
+				return err
+			}
+			p := filepath.Join(artifacts, name)
+			t.Logf("screenshot %s", p)
+			return os.WriteFile(p, png, 0o644)
+		})
+	}
+}
+
+// poll waits until js is true in the page, checking at an interval, not
+// the default requestAnimationFrame polling, which headless Chromium may
+// pause for a page it does not paint.
+func poll(js string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](js, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(20*time.Second))
+}
+
+// The events list: the page shows the agent's events newest first, each
+// with its delays, the wait against the threshold, the share and the
+// reason, and fetches new ones when a frame says they moved. The page is
+// served by the dashboard in this process over a scripted history, so
+// the events are known (the agent of TestBrowser, on this machine's own
+// disk, slows nobody).
+func TestBrowserEvents(t *testing.T) {
+	chromium := testenv.Chromium(t)
+	var mu sync.Mutex
+	evs := []agent.Event{{Seq: 1, Time: time.Unix(1000, 0), Resource: "vg1", Consumer: "10.99.0.3", Kind: agent.EventSlow, IndicatorMs: 23.1,
+		ThresholdMs: 15, Share: 0.41, Direction: "read", ReadDelayMs: 1, Reason: "saturates the resource: 3.9 requests queued ≥ throttleable_queue 2"}}
+	d := New(func() agent.Status { return agent.Status{Backend: "dry-run", Time: time.Now()} }, Options{Period: 100 * time.Millisecond,
+		Events: func(since uint64) []agent.Event {
+			mu.Lock()
+			defer mu.Unlock()
+			var out []agent.Event
+			for _, e := range evs {
+				if e.Seq > since {
+					out = append(out, e)
+				}
+			}
+			return out
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	go d.Run(ctx)
+	srv := httptest.NewServer(d.Handler())
+	t.Cleanup(srv.Close) // after the browser has gone (cancel), with its event stream
+	bctx := newBrowser(t, ctx, chromium)
+	shot := screenshot(t, artifactsDir(t))
+	row := func(seq int, col string) string {
+		return fmt.Sprintf(`(document.querySelector('#throttle-events tr[data-seq="%d"] td[data-col=%s]') || {}).textContent`, seq, col)
+	}
+	if err := chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/"),
+		poll(row(1, "reason")+` === "saturates the resource: 3.9 requests queued ≥ throttleable_queue 2"`),
+		poll(`document.querySelector("#no-events").hidden`),
+	); err != nil {
+		t.Fatalf("event not listed: %v", err)
+	}
+	for col, want := range map[string]string{"consumer": "10.99.0.3", "kind": "slow", "delays": "read 1.0 ms", "wait": "23.1 ms > 15 ms", "share": "41%"} {
+		if got, err := chromedp.Run(bctx, chromedp.Evaluate[string](row(1, col))); err != nil || got != want {
+			t.Errorf("%s: %q (%v), want %q", col, got, err, want)
+		}
+	}
+	// A new event arrives with a later frame, and is listed first.
+	mu.Lock()
+	evs = append(evs, agent.Event{Seq: 2, Time: time.Unix(1030, 0), Resource: "vg1", Consumer: "10.99.0.3", Kind: agent.EventRelease,
+		IndicatorMs: 9, ThresholdMs: 15, Reason: "released: resource below threshold"})
+	mu.Unlock()
+	if err := chromedp.Do(bctx,
+		poll(`document.querySelector("#throttle-events tbody tr:first-child").dataset.seq === "2"`),
+		poll(row(2, "wait")+` === "9.0 ms ≤ 15 ms"`),
+		shot("3-events.png"),
+	); err != nil {
+		html, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector("#throttle-events").outerHTML`))
+		t.Fatalf("new event not shown first: %v\n%s", err, html)
+	}
 }

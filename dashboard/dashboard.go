@@ -41,6 +41,11 @@ type Options struct {
 	// History is how many frames a new page receives first (300: five
 	// minutes at 1 s).
 	History int
+	// Events, when set, is the agent's event history after a seq
+	// (agent.Agent.Events): whom it slowed or released, and why. The
+	// page lists them, fetching /api/throttle-events when a frame's
+	// event_seq moves.
+	Events func(since uint64) []agent.Event
 }
 
 // ResourcePoint is one resource in one frame. The wait fields are null
@@ -103,6 +108,9 @@ type Frame struct {
 	Discovery string          `json:"discovery_error,omitempty"`
 	Resources []ResourcePoint `json:"resources"`
 	Consumers []ConsumerRow   `json:"consumers,omitempty"`
+	// EventSeq is the newest event's seq (0: none): the page fetches the
+	// events when it moves, not every frame.
+	EventSeq uint64 `json:"event_seq,omitempty"`
 }
 
 // Dashboard samples a Source and serves the page.
@@ -113,6 +121,7 @@ type Dashboard struct {
 	mu      sync.Mutex
 	ring    []Frame // oldest first, without consumers
 	last    Frame
+	evSeq   uint64 // the newest event's seq seen
 	subs    map[chan Frame]struct{}
 	started bool
 }
@@ -148,6 +157,12 @@ func (d *Dashboard) Sample() Frame {
 	f := FrameOf(d.src())
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.opts.Events != nil {
+		if evs := d.opts.Events(d.evSeq); len(evs) > 0 {
+			d.evSeq = evs[len(evs)-1].Seq
+		}
+		f.EventSeq = d.evSeq
+	}
 	h := f
 	h.Consumers = nil
 	d.ring = append(d.ring, h)
@@ -223,8 +238,9 @@ func FrameOf(s agent.Status) Frame {
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
 // Handler serves the page, its assets, /api/frame (the latest frame),
-// /api/history and /api/events (SSE: the history once, then a frame per
-// period). Mount it at the root of the agent's HTTP listener.
+// /api/history, /api/events (SSE: the history once, then a frame per
+// period) and /api/throttle-events (the agent's event history: whom it
+// slowed or released, and why). Mount it at the root of the agent's HTTP listener.
 func (d *Dashboard) Handler() http.Handler {
 	mux := http.NewServeMux()
 	d.Register(mux)
@@ -245,6 +261,13 @@ func (d *Dashboard) Register(mux *http.ServeMux) {
 		writeJSON(w, d.history())
 	})
 	mux.HandleFunc("GET /api/events", d.events)
+	mux.HandleFunc("GET /api/throttle-events", func(w http.ResponseWriter, r *http.Request) {
+		evs := []agent.Event{}
+		if d.opts.Events != nil {
+			evs = d.opts.Events(0)
+		}
+		writeJSON(w, evs)
+	})
 }
 
 // secure forbids everything the page does not need: no third-party

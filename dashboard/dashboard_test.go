@@ -197,3 +197,49 @@ func TestFrameOfMarksHeld(t *testing.T) {
 		}
 	}
 }
+
+// The events: a frame carries the newest event's seq, so the page fetches
+// /api/throttle-events only when it moves; that route serves the agent's
+// history (an empty list without one), GET only.
+func TestThrottleEvents(t *testing.T) {
+	var evs []agent.Event
+	d := New(func() agent.Status { return status(1) }, Options{Events: func(since uint64) []agent.Event {
+		var out []agent.Event
+		for _, e := range evs {
+			if e.Seq > since {
+				out = append(out, e)
+			}
+		}
+		return out
+	}})
+	if f := d.Sample(); f.EventSeq != 0 {
+		t.Fatalf("no events yet, seq %d", f.EventSeq)
+	}
+	evs = append(evs, agent.Event{Seq: 1, Resource: "vg1", Consumer: "10.99.0.3", Kind: agent.EventSlow, Reason: "saturates the resource"},
+		agent.Event{Seq: 2, Resource: "vg1", Consumer: "10.99.0.3", Kind: agent.EventHeld, Reason: "held while idle"})
+	if f := d.Sample(); f.EventSeq != 2 {
+		t.Fatalf("seq %d, want 2", f.EventSeq)
+	}
+	if f := d.Sample(); f.EventSeq != 2 {
+		t.Fatalf("seq %d after no new event, want 2", f.EventSeq)
+	}
+	for _, tc := range []struct {
+		d    *Dashboard
+		want int
+	}{{d, 2}, {New(func() agent.Status { return status(1) }, Options{}), 0}} {
+		srv := httptest.NewServer(tc.d.Handler())
+		resp, err := http.Get(srv.URL + "/api/throttle-events")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []agent.Event
+		if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || got == nil || len(got) != tc.want {
+			t.Errorf("%d events (%v), want %d", len(got), err, tc.want)
+		}
+		resp.Body.Close()
+		if resp, err := http.Post(srv.URL+"/api/throttle-events", "text/plain", nil); err != nil || resp.StatusCode != 405 {
+			t.Errorf("POST: %v %v", resp.StatusCode, err)
+		}
+		srv.Close()
+	}
+}

@@ -277,7 +277,7 @@ func runAgent(ctx context.Context, hup <-chan os.Signal, cfg *config.Config, cfg
 		a := agent.New(cfg, agent.Deps{Throttle: t, Sampler: sampler, Rates: rates, Discoverer: disc, Log: log,
 			NewController: newCtrl, NewSmoother: newEWMA, ControlAPI: api.Handler()})
 		api.Status, api.Events = func() any { return a.Status() }, a.Events
-		dash := dashboard.New(a.Status, dashboard.Options{})
+		dash := dashboard.New(a.Status, dashboard.Options{Events: a.Events})
 		go dash.Run(ctx)
 		if err := a.ServeHTTP(ctx, cfg.HTTP, func(mux *http.ServeMux) { dash.Register(mux); register(mux) }); err != nil {
 			return err

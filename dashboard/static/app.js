@@ -139,7 +139,7 @@ function render() {
     const above = measured.filter((p) => p.indicator_ms > 1.2 * p.threshold_ms).length;
     const held = measured.length ? `${Math.round(100 * above / measured.length)}% of the last ${Math.ceil((last.t - pts[0].t + 1) / 60)} min above 1.2× threshold` : "no reads yet";
     el.querySelector(".info").textContent =
-      `wait ${fmt(last.indicator_ms)} / ${fmt(last.threshold_ms)} ms · delay ${fmt(last.delay_ms)} ms (step ${last.step}) · throttleable ${last.throttleable} · ${held}`;
+      `wait ${fmt(last.indicator_ms)} / ${fmt(last.threshold_ms)} ms${last.floor_ms ? ` (floor ${fmt(last.floor_ms)})` : ""} · delay ${fmt(last.delay_ms)} ms (step ${last.step}) · throttleable ${last.throttleable} · ${held}`;
     el.dataset.pctAbove = measured.length ? Math.round(100 * above / measured.length) : "";
     el.dataset.points = pts.length;
     for (const c of CHARTS) {
@@ -209,6 +209,48 @@ for (const th of document.querySelectorAll("#consumers th")) {
   });
 }
 
+// ---- events -------------------------------------------------------------
+
+// The agent's event history (agent events.go): fetched when a frame's
+// event_seq moves, shown newest first.
+let eventSeq = 0;
+
+function eventWait(e) {
+  if (!Number.isFinite(e.indicator_ms)) return `no read wait yet, threshold ${e.threshold_ms} ms`;
+  return `${e.indicator_ms.toFixed(1)} ms ${e.indicator_ms > e.threshold_ms ? ">" : "≤"} ${e.threshold_ms} ms`;
+}
+
+function eventDelays(e) {
+  const p = [];
+  if (e.read_delay_ms > 0) p.push(`read ${e.read_delay_ms.toFixed(1)} ms`);
+  if (e.write_delay_ms > 0) p.push(`write ${e.write_delay_ms.toFixed(1)} ms`);
+  return p.join(", ") || "-";
+}
+
+function renderEvents(evs) {
+  $("#no-events").hidden = evs.length > 0;
+  $("#throttle-events").hidden = evs.length === 0;
+  $("#throttle-events tbody").replaceChildren(...evs.slice().reverse().map((e) => {
+    const tr = document.createElement("tr");
+    tr.dataset.seq = e.seq; tr.dataset.kind = e.kind; tr.dataset.consumer = e.consumer;
+    const cells = [["time", new Date(e.time).toLocaleTimeString()], ["resource", e.resource], ["consumer", e.consumer],
+      ["kind", e.kind], ["delays", eventDelays(e)], ["wait", eventWait(e)], ["share", `${Math.round(100 * e.share)}%`, 1], ["reason", e.reason]];
+    for (const [col, text, num] of cells) {
+      const td = document.createElement("td");
+      td.dataset.col = col; td.textContent = text;
+      if (num) td.className = "num";
+      tr.append(td);
+    }
+    return tr;
+  }));
+}
+
+function fetchEvents(seq) {
+  if (!seq || seq === eventSeq) return;
+  eventSeq = seq;
+  fetch("api/throttle-events").then((r) => r.json()).then(renderEvents).catch(() => { eventSeq = 0; });
+}
+
 // ---- data ----------------------------------------------------------------
 
 function onFrame(f) {
@@ -223,6 +265,7 @@ function onFrame(f) {
   d.textContent = f.discovery_error ? "discovery: " + f.discovery_error : "";
   render();
   renderTable();
+  fetchEvents(f.event_seq);
 }
 
 const es = new EventSource("api/events");
