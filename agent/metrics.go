@@ -197,6 +197,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			g("cthrottled", b2f(cs.Throttled), s.Name, cs.Addr)
 		}
 	}
+	c.collectBackend(ch)
+}
+
+// collectBackend exports what the throttle backend holds: each
+// consumer's applied settings, and the delay line's counters.
+func (c *collector) collectBackend(ch chan<- prometheus.Metric) {
+	g := func(name string, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(c.descs[name], prometheus.GaugeValue, v, labels...)
+	}
 	for a, s := range c.t.List() {
 		g("cdelay", s.ReadDelay.Seconds(), a.String(), "read")
 		g("cdelay", s.WriteDelay.Seconds(), a.String(), "write")
