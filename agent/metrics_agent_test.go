@@ -281,3 +281,31 @@ func TestOperatorGuideListsMetrics(t *testing.T) {
 		t.Fatalf("read %d renamed series", rows)
 	}
 }
+
+// The operator guide's alert table has a row for every rule, with the
+// rule's severity, and none for a rule that does not exist.
+func TestOperatorGuideListsAlerts(t *testing.T) {
+	var rules ruleFile
+	readYAML(t, alertRules, &rules)
+	severity := map[string]string{}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			severity[r.Alert] = r.Labels["severity"]
+		}
+	}
+	row := regexp.MustCompile("(?m)^\\| `(Sanqos[A-Za-z]+)` \\|.*\\| (critical|warning) \\|$")
+	listed := map[string]bool{}
+	for _, m := range row.FindAllStringSubmatch(docSection(t, "| alert | fires when | severity |", "Each alert's description"), -1) {
+		listed[m[1]] = true
+		if s, ok := severity[m[1]]; !ok {
+			t.Errorf("the operator guide lists alert %s, which the rules lack", m[1])
+		} else if s != m[2] {
+			t.Errorf("%s: the operator guide says %s, the rule %s", m[1], m[2], s)
+		}
+	}
+	for a := range severity {
+		if !listed[a] {
+			t.Errorf("the operator guide's alert table lacks %s", a)
+		}
+	}
+}
