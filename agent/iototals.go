@@ -62,6 +62,9 @@ type ioCounts struct {
 	plan   *plan
 	cons   []*ConsumerIO
 	byAddr map[netip.Addr]*ConsumerIO
+	// again marks the plan's devices named before (a view may list a
+	// device twice): each is counted once.
+	again []bool
 }
 
 // count adds this tick's intervals and wire bytes to rs's counters and
@@ -74,7 +77,7 @@ func (rs *resourceState) count(st *ResourceStatus, d devIntervals, ind indicatio
 		c.realign(p)
 	}
 	for i := range p.devices {
-		if d.ok[i] {
+		if d.ok[i] && !c.again[i] {
 			c.res.addInterval(d.iv[i])
 		}
 	}
@@ -117,6 +120,11 @@ func (rs *resourceState) count(st *ResourceStatus, d devIntervals, ind indicatio
 func (c *ioCounts) realign(p *plan) {
 	old := c.byAddr
 	c.plan, c.cons = p, make([]*ConsumerIO, len(p.consumers))
+	c.again = make([]bool, len(p.devices))
+	seen := make(map[string]bool, len(p.devices))
+	for i, name := range p.devices {
+		c.again[i], seen[name] = seen[name], true
+	}
 	c.byAddr = make(map[netip.Addr]*ConsumerIO, len(p.consumers))
 	for k, pc := range p.consumers {
 		t := old[pc.addr]

@@ -125,3 +125,23 @@ func TestIOTotalsAcrossTopologyChange(t *testing.T) {
 		}
 	}
 }
+
+// A device a view lists twice is counted once.
+func TestIOTotalsDuplicateDevice(t *testing.T) {
+	l, _ := testLoops(t)
+	l.SetTopology(&Topology{Resources: map[string]ResourceView{"vg1": {Devices: []string{"loop0", "loop0", "loop1"},
+		Consumers: map[netip.Addr][]string{reader: {"loop0"}, writer: {"loop1"}}}}})
+	ss := &seqSampler{}
+	for i := 1; i <= 5; i++ {
+		ss.snaps = append(ss.snaps, counters(i, 10))
+	}
+	l.sampler = ss
+	for i := 1; i <= 5; i++ {
+		if err := l.Step(time.Unix(0, int64(i)*1e8)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := l.Status()[0]; st.IO.Reads != 16 || st.IO.Writes != 120 {
+		t.Errorf("resource: %v reads, %v writes, want 16 and 120", st.IO.Reads, st.IO.Writes)
+	}
+}
