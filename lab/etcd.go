@@ -77,7 +77,12 @@ func StartEtcd() error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
+	// ip netns exec execs etcd in place: the pid is etcd's.
+	recErr := recordProc("etcd", cmd.Process.Pid, "")
 	cmd.Process.Release()
+	if recErr != nil {
+		return recErr
+	}
 	return WaitFor("etcd", 15*time.Second, etcdAnswers)
 }
 

@@ -10,23 +10,43 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/vishvananda/netns"
 )
 
 // Exec runs a program directly (never through a shell) and returns its
 // stdout; the error carries stderr so failures say what the tool said.
+// No program the lab runs this way may hang it: one still running after
+// ExecTimeout is killed and fails.
 func Exec(name string, args ...string) (string, error) {
 	return runStdin(nil, name, args...)
 }
 
+// ExecTimeout bounds every Exec (stretched by Slowdown in a TCG guest):
+// each is a short administrative command (ip, losetup, tgtadm, umount).
+const ExecTimeout = 60 * time.Second
+
 // runStdin is run with stdin read from in (nil: none).
 func runStdin(in io.Reader, name string, args ...string) (string, error) {
-	cmd := exec.Command(name, args...)
+	return runTimeout(ExecTimeout, in, name, args...)
+}
+
+// runTimeout is runStdin with its own time limit.
+func runTimeout(limit time.Duration, in io.Reader, name string, args ...string) (string, error) {
+	limit *= Slowdown()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	// A killed program's own children may hold its output open.
+	cmd.WaitDelay = time.Second
 	cmd.Stdin = in
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("killed after %v (hung)", limit)
+		}
 		return out.String(), fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
 	}
 	return out.String(), nil

@@ -13,7 +13,11 @@ import (
 
 func TestMain(m *testing.M) {
 	ServeIfAsked()
-	os.Exit(m.Run())
+	rc := m.Run()
+	if renamed.dir != "" {
+		os.RemoveAll(renamed.dir)
+	}
+	os.Exit(rc)
 }
 
 func requireLab(t *testing.T) {

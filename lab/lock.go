@@ -3,10 +3,12 @@ package lab
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // runLock is held by a running experiment, so that `lab down` (or a
@@ -55,4 +57,55 @@ func checkIdle() error {
 	}
 	l.release()
 	return nil
+}
+
+// labLockPath is the lab's own lock, held by `lab up` and `lab down` for
+// their whole run (and briefly by `lab run` while it takes the run lock).
+// It lives outside StateDir, which Down removes: a lock file that is
+// removed and made anew would let two holders in.
+const labLockPath = "/run/sanqos-lab.lock"
+
+// labLock is the held lab lock.
+type labLock struct{ f *os.File }
+
+// lockLab takes the lab lock, waiting at most wait for another lab
+// command to finish; a holder killed with SIGKILL frees it at once.
+func lockLab(wait time.Duration, log io.Writer) (*labLock, error) {
+	f, err := os.OpenFile(labLockPath, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	said := false
+	deadline := time.Now().Add(wait * Slowdown())
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		holder, _ := os.ReadFile(labLockPath)
+		h := strings.TrimSpace(string(holder))
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, err
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("another lab command holds the lab (%s) after %v: let it finish, or end it", h, wait*Slowdown())
+		}
+		if !said {
+			fmt.Fprintf(log, "waiting for another lab command (%s)\n", h)
+			said = true
+		}
+		time.Sleep(100 * time.Millisecond) // another process's lock: nothing to wait on but the lock
+	}
+	f.Truncate(0)
+	f.WriteAt([]byte(fmt.Sprintf("pid %d: %s", os.Getpid(), strings.Join(os.Args, " "))), 0)
+	return &labLock{f: f}, nil
+}
+
+func (l *labLock) release() {
+	if l != nil && l.f != nil {
+		l.f.Truncate(0)
+		l.f.Close()
+	}
 }

@@ -36,7 +36,7 @@ func nsExists(ns string) bool {
 // host namespace. Idempotent per namespace: an existing one is kept.
 func setupNetwork(o Options) error {
 	if !nsExists(SwitchNS) {
-		if _, err := Exec("ip", "netns", "add", SwitchNS); err != nil {
+		if err := addNetns(SwitchNS); err != nil {
 			return err
 		}
 		steps := [][]string{
@@ -63,7 +63,7 @@ func setupNetwork(o Options) error {
 		}
 		if !IsTargetNS(ns) && o.InitiatorKind() == InitiatorKernel {
 			// The client's network is in the initial namespace (kinit.go).
-			if _, err := Exec("ip", "netns", "add", ns); err != nil {
+			if err := addNetns(ns); err != nil {
 				return err
 			}
 			if err := setupKernelClient(ns); err != nil {
@@ -73,8 +73,10 @@ func setupNetwork(o Options) error {
 		}
 		addr := addrs[ns]
 		port := "p-" + ns
+		if err := addNetns(ns); err != nil {
+			return err
+		}
 		steps := [][]string{
-			{"netns", "add", ns},
 			{"-n", SwitchNS, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns},
 			{"-n", SwitchNS, "link", "set", port, "master", bridgeName, "up"},
 			{"-n", ns, "addr", "add", addr.String() + "/24", "dev", "eth0"},
@@ -151,21 +153,12 @@ func vethEnds() []vethEnd {
 	return ends
 }
 
-func teardownNetwork() []error {
-	var errs []error
-	for _, d := range kernelClientDevs() {
-		if _, err := Exec("ip", "link", "del", d); err != nil {
-			errs = append(errs, err)
-		}
+// addNetns creates namespace ns and records it with its inode.
+func addNetns(ns string) error {
+	if _, err := Exec("ip", "netns", "add", ns); err != nil {
+		return err
 	}
-	for _, ns := range Namespaces() {
-		if nsExists(ns) {
-			if _, err := Exec("ip", "netns", "del", ns); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errs
+	return record("netns", ns, nsInode(ns))
 }
 
 // nsPids lists processes whose network namespace is the named one, so Down

@@ -50,11 +50,49 @@ func alive(pid int) bool {
 	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }
 
-// isServe matches the lab's supervisor process.
-func isServe(argv []string) bool {
-	// sanqos-HASH: the copy the stock-kernel guest runs (lab/guest's
-	// InstallBinary); with the bare name only, Down in the guest never
-	// stopped the supervisor.
-	base := filepath.Base(argv[0])
-	return len(argv) == 3 && (base == "sanqos" || strings.HasPrefix(base, "sanqos-") || strings.HasSuffix(argv[0], ".test")) && argv[1] == "lab" && argv[2] == "serve"
+// supervisors are the lab supervisors that run, whatever their binary
+// is called: a process `X lab serve` whose environment has the label Up
+// starts it with (serveEnv), the label every sanqos has given its
+// supervisor. Identification by argv[0] missed a binary called
+// bar-sanqos (issue 56).
+func supervisors() []Proc {
+	var out []Proc
+	for _, pid := range FindProcs(func(argv []string) bool {
+		return len(argv) == 3 && argv[1] == "lab" && argv[2] == "serve"
+	}) {
+		env, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+		if err != nil || !hasEnv(env, serveEnv+"=1") || !alive(pid) {
+			continue
+		}
+		if p, err := procOf(pid); err == nil {
+			cmd, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+			p.What = strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// hasEnv reports whether a NUL-separated environment holds kv.
+func hasEnv(env []byte, kv string) bool {
+	for _, e := range strings.Split(string(env), "\x00") {
+		if e == kv {
+			return true
+		}
+	}
+	return false
+}
+
+// procsOf are the live processes among pids, with their start times and
+// command lines.
+func procsOf(pids []int) []Proc {
+	var out []Proc
+	for _, pid := range pids {
+		if p, err := procOf(pid); err == nil && alive(pid) {
+			cmd, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+			p.What = strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))
+			out = append(out, p)
+		}
+	}
+	return out
 }

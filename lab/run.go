@@ -127,6 +127,13 @@ func NewRunner(name string, o RunOptions) (*Runner, error) {
 	if os.Geteuid() != 0 {
 		return nil, ErrNotRoot
 	}
+	// Not while a lab up or down is under way: the lab lock, held until
+	// the run lock is.
+	ll, err := lockLab(labLockWait, progressOrDiscard(o.Progress))
+	if err != nil {
+		return nil, err
+	}
+	defer ll.release()
 	s, err := LoadState()
 	if err != nil {
 		return nil, fmt.Errorf("lab is not up (run `sanqos lab up`): %w", err)
@@ -144,6 +151,7 @@ func NewRunner(name string, o RunOptions) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
+	reach("run:locked")
 	// With the run lock held, anything still running in an initiator
 	// namespace is load left by an interrupted run, which would skew
 	// this one: end it.
@@ -264,6 +272,7 @@ func (r *Runner) Run(p *Phase, rep int) (*PhaseResult, error) {
 		}
 	}
 	fw := waitFio(cmds)
+	reach("run:phase")
 	tw := newTCPWatch(cmds)
 	events := append([]Event(nil), p.Events...)
 	sort.Slice(events, func(i, k int) bool { return events[i].At < events[k].At })
@@ -311,6 +320,7 @@ loop:
 	if err := tw.writeCSV(filepath.Join(pdir, "tcp.csv")); err != nil {
 		return nil, err
 	}
+	reach("run:phase-done")
 	if len(fw.errs) > 0 {
 		res.FioErr = fmt.Errorf("fio failed: %s (see %s/*.stderr)", strings.Join(fw.errs, "; "), pdir)
 		return res, res.FioErr

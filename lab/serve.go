@@ -1,11 +1,12 @@
 package lab
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -14,6 +15,8 @@ import (
 	"github.com/sanqos/sanqos/lab/diskmodel"
 )
 
+// serveEnv labels the supervisor's environment: how Down and Leftovers
+// find a supervisor, whatever its binary is called.
 const serveEnv = "SANQOS_LAB_SERVE"
 
 // ServeIfAsked runs the supervisor and exits when this process was started
@@ -33,39 +36,48 @@ func ServeIfAsked() {
 // resource's modelled disk over FUSE and keeps tgtd running in the target
 // namespace, restoring the targets if tgtd dies (with LIO, the kernel is
 // the target: nothing to run), and with the kernel initiator keeps
-// iscsid running. On SIGTERM it logs the kernel initiator's sessions out
-// and stops iscsid, removes the LIO targets or stops tgtd, detaches the
-// LUN loop devices (they hold the mounts busy) and unmounts.
+// iscsid running. It serves the lab whose record carries its id
+// (labIDEnv), records itself, its mounts and every tgtd it starts there,
+// and acts only on those: its own tgtd by pid, never whatever answers on
+// the control port.
+//
+// On SIGTERM it logs the kernel initiator's sessions out and stops
+// iscsid, removes the LIO targets, stops its tgtd, detaches the LUN loop
+// devices (they hold the mounts busy) and unmounts. When its lab's
+// record is gone (or names another lab) it stops its own tgtd, unmounts
+// what is still its own mount and exits, touching nothing else. A second
+// signal during shutdown ends it at once.
 func Serve(log *slog.Logger) error {
 	s, err := LoadState()
 	if err != nil {
 		return err
 	}
-	var servers []*fuse.Server
-	for _, r := range s.Resources {
-		if r.Mount == "" {
-			continue
-		}
-		srv, err := diskmodel.Mount(r.Store, r.Mount, diskmodel.New(s.Options.Model))
-		if err != nil {
-			return fmt.Errorf("mount %s: %w", r.Mount, err)
-		}
-		if err := srv.WaitMount(); err != nil {
-			return err
-		}
-		servers = append(servers, srv)
-		log.Info("disk model mounted", "resource", r.Name, "mount", r.Mount, "model", s.Options.Model)
+	id := os.Getenv(labIDEnv)
+	if !recordIs(id) {
+		return fmt.Errorf("the lab's record (%s) is not lab %q's: not serving it", recordPath(), id)
 	}
-	stop := make(chan os.Signal, 1)
+	if err := recordProc("supervisor", os.Getpid(), strings.Join(os.Args, " ")); err != nil {
+		return err
+	}
+	// Signals first: a SIGTERM while mounting must not kill us before
+	// we can unmount.
+	stop := make(chan os.Signal, 2)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	servers, err := mountModels(s, log)
+	if err != nil {
+		return err
+	}
 	var stopping sync.WaitGroup
 	quit := make(chan struct{})
+	var tgtds []*ownTgtd
 	if s.Options.TargetKind() == TargetTgt {
 		for _, t := range s.Options.TargetHosts() {
+			o := &ownTgtd{t: t}
+			tgtds = append(tgtds, o)
 			stopping.Add(1)
 			go func() {
 				defer stopping.Done()
-				superviseTgtd(t, log.With("target", t.NS), quit)
+				o.supervise(log.With("target", t.NS), quit)
 			}()
 		}
 	}
@@ -76,79 +88,121 @@ func Serve(log *slog.Logger) error {
 			superviseIscsid(log, quit)
 		}()
 	}
-	<-stop
-	log.Info("stopping")
+	ours := waitForEnd(stop, id, log)
+	go func() {
+		<-stop
+		log.Warn("second signal: exiting now")
+		for _, o := range tgtds {
+			o.kill()
+		}
+		os.Exit(1)
+	}()
 	close(quit)
-	// Clients first, then the target, then what it serves from.
-	for _, err := range stopKernelInitiator() {
-		log.Warn("kernel initiator", "err", err)
-	}
-	for _, err := range removeLIO() {
-		log.Warn("LIO", "err", err)
-	}
-	stopTgtd()
-	stopping.Wait()
-	if cur, err := LoadState(); err == nil {
-		s = cur
-	}
-	var loops []string
-	for _, r := range s.Resources {
-		for _, l := range r.LUNs {
-			if l.Loop != "" {
-				loops = append(loops, l.Loop)
-			}
+	shutdown(ours, id, tgtds, &stopping, servers, log)
+	return nil
+}
+
+// shutdown stops what the supervisor runs: clients first, then the
+// target, then what it serves from. The kernel initiator's sessions, LIO's
+// objects and the loop devices are the lab's, not this process's: they
+// are touched only while the record is this supervisor's lab's.
+func shutdown(ours bool, id string, tgtds []*ownTgtd, stopping *sync.WaitGroup, servers []mounted, log *slog.Logger) {
+	if ours {
+		for _, err := range stopKernelInitiator() {
+			log.Warn("kernel initiator", "err", err)
+		}
+		for _, err := range removeLIO() {
+			log.Warn("LIO", "err", err)
 		}
 	}
-	for _, err := range detachLoops(loops) {
-		log.Warn("detach", "err", err)
+	for _, o := range tgtds {
+		o.stop(ours, log)
+	}
+	waitBounded(stopping, 20*time.Second*Slowdown())
+	if r, err := LoadRecord(); err == nil && ours && r.ID == id {
+		for _, err := range detachLoops(r.ownedLoops()) {
+			log.Warn("detach", "err", err)
+		}
 	}
 	for _, srv := range servers {
+		// The mount at that path may be a newer lab's: only our own.
+		if mountDev(srv.mount) != srv.dev {
+			log.Info("not unmounting: no longer ours", "mount", srv.mount)
+			continue
+		}
 		if err := srv.Unmount(); err != nil {
 			log.Warn("unmount", "err", err)
 		}
 	}
-	return nil
 }
 
-// superviseTgtd runs target host t's tgtd in the foreground inside its
-// namespace and restarts it (with the lab's targets) whenever it exits
-// unasked.
-func superviseTgtd(t TargetHost, log *slog.Logger, quit <-chan struct{}) {
-	backoff := 200 * time.Millisecond
-	for restart := false; ; restart = true {
-		cmd := exec.Command("ip", "netns", "exec", t.NS, "tgtd", "-f", "-C", t.port(),
-			"--iscsi", fmt.Sprintf("portal=%s:%d", t.Addr, ISCSIPort))
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Start(); err != nil {
-			log.Error("tgtd start", "err", err)
-			return
+// mounted is a modelled disk the supervisor serves, with the device
+// number of its mount.
+type mounted struct {
+	*fuse.Server
+	mount, dev string
+}
+
+// mountModels mounts each resource's modelled disk and records each
+// mount with its device number.
+func mountModels(s *State, log *slog.Logger) ([]mounted, error) {
+	var servers []mounted
+	for _, r := range s.Resources {
+		if r.Mount == "" {
+			continue
 		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		go func() {
-			// Restore targets once a restarted daemon answers (the first
-			// start is configured by Up, which creates the loop devices).
-			if !restart || WaitFor("tgtd", 10*time.Second, func() bool { return tgtReadyOn(t) }) != nil {
-				return
-			}
-			if s, err := LoadState(); err == nil && lunsAttached(s) {
-				if err := configureTargetsOn(s, t, nil); err != nil {
-					log.Error("restore targets", "err", err)
-				}
-			}
-		}()
+		srv, err := diskmodel.Mount(r.Store, r.Mount, diskmodel.New(s.Options.Model))
+		if err != nil {
+			return nil, fmt.Errorf("mount %s: %w", r.Mount, err)
+		}
+		if err := srv.WaitMount(); err != nil {
+			return nil, err
+		}
+		dev := mountDev(r.Mount)
+		servers = append(servers, mounted{srv, r.Mount, dev})
+		if err := record("fuse", r.Mount, dev); err != nil {
+			return nil, err
+		}
+		log.Info("disk model mounted", "resource", r.Name, "mount", r.Mount, "dev", dev, "model", s.Options.Model)
+	}
+	return servers, nil
+}
+
+// waitForEnd waits for a signal or for the lab's record to stop being
+// lab id's, and reports whether it still is (an orderly shutdown). The
+// record is read once a second: a file another process removes has
+// nothing to wait on.
+func waitForEnd(stop <-chan os.Signal, id string, log *slog.Logger) bool {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
 		select {
-		case <-quit:
-			<-done
-			return
-		case err := <-done:
-			log.Warn("tgtd exited; restarting", "err", err, "after", backoff)
-			select {
-			case <-quit:
-				return
-			case <-time.After(backoff):
+		case sig := <-stop:
+			ours := recordIs(id)
+			log.Info("stopping", "signal", sig, "record ours", ours)
+			return ours
+		case <-tick.C:
+			if !recordIs(id) {
+				log.Info("stopping: the lab's record is gone or another lab's")
+				return false
 			}
 		}
+	}
+}
+
+// recordIs reports whether the record is lab id's.
+func recordIs(id string) bool {
+	r, err := LoadRecord()
+	return err == nil && id != "" && r.ID == id
+}
+
+// waitBounded waits for wg, at most limit.
+func waitBounded(wg *sync.WaitGroup, limit time.Duration) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(limit):
 	}
 }
 
@@ -162,3 +216,5 @@ func lunsAttached(s *State) bool {
 	}
 	return true
 }
+
+var errQuitting = errors.New("stopping")

@@ -13,8 +13,12 @@ import (
 // Tgtadm talks to bm's tgtd (the only one in a single-target lab).
 func Tgtadm(args ...string) (string, error) { return tgtadmOn(Target(0), args...) }
 
+// TgtadmTimeout bounds every tgtadm call: one stuck on a tgtd that no
+// longer answers hung `lab down` for 11 minutes (issue 56).
+const TgtadmTimeout = 10 * time.Second
+
 func tgtadmOn(t TargetHost, args ...string) (string, error) {
-	return Exec("tgtadm", append([]string{"-C", t.port(), "--lld", "iscsi"}, args...)...)
+	return runTimeout(TgtadmTimeout, nil, "tgtadm", append([]string{"-C", t.port(), "--lld", "iscsi"}, args...)...)
 }
 
 func tgtSocket(t TargetHost) string { return fmt.Sprintf("/var/run/tgtd/socket.%d", t.CtlPort) }
@@ -23,7 +27,7 @@ func tgtSocket(t TargetHost) string { return fmt.Sprintf("/var/run/tgtd/socket.%
 func TgtReady() bool { return tgtReadyOn(Target(0)) }
 
 func tgtReadyOn(t TargetHost) bool {
-	_, err := Exec("tgtadm", "-C", t.port(), "--op", "show", "--mode", "sys")
+	_, err := runTimeout(TgtadmTimeout, nil, "tgtadm", "-C", t.port(), "--op", "show", "--mode", "sys")
 	return err == nil
 }
 
@@ -95,43 +99,30 @@ func (l LUN) target() string {
 	return l.Target
 }
 
-// stopTgtd shuts every target host's tgtd down.
-func stopTgtd() {
-	for _, t := range allTargets() {
-		stopTgtdOn(t)
+// stopTgtdOrderly shuts down the tgtd of t that answers on its control
+// port the way it listens to (it ignores SIGTERM): offline, delete every
+// target, delete the system; every call bounded by TgtadmTimeout. Only
+// the supervisor calls it, and only when that tgtd is its own.
+func stopTgtdOrderly(t TargetHost) {
+	tgtadmOn(t, "--op", "update", "--mode", "sys", "--name", "State", "-v", "offline")
+	out, _ := tgtadmOn(t, "--op", "show", "--mode", "target")
+	for _, line := range strings.Split(out, "\n") {
+		var tid int
+		var name string
+		if n, _ := fmt.Sscanf(line, "Target %d: %s", &tid, &name); n == 2 {
+			tgtadmOn(t, "--op", "delete", "--mode", "target", "--tid", strconv.Itoa(tid), "--force")
+		}
 	}
+	runTimeout(TgtadmTimeout, nil, "tgtadm", "-C", t.port(), "--op", "delete", "--mode", "system")
 }
 
-// stopTgtdOn shuts one tgtd down the way it listens to (it ignores
-// SIGTERM): offline, delete every target, delete the system; then SIGKILL
-// whatever still runs with its control port.
-func stopTgtdOn(t TargetHost) {
-	if tgtReadyOn(t) {
-		tgtadmOn(t, "--op", "update", "--mode", "sys", "--name", "State", "-v", "offline")
-		out, _ := tgtadmOn(t, "--op", "show", "--mode", "target")
-		for _, line := range strings.Split(out, "\n") {
-			var tid int
-			var name string
-			if n, _ := fmt.Sscanf(line, "Target %d: %s", &tid, &name); n == 2 {
-				tgtadmOn(t, "--op", "delete", "--mode", "target", "--tid", strconv.Itoa(tid), "--force")
-			}
-		}
-		Exec("tgtadm", "-C", t.port(), "--op", "delete", "--mode", "system")
+// removeTgtdSockets removes t's control socket files once no tgtd with
+// its port runs.
+func removeTgtdSockets(t TargetHost) {
+	if len(tgtdPids(t)) == 0 {
+		os.Remove(tgtSocket(t))
+		os.Remove(tgtSocket(t) + ".lock")
 	}
-	deadline := time.Now().Add(3 * time.Second * Slowdown())
-	for {
-		pids := tgtdPids(t)
-		if len(pids) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			KillAll(pids)
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	os.Remove(tgtSocket(t))
-	os.Remove(tgtSocket(t) + ".lock")
 }
 
 // TargetPid is the pid of the first target's tgtd (0 if none runs): a

@@ -13,8 +13,13 @@ import (
 	"time"
 )
 
-// Up builds the lab, or verifies an existing one (Up twice is fine). A lab
-// left half-built by a crash is torn down first and built anew.
+// Up builds the lab, or verifies an existing one (Up twice is fine). It
+// holds the lab lock throughout and records what it makes as it makes it
+// (record.go). A lab of its record that is broken, half-built by an
+// interrupted Up, or built with other options is torn down first and built
+// anew; leftovers no live lab owns are removed, and it says so. It refuses
+// to build over a live lab its record does not own, and says how to
+// remove it.
 func Up(o Options, log io.Writer) (*State, error) {
 	if os.Geteuid() != 0 {
 		return nil, ErrNotRoot
@@ -30,7 +35,14 @@ func Up(o Options, log io.Writer) (*State, error) {
 			return nil, err
 		}
 	}
-	if s, err := LoadState(); err == nil {
+	l, err := lockLab(labLockWait, log)
+	if err != nil {
+		return nil, err
+	}
+	defer l.release()
+	reach("up:locked")
+	rec, _ := LoadRecord()
+	if s, err := LoadState(); err == nil && rec != nil && rec.Complete {
 		problems := s.Health()
 		switch {
 		case len(problems) > 0:
@@ -42,16 +54,26 @@ func Up(o Options, log io.Writer) (*State, error) {
 			// A lab built by an older sanqos gets flow steering too.
 			return s, steerByFlow()
 		}
+	} else if rec != nil && !rec.Complete {
+		fmt.Fprintln(log, "the lab's last `lab up` was interrupted: rebuilding")
 	}
 	if err := checkIdle(); err != nil {
 		return nil, fmt.Errorf("%w: not rebuilding the lab under it", err)
 	}
-	if err := ForceDown(io.Discard); err != nil {
+	if live := unownedLive(rec); len(live) > 0 {
+		return nil, fmt.Errorf("a lab that no record owns is running (%s), built by another sanqos or left by one: remove it with `%s lab down` (it removes every lab object, whoever made it), then run lab up again",
+			strings.Join(live, "; "), os.Args[0])
+	}
+	if err := removeLab(log); err != nil {
 		return nil, fmt.Errorf("clearing leftovers: %w", err)
 	}
 	s, err := build(o, log)
+	if err == nil {
+		reach("up:calibrated")
+		err = record("complete")
+	}
 	if err != nil {
-		ForceDown(io.Discard) // never leave a half-built lab behind
+		removeLab(io.Discard) // never leave a half-built lab behind
 		return nil, err
 	}
 	return s, nil
@@ -63,13 +85,15 @@ func Up(o Options, log io.Writer) (*State, error) {
 // build reads as the lab's build order, its longer steps in functions of
 // their own.
 func build(o Options, log io.Writer) (*State, error) {
-	if err := os.MkdirAll(StateDir, 0o700); err != nil {
+	id, err := newRecord()
+	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintln(log, "network: namespaces", strings.Join(o.namespaces(), " "))
 	if err := setupNetwork(o); err != nil {
 		return nil, err
 	}
+	reach("up:network")
 	s := &State{Options: o, Created: time.Now().UTC()}
 	for i, name := range o.Resources {
 		r, err := newResource(o, i, name)
@@ -96,18 +120,21 @@ func build(o Options, log io.Writer) (*State, error) {
 		}
 	}
 	fmt.Fprintln(log, "supervisor: starting ("+superviseWhat(o)+")")
-	if err := startServe(s); err != nil {
+	if err := startServe(s, id); err != nil {
 		return nil, err
 	}
+	reach("up:supervisor")
 	if err := attachLoops(s); err != nil {
 		return nil, err
 	}
 	if err := s.save(); err != nil {
 		return nil, err
 	}
+	reach("up:loops")
 	if err := configureTargetKind(s, log); err != nil {
 		return nil, err
 	}
+	reach("up:targets")
 	if o.targetCount() > 1 {
 		fmt.Fprintln(log, "etcd: starting on", EtcdURL(), "(cluster control across the target hosts)")
 		if err := StartEtcd(); err != nil {
@@ -208,6 +235,9 @@ func attachLoops(s *State) error {
 			if err != nil {
 				return err
 			}
+			if err := record("loop", loop, backingOf(loop)); err != nil {
+				return err
+			}
 			l.Loop, l.Backing = loop, "/dev/"+loop
 		}
 	}
@@ -251,10 +281,10 @@ func measureCapacities(s *State) error {
 	return nil
 }
 
-// startServe launches the supervisor (`sanqos lab serve`) in its own
-// session so it outlives this command, and waits until it has mounted the
-// modelled disks.
-func startServe(s *State) error {
+// startServe launches the supervisor (`sanqos lab serve`) of lab id in
+// its own session so it outlives this command, and waits until it has
+// mounted the modelled disks. The supervisor records itself.
+func startServe(s *State, id string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -267,7 +297,9 @@ func startServe(s *State) error {
 	cmd := exec.Command(self, "lab", "serve")
 	// The env var lets a test binary (whose TestMain calls ServeIfAsked)
 	// act as the supervisor; the sanqos binary ignores it.
-	cmd.Env = append(os.Environ(), serveEnv+"=1")
+	// The env vars label the supervisor (Down finds it by them, not by the
+	// binary's name) and name its lab.
+	cmd.Env = append(os.Environ(), serveEnv+"=1", labIDEnv+"="+id)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	// The supervisor outlives this process; it (and the tgtd it starts)
@@ -372,95 +404,6 @@ func (s *State) Health() []string {
 		}
 	}
 	return p
-}
-
-// Down removes everything the lab made, whether or not state survived:
-// targets and tgtd, the supervisor, loop devices, mounts, namespaces, files.
-// It refuses while an experiment is running (see ForceDown).
-func Down(log io.Writer) error {
-	if os.Geteuid() != 0 {
-		return ErrNotRoot
-	}
-	if err := checkIdle(); err != nil {
-		return fmt.Errorf("%w: stop it first, or use --force", err)
-	}
-	return ForceDown(log)
-}
-
-// ForceDown is Down even while an experiment runs (it will fail).
-func ForceDown(log io.Writer) error {
-	if os.Geteuid() != 0 {
-		return ErrNotRoot
-	}
-	var errs []error
-	// The supervisor first, so it does not restart what we stop.
-	for _, pid := range FindProcs(isServe) {
-		syscall.Kill(pid, syscall.SIGTERM)
-	}
-	WaitFor("supervisor exit", 5*time.Second, func() bool { return len(FindProcs(isServe)) == 0 })
-	KillAll(FindProcs(isServe))
-	// What the supervisor stops on SIGTERM, again, in case it was dead:
-	// the kernel initiator's sessions and iscsid, LIO's objects, tgtd.
-	errs = append(errs, stopKernelInitiator()...)
-	errs = append(errs, removeLIO()...)
-	stopTgtd()
-	StopEtcd()
-	for _, ns := range Namespaces()[1:] {
-		KillAll(nsPids(ns))
-	}
-	errs = append(errs, detachLoops(ourLoops())...)
-	for _, m := range ourMounts() {
-		if _, err := Exec("umount", m); err != nil {
-			if _, err := Exec("umount", "-l", m); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	errs = append(errs, teardownNetwork()...)
-	// The iSCSI modules `lab up` loaded, only those (its ledger).
-	errs = append(errs, unloadModules(kernelModules)...)
-	for _, d := range []string{StoreDir, RealDir, StateDir} {
-		if err := os.RemoveAll(d); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) == 0 {
-		fmt.Fprintln(log, "lab is down")
-	}
-	return errors.Join(errs...)
-}
-
-// Leftovers lists lab objects that still exist (empty after a clean Down).
-func Leftovers() []string {
-	var l []string
-	for _, ns := range Namespaces() {
-		if nsExists(ns) {
-			l = append(l, "netns "+ns)
-		}
-	}
-	for _, lp := range ourLoops() {
-		l = append(l, "loop "+lp)
-	}
-	for _, m := range ourMounts() {
-		l = append(l, "mount "+m)
-	}
-	if len(FindProcs(IsOurTgtd)) > 0 {
-		l = append(l, "tgtd")
-	}
-	if len(FindProcs(isServe)) > 0 {
-		l = append(l, "supervisor")
-	}
-	if EtcdRunning() {
-		l = append(l, "etcd")
-	}
-	l = append(l, kernelLeftovers()...)
-	l = append(l, lioLeftovers()...)
-	for _, d := range []string{StateDir, StoreDir, RealDir} {
-		if _, err := os.Stat(d); err == nil {
-			l = append(l, "dir "+d)
-		}
-	}
-	return l
 }
 
 // cloexecInherited marks every descriptor above stderr close-on-exec. Go

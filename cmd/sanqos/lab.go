@@ -38,6 +38,14 @@ initiator; each LUN a loop device on a shared modelled disk group (or, with
 	return c
 }
 
+// labUpLimit and labDownLimit bound `lab up` and `lab down` on the host
+// (issue 56: no lab command hangs). Here up takes ~3 s and down ~1 s; the
+// lab lock's wait for another lab command (60 s) is inside the bound.
+const (
+	labUpLimit   = 5 * time.Minute
+	labDownLimit = 3 * time.Minute
+)
+
 func labUpCmd() *cobra.Command {
 	o := lab.DefaultOptions()
 	var g guest.Options
@@ -47,8 +55,11 @@ func labUpCmd() *cobra.Command {
 		Short: "Build the lab (idempotent)",
 		Long: `Creates the namespaces, bridge, tgtd (supervised by 'lab serve'), targets,
 LUNs on the modelled disk group (or this machine's disk), then measures the
-resource's capacity. Running it again on a healthy lab changes nothing; a
-half-broken lab is rebuilt.
+resource's capacity, recording each object as it creates it
+(/run/sanqos-lab/record, what 'lab down' removes). Running it again on a
+healthy lab changes nothing; a half-broken lab is rebuilt. It refuses to
+build over a running lab that its record does not own (say, one an older
+sanqos built): 'lab down' removes that first.
 
 With --kernel debian the same lab is built inside a QEMU guest running
 Debian's stock kernel (netem, fq, LIO as modules; see 'sanqos lab guest'),
@@ -74,6 +85,7 @@ client's address, fio with libaio on each session's /dev/sdX.`,
 			if kernel != "" {
 				return labUpGuest(cmd, g, kernel)
 			}
+			defer lab.Watchdog("lab up", labUpLimit, cmd.ErrOrStderr())()
 			s, err := lab.Up(o, cmd.OutOrStdout())
 			if err != nil {
 				return err
@@ -168,10 +180,13 @@ func labDownCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "down",
 		Short: "Remove everything the lab made (also after a crash)",
-		Long: `Removes every namespace, loop device, mount, process and file the lab made,
-found by label (fixed namespace names, files under /run/sanqos-lab and
-/dev/shm/sanqos-lab, tgtd's control port), so it also cleans up after a
-crash. Refuses while an experiment runs unless --force.
+		Long: `Removes what the lab's record says it made (/run/sanqos-lab/record: the
+supervisor and tgtd by pid and start time, mounts, loop devices,
+namespaces), whatever the binary that made it is called and however its
+'lab up' ended; then every lab object no live lab owns, found by label
+(fixed namespace names, files under /run/sanqos-lab and
+/dev/shm/sanqos-lab, tgtd's control ports, the supervisor's environment).
+It says what it removed. Refuses while an experiment runs unless --force.
 
 If the stock-kernel guest ('lab up --kernel debian') is up, or left
 something, it is what goes: QEMU is powered off with the lab in it and
@@ -191,6 +206,7 @@ something, it is what goes: QEMU is powered off with the lab in it and
 			default:
 				return fmt.Errorf("--kernel %q: want host or debian", kernel)
 			}
+			defer lab.Watchdog("lab down", labDownLimit, cmd.ErrOrStderr())()
 			if force {
 				return lab.ForceDown(cmd.OutOrStdout())
 			}
