@@ -42,7 +42,9 @@ func Up(o Options, log io.Writer) (*State, error) {
 	defer l.release()
 	reach("up:locked")
 	rec, _ := LoadRecord()
-	if s, err := LoadState(); err == nil && rec != nil && rec.Complete {
+	// A healthy lab as asked is used as it is, even one an older sanqos
+	// built without a record: using it builds nothing over it.
+	if s, err := LoadState(); err == nil && (rec == nil || rec.Complete) {
 		problems := s.Health()
 		switch {
 		case len(problems) > 0:
@@ -295,10 +297,9 @@ func startServe(s *State, id string) error {
 	}
 	defer logf.Close()
 	cmd := exec.Command(self, "lab", "serve")
-	// The env var lets a test binary (whose TestMain calls ServeIfAsked)
-	// act as the supervisor; the sanqos binary ignores it.
-	// The env vars label the supervisor (Down finds it by them, not by the
-	// binary's name) and name its lab.
+	// The env vars let a test binary (whose TestMain calls ServeIfAsked)
+	// act as the supervisor, label the supervisor (Down finds it by them,
+	// not by the binary's name) and name its lab.
 	cmd.Env = append(os.Environ(), serveEnv+"=1", labIDEnv+"="+id)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
