@@ -98,6 +98,12 @@ func LoadRecord() (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseRecord(b)
+}
+
+// parseRecord parses a record's lines; a line it cannot read (one cut
+// short by a kill) is skipped.
+func parseRecord(b []byte) (*Record, error) {
 	r := &Record{Netns: map[string]uint64{}, Loops: map[string]string{}, Fuse: map[string]string{}}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
