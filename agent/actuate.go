@@ -23,10 +23,13 @@ func (l *Loops) actuate(in <-chan desire) {
 type actuator struct {
 	per     map[string]desire
 	applied map[netip.Addr]throttle.Setting
+	// refused is why the backend last refused each consumer it cannot
+	// throttle (a RefusedError): logged once per consumer and reason.
+	refused map[netip.Addr]string
 }
 
 func newActuator() *actuator {
-	return &actuator{per: map[string]desire{}, applied: map[netip.Addr]throttle.Setting{}}
+	return &actuator{per: map[string]desire{}, applied: map[netip.Addr]throttle.Setting{}, refused: map[netip.Addr]string{}}
 }
 
 // put records a resource's wishes; nil delays release the resource.
@@ -74,15 +77,47 @@ func (a *actuator) diff() (merged map[netip.Addr]throttle.Setting, batch map[net
 
 // apply sends the actuator's pending differences to the throttle. On error
 // nothing is recorded as applied, so the next tick retries the whole diff.
+// A RefusedError is not a refusal of the batch: the consumers it does not
+// name were applied, and are recorded so; the named ones (an IPv6
+// consumer on a backend that throttles IPv4 only) keep what they had, so
+// the next tick retries them alone. Each such tick is counted, and each
+// consumer logged once per reason.
 func (l *Loops) apply(a *actuator) {
 	merged, batch := a.diff()
+	for c := range a.refused {
+		if _, wanted := merged[c]; !wanted {
+			delete(a.refused, c) // nobody asks to throttle it any more
+		}
+	}
 	if len(batch) == 0 {
 		return
 	}
-	if err := l.t.Set(batch); err != nil {
+	err := l.t.Set(batch)
+	refused, partial := throttle.Refused(err)
+	if err != nil && !partial {
 		l.applyErrs.Add(1)
 		l.log.Error("applying throttles", "err", err, "consumers", len(batch))
 		return
+	}
+	if partial {
+		l.applyErrs.Add(1)
+	}
+	for c := range batch {
+		why, no := refused[c.Unmap().WithZone("")]
+		if !no {
+			delete(a.refused, c)
+			continue
+		}
+		if old, ok := a.applied[c]; ok {
+			merged[c] = old
+		} else {
+			delete(merged, c)
+		}
+		if a.refused[c] != why.Error() {
+			a.refused[c] = why.Error()
+			l.log.Error("the throttle backend cannot throttle this consumer; the others are applied",
+				"consumer", c, "setting", batch[c], "err", why)
+		}
 	}
 	a.applied = merged
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,5 +104,74 @@ func checkBatch(t *testing.T, k int, got []map[netip.Addr]throttle.Setting, want
 		t.Errorf("message %d: sent %v, want nothing (no change)", k, got)
 	case want != nil && (len(got) != 1 || !maps.Equal(got[0], want)):
 		t.Errorf("message %d: sent %v, want one batch %v", k, got, want)
+	}
+}
+
+// v4Throttle throttles IPv4 consumers only and names the IPv6 ones it is
+// asked to throttle in a RefusedError, as edt does on a kernel that
+// refused its IPv6 program.
+type v4Throttle struct {
+	*throttle.Memory
+	batches []map[netip.Addr]throttle.Setting
+}
+
+func (v *v4Throttle) Set(s map[netip.Addr]throttle.Setting) error {
+	v.batches = append(v.batches, maps.Clone(s))
+	ok, refused := map[netip.Addr]throttle.Setting{}, map[netip.Addr]error{}
+	for a, x := range s {
+		if a.Is6() && !x.IsZero() {
+			refused[a] = throttle.ErrUnsupported
+		} else {
+			ok[a] = x
+		}
+	}
+	if err := v.Memory.Set(ok); err != nil {
+		return err
+	}
+	if len(refused) > 0 {
+		return &throttle.RefusedError{Backend: "v4", Consumers: refused}
+	}
+	return nil
+}
+
+// An IPv6 consumer the backend cannot throttle never holds back the
+// IPv4 ones: they are applied and not sent again, the IPv6 one is
+// retried alone each tick, counted each time and logged once, and a
+// release clears only what was applied.
+func TestStageActuateRefusedConsumer(t *testing.T) {
+	v4, v6 := netip.MustParseAddr("10.99.0.3"), netip.MustParseAddr("fd00::3")
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	th := &v4Throttle{Memory: throttle.NewMemory()}
+	var logged strings.Builder
+	l := NewLoops(LoopConfig{}, nil, th, slog.New(slog.NewTextHandler(&logged, nil)))
+	act := newActuator()
+	for k, s := range []struct {
+		delays map[netip.Addr]time.Duration
+		batch  map[netip.Addr]throttle.Setting
+	}{
+		{map[netip.Addr]time.Duration{v4: ms(10), v6: ms(10)}, map[netip.Addr]throttle.Setting{v4: {WriteDelay: ms(10)}, v6: {WriteDelay: ms(10)}}},
+		{map[netip.Addr]time.Duration{v4: ms(10), v6: ms(10)}, map[netip.Addr]throttle.Setting{v6: {WriteDelay: ms(10)}}},
+		{map[netip.Addr]time.Duration{v4: ms(12), v6: ms(10)}, map[netip.Addr]throttle.Setting{v4: {WriteDelay: ms(12)}, v6: {WriteDelay: ms(10)}}},
+	} {
+		th.batches = nil
+		act.put(desire{resource: "vg1", delays: s.delays})
+		l.apply(act)
+		checkBatch(t, k, th.batches, s.batch)
+		if got := th.List(); len(got) != 1 || got[v4].WriteDelay != s.delays[v4] {
+			t.Errorf("message %d: backend has %v, want the IPv4 consumer at %v", k, got, s.delays[v4])
+		}
+	}
+	if l.ApplyErrors() != 3 {
+		t.Errorf("%d apply errors counted, want 3 (one per refusing batch)", l.ApplyErrors())
+	}
+	if n := strings.Count(logged.String(), "cannot throttle this consumer"); n != 1 || !strings.Contains(logged.String(), "consumer=fd00::3") {
+		t.Errorf("logged %d times, want once naming fd00::3:\n%s", n, logged.String())
+	}
+	th.batches = nil
+	act.releaseAll()
+	l.apply(act)
+	checkBatch(t, 3, th.batches, map[netip.Addr]throttle.Setting{v4: {}})
+	if len(act.refused) != 0 {
+		t.Errorf("still remembered as refused: %v", act.refused)
 	}
 }

@@ -18,7 +18,7 @@ import (
 
 // raiseMemlock lifts RLIMIT_MEMLOCK before a backend makes its BPF maps.
 // Kernels before 5.11 charge BPF maps and programs to the locked-memory
-// limit (later ones to the memory cgroup), and edt's two 65536-entry
+// limit (later ones to the memory cgroup), and edt's 65536-entry
 // maps alone exceed the 8 MiB many distributions default to: the map
 // creation then fails with a bare EPERM. On 5.11 and later it does
 // nothing. The systemd unit sets LimitMEMLOCK=infinity too; this covers
@@ -199,18 +199,40 @@ func leaseCheck(lease int) asm.Instructions {
 // lookupConsumer leaves in R0 the value of the key at stack -4 in the
 // consumers map, or jumps to missing.
 func lookupConsumer(consumers int, missing string) asm.Instructions {
+	return lookupAt(consumers, -4, missing)
+}
+
+// lookupAt leaves in R0 the value in map m of the key at stack offset
+// key, or jumps to missing.
+func lookupAt(m int, key int16, missing string) asm.Instructions {
 	return asm.Instructions{
-		asm.LoadMapPtr(asm.R1, consumers),
+		asm.LoadMapPtr(asm.R1, m),
 		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -4),
+		asm.Add.Imm(asm.R2, int32(key)),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, missing),
 	}
 }
 
-func ipv4Key(a netip.Addr) uint32 {
-	b := a.Unmap().As4()
-	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+// ipv4Key is an IPv4 consumer's key in the BPF maps: its address as a
+// host-order number, as the programs' LD_ABS loads it from the packet.
+// Any other address (IPv6, invalid) has none: ok is false.
+func ipv4Key(a netip.Addr) (key uint32, ok bool) {
+	if a = a.Unmap(); !a.Is4() {
+		return 0, false
+	}
+	b := a.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]), true
+}
+
+// ipv6Key is an IPv6 consumer's key in edt's IPv6 maps: its 16 bytes in
+// network order, as bpf_skb_load_bytes copies them from the packet. An
+// IPv4 (or IPv4-mapped) address, or an invalid one, has none.
+func ipv6Key(a netip.Addr) (key [16]byte, ok bool) {
+	if a = a.Unmap(); !a.Is6() {
+		return key, false
+	}
+	return a.As16(), true
 }
 
 // clearVia clears the named consumers (all of list's with none) through

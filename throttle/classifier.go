@@ -152,6 +152,10 @@ func NewClassifier(cfg ClassifierConfig) (*Classifier, error) {
 	return c, nil
 }
 
+// HasIPv6 reports whether the classifier has IPv6 rules (ip6tables is
+// installed), so that it can take IPv6 members.
+func (c *Classifier) HasIPv6() bool { return c.ipt[1] != nil }
+
 func (c *Classifier) families() []int {
 	if c.ipt[1] == nil {
 		return []int{4}

@@ -298,6 +298,12 @@ func (d *DelayLine) Set(settings map[netip.Addr]Setting) error {
 			return fmt.Errorf("consumer %v: rate cap: %w", a, ErrUnsupported)
 		}
 	}
+	// Without ip6tables no rule queues IPv6: its consumers are left out
+	// and named in the error, the IPv4 ones go ahead.
+	refused := &refusals{backend: "delayline"}
+	if !d.cls.HasIPv6() {
+		settings, refused = only4("delayline", settings, func(s Setting) bool { return !s.IsZero() }, errNoIP6tables)
+	}
 	d.setMu.Lock()
 	defer d.setMu.Unlock()
 	d.mu.Lock()
@@ -340,8 +346,12 @@ func (d *DelayLine) Set(settings map[netip.Addr]Setting) error {
 		d.mu.Unlock()
 		return fmt.Errorf("delayline: %w", err)
 	}
-	return nil
+	return refused.err()
 }
+
+// errNoIP6tables is why the delay line cannot delay an IPv6 consumer on a
+// host without ip6tables.
+var errNoIP6tables = fmt.Errorf("IPv6 without ip6tables: %w", ErrUnsupported)
 
 func (d *DelayLine) Clear(consumers ...netip.Addr) error {
 	if len(consumers) == 0 {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -45,8 +44,14 @@ import (
 // program delays only while a heartbeat the backend refreshes lies in the
 // future; a dead agent's delays end within TTL.
 //
+// IPv4 and IPv6 consumers alike: each family has its maps, and the
+// program parses both (IPv6 without extension headers, which the
+// target's own TCP does not send). A kernel that refuses the IPv6 part
+// gets the IPv4 program alone, and Set names the IPv6 consumers it then
+// cannot delay (RefusedError) without holding back the others.
+//
 // It needs sch_fq (CONFIG_NET_SCH_FQ) and BPF; EDTAvailable says whether
-// this kernel has both. IPv4 consumers only.
+// this kernel has both.
 type EDT struct {
 	cfg   EDTConfig
 	major uint16
@@ -56,6 +61,10 @@ type EDT struct {
 
 	bpfObjects           // consumers: IPv4 (host order) → {read ns, write ns}
 	last       *ebpf.Map // IPv4 (host order) → latest departure (ns, CLOCK_MONOTONIC)
+	// The same for IPv6 consumers, keyed by the 16 bytes of the address
+	// in network order; nil where the kernel refused the program's IPv6
+	// part (build).
+	consumers6, last6 *ebpf.Map
 
 	mu  sync.Mutex
 	cur map[netip.Addr]Setting
@@ -73,6 +82,9 @@ type EDTConfig struct {
 	// negative.
 	Check time.Duration
 	Log   *slog.Logger
+	// noIPv6 loads the IPv4 program alone, as on a kernel that refuses
+	// the IPv6 part (tests).
+	noIPv6 bool
 }
 
 // ErrNoFq is returned (wrapped) when the kernel has no fq qdisc.
@@ -126,7 +138,7 @@ func NewEDT(cfg EDTConfig) (*EDT, error) {
 	}
 	e.lease.start()
 	e.guard = startGuard(&guard{what: "edt", interval: cfg.Check, log: cfg.Log, check: e.check, repair: e.repair})
-	cfg.Log.Info("edt throttle ready", "device", cfg.Device, "root", tcHandleString(netlink.MakeHandle(e.major, 0)), "write_delay_on", cfg.WriteOn)
+	cfg.Log.Info("edt throttle ready", "device", cfg.Device, "root", tcHandleString(netlink.MakeHandle(e.major, 0)), "write_delay_on", cfg.WriteOn, "ipv6", e.consumers6 != nil)
 	return e, nil
 }
 
@@ -146,21 +158,60 @@ func (e *EDT) build() error {
 	}
 	raiseMemlock(e.cfg.Log)
 	var err error
-	if e.consumers, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 16, MaxEntries: 65536}); err != nil {
-		return fmt.Errorf("bpf map: %w", err)
-	}
-	if e.last, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.LRUHash, KeySize: 4, ValueSize: 8, MaxEntries: 65536}); err != nil {
-		return fmt.Errorf("bpf map: %w", err)
+	if e.consumers, e.last, err = edtMapPair(4, 4); err != nil {
+		return err
 	}
 	if e.lease, err = newBPFLease(e.cfg.TTL, e.cfg.Log, "edt delays"); err != nil {
 		return err
 	}
-	e.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sanqos_edt", Type: ebpf.SchedCLS, License: "GPL",
-		Instructions: edtProgram(e.cfg.Port, e.cfg.WriteOn, e.consumers.FD(), e.last.FD(), e.lease.m.FD())})
-	if err != nil {
-		return fmt.Errorf("load program: %w", err)
+	v4 := edtMaps{delays: e.consumers.FD(), last: e.last.FD()}
+	if !e.cfg.noIPv6 {
+		if e.prog, err = e.loadWithIPv6(v4); err != nil {
+			// Refused by this kernel: IPv4 alone, and say so once here;
+			// Set names each IPv6 consumer it then leaves undelayed.
+			e.cfg.Log.Warn("edt: the kernel refused the IPv6 part of the program; IPv6 consumers will not be delayed", "err", err)
+		}
+	}
+	if e.prog == nil {
+		if e.prog, err = e.load(v4, nil); err != nil {
+			return fmt.Errorf("load program: %w", err)
+		}
 	}
 	return e.attach()
+}
+
+// edtMapPair makes one family's maps: its consumers' delays and their
+// latest departures, keyed by keySize-byte addresses.
+func edtMapPair(family int, keySize uint32) (delays, last *ebpf.Map, err error) {
+	if delays, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: keySize, ValueSize: 16, MaxEntries: 65536}); err != nil {
+		return nil, nil, fmt.Errorf("bpf map (IPv%d delays): %w", family, err)
+	}
+	if last, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.LRUHash, KeySize: keySize, ValueSize: 8, MaxEntries: 65536}); err != nil {
+		delays.Close()
+		return nil, nil, fmt.Errorf("bpf map (IPv%d departures): %w", family, err)
+	}
+	return delays, last, nil
+}
+
+// loadWithIPv6 makes the IPv6 maps and loads the program for both
+// families; on error it leaves no IPv6 map behind.
+func (e *EDT) loadWithIPv6(v4 edtMaps) (*ebpf.Program, error) {
+	var err error
+	if e.consumers6, e.last6, err = edtMapPair(6, 16); err != nil {
+		return nil, err
+	}
+	prog, err := e.load(v4, &edtMaps{delays: e.consumers6.FD(), last: e.last6.FD()})
+	if err != nil {
+		e.consumers6.Close()
+		e.last6.Close()
+		e.consumers6, e.last6 = nil, nil
+	}
+	return prog, err
+}
+
+func (e *EDT) load(v4 edtMaps, v6 *edtMaps) (*ebpf.Program, error) {
+	return ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sanqos_edt", Type: ebpf.SchedCLS, License: "GPL",
+		Instructions: edtProgram(e.cfg.Port, e.cfg.WriteOn, v4, v6, e.lease.m.FD())})
 }
 
 // fqRoot makes fq with our handle the device's root, unless the root is
@@ -200,118 +251,14 @@ func (e *EDT) attach() error {
 	return nil
 }
 
-// skbTstampOff is offsetof(struct __sk_buff, tstamp).
-const skbTstampOff = 152
-
-// edtProgram stamps TCP segments from port (0: any) to a consumer in the
-// delays map with now + its delay, never earlier than a stamp they carry,
-// while the heartbeat lasts. A segment with payload is also never stamped
-// earlier than the consumer's last departure (the last map, which the
-// program keeps), whether or not the consumer still has a delay. It
-// always returns TC_ACT_OK: it delays, it never drops or redirects. It
-// is one function because it is one BPF program, read top to bottom as
-// the verifier reads it: its jumps go to labels inside it.
-func edtProgram(port uint16, writeOn WriteOn, delays, last, beat int) asm.Instructions {
-	// Registers past the parse: R6 the context, R7 now, R8 the delay and
-	// then the departure, R9 the payload length (≤ 0: a pure ACK).
-	// Stack: -4 the consumer key, -8 the lease key, -16 a new departure.
-	insns := asm.Instructions{
-		asm.Mov.Reg(asm.R6, asm.R1),
-		asm.LoadAbs(12, asm.Half),
-		asm.JNE.Imm(asm.R0, unix.ETH_P_IP, "pass"),
-		asm.LoadAbs(14+9, asm.Byte),
-		asm.JNE.Imm(asm.R0, unix.IPPROTO_TCP, "pass"),
-		asm.LoadAbs(14, asm.Byte),
-		asm.And.Imm(asm.R0, 0x0f),
-		asm.LSh.Imm(asm.R0, 2),
-		asm.Mov.Reg(asm.R7, asm.R0), // IP header length
-	}
-	if port != 0 {
-		insns = append(insns,
-			asm.LoadInd(asm.R0, asm.R7, 14, asm.Half), // TCP source port
-			asm.JNE.Imm(asm.R0, int32(port), "pass"),
-		)
-	}
-	insns = append(insns,
-		// Payload length = IP total length − IP header − TCP header.
-		asm.LoadInd(asm.R0, asm.R7, 14+12, asm.Byte),
-		asm.RSh.Imm(asm.R0, 4),
-		asm.LSh.Imm(asm.R0, 2),
-		asm.Mov.Reg(asm.R8, asm.R0),
-		asm.Add.Reg(asm.R8, asm.R7),
-		asm.LoadAbs(14+2, asm.Half),
-		asm.Sub.Reg(asm.R0, asm.R8),
-		asm.Mov.Reg(asm.R9, asm.R0),  // payload bytes (≤ 0: a pure ACK)
-		asm.LoadAbs(14+16, asm.Word), // destination: the consumer
-		asm.StoreMem(asm.RFP, -4, asm.R0, asm.Word),
-	)
-	insns = append(insns, leaseCheck(beat)...)
-	insns = append(insns, asm.Mov.Imm(asm.R8, 0))
-	insns = append(insns, lookupConsumer(delays, "delayed")...)
-	insns = append(insns,
-		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord), // read delay
-		asm.LoadMem(asm.R2, asm.R0, 8, asm.DWord), // write delay
-		asm.JSLE.Imm(asm.R9, 0, "ack"),
-		asm.Mov.Reg(asm.R8, asm.R1),
-	)
-	if writeOn == WriteOnReplies {
-		insns = append(insns,
-			asm.JGE.Reg(asm.R8, asm.R2, "delayed"),
-			asm.Mov.Reg(asm.R8, asm.R2),
-		)
-	}
-	insns = append(insns, asm.Ja.Label("delayed"))
-	if writeOn == WriteOnACKs {
-		insns = append(insns, asm.Mov.Reg(asm.R8, asm.R2).WithSymbol("ack"))
-	} else {
-		insns = append(insns, asm.Mov.Imm(asm.R8, 0).WithSymbol("ack"))
-	}
-	return append(insns,
-		// R8 is the delay (0 for a consumer without one).
-		asm.FnKtimeGetNs.Call().WithSymbol("delayed"),
-		asm.Mov.Reg(asm.R7, asm.R0),
-		asm.JSGT.Imm(asm.R9, 0, "payload"),
-		// A pure ACK: now + delay, if any.
-		asm.JEq.Imm(asm.R8, 0, "pass"),
-		asm.Add.Reg(asm.R8, asm.R7),
-		asm.LoadMem(asm.R1, asm.R6, skbTstampOff, asm.DWord),
-		asm.JGE.Reg(asm.R1, asm.R8, "pass"), // the sender's own stamp is later
-		asm.StoreMem(asm.R6, skbTstampOff, asm.R8, asm.DWord),
-		asm.Ja.Label("pass"),
-		// A segment with payload: now + delay, no earlier than the
-		// consumer's last departure nor than the sender's own stamp.
-		asm.Add.Reg(asm.R8, asm.R7).WithSymbol("payload"),
-		asm.LoadMapPtr(asm.R1, last),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -4),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "due"),
-		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
-		asm.JGE.Reg(asm.R8, asm.R1, "due"),
-		asm.Mov.Reg(asm.R8, asm.R1),
-		asm.JGT.Reg(asm.R8, asm.R7, "hold").WithSymbol("due"),
-		asm.Ja.Label("pass"), // nothing of the consumer's is held, and no delay
-		asm.LoadMem(asm.R1, asm.R6, skbTstampOff, asm.DWord).WithSymbol("hold"),
-		asm.JGE.Reg(asm.R8, asm.R1, "stamp"),
-		asm.Mov.Reg(asm.R8, asm.R1), // the sender's own stamp is later
-		asm.StoreMem(asm.R6, skbTstampOff, asm.R8, asm.DWord).WithSymbol("stamp"),
-		asm.StoreMem(asm.RFP, -16, asm.R8, asm.DWord),
-		asm.LoadMapPtr(asm.R1, last),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -4),
-		asm.Mov.Reg(asm.R3, asm.RFP),
-		asm.Add.Imm(asm.R3, -16),
-		asm.Mov.Imm(asm.R4, 0), // BPF_ANY
-		asm.FnMapUpdateElem.Call(),
-		asm.Mov.Imm(asm.R0, 0).WithSymbol("pass"),
-		asm.Return(),
-	)
-}
-
 // Name implements Throttle.
 func (e *EDT) Name() string { return "edt" }
 
-// Set implements Throttle.
+// Set implements Throttle. An IPv6 consumer is delayed through the IPv6
+// maps; where the kernel could not load that part of the program, the
+// IPv4 consumers of the batch are applied and the IPv6 ones it would
+// delay are named in a RefusedError. A failed map update puts back what
+// the batch had applied: all or nothing.
 func (e *EDT) Set(settings map[netip.Addr]Setting) error {
 	if err := ValidateAll(settings); err != nil {
 		return err
@@ -320,44 +267,73 @@ func (e *EDT) Set(settings map[netip.Addr]Setting) error {
 		if s.Rate != 0 || s.WriteRate != 0 {
 			return fmt.Errorf("edt: consumer %v: rate cap: %w", a, ErrUnsupported)
 		}
-		if !s.IsZero() && !a.Unmap().Is4() {
-			return fmt.Errorf("edt: consumer %v: IPv6: %w", a, ErrUnsupported)
-		}
 	}
+	batch, refused := edtSplit(settings, e.consumers6 != nil)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var done []netip.Addr
-	for a, s := range settings {
-		a = a.Unmap()
-		var err error
-		if s.IsZero() {
-			if err = e.consumers.Delete(ipv4Key(a)); errors.Is(err, ebpf.ErrKeyNotExist) {
-				err = nil
-			}
-		} else {
-			err = e.consumers.Put(ipv4Key(a), [2]uint64{uint64(s.ReadDelay), uint64(s.WriteDelay)})
-		}
-		if err != nil {
-			// Put back what was applied: all or nothing.
+	for a, s := range batch {
+		if err := e.put(a, s); err != nil {
 			for _, b := range done {
-				if old, ok := e.cur[b]; ok {
-					_ = e.consumers.Put(ipv4Key(b), [2]uint64{uint64(old.ReadDelay), uint64(old.WriteDelay)})
-				} else {
-					_ = e.consumers.Delete(ipv4Key(b))
-				}
+				_ = e.put(b, e.cur[b]) // zero where it had none
 			}
 			return fmt.Errorf("edt: consumer %v: %w", a, err)
 		}
 		done = append(done, a)
 	}
-	for a, s := range settings {
+	for a, s := range batch {
 		if s.IsZero() {
-			delete(e.cur, a.Unmap())
+			delete(e.cur, a)
 		} else {
-			e.cur[a.Unmap()] = s
+			e.cur[a] = s
 		}
 	}
-	return e.lease.refresh()
+	if err := e.lease.refresh(); err != nil {
+		return err
+	}
+	return refused.err()
+}
+
+// edtSplit is Set's batch by address family: with the IPv6 part loaded
+// (v6) every consumer goes ahead; without it the IPv6 ones with a delay
+// are refused. Addresses come back as edt keys them: unmapped, no zone.
+func edtSplit(settings map[netip.Addr]Setting, v6 bool) (map[netip.Addr]Setting, *refusals) {
+	if !v6 {
+		return only4("edt", settings, func(s Setting) bool { return !s.IsZero() }, errEDTNoIPv6)
+	}
+	out := make(map[netip.Addr]Setting, len(settings))
+	for a, s := range settings {
+		out[plainAddr(a)] = s
+	}
+	return out, &refusals{backend: "edt"}
+}
+
+// errEDTNoIPv6 is why edt cannot delay an IPv6 consumer on a kernel that
+// refused the program's IPv6 part.
+var errEDTNoIPv6 = fmt.Errorf("IPv6: this kernel refused edt's IPv6 program (see the log at start): %w", ErrUnsupported)
+
+// put writes a consumer's delays to the map of its family (a zero
+// setting deletes its entry). An IPv6 consumer where there are no IPv6
+// maps has nothing to delete.
+func (e *EDT) put(a netip.Addr, s Setting) error {
+	var m *ebpf.Map
+	var key any
+	if k, ok := ipv4Key(a); ok {
+		m, key = e.consumers, k
+	} else if k, ok := ipv6Key(a); ok && e.consumers6 != nil {
+		m, key = e.consumers6, k
+	} else if s.IsZero() {
+		return nil
+	} else {
+		return fmt.Errorf("no map for address %v", a)
+	}
+	if !s.IsZero() {
+		return m.Put(key, [2]uint64{uint64(s.ReadDelay), uint64(s.WriteDelay)})
+	}
+	if err := m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return err
+	}
+	return nil
 }
 
 // Clear implements Throttle.
@@ -391,8 +367,10 @@ func (e *EDT) Reinstalls() uint64 { return e.guard.Reinstalls() }
 // close releases the program and maps.
 func (e *EDT) close() {
 	e.bpfObjects.close()
-	if e.last != nil {
-		e.last.Close()
+	for _, m := range []*ebpf.Map{e.last, e.consumers6, e.last6} {
+		if m != nil {
+			m.Close()
+		}
 	}
 }
 

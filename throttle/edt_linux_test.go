@@ -10,50 +10,118 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/sanqos/sanqos/internal/testenv"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
-// segment is the target's segment from sport to dst with n bytes of
-// payload.
+// segment is the target's segment from sport to dst (IPv4 or IPv6) with
+// n bytes of payload.
 func segment(sport uint16, dst netip.Addr, n int) []byte {
-	return frame{ethertype: unix.ETH_P_IP, proto: unix.IPPROTO_TCP, src: netip.MustParseAddr("10.201.0.1"), dst: dst, sport: sport, dport: 40000, payload: n}.bytes()
+	f := frame{ethertype: unix.ETH_P_IP, proto: unix.IPPROTO_TCP, src: netip.MustParseAddr("10.201.0.1"), dst: dst, sport: sport, dport: 40000, payload: n}
+	if dst.Is6() {
+		f.ethertype, f.src = unix.ETH_P_IPV6, netip.MustParseAddr("fd00:201::1")
+	}
+	return f.bytes()
+}
+
+// edtTestMaps are one family's maps of the EDT program, for a test.
+type edtTestMaps struct{ delays, last *ebpf.Map }
+
+func newEDTTestMaps(t *testing.T, keySize uint32) edtTestMaps {
+	t.Helper()
+	testenv.RequireRoot(t)
+	d, l, err := edtMapPair(int(keySize), keySize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close(); l.Close() })
+	return edtTestMaps{d, l}
+}
+
+func (m edtTestMaps) fds() edtMaps { return edtMaps{delays: m.delays.FD(), last: m.last.FD()} }
+
+// edtTestKey is a test address's key in the maps of its family.
+func edtTestKey(a netip.Addr) any {
+	if k, ok := ipv4Key(a); ok {
+		return k
+	}
+	k, _ := ipv6Key(a)
+	return k
+}
+
+// edtTestProgram loads the program over the maps (v6 nil: IPv4 alone).
+func edtTestProgram(t *testing.T, on WriteOn, v4 edtTestMaps, v6 *edtTestMaps, beat *ebpf.Map) *ebpf.Program {
+	t.Helper()
+	var m6 *edtMaps
+	if v6 != nil {
+		m6 = &edtMaps{delays: v6.delays.FD(), last: v6.last.FD()}
+	}
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL", Instructions: edtProgram(3260, on, v4.fds(), m6, beat.FD())})
+	if err != nil {
+		t.Fatalf("%v: the kernel's verifier refused the program: %v", on, err)
+	}
+	t.Cleanup(func() { prog.Close() })
+	return prog
 }
 
 // The EDT program, run by the kernel on crafted frames
-// (BPF_PROG_TEST_RUN): the departure time it stamps, per kind of segment
-// and write_delay_on, against the delay line's rules.
+// (BPF_PROG_TEST_RUN): the departure time it stamps, per family, kind of
+// segment and write_delay_on, against the delay line's rules. Each
+// family's consumer is found in its own map only, an IPv6 frame with an
+// extension header passes, and the program built without the IPv6 part
+// leaves IPv6 alone.
 func TestEDTProgram(t *testing.T) {
-	delays, beat := programMaps(t, 16)
-	slow, other := netip.MustParseAddr("10.201.0.2"), netip.MustParseAddr("10.201.0.3")
+	_, beat := programMaps(t, 16)
+	v4, v6 := newEDTTestMaps(t, 4), newEDTTestMaps(t, 16)
+	slow4, other4 := netip.MustParseAddr("10.201.0.2"), netip.MustParseAddr("10.201.0.3")
+	slow6, other6 := netip.MustParseAddr("fd00:201::2"), netip.MustParseAddr("fd00:201::3")
 	const read, write = 2 * time.Millisecond, 5 * time.Millisecond
-	if err := delays.Put(ipv4Key(slow), [2]uint64{uint64(read), uint64(write)}); err != nil {
-		t.Fatal(err)
-	}
-	last := edtLastMap(t)
-	for _, on := range []WriteOn{WriteOnReplies, WriteOnACKs} {
-		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL", Instructions: edtProgram(3260, on, delays.FD(), last.FD(), beat.FD())})
-		if err != nil {
-			t.Fatalf("%v: the kernel's verifier refused the program: %v", on, err)
+	for _, k := range []struct {
+		m edtTestMaps
+		a netip.Addr
+	}{{v4, slow4}, {v6, slow6}} {
+		if err := k.m.delays.Put(edtTestKey(k.a), [2]uint64{uint64(read), uint64(write)}); err != nil {
+			t.Fatal(err)
 		}
+	}
+	// The IPv4 address whose key equals the first 4 bytes of slow6, and
+	// an IPv6 one ending in slow4's bytes: neither is a consumer.
+	alias4 := netip.AddrFrom4([4]byte(slow6.AsSlice()[:4]))
+	alias6 := netip.AddrFrom16([16]byte{0xfd, 12: 10, 13: 201, 14: 0, 15: 2})
+	hbh := frame{ethertype: unix.ETH_P_IPV6, proto: 0, src: netip.MustParseAddr("fd00:201::1"), dst: slow6, sport: 3260, dport: 40000, payload: 48}.bytes()
+	for _, on := range []WriteOn{WriteOnReplies, WriteOnACKs} {
 		replyDelay, ackDelay := max(read, write), time.Duration(0)
 		if on == WriteOnACKs {
 			replyDelay, ackDelay = read, write
 		}
+		progs := map[string]*ebpf.Program{"both": edtTestProgram(t, on, v4, &v6, beat), "v4 only": edtTestProgram(t, on, v4, nil, beat)}
 		later := monoNow() + uint64(time.Hour)
 		for _, tc := range []struct {
 			name   string
+			prog   string
 			frame  []byte
 			stamp  uint64 // the skb's tstamp on entry
 			lapsed bool
 			delay  time.Duration // -1: the stamp must be left as it was
 		}{
-			{"a segment with payload", segment(3260, slow, 48), 0, false, replyDelay},
-			{"a pure ACK", segment(3260, slow, 0), 0, false, ackDelay},
-			{"another source port", segment(22, slow, 48), 0, false, 0},
-			{"an unthrottled consumer", segment(3260, other, 48), 0, false, 0},
-			{"a lapsed heartbeat fails open", segment(3260, slow, 48), 0, true, 0},
-			{"the sender's later stamp is kept", segment(3260, slow, 48), later, false, -1},
+			{"a segment with payload", "both", segment(3260, slow4, 48), 0, false, replyDelay},
+			{"a pure ACK", "both", segment(3260, slow4, 0), 0, false, ackDelay},
+			{"another source port", "both", segment(22, slow4, 48), 0, false, 0},
+			{"an unthrottled consumer", "both", segment(3260, other4, 48), 0, false, 0},
+			{"a lapsed heartbeat fails open", "both", segment(3260, slow4, 48), 0, true, 0},
+			{"the sender's later stamp is kept", "both", segment(3260, slow4, 48), later, false, -1},
+			{"IPv6: a segment with payload", "both", segment(3260, slow6, 48), 0, false, replyDelay},
+			{"IPv6: a pure ACK", "both", segment(3260, slow6, 0), 0, false, ackDelay},
+			{"IPv6: another source port", "both", segment(22, slow6, 48), 0, false, 0},
+			{"IPv6: an unthrottled consumer", "both", segment(3260, other6, 48), 0, false, 0},
+			{"IPv6: a lapsed heartbeat fails open", "both", segment(3260, slow6, 48), 0, true, 0},
+			{"IPv6: the sender's later stamp is kept", "both", segment(3260, slow6, 48), later, false, -1},
+			{"IPv6: an extension header passes", "both", hbh, 0, false, 0},
+			{"IPv4 whose key is IPv6's first bytes", "both", segment(3260, alias4, 48), 0, false, 0},
+			{"IPv6 ending in an IPv4 consumer's bytes", "both", segment(3260, alias6, 48), 0, false, 0},
+			{"IPv4 on the IPv4-only program", "v4 only", segment(3260, slow4, 48), 0, false, replyDelay},
+			{"IPv6 on the IPv4-only program passes", "v4 only", segment(3260, slow6, 48), 0, false, 0},
 		} {
 			deadline := monoNow() + uint64(time.Minute)
 			if tc.lapsed {
@@ -63,12 +131,13 @@ func TestEDTProgram(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Each case on its own: no departure left by the one before.
-			_ = last.Delete(ipv4Key(slow))
+			_ = v4.last.Delete(edtTestKey(slow4))
+			_ = v6.last.Delete(edtTestKey(slow6))
 			in := make([]byte, skbTstampOff+8)
 			binary.NativeEndian.PutUint64(in[skbTstampOff:], tc.stamp)
 			out := make([]byte, 256)
 			before := monoNow()
-			ret, err := prog.Run(&ebpf.RunOptions{Data: tc.frame, Context: in, ContextOut: out})
+			ret, err := progs[tc.prog].Run(&ebpf.RunOptions{Data: tc.frame, Context: in, ContextOut: out})
 			after := monoNow()
 			if err != nil {
 				t.Fatalf("%v, %s: %v", on, tc.name, err)
@@ -83,18 +152,7 @@ func TestEDTProgram(t *testing.T) {
 				t.Errorf("%v, %s: stamp now+%v, want now+%v", on, tc.name, time.Duration(got-before), tc.delay)
 			}
 		}
-		prog.Close()
 	}
-}
-
-func edtLastMap(t *testing.T) *ebpf.Map {
-	t.Helper()
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.LRUHash, KeySize: 4, ValueSize: 8, MaxEntries: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
 }
 
 // stampOf runs the program on a frame carrying no stamp of its own and
@@ -111,54 +169,55 @@ func stampOf(t *testing.T, prog *ebpf.Program, frame []byte) uint64 {
 // A consumer's segments with payload never depart before its earlier
 // ones: not when its delay steps down, not when it is cleared while
 // something of its is still held, and once that has left they pass
-// unstamped again. Pure ACKs are not held back.
+// unstamped again. Pure ACKs are not held back. IPv4 and IPv6 alike.
 func TestEDTProgramKeepsDepartureOrder(t *testing.T) {
-	delays, beat := programMaps(t, 16)
-	last := edtLastMap(t)
-	slow := netip.MustParseAddr("10.201.0.2")
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL", Instructions: edtProgram(3260, WriteOnReplies, delays.FD(), last.FD(), beat.FD())})
-	if err != nil {
-		t.Fatalf("the kernel's verifier refused the program: %v", err)
-	}
-	defer prog.Close()
+	_, beat := programMaps(t, 16)
+	v4, v6 := newEDTTestMaps(t, 4), newEDTTestMaps(t, 16)
+	prog := edtTestProgram(t, WriteOnReplies, v4, &v6, beat)
 	if err := beat.Put(uint32(0), monoNow()+uint64(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	setDelay := func(d time.Duration) {
-		t.Helper()
-		if d == 0 {
-			if err := delays.Delete(ipv4Key(slow)); err != nil {
+	for _, f := range []struct {
+		m    edtTestMaps
+		slow netip.Addr
+	}{{v4, netip.MustParseAddr("10.201.0.2")}, {v6, netip.MustParseAddr("fd00:201::2")}} {
+		key := edtTestKey(f.slow)
+		setDelay := func(d time.Duration) {
+			t.Helper()
+			if d == 0 {
+				if err := f.m.delays.Delete(key); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err := f.m.delays.Put(key, [2]uint64{uint64(d), 0}); err != nil {
 				t.Fatal(err)
 			}
-			return
 		}
-		if err := delays.Put(ipv4Key(slow), [2]uint64{uint64(d), 0}); err != nil {
+		const long, short = 400 * time.Millisecond, 5 * time.Millisecond
+		setDelay(long)
+		first := stampOf(t, prog, segment(3260, f.slow, 48))
+		if first < monoNow()+uint64(long-50*time.Millisecond) {
+			t.Fatalf("%v: first segment stamped %v ahead, want about %v", f.slow, time.Duration(first-monoNow()), long)
+		}
+		setDelay(short)
+		if got := stampOf(t, prog, segment(3260, f.slow, 48)); got < first {
+			t.Errorf("%v: after a step down: stamped %v before the segment ahead of it", f.slow, time.Duration(first-got))
+		}
+		setDelay(0)
+		if got := stampOf(t, prog, segment(3260, f.slow, 48)); got < first {
+			t.Errorf("%v: cleared with a segment still held: stamped %d, %v before the one ahead of it", f.slow, got, time.Duration(first-got))
+		}
+		if got := stampOf(t, prog, segment(3260, f.slow, 0)); got != 0 {
+			t.Errorf("%v: a pure ACK of a cleared consumer stamped %v ahead", f.slow, time.Duration(got-monoNow()))
+		}
+		// Once the last departure has passed, nothing is held back.
+		if err := f.m.last.Put(key, monoNow()-1); err != nil {
 			t.Fatal(err)
 		}
-	}
-	const long, short = 400 * time.Millisecond, 5 * time.Millisecond
-	setDelay(long)
-	first := stampOf(t, prog, segment(3260, slow, 48))
-	if first < monoNow()+uint64(long-50*time.Millisecond) {
-		t.Fatalf("first segment stamped %v ahead, want about %v", time.Duration(first-monoNow()), long)
-	}
-	setDelay(short)
-	if got := stampOf(t, prog, segment(3260, slow, 48)); got < first {
-		t.Errorf("after a step down: stamped %v before the segment ahead of it", time.Duration(first-got))
-	}
-	setDelay(0)
-	if got := stampOf(t, prog, segment(3260, slow, 48)); got < first {
-		t.Errorf("cleared with a segment still held: stamped %d, %v before the one ahead of it", got, time.Duration(first-got))
-	}
-	if got := stampOf(t, prog, segment(3260, slow, 0)); got != 0 {
-		t.Errorf("a pure ACK of a cleared consumer stamped %v ahead", time.Duration(got-monoNow()))
-	}
-	// Once the last departure has passed, nothing is held back.
-	if err := last.Put(ipv4Key(slow), monoNow()-1); err != nil {
-		t.Fatal(err)
-	}
-	if got := stampOf(t, prog, segment(3260, slow, 48)); got != 0 {
-		t.Errorf("nothing held and no delay: stamped %v ahead", time.Duration(got-monoNow()))
+		if got := stampOf(t, prog, segment(3260, f.slow, 48)); got != 0 {
+			t.Errorf("%v: nothing held and no delay: stamped %v ahead", f.slow, time.Duration(got-monoNow()))
+		}
 	}
 }
 

@@ -276,7 +276,6 @@ func (t *HTB) Set(settings map[netip.Addr]Setting) error {
 	if err := ValidateAll(settings); err != nil {
 		return err
 	}
-	next := map[netip.Addr]uint64{}
 	for a, s := range settings {
 		if s.ReadDelay != 0 || s.WriteDelay != 0 {
 			return fmt.Errorf("htb: consumer %v: delay: %w", a, ErrUnsupported)
@@ -284,14 +283,20 @@ func (t *HTB) Set(settings map[netip.Addr]Setting) error {
 		if s.WriteRate != 0 {
 			return fmt.Errorf("htb: consumer %v: write cap (backend delayline+htb): %w", a, ErrUnsupported)
 		}
-		if !a.Unmap().Is4() {
-			return fmt.Errorf("htb: consumer %v: IPv6: %w", a, ErrUnsupported)
-		}
-		next[a.Unmap()] = s.Rate
+	}
+	// An IPv6 consumer is left uncapped and named in the error; the
+	// others' caps go ahead.
+	settings, refused := only4("htb", settings, func(s Setting) bool { return s.Rate != 0 }, errIPv6)
+	next := map[netip.Addr]uint64{}
+	for a, s := range settings {
+		next[a] = s.Rate
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.apply(next)
+	if err := t.apply(next); err != nil {
+		return err
+	}
+	return refused.err()
 }
 
 func (t *HTB) apply(next map[netip.Addr]uint64) error {

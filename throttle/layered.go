@@ -11,7 +11,9 @@ import (
 // first, rate caps (read and write) to the second, so the agent's second
 // lever — write-rate caps past the delay's ceiling — runs beside any delay
 // backend. Each Set is all-or-nothing across both: if the second refuses,
-// the first gets back the settings it had for those consumers.
+// the first gets back the settings it had for those consumers. A
+// RefusedError of either is not a refusal of the batch: the consumers
+// either named are named in one RefusedError, the rest stand.
 func Layered(delay, rate Throttle) Throttle { return &layered{delay: delay, rate: rate} }
 
 type layered struct{ delay, rate Throttle }
@@ -31,20 +33,34 @@ func (l *layered) Set(settings map[netip.Addr]Setting) error {
 		d[a], r[a] = split(s)
 	}
 	before := l.delay.List()
-	if err := l.delay.Set(d); err != nil {
+	err := l.delay.Set(d)
+	dref, partial := Refused(err)
+	if err != nil && !partial {
 		return err
 	}
-	if err := l.rate.Set(r); err != nil {
+	err = l.rate.Set(r)
+	rref, partial := Refused(err)
+	if err != nil && !partial {
 		undo := map[netip.Addr]Setting{}
 		for a := range d {
-			undo[a] = before[a] // zero where it had none
+			if _, refused := dref[a]; !refused {
+				undo[a] = before[a] // zero where it had none
+			}
 		}
 		if uerr := l.delay.Set(undo); uerr != nil {
 			return errors.Join(err, fmt.Errorf("restoring the delays after the failed caps: %w", uerr))
 		}
 		return err
 	}
-	return nil
+	// A consumer one of them could not serve is named, whatever the
+	// other applied for it; the rest of the batch stands.
+	refused := &refusals{backend: l.Name()}
+	for _, m := range []map[netip.Addr]error{dref, rref} {
+		for a, why := range m {
+			refused.add(a, why)
+		}
+	}
+	return refused.err()
 }
 
 func (l *layered) Clear(consumers ...netip.Addr) error {

@@ -367,19 +367,21 @@ func (t *Netem) Reinstalls() uint64 { return t.guard.Reinstalls() }
 // Set moves each consumer to the steps of its (rounded-up) delays: per
 // direction one ipset add that replaces its entry's mark, or one del for
 // no delay. Rate caps are not this backend's (ErrUnsupported); nor are
-// IPv6 consumers, whose pure ACKs the IPv4 u32 test cannot recognise.
+// IPv6 consumers, whose pure ACKs the IPv4 u32 test cannot recognise: the
+// IPv4 consumers of a batch are applied, and the IPv6 ones it delays not
+// named in a RefusedError.
 func (t *Netem) Set(settings map[netip.Addr]Setting) error {
 	if err := ValidateAll(settings); err != nil {
 		return err
 	}
-	next := map[netip.Addr]netemState{}
 	for a, s := range settings {
 		if s.Rate != 0 || s.WriteRate != 0 {
 			return fmt.Errorf("netem: consumer %v: rate cap: %w", a, ErrUnsupported)
 		}
-		if !a.Unmap().Is4() {
-			return fmt.Errorf("netem: consumer %v: IPv6: %w", a, ErrUnsupported)
-		}
+	}
+	settings, refused := only4("netem", settings, func(s Setting) bool { return !s.IsZero() }, errIPv6)
+	next := map[netip.Addr]netemState{}
+	for a, s := range settings {
 		st, err := t.cfg.stateOf(s)
 		if err != nil {
 			return fmt.Errorf("consumer %v: %w", a, err)
@@ -388,7 +390,10 @@ func (t *Netem) Set(settings map[netip.Addr]Setting) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.apply(next)
+	if err := t.apply(next); err != nil {
+		return err
+	}
+	return refused.err()
 }
 
 // apply is all-or-nothing: every membership change is logged and undone

@@ -13,6 +13,7 @@ import (
 	"github.com/sanqos/sanqos/internal/testenv"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // tcTestNet is a throwaway pair of network namespaces joined by a veth:
@@ -21,11 +22,14 @@ import (
 type tcTestNet struct {
 	nameA, nameB string
 	nsA, nsB     netns.NsHandle
-	devA         string
+	devA, devB   string
 	addrA        netip.Addr
 	addrsB       []netip.Addr
-	label        string
-	port         uint16
+	// IPv6 addresses, once addIPv6 has given them.
+	addrA6  netip.Addr
+	addrsB6 []netip.Addr
+	label   string
+	port    uint16
 }
 
 // inNS runs f on a thread inside ns (or a fresh thread, for netns.None(),
@@ -80,6 +84,7 @@ func newTCTestNet(t testing.TB) *tcTestNet {
 		})
 	}
 	devB := fmt.Sprintf("sqt%db", id)
+	n.devB = devB
 	err := inNS(n.nsA, func() error {
 		la := netlink.NewLinkAttrs()
 		la.Name = n.devA
@@ -119,6 +124,34 @@ func setupLink(dev string, addrs ...netip.Addr) error {
 	return nil
 }
 
+// addIPv6 gives A and B IPv6 addresses beside their IPv4 ones, usable at
+// once (no duplicate address detection): A fd00:201::1, B ::2 and ::3.
+func (n *tcTestNet) addIPv6(t testing.TB) {
+	t.Helper()
+	n.addrA6 = netip.MustParseAddr("fd00:201::1")
+	n.addrsB6 = []netip.Addr{netip.MustParseAddr("fd00:201::2"), netip.MustParseAddr("fd00:201::3")}
+	add := func(dev string, addrs ...netip.Addr) error {
+		l, err := netlink.LinkByName(dev)
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			addr := &netlink.Addr{IPNet: netlink.NewIPNet(a.AsSlice()), Flags: unix.IFA_F_NODAD}
+			addr.IPNet.Mask = net.CIDRMask(64, 128)
+			if err := netlink.AddrAdd(l, addr); err != nil {
+				return fmt.Errorf("%v on %s: %w", a, dev, err)
+			}
+		}
+		return nil
+	}
+	if err := inNS(n.nsA, func() error { return add(n.devA, n.addrA6) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := inNS(n.nsB, func() error { return add(n.devB, n.addrsB6...) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // enterA moves the test goroutine (locked to its thread) into namespace A
 // until the test ends: backends run on the caller's thread, as the agent
 // runs in the namespace it was started in.
@@ -144,12 +177,17 @@ func (n *tcTestNet) enterA(t testing.TB) {
 	})
 }
 
-// dialFromB connects from local address src in B to A's port.
+// dialFromB connects from local address src in B to A's port, at A's
+// address of src's family.
 func (n *tcTestNet) dialFromB(src netip.Addr) (net.Conn, error) {
 	var c net.Conn
 	err := inNS(n.nsB, func() (err error) {
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: src.AsSlice()}}
-		c, err = d.Dial("tcp", netip.AddrPortFrom(n.addrA, n.port).String())
+		target := n.addrA
+		if src.Is6() {
+			target = n.addrA6
+		}
+		c, err = d.Dial("tcp", netip.AddrPortFrom(target, n.port).String())
 		return err
 	})
 	return c, err

@@ -121,7 +121,10 @@ func validateDelay(d time.Duration) error {
 var ErrUnsupported = errors.New("not supported by this backend")
 
 // Throttle is the seam between the controller and the kernel. Each call is
-// all-or-nothing: on error no consumer's state has changed. Implementations
+// all-or-nothing: on error no consumer's state has changed, with one
+// exception: a *RefusedError names the consumers a backend cannot
+// throttle as asked (IPv6 where its kernel side reads IPv4 only), and
+// every other consumer of the batch was applied. Implementations
 // apply a batch of consumers with one kernel call per kind of object (one
 // ipset swap, one qdisc change), never one per member where avoidable.
 type Throttle interface {

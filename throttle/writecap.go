@@ -39,7 +39,9 @@ import (
 // normal path, however many caps were set. Capping a consumer is a class
 // change and one map update.
 //
-// IPv4 consumers only: the program reads fixed IPv4 offsets.
+// IPv4 consumers only: the program reads fixed IPv4 offsets. Set caps the
+// IPv4 writers of a batch and names the IPv6 ones it left uncapped in a
+// RefusedError.
 type WriteCap struct {
 	cfg   WriteCapConfig
 	major uint16
@@ -312,10 +314,10 @@ func (w *WriteCap) Set(settings map[netip.Addr]Setting) error {
 		if s.ReadDelay != 0 || s.WriteDelay != 0 || s.Rate != 0 {
 			return fmt.Errorf("consumer %v: delays and read caps: %w", a, ErrUnsupported)
 		}
-		if s.WriteRate != 0 && !a.Unmap().Is4() {
-			return fmt.Errorf("consumer %v: write caps on IPv6: %w", a, ErrUnsupported)
-		}
 	}
+	// An IPv6 writer is left uncapped and named in the error; the others'
+	// caps go ahead.
+	settings, refused := only4("write caps", settings, func(s Setting) bool { return s.WriteRate != 0 }, errIPv6)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	next, used, err := w.plan(settings)
@@ -334,7 +336,10 @@ func (w *WriteCap) Set(settings map[netip.Addr]Setting) error {
 	w.handOver(lifted)
 	w.cur, w.minor = next, used
 	w.reap()
-	return w.lease.refresh()
+	if err := w.lease.refresh(); err != nil {
+		return err
+	}
+	return refused.err()
 }
 
 // plan makes the classes of settings' caps and steers the capped
@@ -386,7 +391,8 @@ func (w *WriteCap) plan(settings map[netip.Addr]Setting) (map[netip.Addr]htbCons
 	}
 	// The map last: a packet is steered only to a class that exists.
 	for a, c := range next {
-		if err := w.consumers.Put(ipv4Key(a), wcapValue{Class: uint32(netlink.MakeHandle(w.major, c.minor))}); err != nil {
+		key, _ := ipv4Key(a) // every capped consumer is IPv4 (Set refuses the rest)
+		if err := w.consumers.Put(key, wcapValue{Class: uint32(netlink.MakeHandle(w.major, c.minor))}); err != nil {
 			rollback()
 			return nil, nil, fmt.Errorf("write cap map: %w", err)
 		}

@@ -101,13 +101,14 @@ func (w *WriteCap) reap() {
 	}
 	now := monoNow()
 	for a, d := range w.draining {
+		key, _ := ipv4Key(a) // every capped consumer is IPv4 (Set refuses the rest)
 		handle := netlink.MakeHandle(w.major, d.minor)
 		if qlen[handle] > 0 {
 			continue
 		}
 		if !d.marked {
 			v := wcapValue{Class: handle, HandOver: 1, Last: now}
-			if err := w.consumers.Put(ipv4Key(a), v); err != nil {
+			if err := w.consumers.Put(key, v); err != nil {
 				w.cfg.Log.Warn("write cap: handing a lifted cap over", "consumer", a, "err", err)
 				continue
 			}
@@ -115,10 +116,10 @@ func (w *WriteCap) reap() {
 			continue
 		}
 		var v wcapValue
-		if err := w.consumers.Lookup(ipv4Key(a), &v); err == nil && v.HandOver != 0 && now-v.Last < uint64(2*writeCapQuiet) {
+		if err := w.consumers.Lookup(key, &v); err == nil && v.HandOver != 0 && now-v.Last < uint64(2*writeCapQuiet) {
 			continue
 		}
-		_ = w.consumers.Delete(ipv4Key(a))
+		_ = w.consumers.Delete(key)
 		_ = netlink.ClassDel(w.openClass(d.minor))
 		delete(w.draining, a)
 		delete(w.minor, d.minor)

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"net"
 	"net/netip"
@@ -37,6 +38,9 @@ type frame struct {
 }
 
 func (f frame) bytes() []byte {
+	if f.ethertype == unix.ETH_P_IPV6 {
+		return f.bytes6()
+	}
 	ihl, doff := max(f.ihl, 5), max(f.doff, 5)
 	b := make([]byte, 14+ihl*4+doff*4+f.payload)
 	binary.BigEndian.PutUint16(b[12:], f.ethertype)
@@ -55,6 +59,38 @@ func (f frame) bytes() []byte {
 		tcp[13] = f.flags
 	}
 	return b
+}
+
+// bytes6 is the frame over IPv6: a 40-byte header with proto as its
+// next header (no extension headers).
+func (f frame) bytes6() []byte {
+	doff := max(f.doff, 5)
+	b := make([]byte, 14+40+doff*4+f.payload)
+	binary.BigEndian.PutUint16(b[12:], f.ethertype)
+	ip := b[14:]
+	ip[0], ip[6], ip[7] = 0x60, f.proto, 64
+	binary.BigEndian.PutUint16(ip[4:], uint16(doff*4+f.payload))
+	src, dst := f.src.As16(), f.dst.As16()
+	copy(ip[8:], src[:])
+	copy(ip[24:], dst[:])
+	tcp := ip[40:]
+	binary.BigEndian.PutUint16(tcp[0:], f.sport)
+	binary.BigEndian.PutUint16(tcp[2:], f.dport)
+	tcp[12] = byte(doff) << 4
+	tcp[13] = 0x10 // ACK
+	if f.flags != 0 {
+		tcp[13] = f.flags
+	}
+	return b
+}
+
+// key4 is an IPv4 test address's key in the BPF maps.
+func key4(a netip.Addr) uint32 {
+	k, ok := ipv4Key(a)
+	if !ok {
+		panic(fmt.Sprintf("key4(%v): not IPv4", a))
+	}
+	return k
 }
 
 // programMaps makes a BPF program's maps for a test: consumers (IPv4 key,
@@ -95,7 +131,7 @@ func TestWriteCapProgram(t *testing.T) {
 	capped, other := netip.MustParseAddr("10.201.0.2"), netip.MustParseAddr("10.201.0.3")
 	lifted, quiet := netip.MustParseAddr("10.201.0.4"), netip.MustParseAddr("10.201.0.5")
 	const class = 0x51ab0010
-	if err := consumers.Put(ipv4Key(capped), wcapValue{Class: class}); err != nil {
+	if err := consumers.Put(key4(capped), wcapValue{Class: class}); err != nil {
 		t.Fatal(err)
 	}
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL", Instructions: writeCapProgram(3260, consumers.FD(), beat.FD())})
@@ -127,10 +163,10 @@ func TestWriteCapProgram(t *testing.T) {
 	} {
 		// lifted's last segment went into its class just now, quiet's a
 		// gap ago (set before every run: the program moves lifted's on).
-		if err := consumers.Put(ipv4Key(lifted), wcapValue{Class: class, HandOver: 1, Last: monoNow()}); err != nil {
+		if err := consumers.Put(key4(lifted), wcapValue{Class: class, HandOver: 1, Last: monoNow()}); err != nil {
 			t.Fatal(err)
 		}
-		if err := consumers.Put(ipv4Key(quiet), wcapValue{Class: class, HandOver: 1, Last: monoNow() - uint64(writeCapQuiet)}); err != nil {
+		if err := consumers.Put(key4(quiet), wcapValue{Class: class, HandOver: 1, Last: monoNow() - uint64(writeCapQuiet)}); err != nil {
 			t.Fatal(err)
 		}
 		deadline := monoNow() + uint64(time.Minute)
@@ -474,7 +510,7 @@ func TestWriteCapRecapWhileHandingOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v wcapValue
-	if err := w.consumers.Lookup(ipv4Key(a), &v); err != nil {
+	if err := w.consumers.Lookup(key4(a), &v); err != nil {
 		t.Fatal(err)
 	}
 	if got := w.cur[a]; got.minor != minor || got.rate != 2<<20 || v.HandOver != 0 || v.Class != uint32(netlink.MakeHandle(w.major, minor)) || len(w.draining) != 0 {

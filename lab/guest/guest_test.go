@@ -66,8 +66,9 @@ func (w testWriter) Write(b []byte) (int, error) {
 // the stock kernel: the throttle package's tests, compiled here and run in
 // the guest, pass, and their end-to-end halves ran (not the refusal
 // branches): EDT (fq + tc BPF) and the thesis' netem tree delay one
-// consumer and not its neighbour, the write caps cap, HTB classifies by
-// fw marks.
+// consumer and not its neighbour, EDT an IPv6 one beside an IPv4 one (and
+// with its IPv4 program alone delays the IPv4 one and names the IPv6 one),
+// the write caps cap, HTB classifies by fw marks.
 func TestStockKernelThrottleBackends(t *testing.T) {
 	requireGuest(t)
 	testenv.RequireCommands(t, "go")
@@ -98,7 +99,7 @@ func TestStockKernelThrottleBackends(t *testing.T) {
 	if res.ExitCode != 0 {
 		t.Fatalf("the throttle tests failed on %s (exit %d):\n%s", res.Kernel, res.ExitCode, res.Output)
 	}
-	for _, want := range []string{"edt: round trip p50: delayed", "netem: round trip p50: delayed", "--- PASS: TestWriteCapInNamespaces", "filter: fw"} {
+	for _, want := range []string{"edt: round trip p50: delayed", "IPv6 delayed", "IPv6 refused", "netem: round trip p50: delayed", "--- PASS: TestWriteCapInNamespaces", "filter: fw"} {
 		if !strings.Contains(res.Output, want) {
 			t.Errorf("the guest run lacks %q: the stock kernel's path did not run", want)
 		}
