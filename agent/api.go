@@ -85,7 +85,7 @@ func (a *API) Handler() http.Handler {
 		var addrs []netip.Addr
 		for _, c := range r.URL.Query()["consumer"] {
 			a, err := netip.ParseAddr(c)
-			if err != nil {
+			if err != nil || a.Zone() != "" {
 				writeErr(w, http.StatusBadRequest, fmt.Errorf("consumer %q is not an IP address", c))
 				return
 			}

@@ -240,8 +240,8 @@ func (c backendCheck) Run() Result {
 	if p.uses(partDevice) && p.deviceErr == nil {
 		r.Detail = append(r.Detail, "throttles on "+p.device)
 	}
-	if p.chosen == "edt" {
-		r.Detail = append(r.Detail, "edt delays IPv4 consumers only")
+	if p.chosen == "netem" {
+		r.Detail = append(r.Detail, "netem delays IPv4 consumers only: an IPv6 one is named in the agent's log and apply errors, the others are delayed")
 	}
 	if p.asked == "auto" {
 		r.Detail = append(r.Detail, "doctor predicts auto from the kernel config; the agent decides by building each backend in a scratch network namespace "+

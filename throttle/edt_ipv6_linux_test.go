@@ -1,6 +1,8 @@
 package throttle
 
 import (
+	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"testing"
@@ -110,4 +112,92 @@ func TestDelayLineIPv6BesideIPv4(t *testing.T) {
 	}, func(t *testing.T, n *tcTestNet, th Throttle) {
 		delaysBothFamilies(t, n, th, true)
 	})
+}
+
+// edtOnMaps is an EDT with its maps and lease but no qdisc or program:
+// enough for Set, Clear and List, on any kernel with BPF maps (this
+// machine's has no fq).
+func edtOnMaps(t *testing.T, v6 bool) *EDT {
+	t.Helper()
+	e := &EDT{cur: map[netip.Addr]Setting{}}
+	m4 := newEDTTestMaps(t, 4)
+	e.consumers, e.last = m4.delays, m4.last
+	if v6 {
+		m6 := newEDTTestMaps(t, 16)
+		e.consumers6, e.last6 = m6.delays, m6.last
+	}
+	var err error
+	if e.lease, err = newBPFLease(time.Second, slog.New(slog.DiscardHandler), "edt delays"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.lease.close)
+	return e
+}
+
+// Set, List and Clear (what `sanqos throttle set|list|clear` reach through
+// the agent) on every form of address, with and without the IPv6 part:
+// none panics (clearing an IPv6 consumer reached an IPv4-only key
+// function that did); each consumer's delays land in its family's map
+// under its key; a zone is no part of the key; without the IPv6 part an
+// IPv6 consumer is refused by name and clearing it is no error; an
+// invalid address is refused before any map changes.
+func TestEDTSetAndClearEveryAddress(t *testing.T) {
+	const d = 7 * time.Millisecond
+	for _, v6 := range []bool{true, false} {
+		for _, tc := range []struct {
+			name   string
+			a      netip.Addr
+			listed netip.Addr // as List gives it back
+		}{
+			{"IPv4", netip.MustParseAddr("10.201.0.2"), netip.MustParseAddr("10.201.0.2")},
+			{"IPv4-mapped IPv6", netip.MustParseAddr("::ffff:10.201.0.4"), netip.MustParseAddr("10.201.0.4")},
+			{"IPv6", netip.MustParseAddr("fd00:201::2"), netip.MustParseAddr("fd00:201::2")},
+			{"link-local with zone", netip.MustParseAddr("fe80::1%eth0"), netip.MustParseAddr("fe80::1")},
+			{"invalid", netip.Addr{}, netip.Addr{}},
+		} {
+			t.Run(fmt.Sprintf("%s, IPv6 part %v", tc.name, v6), func(t *testing.T) {
+				e := edtOnMaps(t, v6)
+				k4, is4 := ipv4Key(tc.a)
+				k6, is6 := ipv6Key(tc.a)
+				err := e.Set(map[netip.Addr]Setting{tc.a: {ReadDelay: d, WriteDelay: d / 7}})
+				refused, partial := Refused(err)
+				switch {
+				case !tc.a.IsValid():
+					if err == nil || partial {
+						t.Errorf("Set: %v, want the batch refused", err)
+					}
+				case is6 && !v6:
+					if _, named := refused[tc.listed]; !named {
+						t.Errorf("Set: %v, want %v named", err, tc.listed)
+					}
+				case err != nil:
+					t.Fatalf("Set: %v", err)
+				}
+				applied := err == nil
+				var got [2]uint64
+				switch {
+				case is4:
+					err = e.consumers.Lookup(k4, &got)
+				case is6 && v6:
+					err = e.consumers6.Lookup(k6, &got)
+				}
+				if applied && (err != nil || got != [2]uint64{uint64(d), uint64(d / 7)}) {
+					t.Errorf("map entry %v, %v; want the delays under its key", got, err)
+				}
+				if l := e.List(); applied != (len(l) == 1 && l[tc.listed] == Setting{ReadDelay: d, WriteDelay: d / 7}) {
+					t.Errorf("List %v after Set (applied %v)", l, applied)
+				}
+				err = e.Clear(tc.a)
+				if tc.a.IsValid() != (err == nil) {
+					t.Errorf("Clear: %v", err)
+				}
+				if n := len(e.List()); n != 0 {
+					t.Errorf("List %v after Clear", e.List())
+				}
+				if is4 && e.consumers.Lookup(k4, &got) == nil || is6 && v6 && e.consumers6.Lookup(k6, &got) == nil {
+					t.Error("map entry left after Clear")
+				}
+			})
+		}
+	}
 }

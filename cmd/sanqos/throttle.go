@@ -49,7 +49,8 @@ func throttleSetCmd(socket *string) *cobra.Command {
 		Short: "Throttle consumers (IPv4/IPv6 addresses)",
 		Long: `Applies one setting to every named consumer, all or nothing (a bad address
 or delay changes nothing), and prints each consumer's setting now, one line
-each. Setting a consumer again replaces its whole setting. A controller
+each. A consumer the backend cannot throttle (IPv6 on netem, htb or the
+write caps) is named in the error, and the others are applied. Setting a consumer again replaces its whole setting. A controller
 running for the consumer's resource may later change a write delay it set
 itself.`,
 		Example: `  sanqos throttle set 10.99.0.3 --write-delay 2ms
@@ -250,8 +251,12 @@ func parseAddrs(args []string) ([]netip.Addr, error) {
 	var out []netip.Addr
 	for _, s := range args {
 		a, err := netip.ParseAddr(s)
-		if err != nil || a.Zone() != "" {
+		switch {
+		case err != nil:
 			return nil, usagef("consumer %q is not an IPv4/IPv6 address", s)
+		case a.Zone() != "":
+			// A consumer is the address its packets carry, which has no zone.
+			return nil, usagef("consumer %q: give the address without its zone (%%%s)", s, a.Zone())
 		}
 		out = append(out, a.Unmap())
 	}

@@ -76,3 +76,57 @@ func TestThrottleSetSaysWhatItApplied(t *testing.T) {
 		})
 	}
 }
+
+// Every throttle subcommand that takes or prints an address, over every
+// form an operator may type: none panics; IPv4, IPv4-mapped and IPv6
+// addresses reach the agent (a mapped one as IPv4) and come back in
+// list; a zone or garbage is a usage error naming the argument, and
+// changes nothing. (backends takes no address.)
+func TestThrottleCommandsOnEveryAddress(t *testing.T) {
+	for _, tc := range []struct {
+		name, arg, shown string // shown: as set, clear and list print it
+		code             int
+		why              string // in the usage error
+	}{
+		{"IPv4", "10.99.0.7", "10.99.0.7", exitOK, ""},
+		{"IPv4-mapped IPv6", "::ffff:10.99.0.8", "10.99.0.8", exitOK, ""},
+		{"IPv6", "fd00:99::7", "fd00:99::7", exitOK, ""},
+		{"link-local with zone", "fe80::7%eth0", "", exitUsage, "without its zone (%eth0)"},
+		{"garbage", "10.99.0.300", "", exitUsage, `"10.99.0.300" is not an IPv4/IPv6 address`},
+		{"hostname", "storage1", "", exitUsage, `"storage1" is not an IPv4/IPv6 address`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sock := serveAPI(t, testStatus)
+			ok := tc.code == exitOK
+			for _, step := range []struct {
+				args   []string
+				listed bool
+			}{
+				{[]string{"set", tc.arg, "--read-delay", "3ms"}, false},
+				{[]string{"list"}, ok},
+				{[]string{"clear", tc.arg}, false},
+				{[]string{"list"}, false},
+			} {
+				out, err := run(t, append(append([]string{"throttle"}, step.args...), "--socket", sock)...)
+				said := out + errString(err)
+				if step.args[0] == "list" {
+					if exitCode(err) != exitOK {
+						t.Fatalf("list: exit %d: %s", exitCode(err), said)
+					}
+					if listed := ok && strings.Contains(out, "\n"+tc.shown+" "); listed != step.listed {
+						t.Errorf("list: %s listed %v, want %v:\n%s", tc.shown, listed, step.listed, out)
+					}
+					continue
+				}
+				switch code := exitCode(err); {
+				case code != tc.code:
+					t.Fatalf("%v: exit %d, want %d: %s", step.args, code, tc.code, said)
+				case ok && !strings.HasPrefix(out, tc.shown+": "):
+					t.Errorf("%v printed %q, want it about %s", step.args, out, tc.shown)
+				case !ok && !strings.Contains(said, tc.why):
+					t.Errorf("%v: %q lacks %q", step.args, said, tc.why)
+				}
+			}
+		})
+	}
+}
