@@ -94,8 +94,8 @@ func recordedTicks(t *testing.T, path, phase string) []autoTick {
 
 // learn replays ticks through a learner with the agent's floor estimate
 // (quiet ticks only) and returns it, with the floor it reached.
-func learn(ticks []autoTick) (*autoThreshold, float64, int) {
-	a := newAutoThreshold(15)
+func learn(ticks []autoTick, tail bool) (*autoThreshold, float64, int) {
+	a := newAutoThreshold(15, tail)
 	var fl floorEstimate
 	changes := 0
 	for _, tk := range ticks {
@@ -125,25 +125,27 @@ func TestAutoThresholdRecorded(t *testing.T) {
 		thrMs, peakMBs float64
 	}{
 		// 12 sequential 64 KiB readers on/off, agent off: 30 MB/s at a
-		// 26.4 ms wait, floor 6.4 ms.
-		{"read-backup, agent off", backup, true, 26.4, 30.35},
+		// 27.2 ms wait (p95), floor 6.4 ms.
+		{"read-backup, agent off", backup, true, 27.2, 30.35},
 		// ten random 8 KiB streams, reads and writes.
-		{"mixed, agent off", recordedTicks(t, lab+"mixed-run/trace.csv.gz", ""), true, 63.9, 3.72},
+		{"mixed, agent off", recordedTicks(t, lab+"mixed-run/trace.csv.gz", ""), true, 65.9, 3.72},
 		// twelve 64 KiB writers.
-		{"writers, agent off", recordedTicks(t, lab+"autonomic-run/trace.csv.gz", "baseline"), true, 47.0, 17.33},
-		// writers held by the agent at 10 ms (with write caps; the
-		// autonomic run's) and 20 ms: what the agent's delays let
-		// through is learned, at or under the threshold held.
-		{"writers, held at 10 ms (write caps)", recordedTicks(t, lab+"lever-run/trace.csv.gz", ""), true, 10.7, 15.22},
-		{"writers, held at 10 ms", recordedTicks(t, lab+"autonomic-run/trace.csv.gz", "threshold-10ms"), true, 8.8, 16.08},
-		{"writers, held at 20 ms", recordedTicks(t, lab+"autonomic-run/trace.csv.gz", "threshold-20ms"), true, 17.3, 16.58},
+		{"writers, agent off", recordedTicks(t, lab+"autonomic-run/trace.csv.gz", "baseline"), true, 47.5, 17.33},
+		// writers held by the agent at 10 and 20 ms, keeping most of
+		// their peak: the threshold held is what is learned (within
+		// 11 %, 5 %); held at 10 ms with write caps past a 20 ms
+		// max_delay, they moved 90 % of their peak only in each load
+		// step's first seconds, and the wait there is learned.
+		{"writers, held at 10 ms", recordedTicks(t, lab+"autonomic-run/trace.csv.gz", "threshold-10ms"), true, 11.1, 16.08},
+		{"writers, held at 20 ms", recordedTicks(t, lab+"autonomic-run/trace.csv.gz", "threshold-20ms"), true, 21.0, 16.58},
+		{"writers, capped at 10 ms", recordedTicks(t, lab+"lever-run/trace.csv.gz", ""), true, 30.8, 15.22},
 		// the reader alone: nothing loaded, nothing learned.
 		{"idle", backup[:50], false, 15, 0},
 		// five seconds of the backup: under autoMinLoaded.
 		{"too short", backup[:110], false, 15, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a, floor, changes := learn(tc.ticks)
+			a, floor, changes := learn(tc.ticks, true)
 			st := a.status()
 			t.Logf("state %s threshold %.1f ms (floor %.2f) peak %.2f MB/s wait@90%% %.2f ms busy %d loaded %d changes %d",
 				st.State, a.thresholdMs(), floor, st.PeakMBs, st.WaitAtPeakMs, st.BusySamples, st.LoadedSamples, changes)
@@ -180,16 +182,17 @@ func TestAutoThresholdRules(t *testing.T) {
 		thrMs   float64
 		changes int
 	}{
-		{"start raised to 1.5 × a high floor", quiet(100, 12), "learning", 18, 1},
-		{"start kept over a low floor", quiet(100, 6), "learning", 15, 0},
+		{"start raised to 1.15 × a high floor", quiet(100, 14), "learning", 16.1, 1},
+		{"start kept over a low floor", quiet(100, 12), "learning", 15, 0},
 		{"learned", slices.Concat(quiet(20, 6), busy(200, 30)), "learned", 30, 1},
 		{"never under 1.15 × the floor", slices.Concat(quiet(20, 10), busy(200, 10.5)), "learned", 11.5, 1},
 		{"within 5 % kept", slices.Concat(quiet(20, 6), busy(100, 30), busy(3000, 31)), "learned", 30, 1},
 		{"beyond 5 % moved", slices.Concat(quiet(20, 6), busy(100, 30), busy(3000, 20)), "learned", 20, 2},
+		{"a floor that rises later is not followed", slices.Concat(quiet(20, 6), busy(200, 10), quiet(300, 15), busy(100, 10)), "learned", 10, 1},
 		{"loaded without reads", slices.Concat(quiet(20, 6), slices.Repeat([]autoTick{{bps: 30e6, waitMs: math.NaN(), loaded: true}}, 300)), "learning", 15, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a, _, changes := learn(tc.ticks)
+			a, _, changes := learn(tc.ticks, false)
 			if st := a.status(); st.State != tc.state || a.thresholdMs() != tc.thrMs || changes != tc.changes {
 				t.Fatalf("%s %.2f ms after %d changes, want %s %.2f after %d", st.State, a.thresholdMs(), changes, tc.state, tc.thrMs, tc.changes)
 			}

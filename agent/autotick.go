@@ -28,7 +28,7 @@ const autoLogEvery = time.Minute
 func (l *Loops) threshold(rs *resourceState, spec ResourceSpec) time.Duration {
 	switch {
 	case spec.AutoThreshold && spec.NewControllerAt != nil && rs.auto == nil:
-		rs.auto = &autoState{learner: newAutoThreshold(ms(spec.Threshold)), ctrlThr: spec.Threshold}
+		rs.auto = &autoState{learner: newAutoThreshold(ms(spec.Threshold), spec.TailObjective), ctrlThr: spec.Threshold}
 		l.log.Info("threshold auto: learning", slog.String("resource", spec.Name), slog.Duration("start", spec.Threshold))
 	case !spec.AutoThreshold && rs.auto != nil:
 		if rs.auto.ctrlThr != spec.Threshold {

@@ -7,7 +7,7 @@ import (
 )
 
 // AutoStart is the threshold a resource with threshold: auto starts from
-// (the agent raises it to 1.5 × the floor where that is higher) and the
+// (the agent raises it to 1.15 × the floor where that is higher) and the
 // value its Threshold holds: the default threshold, at which every lab
 // figure of the README was measured, so that the resource is protected
 // from the first tick while the agent learns.

@@ -145,18 +145,33 @@ type Config struct {
 	// Discovery is where resources and consumers come from.
 	Discovery Discovery `yaml:"discovery"`
 	// Threshold is the read wait every resource is held under unless it
-	// sets its own. auto learns it per resource, VMware SIOC's rule
-	// adapted to the floor: the read wait the resource shows at 90 % of
-	// its peak throughput (the median wait of the loaded ticks that move
-	// at least 90 % of the 99th percentile of the loaded ticks'
-	// diskstats throughput, over the last 5 minutes of load), never
-	// below 1.15 × the floor (its read wait with no interferer; within
-	// 1.1 × it cannot be met). Until it has seen 10 s of load, 3 s of
-	// them near the peak, and the floor, status says learning and the
-	// threshold is 15ms, or 1.5 × the floor if that is higher. The
-	// agent's own delays shape what it learns from: it keeps lowering
-	// the threshold while the resource still moves 90 % of its peak
-	// under them. Not in mode bridge (no diskstats).
+	// sets its own: a duration, or auto. To choose one, sanqos doctor
+	// --config FILE --window 60s measures each resource's floor and its
+	// read wait at its busiest from diskstats and suggests one.
+	//
+	// auto: the agent learns each resource's threshold online, VMware
+	// SIOC's rule adapted to the floor: the read wait the resource shows
+	// at 90 % of its peak throughput, from the diskstats samples it takes
+	// anyway (over the last 5 minutes of load: the peak is the loaded
+	// ticks' 95th percentile of throughput; the wait is the 95th
+	// percentile, or the median with objective mean, of the read wait
+	// of the ticks moving at least 90 % of it), never below 1.15 × the
+	// floor (the read wait with no interferer, the lowest the agent has
+	// seen it; within 1.1 × it cannot be met). Until it has seen 10 s of
+	// load, 2 s of them near the peak, and the floor, status says
+	// learning and the threshold is 15ms (1.15 × the floor if higher), so
+	// the resource is protected while it learns. Status (table and JSON:
+	// threshold_auto), the threshold metric and the log (at most once a
+	// minute) show what it learned.
+	//
+	// Limits of auto: the agent's own delays shape what it learns from.
+	// A threshold it holds at a cost of less than 10 % of the peak is
+	// what it learns back (within its samples' scatter), so it does not
+	// search below where it started; one that costs more is raised until
+	// the resource moves 90 % of its peak again. The
+	// peak is what the resource was seen to move under load, not what it
+	// could: a load lighter than the resource's capacity is its own
+	// peak. Not in mode bridge (no diskstats).
 	Threshold time.Duration `yaml:"threshold"`
 	// ThresholdAuto is threshold: auto; Threshold is then AutoStart.
 	ThresholdAuto bool `yaml:"-"`
