@@ -26,6 +26,7 @@ package doctor
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/sanqos/sanqos/config"
 )
@@ -100,7 +101,7 @@ func (r Report) Failed() []string {
 // (the config first, since the others read it; the verdict on the backend
 // after the facts it rests on).
 func Checks(e *Env) []Check {
-	return []Check{
+	cs := []Check{
 		configCheck{e},
 		kernelCheck{e},
 		capsCheck{e},
@@ -112,6 +113,10 @@ func Checks(e *Env) []Check {
 		targetCheck{e},
 		discoveryCheck{e},
 	}
+	if e.Window > 0 { // only when asked: it takes the whole window
+		cs = append(cs, thresholdCheck{e})
+	}
+	return cs
 }
 
 // Run runs checks in order. A check that panics fails with the panic's
@@ -150,6 +155,10 @@ type Env struct {
 	// did not load.
 	ConfigPath string
 	ConfigErr  error
+	// Window is how long the threshold check samples diskstats (0: the
+	// check is not run); Disk its sampler (nil: this host's).
+	Window time.Duration
+	Disk   DiskSeries
 
 	kernel   *kernelFacts
 	caps     *capFacts

@@ -2,10 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/sanqos/sanqos/doctor"
 	"github.com/spf13/cobra"
@@ -14,6 +16,7 @@ import (
 func doctorCmd() *cobra.Command {
 	var cfgPath string
 	var asJSON bool
+	var window time.Duration
 	c := &cobra.Command{
 		Use:   "doctor",
 		Short: "Preflight: could the agent run here, and if not, why (changes nothing)",
@@ -33,6 +36,9 @@ config, and prints one line per check, then each check's details:
   target        tgt, LIO (configfs) and IET found
   discovery     the resources, LUNs and consumers discovery would find, and
                 the config's resources mapped onto them
+  threshold     with --window: each resource's floor (its read wait when
+                quiet) and its read wait at its busiest, measured from
+                /proc/diskstats over the window, and a suggested threshold
 
 Exits 0 when the agent could run (warnings included), 1 when a check failed.
 It checks its own capabilities; to check with the systemd unit's, run it
@@ -42,10 +48,15 @@ docs/doctor.md.`,
   sanqos doctor                       # as 'sanqos agent' without a config
   sanqos doctor --config /etc/sanqos/sanqos.yaml --json | jq '.checks[] | select(.status != "ok")'
   sanqos doctor --config /etc/sanqos/sanqos.yaml && systemctl start sanqos
+  sanqos doctor --config /etc/sanqos/sanqos.yaml --window 60s   # during the backup: suggests a threshold
   setpriv --bounding-set -all,+net_admin,+net_raw sanqos doctor --config /etc/sanqos/sanqos.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			env := doctor.NewEnv(doctor.System(), cfgPath)
+			if window > 0 && cfgPath == "" {
+				return usageError{errors.New("--window measures the config's resources: give --config")}
+			}
+			env.Window = window
 			rep := doctor.Run(env, doctor.Checks(env))
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -64,6 +75,7 @@ docs/doctor.md.`,
 		},
 	}
 	c.Flags().StringVar(&cfgPath, "config", "", "the agent's YAML config (default: check as 'sanqos agent' without one)")
+	c.Flags().DurationVar(&window, "window", 0, "with --config: measure each resource's floor and its read wait at its busiest from /proc/diskstats over this long (e.g. 60s, while the interferers run) and suggest a threshold")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON: {config, ok, checks[{name, status, summary, detail}]}")
 	return c
 }
