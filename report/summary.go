@@ -168,6 +168,37 @@ type ControlledRun struct {
 	// Criteria relates the run to its threshold, the baseline and the
 	// oracle of the same invocation (ControlledSummary.Judge).
 	Criteria *Criteria `json:"criteria,omitempty"`
+	// ThresholdAuto is how the agent chose the run's threshold under
+	// threshold: auto (lab --threshold-auto); ThresholdMs is its choice.
+	ThresholdAuto *AutoThresholdRun `json:"threshold_auto,omitempty"`
+}
+
+// AutoThresholdRun is threshold: auto in one run, from the agent's status
+// sampled every 500 ms.
+type AutoThresholdRun struct {
+	// State is the learner's at the end: learned, or learning (the
+	// threshold stayed at its start).
+	State string `json:"state"`
+	// ChosenMs is the threshold in force at the end; LearnedAtS when the
+	// agent first had learned one (s into the phase; 0: never), and
+	// MinMs, MaxMs the range of the thresholds it held from then on.
+	ChosenMs   float64 `json:"chosen_ms"`
+	StartMs    float64 `json:"start_ms"`
+	LearnedAtS float64 `json:"learned_at_s,omitempty"`
+	MinMs      float64 `json:"min_ms,omitempty"`
+	MaxMs      float64 `json:"max_ms,omitempty"`
+	Changes    int     `json:"changes"`
+	// What the last estimate rested on: the peak throughput, the wait at
+	// 90 % of it, and the floor (the read wait with no interferer, the
+	// lowest the agent's estimate was) it stays 1.15 × above.
+	PeakMBs      float64 `json:"peak_mb_s,omitempty"`
+	WaitAtPeakMs float64 `json:"wait_at_90pct_peak_ms,omitempty"`
+	FloorMs      float64 `json:"floor_ms,omitempty"`
+	// ReaderP95SinceLearnedMs is the reader's p95 over the phase's
+	// window from LearnedAtS on, and P95XChosen its ratio to ChosenMs
+	// (the whole window's ratio is Criteria.P95X).
+	ReaderP95SinceLearnedMs float64 `json:"reader_p95_since_learned_ms,omitempty"`
+	P95XChosen              float64 `json:"reader_p95_since_learned_x_chosen,omitempty"`
 }
 
 // Criteria are a regulated run's figures as ratios: to its threshold, to

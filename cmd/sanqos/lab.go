@@ -390,6 +390,7 @@ func labRunCmd() *cobra.Command {
 	f.StringVar(&o.RunID, "run-id", "", "name of the run directory (default: UTC timestamp)")
 	f.StringVar(&o.Resource, "resource", "", "resource to load (default: the first)")
 	f.DurationSliceVar(&o.Thresholds, "thresholds", nil, experiments.Taking(experiments.FlagThresholds)+": thresholds to regulate to (default 10ms,15ms,20ms; autonomic adds 5ms)")
+	f.BoolVar(&o.ThresholdAuto, "threshold-auto", false, experiments.Taking(experiments.FlagThresholdAuto)+": regulate once with threshold: auto instead (no oracle); summary.json has the threshold the agent chose")
 	f.StringVar(&o.AgentYAML, "agent-set", "", experiments.Taking(experiments.FlagAgentSet)+": YAML appended to the agent's config, e.g. 'pid: {kp: 1, ti: 200ms}'")
 	f.IntVar(&o.Writers, "writers", 0, experiments.Taking(experiments.FlagWriters)+": writer threads (default the thesis' 12)")
 	f.IntVar(&o.Streams, "streams", 0, experiments.Taking(experiments.FlagStreams)+": concurrent streams on the swept host, each one I/O in flight (default 1, the thesis'); more sweep 0–40 ms")

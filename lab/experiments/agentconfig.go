@@ -49,7 +49,11 @@ func (r *runner) writeAgentConfigOn(path, backend, http string, thr time.Duratio
 		kept = append(kept, line)
 	}
 	extra = strings.Join(kept, "\n")
-	fmt.Fprintf(&b, "backend: %s\nhttp: %s\nthreshold: %v\n%s\n", backend, http, thr, extra)
+	thrYAML := thr.String()
+	if r.opts.ThresholdAuto {
+		thrYAML = "auto"
+	}
+	fmt.Fprintf(&b, "backend: %s\nhttp: %s\nthreshold: %s\n%s\n", backend, http, thrYAML, extra)
 	if v := r.scaledWriteMBs(); v > 0 && !strings.Contains(extra, "throttleable_write_mb_s:") {
 		fmt.Fprintf(&b, "throttleable_write_mb_s: %g\n", v)
 	}

@@ -10,7 +10,7 @@ import (
 type autonomic struct{}
 
 func (autonomic) Spec() Spec {
-	return Spec{Name: "autonomic", DefaultScale: 0.25, Flags: FlagThresholds | FlagAgentSet | FlagWriters | FlagCycles | FlagNoOracle | FlagLUNMap | FlagBackends,
+	return Spec{Name: "autonomic", DefaultScale: 0.25, Flags: FlagThresholds | FlagThresholdAuto | FlagAgentSet | FlagWriters | FlagCycles | FlagNoOracle | FlagLUNMap | FlagBackends,
 		Title: "Same load, sets and indicators discovered automatically (Fig 5.11–5.13)"}
 }
 

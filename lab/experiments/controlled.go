@@ -131,6 +131,9 @@ func runControlled(r *runner, kind string) (any, error) {
 	if len(r.opts.Thresholds) > 0 {
 		thresholds = r.opts.Thresholds
 	}
+	if r.opts.ThresholdAuto { // not bridge-autonomic's: bridge mode has no diskstats
+		thresholds = []time.Duration{config.AutoStart} // one run, named threshold-auto
+	}
 	backends := []string{""} // "": the backend --agent-set names, else the delay line
 	if len(r.opts.Backends) > 0 {
 		backends = r.opts.Backends
@@ -152,7 +155,10 @@ func runControlled(r *runner, kind string) (any, error) {
 	}
 	r.opts.AgentYAML = agentYAML
 	cr.totals()
-	if c.oracle && !r.opts.NoOracle {
+	if r.opts.ThresholdAuto {
+		thresholds = cr.chosen() // the plots' reference lines
+	}
+	if c.oracle && !r.opts.NoOracle && !r.opts.ThresholdAuto {
 		if err := cr.runOracle(thresholds); err != nil {
 			return nil, err
 		}
@@ -233,7 +239,11 @@ func (cr *controlledRuns) startAgents(cfgPath, tag string, thr time.Duration) (a
 // "": the default), and records it.
 func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 	r, length := cr.r, cr.s.length()
-	cfgPath := filepath.Join(r.Dir, fmt.Sprintf("agent-%s%v.yaml", tag, thr))
+	thrName := thr.String()
+	if r.opts.ThresholdAuto {
+		thrName = "auto"
+	}
+	cfgPath := filepath.Join(r.Dir, fmt.Sprintf("agent-%s%s.yaml", tag, thrName))
 	if cr.firstCfg == "" {
 		cr.firstCfg = cfgPath
 	}
@@ -241,7 +251,7 @@ func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 	if err != nil {
 		return err
 	}
-	p := cr.phase(fmt.Sprintf("%sthreshold-%v", tag, thr), fmt.Sprintf("%sthreshold %v", strings.ReplaceAll(tag, "-", " "), thr))
+	p := cr.phase(fmt.Sprintf("%sthreshold-%s", tag, thrName), fmt.Sprintf("%sthreshold %s", strings.ReplaceAll(tag, "-", " "), thrName))
 	var ds delaySamples
 	t0 := time.Now()
 	p.Events = delaySampler(a, length, cr.c.load, &ds)
@@ -277,7 +287,13 @@ func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 		}
 	}
 	cr.all = append(cr.all, res)
+	var auto *report.AutoThresholdRun
+	if r.opts.ThresholdAuto {
+		auto = ds.autoThreshold(res, p)
+		thr = time.Duration(auto.ChosenMs * 1e6) // the run is judged against what the agent chose
+	}
 	run := cr.judge(res, thr)
+	run.ThresholdAuto = auto
 	if be != "" {
 		run.Backend = be
 		if w := time.Since(t0).Seconds(); w > 0 {
@@ -302,6 +318,15 @@ func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 		cr.caps = append(cr.caps, report.Series{Name: p.Label, X: ds.x, Y: ds.caps})
 	}
 	return nil
+}
+
+// chosen are the thresholds threshold: auto chose in the regulated runs.
+func (cr *controlledRuns) chosen() []time.Duration {
+	var out []time.Duration
+	for _, run := range cr.sum.Regulated {
+		out = append(out, time.Duration(run.ThresholdMs*1e6))
+	}
+	return out
 }
 
 // agentCounters adds a fresh agent's held packets and lateness (its

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/agent"
+	"github.com/sanqos/sanqos/config"
 	"github.com/sanqos/sanqos/lab"
 	"github.com/sanqos/sanqos/report"
 )
@@ -35,6 +36,15 @@ type delaySamples struct {
 	// that held the wait tighter than asked shows whether the tail
 	// factor or the controller put it there.
 	loop [][]string
+	// auto are the first resource's threshold and threshold: auto's
+	// status per sample (nil: a set threshold).
+	auto []autoSample
+}
+
+// autoSample is one status sample of threshold: auto.
+type autoSample struct {
+	x, thrMs float64
+	st       *agent.AutoThresholdStatus
 }
 
 // delaySampler samples the agent's throttles as phase events (the agent
@@ -71,6 +81,10 @@ func delaySampler(a *lab.LabAgent, length time.Duration, l *interferers, ds *del
 				d = math.Max(d, l.delay(s))
 				rd, wd = math.Max(rd, float64(s.ReadDelay)/1e6), math.Max(wd, float64(s.WriteDelay)/1e6)
 				c += float64(s.WriteRate) / 1e6
+			}
+			if len(st.Resources) > 0 && st.Resources[0].Auto != nil {
+				r := st.Resources[0]
+				ds.auto = append(ds.auto, autoSample{t.Seconds(), r.ThresholdMs, r.Auto})
 			}
 			for _, r := range st.Resources {
 				ds.loop = append(ds.loop, []string{fmt.Sprintf("%.1f", t.Seconds()), r.Name, msCell(r.SetpointMs), msCell(r.IndicatorMs),
@@ -147,4 +161,42 @@ func writeCSV(path string, header []string, rows [][]string) error {
 	_ = w.Write(header)
 	_ = w.WriteAll(rows)
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// autoThreshold is threshold: auto's run as the samples saw it: the
+// threshold chosen at the end, when it was first learned, the range held
+// since, and the reader's p95 over p's window from then on against the
+// choice. nil samples (no status with threshold_auto) read as learning
+// at the config's start.
+func (ds *delaySamples) autoThreshold(res *lab.PhaseResult, p *lab.Phase) *report.AutoThresholdRun {
+	out := &report.AutoThresholdRun{State: "learning", StartMs: float64(config.AutoStart) / 1e6, ChosenMs: float64(config.AutoStart) / 1e6}
+	if len(ds.auto) == 0 {
+		return out
+	}
+	out.StartMs = ds.auto[0].thrMs
+	prev := ds.auto[0].thrMs
+	for _, s := range ds.auto {
+		if s.thrMs != prev {
+			out.Changes++
+			prev = s.thrMs
+		}
+		if s.st.State != "learned" {
+			continue
+		}
+		if out.LearnedAtS == 0 {
+			out.LearnedAtS, out.MinMs, out.MaxMs = s.x, s.thrMs, s.thrMs
+		}
+		out.MinMs, out.MaxMs = math.Min(out.MinMs, s.thrMs), math.Max(out.MaxMs, s.thrMs)
+	}
+	last := ds.auto[len(ds.auto)-1]
+	out.State, out.ChosenMs, out.FloorMs = last.st.State, last.thrMs, round(last.st.FloorMs, 2)
+	out.PeakMBs, out.WaitAtPeakMs = round(last.st.PeakMBs, 2), round(last.st.WaitAtPeakMs, 2)
+	if out.LearnedAtS > 0 {
+		from := max(p.From, time.Duration(out.LearnedAtS*float64(time.Second)))
+		if w := report.Values(res.Between(from, p.To), "b2", readWait); len(w) > 0 {
+			out.ReaderP95SinceLearnedMs = round(report.Describe(w).P95, 2)
+			out.P95XChosen = round(out.ReaderP95SinceLearnedMs/out.ChosenMs, 2)
+		}
+	}
+	return out
 }

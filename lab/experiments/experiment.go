@@ -44,14 +44,15 @@ type Flag uint
 // tune what the experiment's agent or load reads and are listed in their
 // flag's help.
 const (
-	FlagThresholds Flag = 1 << iota // --thresholds
-	FlagAgentSet                    // --agent-set
-	FlagWriters                     // --writers
-	FlagCycles                      // --cycles
-	FlagNoOracle                    // --no-oracle
-	FlagLUNMap                      // --lun-map
-	FlagBackends                    // --backends
-	FlagStreams                     // --streams
+	FlagThresholds    Flag = 1 << iota // --thresholds
+	FlagAgentSet                       // --agent-set
+	FlagWriters                        // --writers
+	FlagCycles                         // --cycles
+	FlagNoOracle                       // --no-oracle
+	FlagLUNMap                         // --lun-map
+	FlagBackends                       // --backends
+	FlagStreams                        // --streams
+	FlagThresholdAuto                  // --threshold-auto
 )
 
 // Options are a run's: the lab's (scale, repeats, results) and what the
@@ -61,6 +62,10 @@ type Options struct {
 	// Thresholds overrides the controlled experiments' thresholds (pid,
 	// autonomic, read-backup, mixed).
 	Thresholds []time.Duration
+	// ThresholdAuto regulates once with threshold: auto instead of the
+	// thresholds (controlled experiments): the threshold the agent chose
+	// is the run's, and summary.json's threshold_auto says how it chose.
+	ThresholdAuto bool
 	// AgentYAML is appended to the agent's generated config in pid and
 	// autonomic (e.g. "pid: {kp: 1, ti: 200ms}"), for tuning runs.
 	AgentYAML string

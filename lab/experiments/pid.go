@@ -10,7 +10,7 @@ import (
 type pid struct{}
 
 func (pid) Spec() Spec {
-	return Spec{Name: "pid", DefaultScale: 0.25, Flags: FlagThresholds | FlagAgentSet | FlagWriters | FlagCycles | FlagBackends,
+	return Spec{Name: "pid", DefaultScale: 0.25, Flags: FlagThresholds | FlagThresholdAuto | FlagAgentSet | FlagWriters | FlagCycles | FlagBackends,
 		Title: "PID with given sets holds 10/15/20 ms under 12 writers toggled on/off (Fig 5.9/5.10)"}
 }
 

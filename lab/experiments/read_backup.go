@@ -10,7 +10,7 @@ import (
 type readBackup struct{}
 
 func (readBackup) Spec() Spec {
-	return Spec{Name: "read-backup", DefaultScale: 0.25, Flags: FlagThresholds | FlagAgentSet | FlagCycles | FlagNoOracle | FlagLUNMap | FlagBackends,
+	return Spec{Name: "read-backup", DefaultScale: 0.25, Flags: FlagThresholds | FlagThresholdAuto | FlagAgentSet | FlagCycles | FlagNoOracle | FlagLUNMap | FlagBackends,
 		Title: "autonomic vs a backup: b3-b5 read sequentially, 64 KiB, 4 streams each, toggled on/off; with the static-delay oracle"}
 }
 

@@ -59,6 +59,9 @@ func checkOptions(e Experiment, o Options) (Options, error) {
 	if o.Writers < 0 || o.Writers > 48 || o.Cycles < 0 || o.Cycles > 50 {
 		return o, fmt.Errorf("writers %d, cycles %d: want 0 (default) or 1..48 writers, 1..50 cycles", o.Writers, o.Cycles)
 	}
+	if o.ThresholdAuto && !e.Spec().Takes(FlagThresholdAuto) {
+		return o, fmt.Errorf("%s takes no --threshold-auto (these do: %s)", e.Spec().Name, Taking(FlagThresholdAuto))
+	}
 	if len(o.Backends) > 0 && !e.Spec().Takes(FlagBackends) {
 		return o, fmt.Errorf("%s takes no --backends (these do: %s)", e.Spec().Name, Taking(FlagBackends))
 	}
