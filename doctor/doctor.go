@@ -16,11 +16,14 @@
 // compare the host's namespaces, qdiscs, rules and sets before and after a
 // run, and trace the system calls that would create state.
 //
+// With a window (sanqos doctor --window) it also samples /proc/diskstats
+// for that long and suggests a threshold (threshold.go).
+//
 // Each concern is one Check (a name and a Run that returns a Result),
 // registered in Checks; cmd/sanqos/doctor.go runs them and prints a table
 // or JSON.
 //
-// Imports (sanqos): agent, config, discover, throttle.
+// Imports (sanqos): agent, config, discover, internal/quantile, sample, throttle.
 package doctor
 
 import (
