@@ -35,8 +35,11 @@ import (
 //
 // The agent's own delays shape what it learns from. Where holding the
 // threshold costs the interferers less than 10 % of the peak, the busy
-// ticks are the held ones and their wait is the threshold held: it
-// stays. Where it costs more, the held ticks fall out of the busy set,
+// ticks are the held ones and their wait is about the threshold held,
+// a little under it, since the ticks over it are mostly a load step's
+// first, which move less than 90 % of the peak: it drifts down slowly
+// (lab read-backup, scale 1: 15 → 14.1 → 13.3 → 12.6 ms over three
+// minutes, the backup keeping 95.5 % of its throughput). Where it costs more, the held ticks fall out of the busy set,
 // the busy ticks are the less delayed ones, with higher waits, and the
 // threshold rises until the resource moves 90 % of its peak again. The
 // statistic follows the objective for the same reason: the median of
