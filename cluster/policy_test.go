@@ -34,8 +34,8 @@ func TestValidatePolicy(t *testing.T) {
 		{"host key at top", "backend: netem\n", "backend: not a policy key"},
 		{"host key in resource", "resources:\n  - name: vg1\n    devices: [loop3]\n", "resources[0].devices: a host's own setting"},
 		{"bad threshold", "resources:\n  - name: vg1\n    threshold: -1ms\n", "line 3: resources[0].threshold"},
-		{"unknown policy", "resources:\n  - name: vg1\n    policy: fastest\n", `unknown policy "fastest"`},
-		{"bad address", "resources:\n  - name: vg1\n    throttleable: [nothere]\n", `"nothere" is not an IP address`},
+		{"unknown policy", "resources:\n  - name: vg1\n    policy: fastest\n", "line 3: resources[0].policy: fastest: want read-over-write|"},
+		{"bad address", "resources:\n  - name: vg1\n    throttleable: [nothere]\n", "line 3: resources[0].throttleable[0]: nothere: not an IP address"},
 		{"unknown field", "resources:\n  - name: vg1\n    treshold: 1ms\n", "treshold"},
 		{"classes without slo", "resources:\n  - name: vg1\n    classes: [{name: a, members: [10.0.0.1]}]\n", "classes apply to policy slo-classes only"},
 	} {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -26,15 +27,38 @@ func Load(path string) (*Config, error) {
 	}
 	c, err := Parse(b)
 	if err != nil {
-		return nil, &FileError{Path: path, Err: fmt.Errorf("%s: %w", path, err)}
+		var es Errors
+		if !errors.As(err, &es) {
+			return nil, &FileError{Path: path, Err: fmt.Errorf("%s: %w", path, err)}
+		}
+		for i := range es {
+			es[i].File = path
+		}
+		return nil, &FileError{Path: path, Err: es}
 	}
 	c.SourcePath = path
+	for i, w := range c.Warnings {
+		c.Warnings[i] = inFileNamed(path, w)
+	}
 	if c.TokenFile != "" {
 		if c.Token, err = readToken(c.TokenFile); err != nil {
-			return nil, &FileError{Path: path, Err: fmt.Errorf("%s: token_file: %w", path, err)}
+			return nil, &FileError{Path: path, Err: Error{File: path, Line: lineOf(c.root, "token_file"), Field: "token_file", Msg: err.Error()}}
 		}
 	}
 	return c, nil
+}
+
+// inFileNamed is warning w of Parse ("line N: ...") as Load reports it,
+// in the file: "FILE:N: ...".
+func inFileNamed(path, w string) string {
+	if rest, ok := strings.CutPrefix(w, "line "); ok {
+		if n, msg, ok := strings.Cut(rest, ": "); ok {
+			if _, err := strconv.Atoi(n); err == nil {
+				return path + ":" + n + ": " + msg
+			}
+		}
+	}
+	return path + ": " + w
 }
 
 // FileError is every error of Load: the config at Path, or the token file
@@ -78,14 +102,16 @@ const maxSize = 1 << 20
 
 // Parse decodes YAML over the defaults, rejecting unknown fields, fills in
 // what defaults to other fields (applyDefaults), and validates the result
-// as a whole.
+// as a whole. Its errors are Errors, in line order: a YAML syntax error
+// alone (nothing after it can be read), else every key that does not
+// decode and every value that does not validate.
 func Parse(b []byte) (*Config, error) {
 	if len(b) > maxSize {
 		return nil, fmt.Errorf("config is %d bytes, limit %d", len(b), maxSize)
 	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(b, &root); err != nil {
-		return nil, err
+		return nil, syntaxError(b, err)
 	}
 	// threshold: auto decodes as AutoStart, flagged (auto.go).
 	autoTop, autoRes := autoThresholds(&root)
@@ -98,21 +124,43 @@ func Parse(b []byte) (*Config, error) {
 	c := Defaults()
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
+	var errs []Error
 	// io.EOF: an empty or comment-only file means "all defaults".
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 		var te *yaml.TypeError
-		if errs := decodeErrors(&root); errors.As(err, &te) && len(errs) > 0 {
-			return nil, errors.Join(errs...)
+		if !errors.As(err, &te) {
+			return nil, err
 		}
-		return nil, err
+		// yaml.v3 decodes what it can and leaves the rest at the
+		// defaults, so the values that did decode are validated too.
+		if errs = decodeErrors(&root); len(errs) == 0 {
+			errs = typeErrors(te)
+		}
 	}
 	c.ThresholdAuto = autoTop
 	for i := range c.Resources {
 		c.Resources[i].ThresholdAuto = autoRes[i]
 	}
 	c.applyDefaults(&root)
-	if errs := c.validate(&root); len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if errs = withValidation(errs, c.validate(&root)); len(errs) > 0 {
+		return nil, sorted(errs)
 	}
+	c.root = &root
 	return &c, nil
+}
+
+// withValidation adds to the errors of decoding those of validation that
+// are not on a line decoding already reports: there, validation saw the
+// default that the value it could not decode left in place.
+func withValidation(decoding, validation []Error) []Error {
+	lines := map[int]bool{}
+	for _, e := range decoding {
+		lines[e.Line] = true
+	}
+	for _, e := range validation {
+		if !lines[e.Line] || e.Line == 0 {
+			decoding = append(decoding, e)
+		}
+	}
+	return decoding
 }

@@ -67,7 +67,7 @@ func TestErrorsNameFieldAndLine(t *testing.T) {
 		name, yaml, want string
 	}{
 		{"unknown field", "interval: 100ms\nthreshhold: 10ms\n", `line 2: unknown key "threshhold" (did you mean "threshold"?)`},
-		{"bad backend", "backend: tc\n", "line 1: backend: want auto"},
+		{"bad backend", "backend: tc\n", "line 1: backend: tc: want auto"},
 		{"max delay near RTO", "max_delay: 150ms\n", "line 1: max_delay"},
 		{"refresh below interval", "discovery:\n  interval: 2s\n  refresh: 1s\n", "line 3: discovery.refresh"},
 		{"delay rise negative", "delay_rise: -1ms\n", "line 1: delay_rise"},
@@ -76,17 +76,17 @@ func TestErrorsNameFieldAndLine(t *testing.T) {
 		{"delay rise above max", "max_delay: 20ms\ndelay_rise: 30ms\n", "line 2: delay_rise"},
 		{"delay ramp negative", "delay_ramp: -0.5\n", "line 1: delay_ramp"},
 		{"delay ramp absurd", "delay_ramp: 100\n", "line 1: delay_ramp"},
-		{"write delay on", "write_delay_on: data\n", "line 1: write_delay_on: want replies (default) or acks"},
-		{"follow and ramp", "delay_ramp: 0.5\ndelay_follow: true\n", "line 2: delay_follow: delay_follow and delay_ramp exclude each other"},
+		{"write delay on", "write_delay_on: data\n", "line 1: write_delay_on: data: want replies (default) or acks"},
+		{"follow and ramp", "delay_ramp: 0.5\ndelay_follow: true\n", "line 2: delay_follow: true: delay_follow and delay_ramp exclude each other"},
 		{"resource threshold", "resources:\n  - name: a\n  - name: b\n    threshold: -1ms\n", "line 4: resources[1].threshold"},
-		{"bad consumer", "resources:\n  - name: a\n    important: [10.0.0.1, nope]\n", "line 3: resources[0].important[1]: \"nope\""},
-		{"duplicate", "resources:\n  - name: a\n  - name: a\n", "line 3: resources[1].name: duplicate"},
+		{"bad consumer", "resources:\n  - name: a\n    important: [10.0.0.1, nope]\n", "line 3: resources[0].important[1]: nope: not an IP address"},
+		{"duplicate", "resources:\n  - name: a\n  - name: a\n", "line 3: resources[1].name: a: the name of the resource on line 2 already"},
 		{"kp", "pid:\n  kp: 0\n", "line 2: pid.kp"},
 		{"static needs devices", "discovery:\n  source: static\nresources:\n  - name: a\n", "resources[0].devices"},
-		{"not yaml", "interval: [\n", "yaml"},
+		{"not yaml", "interval: [\n", "line 1: not YAML: \"interval: [\": did not find expected node content"},
 		{"wrong type", "interval: fast\n", "line 1"},
-		{"objective", "objective: p99\n", "line 1: objective: unknown objective \"p99\": want mean|p95"},
-		{"resource objective", "resources:\n  - name: a\n    objective: median\n", "line 3: resources[0].objective: unknown objective"},
+		{"objective", "objective: p99\n", "line 1: objective: p99: want mean|p95"},
+		{"resource objective", "resources:\n  - name: a\n    objective: median\n", "line 3: resources[0].objective: median: want mean|p95"},
 	} {
 		_, err := Parse([]byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -130,22 +130,22 @@ func TestPolicyErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml, want string
 	}{
-		{"unknown policy lists the valid ones", res + "    policy: fair\n", "line 3: resources[0].policy: unknown policy \"fair\": want read-over-write|important-sets|weighted|slo-classes"},
+		{"unknown policy lists the valid ones", res + "    policy: fair\n", "line 3: resources[0].policy: fair: want read-over-write|important-sets|weighted|slo-classes"},
 		{"weights need weighted", res + "    weights: {10.0.0.1: 2}\n", "line 3: resources[0].weights: weights apply to policy weighted only"},
-		{"bad weight", res + "    policy: weighted\n    weights:\n      10.0.0.1: 0\n", "line 5: resources[0].weights.10.0.0.1: want a weight > 0"},
-		{"weight address", res + "    policy: weighted\n    weights:\n      nope: 1\n", "line 5: resources[0].weights.nope: \"nope\" is not an IP address"},
-		{"consumer_devices address", res + "    consumer_devices:\n      nope: [loop0]\n", "line 4: resources[0].consumer_devices.nope: \"nope\" is not an IP address"},
+		{"bad weight", res + "    policy: weighted\n    weights:\n      10.0.0.1: 0\n", "line 5: resources[0].weights.10.0.0.1: 0: want a weight > 0"},
+		{"weight address", res + "    policy: weighted\n    weights:\n      nope: 1\n", "line 5: resources[0].weights.nope: not an IP address"},
+		{"consumer_devices address", res + "    consumer_devices:\n      nope: [loop0]\n", "line 4: resources[0].consumer_devices.nope: not an IP address"},
 		{"consumer_devices empty", res + "    consumer_devices:\n      10.0.0.1: []\n", "line 4: resources[0].consumer_devices.10.0.0.1: want at least one device"},
-		{"consumer_devices outside the resource", res + "    devices: [loop0]\n    consumer_devices:\n      10.0.0.1: [loop0, loop7]\n", "resources[0].consumer_devices.10.0.0.1[1]: loop7 is not one of the resource's devices"},
-		{"slo needs classes", res + "    policy: slo-classes\n", "line 3: resources[0].policy: policy slo-classes needs at least one class"},
+		{"consumer_devices outside the resource", res + "    devices: [loop0]\n    consumer_devices:\n      10.0.0.1: [loop0, loop7]\n", "line 5: resources[0].consumer_devices.10.0.0.1[1]: loop7: not one of the resource's devices (loop0)"},
+		{"slo needs classes", res + "    policy: slo-classes\n", "line 3: resources[0].policy: slo-classes: policy slo-classes needs at least one class"},
 		{"classes need slo", res + "    classes:\n      - name: x\n        members: [10.0.0.1]\n", "line 3: resources[0].classes: classes apply"},
 		{"member twice", res + "    policy: slo-classes\n    classes:\n      - name: x\n        members: [10.0.0.1]\n      - name: y\n        members: [10.0.0.1]\n",
-			"line 8: resources[0].classes[1].members[0]: 10.0.0.1 is already in class x"},
+			"line 8: resources[0].classes[1].members[0]: 10.0.0.1: already in class x"},
 		{"negative objective", res + "    policy: slo-classes\n    classes:\n      - name: x\n        members: [10.0.0.1]\n        iops: -1\n", "line 7: resources[0].classes[0].iops"},
 		{"burst without floor", res + "    policy: slo-classes\n    classes:\n      - name: x\n        members: [10.0.0.1]\n        latency: 2ms\n        burst: 5s\n",
-			"line 8: resources[0].classes[0].burst: a burst allowance needs"},
+			"line 8: resources[0].classes[0].burst: 5s: a burst allowance needs"},
 		{"duplicate class", res + "    policy: slo-classes\n    classes:\n      - name: x\n        members: [10.0.0.1]\n      - name: x\n        members: [10.0.0.2]\n",
-			"line 7: resources[0].classes[1].name: duplicate class name x"},
+			"line 7: resources[0].classes[1].name: x: the name of the class on line 5 already"},
 	} {
 		_, err := Parse([]byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -170,13 +170,13 @@ func TestBridgeMode(t *testing.T) {
 		t.Fatalf("%+v", c)
 	}
 	for _, tc := range []struct{ name, yaml, want string }{
-		{"no interface", "mode: bridge\nresources:\n  - name: a\n    portals: [10.0.0.1]\n", "capture_interface: mode bridge needs"},
+		{"no interface", "mode: bridge\nresources:\n  - name: a\n    portals: [10.0.0.1]\n", "line 1: capture_interface: not set (mode is bridge on line 1): mode bridge needs"},
 		{"no portals", "mode: bridge\ncapture_interface: p-bm\nresources:\n  - name: a\n", "line 4: resources[0].portals"},
-		{"bad portal", "mode: bridge\ncapture_interface: p-bm\nresources:\n  - name: a\n    portals:\n      - 10.0.0.1:3260\n      - target\n", "line 7: resources[0].portals[1]: \"target\""},
-		{"shared portal", "mode: bridge\ncapture_interface: p-bm\nresources:\n  - name: a\n    portals: [10.0.0.1]\n  - name: b\n    portals: [10.0.0.1:3260]\n", "line 7: resources[1].portals[0]: portal 10.0.0.1:3260 is already resource a's"},
+		{"bad portal", "mode: bridge\ncapture_interface: p-bm\nresources:\n  - name: a\n    portals:\n      - 10.0.0.1:3260\n      - target\n", "line 7: resources[0].portals[1]: target: want address:port or address"},
+		{"shared portal", "mode: bridge\ncapture_interface: p-bm\nresources:\n  - name: a\n    portals: [10.0.0.1]\n  - name: b\n    portals: [10.0.0.1:3260]\n", "line 7: resources[1].portals[0]: 10.0.0.1:3260: portal 10.0.0.1:3260 is already resource a's"},
 		{"devices", "mode: bridge\ncapture_interface: p-bm\nresources:\n  - name: a\n    devices: [sdb]\n    portals: [10.0.0.1]\n", "line 5: resources[0].devices: mode bridge has no block devices"},
 		{"portals in target mode", "resources:\n  - name: a\n    portals: [10.0.0.1]\n", "line 3: resources[0].portals: portals apply to mode bridge only"},
-		{"interface in target mode", "capture_interface: eth0\n", "line 1: capture_interface: applies to mode bridge only"},
+		{"interface in target mode", "capture_interface: eth0\n", "line 1: capture_interface: eth0: applies to mode bridge only"},
 	} {
 		_, err := Parse([]byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -204,9 +204,9 @@ func TestErrorsSayWhatIsAllowed(t *testing.T) {
 		name, yaml string
 		want       []string // each must be in the error
 	}{
-		{"threshold 0", "threshold: 0ms\n" + res, []string{"line 1: threshold: 0s: want more than 0 and at most 10s", "e.g. 15ms"}},
+		{"threshold 0", "threshold: 0ms\n" + res, []string{"line 1: threshold: 0ms: want more than 0 and at most 10s", "e.g. 15ms"}},
 		{"threshold too long", "threshold: 11s\n" + res, []string{"line 1: threshold: 11s: want more than 0 and at most 10s"}},
-		{"resource threshold 0", res + "    threshold: 0ms\n", []string{"line 3: resources[0].threshold: 0s: want more than 0", "leave it out"}},
+		{"resource threshold 0", res + "    threshold: 0ms\n", []string{"line 3: resources[0].threshold: 0ms: want more than 0", "leave it out"}},
 		{"bare number", "threshold: 15\n" + res, []string{"line 1: threshold: 15 is a bare number: want a duration with a unit, e.g. 15ms"}},
 		{"bare float", "interval: 0.1\n" + res, []string{"line 1: interval: 0.1 is a bare number: want a duration with a unit"}},
 		{"quoted bare number", "threshold: \"15\"\n" + res, []string{`line 1: threshold: "15": want a duration with a unit, e.g. 15ms`}},

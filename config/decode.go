@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,7 +20,7 @@ import (
 // config.Config", "cannot unmarshal !!int `15` into time.Duration").
 // Parse calls it only once yaml.v3 has refused the document, so what it
 // walks has passed yaml.v3's limits on aliases.
-func decodeErrors(root *yaml.Node) []error {
+func decodeErrors(root *yaml.Node) []Error {
 	w := &schemaWalk{seen: map[visit]bool{}}
 	w.node(root, reflect.TypeFor[Config](), nil)
 	return w.errs
@@ -35,7 +36,7 @@ type visit struct {
 // visit.
 type schemaWalk struct {
 	seen map[visit]bool
-	errs []error
+	errs []Error
 }
 
 var durationType = reflect.TypeFor[time.Duration]()
@@ -77,8 +78,13 @@ func (w *schemaWalk) node(n *yaml.Node, t reflect.Type, path []any) {
 			w.bad(n, "want a mapping of key: value", path)
 			return
 		}
+		keys := map[string]int{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			w.node(n.Content[i+1], t.Elem(), append(path, n.Content[i].Value))
+			k := n.Content[i]
+			if w.twice(keys, k, append(path, k.Value)) {
+				continue
+			}
+			w.node(n.Content[i+1], t.Elem(), append(path, k.Value))
 		}
 	default:
 		w.scalar(n, t, path)
@@ -124,6 +130,7 @@ func (w *schemaWalk) mapping(n *yaml.Node, t reflect.Type, path []any) {
 		w.bad(n, "want a block of key: value", path)
 		return
 	}
+	keys := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.Value == "<<" && k.Tag == "!!merge" { // a merged block: its keys are this block's
@@ -141,8 +148,40 @@ func (w *schemaWalk) mapping(n *yaml.Node, t reflect.Type, path []any) {
 			w.bad(k, unknownKey(k.Value, t), path)
 			continue
 		}
+		if w.twice(keys, k, append(path, k.Value)) {
+			continue
+		}
 		w.node(v, f.Type, append(path, k.Value))
 	}
+}
+
+// twice reports key k if keys has it already (yaml.v3 refuses a key set
+// twice in one block, and says so without naming the block), and adds it.
+func (w *schemaWalk) twice(keys map[string]int, k *yaml.Node, path []any) bool {
+	if first, dup := keys[k.Value]; dup {
+		w.bad(k, fmt.Sprintf("set twice: also on line %d (delete one)", first), path)
+		return true
+	}
+	keys[k.Value] = k.Line
+	return false
+}
+
+// typeErrors are yaml.v3's own messages ("line N: ..."), as Errors, for
+// what the walk does not know.
+func typeErrors(te *yaml.TypeError) []Error {
+	var out []Error
+	for _, s := range te.Errors {
+		e := Error{Msg: s}
+		if rest, ok := strings.CutPrefix(s, "line "); ok {
+			if n, msg, ok := strings.Cut(rest, ": "); ok {
+				if line, err := strconv.Atoi(n); err == nil {
+					e = Error{Line: line, Msg: msg}
+				}
+			}
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // fieldByTag is t's field whose yaml key is key.

@@ -71,11 +71,11 @@ func (c *Config) validateReservations(p *problems, i int) {
 		a, err := netip.ParseAddr(res.Consumer)
 		switch {
 		case err != nil:
-			bad(fmt.Sprintf("%q is not an IP address", res.Consumer), "resources", i, "reservations", k, "consumer")
+			bad("not an IP address", "resources", i, "reservations", k, "consumer")
 		case seen[a.Unmap()]:
-			bad(res.Consumer+" has a reservation already", "resources", i, "reservations", k, "consumer")
+			bad("has a reservation already", "resources", i, "reservations", k, "consumer")
 		case throttleable[a.Unmap()]:
-			bad(res.Consumer+" is listed throttleable: a reserved consumer is protected", "resources", i, "reservations", k, "consumer")
+			bad("listed throttleable: a reserved consumer is protected", "resources", i, "reservations", k, "consumer")
 		}
 		if err == nil {
 			seen[a.Unmap()] = true
@@ -97,8 +97,8 @@ func (c *Config) validateReservations(p *problems, i int) {
 		case sumMBs > r.CapacityMBs:
 			bad(fmt.Sprintf("byte reservations sum to %.3g MB/s, more than capacity_mb_s %.3g: they cannot all be met", sumMBs, r.CapacityMBs), "resources", i, "reservations")
 		case sumMBs > reservationWarnShare*r.CapacityMBs:
-			c.Warnings = append(c.Warnings, p.at(fmt.Sprintf("byte reservations sum to %.3g MB/s, over %.0f%% of capacity_mb_s %.3g: little is left for the others", sumMBs, 100*reservationWarnShare, r.CapacityMBs),
-				"resources", i, "reservations").Error())
+			p.warn(p.at(fmt.Sprintf("byte reservations sum to %.3g MB/s, over %.0f%% of capacity_mb_s %.3g: little is left for the others", sumMBs, 100*reservationWarnShare, r.CapacityMBs),
+				nil, "resources", i, "reservations"))
 		}
 	}
 }

@@ -4,7 +4,11 @@ package config
 // validate.go and the defaults; its test fails until it is regenerated.
 //go:generate go run ../internal/configdoc
 
-import "time"
+import (
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
 
 // PID holds the gains of the thesis' controller (equation 4.2).
 type PID struct {
@@ -283,6 +287,9 @@ type Config struct {
 	// Warnings are problems that do not stop the config (e.g. reservations
 	// close to the stated capacity); the agent logs them.
 	Warnings []string `yaml:"-"`
+	// root is the file's YAML tree, for the lines of checks made after
+	// Parse.
+	root *yaml.Node
 }
 
 // Discovery chooses where consumers and resources come from.

@@ -48,11 +48,11 @@ func TestCLIEdges(t *testing.T) {
 			[]string{"Did you mean this?\n\tpolicy"}, []string{"SYNOPSIS"}},
 		// Config values and keys.
 		{"threshold: 0ms", []string{"config", "check", "{dir}/threshold-0.yaml"}, exitConfig,
-			[]string{"line 1: threshold: 0s: want more than 0 and at most 10s", "e.g. 15ms"}, []string{"want 0..10s"}},
+			[]string{"threshold-0.yaml:1: threshold: 0ms: want more than 0 and at most 10s", "e.g. 15ms"}, []string{"want 0..10s"}},
 		{"threshold: 15 (no unit)", []string{"config", "check", "{dir}/threshold-bare.yaml"}, exitConfig,
-			[]string{"line 1: threshold: 15 is a bare number: want a duration with a unit, e.g. 15ms"}, []string{"unmarshal", "time.Duration"}},
+			[]string{"threshold-bare.yaml:1: threshold: 15 is a bare number: want a duration with a unit, e.g. 15ms"}, []string{"unmarshal", "time.Duration"}},
 		{"unknown key", []string{"config", "check", "{dir}/typo.yaml"}, exitConfig,
-			[]string{`line 1: unknown key "treshold" (did you mean "threshold"?)`}, []string{"not found in type", "config.Config"}},
+			[]string{`typo.yaml:1: unknown key "treshold" (did you mean "threshold"?)`}, []string{"not found in type", "config.Config"}},
 		{"empty config file", []string{"config", "check", "{dir}/empty.yaml"}, exitConfig,
 			[]string{"resources: none listed: the agent would start but protect nothing"}, []string{"ok (0 resources)"}},
 		// One flag name per concept: --iscsi-port, --interface, --iqn;

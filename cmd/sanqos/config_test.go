@@ -7,8 +7,9 @@ import (
 	"testing"
 )
 
-// config check says what is wrong, where and what would be right, and
-// exits 3 (issue 32 item 6's config edges), or says ok.
+// config check says what is wrong, where (FILE:LINE) and what would be
+// right, and exits 3 (issue 32 item 6's config edges, issue 52 item 7),
+// or says ok. {file} stands for the file's path.
 func TestConfigCheck(t *testing.T) {
 	dir := t.TempDir()
 	res := "resources:\n  - name: vg1\n"
@@ -18,16 +19,20 @@ func TestConfigCheck(t *testing.T) {
 		code       int
 		want       string
 	}{
-		{"valid", "threshold: 10ms\n" + res, nil, exitOK, "ok (1 resources, backend auto, threshold 10ms"},
-		{"threshold 0", "threshold: 0ms\n" + res, nil, exitConfig, "line 1: threshold: 0s: want more than 0 and at most 10s"},
-		{"bare number", "threshold: 15\n" + res, nil, exitConfig, "line 1: threshold: 15 is a bare number: want a duration with a unit, e.g. 15ms"},
-		{"unknown key", "treshold: 10ms\n" + res, nil, exitConfig, `line 1: unknown key "treshold" (did you mean "threshold"?)`},
-		{"nested unknown key", res + "    polcy: weighted\n", nil, exitConfig, `line 3: resources[0]: unknown key "polcy" (did you mean "policy"?)`},
-		{"empty", "", nil, exitConfig, "resources: none listed: the agent would start but protect nothing"},
+		{"valid", "threshold: 10ms\n" + res, nil, exitOK, "{file}: ok (1 resources, backend auto, threshold 10ms"},
+		{"threshold 0", "threshold: 0ms\n" + res, nil, exitConfig, "{file}:1: threshold: 0ms: want more than 0 and at most 10s"},
+		{"bare number", "threshold: 15\n" + res, nil, exitConfig, "{file}:1: threshold: 15 is a bare number: want a duration with a unit, e.g. 15ms"},
+		{"unknown key", "treshold: 10ms\n" + res, nil, exitConfig, `{file}:1: unknown key "treshold" (did you mean "threshold"?)`},
+		{"nested unknown key", res + "    polcy: weighted\n", nil, exitConfig, `{file}:3: resources[0]: unknown key "polcy" (did you mean "policy"?)`},
+		{"in line order", res + "    threshold: 0ms\ninterval: 1ms\n", nil, exitConfig, "{file}:3: resources[0].threshold: 0ms: want more than 0 and at most 10s (the response time important reads are held under; leave it out for the top-level threshold)\n" +
+			"{file}:4: interval: 1ms: want 10ms..10s"},
+		{"empty", "", nil, exitConfig, "{file}: resources: none listed: the agent would start but protect nothing"},
 		{"comments only", "# threshold: 10ms\n", nil, exitConfig, "protect nothing"},
 		{"no resources", "threshold: 10ms\n", nil, exitConfig, "protect nothing"},
-		{"no resources allowed", "threshold: 10ms\n", []string{"--allow-no-resources"}, exitOK, "warning: resources: none listed"},
-		{"not yaml", "threshold: [\n", nil, exitConfig, "yaml: line"},
+		{"no resources allowed", "threshold: 10ms\n", []string{"--allow-no-resources"}, exitOK, "warning: {file}: resources: none listed"},
+		{"not yaml", "threshold: [\n", nil, exitConfig, `{file}:1: not YAML: "threshold: [": did not find expected node content`},
+		{"mis-indented", res + "    devices: [loop0]\n   threshold: 5ms\n", nil, exitConfig,
+			`{file}:4: not YAML: "   threshold: 5ms": did not find expected '-' indicator (indent it as the other keys of its block, or the entries of its list)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
@@ -38,8 +43,8 @@ func TestConfigCheck(t *testing.T) {
 			if code := exitCode(err); code != tc.code {
 				t.Fatalf("exit %d, want %d: %v\n%s", code, tc.code, err, out)
 			}
-			if got := out + errString(err); !strings.Contains(got, tc.want) {
-				t.Errorf("said %q, want %q", got, tc.want)
+			if got, want := out+errString(err), strings.ReplaceAll(tc.want, "{file}", path); !strings.Contains(got, want) {
+				t.Errorf("said %q, want %q", got, want)
 			}
 			if tc.code != exitOK && strings.Contains(out, ": ok (") {
 				t.Errorf("said ok: %s", out)
@@ -53,4 +58,38 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// docs/cli.md's examples of config errors are what config check prints
+// for the files they come from.
+func TestCLIDocConfigErrors(t *testing.T) {
+	b, err := os.ReadFile("../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, _ := strings.Cut(string(b), "## Config errors")
+	var blocks []string
+	for i, part := range strings.Split(sec, "```") {
+		if i%2 == 1 {
+			blocks = append(blocks, strings.TrimSpace(part))
+		}
+	}
+	files := []string{
+		"treshold: 10ms\nresources:\n  - {name: vg1, polcy: weighted}\npid: {ti: 200}\n# below: the response time\nthreshold: 0ms\n",
+		"resources:\n  - name: a\n    important: [10.0.0.1]\n    devices: [loop0]\n   threshold: 5ms\n",
+	}
+	if len(blocks) < len(files) {
+		t.Fatalf("%d examples in docs/cli.md's Config errors, want %d", len(blocks), len(files))
+	}
+	dir := t.TempDir()
+	for i, f := range files {
+		path := filepath.Join(dir, "sanqos.yaml")
+		if err := os.WriteFile(path, []byte(f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := run(t, "config", "check", path)
+		if want := strings.ReplaceAll(blocks[i], "/etc/sanqos/sanqos.yaml", path); errString(err) != want {
+			t.Errorf("example %d: config check says\n%s\ndocs/cli.md shows\n%s", i+1, errString(err), want)
+		}
+	}
 }

@@ -45,6 +45,16 @@ error with its line, and nothing is applied unless all of it is valid
 old one stays, and so is one that changes a key the running agent takes
 only at start (these need a restart): ` + restartKeys() + `.
 
+Each error is one line, ` + "`FILE:LINE: key: value: what it should be`" + `, in
+line order, with the value as the file writes it. A key the file leaves
+out shows its default and the key that makes it wrong:
+
+    sanqos.yaml:2: discovery.refresh: 10s (default; discovery.interval is 20s on line 2): want discovery.interval..10m
+
+A YAML syntax error is at the line it is on, with that line and its usual
+cause (a tab, a key indented unlike its block, a quote or bracket not
+closed).
+
 Durations are Go durations (` + "`100ms`, `1.5s`, `500us`" + `); MB/s are 10⁶ bytes
 per second. A path like ` + "`resources[].threshold`" + ` is the key ` + "`threshold`" + ` in
 any element of the list ` + "`resources`" + `. *Checked* quotes the validator's

@@ -228,7 +228,7 @@ func goNamesToYAML(doc string, names map[string]string) string {
 }
 
 // validatorMessages finds the validator's calls bad("message", "key", i,
-// "key"...) (and p.bad) whose message is a string literal and returns the
+// "key"...) (and p.bad, p.badBare) whose message is a string literal and returns the
 // messages by YAML path: string arguments are keys, anything else an index
 // or a map key.
 func validatorMessages(files []*ast.File) map[string][]string {
@@ -245,7 +245,7 @@ func validatorMessages(files []*ast.File) map[string][]string {
 					return true
 				}
 			case *ast.SelectorExpr:
-				if fn.Sel.Name != "bad" {
+				if fn.Sel.Name != "bad" && fn.Sel.Name != "badBare" {
 					return true
 				}
 			default:
