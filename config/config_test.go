@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -106,10 +107,21 @@ func TestAllErrorsAtOnce(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("interval: 100ms\nresources:\n  - name: a\n    devices: [loop0]\n"))
 	f.Add([]byte("pid: {kp: 1, ti: 1s}\n"))
+	f.Add([]byte("discovery:\n  interval: 20s\nmode: bridge\nmax_delay: -1ms\n"))
+	f.Add([]byte("discovery: {source: static}\nresources:\n  - {policy: slo-classes, classes: [{}]}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := Parse(b)
 		if err == nil && (c.MaxDelay >= 100*time.Millisecond || c.Interval <= 0) {
 			t.Fatalf("accepted invalid config %+v", c)
+		}
+		// Every error of a file has its line (issue 52 item 7).
+		var es Errors
+		if errors.As(err, &es) {
+			for _, e := range es {
+				if e.Line <= 0 {
+					t.Fatalf("no line: %v\n%q", e, b)
+				}
+			}
 		}
 	})
 }

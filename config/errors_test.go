@@ -111,7 +111,7 @@ func TestErrorsExact(t *testing.T) {
 }
 
 // Load puts the file in front of every line, as FILE:LINE, the form an
-// editor or grep jumps to.
+// editor or grep jumps to; so are the warnings it keeps.
 func TestLoadNamesFileAndLine(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "sanqos.yaml")
@@ -128,8 +128,19 @@ func TestLoadNamesFileAndLine(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Errorf("error\n got %v\nwant %s", err, want)
 	}
+	write("resources:\n  - name: vg1\n    important: [10.0.0.1]\n    throttleable: [10.0.0.1]\n")
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Warnings) != 1 || !strings.HasPrefix(c.Warnings[0], path+":4: resources[0].throttleable[0]: 10.0.0.1: ") {
+		t.Errorf("warnings %q", c.Warnings)
+	}
 	tok := filepath.Join(dir, "token")
 	if err := os.WriteFile(tok, []byte(strings.Repeat("a", MinTokenLen)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(tok, 0o644); err != nil { // whatever the umask
 		t.Fatal(err)
 	}
 	write("http: 127.0.0.1:9311\ntoken_file: " + tok + "\n")

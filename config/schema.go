@@ -288,7 +288,7 @@ type Config struct {
 	// close to the stated capacity); the agent logs them.
 	Warnings []string `yaml:"-"`
 	// root is the file's YAML tree, for the lines of checks made after
-	// Parse.
+	// Parse (CheckDevices).
 	root *yaml.Node
 }
 

@@ -87,6 +87,7 @@ func (c *Config) validateResource(p *problems, i int, names map[string]int) (con
 		}
 	}
 	consumers += len(r.Important) + len(r.Throttleable)
+	c.warnListedTwice(p, i)
 	return consumers
 }
 

@@ -22,6 +22,21 @@ resources:
     throttleable: [10.99.0.3]
 `
 
+// warnedConfig has two warnings on the lab host: sdb is not in its
+// diskstats, and 10.99.0.3 is both important and throttleable.
+const warnedConfig = `discovery:
+  source: static
+resources:
+  - name: vg1
+    devices: [loop0, sdb]
+    important: [10.99.0.3]
+    throttleable: [10.99.0.3]
+`
+
+// guestLoops is the guest's /proc/diskstats (empty: its root is shared
+// from the host) once the lab's loop devices are set up.
+var guestLoops = map[string]string{"proc/diskstats": "   7       0 loop0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n   7       1 loop1 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n"}
+
 // queueHeld is the lab's bm namespace while its delay line runs: queue 0
 // bound, its rules and sets in place.
 func queueHeld(t *testing.T) fixture {
@@ -164,7 +179,7 @@ var checkCases = []checkCase{
 		"nfqueue":      {OK, ""}, "target": {OK, ""}, "discovery": {OK, ""},
 	}},
 	{"stock kernel, edt asked with only the network capabilities", func(*testing.T) fixture {
-		return fixture{base: "stock-6.1", status: "netonly", config: staticConfig + "backend: edt\n"}
+		return fixture{base: "stock-6.1", status: "netonly", config: staticConfig + "backend: edt\n", files: guestLoops}
 	}, map[string]want{
 		"capabilities": {Fail, "lacks CAP_BPF or CAP_SYS_ADMIN"},
 		"backend":      {OK, "edt"},
@@ -172,7 +187,7 @@ var checkCases = []checkCase{
 		"discovery":    {OK, "static: 1 resources from the config"},
 	}},
 	{"stock kernel, edt named under the drop-in's capabilities", func(*testing.T) fixture {
-		return fixture{base: "stock-6.1", status: "named", config: staticConfig + "backend: edt\n"}
+		return fixture{base: "stock-6.1", status: "named", config: staticConfig + "backend: edt\n", files: guestLoops}
 	}, map[string]want{
 		"capabilities": {OK, "holds what the agent needs"},
 		"backend":      {OK, "edt"},
@@ -196,6 +211,23 @@ var checkCases = []checkCase{
 	}},
 	{"invalid config", func(*testing.T) fixture { return fixture{base: "host-6.18", config: "interval: -1s\nbogus: 1\n"} }, map[string]want{
 		"config": {Fail, "the agent would refuse this config"},
+	}},
+	// The config's warnings (issue 52 item 7): devices that the host's
+	// /proc/diskstats lacks, an address both important and throttleable.
+	// They fail the check under --strict only.
+	{"static devices all in diskstats", func(*testing.T) fixture { return fixture{base: "host-6.18", config: staticConfig} }, map[string]want{
+		"config": {OK, "valid (mode target, backend auto, discovery static, 1 resources)"}, "target": {OK, ""}, "discovery": {OK, ""},
+	}},
+	{"config warnings", func(*testing.T) fixture { return fixture{base: "host-6.18", config: warnedConfig} }, map[string]want{
+		"config": {Warn, "valid (mode target, backend auto, discovery static, 1 resources); 2 warnings"}, "target": {OK, ""}, "discovery": {OK, ""},
+	}},
+	{"config warnings, --strict", func(*testing.T) fixture { return fixture{base: "host-6.18", config: warnedConfig, strict: true} }, map[string]want{
+		"config": {Fail, "1 resources); 2 warnings, refused by --strict"}, "target": {OK, ""}, "discovery": {OK, ""},
+	}},
+	{"no diskstats to check devices against", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", config: staticConfig, files: map[string]string{"proc/diskstats": ""}}
+	}, map[string]want{
+		"config": {Warn, "1 resources); 1 warnings"}, "target": {OK, ""}, "discovery": {OK, ""},
 	}},
 	{"iet is not wired into the agent", func(*testing.T) fixture {
 		return fixture{base: "host-6.18", config: "discovery:\n  source: iet\n  root: testdata/iet\n"}
@@ -259,4 +291,21 @@ func hasFail(w map[string]want) bool {
 		}
 	}
 	return false
+}
+
+// The config check's details are the warnings, each at its file and
+// line with its value, the device check's after Load's.
+func TestConfigWarningsDetail(t *testing.T) {
+	e := fixture{base: "host-6.18", config: warnedConfig}.env(t)
+	r := configCheck{e}.Run()
+	want := []string{
+		"warning: " + e.ConfigPath + ":7: resources[0].throttleable[0]: 10.99.0.3: also important (important[0] on line 6): an important consumer is never slowed, so this entry does nothing",
+		"warning: " + e.ConfigPath + ":5: resources[0].devices[1]: sdb: not in /proc/diskstats: the agent would measure no read wait on it",
+	}
+	if got := strings.Join(r.Detail, "\n"); got != strings.Join(want, "\n") {
+		t.Errorf("detail\n got %s\nwant %s", got, strings.Join(want, "\n"))
+	}
+	if again := (configCheck{e}).Run(); len(again.Detail) != len(want) {
+		t.Errorf("a second run: %q", again.Detail)
+	}
 }

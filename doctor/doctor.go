@@ -162,6 +162,8 @@ type Env struct {
 	// check is not run); Disk its sampler (nil: this host's).
 	Window time.Duration
 	Disk   DiskSeries
+	// Strict makes the config's warnings fail its check (--strict).
+	Strict bool
 
 	kernel   *kernelFacts
 	caps     *capFacts

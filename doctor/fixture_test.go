@@ -26,6 +26,7 @@ type fixture struct {
 	links  []Link            // nil: this host's (lo, ifb0, ifb1 down, eth0)
 	dial   bool              // an agent answers on the control socket
 	config string            // YAML; "" for no --config
+	strict bool              // --strict
 	ran    *[]string         // when set, every program run is added
 }
 
@@ -164,5 +165,7 @@ func (f fixture) env(t *testing.T) *Env {
 			t.Fatal(err)
 		}
 	}
-	return NewEnv(h, path)
+	e := NewEnv(h, path)
+	e.Strict = f.strict
+	return e
 }

@@ -5,14 +5,20 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sanqos/sanqos/config"
 )
 
 // config check says what is wrong, where (FILE:LINE) and what would be
-// right, and exits 3 (issue 32 item 6's config edges, issue 52 item 7),
-// or says ok. {file} stands for the file's path.
+// right, and exits 3 (issue 32 item 6's config edges, issue 52 item 7's
+// warnings and --strict), or says ok. {file} stands for the file's path.
 func TestConfigCheck(t *testing.T) {
 	dir := t.TempDir()
+	hostDevices = func() ([]string, error) { return []string{"loop0", "loop1", "vda"}, nil }
+	defer func() { hostDevices = config.Diskstats("/proc") }()
 	res := "resources:\n  - name: vg1\n"
+	both := res + "    important: [10.0.0.1]\n    throttleable: [10.0.0.1]\n"
+	both1 := "warning: {file}:4: resources[0].throttleable[0]: 10.0.0.1: also important (important[0] on line 3): an important consumer is never slowed, so this entry does nothing"
 	for _, tc := range []struct {
 		name, yaml string
 		flags      []string
@@ -30,9 +36,17 @@ func TestConfigCheck(t *testing.T) {
 		{"comments only", "# threshold: 10ms\n", nil, exitConfig, "protect nothing"},
 		{"no resources", "threshold: 10ms\n", nil, exitConfig, "protect nothing"},
 		{"no resources allowed", "threshold: 10ms\n", []string{"--allow-no-resources"}, exitOK, "warning: {file}: resources: none listed"},
+		{"no resources allowed, strict", "threshold: 10ms\n", []string{"--allow-no-resources", "--strict"}, exitOK, "warning: {file}: resources: none listed"},
 		{"not yaml", "threshold: [\n", nil, exitConfig, `{file}:1: not YAML: "threshold: [": did not find expected node content`},
 		{"mis-indented", res + "    devices: [loop0]\n   threshold: 5ms\n", nil, exitConfig,
 			`{file}:4: not YAML: "   threshold: 5ms": did not find expected '-' indicator (indent it as the other keys of its block, or the entries of its list)`},
+		{"important and throttleable", both, nil, exitOK, both1},
+		{"important and throttleable, strict", both, []string{"--strict"}, exitConfig, both1 + "\n{file}: refused: 1 warnings and --strict"},
+		{"devices there", res + "    devices: [loop0, vda]\n", []string{"--strict"}, exitOK, "{file}: ok (1 resources"},
+		{"device not there", res + "    devices: [loop0, loop8]\n", nil, exitOK,
+			"warning: {file}:3: resources[0].devices[1]: loop8: not in /proc/diskstats: the agent would measure no read wait on it"},
+		{"device not there, strict", res + "    devices: [sdb]\n", []string{"--strict"}, exitConfig,
+			"warning: {file}:3: resources[0].devices[0]: sdb: not in /proc/diskstats: the agent would measure no read wait on it\n{file}: refused: 1 warnings and --strict"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")

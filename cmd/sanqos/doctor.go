@@ -15,7 +15,7 @@ import (
 
 func doctorCmd() *cobra.Command {
 	var cfgPath string
-	var asJSON bool
+	var asJSON, strict bool
 	var window time.Duration
 	c := &cobra.Command{
 		Use:   "doctor",
@@ -24,7 +24,8 @@ func doctorCmd() *cobra.Command {
 queue bindings), whether 'sanqos agent' could run on this host with the given
 config, and prints one line per check, then each check's details:
 
-  config        the config loads and validates as the agent would load it
+  config        the config loads and validates as the agent would load it,
+                and its devices are in /proc/diskstats
   kernel        netem, fq, clsact/BPF, HTB, NFQUEUE, ipset/xt_set, nf_tables...
                 from /proc/config.gz or /boot/config-RELEASE and modules.dep
   capabilities  what this process holds against what the agent needs
@@ -41,6 +42,9 @@ config, and prints one line per check, then each check's details:
                 /proc/diskstats over the window, and a suggested threshold
 
 Exits 0 when the agent could run (warnings included), 1 when a check failed.
+With --strict the config's warnings fail its check (an address listed
+twice, or both important and throttleable; a device listed twice or not
+in /proc/diskstats); the other checks' warnings stay warnings.
 It checks its own capabilities; to check with the systemd unit's, run it
 under them (last example). Every check and what to do when it fails:
 docs/doctor.md.`,
@@ -57,6 +61,7 @@ docs/doctor.md.`,
 				return usageError{errors.New("--window measures the config's resources: give --config")}
 			}
 			env.Window = window
+			env.Strict = strict
 			rep := doctor.Run(env, doctor.Checks(env))
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -76,6 +81,7 @@ docs/doctor.md.`,
 	}
 	c.Flags().StringVar(&cfgPath, "config", "", "the agent's YAML config (default: check as 'sanqos agent' without one)")
 	c.Flags().DurationVar(&window, "window", 0, "with --config: measure each resource's floor and its read wait at its busiest from /proc/diskstats over this long (e.g. 60s, while the interferers run) and suggest a threshold")
+	c.Flags().BoolVar(&strict, "strict", false, "fail the config check on its warnings (exit 1), as on its errors")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON: {config, ok, checks[{name, status, summary, detail}]}")
 	return c
 }

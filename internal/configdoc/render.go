@@ -53,7 +53,12 @@ out shows its default and the key that makes it wrong:
 
 A YAML syntax error is at the line it is on, with that line and its usual
 cause (a tab, a key indented unlike its block, a quote or bracket not
-closed).
+closed). Warnings leave the file valid (the agent logs them; ` + "`sanqos config check`" + `
+and ` + "`sanqos doctor`" + ` print them and exit 0, or fail with ` + "`--strict`" + `): an
+address twice in one resource's ` + "`important`" + ` or ` + "`throttleable`" + `, one in
+both (important wins: the throttleable entry does nothing), a device
+twice, and, checked by ` + "`config check`" + ` and ` + "`doctor`" + ` only, a device not in
+` + "`/proc/diskstats`" + `.
 
 Durations are Go durations (` + "`100ms`, `1.5s`, `500us`" + `); MB/s are 10⁶ bytes
 per second. A path like ` + "`resources[].threshold`" + ` is the key ` + "`threshold`" + ` in
