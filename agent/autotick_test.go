@@ -1,11 +1,16 @@
 package agent
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/sanqos/sanqos/control"
 	"github.com/sanqos/sanqos/sample"
+	"github.com/sanqos/sanqos/throttle"
 )
 
 // threshold: auto through the pipeline: the resource starts at the spec's
@@ -65,6 +70,13 @@ func TestAutoThresholdInPipeline(t *testing.T) {
 	st := l.Status()[0]
 	if st.Auto.State != "learned" || st.ThresholdMs != 30 || setpoint() != 30 || st.Auto.PeakMBs < 20 || st.Auto.PeakMBs > 20.5 {
 		t.Fatalf("after the load: %s at %v ms (controller %v), peak %.2f MB/s; want learned 30 ms at 20.3 MB/s (the writer and the reader)", st.Auto.State, st.ThresholdMs, setpoint(), st.Auto.PeakMBs)
+	}
+	// The threshold metric is the learned threshold.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newCollector(l.Status, throttle.NewMemory()))
+	want := "# HELP sanqos_resource_threshold_seconds Read-wait threshold of the resource.\n# TYPE sanqos_resource_threshold_seconds gauge\nsanqos_resource_threshold_seconds{resource=\"vg1\"} 0.03\n"
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sanqos_resource_threshold_seconds"); err != nil {
+		t.Error(err)
 	}
 	spec.AutoThreshold, spec.Threshold = false, 20*time.Millisecond
 	l.SetSpecs(map[string]ResourceSpec{"vg1": spec})
