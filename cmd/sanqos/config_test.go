@@ -107,3 +107,25 @@ func TestCLIDocConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// A config's errors are printed as they are, each line FILE:LINE: first
+// (no "sanqos: " before the first), so editors and grep take them as a
+// compiler's; other errors keep the prefix.
+func TestPrintConfigErrors(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sanqos.yaml")
+	if err := os.WriteFile(path, []byte("interval: 1ms\nbackend: x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := run(t, "config", "check", path)
+	var b strings.Builder
+	printError(&b, "sanqos config check", err)
+	want := path + ":1: interval: 1ms: want 10ms..10s\n" + path + ":2: backend: x: want auto|edt|netem|delayline|htb|delayline+htb|dry-run\n"
+	if b.String() != want {
+		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
+	}
+	b.Reset()
+	_, err = run(t, "config", "check", path+".none")
+	if printError(&b, "sanqos config check", err); !strings.HasPrefix(b.String(), "sanqos: open "+path+".none") {
+		t.Errorf("printed %q", b.String())
+	}
+}

@@ -10,9 +10,11 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
+	"github.com/sanqos/sanqos/config"
 	"github.com/spf13/cobra"
 )
 
@@ -21,20 +23,28 @@ func main() {
 	if err == nil {
 		return
 	}
-	code := exitCode(err)
+	printError(os.Stderr, cmd.CommandPath(), err)
+	os.Exit(exitCode(err))
+}
+
+// printError says why command path failed.
+func printError(w io.Writer, path string, err error) {
 	switch {
 	case errors.As(err, new(exitCodeError)):
 		// lab guest: the guest command's own exit code; its output said why.
-	case code == exitUsage:
+	case errors.As(err, new(config.Errors)):
+		// A config's errors, one a line, each FILE:LINE: first, as a
+		// compiler prints them, for editors and grep.
+		fmt.Fprintln(w, err)
+	case exitCode(err) == exitUsage:
 		sep := "\n"
 		if strings.Contains(err.Error(), "\n") {
 			sep = "\n\n" // after a list of suggestions
 		}
-		fmt.Fprintf(os.Stderr, "sanqos: %v%sRun '%s --help' for usage.\n", err, sep, cmd.CommandPath())
+		fmt.Fprintf(w, "sanqos: %v%sRun '%s --help' for usage.\n", err, sep, path)
 	default:
-		fmt.Fprintln(os.Stderr, "sanqos:", err)
+		fmt.Fprintln(w, "sanqos:", err)
 	}
-	os.Exit(code)
 }
 
 func rootCmd() *cobra.Command {
