@@ -67,19 +67,26 @@ func (l *Loops) learn(rs *resourceState, name string, st *ResourceStatus, d devI
 	f, fok := rs.floor.value()
 	wasLearned := a.learner.learned
 	if a.learner.observe(bps, st.RawWaitMs, loaded, f, fok) {
-		switch {
-		case a.learner.learned && (!wasLearned || now.Sub(a.logged) >= autoLogEvery):
-			s := a.learner.status()
-			l.log.Info("threshold auto: threshold changed", slog.String("resource", name),
-				slog.Float64("from_ms", st.ThresholdMs), slog.Float64("to_ms", a.learner.thresholdMs()),
-				slog.Float64("peak_mb_s", round2(s.PeakMBs)), slog.Float64("wait_at_90pct_peak_ms", round2(s.WaitAtPeakMs)),
-				slog.Float64("floor_ms", round2(f)), slog.Int("changes_not_logged", a.unlog))
-			a.logged, a.unlog = now, 0
-		default:
-			a.unlog++
-		}
+		a.noteChange(l.log, name, st.ThresholdMs, !wasLearned, now)
 	}
 	st.Auto = a.learner.status()
+}
+
+// noteChange logs a change of the learned threshold from fromMs: the
+// first learned one always, later ones at most every autoLogEvery, with
+// how many changes went unlogged in between (the changes while learning
+// among them: the start following the floor).
+func (a *autoState) noteChange(log *slog.Logger, name string, fromMs float64, first bool, now time.Time) {
+	if !a.learner.learned || !first && now.Sub(a.logged) < autoLogEvery {
+		a.unlog++
+		return
+	}
+	s := a.learner.status()
+	log.Info("threshold auto: threshold changed", slog.String("resource", name),
+		slog.Float64("from_ms", fromMs), slog.Float64("to_ms", a.learner.thresholdMs()),
+		slog.Float64("peak_mb_s", round2(s.PeakMBs)), slog.Float64("wait_at_90pct_peak_ms", round2(s.WaitAtPeakMs)),
+		slog.Float64("floor_ms", round2(s.FloorMs)), slog.Int("changes_not_logged", a.unlog))
+	a.logged, a.unlog = now, 0
 }
 
 func round2(x float64) float64 { return math.Round(x*100) / 100 }

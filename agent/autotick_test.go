@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +86,35 @@ func TestAutoThresholdInPipeline(t *testing.T) {
 	}
 	if st := l.Status()[0]; st.Auto != nil || st.ThresholdMs != 20 || setpoint() != 20 {
 		t.Fatalf("after a reload to 20 ms: auto %v, %v ms, controller %v", st.Auto, st.ThresholdMs, setpoint())
+	}
+}
+
+// A learned threshold's changes are logged at most once a minute, the
+// first always, each log line saying how many went unlogged before it;
+// the start's changes while learning are not logged.
+func TestAutoThresholdLogRateLimit(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	a := &autoState{learner: newAutoThreshold(15, true)}
+	t0 := time.Unix(1e9, 0)
+	for _, tc := range []struct {
+		at      time.Duration
+		learned bool
+		logged  string // "" none
+	}{
+		{0, false, ""}, // the start moved with the floor
+		{10 * time.Second, true, "from_ms=15 to_ms=12 peak_mb_s=0 wait_at_90pct_peak_ms=0 floor_ms=0 changes_not_logged=1"},
+		{20 * time.Second, true, ""},
+		{50 * time.Second, true, ""},
+		{71 * time.Second, true, "changes_not_logged=2"},
+	} {
+		buf.Reset()
+		first := tc.learned && !a.learner.learned
+		a.learner.learned, a.learner.thrMs = tc.learned, 12
+		a.noteChange(log, "vg1", 15, first, t0.Add(tc.at))
+		got := buf.String()
+		if tc.logged == "" && got != "" || tc.logged != "" && !strings.Contains(got, tc.logged) {
+			t.Errorf("at %v: logged %q, want %q", tc.at, got, tc.logged)
+		}
 	}
 }
