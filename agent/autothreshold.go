@@ -37,9 +37,8 @@ import (
 // threshold costs the interferers less than 10 % of the peak, the busy
 // ticks are the held ones and their wait is about the threshold held,
 // a little under it, since the ticks over it are mostly a load step's
-// first, which move less than 90 % of the peak: it drifts down slowly
-// (lab read-backup, scale 1: 15 → 14.1 → 13.3 → 12.6 ms over three
-// minutes, the backup keeping 95.5 % of its throughput). Where it costs more, the held ticks fall out of the busy set,
+// first, which move less than 90 % of the peak: the threshold stays
+// (autoDownHysteresis). Where it costs more, the held ticks fall out of the busy set,
 // the busy ticks are the less delayed ones, with higher waits, and the
 // threshold rises until the resource moves 90 % of its peak again. The
 // statistic follows the objective for the same reason: the median of
@@ -61,7 +60,15 @@ const (
 	autoPeakQ      = 0.95
 	autoBusyShare  = 0.9
 	autoFloorMin   = 1.15
-	autoHysteresis = 0.05 // a new estimate within 5 % keeps the threshold
+	autoHysteresis = 0.05 // a new estimate within 5 % over it keeps the threshold
+	// autoDownHysteresis: within 10 % under it too. A threshold held at
+	// little cost is learned back 5-6 % lower (the busy ticks leave out
+	// a load step's first, the ones over the threshold), and following
+	// that walked the threshold down a step every estimate or two, which
+	// the controller then chased (lab read-backup, scale 1: 15 → 14.1 →
+	// 13.3 → 12.6 ms in three minutes, the reader's p95 1.14 × the
+	// moving threshold).
+	autoDownHysteresis = 0.10
 )
 
 // autoSample is one loaded tick.
@@ -191,10 +198,11 @@ const AutoRule = "the read wait at 90 % of the peak throughput (the 95th percent
 const AutoFloorMin = autoFloorMin
 
 // settle moves the threshold to t (rounded to 0.1 ms) unless t is within
-// autoHysteresis of it: the estimate wanders with every tick the ring
-// takes, and each change retargets the controller.
+// autoHysteresis over it or autoDownHysteresis under it: the estimate
+// wanders with every tick the ring takes, and each change retargets the
+// controller.
 func (a *autoThreshold) settle(t float64) {
-	if math.Abs(t-a.thrMs) > autoHysteresis*a.thrMs {
+	if t > (1+autoHysteresis)*a.thrMs || t < (1-autoDownHysteresis)*a.thrMs {
 		a.thrMs = math.Round(t*10) / 10
 	}
 }

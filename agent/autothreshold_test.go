@@ -167,7 +167,8 @@ func TestAutoThresholdRecorded(t *testing.T) {
 
 // Synthetic series: the start follows a high floor, the learned
 // threshold never goes under 1.15 × the floor, a new estimate within 5 %
-// keeps the threshold, and a loaded tick without reads is not a sample.
+// over or 10 % under keeps the threshold, and a loaded tick without
+// reads is not a sample.
 func TestAutoThresholdRules(t *testing.T) {
 	quiet := func(n int, wait float64) []autoTick {
 		return slices.Repeat([]autoTick{{bps: 0.2e6, waitMs: wait}}, n)
@@ -186,8 +187,10 @@ func TestAutoThresholdRules(t *testing.T) {
 		{"start kept over a low floor", quiet(100, 12), "learning", 15, 0},
 		{"learned", slices.Concat(quiet(20, 6), busy(200, 30)), "learned", 30, 1},
 		{"never under 1.15 × the floor", slices.Concat(quiet(20, 10), busy(200, 10.5)), "learned", 11.5, 1},
-		{"within 5 % kept", slices.Concat(quiet(20, 6), busy(100, 30), busy(3000, 31)), "learned", 30, 1},
-		{"beyond 5 % moved", slices.Concat(quiet(20, 6), busy(100, 30), busy(3000, 20)), "learned", 20, 2},
+		{"within 5 % over kept", slices.Concat(quiet(20, 6), busy(100, 30), busy(3000, 31.4)), "learned", 30, 1},
+		{"beyond 5 % over moved", slices.Concat(quiet(20, 6), busy(100, 30), busy(3000, 32)), "learned", 32, 2},
+		{"within 10 % under kept", slices.Concat(quiet(20, 6), busy(100, 30), busy(3000, 27.5)), "learned", 30, 1},
+		{"beyond 10 % under moved", slices.Concat(quiet(20, 6), busy(100, 30), busy(3000, 20)), "learned", 20, 2},
 		{"a floor that rises later is not followed", slices.Concat(quiet(20, 6), busy(200, 10), quiet(300, 15), busy(100, 10)), "learned", 10, 1},
 		{"loaded without reads", slices.Concat(quiet(20, 6), slices.Repeat([]autoTick{{bps: 30e6, waitMs: math.NaN(), loaded: true}}, 300)), "learning", 15, 0},
 	} {

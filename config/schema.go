@@ -170,11 +170,10 @@ type Config struct {
 	//
 	// Limits of auto: the agent's own delays shape what it learns from.
 	// A threshold it holds at a cost of less than 10 % of the peak is
-	// learned back a little lower (a load step's first ticks, those over
-	// the threshold, move less than 90 % of the peak and are not
-	// counted), so it drifts down slowly, a step every minute or two,
-	// until holding it costs more; one that costs more is raised until
-	// the resource moves 90 % of its peak again. The
+	// learned back about as it is (a new estimate within 10 % under or 5
+	// % over keeps it), so it does not search below where it started;
+	// one that costs more is raised until the resource moves 90 % of its
+	// peak again. The
 	// peak is what the resource was seen to move under load, not what it
 	// could: a load lighter than the resource's capacity is its own
 	// peak. Not in mode bridge (no diskstats).
