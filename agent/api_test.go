@@ -62,6 +62,10 @@ func TestClientServerRoundTrip(t *testing.T) {
 	if err != nil || got[a].WriteDelay != 2*time.Millisecond || len(got) != 1 {
 		t.Fatalf("list = %v, %v (rejected request must change nothing)", got, err)
 	}
+	// A zone names no consumer (packets carry none): refused, as in a set.
+	if err := c.Clear(netip.MustParseAddr("fe80::3%eth0")); err == nil || !strings.Contains(err.Error(), "not an IP address") {
+		t.Fatalf("clear with a zone: %v", err)
+	}
 	if err := c.Clear(); err != nil {
 		t.Fatal(err)
 	}
