@@ -150,15 +150,16 @@ func Parse(b []byte) (*Config, error) {
 }
 
 // withValidation adds to the errors of decoding those of validation that
-// are not on a line decoding already reports: there, validation saw the
-// default that the value it could not decode left in place.
+// are not about a field decoding already reports: validation saw the
+// default that the value it could not decode left in place (devices:
+// sdb, not a list, is devices: [auto] to validation).
 func withValidation(decoding, validation []Error) []Error {
-	lines := map[int]bool{}
+	fields := map[string]bool{}
 	for _, e := range decoding {
-		lines[e.Line] = true
+		fields[e.Field] = true
 	}
 	for _, e := range validation {
-		if !lines[e.Line] || e.Line == 0 {
+		if !fields[e.Field] {
 			decoding = append(decoding, e)
 		}
 	}

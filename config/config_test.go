@@ -237,7 +237,7 @@ func TestErrorsSayWhatIsAllowed(t *testing.T) {
 		{"resource key at the top", "devices: [sdb]\n" + res, []string{`unknown key "devices" here (did you mean "device"? "devices" is a key of each resources: entry)`}},
 		{"nothing near", "pid:\n  gain: 1\n" + res, []string{`line 2: pid: unknown key "gain" (want kp, ti, td)`}},
 		{"wrong kind", "iscsi_port: abc\n" + res, []string{`line 1: iscsi_port: "abc": want a whole number`}},
-		{"list wanted", res + "    devices: sdb\n", []string{"line 3: resources[0].devices: want a list"}},
+		{"list wanted", res + "    devices: sdb\n", []string{"line 3: resources[0].devices: sdb: want a list"}},
 		{"every problem", "treshold: 10ms\ninterval: 1\n" + res, []string{`line 1: unknown key "treshold"`, "line 2: interval: 1 is a bare number"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -67,7 +67,7 @@ func (w *schemaWalk) node(n *yaml.Node, t reflect.Type, path []any) {
 		w.mapping(n, t, path)
 	case t.Kind() == reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
-			w.bad(n, "want a list, e.g. [a, b]", path)
+			w.bad(n, withScalar(n, "want a list, e.g. [a, b]"), path)
 			return
 		}
 		for i, c := range n.Content {
@@ -75,7 +75,7 @@ func (w *schemaWalk) node(n *yaml.Node, t reflect.Type, path []any) {
 		}
 	case t.Kind() == reflect.Map:
 		if n.Kind != yaml.MappingNode {
-			w.bad(n, "want a mapping of key: value", path)
+			w.bad(n, withScalar(n, "want a mapping of key: value"), path)
 			return
 		}
 		keys := map[string]int{}
@@ -89,6 +89,15 @@ func (w *schemaWalk) node(n *yaml.Node, t reflect.Type, path []any) {
 	default:
 		w.scalar(n, t, path)
 	}
+}
+
+// withScalar is msg after n's value if n is a scalar (devices: sdb: want
+// a list): a list or block is not repeated.
+func withScalar(n *yaml.Node, msg string) string {
+	if n.Kind == yaml.ScalarNode {
+		return echo(n.Value) + ": " + msg
+	}
+	return msg
 }
 
 // duration accepts what yaml.v3 decodes into a time.Duration: a string
@@ -127,7 +136,7 @@ func (w *schemaWalk) scalar(n *yaml.Node, t reflect.Type, path []any) {
 // mapping checks a block's keys against struct t's yaml tags.
 func (w *schemaWalk) mapping(n *yaml.Node, t reflect.Type, path []any) {
 	if n.Kind != yaml.MappingNode {
-		w.bad(n, "want a block of key: value", path)
+		w.bad(n, withScalar(n, "want a block of key: value"), path)
 		return
 	}
 	keys := map[string]int{}

@@ -101,6 +101,15 @@ func TestErrorsExact(t *testing.T) {
 			`line 3: unknown key "treshold" (did you mean "threshold"?)`,
 			"line 6: resources[0].threshold: 99s: want more than 0 and at most 10s (the response time important reads are held under; leave it out for the top-level threshold)",
 		}},
+		// A value that does not decode is not validated as the default
+		// it left in place; the line's other errors are reported.
+		{"not decoded, not validated", "discovery:\n  source: static\n" + res + "    devices: sdb\n",
+			[]string{"line 5: resources[0].devices: sdb: want a list, e.g. [a, b]"}},
+		{"a block wanted", "pid: 5\n", []string{"line 1: pid: 5: want a block of key: value"}},
+		{"one line, two errors", "resources: [{name: a, threshold: 0ms, treshold: 1ms}]\n", []string{
+			`line 1: resources[0]: unknown key "treshold" (did you mean "threshold"?)`,
+			"line 1: resources[0].threshold: 0ms: want more than 0 and at most 10s (the response time important reads are held under; leave it out for the top-level threshold)",
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got, want := parseErr(t, tc.yaml), strings.Join(tc.want, "\n"); got != want {
