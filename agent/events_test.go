@@ -136,6 +136,13 @@ func TestEventDiff(t *testing.T) {
 			{set: w(ms5), delay: ms5, want: []string{slow}},
 			{set: w(ms5), held: []netip.Addr{writer}, idle: []netip.Addr{writer}, want: []string{"held 10.99.0.3 | held while idle"}},
 			{set: w(ms5), delay: ms5}, {set: w(ms5), delay: ms5}}},
+		{"idle again soon after resuming: one held event", []evTick{
+			{set: w(ms5), delay: ms5, want: []string{slow}},
+			{set: w(ms5), held: []netip.Addr{writer}, idle: []netip.Addr{writer}, want: []string{"held 10.99.0.3 | held while idle"}},
+			{set: w(ms5), delay: ms5}, {set: w(ms5), held: []netip.Addr{writer}, idle: []netip.Addr{writer}},
+			{set: w(ms5), delay: ms5}, {set: w(ms5), delay: ms5}, {set: w(ms5), delay: ms5}, {set: w(ms5), delay: ms5}, {set: w(ms5), delay: ms5},
+			{set: w(ms5), delay: ms5}, {set: w(ms5), delay: ms5}, {set: w(ms5), delay: ms5}, {set: w(ms5), delay: ms5}, {set: w(ms5), delay: ms5},
+			{set: w(ms5), held: []netip.Addr{writer}, idle: []netip.Addr{writer}, want: []string{"held 10.99.0.3 | held while idle"}}}},
 		{"at max, with hysteresis", []evTick{
 			{set: w(ms5), delay: ms5, want: []string{slow}},
 			{set: map[netip.Addr]throttle.Setting{writer: {WriteDelay: ms20, ReadDelay: ms20}}, delay: ms20,

@@ -59,9 +59,17 @@ const dirSettle = 5
 // controller that regulates at the cap moves a step below it and back.
 const atMaxRelease = 0.9
 
+// heldSettle is how many ticks a consumer held once must run slowed
+// before going idle again is a new held event: a consumer slowed so much
+// that some ticks see none of its requests complete (simulator, mixed:
+// a checkpoint at 60 ms) is idle every few ticks.
+const heldSettle = 10
+
 // tracked is what the events remember of one consumer.
 type tracked struct {
 	slowed, held, atMax, spared bool
+	wasHeld                     bool  // held since it was slowed
+	active                      uint8 // ticks slowed and not held since (to heldSettle)
 	dir, pend                   direction
 	pendN                       uint8
 	tick                        uint32 // the last tick it was seen
@@ -76,12 +84,15 @@ type eventTracker struct {
 	total float64
 }
 
-// eventTick is one resource's tick as the events stage sees it.
+// eventTick is one resource's tick as the events stage sees it: values,
+// not the status (a pointer to it made each tick's status escape to the
+// heap: 1,000 allocations a tick at 1,000 resources).
 type eventTick struct {
-	rs   *resourceState
-	name string
-	st   *ResourceStatus
-	now  time.Time
+	rs                 *resourceState
+	name               string
+	indicatorMs, thrMs float64
+	delay              time.Duration
+	now                time.Time
 }
 
 // track is the events stage: it compares each consumer's setting this
@@ -95,7 +106,7 @@ func (l *Loops) track(rs *resourceState, name string, st *ResourceStatus, out *P
 	}
 	tr.tick++
 	tr.total = -1
-	et := eventTick{rs: rs, name: name, st: st, now: now}
+	et := eventTick{rs: rs, name: name, indicatorMs: st.IndicatorMs, thrMs: st.ThresholdMs, delay: st.Delay, now: now}
 	for i := range rs.in.Consumers {
 		c := &rs.in.Consumers[i]
 		s := out.Settings[c.Addr]
@@ -138,16 +149,22 @@ func (l *Loops) trackConsumer(et eventTick, c *ConsumerInput, s throttle.Setting
 		l.emit(l.event(et, c, EventSlow, s, slowReason(c, &et.rs.in, s, et.rs.policy.Name())))
 		return tracked{slowed: true, held: held, atMax: l.pinned(s), dir: d}
 	case !slowed && prev.slowed:
-		l.emit(l.event(et, c, EventRelease, s, releaseReason(c, prev, et.st)))
+		l.emit(l.event(et, c, EventRelease, s, releaseReason(c, prev, et.delay)))
 		return tracked{}
 	case !slowed:
 		return prev
 	}
 	cur := prev
-	if held && !prev.held {
+	if held && !prev.held && (!prev.wasHeld || prev.active >= heldSettle) {
 		l.emit(l.event(et, c, EventHeld, s, "held while idle: it keeps its delays for its next burst (idle_hold)"))
 	}
 	cur.held = held
+	switch {
+	case held:
+		cur.wasHeld, cur.active = true, 0
+	case cur.active < heldSettle:
+		cur.active++
+	}
 	switch hi := max(s.ReadDelay, s.WriteDelay); {
 	case l.pinned(s) && !prev.atMax:
 		l.emit(l.event(et, c, EventAtMax, s, fmt.Sprintf("pinned at max_delay %v: the read wait stays above the threshold", l.cfg.MaxDelay)))
@@ -187,8 +204,8 @@ func (l *Loops) event(et eventTick, c *ConsumerInput, k EventKind, s throttle.Se
 			tr.total += x.Load.Total()
 		}
 	}
-	e := Event{Time: et.now, Resource: et.name, Consumer: c.Addr.String(), Kind: k, IndicatorMs: JSONFloat(et.st.IndicatorMs),
-		ThresholdMs: et.st.ThresholdMs, Queue: c.Queue, ReadMBs: c.ReadEWMA / 1e6, WriteMBs: c.WriteEWMA / 1e6, Reason: reason}
+	e := Event{Time: et.now, Resource: et.name, Consumer: c.Addr.String(), Kind: k, IndicatorMs: JSONFloat(et.indicatorMs),
+		ThresholdMs: et.thrMs, Queue: c.Queue, ReadMBs: c.ReadEWMA / 1e6, WriteMBs: c.WriteEWMA / 1e6, Reason: reason}
 	if tr.total > 0 {
 		e.Share = c.Load.Total() / tr.total
 	}
@@ -211,9 +228,9 @@ func qualifyReason(c *ConsumerInput, in *PolicyInput) string {
 	case in.BulkQueue > 0 && c.Queue >= in.BulkQueue:
 		return fmt.Sprintf("saturates the resource: %.1f requests queued ≥ throttleable_queue %g", c.Queue, in.BulkQueue)
 	case in.ReadBps > 0 && c.ReadEWMA > in.ReadBps:
-		return fmt.Sprintf("saturates the resource: reads %.1f MB/s > throttleable_read_mb_s %g", c.ReadEWMA/1e6, in.ReadBps/1e6)
+		return fmt.Sprintf("saturates the resource: reads %.3g MB/s > throttleable_read_mb_s %g", c.ReadEWMA/1e6, in.ReadBps/1e6)
 	case c.WriteEWMA > in.WriteBps:
-		return fmt.Sprintf("writes %.1f MB/s > throttleable_write_mb_s %g", c.WriteEWMA/1e6, in.WriteBps/1e6)
+		return fmt.Sprintf("writes %.3g MB/s > throttleable_write_mb_s %g", c.WriteEWMA/1e6, in.WriteBps/1e6)
 	case c.Static:
 		return "is listed throttleable"
 	}
@@ -234,12 +251,13 @@ func slowReason(c *ConsumerInput, in *PolicyInput, s throttle.Setting, policy st
 	return qualifyReason(c, in)
 }
 
-// releaseReason is why a consumer slowed last tick is not this tick.
-func releaseReason(c *ConsumerInput, prev tracked, st *ResourceStatus) string {
+// releaseReason is why a consumer slowed last tick is not this tick,
+// with the controller's delay this tick.
+func releaseReason(c *ConsumerInput, prev tracked, delay time.Duration) string {
 	switch {
 	case prev.held && idle(*c):
 		return "released: idle longer than idle_hold"
-	case st.Delay == 0:
+	case delay == 0:
 		return "released: resource below threshold"
 	}
 	return "released: no longer saturates the resource"

@@ -75,6 +75,9 @@ type PhaseResult struct {
 	Phase  *Phase
 	Ticks  []Tick
 	Events uint64
+	// AgentEvents are the agent's events (whom it slowed or released,
+	// and why; the last agent.EventHistory of them), nil without one.
+	AgentEvents []agent.Event
 }
 
 // anyDelay is the tick's largest delay in either direction (ms).
@@ -171,6 +174,7 @@ func RunPhase(p *Phase, par Params, seed uint64) (*PhaseResult, error) {
 		prev = cur
 	}
 	if ag != nil {
+		res.AgentEvents = ag.Events(0)
 		ag.Release()
 	}
 	res.Events = m.seq
