@@ -171,6 +171,9 @@ type ControlledRun struct {
 	// ThresholdAuto is how the agent chose the run's threshold under
 	// threshold: auto (lab --threshold-auto); ThresholdMs is its choice.
 	ThresholdAuto *AutoThresholdRun `json:"threshold_auto,omitempty"`
+	// Events digests the agent's events over the run: whom it slowed,
+	// released or held, and why (regulated runs).
+	Events *ThrottleEvents `json:"events,omitempty"`
 }
 
 // AutoThresholdRun is threshold: auto in one run, from the agent's status

@@ -234,6 +234,7 @@ func ControlledRunOf(res *PhaseResult, thr time.Duration, steps []float64, onS f
 	if thr == 0 {
 		return run
 	}
+	run.Events = digestEvents(res.AgentEvents)
 	x, y := res.Series("b2", readWait)
 	run.PctAbove, run.SettleS = report.Regulation(run.ThresholdMs, waits, x, y, steps, onS)
 	var on int

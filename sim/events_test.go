@@ -81,6 +81,10 @@ func TestAgentEventsNameInterferers(t *testing.T) {
 			if n := len(evs); n > 6*3*4 {
 				t.Errorf("%d events: more than a few per interferer and cycle (%v)", n, kinds)
 			}
+			// summary.json's run digests them: the three interferers.
+			if d := ControlledRunOf(res, 15*time.Millisecond, nil, o.onS()).Events; d == nil || d.Total != len(evs) || len(d.Consumers) != 3 {
+				t.Errorf("summary's digest %+v", d)
+			}
 		})
 	}
 }

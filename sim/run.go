@@ -182,6 +182,16 @@ func RunPhase(p *Phase, par Params, seed uint64) (*PhaseResult, error) {
 	return res, nil
 }
 
+// digestEvents is report's digest of the agent's events (the lab's
+// summary.json has the same, lab/experiments agent_events.go).
+func digestEvents(evs []agent.Event) *report.ThrottleEvents {
+	recs := make([]report.EventRecord, len(evs))
+	for i, e := range evs {
+		recs[i] = report.EventRecord{Consumer: e.Consumer, Kind: string(e.Kind), Direction: e.Direction, Reason: e.Reason}
+	}
+	return report.DigestEvents(recs)
+}
+
 // WriteLoop writes loop.csv: per agent tick, the setpoint and the
 // indicator (the lab's loop-*.csv columns that matter for the p95
 // objective). Phases without an agent are left out.

@@ -274,8 +274,12 @@ func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 		cr.shadowCPU += runShadow
 	}
 	cr.wall += time.Since(t0).Seconds()
+	var events *report.ThrottleEvents
 	if err == nil {
 		runLate, err = cr.agentCounters(a)
+	}
+	if err == nil {
+		events, err = recordEvents(a, r.Dir, p.Name)
 	}
 	if err = stopAgents(err, a, shadow); err != nil {
 		return err
@@ -294,6 +298,7 @@ func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 	}
 	run := cr.judge(res, thr)
 	run.ThresholdAuto = auto
+	run.Events = events
 	if be != "" {
 		run.Backend = be
 		if w := time.Since(t0).Seconds(); w > 0 {
