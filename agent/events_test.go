@@ -171,6 +171,33 @@ func TestEventDiff(t *testing.T) {
 	}
 }
 
+// A direction counts when its delay is the larger, or at least half of it
+// and more than one step: a one-step sliver (a backup's command PDUs
+// priced as writes, lab read-backup: read 1 ms, write 0.5 ms at its
+// first tick) is not "both".
+func TestDirectionOf(t *testing.T) {
+	const step = 500 * time.Microsecond
+	for _, tc := range []struct {
+		s    throttle.Setting
+		want string
+	}{
+		{throttle.Setting{}, ""},
+		{rd(time.Millisecond), "read"},
+		{wr(time.Millisecond), "write"},
+		{throttle.Setting{ReadDelay: time.Millisecond, WriteDelay: step}, "read"},
+		{throttle.Setting{ReadDelay: 15 * time.Millisecond, WriteDelay: step}, "read"},
+		{throttle.Setting{ReadDelay: step, WriteDelay: step}, "both"},
+		{throttle.Setting{ReadDelay: 12 * time.Millisecond, WriteDelay: 6 * time.Millisecond}, "both"},
+		{throttle.Setting{ReadDelay: 12 * time.Millisecond, WriteDelay: 5 * time.Millisecond}, "read"},
+		{throttle.Setting{WriteRate: 1e6}, "write"},
+		{throttle.Setting{Rate: 1e6}, "read"},
+	} {
+		if got := directionOf(tc.s, step).String(); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.s, got, tc.want)
+		}
+	}
+}
+
 // checkEvents compares one tick's events with "kind consumer | reason
 // part" lines, in order.
 // The boss (important, as heavy as the writer) is spared whenever the

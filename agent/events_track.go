@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"time"
 
@@ -29,12 +30,15 @@ func (d direction) String() string {
 }
 
 // directionOf is s's direction: each delay counts when it is at least
-// half the larger one, so a sliver on the lesser direction (cost.Split:
-// a backup's log writes) does not make a reader "both"; a setting with
-// only rate caps is slowed in the direction it caps.
-func directionOf(s throttle.Setting) direction {
+// half the larger one and more than one delay step (step), or the larger
+// itself. A sliver on the lesser direction (cost.Split: a backup's
+// command PDUs priced as writes, rounded up to one step) does not make a
+// reader "both"; a setting with only rate caps is slowed in the
+// direction it caps.
+func directionOf(s throttle.Setting, step time.Duration) direction {
 	hi := max(s.ReadDelay, s.WriteDelay)
-	r, w := s.ReadDelay > 0 && 2*s.ReadDelay >= hi, s.WriteDelay > 0 && 2*s.WriteDelay >= hi
+	counts := func(d time.Duration) bool { return d > 0 && (d == hi || (2*d >= hi && d > step)) }
+	r, w := counts(s.ReadDelay), counts(s.WriteDelay)
 	if hi == 0 {
 		r, w = s.Rate > 0, s.WriteRate > 0
 	}
@@ -145,7 +149,7 @@ func (l *Loops) trackConsumer(et eventTick, c *ConsumerInput, s throttle.Setting
 	held := et.rs.held.holding(c.Addr)
 	switch {
 	case slowed && !prev.slowed:
-		d := directionOf(s)
+		d := directionOf(s, l.cfg.DelayStep)
 		l.emit(l.event(et, c, EventSlow, s, slowReason(c, &et.rs.in, s, et.rs.policy.Name())))
 		return tracked{slowed: true, held: held, atMax: l.pinned(s), dir: d}
 	case !slowed && prev.slowed:
@@ -174,7 +178,7 @@ func (l *Loops) trackConsumer(et eventTick, c *ConsumerInput, s throttle.Setting
 	}
 	// At max_delay every consumer is slowed both ways (directed), and a
 	// held consumer keeps its last delays: neither is a new direction.
-	d := directionOf(s)
+	d := directionOf(s, l.cfg.DelayStep)
 	switch {
 	case cur.atMax || held || d == cur.dir || d == dirNone:
 		cur.pendN = 0
@@ -204,13 +208,13 @@ func (l *Loops) event(et eventTick, c *ConsumerInput, k EventKind, s throttle.Se
 			tr.total += x.Load.Total()
 		}
 	}
-	e := Event{Time: et.now, Resource: et.name, Consumer: c.Addr.String(), Kind: k, IndicatorMs: JSONFloat(et.indicatorMs),
-		ThresholdMs: et.thrMs, Queue: c.Queue, ReadMBs: c.ReadEWMA / 1e6, WriteMBs: c.WriteEWMA / 1e6, Reason: reason}
+	e := Event{Time: et.now, Resource: et.name, Consumer: c.Addr.String(), Kind: k, IndicatorMs: JSONFloat(round2(et.indicatorMs)),
+		ThresholdMs: et.thrMs, Queue: round2(c.Queue), ReadMBs: round2(c.ReadEWMA / 1e6), WriteMBs: round2(c.WriteEWMA / 1e6), Reason: reason}
 	if tr.total > 0 {
-		e.Share = c.Load.Total() / tr.total
+		e.Share = math.Round(1000*c.Load.Total()/tr.total) / 1000
 	}
 	if k != EventRelease && k != EventSpared {
-		e.Direction = directionOf(s).String()
+		e.Direction = directionOf(s, l.cfg.DelayStep).String()
 		e.ReadDelayMs, e.WriteDelayMs = ms(s.ReadDelay), ms(s.WriteDelay)
 	}
 	return e

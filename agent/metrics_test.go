@@ -180,6 +180,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	known := map[string]bool{}
 	ch := make(chan *prometheus.Desc, 64)
 	newCollector(nil, nil).Describe(ch)
+	eventsCollector{}.Describe(ch) // no series until the first event
 	close(ch)
 	for d := range ch {
 		known[regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(d.String())[1]] = true

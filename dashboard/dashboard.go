@@ -1,7 +1,8 @@
 // Package dashboard is the agent's live web page: for each shared resource,
 // its read wait against the threshold, the delay the controller applies and
-// the consumers' write/read rates (thesis Fig 5.13, live), and a table of
-// consumers sortable by rate and delay.
+// the consumers' write/read rates (thesis Fig 5.13, live), a table of
+// consumers sortable by rate and delay, and the agent's events (whom it
+// slowed or released, and why).
 //
 // Its job is presentation only. It reads the agent's status through a
 // Source once per second, keeps a short history so a page opened late
