@@ -263,7 +263,7 @@ func TestStaleSupervisorTouchesOnlyItsOwn(t *testing.T) {
 // killCases are the steps TestLabKilledMidway kills lab commands at: one
 // per command by default (the interference run after the last), every
 // step of lab.Steps with SANQOS_LAB_KILLS=all (an interference run after
-// each: ~40 minutes).
+// each: 14 runs of ~2.5 minutes).
 func killCases() (cases [][2]string, runAfterEach bool) {
 	if os.Getenv("SANQOS_LAB_KILLS") == "all" {
 		for _, c := range []string{"up", "run", "down"} {
