@@ -27,6 +27,9 @@ type evTick struct {
 	idle  []netip.Addr // moved nothing this tick
 	gone  []netip.Addr // not in this tick's consumers
 	want  []string     // "kind consumer" and, after " | ", a part of the reason
+	// repeat runs the tick this many times (0: once); want is the
+	// events of all of them.
+	repeat int
 }
 
 func wr(d time.Duration) throttle.Setting { return throttle.Setting{WriteDelay: d} }
@@ -67,7 +70,9 @@ func runEventTicks(t *testing.T, l *Loops, ticks []evTick) [][]Event {
 		}
 		st := ResourceStatus{Name: "vg1", IndicatorMs: 23.1, ThresholdMs: 15, Delay: tk.delay}
 		before := l.LastEvent()
-		l.track(rs, "vg1", &st, &PolicyOutput{Settings: tk.set}, time.Unix(int64(i), 0))
+		for n := 0; n < max(1, tk.repeat); n++ {
+			l.track(rs, "vg1", &st, &PolicyOutput{Settings: tk.set}, time.Unix(int64(i), 0))
+		}
 		got = append(got, l.Events(before))
 	}
 	return got
@@ -140,8 +145,8 @@ func TestEventDiff(t *testing.T) {
 			{set: w(ms5), delay: ms5, want: []string{slow}},
 			{set: w(ms5), held: []netip.Addr{writer}, idle: []netip.Addr{writer}, want: []string{"held 10.99.0.3 | held while idle"}},
 			{set: w(ms5), delay: ms5}, {set: w(ms5), held: []netip.Addr{writer}, idle: []netip.Addr{writer}},
-			{set: w(ms5), delay: ms5}, {set: w(ms5), delay: ms5}, {set: w(ms5), delay: ms5}, {set: w(ms5), delay: ms5}, {set: w(ms5), delay: ms5},
-			{set: w(ms5), delay: ms5}, {set: w(ms5), delay: ms5}, {set: w(ms5), delay: ms5}, {set: w(ms5), delay: ms5}, {set: w(ms5), delay: ms5},
+			// heldSettle ticks active since: a new held event.
+			{set: w(ms5), delay: ms5, repeat: heldSettle},
 			{set: w(ms5), held: []netip.Addr{writer}, idle: []netip.Addr{writer}, want: []string{"held 10.99.0.3 | held while idle"}}}},
 		{"at max, with hysteresis", []evTick{
 			{set: w(ms5), delay: ms5, want: []string{slow}},

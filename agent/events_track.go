@@ -64,10 +64,12 @@ const dirSettle = 5
 const atMaxRelease = 0.9
 
 // heldSettle is how many ticks a consumer held once must run slowed
-// before going idle again is a new held event: a consumer slowed so much
-// that some ticks see none of its requests complete (simulator, mixed:
-// a checkpoint at 60 ms) is idle every few ticks.
-const heldSettle = 10
+// before going idle again is a new held event (5 s at 100 ms): a consumer
+// slowed so much that some ticks see none of its requests complete is
+// idle every few ticks (simulator, mixed: a checkpoint at 60 ms; lab
+// mixed at 15 ms, scale 0.5: the checkpoint host held 10 times in 45 s
+// with a 10-tick settle, every 2-5 s).
+const heldSettle = 50
 
 // tracked is what the events remember of one consumer.
 type tracked struct {
@@ -136,7 +138,7 @@ func (l *Loops) track(rs *resourceState, name string, st *ResourceStatus, out *P
 			continue
 		}
 		if p.slowed {
-			l.emit(Event{Time: now, Resource: name, Consumer: a.String(), Kind: EventRelease, IndicatorMs: JSONFloat(st.IndicatorMs),
+			l.emit(Event{Time: now, Resource: name, Consumer: a.String(), Kind: EventRelease, IndicatorMs: JSONFloat(round2(st.IndicatorMs)),
 				ThresholdMs: st.ThresholdMs, Reason: "left the resource (logged out, or no longer on its devices)"})
 		}
 		delete(tr.m, a)

@@ -6,9 +6,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
+	"github.com/sanqos/sanqos/agent"
 	"github.com/sanqos/sanqos/internal/editdist"
 	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/sim"
@@ -163,6 +165,7 @@ func printSummary(cmd *cobra.Command, sum any) {
 			}
 			fmt.Fprintf(w, "threshold %2.0f ms: read wait p95 %6.2f ms  writes %6.2f MB/s (%3.0f%% kept)  above 1.2×: %5.2f%%  settle %5.2f s  max delay %4.1f ms\n",
 				r.ThresholdMs, r.ReadWaitMs.P95, r.WriteMBs, kept, r.PctAbove, r.SettleS, r.MaxDelay)
+			printEventDigest(w, r.Events)
 		}
 	default:
 		b, _ := sim.MarshalSummary(sum)
@@ -184,6 +187,7 @@ func printInterferers(w io.Writer, s report.ControlledSummary) {
 		}
 		fmt.Fprintf(w, "threshold %2.0f ms: read wait p95 %6.2f ms (%.2f×)  moved %6.2f MB/s (%3.0f%% kept)  above 1.2×: %5.2f%%  max delay %4.1f ms\n",
 			r.ThresholdMs, r.ReadWaitMs.P95, r.ReadWaitMs.P95/r.ThresholdMs, moved(r), kept, r.PctAbove, r.MaxDelay)
+		printEventDigest(w, r.Events)
 	}
 	for _, o := range s.Oracle {
 		if o.Run == nil {
@@ -410,4 +414,34 @@ figures are the same for a seed; the CPU figures time this machine.`,
 	f.DurationVar(&o.Etcd.ApplyCost, "etcd-apply", o.Etcd.ApplyCost, "etcd server time per write request (capacity = 1/this)")
 	f.StringVar(&results, "results", "results", "results directory")
 	return c
+}
+
+// printEventDigest prints, under a regulated run, whom the agent slowed
+// and why: per consumer its events by kind, the directions it was slowed
+// in, and why it was slowed (summary.json's events; the whole history is
+// the run's events-PHASE.json).
+func printEventDigest(w io.Writer, d *report.ThrottleEvents) {
+	if d == nil {
+		return
+	}
+	for _, c := range d.Consumers {
+		var kinds []string
+		for _, k := range agent.EventKinds {
+			if n := c.Kinds[string(k)]; n > 0 {
+				kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+			}
+		}
+		var why []string
+		for r := range c.Reasons {
+			if !strings.HasPrefix(r, "held") && !strings.HasPrefix(r, "released") && !strings.HasPrefix(r, "direction") && !strings.HasPrefix(r, "left") {
+				why = append(why, r)
+			}
+		}
+		sort.Strings(why)
+		dirs := ""
+		if len(c.Directions) > 0 {
+			dirs = " (" + strings.Join(c.Directions, ", ") + ")"
+		}
+		fmt.Fprintf(w, "  %-15s %s%s: %s\n", c.Consumer, strings.Join(kinds, ", "), dirs, strings.Join(why, "; "))
+	}
 }
