@@ -168,7 +168,10 @@ type Status struct {
 	Resources []ResourceStatus            `json:"resources"`
 	Throttles map[string]throttle.Setting `json:"throttles"`
 	Discovery string                      `json:"discovery_error,omitempty"`
-	Time      time.Time                   `json:"time"`
+	// Sources is the target software discovery last read (source auto:
+	// what it found on the host).
+	Sources []string  `json:"discovery_sources,omitempty"`
+	Time    time.Time `json:"time"`
 }
 
 // Status returns the agent's current state.
@@ -179,6 +182,9 @@ func (a *Agent) Status() Status {
 	}
 	a.mu.Lock()
 	s.Discovery = a.lastDisc
+	if a.lastTopo != nil {
+		s.Sources = a.lastTopo.Sources
+	}
 	a.mu.Unlock()
 	return s
 }

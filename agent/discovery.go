@@ -40,7 +40,7 @@ func (d SnapshotDiscoverer) Discover() (*Topology, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Topology{Resources: map[string]ResourceView{}}
+	t := &Topology{Resources: map[string]ResourceView{}, Sources: snap.Sources}
 	autos := 0
 	for _, r := range d.Resources {
 		if isAuto(r) {
@@ -156,6 +156,9 @@ func consumerDevices(r config.Resource) map[netip.Addr]map[string]bool {
 func logMappingChanges(log *slog.Logger, prev, next *Topology) {
 	if prev == nil {
 		prev = &Topology{}
+	}
+	if !slices.Equal(prev.Sources, next.Sources) && len(next.Sources) > 0 {
+		log.Info("discovery reads the target software found", "sources", strings.Join(next.Sources, ","))
 	}
 	for _, name := range slices.Sorted(maps.Keys(next.Unmapped)) {
 		if why := next.Unmapped[name]; prev.Unmapped[name] != why {

@@ -178,3 +178,26 @@ func TestMappingChangesLoggedOnce(t *testing.T) {
 		}
 	}
 }
+
+// The log says which target software discovery reads (source auto: what
+// it found) at the first round and when that changes, not every round.
+func TestSourcesLoggedWhenTheyChange(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	tgt := &Topology{Sources: []string{"tgt"}}
+	both := &Topology{Sources: []string{"tgt", "lio"}}
+	for _, tc := range []struct {
+		prev, next *Topology
+		want       string
+	}{
+		{nil, tgt, `msg="discovery reads the target software found" sources=tgt`},
+		{tgt, &Topology{Sources: []string{"tgt"}}, ""},
+		{tgt, both, `sources=tgt,lio`},
+	} {
+		buf.Reset()
+		logMappingChanges(log, tc.prev, tc.next)
+		if got := buf.String(); (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%v → %v: logged %q, want %q", tc.prev, tc.next.Sources, got, tc.want)
+		}
+	}
+}

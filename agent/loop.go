@@ -56,6 +56,9 @@ type Topology struct {
 	// name, with the reason: they control nothing until a later round
 	// maps them, and status, metrics and the log say so.
 	Unmapped map[string]string
+	// Sources names the target software discovery read ("tgt", "lio",
+	// "nvmet"; with source auto, what it found), for the log and status.
+	Sources []string
 }
 
 // unmap records that resource name maps to nothing, and why.

@@ -11,7 +11,7 @@ func Defaults() Config {
 	return Config{
 		Interval: 100 * time.Millisecond, Backend: "auto", Mode: "target", ISCSIPort: 3260,
 		Socket: "/run/sanqos/sanqos.sock", HTTP: "127.0.0.1:9311",
-		Discovery: Discovery{Source: "tgt", Interval: time.Second, Refresh: 10 * time.Second},
+		Discovery: Discovery{Source: "auto", Interval: time.Second, Refresh: 10 * time.Second},
 		// Tuned in the lab (pid experiment, 15 ms, 12 writers switched on
 		// together): α 0.5, Kp 0.8, Ti 200 ms settled in 0.5 s with p95 1.33×
 		// threshold, where the thesis' α 0.25 with Kp 0.4, Ti 300 ms took

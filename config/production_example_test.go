@@ -27,7 +27,7 @@ func TestProductionExampleIsValid(t *testing.T) {
 	if err := c.NoResources(); err != nil {
 		t.Error(err)
 	}
-	if c.Backend != "auto" || c.Mode != "target" || c.Discovery.Source != "tgt" || c.HTTP != "127.0.0.1:9311" {
+	if c.Backend != "auto" || c.Mode != "target" || c.Discovery.Source != "auto" || c.HTTP != "127.0.0.1:9311" {
 		t.Errorf("backend %q, mode %q, source %q, http %q", c.Backend, c.Mode, c.Discovery.Source, c.HTTP)
 	}
 	if len(c.Resources) != 2 {

@@ -293,10 +293,15 @@ type Config struct {
 
 // Discovery chooses where consumers and resources come from.
 type Discovery struct {
-	// Source is where the map of resources and consumers comes from: tgt
-	// (tgtadm), lio (configfs; sessions under node ACLs), static (the
-	// config's devices and consumers only) or iet (parsed, but the agent
-	// does not wire it yet and refuses to start).
+	// Source is where the map of resources and consumers comes from:
+	// auto (every target software found on the host, merged: tgt when
+	// tgtd's control socket for tgt_control_port exists, LIO when
+	// configfs has target/iscsi, the kernel NVMe target when it has
+	// nvmet/subsystems; the log, status and doctor say which), tgt
+	// (tgtadm), lio (configfs; sessions under node ACLs), nvmet (configfs;
+	// subsystems and their namespaces, no sessions), static (the config's
+	// devices and consumers only) or iet (parsed, but the agent does not
+	// wire it yet and refuses to start).
 	Source string `yaml:"source"`
 	// Interval is how often discovery runs when the agent cannot watch
 	// the target's connections (bridge mode, other sources), and how
@@ -311,7 +316,10 @@ type Discovery struct {
 	// TgtControlPort is tgtadm's -C (0: default socket).
 	TgtControlPort int `yaml:"tgt_control_port"`
 	// Root is where source lio reads configfs (default
-	// /sys/kernel/config/target) or iet reads /proc/net/iet: for
-	// containers, a second configfs mount and tests.
+	// /sys/kernel/config/target), nvmet reads it (default
+	// /sys/kernel/config/nvmet) or iet reads /proc/net/iet; for source
+	// auto it is configfs's mount point (default /sys/kernel/config),
+	// under which it looks for target/ and nvmet/: for containers, a
+	// second configfs mount and tests.
 	Root string `yaml:"root"`
 }

@@ -71,9 +71,9 @@ func (c *Config) validateAgent(p *problems) {
 		bad("a token opens the control API over HTTP, but http is disabled", "token_file")
 	}
 	switch c.Discovery.Source {
-	case "tgt", "lio", "iet", "static":
+	case "auto", "tgt", "lio", "nvmet", "iet", "static":
 	default:
-		bad("want tgt|lio|iet|static", "discovery", "source")
+		bad("want auto|tgt|lio|nvmet|iet|static", "discovery", "source")
 	}
 	if c.Discovery.Interval < 100*time.Millisecond || c.Discovery.Interval > time.Minute {
 		bad("want 100ms..1m", "discovery", "interval")

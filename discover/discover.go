@@ -9,7 +9,9 @@
 // parsed into the same []Target, and BuildSnapshot turns that into the
 // Resource/Consumer map the rest of the pipeline steers by. The kernel
 // NVMe target's configfs (ReadNVMet) gives subsystems as Targets too,
-// with their ports; who is connected is not in it.
+// with their ports; who is connected is not in it. ReadAll merges what
+// each source present on the host exports (AutoProbes: discovery source
+// auto).
 //
 // discover only reads. It never changes target configuration: Tgt runs
 // tgtadm with a show operation only (directly, never through a shell, with
@@ -126,6 +128,10 @@ type Snapshot struct {
 	// Problems lists what could not be mapped (unresolvable backing
 	// stores, sessions without an address); the snapshot is still usable.
 	Problems []string
+	// Sources names the target software the snapshot was read from
+	// ("tgt", "lio", "nvmet"): with discovery source auto, what it found
+	// on the host. BuildSnapshot leaves it to its caller.
+	Sources []string
 }
 
 // ConsumersOf returns the consumer addresses of resource name.

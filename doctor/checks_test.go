@@ -95,8 +95,38 @@ var checkCases = []checkCase{
 	{"tgt on another control port", func(*testing.T) fixture {
 		return fixture{base: "host-6.18", config: strings.Replace(tgtConfig, "tgt_control_port: 31", "tgt_control_port: 0", 1)}
 	}, map[string]want{
-		"target":    {Warn, "no tgtd control socket /var/run/tgtd/socket.0 (tgtd not running, or another -C); tgtd runs with -C 31: set discovery.tgt_control_port: 31"},
-		"discovery": {Warn, "tgtadm: exit status 1"},
+		"target": {Warn, "no tgtd control socket /var/run/tgtd/socket.0 (tgtd not running, or another -C); tgtd runs with -C 31: set discovery.tgt_control_port: 31"},
+		// Every round of the agent's discovery would fail: nothing mapped.
+		"discovery": {Fail, "tgtadm: exit status 1: not on this fixture; the agent's discovery would fail every round, so no resource maps to anything"},
+	}},
+	{"auto finds the lab's tgtd", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", config: strings.Replace(tgtConfig, "source: tgt", "source: auto", 1)}
+	}, map[string]want{
+		"config":    {OK, "discovery auto"},
+		"target":    {OK, "discovery auto: found tgt"},
+		"discovery": {OK, "tgt (tgtadm -C 31 --lld iscsi --op show --mode target): 2 targets, 13 sessions, 2 resources, 4 consumers"},
+	}},
+	{"auto finds tgt and LIO, and maps across both", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", config: strings.Replace(tgtConfig, "source: tgt", "source: auto\n  root: ../discover/testdata/lio-guest", 1)}
+	}, map[string]want{
+		"target":    {OK, "discovery auto: found tgt, lio"},
+		"discovery": {OK, "lio (../discover/testdata/lio-guest/target): 2 targets, 5 sessions"},
+	}},
+	{"auto on the default port, tgtd on another", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", config: "resources:\n  - name: vg1\n    devices: [auto]\n"}
+	}, map[string]want{
+		"target":    {Warn, "discovery auto: no target software found (tgt: no control socket /var/run/tgtd/socket.0 (tgtd runs with -C 31: set discovery.tgt_control_port: 31); lio: no "},
+		"discovery": {Fail, "discovery auto: no target software found, so no resource maps to anything"},
+	}},
+	{"a typo'd resource beside a good one", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", config: tgtConfig + "  - name: vg9\n    devices: [auto]\n"}
+	}, map[string]want{
+		"discovery": {Fail, "resource vg9 maps to nothing: no discovered pool matches (found "},
+	}},
+	{"an important address no session comes from", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", config: tgtConfig + "    important: [10.99.0.2, 10.99.0.9]\n"}
+	}, map[string]want{
+		"discovery": {Fail, "important 10.99.0.9 of resource vg1 is none of its consumers (no session from it on the resource's targets: a typo, or the initiator is not logged in; its consumers: 10.99.0.2, "},
 	}},
 	{"delay line's queue taken", queueHeld, map[string]want{
 		"nfqueue":   {Fail, "queue 0 is taken by netlink port 15876"},

@@ -18,8 +18,15 @@ import (
 // resources (pools of LUNs on the same lowest devices), each LUN and the
 // device that measures it, the consumers and what they use, and how the
 // config's resources map onto that (agent.SnapshotDiscoverer, the
-// agent's own mapping). Every source only reads: tgtadm --op show,
-// configfs, /proc/net/iet, sysfs.
+// agent's own mapping, on every source it would read merged). Every
+// source only reads: tgtadm --op show, configfs, /proc/net/iet, sysfs.
+//
+// With a config it fails when the agent would protect less than the
+// config says: a source it would read cannot be read (every round would
+// fail), a resource maps to nothing, or an important address is none of
+// its resource's consumers (no session from it: a typo, or the initiator
+// is not logged in), since each leaves the agent running while it
+// protects nothing there.
 type discoveryCheck struct{ e *Env }
 
 func (discoveryCheck) Name() string { return "discovery" }
@@ -41,30 +48,101 @@ func (c discoveryCheck) Run() Result {
 	}
 	sources := e.found()
 	if e.configured() {
-		sources = []string{e.Config.Discovery.Source}
+		sources = e.configuredSources()
 	}
 	if len(sources) == 0 {
+		if e.configured() && len(e.Config.Resources) > 0 {
+			return Result{Status: Fail, Summary: "discovery auto: no target software found, so no resource maps to anything (" + e.autoAbsent() + ")",
+				Detail: []string{"the agent would start and retry discovery every round, protecting nothing until a target runs"}}
+		}
 		return Result{Status: OK, Summary: "no target software found to preview"}
 	}
 	r := Result{Status: OK}
 	var sum []string
+	var all []discover.Target
+	readable := true
 	for _, src := range sources {
-		s, st, lines := e.preview(src)
+		s, st, lines, targets, err := e.preview(src)
 		sum = append(sum, s)
 		r.Detail = append(r.Detail, lines...)
+		all = append(all, targets...)
+		readable = readable && err == nil
 		if st > r.Status && e.configured() {
 			r.Status = st
 		}
 	}
 	r.Summary = strings.Join(sum, "; ")
+	if e.configured() {
+		if !readable && len(e.Config.Resources) > 0 {
+			// The agent fails the whole round when a source it reads
+			// fails: nothing would be mapped.
+			r.Status = Fail
+			r.Summary += "; the agent's discovery would fail every round, so no resource maps to anything"
+			return r
+		}
+		e.mapResources(&r, all)
+	}
 	return r
 }
 
-// preview reads one source and lays out what BuildSnapshot makes of it.
-func (e *Env) preview(src string) (string, Status, []string) {
+// configuredSources are the sources the configured agent would read:
+// the one it names, or what auto finds here.
+func (e *Env) configuredSources() []string {
+	if e.Config.Discovery.Source == "auto" {
+		return e.autoFound()
+	}
+	return []string{e.Config.Discovery.Source}
+}
+
+// mapResources maps the config's resources onto targets (every source's,
+// merged, as the agent does), adds the mapping to r, and fails r for
+// each resource that maps to nothing and each important address that is
+// none of its resource's consumers.
+func (e *Env) mapResources(r *Result, targets []discover.Target) {
+	snap := discover.BuildSnapshot(targets, &discover.Resolver{SysRoot: e.Host.path("/sys"), Stat: e.Host.Stat})
+	d := agent.SnapshotDiscoverer{Resources: e.Config.Resources, Snap: func() (discover.Snapshot, error) { return snap, nil }}
+	topo, err := d.Discover()
+	if err != nil {
+		r.Status, r.Summary = Fail, r.Summary+"; "+err.Error()
+		return
+	}
+	r.Detail = append(r.Detail, "the config's resources (the agent's mapping):")
+	r.Detail = append(r.Detail, indent(topologyLines(topo), "  ")...)
+	var why []string
+	for _, res := range e.Config.Resources {
+		if reason, ok := topo.Unmapped[res.Name]; ok {
+			why = append(why, fmt.Sprintf("resource %s maps to nothing: %s", res.Name, reason))
+			continue
+		}
+		v := topo.Resources[res.Name]
+		for _, s := range res.Important {
+			a, err := netip.ParseAddr(s)
+			if _, ok := v.Consumers[a.Unmap()]; err == nil && !ok {
+				why = append(why, fmt.Sprintf("important %s of resource %s is none of its consumers (no session from it on the resource's targets: a typo, or the initiator is not logged in; its consumers: %s)", s, res.Name, orNone(addrList(v.Consumers))))
+			}
+		}
+	}
+	if len(why) > 0 {
+		r.Status = Fail
+		r.Summary += "; " + strings.Join(why, "; ")
+		r.Detail = append(r.Detail, why...)
+	}
+}
+
+func addrList(m map[netip.Addr][]string) string {
+	var s []string
+	for _, a := range slices.SortedFunc(maps.Keys(m), func(a, b netip.Addr) int { return a.Compare(b) }) {
+		s = append(s, a.String())
+	}
+	return strings.Join(s, ", ")
+}
+
+// preview reads one source and lays out what BuildSnapshot makes of it;
+// it returns the targets read for the mapping across sources.
+func (e *Env) preview(src string) (string, Status, []string, []discover.Target, error) {
 	label, targets, err := e.readSource(src)
 	if err != nil {
-		return fmt.Sprintf("%s: %v", label, err), Warn, nil
+		return fmt.Sprintf("%s: %v", label, err), Warn, nil, nil, err
 	}
 	snap := discover.BuildSnapshot(targets, &discover.Resolver{SysRoot: e.Host.path("/sys"), Stat: e.Host.Stat})
 	sessions := 0
@@ -87,21 +165,10 @@ func (e *Env) preview(src string) (string, Status, []string) {
 		st = Warn
 		lines = append(lines, "  problem: "+p)
 	}
-	if e.configured() {
-		d := agent.SnapshotDiscoverer{Resources: e.Config.Resources, Snap: func() (discover.Snapshot, error) { return snap, nil }}
-		topo, err := d.Discover()
-		if err != nil {
-			// The agent logs this every discovery round and controls
-			// nothing meanwhile.
-			return sum + "; " + err.Error(), Warn, lines
-		}
-		lines = append(lines, "  the config's resources (the agent's mapping):")
-		lines = append(lines, indent(topologyLines(topo), "  ")...)
-	}
 	if len(snap.Problems) > 0 {
 		sum += fmt.Sprintf(", %d problems", len(snap.Problems))
 	}
-	return sum, st, lines
+	return sum, st, lines, targets, nil
 }
 
 // readSource runs the source's reader: the same parsers the agent uses.
@@ -128,6 +195,9 @@ func (e *Env) readSource(src string) (string, []discover.Target, error) {
 	case "lio":
 		t, err := discover.ReadLIO(e.lioRoot())
 		return "lio (" + e.lioRoot() + ")", t, err
+	case "nvmet":
+		n, err := discover.ReadNVMet(e.nvmetRoot())
+		return "nvmet (" + e.nvmetRoot() + ")", n.Subsystems, err
 	case "iet":
 		root := e.ietRoot()
 		sess, err1 := os.ReadFile(filepath.Join(root, "session"))

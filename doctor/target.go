@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sanqos/sanqos/discover"
 )
 
 // tgtSocketDir is where tgtd puts its control socket, socket.N for -C N
@@ -33,13 +35,24 @@ func (h Host) tgtPorts() []int {
 	return out
 }
 
-// lioRoot is LIO's configfs root: the config's discovery root, or the
+// lioRoot is LIO's configfs root: the config's discovery root (for
+// source auto, configfs's mount point: LIO's is its target/), or the
 // kernel's mount point.
-func (e *Env) lioRoot() string {
-	if e.configured() && e.Config.Discovery.Source == "lio" && e.Config.Discovery.Root != "" {
-		return e.Config.Discovery.Root
+func (e *Env) lioRoot() string { return e.configfsDir("lio", "target") }
+
+// nvmetRoot is the kernel NVMe target's configfs root, found as lioRoot.
+func (e *Env) nvmetRoot() string { return e.configfsDir("nvmet", "nvmet") }
+
+func (e *Env) configfsDir(source, dir string) string {
+	if d := e.Config.Discovery; e.configured() && d.Root != "" {
+		switch d.Source {
+		case source:
+			return d.Root
+		case "auto":
+			return filepath.Join(d.Root, dir)
+		}
 	}
-	return e.Host.path("/sys/kernel/config/target")
+	return e.Host.path(filepath.Join(discover.ConfigfsRoot, dir))
 }
 
 // ietRoot is IET's /proc directory, or the config's discovery root.
@@ -64,10 +77,39 @@ func (e *Env) found() []string {
 	if isDir(filepath.Join(e.lioRoot(), "iscsi")) {
 		out = append(out, "lio")
 	}
+	if isDir(filepath.Join(e.nvmetRoot(), "subsystems")) {
+		out = append(out, "nvmet")
+	}
 	if isDir(e.ietRoot()) {
 		out = append(out, "iet")
 	}
 	return out
+}
+
+// autoFound is what discovery source auto would find here, as the agent
+// looks (discover.AutoProbes): tgtd's control socket for the config's
+// tgt_control_port, LIO's and nvmet's configfs directories.
+func (e *Env) autoFound() []string {
+	var out []string
+	if slices.Contains(e.Host.tgtPorts(), e.Config.Discovery.TgtControlPort) {
+		out = append(out, "tgt")
+	}
+	if isDir(filepath.Join(e.lioRoot(), "iscsi")) {
+		out = append(out, "lio")
+	}
+	if isDir(filepath.Join(e.nvmetRoot(), "subsystems")) {
+		out = append(out, "nvmet")
+	}
+	return out
+}
+
+// autoAbsent says what auto looked for and did not find.
+func (e *Env) autoAbsent() string {
+	s := fmt.Sprintf("tgt: no control socket %s/socket.%d", tgtSocketDir, e.Config.Discovery.TgtControlPort)
+	if ports := e.Host.tgtPorts(); len(ports) > 0 {
+		s += fmt.Sprintf(" (tgtd runs with -C %d: set discovery.tgt_control_port: %d)", ports[0], ports[0])
+	}
+	return s + "; lio: no " + filepath.Join(e.lioRoot(), "iscsi") + "; nvmet: no " + filepath.Join(e.nvmetRoot(), "subsystems")
 }
 
 type targetCheck struct{ e *Env }
@@ -76,7 +118,7 @@ func (targetCheck) Name() string { return "target" }
 
 func (c targetCheck) Run() Result {
 	e := c.e
-	r := Result{Status: OK, Detail: []string{e.tgtLine(), e.lioLine(), e.ietLine()}}
+	r := Result{Status: OK, Detail: []string{e.tgtLine(), e.lioLine(), e.nvmetLine(), e.ietLine()}}
 	found := e.found()
 	if !e.configured() {
 		r.Summary = "found: " + orNone(strings.Join(found, ", ")) + " (the agent discovers nothing without --config)"
@@ -88,6 +130,12 @@ func (c targetCheck) Run() Result {
 		r.Summary = "bridge mode: no target to ask; consumers come from the wire on " + e.Config.CaptureInterface
 	case src == "static":
 		r.Summary = "discovery static: the config names each resource's devices and consumers"
+	case src == "auto":
+		if auto := e.autoFound(); len(auto) > 0 {
+			r.Summary = "discovery auto: found " + strings.Join(auto, ", ")
+		} else {
+			r.Status, r.Summary = Warn, "discovery auto: no target software found ("+e.autoAbsent()+")"
+		}
 	case src == "iet":
 		// cmd/sanqos' newDiscoverer refuses it: the parser exists, the
 		// wiring does not.
@@ -138,6 +186,13 @@ func (e *Env) lioLine() string {
 		return "LIO: configfs not mounted at " + filepath.Dir(e.lioRoot())
 	}
 	return "LIO: no iSCSI fabric in " + e.lioRoot() + " (iscsi_target_mod not loaded, or no target configured)"
+}
+
+func (e *Env) nvmetLine() string {
+	if isDir(filepath.Join(e.nvmetRoot(), "subsystems")) {
+		return "NVMe target: " + e.nvmetRoot()
+	}
+	return "NVMe target: no " + filepath.Join(e.nvmetRoot(), "subsystems") + " (nvmet not loaded, or configfs not mounted)"
 }
 
 func (e *Env) ietLine() string {

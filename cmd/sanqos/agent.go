@@ -406,38 +406,58 @@ func newPID(cfg *config.Config, r config.Resource) agent.Controller { return age
 
 func newEWMA(alpha float64) agent.Smoother { return agent.NewEWMA(alpha) }
 
-// newDiscoverer picks the discovery source of the config.
+// newDiscoverer picks the discovery source of the config: the config's
+// own topology (static), or snapshots of the target software, merged
+// from all that auto finds on the host.
 func newDiscoverer(cfg *config.Config) (agent.Discoverer, error) {
-	switch cfg.Discovery.Source {
-	case "static":
+	if cfg.Discovery.Source == "static" {
 		return agent.StaticDiscoverer(cfg), nil
+	}
+	probes, err := discoveryProbes(cfg.Discovery)
+	if err != nil {
+		return nil, err
+	}
+	resolver := &discover.Resolver{}
+	return agent.SnapshotDiscoverer{Resources: cfg.Resources, Snap: func() (discover.Snapshot, error) {
+		targets, found, err := discover.ReadAll(probes)
+		if err != nil {
+			return discover.Snapshot{}, err
+		}
+		snap := discover.BuildSnapshot(targets, resolver)
+		snap.Sources = found
+		return snap, nil
+	}}, nil
+}
+
+// discoveryProbes are what source d reads: auto looks for tgt, LIO and
+// the kernel NVMe target (root: configfs's mount point); a named source
+// is read whether or not it looks present, so its failure says why.
+func discoveryProbes(d config.Discovery) ([]discover.Probe, error) {
+	always := func() bool { return true }
+	orDefault := func(def string) string {
+		if d.Root != "" {
+			return d.Root
+		}
+		return def
+	}
+	switch d.Source {
+	case "auto":
+		return discover.AutoProbes(d.TgtControlPort, d.Root), nil
 	case "tgt":
-		resolver := &discover.Resolver{}
-		return agent.SnapshotDiscoverer{Resources: cfg.Resources, Snap: func() (discover.Snapshot, error) {
-			targets, err := discover.Tgt(cfg.Discovery.TgtControlPort)
-			if err != nil {
-				return discover.Snapshot{}, err
-			}
-			return discover.BuildSnapshot(targets, resolver), nil
-		}}, nil
+		return []discover.Probe{{Name: "tgt", Present: always, Read: func() ([]discover.Target, error) { return discover.Tgt(d.TgtControlPort) }}}, nil
 	case "lio":
 		// LIO's configfs: targets, LUNs → backstores, and each node ACL's
 		// session with its connections' addresses.
-		root := cfg.Discovery.Root
-		if root == "" {
-			root = "/sys/kernel/config/target"
-		}
-		resolver := &discover.Resolver{}
-		return agent.SnapshotDiscoverer{Resources: cfg.Resources, Snap: func() (discover.Snapshot, error) {
-			targets, err := discover.ReadLIO(root)
-			if err != nil {
-				return discover.Snapshot{}, err
-			}
-			return discover.BuildSnapshot(targets, resolver), nil
-		}}, nil
-	default:
-		return nil, fmt.Errorf("discovery source %q is not wired yet", cfg.Discovery.Source)
+		root := orDefault(discover.ConfigfsRoot + "/target")
+		return []discover.Probe{{Name: "lio", Present: always, Read: func() ([]discover.Target, error) { return discover.ReadLIO(root) }}}, nil
+	case "nvmet":
+		root := orDefault(discover.ConfigfsRoot + "/nvmet")
+		return []discover.Probe{{Name: "nvmet", Present: always, Read: func() ([]discover.Target, error) {
+			n, err := discover.ReadNVMet(root)
+			return n.Subsystems, err
+		}}}, nil
 	}
+	return nil, fmt.Errorf("discovery source %q is not wired yet", d.Source)
 }
 
 // enableQuickAck sets the quickack route metric where a delay backend

@@ -164,6 +164,9 @@ func printStatusDoc(w io.Writer, st agent.Status, asJSON bool) error {
 func renderStatus(w io.Writer, st agent.Status) {
 	f := dashboard.FrameOf(st)
 	fmt.Fprintf(w, "sanqos agent  backend %s  at %s\n", orDash(st.Backend), st.Time.Local().Format("2006-01-02 15:04:05"))
+	if len(st.Sources) > 0 {
+		fmt.Fprintf(w, "discovery: %s\n", strings.Join(st.Sources, ", "))
+	}
 	if st.Discovery != "" {
 		fmt.Fprintf(w, "discovery failing (last good topology kept): %s\n", st.Discovery)
 	}
