@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +37,10 @@ type Deps struct {
 	// ControlAPI, when set, is served under /v1/ on the HTTP listener to
 	// requests carrying the config's token (and refused without one).
 	ControlAPI http.Handler
+	// NewDiscoverer, when set, builds the discoverer of a reloaded config
+	// (its resources, devices and discovery settings); without it a
+	// reload keeps Discoverer.
+	NewDiscoverer func(*config.Config) (Discoverer, error)
 }
 
 // Agent is a running sanqos daemon.
@@ -53,11 +56,19 @@ type Agent struct {
 	// lastTopo is the last topology discovery published: what the next
 	// round's is compared with, so the log says each change once.
 	lastTopo *Topology
+	// discGen counts the discoverers a reload swapped in: a round of the
+	// old one that ends after the swap publishes nothing.
+	discGen int
+	// reloadMu makes reloads one at a time (SIGHUP, the API, a cluster
+	// policy); reloaded tells the discovery loop one happened.
+	reloadMu sync.Mutex
+	reloaded chan struct{}
+	reloads  reloadMetrics
 }
 
 // New builds an agent from a validated config.
 func New(cfg *config.Config, d Deps) *Agent {
-	a := &Agent{deps: d, cfg: cfg, reg: prometheus.NewRegistry()}
+	a := &Agent{deps: d, cfg: cfg, reg: prometheus.NewRegistry(), reloaded: make(chan struct{}, 1)}
 	a.loops = NewLoops(LoopConfig{
 		Interval: cfg.Interval, DelayStep: cfg.DelayStep, MaxDelay: cfg.MaxDelay, WriteBps: cfg.WriteMBs * 1e6, RiseStep: cfg.DelayRise,
 		Onset: cfg.OnsetFeedForward, IdleHold: cfg.IdleHold, RateLeverSteps: cfg.RateLeverSteps, BulkQueue: cfg.ThrottleableQueue, ReadBps: cfg.ReadMBs * 1e6, Cost: cost.Default(),
@@ -90,12 +101,13 @@ func New(cfg *config.Config, d Deps) *Agent {
 			}
 			return 0
 		})
+	a.reloads = newReloadMetrics(time.Now())
 	v := version.Get()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sanqos_build_info",
 		Help:        "Always 1; its labels say which build runs (join on it to tell agents of different builds apart).",
 		ConstLabels: prometheus.Labels{"version": v.Version, "commit": v.Commit, "goversion": v.GoVersion}})
 	buildInfo.Set(1)
-	a.reg.MustRegister(newCollector(a.loops.Status, d.Throttle), eventsCollector{a.loops}, a.ticks, a.discErrs, maxDelay, applyErrs, reinstalls, buildInfo,
+	a.reg.MustRegister(newCollector(a.loops.Status, d.Throttle), eventsCollector{a.loops}, a.ticks, a.discErrs, maxDelay, applyErrs, reinstalls, buildInfo, a.reloads.ok, a.reloads.at,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.applySpecs(cfg)
 	return a
@@ -131,21 +143,6 @@ func (a *Agent) applySpecs(cfg *config.Config) {
 		}
 	}
 	a.loops.SetSpecs(specs)
-}
-
-// Reload swaps in a new config. One that changes a setting the agent
-// takes once at start (config.RestartKeys: backend, interval, listeners,
-// interfaces, the loops' timing) is refused with the keys, leaving the
-// old config active.
-func (a *Agent) Reload(cfg *config.Config) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if keys := config.RestartChanges(a.cfg, cfg); len(keys) > 0 {
-		return fmt.Errorf("needs a restart: %s changed (the running config stays)", strings.Join(keys, ", "))
-	}
-	a.cfg = cfg
-	a.applySpecs(cfg)
-	return nil
 }
 
 // Step runs one control tick synchronously at time now, without
@@ -215,16 +212,18 @@ type ConnWatcher interface {
 // sampler reports connection changes it runs on a change, once more an
 // interval later, and every discovery.refresh; otherwise every interval.
 // A failure keeps the last good topology and is logged once per distinct
-// error, so a dead target does not flood the log.
+// error, so a dead target does not flood the log. A reload runs a round
+// itself (Reload) and restarts the loop's timing on its settings.
 func (a *Agent) discoverLoop(ctx context.Context) {
-	if a.deps.Discoverer == nil {
+	if a.discoverer() == nil {
 		return
 	}
 	var changes <-chan struct{}
 	if w, ok := a.deps.Rates.(ConnWatcher); ok {
 		changes = w.ConnChanges()
 	}
-	t := time.NewTicker(a.cfg.Discovery.Interval)
+	d := a.discoverySettings()
+	t := time.NewTicker(d.Interval)
 	defer t.Stop()
 	var last time.Time
 	again := false // rediscover at the next tick (a change is settling)
@@ -235,10 +234,14 @@ func (a *Agent) discoverLoop(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 				return
+			case <-a.reloaded:
+				d, last = a.discoverySettings(), time.Now()
+				t.Reset(d.Interval)
+				continue
 			case <-changes:
 				again = true
 			case <-t.C:
-				if changes != nil && !again && time.Since(last) < a.cfg.Discovery.Refresh {
+				if changes != nil && !again && time.Since(last) < d.Refresh {
 					continue
 				}
 				again = false
@@ -248,10 +251,28 @@ func (a *Agent) discoverLoop(ctx context.Context) {
 	}
 }
 
-func (a *Agent) discoverOnce() {
-	topo, err := a.deps.Discoverer.Discover()
+func (a *Agent) discoverySettings() config.Discovery {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.cfg.Discovery
+}
+
+func (a *Agent) discoverer() Discoverer {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.deps.Discoverer
+}
+
+func (a *Agent) discoverOnce() {
+	a.mu.Lock()
+	disc, gen := a.deps.Discoverer, a.discGen
+	a.mu.Unlock()
+	topo, err := disc.Discover()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if gen != a.discGen {
+		return // a reload swapped the discoverer meanwhile and ran its own round
+	}
 	if err != nil {
 		a.discErrs.Inc()
 		if err.Error() != a.lastDisc {
@@ -260,6 +281,12 @@ func (a *Agent) discoverOnce() {
 		a.lastDisc = err.Error()
 		return
 	}
+	a.publishTopology(topo)
+}
+
+// publishTopology hands topo to the loops and logs what changed; a.mu
+// is held.
+func (a *Agent) publishTopology(topo *Topology) {
 	if a.lastDisc != "" {
 		a.deps.Log.Info("discovery recovered")
 	}

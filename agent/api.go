@@ -56,6 +56,17 @@ type API struct {
 	// Events, when set, is served at GET /v1/events?since=SEQ: the
 	// agent's kept events after SEQ (events.go).
 	Events func(since uint64) []Event
+	// Reload, when set, re-reads the config file and applies it or
+	// refuses it (POST /v1/reload: sanqos reload, systemctl reload).
+	Reload func() (ReloadReply, error)
+}
+
+// ReloadReply is POST /v1/reload's answer when the agent applied the
+// config: its resources, and those discovery could not map (why, by
+// name), which the reload does not refuse: each resource stands alone.
+type ReloadReply struct {
+	Resources int               `json:"resources"`
+	Unmapped  map[string]string `json:"unmapped,omitempty"`
 }
 
 // Handler returns the HTTP handler of the control API.
@@ -121,6 +132,18 @@ func (a *API) Handler() http.Handler {
 			out = s.Stats()
 		}
 		writeJSON(w, http.StatusOK, out)
+	})
+	mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, r *http.Request) {
+		if a.Reload == nil {
+			writeErr(w, http.StatusConflict, errors.New("the agent runs without --config: there is no config to reload"))
+			return
+		}
+		rep, err := a.Reload()
+		if err != nil {
+			writeErr(w, http.StatusUnprocessableEntity, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, rep)
 	})
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		if a.Status == nil {

@@ -33,10 +33,23 @@ func NewClient(socket string) *Client {
 	}}
 }
 
+// RefusedError is the agent's answer to a request it refused: the HTTP
+// status and its reason.
+type RefusedError struct {
+	Code   int
+	Reason string
+}
+
+func (e *RefusedError) Error() string { return "agent refused: " + e.Reason }
+
 // ErrNotRunning says no agent answers on the socket.
 var ErrNotRunning = errors.New("the sanqos agent is not running")
 
 func (c *Client) do(method, path string, body any, out any) error {
+	return c.doWith(c.hc, method, path, body, out)
+}
+
+func (c *Client) doWith(hc *http.Client, method, path string, body any, out any) error {
 	var rd *bytes.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -51,7 +64,7 @@ func (c *Client) do(method, path string, body any, out any) error {
 	if err != nil {
 		return err
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
 			return fmt.Errorf("%w (no agent on %s): %s", ErrNotRunning, c.Socket, StartHint)
@@ -65,7 +78,7 @@ func (c *Client) do(method, path string, body any, out any) error {
 	if resp.StatusCode != http.StatusOK {
 		var e struct{ Error string }
 		json.NewDecoder(resp.Body).Decode(&e)
-		return fmt.Errorf("agent refused: %s", e.Error)
+		return &RefusedError{Code: resp.StatusCode, Reason: e.Error}
 	}
 	if out != nil {
 		return json.NewDecoder(resp.Body).Decode(out)
@@ -139,6 +152,18 @@ func (c *Client) Counters() (map[string]throttle.DelayCounters, error) {
 func (c *Client) Stats() (throttle.DelayLineStats, error) {
 	var out throttle.DelayLineStats
 	return out, c.do(http.MethodGet, "/v1/stats", nil, &out)
+}
+
+// Reload asks the agent to re-read its config file and waits for its
+// verdict: nil when it applied the file (reply says how it maps), else
+// the agent's reason for refusing it ("agent refused: ..."). A reload
+// runs a discovery round, which may take a target's timeouts: it waits
+// up to a minute.
+func (c *Client) Reload() (ReloadReply, error) {
+	hc := *c.hc
+	hc.Timeout = time.Minute
+	var out ReloadReply
+	return out, c.doWith(&hc, http.MethodPost, "/v1/reload", nil, &out)
 }
 
 // Status returns the agent's status document.

@@ -116,6 +116,17 @@ func execStart(t testing.TB, u *unit, bin, cfg string) []string {
 	return argv
 }
 
+// execReload is the unit's ExecReload with bin for @BINDIR@/sanqos.
+func execReload(t testing.TB, u *unit, bin string) []string {
+	t.Helper()
+	argv := strings.Fields(u.last("Service", "ExecReload"))
+	if len(argv) == 0 || argv[0] != "@BINDIR@/sanqos" {
+		t.Fatalf("ExecReload %q: want @BINDIR@/sanqos ...", u.last("Service", "ExecReload"))
+	}
+	argv[0] = bin
+	return argv
+}
+
 // execStartPre runs the unit's ExecStartPre lines as systemd would: all
 // are '+' (outside the sandbox), '-' ones may fail.
 func execStartPre(t testing.TB, u *unit) {
@@ -190,7 +201,7 @@ func doctorCaps(t testing.TB, out []byte) (status, summary string) {
 //     the capabilities enough, and the agent started as ExecStart starts
 //     it holds the unit's capabilities and filters, throttles a consumer,
 //     keeps its marks past their TTL, logs no error, reloads on SIGHUP
-//     (ExecReload), and on SIGTERM (KillSignal) ends with status 0 within
+//     and on ExecReload (sanqos reload, in the sandbox), and on SIGTERM (KillSignal) ends with status 0 within
 //     TimeoutStopSec leaving no rule, set, qdisc or link behind;
 //   - as shipped, the agent runs in bridge mode (its AF_PACKET capture);
 //   - a SIGHUP or SIGTERM while the agent starts neither kills it nor
@@ -294,6 +305,11 @@ func TestAgentUnderUnit(t *testing.T) {
 					}
 					a.waitLog(t, "config reloaded", 10*time.Second)
 					a.alive(t, "SIGHUP")
+					// ExecReload, in the sandbox: the agent's verdict, over
+					// the control socket.
+					if out, err := sandboxed(append(execReload(t, v.u, bin), "--socket", sock)...).CombinedOutput(); err != nil || !strings.Contains(string(out), "config reloaded") {
+						t.Errorf("ExecReload: %v\n%s\nagent:\n%s", err, out, a.log())
+					}
 					if err := a.stop(t, syscall.SIGTERM, timeout); err != nil {
 						t.Errorf("after SIGTERM: %v\n%s", err, a.log())
 					}
@@ -344,7 +360,9 @@ func TestAgentUnderUnit(t *testing.T) {
 					t.Fatal(err)
 				}
 				a.waitLog(t, "agent running", 30*time.Second)
-				a.waitLog(t, "config reloaded", 10*time.Second)
+				// Answered once it runs: refused, since the file lists no
+				// resources (a reload must not leave nothing protected).
+				a.waitLog(t, "config reload rejected; the old config stays active", 10*time.Second)
 				a.alive(t, "SIGHUP")
 				if err := a.stop(t, syscall.SIGTERM, timeout); err != nil {
 					t.Errorf("after SIGTERM: %v\n%s", err, a.log())

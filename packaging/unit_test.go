@@ -269,14 +269,15 @@ func capMask(names []string) (uint64, error) {
 }
 
 // The unit starts, reloads and stops the agent the way the agent expects:
-// SIGHUP to the main process reloads (the agent catches it from its
-// start), SIGTERM to the agent alone (not to an iptables it waits for)
+// `sanqos reload` asks the agent to reload and waits for its verdict, so
+// systemctl reload fails when the agent refuses the file (SIGHUP, which
+// the agent catches from its start, only logs it), SIGTERM to the agent alone (not to an iptables it waits for)
 // stops it cleanly, with time for the delay line's drain (at most 3 s)
 // and the removals, and a crash restarts it.
 func TestUnitProcess(t *testing.T) {
 	u, _ := readUnit(t)
 	for k, want := range map[string]string{
-		"Type": "simple", "ExecReload": "/bin/kill -HUP $MAINPID", "KillSignal": "SIGTERM", "KillMode": "mixed",
+		"Type": "simple", "ExecReload": "@BINDIR@/sanqos reload", "KillSignal": "SIGTERM", "KillMode": "mixed",
 		"Restart": "on-failure", "User": "root",
 	} {
 		if got := u.last("Service", k); got != want {

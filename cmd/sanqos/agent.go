@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/sanqos/sanqos/agent"
@@ -107,8 +108,9 @@ resource; without, it only serves manual throttles (sanqos throttle ...).
 It owns the throttle backend and serves the control API on a root-only unix
 socket; it needs root. Logs go to stderr (logfmt, or JSON with --log-json).
 SIGTERM/SIGINT remove every rule, set, qdisc and queue it created, after
-letting held packets go. SIGHUP reloads the config; a bad new config is rejected with the
-reason and the old one stays active.
+letting held packets go. 'sanqos reload' (or SIGHUP) reloads the config
+whole, its discovery included, or refuses it whole with the reason (the
+old one stays active; 'sanqos reload' exits non-zero with it).
 
 With --config it also serves, read-only, on the config's http address
 (default 127.0.0.1:9311; --http overrides, port 0 picks a free one and logs
@@ -274,8 +276,14 @@ func runAgent(ctx context.Context, hup <-chan os.Signal, cfg *config.Config, cfg
 			defer cl.Close()
 			newCtrl, load, register = cl.newController, cl.load, cl.register
 		}
-		a := agent.New(cfg, agent.Deps{Throttle: t, Sampler: sampler, Rates: rates, Discoverer: disc, Log: log,
-			NewController: newCtrl, NewSmoother: newEWMA, ControlAPI: api.Handler()})
+		deps := agent.Deps{Throttle: t, Sampler: sampler, Rates: rates, Discoverer: disc, Log: log,
+			NewController: newCtrl, NewSmoother: newEWMA, ControlAPI: api.Handler()}
+		if b == nil {
+			// A reload rebuilds target mode's discovery from the new
+			// config; bridge mode's is its capture, which needs a restart.
+			deps.NewDiscoverer = newDiscoverer
+		}
+		a := agent.New(cfg, deps)
 		api.Status, api.Events = func() any { return a.Status() }, a.Events
 		dash := dashboard.New(a.Status, dashboard.Options{Events: a.Events})
 		go dash.Run(ctx)
@@ -286,14 +294,22 @@ func runAgent(ctx context.Context, hup <-chan os.Signal, cfg *config.Config, cfg
 		if cl != nil {
 			go cl.feedDetails(ctx, a, cfg.Interval)
 			go cl.watchPolicy(ctx, cfgPath, func(nc *config.Config) error {
-				if err := reload(nc); err != nil {
+				err := reload(nc)
+				a.RecordReload(err)
+				if err != nil {
 					return err
 				}
 				log.Info("cluster policy applied", "resources", len(nc.Resources))
 				return nil
 			})
 		}
-		go reloadOnSIGHUP(hup, cfgPath, load, reload, cl, log)
+		rl := &reloader{path: cfgPath, load: load, apply: reload, a: a, cl: cl, log: log}
+		api.Reload = func() (agent.ReloadReply, error) { return rl.reload("api") }
+		go func() {
+			for range hup {
+				rl.reload("SIGHUP")
+			}
+		}()
 		go func() { done <- a.Run(ctx) }()
 	} else if err := runManualOnly(ctx, hup, t, api, httpAddr, done, log); err != nil {
 		return err
@@ -358,24 +374,43 @@ func agentReload(a *agent.Agent, cfg *config.Config, dryRun bool, override func(
 	}
 }
 
-// reloadOnSIGHUP loads cfgPath and reloads the agent on every SIGHUP; a
-// rejected config leaves the old one active. With a cluster (cl), the
-// cluster learns what was applied.
-func reloadOnSIGHUP(hup <-chan os.Signal, cfgPath string, load func(string) (*config.Config, error), reload func(*config.Config) error, cl *clusterRun, log *slog.Logger) {
-	for range hup {
-		nc, err := load(cfgPath)
-		if err == nil {
-			err = reload(nc)
-		}
-		if err != nil {
-			log.Error("config reload rejected; the old config stays active", "err", err)
-			continue
-		}
-		if cl != nil {
-			cl.applied(nc)
-		}
-		log.Info("config reloaded", "resources", len(nc.Resources))
+// reloader re-reads the config file and has the agent apply or refuse
+// it, for SIGHUP and the control API's POST /v1/reload (sanqos reload,
+// the unit's ExecReload) alike: one reload at a time, each logged and
+// counted in the reload metrics. With a cluster (cl), the cluster learns
+// what was applied.
+type reloader struct {
+	mu    sync.Mutex
+	path  string
+	load  func(string) (*config.Config, error)
+	apply func(*config.Config) error
+	a     *agent.Agent
+	cl    *clusterRun
+	log   *slog.Logger
+}
+
+// reload is one reload asked for by via ("SIGHUP", "api"): the agent's
+// verdict, nil when applied.
+func (r *reloader) reload(via string) (agent.ReloadReply, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	nc, err := r.load(r.path)
+	if err != nil {
+		err = fmt.Errorf("%s does not load (the running config stays): %w", r.path, err)
+	} else {
+		err = r.apply(nc)
 	}
+	r.a.RecordReload(err)
+	if err != nil {
+		r.log.Error("config reload rejected; the old config stays active", "via", via, "err", err)
+		return agent.ReloadReply{}, err
+	}
+	if r.cl != nil {
+		r.cl.applied(nc)
+	}
+	rep := agent.ReloadReply{Resources: len(nc.Resources), Unmapped: r.a.Unmapped()}
+	r.log.Info("config reloaded", "via", via, "resources", len(nc.Resources), "unmapped", len(rep.Unmapped))
+	return rep, nil
 }
 
 // runManualOnly is the agent without --config: it serves manual throttles

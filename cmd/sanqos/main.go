@@ -70,7 +70,7 @@ Prometheus (/metrics, Grafana dashboard in grafana/).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(versionCmd(), clusterCmd(), labCmd(), throttleCmd(), agentCmd(), configCmd(), cleanupCmd(), statusCmd(), reportCmd(),
+	root.AddCommand(versionCmd(), clusterCmd(), labCmd(), throttleCmd(), agentCmd(), configCmd(), cleanupCmd(), statusCmd(), reloadCmd(), reportCmd(),
 		simCmd(), tuneCmd(), adviseCmd(), captureCmd(), doctorCmd(), manpagesCmd())
 	completionHelp(root)
 	root.SetHelpCommand(helpCmd())

@@ -40,10 +40,15 @@ then the agent serves manual throttles only (` + "`sanqos config check`" + `
 refuses a file without resources unless given ` + "`--allow-no-resources`" + `).
 The file is validated as a whole: an unknown key or a bad value is an
 error with its line, and nothing is applied unless all of it is valid
-(` + "`sanqos config check FILE`" + `, ` + "`sanqos doctor --config FILE`" + `). ` + "`SIGHUP`" + `
-(` + "`systemctl reload sanqos`" + `) re-reads it; a bad new file is refused and the
-old one stays, and so is one that changes a key the running agent takes
-only at start (these need a restart): ` + restartKeys() + `.
+(` + "`sanqos config check FILE`" + `, ` + "`sanqos doctor --config FILE`" + `). ` + "`sanqos reload`" + `
+(` + "`systemctl reload sanqos`" + `; or ` + "`SIGHUP`" + `) re-reads it: the agent applies
+it whole, its resources, devices and discovery settings together (a
+discovery round runs before the swap), or refuses it whole and the old one
+stays, and ` + "`sanqos reload`" + ` and ` + "`systemctl reload`" + ` fail with the reason.
+Refused are a bad new file, one with no resources (it would leave nothing
+protected), one whose discovery cannot read the target, and one that
+changes a key the running agent takes only at start (these need a
+restart): ` + restartKeys() + `.
 
 Each error is one line, ` + "`FILE:LINE: key: value: what it should be`" + `, in
 line order, with the value as the file writes it. A key the file leaves
