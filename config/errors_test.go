@@ -48,7 +48,7 @@ func TestErrorsExact(t *testing.T) {
 		{"idle_hold", "idle_hold: 2h\n", []string{"line 1: idle_hold: 2h: want 0 (release with the policy)..1h"}},
 		{"throttleable_queue", "throttleable_queue: 5000\n", []string{"line 1: throttleable_queue: 5000: want 0 (off) or a queue of up to 1024 requests, e.g. 1.5"}},
 		{"threshold", "threshold: 11s\n", []string{"line 1: threshold: 11s: want more than 0 and at most 10s (the response time important reads are held under; e.g. 15ms)"}},
-		{"discovery.source", "discovery:\n  source: scst\n", []string{"line 2: discovery.source: scst: want tgt|lio|iet|static"}},
+		{"discovery.source", "discovery:\n  source: scst\n", []string{"line 2: discovery.source: scst: want auto|tgt|lio|nvmet|iet|static"}},
 		// A default made wrong by a key the file sets: the error is at
 		// that key's line and names it.
 		{"refresh's default below interval", "discovery:\n  interval: 20s\n",
