@@ -111,7 +111,10 @@ func runHeldLoad(t *testing.T, r *runner, a *lab.LabAgent, name, label, what str
 		t.Fatal(err)
 	}
 	h.res = res
-	late := meanOver(res, "b2", lead+writing/2, lead+writing, readWait)
+	late, reads := readerWaitOver(res, lead+writing/2, lead+writing)
+	if reads == 0 {
+		t.Errorf("the reader completed no read in the 2nd half of the load: its wait was not measured")
+	}
 	wr := 0.0
 	for _, host := range lab.Hosts[1:] {
 		wr += meanOver(res, host, lead+writing/2, lead+writing, writeMBs)

@@ -2,6 +2,7 @@ package experiments
 
 import (
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,4 +78,25 @@ func upLabWith(t *testing.T, o lab.Options) *lab.State {
 func meanOver(res *lab.PhaseResult, host string, from, to time.Duration, f func(iv sample.Interval) float64) float64 {
 	m, _ := report.MeanStderr(report.Values(res.Between(from, to), host, f))
 	return m
+}
+
+// readerWaitOver is the reader's (b2's) mean read wait over the window,
+// each tick weighted by its completed reads (iostat's r_await over the
+// window), and how many reads it saw. A tick with no completed read has
+// a NaN wait; an unweighted mean would be NaN, and NaN compares false
+// with any bound, so a reader stalled for a whole tick would pass.
+func readerWaitOver(res *lab.PhaseResult, from, to time.Duration) (ms float64, reads uint64) {
+	var sum float64
+	for _, t := range res.Between(from, to) {
+		iv, ok := t.Dev["b2"]
+		if !ok || iv.Reads == 0 {
+			continue
+		}
+		sum += iv.ReadWaitMs * float64(iv.Reads)
+		reads += iv.Reads
+	}
+	if reads == 0 {
+		return math.NaN(), 0
+	}
+	return sum / float64(reads), reads
 }
