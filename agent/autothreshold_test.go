@@ -1,14 +1,14 @@
 package agent
 
 import (
-	"compress/gzip"
 	"encoding/csv"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"testing"
+
+	"github.com/sanqos/sanqos/internal/testenv"
 )
 
 // autoTick is one tick of a recorded run as the learner sees it.
@@ -26,15 +26,7 @@ type autoTick struct {
 // detector's mark). phase "" takes every row.
 func recordedTicks(t *testing.T, path, phase string) []autoTick {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	zr := testenv.Gunzip(t, path)
 	r := csv.NewReader(zr)
 	if _, err := r.Read(); err != nil { // header
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package doctor
 
 import (
-	"compress/gzip"
 	"encoding/csv"
 	"io"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/internal/testenv"
 	"github.com/sanqos/sanqos/sample"
 )
 
@@ -22,15 +22,7 @@ var labDevices = []string{"loop0", "loop1", "loop2", "loop3"}
 // cumulative /proc/diskstats counters the agent sampled.
 func recordedDiskstats(t *testing.T, path string) []map[string]sample.Counters {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	zr := testenv.Gunzip(t, path)
 	r := csv.NewReader(zr)
 	if _, err := r.Read(); err != nil {
 		t.Fatal(err)

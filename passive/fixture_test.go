@@ -1,29 +1,20 @@
 package passive
 
 import (
-	"compress/gzip"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sanqos/sanqos/capture"
+	"github.com/sanqos/sanqos/internal/testenv"
 )
 
 // replay feeds a pcap captured in the lab (sanqos capture --pcap on sqlan's
 // port p-bm) to a meter of the lab's portal.
 func replay(t *testing.T, path string) *Meter {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	zr := testenv.Gunzip(t, path)
 	m, err := NewMeter([]Resource{{Name: "vg1", Portals: []netip.AddrPort{netip.MustParseAddrPort("10.99.0.1:3260")}}})
 	if err != nil {
 		t.Fatal(err)
