@@ -260,20 +260,18 @@ func TestStaleSupervisorTouchesOnlyItsOwn(t *testing.T) {
 	}
 }
 
-// killCases are the steps TestLabKilledMidway kills lab commands at: one
-// per command by default (the interference run after the last), every
-// step of lab.Steps with SANQOS_LAB_KILLS=all (an interference run after
-// each: 14 runs of ~2.5 minutes).
+// killCases are the steps TestLabKilledMidway kills lab commands at:
+// every step of lab.Steps, with a new lab up and down after each and the
+// interference run after the last (about 4 minutes alone on 2 cores);
+// SANQOS_LAB_KILLS=all adds an interference run after each (14 runs of
+// ~2.5 minutes).
 func killCases() (cases [][2]string, runAfterEach bool) {
-	if os.Getenv("SANQOS_LAB_KILLS") == "all" {
-		for _, c := range []string{"up", "run", "down"} {
-			for _, s := range Steps[c] {
-				cases = append(cases, [2]string{c, s})
-			}
+	for _, c := range []string{"up", "run", "down"} {
+		for _, s := range Steps[c] {
+			cases = append(cases, [2]string{c, s})
 		}
-		return cases, true
 	}
-	return [][2]string{{"up", "up:supervisor"}, {"down", "down:supervisor"}, {"run", "run:phase"}}, false
+	return cases, os.Getenv("SANQOS_LAB_KILLS") == "all"
 }
 
 // SIGKILL of lab up, lab run and lab down at named steps: after each,
