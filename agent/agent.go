@@ -156,8 +156,12 @@ func (a *Agent) SetTopology(t *Topology) { a.loops.SetTopology(t) }
 // Resources returns every resource loop's last status.
 func (a *Agent) Resources() []ResourceStatus { return a.loops.Status() }
 
-// Release clears every throttle that Step applied.
-func (a *Agent) Release() { a.loops.Release() }
+// Release clears every throttle that Step applied, with a release event
+// for each consumer a resource slowed.
+func (a *Agent) Release() {
+	a.loops.Release()
+	a.loops.releaseEvents(nil, releaseStopped, time.Now())
+}
 
 // Status is the document served at /v1/status and /api/status.
 type Status struct {
@@ -192,13 +196,16 @@ func (a *Agent) Metrics() http.Handler {
 }
 
 // Run runs discovery and the control loops until ctx ends, then releases
-// every throttle the loops applied.
+// every throttle the loops applied, with a release event for each
+// consumer a resource slowed.
 func (a *Agent) Run(ctx context.Context) error {
 	go a.discoverLoop(ctx)
 	if s, ok := a.deps.Throttle.(Statser); ok {
 		go a.watchLateness(ctx, s)
 	}
-	return a.loops.Run(ctx)
+	err := a.loops.Run(ctx)
+	a.loops.releaseEvents(nil, releaseStopped, time.Now())
+	return err
 }
 
 // ConnWatcher is a RateSampler that also signals when the target's

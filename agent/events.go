@@ -1,9 +1,11 @@
 package agent
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -139,6 +141,14 @@ type eventLog struct {
 	ring   [EventHistory]Event
 	next   uint64 // the next event's Seq - 1: events so far
 	counts map[eventKey]uint64
+	// slowed is whom each resource slows as its events say (a slow adds
+	// the pair, a release removes it), and gone the resources a reload
+	// removed: their memory of whom they slow (events_track.go) goes
+	// with them, and so does every resource's when the agent stops, so
+	// releaseEvents releases these pairs, and a removed resource's
+	// loop, which may finish one more tick, adds nothing after.
+	slowed map[[2]string]bool
+	gone   map[string]bool
 }
 
 type eventKey struct {
@@ -146,10 +156,28 @@ type eventKey struct {
 	kind     EventKind
 }
 
-// add numbers e and keeps it.
-func (h *eventLog) add(e Event) Event {
+// add numbers e and keeps it; false: e's resource is gone.
+func (h *eventLog) add(e Event) (Event, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.gone[e.Resource] {
+		return e, false
+	}
+	h.keep(e)
+	return h.ring[(h.next-1)%EventHistory], true
+}
+
+// keep numbers e and keeps it; h.mu is held.
+func (h *eventLog) keep(e Event) {
+	if h.slowed == nil {
+		h.slowed = map[[2]string]bool{}
+	}
+	switch pair := [2]string{e.Resource, e.Consumer}; e.Kind {
+	case EventSlow:
+		h.slowed[pair] = true
+	case EventRelease:
+		delete(h.slowed, pair)
+	}
 	h.next++
 	e.Seq = h.next
 	h.ring[(h.next-1)%EventHistory] = e
@@ -157,7 +185,43 @@ func (h *eventLog) add(e Event) Event {
 		h.counts = map[eventKey]uint64{}
 	}
 	h.counts[eventKey{e.Resource, e.Kind}]++
-	return e
+}
+
+// releaseAll keeps a release event, built by mk, for each consumer
+// that a resource in names (nil: every resource) still slows, in name
+// order, and returns them. Named resources are gone (a reload removed
+// them); nil is the agent's stop.
+func (h *eventLog) releaseAll(names []string, mk func(resource, consumer string) Event) []Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var pairs [][2]string
+	for p := range h.slowed {
+		if names == nil || slices.Contains(names, p[0]) {
+			pairs = append(pairs, p)
+		}
+	}
+	slices.SortFunc(pairs, func(a, b [2]string) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) })
+	out := make([]Event, len(pairs))
+	for i, p := range pairs {
+		h.keep(mk(p[0], p[1]))
+		out[i] = h.ring[(h.next-1)%EventHistory]
+	}
+	if h.gone == nil {
+		h.gone = map[string]bool{}
+	}
+	for _, n := range names {
+		h.gone[n] = true
+	}
+	return out
+}
+
+// revive takes resources a reload adds back off the gone list.
+func (h *eventLog) revive(names []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, n := range names {
+		delete(h.gone, n)
+	}
 }
 
 // since returns the kept events with Seq > seq, oldest first.
@@ -201,7 +265,39 @@ func (l *Loops) LastEvent() uint64 { return l.events.last() }
 
 // emit keeps an event and logs it with its fields.
 func (l *Loops) emit(e Event) {
-	e = l.events.add(e)
+	e, ok := l.events.add(e)
+	if ok {
+		l.logEvent(e)
+	}
+}
+
+// Why a release comes from outside the resource's own tick.
+const (
+	releaseRemoved = "released: its resource was removed by a reload"
+	releaseStopped = "released: the agent stopped and cleared every throttle"
+)
+
+// releaseEvents emits a release, saying why, for every consumer that a
+// resource in names (nil: every resource) still slows by its events:
+// resources that a reload removes, and every resource when the agent
+// stops, end without a tick that would release them (the actuator
+// clears their throttles). Named resources are gone: the events their
+// loops may still send from a last tick are dropped.
+func (l *Loops) releaseEvents(names []string, why string, now time.Time) {
+	st := map[string]ResourceStatus{}
+	for _, s := range l.Status() {
+		st[s.Name] = s
+	}
+	for _, e := range l.events.releaseAll(names, func(res, consumer string) Event {
+		return Event{Time: now, Resource: res, Consumer: consumer, Kind: EventRelease,
+			IndicatorMs: JSONFloat(round2(st[res].IndicatorMs)), ThresholdMs: st[res].ThresholdMs, Reason: why}
+	}) {
+		l.logEvent(e)
+	}
+}
+
+// logEvent logs a kept event with its fields.
+func (l *Loops) logEvent(e Event) {
 	wait := any("none") // no read yet: NaN is not every log format's number
 	if w := float64(e.IndicatorMs); !math.IsNaN(w) {
 		wait = round1(w)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,7 +24,8 @@ var ErrNoResources = errors.New("the new config lists no resources: it would lea
 // discovery settings take effect together: the new discoverer runs one
 // round before the swap, so a resource it adds is mapped (or named
 // unmapped, with why) from the next tick on, and the discovery loop
-// restarts its timing on the new settings.
+// restarts its timing on the new settings. A resource it removes
+// releases whom it slowed, each with an event.
 func (a *Agent) Reload(cfg *config.Config) error {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
@@ -49,6 +51,13 @@ func (a *Agent) Reload(cfg *config.Config) error {
 		}
 		disc = nd
 	}
+	kept, removed := resourceNames(cfg), []string{}
+	for _, r := range old.Resources {
+		if !slices.Contains(kept, r.Name) {
+			removed = append(removed, r.Name)
+		}
+	}
+	a.loops.events.revive(kept)
 	a.mu.Lock()
 	a.cfg = cfg
 	if topo != nil {
@@ -58,11 +67,20 @@ func (a *Agent) Reload(cfg *config.Config) error {
 	}
 	a.applySpecs(cfg)
 	a.mu.Unlock()
+	a.loops.releaseEvents(removed, releaseRemoved, time.Now())
 	select {
 	case a.reloaded <- struct{}{}:
 	default: // the loop has one pending already
 	}
 	return nil
+}
+
+func resourceNames(cfg *config.Config) []string {
+	out := make([]string, len(cfg.Resources))
+	for i, r := range cfg.Resources {
+		out[i] = r.Name
+	}
+	return out
 }
 
 // Unmapped is, by resource, why the last discovery round could not map
