@@ -136,7 +136,9 @@ type Config struct {
 	// the bridge port towards the target.
 	CaptureInterface string `yaml:"capture_interface" reload:"restart"`
 	// Socket is the control API's unix socket (root only), which the CLI
-	// (sanqos status, sanqos throttle) talks to.
+	// (sanqos status, reload, throttle) talks to: they read it from the
+	// config at their --config, by default /etc/sanqos/sanqos.yaml,
+	// unless --socket is given.
 	Socket string `yaml:"socket" reload:"restart"`
 	// HTTP is the read-only listener of the dashboard, /metrics and
 	// /api/status, host:port; empty turns it off.

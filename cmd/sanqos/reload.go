@@ -12,7 +12,7 @@ import (
 )
 
 func reloadCmd() *cobra.Command {
-	socket := agent.DefaultSocket
+	var socket func() (string, error)
 	c := &cobra.Command{
 		Use:   "reload",
 		Short: "Have the running agent re-read its config, and wait for its verdict",
@@ -37,13 +37,23 @@ The systemd unit's ExecReload runs it, so 'systemctl reload sanqos'
 fails when the agent refuses the file. SIGHUP reloads the same way, but
 says the verdict only in the agent's log.
 
+The agent's socket is the one the config at --config sets (socket:;
+by default /etc/sanqos/sanqos.yaml, the unit's), unless --socket names
+it. A socket: the file changes needs a restart: reload then finds no
+agent on the new one.
+
 Needs root: the agent's control socket is root-only.`,
 		Example: `  sanqos reload
   systemctl reload sanqos     # runs sanqos reload
+  sanqos reload --config /etc/sanqos/lab.yaml
   sanqos reload --socket /run/sanqos-lab/agent.sock`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rep, err := agent.NewClient(socket).Reload()
+			sock, err := socket()
+			if err != nil {
+				return err
+			}
+			rep, err := agent.NewClient(sock).Reload()
 			var refused *agent.RefusedError
 			switch {
 			case errors.As(err, &refused) && refused.Code == http.StatusUnprocessableEntity:
@@ -60,6 +70,6 @@ Needs root: the agent's control socket is root-only.`,
 			return nil
 		},
 	}
-	c.Flags().StringVar(&socket, "socket", socket, "the agent's control socket")
+	socket = agentSocketFlags(c.Flags())
 	return c
 }

@@ -16,13 +16,14 @@ import (
 )
 
 // reloadableAgent serves a configured (dry-run, static) agent's control
-// API on a temp socket, wired for reloads as the agent command wires it:
-// the file at the returned path is what a reload re-reads.
+// API on a temp socket (@SOCK@ in yaml), wired for reloads as the agent
+// command wires it: the file at the returned path is what a reload
+// re-reads.
 func reloadableAgent(t *testing.T, yaml string) (sock, path string, a *agent.Agent) {
 	t.Helper()
 	dir := t.TempDir()
-	path = filepath.Join(dir, "sanqos.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+	path, sock = filepath.Join(dir, "sanqos.yaml"), filepath.Join(dir, "agent.sock")
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(yaml, "@SOCK@", sock)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := config.Load(path)
@@ -39,7 +40,6 @@ func reloadableAgent(t *testing.T, yaml string) (sock, path string, a *agent.Age
 	rl := &reloader{path: path, load: config.Load, apply: agentReload(a, cfg, false, nil), a: a, log: log}
 	api := &agent.API{T: mem, Log: log, Status: func() any { return a.Status() },
 		Reload: func() (agent.ReloadReply, error) { return rl.reload("api") }}
-	sock = filepath.Join(dir, "agent.sock")
 	l, err := agent.ListenUnix(sock)
 	if err != nil {
 		t.Fatal(err)
@@ -103,6 +103,47 @@ func TestReloadCommandWithoutAConfiguredAgent(t *testing.T) {
 	out, err = run(t, "reload", "--socket", sock)
 	if exitCode(err) != exitRuntime || !strings.Contains(errText(err), "without --config") {
 		t.Errorf("agent without --config: exit %d, %q %v", exitCode(err), out, err)
+	}
+}
+
+// reload, status and throttle find the agent on the socket its config
+// sets (--config; by default the unit's file, or the default socket when
+// there is none), unless --socket names one.
+func TestClientsFindTheConfigsSocket(t *testing.T) {
+	const file = "socket: @SOCK@\nbackend: dry-run\nhttp: \"\"\ndiscovery: {source: static}\nresources:\n  - {name: vg1, devices: [loop0]}\n"
+	_, path, _ := reloadableAgent(t, file)
+	none := filepath.Join(t.TempDir(), "none")
+	for _, tc := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"reload", "--config", path}, exitOK, "config reloaded: 1 resources"},
+		{[]string{"status", "--config", path}, exitOK, "backend dry-run"},
+		{[]string{"throttle", "list", "--config", path}, exitOK, ""},
+		{[]string{"reload", "--config", path, "--socket", none + ".sock"}, exitRuntime, "not running"},
+		{[]string{"reload", "--config", none + ".yaml"}, exitRuntime, "no such file"},
+	} {
+		out, err := run(t, tc.args...)
+		if code := exitCode(err); code != tc.code || !strings.Contains(out+errText(err), tc.says) {
+			t.Errorf("%v: exit %d, %q %v; want %d saying %q", tc.args, code, out, err, tc.code, tc.says)
+		}
+	}
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, file, socket, err string }{
+		{"set", "socket: /run/x/a.sock\n", "/run/x/a.sock", ""},
+		{"not set", "backend: edt\n", agent.DefaultSocket, ""},
+		{"errors elsewhere are the agent's to judge", "socket: /run/x/a.sock\nresources: 7\n", "/run/x/a.sock", ""},
+		{"does not parse", "socket: [\n", agent.DefaultSocket, ""},
+		{"relative", "socket: a.sock\n", "", `socket: "a.sock": want an absolute path`},
+	} {
+		p := filepath.Join(dir, tc.name)
+		if err := os.WriteFile(p, []byte(tc.file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if s, err := configSocket(p); s != tc.socket || (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: %q, %v; want %q, %q", tc.name, s, err, tc.socket, tc.err)
+		}
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 )
 
 func statusCmd() *cobra.Command {
-	socket := agent.DefaultSocket
+	var socketOf func() (string, error)
 	var asJSON, events bool
 	var watch time.Duration
 	var count int
@@ -50,6 +50,9 @@ measured is not 0 ms). --json prints the agent's status document for
 scripts (wait fields are null when unmeasured). --watch refreshes like top;
 --watch alone every 2s, or --watch=500ms.
 
+The agent's socket is the one the config at --config sets (socket:; by
+default /etc/sanqos/sanqos.yaml, the unit's), unless --socket names it.
+
 Needs root: the agent's control socket is root-only.`,
 		Example: `  sanqos status
   sanqos status --watch
@@ -59,6 +62,10 @@ Needs root: the agent's control socket is root-only.`,
   sanqos status --json | jq '.resources[] | {name, indicator_ms, threshold_ms}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			socket, err := socketOf()
+			if err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
 			if events {
 				return printEvents(out, socket, asJSON)
@@ -85,7 +92,7 @@ Needs root: the agent's control socket is root-only.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&socket, "socket", socket, "the agent's control socket")
+	socketOf = agentSocketFlags(f)
 	f.BoolVar(&asJSON, "json", false, "print the status document (or with --events the events) as JSON")
 	f.BoolVar(&events, "events", false, "print the agent's event history: whom it slowed or released, when and why")
 	f.DurationVar(&watch, "watch", 0, "refresh every interval until interrupted (--watch alone: 2s)")

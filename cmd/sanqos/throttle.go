@@ -36,7 +36,11 @@ the agent over its root-only unix socket, so it needs root.`,
   sanqos throttle list
   sanqos throttle clear --all`,
 	}
-	c.PersistentFlags().StringVar(&socket, "socket", socket, "the agent's control socket")
+	socketOf := agentSocketFlags(c.PersistentFlags())
+	c.PersistentPreRunE = func(*cobra.Command, []string) (err error) {
+		socket, err = socketOf()
+		return err
+	}
 	c.AddCommand(throttleSetCmd(&socket), throttleClearCmd(&socket), throttleListCmd(&socket), throttleBackendsCmd())
 	return c
 }
