@@ -2,6 +2,7 @@ package lab
 
 import (
 	"bufio"
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -117,13 +118,17 @@ type Runner struct {
 	traceF   *os.File
 	progress *progress
 	lock     *runLock
+	// ctx ends the run: Run stops its phase's fio and returns ctx.Err().
+	// A Runner is one run, so it carries the run's context, as an
+	// http.Request does, for every phase an experiment starts.
+	ctx context.Context
 	// TracePrefix tags trace.csv's phase names, so the runs of one
 	// invocation stay apart in one trace (one run per backend: "edt/").
 	TracePrefix string
 }
 
-// NewRunner prepares results/<name>/<run-id>/.
-func NewRunner(name string, o RunOptions) (*Runner, error) {
+// NewRunner prepares results/<name>/<run-id>/ for a run that ctx ends.
+func NewRunner(ctx context.Context, name string, o RunOptions) (*Runner, error) {
 	if os.Geteuid() != 0 {
 		return nil, ErrNotRoot
 	}
@@ -177,15 +182,18 @@ func NewRunner(name string, o RunOptions) (*Runner, error) {
 	latest := filepath.Join(o.Results, name, "latest")
 	os.Remove(latest)
 	os.Symlink(o.RunID, latest)
-	return &Runner{State: s, Res: res, Dir: dir, opts: o, trace: w, traceF: f, progress: newProgress(o.Progress), lock: lock}, nil
+	return &Runner{State: s, Res: res, Dir: dir, opts: o, trace: w, traceF: f, progress: newProgress(o.Progress), lock: lock, ctx: ctx}, nil
 }
 
 // PlanRunner is a Runner on resource res of s that runs nothing and
 // writes nothing: enough to build an experiment's phases and job files,
 // or to summarize a recorded run, without a lab.
 func PlanRunner(s *State, res *Resource, o RunOptions) *Runner {
-	return &Runner{State: s, Res: res, opts: o}
+	return &Runner{State: s, Res: res, opts: o, ctx: context.Background()}
 }
+
+// Context is the run's: done once the run is cancelled.
+func (r *Runner) Context() context.Context { return r.ctx }
 
 func progressOrDiscard(w io.Writer) io.Writer {
 	if w == nil {
@@ -238,12 +246,16 @@ func (r *Runner) RunAll(phases []*Phase) ([]*PhaseResult, error) {
 
 // Run executes one phase: fio on every host with jobs, a 100 ms diskstats
 // sampler on the target, timed events, TCP counters around it and every
-// second in each namespace.
+// second in each namespace. Once the run's context is done it ends the
+// phase's fio and returns the context's error.
 //
 // Its loop stays in Run because it owns the sampler, the timed events and
 // fio's exit, whose timing depends on each other; the fio commands, the
 // sampling and the counters are functions of their own.
 func (r *Runner) Run(p *Phase, rep int) (*PhaseResult, error) {
+	if err := r.ctx.Err(); err != nil {
+		return nil, err
+	}
 	res := &PhaseResult{Phase: p, Repeat: rep}
 	pdir := filepath.Join(r.Dir, fmt.Sprintf("%s.r%d", p.Name, rep))
 	if err := os.MkdirAll(pdir, 0o755); err != nil {
@@ -308,6 +320,12 @@ loop:
 				break loop
 			}
 			fioCh = nil
+		case <-r.ctx.Done():
+			for _, c := range cmds {
+				c.Process.Kill()
+			}
+			<-fw.done
+			return nil, r.ctx.Err()
 		}
 	}
 	<-fw.done

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"context"
 	"io"
 	"net/netip"
 	"os/exec"
@@ -95,7 +96,7 @@ func kernelObjects(t *testing.T) []string {
 func TestDelayLineThrottlesOneConsumerInLab(t *testing.T) {
 	upLab(t)
 	buildSanqos(t)
-	r, err := NewRunner("throttle-test", RunOptions{Scale: 1, Results: t.TempDir()})
+	r, err := NewRunner(context.Background(), "throttle-test", RunOptions{Scale: 1, Results: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,9 @@ import (
 //
 // It knows nothing of how a run was made. Any summary.json renders: its
 // scalars as one table (nested objects as dotted names), each array of
-// objects as a table of its own. Known experiments (by the summary's
-// "experiment" field) also get plots drawn from the summary; a trace.csv
+// objects as a table of its own. An experiment that declared plots
+// (RegisterPlots, by the summary's "experiment" field) gets them drawn
+// from the summary; a trace.csv
 // in the lab's format gets read-wait and write-rate plots per phase.
 // Figures already in the directory (the run's own) are included as they
 // are. Files it writes are named report*.

@@ -11,42 +11,52 @@ import (
 	"strconv"
 )
 
-// This file draws the report's figures: the plots a known experiment's
-// summary.json gives at a glance, and the per-phase read-wait and
-// write-rate plots of a lab trace.csv. It is its own file because it is
-// the part of the report that knows experiments and the trace format;
-// html.go only lays out the page and html_summary.go renders any summary.
+// This file draws the report's figures: the plots an experiment declares
+// for its summary.json, and the per-phase read-wait and write-rate plots
+// of a lab trace.csv. It is its own file because it is the part of the
+// report that knows the trace format; html.go only lays out the page and
+// html_summary.go renders any summary.
 
 // ---- plots from the summary ----------------------------------------------
 
-// summaryPlots draws what a known experiment's summary says at a glance;
-// unknown experiments get none (their tables still render).
+// SummaryPlot is a figure an experiment's summary gives at a glance: its
+// file name and how to draw it to a path, or a nil draw when the summary
+// has nothing to plot. Each experiment declares its own
+// (lab/experiments), which registers them here by its name.
+type SummaryPlot func(experiment string, o object) (name string, draw func(path string) error)
+
+// plotsOf are the registered experiments' plots, by experiment.
+var plotsOf = map[string][]SummaryPlot{}
+
+// RegisterPlots declares experiment's plots: Generate draws them for any
+// run whose summary names it.
+func RegisterPlots(experiment string, plots ...SummaryPlot) {
+	plotsOf[experiment] = append(plotsOf[experiment], plots...)
+}
+
+// summaryPlots draws what an experiment's summary says at a glance;
+// experiments that registered none get none (their tables still render).
 func summaryPlots(dir, experiment string, o object) ([]string, error) {
-	var name string
-	var draw func(path string) error
-	switch experiment {
-	case "pid", "autonomic":
-		name, draw = waitVsThresholdPlot(experiment, o)
-	case "interference":
-		name, draw = waitVsWritersPlot(o)
-	case "delay-sweep", "delay-sweep-fresh":
-		name, draw = rateVsDelayPlot(experiment, o)
-	case "equal-share":
-		name, draw = perHostPlot(o)
+	var out []string
+	for _, plot := range plotsOf[experiment] {
+		name, draw := plot(experiment, o)
+		if draw == nil {
+			continue
+		}
+		if err := draw(filepath.Join(dir, name)); err != nil {
+			return out, fmt.Errorf("%s: %w", name, err)
+		}
+		out = append(out, name)
 	}
-	if draw == nil {
-		return nil, nil
-	}
-	if err := draw(filepath.Join(dir, name)); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	return []string{name}, nil
+	return out, nil
 }
 
 // The experiments' plots: each returns its file name and how to draw it
 // to a path, or a nil draw when the summary has nothing to plot.
 
-func waitVsThresholdPlot(experiment string, o object) (string, func(path string) error) {
+// WaitVsThresholdPlot: the reader's mean and p95 read wait per threshold
+// and unthrottled (pid, autonomic).
+func WaitVsThresholdPlot(experiment string, o object) (string, func(path string) error) {
 	reg := summaryRows(o, "regulated")
 	if len(reg) == 0 {
 		return "", nil
@@ -67,7 +77,9 @@ func waitVsThresholdPlot(experiment string, o object) (string, func(path string)
 	}
 }
 
-func waitVsWritersPlot(o object) (string, func(path string) error) {
+// WaitVsWritersPlot: the reader's read wait against its concurrent
+// writers (interference).
+func WaitVsWritersPlot(experiment string, o object) (string, func(path string) error) {
 	var x, p95, mean []float64
 	for _, r := range summaryRows(o, "runs") {
 		x = append(x, dig(r, "writers"))
@@ -78,12 +90,14 @@ func waitVsWritersPlot(o object) (string, func(path string) error) {
 		return "", nil
 	}
 	return "report-wait-vs-writers.png", func(p string) error {
-		return TimePlot(p, "interference: read wait vs concurrent writers", "writers", "read wait (ms)",
+		return TimePlot(p, experiment+": read wait vs concurrent writers", "writers", "read wait (ms)",
 			[]Series{{Name: "p95", X: x, Y: p95}, {Name: "mean", X: x, Y: mean}}, nil)
 	}
 }
 
-func rateVsDelayPlot(experiment string, o object) (string, func(path string) error) {
+// RateVsDelayPlot: throughput against the added delay, per direction
+// and backend (delay-sweep, delay-sweep-fresh).
+func RateVsDelayPlot(experiment string, o object) (string, func(path string) error) {
 	by := map[string]*Series{}
 	var order []string
 	type point struct {
@@ -133,7 +147,8 @@ func rateVsDelayPlot(experiment string, o object) (string, func(path string) err
 	}
 }
 
-func perHostPlot(o object) (string, func(path string) error) {
+// PerHostPlot: each host's throughput (equal-share).
+func PerHostPlot(experiment string, o object) (string, func(path string) error) {
 	h, ok := o.get("per_host_mb_s").(object)
 	if !ok {
 		return "", nil
@@ -143,7 +158,7 @@ func perHostPlot(o object) (string, func(path string) error) {
 		bars = append(bars, Bar{Label: f.Key, Value: num(f.Val)})
 	}
 	return "report-per-host.png", func(p string) error {
-		return BarPlot(p, "equal-share: throughput per host", "MB/s", bars)
+		return BarPlot(p, experiment+": throughput per host", "MB/s", bars)
 	}
 }
 

@@ -35,6 +35,10 @@ var pngMagic = []byte("\x89PNG\r\n\x1a\n")
 // figures, tables and scalars, self-contained, and the same again. It is
 // long for its table of runs; the checks are one loop.
 func TestGenerate(t *testing.T) {
+	// Experiments declare their plots (lab/experiments); these runs' here.
+	RegisterPlots("autonomic", WaitVsThresholdPlot)
+	RegisterPlots("delay-sweep", RateVsDelayPlot)
+	t.Cleanup(func() { delete(plotsOf, "autonomic"); delete(plotsOf, "delay-sweep") })
 	for _, tc := range []struct {
 		run       string
 		plots     []string // regenerated figures that must exist

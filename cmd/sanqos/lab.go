@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -367,7 +368,10 @@ func labRunCmd() *cobra.Command {
 				// instead would be a surprise.
 				return fmt.Errorf("%w: `sanqos lab down` clears what it left; then `sanqos lab up --kernel debian`, or --kernel host for the host's lab", gerr)
 			default:
-				dir, err = experiments.RunExperiment(cmd.Context(), args[0], o)
+				// Ctrl-C cancels the run cleanly; a second one kills it.
+				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+				context.AfterFunc(ctx, stop)
+				dir, err = experiments.RunExperiment(ctx, args[0], o)
 			}
 			if dir != "" {
 				fmt.Fprintln(cmd.OutOrStdout(), "results:", dir)
@@ -389,16 +393,8 @@ func labRunCmd() *cobra.Command {
 	f.StringVar(&o.Results, "results", o.Results, "results root directory")
 	f.StringVar(&o.RunID, "run-id", "", "name of the run directory (default: UTC timestamp)")
 	f.StringVar(&o.Resource, "resource", "", "resource to load (default: the first)")
-	f.DurationSliceVar(&o.Thresholds, "thresholds", nil, experiments.Taking(experiments.FlagThresholds)+": thresholds to regulate to (default 10ms,15ms,20ms; autonomic adds 5ms)")
-	f.BoolVar(&o.ThresholdAuto, "threshold-auto", false, experiments.Taking(experiments.FlagThresholdAuto)+": regulate once with threshold: auto instead (no oracle); summary.json has the threshold the agent chose")
-	f.StringVar(&o.AgentYAML, "agent-set", "", experiments.Taking(experiments.FlagAgentSet)+": YAML appended to the agent's config, e.g. 'pid: {kp: 1, ti: 200ms}'")
-	f.IntVar(&o.Writers, "writers", 0, experiments.Taking(experiments.FlagWriters)+": writer threads (default the thesis' 12)")
-	f.IntVar(&o.Streams, "streams", 0, experiments.Taking(experiments.FlagStreams)+": concurrent streams on the swept host, each one I/O in flight (default 1, the thesis'); more sweep 0–40 ms")
-	f.IntVar(&o.Cycles, "cycles", 0, experiments.Taking(experiments.FlagCycles)+": the load's on/off cycles (default 6)")
 	f.BoolVar(&o.NoStallWatch, "no-stall-watch", false, "run without the stall watch (one real-time thread per CPU, 500 wake-ups a second each, timing the machine for host_cpu.stalls), to measure what it costs")
-	f.BoolVar(&o.NoOracle, "no-oracle", false, experiments.Taking(experiments.FlagNoOracle)+": skip the oracle's search for the best static delay")
-	f.BoolVar(&o.LUNMap, "lun-map", false, experiments.Taking(experiments.FlagLUNMap)+": name each host's own LUN in the agent's config (consumer_devices), which discovery cannot tell with one tgt target for every host")
-	f.StringSliceVar(&o.Backends, "backends", nil, experiments.Taking(experiments.FlagBackends)+": run once per throttle backend (edt, netem, delayline), side by side in one summary")
+	experiments.AddFlags(f, &o)
 	f.StringArrayVar(&lab.AgentFlags, "agent-flag", nil, "flag added to every agent the run starts, e.g. --agent-flag=--delay-ramp=0.5 (repeatable)")
 	f.StringVar(&kernel, "kernel", "", "which lab: host, or debian (the stock-kernel guest); default the guest if one is up, else the host's")
 	return c

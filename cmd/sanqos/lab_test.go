@@ -18,7 +18,7 @@ func TestLabRunHelpListsEveryExperiment(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range experiments.All() {
-		s := e.Spec()
+		s := e
 		if !strings.Contains(out, s.Name) || !strings.Contains(strings.Join(strings.Fields(out), " "), s.Title) {
 			t.Errorf("lab run --help does not list %s: %q", s.Name, s.Title)
 		}

@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ func startLabAgent(t *testing.T, name string, write func(r *runner, cfg string) 
 	upLab(t)
 	buildSanqos(t)
 	o := Options{RunOptions: lab.RunOptions{Scale: 1, Results: t.TempDir()}}
-	lr, err := lab.NewRunner(name, o.RunOptions)
+	lr, err := lab.NewRunner(context.Background(), name, o.RunOptions)
 	if err != nil {
 		t.Fatal(err)
 	}

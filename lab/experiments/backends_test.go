@@ -68,7 +68,7 @@ func TestRunExperimentRefusesBackendsItCannotRun(t *testing.T) {
 		t.Errorf("a refused run left %d entries in the results directory", len(ents))
 	}
 	for _, name := range []string{"delay-sweep", "delay-sweep-fresh", "throttle-effect", "overhead", "pid", "autonomic"} {
-		if e, err := Lookup(name); err != nil || !e.Spec().Takes(FlagBackends) {
+		if e, err := Lookup(name); err != nil || !e.Takes(flagBackends) {
 			t.Errorf("%s should take --backends", name)
 		}
 	}

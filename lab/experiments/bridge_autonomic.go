@@ -1,7 +1,6 @@
 package experiments
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"os"
@@ -15,15 +14,9 @@ import (
 )
 
 // bridgeAutonomic: autonomic with the agent on the bridge (thesis 6.9).
-type bridgeAutonomic struct{}
-
-func (bridgeAutonomic) Spec() Spec {
-	return Spec{Name: "bridge-autonomic", DefaultScale: 0.25, Flags: FlagThresholds | FlagAgentSet | FlagWriters | FlagCycles,
-		Title: "autonomic's load with the agent on the bridge (sqlan): FORWARD throttling, passive iSCSI latency only (thesis 6.9)"}
-}
-
-func (bridgeAutonomic) Run(_ context.Context, r *lab.Runner, o Options) (any, error) {
-	return runControlled(wrap(r, o), "bridge-autonomic")
+func init() {
+	register(&Experiment{Name: "bridge-autonomic", DefaultScale: 0.25, Flags: []*Flag{flagThresholds, flagAgentSet, flagWriters, flagCycles},
+		Title: "autonomic's load with the agent on the bridge (sqlan): FORWARD throttling, passive iSCSI latency only (thesis 6.9)", Run: func(r *runner) (any, error) { return runControlled(r, "bridge-autonomic") }})
 }
 
 // BridgeCaptureInterface is the bridge port towards the target, where the

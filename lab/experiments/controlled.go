@@ -41,6 +41,28 @@ var controlledExperiments = map[string]*controlled{
 	"mixed":            {load: mixedLoad, autonomic: true, oracle: true, thresholds: Thresholds},
 }
 
+// The controlled experiments but bridge-autonomic (bridge_autonomic.go):
+// pid (thesis Fig 5.9/5.10), autonomic (Fig 5.11–5.13) and issue 30's
+// read-backup and mixed.
+func init() {
+	flags := []*Flag{flagThresholds, flagThresholdAuto, flagAgentSet, flagCycles, flagNoOracle, flagLUNMap, flagBackends}
+	fixedLoad := slices.DeleteFunc(slices.Clone(flags), func(f *Flag) bool { return f == flagNoOracle || f == flagLUNMap })
+	for _, e := range []*Experiment{
+		{Name: "pid", Flags: append(fixedLoad, flagWriters), Plots: []report.SummaryPlot{report.WaitVsThresholdPlot},
+			Title: "PID with given sets holds 10/15/20 ms under 12 writers toggled on/off (Fig 5.9/5.10)"},
+		{Name: "autonomic", Flags: append(flags, flagWriters), Plots: []report.SummaryPlot{report.WaitVsThresholdPlot},
+			Title: "Same load, sets and indicators discovered automatically (Fig 5.11–5.13)"},
+		{Name: "read-backup", Flags: flags,
+			Title: "autonomic vs a backup: b3-b5 read sequentially, 64 KiB, 4 streams each, toggled on/off; with the static-delay oracle"},
+		{Name: "mixed", Flags: flags,
+			Title: "autonomic vs VMs and a database: b3-b5 random 8/64 KiB reads and writes (70/30, 50/50), toggled on/off; with the static-delay oracle"},
+	} {
+		e.DefaultScale = 0.25
+		e.Run = func(r *runner) (any, error) { return runControlled(r, e.Name) }
+		register(e)
+	}
+}
+
 // schedule is the controlled experiments' on/off pattern: lead time with
 // the reader alone, then cycles of the load on for on and off for off,
 // then a tail (the thesis' times × scale; --cycles overrides the six).

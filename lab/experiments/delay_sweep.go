@@ -1,7 +1,6 @@
 package experiments
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"time"
@@ -9,19 +8,18 @@ import (
 	"github.com/sanqos/sanqos/lab"
 	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/throttle"
+	"github.com/spf13/pflag"
 )
 
+// flagStreams is delay-sweep's fio threads on the swept session's host
+// (0: one, the thesis' single stream): the many-stream read path.
+var flagStreams = newFlag("streams", "concurrent streams on the swept host, each one I/O in flight (default 1, the thesis'); more sweep 0–40 ms",
+	func(fs *pflag.FlagSet, o *Options, n, h string) { fs.IntVar(&o.Streams, n, 0, h) }, nil)
+
 // delaySweep: Rate vs added delay on an established session (thesis Fig 5.5/5.6).
-type delaySweep struct{}
-
-func (delaySweep) Spec() Spec {
-	return Spec{Name: "delay-sweep", DefaultScale: 0.25, Flags: FlagBackends | FlagStreams,
-		Title: "Rate vs added delay 0–9.6 ms on an established session, reads and writes, repeated (Fig 5.5/5.6)"}
-}
-
-func (delaySweep) Run(_ context.Context, r *lab.Runner, o Options) (any, error) {
-	rr := wrap(r, o)
-	return rr.eachBackend("delay-sweep", rr.delaySweepSession)
+func init() {
+	register(&Experiment{Name: "delay-sweep", DefaultScale: 0.25, Flags: []*Flag{flagBackends, flagStreams},
+		Title: "Rate vs added delay 0–9.6 ms on an established session, reads and writes, repeated (Fig 5.5/5.6)", Run: func(r *runner) (any, error) { return r.eachBackend("delay-sweep", r.delaySweepSession) }, Plots: []report.SummaryPlot{report.RateVsDelayPlot}})
 }
 
 // delaySweepSession changes the delay on established iSCSI sessions, as

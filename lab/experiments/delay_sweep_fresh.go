@@ -1,7 +1,6 @@
 package experiments
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -13,16 +12,9 @@ import (
 )
 
 // delaySweepFresh: Rate vs delay with a new iSCSI session per point.
-type delaySweepFresh struct{}
-
-func (delaySweepFresh) Spec() Spec {
-	return Spec{Name: "delay-sweep-fresh", DefaultScale: 0.25, Flags: FlagBackends,
-		Title: "Rate vs delay when every point opens a new iSCSI session (shows CUBIC HyStart's early exit)"}
-}
-
-func (delaySweepFresh) Run(_ context.Context, r *lab.Runner, o Options) (any, error) {
-	rr := wrap(r, o)
-	return rr.eachBackend("delay-sweep-fresh", rr.delaySweepFresh)
+func init() {
+	register(&Experiment{Name: "delay-sweep-fresh", DefaultScale: 0.25, Flags: []*Flag{flagBackends},
+		Title: "Rate vs delay when every point opens a new iSCSI session (shows CUBIC HyStart's early exit)", Run: func(r *runner) (any, error) { return r.eachBackend("delay-sweep-fresh", r.delaySweepFresh) }, Plots: []report.SummaryPlot{report.RateVsDelayPlot}})
 }
 
 func (r *runner) delaySweepFresh(backend string) (backendRun, error) {

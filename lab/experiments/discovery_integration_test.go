@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -77,7 +78,7 @@ func TestTypoAndReloadOnLabTgtd(t *testing.T) {
 		upLab(t)
 	}
 	buildSanqos(t)
-	lr, err := lab.NewRunner("discovery-test", lab.RunOptions{Scale: 1, Results: t.TempDir()})
+	lr, err := lab.NewRunner(context.Background(), "discovery-test", lab.RunOptions{Scale: 1, Results: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 // Package experiments holds the lab's experiments: the named,
 // reproducible runs of `sanqos lab run` (thesis chapter 5 and the issues
-// after it), each a small value behind the Experiment interface in a file
-// of its own, all listed once in registry.go.
+// after it), each a registry entry (Experiment: name, flags, run, plots)
+// that its own file registers.
 //
 // What every experiment shares is written once here: RunExperiment
 // (validation, the results directory, summary.json, report.html), the

@@ -1,7 +1,6 @@
 package experiments
 
 import (
-	"context"
 	"path/filepath"
 	"time"
 
@@ -11,14 +10,8 @@ import (
 
 // equalShare: four equal sequential readers share the resource (thesis
 // Fig 5.1).
-type equalShare struct{}
-
-func (equalShare) Spec() Spec {
-	return Spec{Name: "equal-share", Title: "Four equal sequential readers share the resource (thesis Fig 5.1)", DefaultScale: 0.25}
-}
-
-func (equalShare) Run(_ context.Context, r *lab.Runner, o Options) (any, error) {
-	return runEqualShare(wrap(r, o))
+func init() {
+	register(&Experiment{Name: "equal-share", Title: "Four equal sequential readers share the resource (thesis Fig 5.1)", DefaultScale: 0.25, Run: runEqualShare, Plots: []report.SummaryPlot{report.PerHostPlot}})
 }
 
 // EqualShareSummary is summary.json of equal-share.

@@ -2,7 +2,6 @@ package experiments
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"math"
 	"net/netip"
@@ -18,15 +17,9 @@ import (
 )
 
 // htbShares: Per-consumer HTB rate caps changed at run time (seed 001).
-type htbShares struct{}
-
-func (htbShares) Spec() Spec {
-	return Spec{Name: "htb-shares", DefaultScale: 1,
-		Title: "Per-consumer HTB rate caps on sequential readers, changed at run time: cap error and the longest stall at a change (seed 001)"}
-}
-
-func (htbShares) Run(_ context.Context, r *lab.Runner, o Options) (any, error) {
-	return runHTBShares(wrap(r, o))
+func init() {
+	register(&Experiment{Name: "htb-shares", DefaultScale: 1,
+		Title: "Per-consumer HTB rate caps on sequential readers, changed at run time: cap error and the longest stall at a change (seed 001)", Run: runHTBShares})
 }
 
 // ShareCap is one capped reader in one segment.

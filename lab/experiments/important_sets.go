@@ -1,7 +1,6 @@
 package experiments
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -13,15 +12,9 @@ import (
 )
 
 // importantSets: Read-over-write vs important-sets (thesis 5.7).
-type importantSets struct{}
-
-func (importantSets) Spec() Spec {
-	return Spec{Name: "important-sets", DefaultScale: 1,
-		Title: "Thesis 5.7: the small reader named important, a large-block reader (not) and 8 writers: read-over-write vs important-sets"}
-}
-
-func (importantSets) Run(_ context.Context, r *lab.Runner, o Options) (any, error) {
-	return runImportantSets(wrap(r, o))
+func init() {
+	register(&Experiment{Name: "important-sets", DefaultScale: 1,
+		Title: "Thesis 5.7: the small reader named important, a large-block reader (not) and 8 writers: read-over-write vs important-sets", Run: runImportantSets})
 }
 
 // ImportantRun is one run of important-sets.

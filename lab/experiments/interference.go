@@ -1,7 +1,6 @@
 package experiments
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -12,14 +11,8 @@ import (
 
 // interference: a rate-limited random reader vs 0/1/3/12 sequential
 // writers (thesis Fig 5.7).
-type interference struct{}
-
-func (interference) Spec() Spec {
-	return Spec{Name: "interference", Title: "A rate-limited random reader vs 0/1/3/12 sequential writers (thesis Fig 5.7)", DefaultScale: 0.25}
-}
-
-func (interference) Run(_ context.Context, r *lab.Runner, o Options) (any, error) {
-	return runInterference(wrap(r, o))
+func init() {
+	register(&Experiment{Name: "interference", Title: "A rate-limited random reader vs 0/1/3/12 sequential writers (thesis Fig 5.7)", DefaultScale: 0.25, Run: runInterference, Plots: []report.SummaryPlot{report.WaitVsWritersPlot}})
 }
 
 // InterferenceRun and InterferenceSummary are interference's summary.json

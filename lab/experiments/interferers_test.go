@@ -167,8 +167,8 @@ func TestInterferenceExperimentsRegistered(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := controlledExperiments[name]
-		if !e.Spec().Takes(FlagBackends) || e.Spec().DefaultScale != 0.25 || !c.autonomic || !c.oracle || c.bridge || !slices.Equal(c.thresholds, Thresholds) {
-			t.Errorf("%s: %+v, %+v", name, e.Spec(), c)
+		if !e.Takes(flagBackends) || e.DefaultScale != 0.25 || !c.autonomic || !c.oracle || c.bridge || !slices.Equal(c.thresholds, Thresholds) {
+			t.Errorf("%s: %+v, %+v", name, e, c)
 		}
 		if c.load.name == "" || !c.load.reads {
 			t.Errorf("%s: interferers %q, reads %v", name, c.load.name, c.load.reads)

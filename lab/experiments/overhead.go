@@ -1,7 +1,6 @@
 package experiments
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -11,16 +10,9 @@ import (
 )
 
 // overhead: Throughput with vs without idle throttle rules (thesis §5.8).
-type overhead struct{}
-
-func (overhead) Spec() Spec {
-	return Spec{Name: "overhead", DefaultScale: 0.25, Flags: FlagBackends,
-		Title: "Throughput with vs without idle throttle rules on a RAM LUN, Welch t-test (§5.8)"}
-}
-
-func (overhead) Run(_ context.Context, r *lab.Runner, o Options) (any, error) {
-	rr := wrap(r, o)
-	return rr.eachBackend("overhead", rr.overhead)
+func init() {
+	register(&Experiment{Name: "overhead", DefaultScale: 0.25, Flags: []*Flag{flagBackends},
+		Title: "Throughput with vs without idle throttle rules on a RAM LUN, Welch t-test (§5.8)", Run: func(r *runner) (any, error) { return r.eachBackend("overhead", r.overhead) }})
 }
 
 var errNoRAM = errors.New("this lab has no RAM LUN: rebuild it with `sanqos lab down && sanqos lab up`")

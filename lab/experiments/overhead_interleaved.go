@@ -3,7 +3,6 @@ package experiments
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"math"
 	"os/exec"
@@ -18,15 +17,9 @@ import (
 )
 
 // overheadInterleaved: Idle throttle rules toggled within one transfer (thesis §5.8, precise).
-type overheadInterleaved struct{}
-
-func (overheadInterleaved) Spec() Spec {
-	return Spec{Name: "overhead-interleaved", DefaultScale: 0.25,
-		Title: "Idle throttle rules taken out and put back every 2 s within one transfer, paired t (§5.8, precise)"}
-}
-
-func (overheadInterleaved) Run(_ context.Context, r *lab.Runner, o Options) (any, error) {
-	return runOverheadInterleavedOnly(wrap(r, o))
+func init() {
+	register(&Experiment{Name: "overhead-interleaved", DefaultScale: 0.25,
+		Title: "Idle throttle rules taken out and put back every 2 s within one transfer, paired t (§5.8, precise)", Run: runOverheadInterleavedOnly})
 }
 
 // InterleavedDirection is one direction of the interleaved overhead

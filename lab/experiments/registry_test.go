@@ -16,7 +16,7 @@ func TestRegistry(t *testing.T) {
 		"throttle-effect", "weighted"}
 	var got []string
 	for _, e := range All() {
-		s := e.Spec()
+		s := e
 		got = append(got, s.Name)
 		if s.Title == "" || strings.Contains(s.Title, "\n") {
 			t.Errorf("%s: title %q, want one line", s.Name, s.Title)
@@ -24,14 +24,14 @@ func TestRegistry(t *testing.T) {
 		if s.DefaultScale < 0.01 || s.DefaultScale > 10 {
 			t.Errorf("%s: default scale %v", s.Name, s.DefaultScale)
 		}
-		if l, err := Lookup(s.Name); err != nil || l.Spec().Name != s.Name {
+		if l, err := Lookup(s.Name); err != nil || l.Name != s.Name {
 			t.Errorf("Lookup(%q) = %v, %v", s.Name, l, err)
 		}
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("registered %v,\nwant %v", got, want)
 	}
-	if got, want := Taking(FlagBackends), "autonomic, delay-sweep, delay-sweep-fresh, mixed, overhead, pid, read-backup, throttle-effect"; got != want {
+	if got, want := Taking(flagBackends), "autonomic, delay-sweep, delay-sweep-fresh, mixed, overhead, pid, read-backup, throttle-effect"; got != want {
 		t.Errorf("--backends taken by %s, want %s", got, want)
 	}
 	if _, err := Lookup("no-such"); err == nil || !strings.Contains(err.Error(), "have: autonomic, ") {

@@ -1,7 +1,6 @@
 package experiments
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -16,15 +15,9 @@ import (
 )
 
 // reliability: Faults injected while throttling, and a soak.
-type reliability struct{}
-
-func (reliability) Spec() Spec {
-	return Spec{Name: "reliability", DefaultScale: 1, Flags: FlagAgentSet | FlagLUNMap,
-		Title: "Faults injected while throttling (kill -9, crash recovery, tgtd restart, new initiator address, LUN and device removal, clock jumps, the delay line at its limits) and a 30-minute soak (× scale)"}
-}
-
-func (reliability) Run(_ context.Context, r *lab.Runner, o Options) (any, error) {
-	return runReliability(wrap(r, o))
+func init() {
+	register(&Experiment{Name: "reliability", DefaultScale: 1, Flags: []*Flag{flagAgentSet, flagLUNMap},
+		Title: "Faults injected while throttling (kill -9, crash recovery, tgtd restart, new initiator address, LUN and device removal, clock jumps, the delay line at its limits) and a 30-minute soak (× scale)", Run: runReliability})
 }
 
 // Fault is one row of RELIABILITY.md: what was done, what had to hold,
@@ -68,6 +61,9 @@ func runReliability(r *runner) (any, error) {
 	for i, f := range faults {
 		if only != "" && !strings.Contains(","+only+",", ","+strconv.Itoa(i)+",") {
 			continue
+		}
+		if err := r.Context().Err(); err != nil {
+			return sum, err // a fault's own failure is its row; a cancel ends the run
 		}
 		res := f(r)
 		// Each fault's agents write agent.log; keep each fault's.

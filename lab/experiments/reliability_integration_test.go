@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -25,7 +26,7 @@ import (
 func TestReliabilityFaultsInLab(t *testing.T) {
 	upLab(t)
 	buildSanqos(t)
-	r, err := lab.NewRunner("reliability", lab.RunOptions{Scale: 0.03, Results: t.TempDir()})
+	r, err := lab.NewRunner(context.Background(), "reliability", lab.RunOptions{Scale: 0.03, Results: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

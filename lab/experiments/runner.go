@@ -35,20 +35,20 @@ func RunExperiment(ctx context.Context, name string, o Options) (string, error) 
 	if o, err = checkOptions(e, o); err != nil {
 		return "", err
 	}
-	r, err := lab.NewRunner(name, o.RunOptions)
+	r, err := lab.NewRunner(ctx, name, o.RunOptions)
 	if err != nil {
 		return "", err
 	}
 	defer r.Close()
-	return r.Dir, runOn(ctx, e, r, o)
+	return r.Dir, runOn(e, r, o)
 }
 
 // checkOptions fills in e's default scale and refuses what the run cannot
 // take: a scale, repeat, writers or cycles out of range, --backends for
 // an experiment that takes none, a backend of no name.
-func checkOptions(e Experiment, o Options) (Options, error) {
+func checkOptions(e *Experiment, o Options) (Options, error) {
 	if o.Scale == 0 {
-		o.Scale = e.Spec().DefaultScale
+		o.Scale = e.DefaultScale
 	}
 	if o.Scale < 0.01 || o.Scale > 10 {
 		return o, fmt.Errorf("scale %v: want 0.01..10", o.Scale)
@@ -59,19 +59,16 @@ func checkOptions(e Experiment, o Options) (Options, error) {
 	if o.Writers < 0 || o.Writers > 48 || o.Cycles < 0 || o.Cycles > 50 {
 		return o, fmt.Errorf("writers %d, cycles %d: want 0 (default) or 1..48 writers, 1..50 cycles", o.Writers, o.Cycles)
 	}
-	if o.ThresholdAuto && !e.Spec().Takes(FlagThresholdAuto) {
-		return o, fmt.Errorf("%s takes no --threshold-auto (these do: %s)", e.Spec().Name, Taking(FlagThresholdAuto))
-	}
-	if len(o.Backends) > 0 && !e.Spec().Takes(FlagBackends) {
-		return o, fmt.Errorf("%s takes no --backends (these do: %s)", e.Spec().Name, Taking(FlagBackends))
+	if err := checkFlags(e, o); err != nil {
+		return o, err
 	}
 	return o, checkBackends(o.Backends)
 }
 
 // runOn runs e on r and writes what every run leaves besides its trace:
 // summary.json and the one-page report.
-func runOn(ctx context.Context, e Experiment, r *lab.Runner, o Options) error {
-	sum, err := e.Run(ctx, r, o)
+func runOn(e *Experiment, r *lab.Runner, o Options) error {
+	sum, err := e.Run(wrap(r, o))
 	if sum != nil {
 		// A summary that comes with an error says what failed.
 		werr := r.WriteSummary(sum)

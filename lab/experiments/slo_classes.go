@@ -1,7 +1,6 @@
 package experiments
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,15 +12,9 @@ import (
 )
 
 // sloClasses: Seed 004's SLO classes vs a bulk writer, then a burst.
-type sloClasses struct{}
-
-func (sloClasses) Spec() Spec {
-	return Spec{Name: "slo-classes", DefaultScale: 1,
-		Title: "Seed 004's power/knowledge/task readers vs a bulk writer: agent off vs the slo-classes policy, then a burst"}
-}
-
-func (sloClasses) Run(_ context.Context, r *lab.Runner, o Options) (any, error) {
-	return runSLOClassesLab(wrap(r, o))
+func init() {
+	register(&Experiment{Name: "slo-classes", DefaultScale: 1,
+		Title: "Seed 004's power/knowledge/task readers vs a bulk writer: agent off vs the slo-classes policy, then a burst", Run: runSLOClassesLab})
 }
 
 // The policies' lab experiments (issue 6): slo-classes and weighted with

@@ -1,7 +1,6 @@
 package experiments
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -15,7 +14,7 @@ import (
 // toy is a test-only experiment, whole in this file: what adding one to
 // `sanqos lab run` takes (docs/experiments.md, "Adding an experiment"). Its one
 // phase is planned, not run, so the test needs no lab.
-type toy struct{}
+var toy = &Experiment{Name: "toy", DefaultScale: 0.05, Title: "a test-only experiment: one 20 s phase (× scale), planned and summarized", Run: runToy}
 
 // ToySummary is toy's summary.json.
 type ToySummary struct {
@@ -24,23 +23,19 @@ type ToySummary struct {
 	PhaseS     float64 `json:"phase_s"`
 }
 
-func (toy) Spec() Spec {
-	return Spec{Name: "toy", DefaultScale: 0.05, Title: "a test-only experiment: one 20 s phase (× scale), planned and summarized"}
-}
-
-func (toy) Run(_ context.Context, r *lab.Runner, o Options) (any, error) {
+func runToy(r *runner) (any, error) {
 	p := &lab.Phase{Name: "toy", Label: "toy", Length: r.Scale(20 * time.Second)}
-	return ToySummary{Experiment: "toy", Scale: o.Scale, PhaseS: p.Length.Seconds()}, nil
+	return ToySummary{Experiment: "toy", Scale: r.opts.Scale, PhaseS: p.Length.Seconds()}, nil
 }
 
-// An experiment added as one file and one registry line shows up in `lab
+// An experiment added as one file that registers it shows up in `lab
 // run --help` (Help, which the command prints: TestLabRunHelpListsEveryExperiment
 // in cmd/sanqos) and runs through the shared runner: its default scale
 // filled in, its summary.json and report.html written.
 func TestOneFileExperiment(t *testing.T) {
 	saved := registry
 	t.Cleanup(func() { registry = saved })
-	registry = append(registry[:len(registry):len(registry)], toy{}) // the registry's one line
+	register(toy) // what the file's init does
 
 	if want := "  toy                a test-only experiment: one 20 s phase (× scale), planned and summarized\n"; !strings.Contains(Help(), want) {
 		t.Errorf("lab run --help lists\n%s\nwant a line %q", Help(), want)
@@ -58,7 +53,7 @@ func TestOneFileExperiment(t *testing.T) {
 	}
 	r := lab.PlanRunner(nil, nil, o.RunOptions)
 	r.Dir = t.TempDir()
-	if err := runOn(context.Background(), e, r, o); err != nil {
+	if err := runOn(e, r, o); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(r.Dir, "summary.json"))

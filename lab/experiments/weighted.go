@@ -1,7 +1,6 @@
 package experiments
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -13,15 +12,9 @@ import (
 )
 
 // weighted: Three writers weighted 4:2:1 plus the small reader.
-type weighted struct{}
-
-func (weighted) Spec() Spec {
-	return Spec{Name: "weighted", DefaultScale: 1,
-		Title: "Three writers weighted 4:2:1 plus the small reader: agent off vs the weighted policy at max_delay 20 and 50 ms"}
-}
-
-func (weighted) Run(_ context.Context, r *lab.Runner, o Options) (any, error) {
-	return runWeightedLab(wrap(r, o))
+func init() {
+	register(&Experiment{Name: "weighted", DefaultScale: 1,
+		Title: "Three writers weighted 4:2:1 plus the small reader: agent off vs the weighted policy at max_delay 20 and 50 ms", Run: runWeightedLab})
 }
 
 // WeightedHosts are the weighted experiment's consumers and weights: the
