@@ -25,6 +25,9 @@ type Job struct {
 	// RWMixRead is the percentage of a mixed job's (rw, randrw) I/Os that
 	// read, fio's rwmixread; 0 leaves fio's default (50).
 	RWMixRead int
+	// Reader marks the phase's protected reader: its completion latency
+	// is logged per I/O and read into PhaseResult.Reader (reader.go).
+	Reader bool
 }
 
 // Validate rejects jobs fio would misread.
@@ -102,6 +105,9 @@ func JobFile(host string, jobs []Job, logPrefix string) (string, error) {
 		}
 		if j.Runtime > 0 {
 			fmt.Fprintf(&b, "time_based\nruntime=%dms\n", j.Runtime.Milliseconds())
+		}
+		if j.Reader {
+			fmt.Fprintf(&b, "log_avg_msec=0\nwrite_lat_log=%s%s\n", logPrefix, readerLogSuffix)
 		}
 		if j.Verify {
 			// verify_state_save=0: no *-verify.state files left in the cwd.

@@ -11,7 +11,7 @@ import (
 func TestJobFileGolden(t *testing.T) {
 	jobs := []Job{
 		{Name: "w", Host: "b3", URL: `iscsi\://10.99.0.1\:3260/iqn.2026-11.lab\:vg1/2`, RW: "write", BS: 65536, NumJobs: 4, Start: 6 * time.Second, Runtime: 6500 * time.Millisecond, Size: 256 << 20},
-		{Name: "reader", Host: "b2", URL: `iscsi\://10.99.0.1\:3260/iqn.2026-11.lab\:vg1/1`, RW: "randread", BS: 8192, Rate: 256 << 10, Runtime: 15 * time.Second},
+		{Name: "reader", Host: "b2", URL: `iscsi\://10.99.0.1\:3260/iqn.2026-11.lab\:vg1/1`, RW: "randread", BS: 8192, Rate: 256 << 10, Runtime: 15 * time.Second, Reader: true},
 	}
 	for _, host := range []string{"b2", "b3"} {
 		got, err := JobFile(host, jobs, "/r/"+host)

@@ -73,7 +73,10 @@ type PhaseResult struct {
 	// TCPSeries are the TCP counters of the target's and each fio
 	// host's namespace, read every second (tcp_series.go).
 	TCPSeries map[string][]TCPSample
-	FioErr    error
+	// Reader is the protected reader's reads as the initiator saw them
+	// (a job with Job.Reader; reader.go), in time order.
+	Reader []ReaderIO
+	FioErr error
 }
 
 // StallsWatched says whether a stall watch ran through the phase: its
@@ -336,6 +339,9 @@ loop:
 	res.TCPByNS, res.TCP = tcpSince(before)
 	res.TCPSeries = tw.series
 	if err := tw.writeCSV(filepath.Join(pdir, "tcp.csv")); err != nil {
+		return nil, err
+	}
+	if res.Reader, err = readReaderLogs(pdir); err != nil {
 		return nil, err
 	}
 	reach("run:phase-done")

@@ -125,6 +125,10 @@ type ControlledRun struct {
 	AgentCPUPct   float64 `json:"agent_cpu_pct,omitempty"`
 	ControlCPUPct float64 `json:"control_loop_cpu_pct,omitempty"`
 	ReadWaitMs    Dist    `json:"read_wait_ms"`
+	// Initiator is the same reader's latency at the initiator, over the
+	// same window: what it sees through TCP and the target, beside
+	// ReadWaitMs, the target's await of its LUN (lab runs only).
+	Initiator *InitiatorLatency `json:"initiator,omitempty"`
 	// WriteMBs and ReadMBs are the interferers' aggregate rates (not the
 	// protected reader's); ReadMBs is 0 where they only write.
 	WriteMBs float64 `json:"write_mb_s"`
@@ -176,6 +180,15 @@ type ControlledRun struct {
 	Events *ThrottleEvents `json:"events,omitempty"`
 }
 
+// InitiatorLatency is the protected reader's completion latency at the
+// initiator (fio's clat, logged for every read): each read's, and the
+// mean of the reads that completed in each 100 ms that had any, the
+// interval over which the target's await is sampled (ReadWaitMs).
+type InitiatorLatency struct {
+	ReadMs   Dist `json:"read_ms"`
+	WindowMs Dist `json:"window_ms"`
+}
+
 // AutoThresholdRun is threshold: auto in one run, from the agent's status
 // sampled every 500 ms.
 type AutoThresholdRun struct {
@@ -207,10 +220,15 @@ type AutoThresholdRun struct {
 // Criteria are a regulated run's figures as ratios: to its threshold, to
 // the unregulated baseline and to the oracle, all from one invocation.
 type Criteria struct {
-	P95X           float64 `json:"p95_x_threshold"`
-	P99X           float64 `json:"p99_x_threshold"`
-	FirstSecondX   float64 `json:"first_second_x_threshold"`
-	KeptVsBaseline float64 `json:"write_kept_vs_baseline"`
+	P95X float64 `json:"p95_x_threshold"`
+	P99X float64 `json:"p99_x_threshold"`
+	// InitiatorP95X is P95X at the initiator: the p95 of the reader's
+	// 100 ms windows there (ControlledRun.Initiator) over the threshold;
+	// InitiatorReadP95X the p95 of its reads (lab runs only).
+	InitiatorP95X     float64 `json:"initiator_p95_x,omitempty"`
+	InitiatorReadP95X float64 `json:"initiator_read_p95_x,omitempty"`
+	FirstSecondX      float64 `json:"first_second_x_threshold"`
+	KeptVsBaseline    float64 `json:"write_kept_vs_baseline"`
 	// KeptVsOracle is the run's write rate over the oracle's at the same
 	// threshold (0: no oracle ran).
 	KeptVsOracle float64 `json:"write_kept_vs_oracle,omitempty"`
@@ -387,6 +405,9 @@ func (s *ControlledSummary) Judge() {
 			P95X: Round(r.ReadWaitMs.P95/r.ThresholdMs, 2), P99X: Round(r.ReadWaitMs.P99/r.ThresholdMs, 2),
 			Retrans: r.TCP.RetransSegs, LossProbes: r.TCP.LossProbes, Timeouts: r.TCP.Timeouts, HostQueueSkips: r.TCP.HostQueueSkips,
 			BaselineRetrans: s.Baseline.TCP.RetransSegs, BaselineLossProbes: s.Baseline.TCP.LossProbes, BaselineHostQueueSkips: s.Baseline.TCP.HostQueueSkips,
+		}
+		if in := r.Initiator; in != nil {
+			c.InitiatorP95X, c.InitiatorReadP95X = Round(in.WindowMs.P95/r.ThresholdMs, 2), Round(in.ReadMs.P95/r.ThresholdMs, 2)
 		}
 		if r.Onset != nil && r.Onset.Steps > 0 {
 			c.FirstSecondX = Round(r.Onset.WorstMeanMs/r.ThresholdMs, 2)

@@ -36,6 +36,23 @@ func TestJudgeTCPCriteria(t *testing.T) {
 	}
 }
 
+// The initiator's p95 rides beside the target's, as multiples of the
+// threshold: its 100 ms windows' (the target's statistic) and its reads'.
+// A run without the initiator's figures (the simulator's) has neither.
+func TestJudgeInitiatorCriteria(t *testing.T) {
+	s := ControlledSummary{Regulated: []ControlledRun{
+		{ThresholdMs: 15, ReadWaitMs: Dist{P95: 16.5}, Initiator: &InitiatorLatency{ReadMs: Dist{P95: 63}, WindowMs: Dist{P95: 33}}},
+		{ThresholdMs: 20, ReadWaitMs: Dist{P95: 21}},
+	}}
+	s.Judge()
+	if c := s.Regulated[0].Criteria; c.P95X != 1.1 || c.InitiatorP95X != 2.2 || c.InitiatorReadP95X != 4.2 {
+		t.Errorf("criteria %+v: want p95 1.1×, initiator 2.2× (windows) and 4.2× (reads)", *c)
+	}
+	if c := s.Regulated[1].Criteria; c.InitiatorP95X != 0 || c.InitiatorReadP95X != 0 {
+		t.Errorf("criteria %+v: want no initiator figures", *c)
+	}
+}
+
 // The oracle's own p95 rides beside the kept-vs-oracle ratios, so a ratio
 // against a static delay that missed the threshold reads as such. Figures
 // from the lab's s1-r1-449aaf3 runs (2026-11-28): the mixed oracle's run at

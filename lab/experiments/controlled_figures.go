@@ -77,6 +77,9 @@ func (r *runner) controlledWriters() int {
 func controlledRun(res *lab.PhaseResult, thr time.Duration, steps []float64, onS float64, reads bool) ControlledRun {
 	waits := report.Values(res.Window(), "b2", readWait)
 	run := ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: roundDist(report.Describe(waits)), WriteMBs: round(report.Aggregate(res.Window(), lab.Hosts[1:], writeMBs), 2), TCP: res.TCP}
+	if each, windows := lab.ReaderWindow(res.Reader, res.Phase.From, res.Phase.To); len(each) > 0 {
+		run.Initiator = &report.InitiatorLatency{ReadMs: roundDist(report.Describe(each)), WindowMs: roundDist(report.Describe(windows))}
+	}
 	ticks := res.Ticks
 	if reads {
 		run.ReadMBs = round(report.Aggregate(res.Window(), lab.Hosts[1:], readMBs), 2)

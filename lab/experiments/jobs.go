@@ -9,9 +9,10 @@ import (
 // The load most experiments share: the thesis' small reader on b2 and
 // sequential writers on b3..b5.
 
-// reader is the thesis' "smalljob": 8 KiB random reads at 256 KiB/s.
+// reader is the thesis' "smalljob": 8 KiB random reads at 256 KiB/s, the
+// protected reader, whose every read's latency the initiator logs.
 func (r *runner) reader(runtime time.Duration) lab.Job {
-	return lab.Job{Name: "smalljob", Host: "b2", URL: r.LUN("b2").URL, RW: "randread", BS: 8 << 10, Rate: 256 << 10, Runtime: runtime}
+	return lab.Job{Name: "smalljob", Host: "b2", URL: r.LUN("b2").URL, RW: "randread", BS: 8 << 10, Rate: 256 << 10, Runtime: runtime, Reader: true}
 }
 
 // writers spreads n sequential writer threads (64 KiB, see writerBS) over

@@ -211,19 +211,6 @@ func sameJSON(t *testing.T, what string, got, want any) {
 	walk("", g, w)
 }
 
-func TestFioClatWindowRejectsGarbage(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "clat.log")
-	os.WriteFile(p, []byte("100, 5000000, 0, 0, 0\nnot a line\n"), 0o644)
-	if _, err := fioClatWindow(p, 0, time.Second); err == nil || !strings.Contains(err.Error(), ":2:") {
-		t.Fatalf("garbage line: %v, want an error naming line 2", err)
-	}
-	os.WriteFile(p, []byte("100, 5000000, 0, 0, 0\n1500, 7000000, 0, 0, 0\n"), 0o644)
-	v, err := fioClatWindow(p, 0, time.Second)
-	if err != nil || len(v) != 1 || v[0] != 5 {
-		t.Fatalf("window (0, 1 s]: %v %v, want [5]", v, err)
-	}
-}
-
 // The fixture is a real weighted run at scale 1 in this lab (trace.csv,
 // the agent's status polls, the summary.json it wrote). The expected
 // writer shares come from testdata/weighted-run/oracle.py.

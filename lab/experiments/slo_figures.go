@@ -5,13 +5,8 @@ package experiments
 // logs, and from the agent's own status polls, so one checks the other.
 
 import (
-	"bufio"
-	"fmt"
 	"math"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sanqos/sanqos/agent"
@@ -239,33 +234,6 @@ func nanTo0(x float64) float64 {
 	return x
 }
 
-// fioClatWindow reads fio's completion-latency log (100 ms averages,
-// "t_ms, ns, ...") and returns the averages (ms) logged in (from, to].
-func fioClatWindow(path string, from, to time.Duration) ([]float64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []float64
-	sc := bufio.NewScanner(f)
-	for line := 1; sc.Scan(); line++ {
-		fs := strings.Split(sc.Text(), ",")
-		if len(fs) < 2 {
-			return nil, fmt.Errorf("%s:%d: want \"t_ms, ns, …\"", path, line)
-		}
-		t, err1 := strconv.ParseFloat(strings.TrimSpace(fs[0]), 64)
-		v, err2 := strconv.ParseFloat(strings.TrimSpace(fs[1]), 64)
-		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("%s:%d: want numbers", path, line)
-		}
-		if t > float64(from.Milliseconds()) && t <= float64(to.Milliseconds()) {
-			out = append(out, v/1e6)
-		}
-	}
-	return out, sc.Err()
-}
-
 // SummarizeSLORun computes one run's figures from its trace window, the
 // agent's polls and fio's output directory (empty: no fio figures).
 func SummarizeSLORun(name, policy string, res *lab.PhaseResult, polls []StatusSample, fioDir string) SLORun {
@@ -275,7 +243,9 @@ func SummarizeSLORun(name, policy string, res *lab.PhaseResult, polls []StatusSa
 		f := ComputeClassFigures(c, w)
 		if fioDir != "" {
 			// One job per class host: its log is HOST_clat.1.log.
-			if v, err := fioClatWindow(filepath.Join(fioDir, c.Host+"_clat.1.log"), res.Phase.From, res.Phase.To); err == nil && len(v) > 0 {
+			// Its 100 ms averages' distribution over the window.
+			if ios, err := lab.ReadFioLatLog(filepath.Join(fioDir, c.Host+"_clat.1.log")); err == nil && len(ios) > 0 {
+				v, _ := lab.ReaderWindow(ios, res.Phase.From, res.Phase.To)
 				d := report.Describe(v)
 				f.FioClatP50Ms, f.FioClatP95Ms = jf(d.P50, 3), jf(d.P95, 3)
 			}
