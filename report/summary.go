@@ -95,10 +95,12 @@ func (s TCPSides) Add(o TCPSides) TCPSides {
 
 // InterferenceRun is one writer count's result.
 type InterferenceRun struct {
-	Writers      int       `json:"writers"`
-	ReadWaitMs   Dist      `json:"read_wait_ms"`
-	WriteMBs     float64   `json:"write_mb_s"`
-	P95PerRepeat []float64 `json:"p95_per_repeat"`
+	Writers    int  `json:"writers"`
+	ReadWaitMs Dist `json:"read_wait_ms"`
+	// Initiator is the reader's latency at the initiator (lab runs).
+	Initiator    *InitiatorLatency `json:"initiator,omitempty"`
+	WriteMBs     float64           `json:"write_mb_s"`
+	P95PerRepeat []float64         `json:"p95_per_repeat"`
 }
 
 // InterferenceSummary is summary.json of interference.

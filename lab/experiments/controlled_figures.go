@@ -77,9 +77,7 @@ func (r *runner) controlledWriters() int {
 func controlledRun(res *lab.PhaseResult, thr time.Duration, steps []float64, onS float64, reads bool) ControlledRun {
 	waits := report.Values(res.Window(), "b2", readWait)
 	run := ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: roundDist(report.Describe(waits)), WriteMBs: round(report.Aggregate(res.Window(), lab.Hosts[1:], writeMBs), 2), TCP: res.TCP}
-	if each, windows := lab.ReaderWindow(res.Reader, res.Phase.From, res.Phase.To); len(each) > 0 {
-		run.Initiator = &report.InitiatorLatency{ReadMs: roundDist(report.Describe(each)), WindowMs: roundDist(report.Describe(windows))}
-	}
+	run.Initiator = initiator(res)
 	ticks := res.Ticks
 	if reads {
 		run.ReadMBs = round(report.Aggregate(res.Window(), lab.Hosts[1:], readMBs), 2)
@@ -102,6 +100,20 @@ func controlledRun(res *lab.PhaseResult, thr time.Duration, steps []float64, onS
 	x, y := res.Series("b2", readWait)
 	run.PctAbove, run.SettleS = report.Regulation(run.ThresholdMs, waits, x, y, steps, onS)
 	return run
+}
+
+// initiator is the protected reader's latency at the initiator over the
+// results' windows, pooled (nil where no read was logged).
+func initiator(rs ...*lab.PhaseResult) *report.InitiatorLatency {
+	var each, windows []float64
+	for _, res := range rs {
+		e, w := lab.ReaderWindow(res.Reader, res.Phase.From, res.Phase.To)
+		each, windows = append(each, e...), append(windows, w...)
+	}
+	if len(each) == 0 {
+		return nil
+	}
+	return &report.InitiatorLatency{ReadMs: roundDist(report.Describe(each)), WindowMs: roundDist(report.Describe(windows))}
 }
 
 func lateSummary(l throttle.Lateness) *report.LateSummary {

@@ -55,10 +55,12 @@ func SummarizeInterference(phases []*lab.Phase, rs []*lab.PhaseResult) (Interfer
 	for i, n := range InterferenceWriters {
 		run := InterferenceRun{Writers: n}
 		var waits, wr []float64
+		var mine []*lab.PhaseResult
 		for _, res := range rs {
 			if res.Phase != phases[i] {
 				continue
 			}
+			mine = append(mine, res)
 			v := report.Values(res.Window(), "b2", readWait)
 			waits = append(waits, v...)
 			run.P95PerRepeat = append(run.P95PerRepeat, round(report.Describe(v).P95, 2))
@@ -68,7 +70,7 @@ func SummarizeInterference(phases []*lab.Phase, rs []*lab.PhaseResult) (Interfer
 				series = append(series, report.Series{Name: phases[i].Label, X: x, Y: smooth(y)})
 			}
 		}
-		run.ReadWaitMs = roundDist(report.Describe(waits))
+		run.ReadWaitMs, run.Initiator = roundDist(report.Describe(waits)), initiator(mine...)
 		m, _ := report.MeanStderr(wr)
 		run.WriteMBs = round(m, 2)
 		s.Runs = append(s.Runs, run)

@@ -181,3 +181,19 @@ func TestAgentWriteFloorFollowsTheDisk(t *testing.T) {
 		}
 	}
 }
+
+// The reader's latency at the initiator pools a phase's repeats, each over
+// its window (the read at 0.5 s is the lead's); where no read was logged
+// (runs recorded before, the simulator's) there is none.
+func TestInitiatorPoolsRepeats(t *testing.T) {
+	p := &lab.Phase{From: time.Second, To: 2 * time.Second}
+	r0 := &lab.PhaseResult{Phase: p, Reader: []lab.ReaderIO{{T: 0.5, Ms: 99}, {T: 1.05, Ms: 4}, {T: 1.08, Ms: 6}, {T: 1.5, Ms: 10}}}
+	r1 := &lab.PhaseResult{Phase: p, Repeat: 1, Reader: []lab.ReaderIO{{T: 1.2, Ms: 8}}}
+	in := initiator(r0, r1)
+	if in == nil || in.ReadMs.N != 4 || in.ReadMs.Max != 10 || in.WindowMs.N != 3 || in.WindowMs.P50 != 8 || in.WindowMs.Max != 10 {
+		t.Errorf("initiator %+v: want 4 reads (max 10 ms), 3 windows of 5, 10 and 8 ms", in)
+	}
+	if in := initiator(&lab.PhaseResult{Phase: p}); in != nil {
+		t.Errorf("no reads logged: %+v, want none", in)
+	}
+}
