@@ -15,6 +15,22 @@ import (
 	"github.com/sanqos/sanqos/throttle"
 )
 
+// The steps experiments: thesis Fig 5.2 (HTB rate classes), 5.3 and 5.4
+// (packet delay: data to readers, ACKs to writers).
+func init() {
+	for _, e := range []struct {
+		name, title, backend, direction string
+		set                             throttle.Setting
+	}{
+		{"htb-steps", "Sequential readers throttled stepwise by HTB rate classes, then released (Fig 5.2)", "htb", "read", throttle.Setting{Rate: 3 << 20}},
+		{"delay-steps-read", "Sequential readers throttled stepwise by packet delay, then released (Fig 5.3)", "delayline", "read", throttle.Setting{ReadDelay: 4600 * time.Microsecond}},
+		{"delay-steps-write", "Sequential writers throttled stepwise by delayed ACKs, then released (Fig 5.4)", "delayline", "write", throttle.Setting{WriteDelay: 4600 * time.Microsecond}},
+	} {
+		register(&Experiment{Name: e.name, Title: e.title, DefaultScale: 0.25,
+			Run: func(r *runner) (any, error) { return runSteps(r, e.backend, e.direction, e.set) }})
+	}
+}
+
 // step is one throttle change of the steps experiments.
 type step struct {
 	At   time.Duration
