@@ -52,9 +52,9 @@ func init() {
 			Title: "PID with given sets holds 10/15/20 ms under 12 writers toggled on/off (Fig 5.9/5.10)"},
 		{Name: "autonomic", Flags: append(flags, flagWriters), Plots: []report.SummaryPlot{report.WaitVsThresholdPlot},
 			Title: "Same load, sets and indicators discovered automatically (Fig 5.11–5.13)"},
-		{Name: "read-backup", Flags: flags,
+		{Name: "read-backup", Flags: flags, Plots: []report.SummaryPlot{report.WaitVsThresholdPlot},
 			Title: "autonomic vs a backup: b3-b5 read sequentially, 64 KiB, 4 streams each, toggled on/off; with the static-delay oracle"},
-		{Name: "mixed", Flags: flags,
+		{Name: "mixed", Flags: flags, Plots: []report.SummaryPlot{report.WaitVsThresholdPlot},
 			Title: "autonomic vs VMs and a database: b3-b5 random 8/64 KiB reads and writes (70/30, 50/50), toggled on/off; with the static-delay oracle"},
 	} {
 		e.DefaultScale = 0.25
