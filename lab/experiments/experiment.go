@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"slices"
 	"time"
 
 	"github.com/sanqos/sanqos/lab"
@@ -32,14 +33,7 @@ type Experiment struct {
 }
 
 // Takes reports whether the experiment takes flag f.
-func (e *Experiment) Takes(f *Flag) bool {
-	for _, g := range e.Flags {
-		if g == f {
-			return true
-		}
-	}
-	return false
-}
+func (e *Experiment) Takes(f *Flag) bool { return slices.Contains(e.Flags, f) }
 
 // Options are a run's: the lab's (scale, repeats, results) and what the
 // experiments' flags set (flags.go says which experiment reads which).

@@ -44,8 +44,9 @@ func RunExperiment(ctx context.Context, name string, o Options) (string, error) 
 }
 
 // checkOptions fills in e's default scale and refuses what the run cannot
-// take: a scale, repeat, writers or cycles out of range, --backends for
-// an experiment that takes none, a backend of no name.
+// take: a scale, repeat, writers or cycles out of range, --backends or
+// --threshold-auto for an experiment that takes none (checkFlags), a
+// backend of no name.
 func checkOptions(e *Experiment, o Options) (Options, error) {
 	if o.Scale == 0 {
 		o.Scale = e.DefaultScale
