@@ -35,16 +35,21 @@ import (
 //
 // The agent's own delays shape what it learns from. Where holding the
 // threshold costs the interferers less than 10 % of the peak, the busy
-// ticks are the held ones and their wait is about the threshold held,
-// a little under it, since the ticks over it are mostly a load step's
-// first, which move less than 90 % of the peak: the threshold stays
-// (autoDownHysteresis). Where it costs more, the held ticks fall out of the busy set,
-// the busy ticks are the less delayed ones, with higher waits, and the
-// threshold rises until the resource moves 90 % of its peak again. The
-// statistic follows the objective for the same reason: the median of
-// ticks held at a p95 objective sits below the threshold, and each
-// estimate would lower it again (lab read-backup, scale 0.25: 18.9 →
-// 10.5 ms in 25 s, never settled).
+// ticks are the held ones (the agent slowed someone in them) and their
+// wait is the threshold held, less the ticks over it, which are mostly
+// a load step's first and move less than 90 % of the peak: 10-20 %
+// under it. That wait is the agent's doing, not the resource's: an
+// estimate under the threshold from busy ticks mostly held keeps the
+// threshold (the lab's backup, held at 15 ms at a cost under 5 %, was
+// learned 12.2-13.6 ms and its reader held 1.14-1.31 × over the moving
+// threshold). Where it costs more, the held ticks fall out of the busy
+// set, the busy ticks are the less delayed ones, with higher waits, and
+// the threshold rises until the resource moves 90 % of its peak again.
+// It comes down when the resource moves its peak unslowed at a lower
+// wait. The statistic follows the objective for the same reason: the
+// median of ticks held at a p95 objective sits below the threshold, and
+// each estimate would lower it again (lab read-backup, scale 0.25: 18.9
+// → 10.5 ms in 25 s, never settled).
 //
 // Until it has seen autoMinLoaded loaded ticks, autoMinBusy of them near
 // the peak, and the floor, the resource is held at the start: AutoStart
@@ -61,18 +66,18 @@ const (
 	autoBusyShare  = 0.9
 	autoFloorMin   = 1.15
 	autoHysteresis = 0.05 // a new estimate within 5 % over it keeps the threshold
-	// autoDownHysteresis: within 10 % under it too. A threshold held at
-	// little cost is learned back 5-6 % lower (the busy ticks leave out
-	// a load step's first, the ones over the threshold), and following
-	// that walked the threshold down a step every estimate or two, which
-	// the controller then chased (lab read-backup, scale 1: 15 → 14.1 →
-	// 13.3 → 12.6 ms in three minutes, the reader's p95 1.14 × the
-	// moving threshold).
+	// autoDownHysteresis: within 10 % under it too: each estimate moves
+	// the controller's setpoint, and one a tick's scatter lowers is
+	// chased.
 	autoDownHysteresis = 0.10
 )
 
-// autoSample is one loaded tick.
-type autoSample struct{ bps, waitMs float64 }
+// autoSample is one loaded tick; held: the agent slowed some consumer
+// of the resource in it.
+type autoSample struct {
+	bps, waitMs float64
+	held        bool
+}
 
 // autoThreshold is one resource's learner. Not safe for concurrent use:
 // its resource's pipeline owns it.
@@ -110,11 +115,12 @@ func newAutoThreshold(startMs float64, tail bool) *autoThreshold {
 }
 
 // observe takes one tick: the resource's throughput (bytes/s), the read
-// wait (NaN: no read), whether an interferer was active, and the floor
-// (ok false: not known yet). It reports whether the threshold changed.
-func (a *autoThreshold) observe(bps, waitMs float64, loaded bool, floorMs float64, floorOK bool) bool {
+// wait (NaN: no read), whether an interferer was active, whether the
+// agent slowed someone in it, and the floor (ok false: not known yet).
+// It reports whether the threshold changed.
+func (a *autoThreshold) observe(bps, waitMs float64, loaded, held bool, floorMs float64, floorOK bool) bool {
 	if loaded && validWait(waitMs) && bps >= 0 && !math.IsInf(bps, 0) {
-		a.ring[a.next] = autoSample{bps, waitMs}
+		a.ring[a.next] = autoSample{bps, waitMs, held}
 		a.next = (a.next + 1) % len(a.ring)
 		a.n = min(a.n+1, len(a.ring))
 	}
@@ -137,24 +143,29 @@ func (a *autoThreshold) estimate() {
 	if a.n < autoMinLoaded || a.floorMs == 0 {
 		return
 	}
-	peak, w, busy := waitAtPeak(a.ring[:a.n], a.waitQ, &a.scratch)
+	peak, w, busy, held := waitAtPeak(a.ring[:a.n], a.waitQ, &a.scratch)
 	if busy < autoMinBusy {
 		return
 	}
 	a.peakBps, a.busyWaitMs, a.busy = peak, w, busy
-	if !a.learned {
-		a.learned, a.thrMs = true, 0 // the first estimate is taken whatever its distance
+	t := max(w, autoFloorMin*a.floorMs)
+	switch {
+	case t < a.thrMs && 2*held > busy:
+		t = a.thrMs // the agent's hold made that wait: the threshold stays
+	case !a.learned:
+		a.thrMs = 0 // the first estimate is taken whatever its distance
 	}
-	a.settle(max(w, autoFloorMin*a.floorMs))
+	a.learned = true
+	a.settle(t)
 }
 
 // waitAtPeak is the rule on loaded samples: the peak (the autoPeakQ
 // quantile of their throughput), the q quantile of the waits of the
-// samples at autoBusyShare of it or more, and how many those are.
-// scratch is reused.
-func waitAtPeak(samples []autoSample, q float64, scratch *[]float64) (peakBps, waitMs float64, busy int) {
+// samples at autoBusyShare of it or more, how many those are, and how
+// many of them were held. scratch is reused.
+func waitAtPeak(samples []autoSample, q float64, scratch *[]float64) (peakBps, waitMs float64, busy, held int) {
 	if len(samples) == 0 {
-		return 0, math.NaN(), 0
+		return 0, math.NaN(), 0, 0
 	}
 	b := (*scratch)[:0]
 	for _, s := range samples {
@@ -166,14 +177,17 @@ func waitAtPeak(samples []autoSample, q float64, scratch *[]float64) (peakBps, w
 	for _, s := range samples {
 		if s.bps >= autoBusyShare*peakBps {
 			b = append(b, s.waitMs)
+			if s.held {
+				held++
+			}
 		}
 	}
 	*scratch = b
 	if len(b) == 0 {
-		return peakBps, math.NaN(), 0
+		return peakBps, math.NaN(), 0, 0
 	}
 	slices.Sort(b)
-	return peakBps, quantile.Of(b, q, quantile.Linear), len(b)
+	return peakBps, quantile.Of(b, q, quantile.Linear), len(b), held
 }
 
 // WaitAtPeak is threshold: auto's rule on a series of loaded samples
@@ -184,10 +198,11 @@ func waitAtPeak(samples []autoSample, q float64, scratch *[]float64) (peakBps, w
 func WaitAtPeak(bps, waitMs []float64, q float64) (peakBps, atPeakMs float64, busy int) {
 	s := make([]autoSample, 0, len(bps))
 	for i := range min(len(bps), len(waitMs)) {
-		s = append(s, autoSample{bps[i], waitMs[i]})
+		s = append(s, autoSample{bps: bps[i], waitMs: waitMs[i]})
 	}
 	var scratch []float64
-	return waitAtPeak(s, q, &scratch)
+	peakBps, atPeakMs, busy, _ = waitAtPeak(s, q, &scratch)
+	return peakBps, atPeakMs, busy
 }
 
 // AutoRule states threshold: auto's rule, for doctor's suggestion.

@@ -13,8 +13,8 @@ import (
 
 // autoTick is one tick of a recorded run as the learner sees it.
 type autoTick struct {
-	bps, waitMs float64
-	loaded      bool
+	bps, waitMs  float64
+	loaded, held bool
 }
 
 // recordedTicks reads a lab trace (lab/experiments/testdata: the rows
@@ -79,9 +79,18 @@ func recordedTicks(t *testing.T, path, phase string) []autoTick {
 		if a.reads > 0 {
 			w = a.ticks / a.reads
 		}
-		out = append(out, autoTick{a.bps, w, a.loaded})
+		out = append(out, autoTick{bps: a.bps, waitMs: w, loaded: a.loaded})
 	}
 	return out
+}
+
+// regulated marks a regulated phase's loaded ticks held: the trace does
+// not say whom the agent slowed, and it regulated through each load.
+func regulated(ticks []autoTick) []autoTick {
+	for i := range ticks {
+		ticks[i].held = ticks[i].loaded
+	}
+	return ticks
 }
 
 // learn replays ticks through a learner with the agent's floor estimate
@@ -95,7 +104,7 @@ func learn(ticks []autoTick, tail bool) (*autoThreshold, float64, int) {
 			fl.observe(tk.waitMs)
 		}
 		f, ok := fl.value()
-		if a.observe(tk.bps, tk.waitMs, tk.loaded, f, ok) {
+		if a.observe(tk.bps, tk.waitMs, tk.loaded, tk.held, f, ok) {
 			changes++
 		}
 	}
@@ -124,13 +133,15 @@ func TestAutoThresholdRecorded(t *testing.T) {
 		// twelve 64 KiB writers.
 		{"writers, agent off", recordedTicks(t, lab+"autonomic-run/trace.csv.gz", "baseline"), true, 47.5, 17.33},
 		// writers held by the agent at 10 and 20 ms, keeping most of
-		// their peak: the threshold held is what is learned (within
-		// 11 %, 5 %); held at 10 ms with write caps past a 20 ms
+		// their peak: the wait of the ticks held at 10 ms (11.1 ms)
+		// is the agent's doing, under the start, which stays; held at
+		// 20 ms they wait 21.0 ms at 90 % of their peak, over the start,
+		// which rises to it; held at 10 ms with write caps past a 20 ms
 		// max_delay, they moved 90 % of their peak only in each load
 		// step's first seconds, and the wait there is learned.
-		{"writers, held at 10 ms", recordedTicks(t, lab+"autonomic-run/trace.csv.gz", "threshold-10ms"), true, 11.1, 16.08},
-		{"writers, held at 20 ms", recordedTicks(t, lab+"autonomic-run/trace.csv.gz", "threshold-20ms"), true, 21.0, 16.58},
-		{"writers, capped at 10 ms", recordedTicks(t, lab+"lever-run/trace.csv.gz", ""), true, 30.8, 15.22},
+		{"writers, held at 10 ms", regulated(recordedTicks(t, lab+"autonomic-run/trace.csv.gz", "threshold-10ms")), true, 15, 16.08},
+		{"writers, held at 20 ms", regulated(recordedTicks(t, lab+"autonomic-run/trace.csv.gz", "threshold-20ms")), true, 21.0, 16.58},
+		{"writers, capped at 10 ms", regulated(recordedTicks(t, lab+"lever-run/trace.csv.gz", "")), true, 30.8, 15.22},
 		// the reader alone: nothing loaded, nothing learned.
 		{"idle", backup[:50], false, 15, 0},
 		// five seconds of the backup: under autoMinLoaded.
@@ -159,8 +170,9 @@ func TestAutoThresholdRecorded(t *testing.T) {
 
 // Synthetic series: the start follows a high floor, the learned
 // threshold never goes under 1.15 × the floor, a new estimate within 5 %
-// over or 10 % under keeps the threshold, and a loaded tick without
-// reads is not a sample.
+// over or 10 % under keeps the threshold, one under it from busy ticks
+// mostly held keeps it too (the hold made that wait), and a loaded tick
+// without reads is not a sample.
 func TestAutoThresholdRules(t *testing.T) {
 	quiet := func(n int, wait float64) []autoTick {
 		return slices.Repeat([]autoTick{{bps: 0.2e6, waitMs: wait}}, n)
@@ -168,6 +180,7 @@ func TestAutoThresholdRules(t *testing.T) {
 	busy := func(n int, wait float64) []autoTick {
 		return slices.Repeat([]autoTick{{bps: 30e6, waitMs: wait, loaded: true}}, n)
 	}
+	held := func(n int, wait float64) []autoTick { return regulated(busy(n, wait)) }
 	for _, tc := range []struct {
 		name    string
 		ticks   []autoTick
@@ -183,6 +196,10 @@ func TestAutoThresholdRules(t *testing.T) {
 		{"beyond 5 % over moved", slices.Concat(quiet(20, 6), busy(100, 30), busy(3000, 32)), "learned", 32, 2},
 		{"within 10 % under kept", slices.Concat(quiet(20, 6), busy(100, 30), busy(3000, 27.5)), "learned", 30, 1},
 		{"beyond 10 % under moved", slices.Concat(quiet(20, 6), busy(100, 30), busy(3000, 20)), "learned", 20, 2},
+		{"held under the start: it stays", slices.Concat(quiet(20, 6), held(200, 12.5)), "learned", 15, 0},
+		{"held over the start: raised", slices.Concat(quiet(20, 6), held(200, 30)), "learned", 30, 1},
+		{"held under a learned one: kept", slices.Concat(quiet(20, 6), busy(100, 30), held(3000, 20)), "learned", 30, 1},
+		{"half held, half not, under it: lowered", slices.Concat(quiet(20, 6), busy(100, 30), held(1000, 20), busy(1000, 20)), "learned", 20, 2},
 		{"a floor that rises later is not followed", slices.Concat(quiet(20, 6), busy(200, 10), quiet(300, 15), busy(100, 10)), "learned", 10, 1},
 		{"loaded without reads", slices.Concat(quiet(20, 6), slices.Repeat([]autoTick{{bps: 30e6, waitMs: math.NaN(), loaded: true}}, 300)), "learning", 15, 0},
 	} {

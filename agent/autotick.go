@@ -49,7 +49,8 @@ func (l *Loops) threshold(rs *resourceState, spec ResourceSpec) time.Duration {
 
 // learn feeds this tick to the resource's learner (threshold: auto): the
 // devices' throughput, the indicator's raw wait, whether the onset
-// detector saw an interferer, and the floor; the new threshold takes
+// detector saw an interferer, whether the resource slowed anyone, and
+// the floor; the new threshold takes
 // effect next tick. It puts what was learned on the status, and logs a
 // change.
 func (l *Loops) learn(rs *resourceState, name string, st *ResourceStatus, d devIntervals, now time.Time) {
@@ -66,7 +67,8 @@ func (l *Loops) learn(rs *resourceState, name string, st *ResourceStatus, d devI
 	loaded := rs.onset != nil && rs.onset.Loaded()
 	f, fok := rs.floor.value()
 	wasLearned := a.learner.learned
-	if a.learner.observe(bps, st.RawWaitMs, loaded, f, fok) {
+	// rs.asked is still last tick's settings: those this tick ran under.
+	if a.learner.observe(bps, st.RawWaitMs, loaded, len(rs.asked) > 0, f, fok) {
 		a.noteChange(l.log, name, st.ThresholdMs, !wasLearned, now)
 	}
 	st.Auto = a.learner.status()

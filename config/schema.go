@@ -171,11 +171,13 @@ type Config struct {
 	// minute) show what it learned.
 	//
 	// Limits of auto: the agent's own delays shape what it learns from.
-	// A threshold it holds at a cost of less than 10 % of the peak is
-	// learned back about as it is (a new estimate within 10 % under or 5
-	// % over keeps it), so it does not search below where it started;
-	// one that costs more is raised until the resource moves 90 % of its
-	// peak again. The
+	// A threshold it holds at a cost of less than 10 % of the peak stays:
+	// the wait of ticks it held is its own doing, so an estimate under
+	// the threshold from ticks mostly held does not lower it (nor one
+	// within 10 % under or 5 % over), and it does not search below where
+	// it started; one that costs more is raised until the resource moves
+	// 90 % of its peak again, and comes down when the resource moves its
+	// peak at a lower wait without being slowed. The
 	// peak is what the resource was seen to move under load, not what it
 	// could: a load lighter than the resource's capacity is its own
 	// peak. Not in mode bridge (no diskstats).
