@@ -1,6 +1,7 @@
 # Convenience targets; the README's two commands are scripts/demo.sh and
 # scripts/test.sh.
 #
+#   make lab                          # bin/sanqos and bin/sanqos-lab (the lab tools)
 #   make install                      # as root: binary, unit, config, completions,
 #                                     # Grafana dashboard, Prometheus alert rules
 #   make install DESTDIR=/tmp/pkg     # staged, for packaging
@@ -22,9 +23,14 @@ LDFLAGS := -X github.com/sanqos/sanqos/internal/version.Version=$(VERSION) -X gi
 # package rebuilt from one commit is the same (reproducible-builds.org).
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
 
-.PHONY: build test install uninstall deb clean
+.PHONY: build lab test install uninstall deb clean
 build:
 	go build -ldflags '$(LDFLAGS)' -o bin/sanqos ./cmd/sanqos
+
+# The lab tools, bin/sanqos-lab (lab, simulator, reports), never installed:
+# it runs the agent from the bin/sanqos built beside it.
+lab:
+	go build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/sanqos ./cmd/sanqos-lab
 
 test:
 	bash scripts/test.sh

@@ -196,7 +196,7 @@ type Config struct {
 	// lab).
 	EWMAAlpha float64 `yaml:"ewma_alpha"`
 	// PID holds the controller's gains (thesis eq. 4.2, single-sided, with
-	// anti-windup); `sanqos tune` searches them on the simulator.
+	// anti-windup); `sanqos-lab tune` searches them on the simulator.
 	PID PID `yaml:"pid"`
 	// DelayStep is one controller step of added delay.
 	DelayStep time.Duration `yaml:"delay_step" reload:"restart"`

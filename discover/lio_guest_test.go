@@ -8,7 +8,7 @@ import (
 )
 
 // testdata/lio-guest is LIO's configfs as the lab built it in the
-// stock-kernel guest (Debian 6.1, `sanqos lab up --kernel debian --target
+// stock-kernel guest (Debian 6.1, `sanqos-lab lab up --kernel debian --target
 // lio --initiator kernel`), copied file by file with its symlinks as the
 // kernel made them (relative to the configfs mount) and the sessions'
 // info as the kernel printed it: one target per resource, a TPG with one

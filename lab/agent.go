@@ -21,13 +21,23 @@ import (
 // (the agent in bm). Tests point it at a freshly built binary.
 var SanqosBinary = ""
 
-// SanqosExecutable is the sanqos the lab runs: SanqosBinary, else this
-// process's own executable.
+// SanqosExecutable is the sanqos the lab runs: SanqosBinary, else the
+// product binary named sanqos beside this process's executable (bin/sanqos
+// beside bin/sanqos-lab), so the lab measures the binary an operator
+// installs, which has no lab in it.
 func SanqosExecutable() (string, error) {
 	if SanqosBinary != "" {
 		return SanqosBinary, nil
 	}
-	return os.Executable()
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(filepath.Dir(self), "sanqos")
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("the lab runs the agent from the sanqos binary beside %s: %w (go build -o %s ./cmd/sanqos)", self, err, bin)
+	}
+	return bin, nil
 }
 
 // LabAgent is an agent running in the target namespace for an experiment.

@@ -69,7 +69,7 @@ var kernelModules = []string{"iscsi_tcp", "libiscsi_tcp", "libiscsi", "scsi_tran
 // in the stock-kernel guest only.
 func checkKernelInitiator() error {
 	if GuestAccel() == "" {
-		return errors.New("--initiator kernel runs in the stock-kernel guest only (sanqos lab up --kernel debian --initiator kernel): iscsid needs the initial network namespace, which is this machine's own here")
+		return errors.New("--initiator kernel runs in the stock-kernel guest only (sanqos-lab lab up --kernel debian --initiator kernel): iscsid needs the initial network namespace, which is this machine's own here")
 	}
 	for _, c := range []string{"iscsid", "iscsiadm"} {
 		if _, err := Exec("sh", "-c", "command -v "+c); err != nil {

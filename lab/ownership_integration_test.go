@@ -16,7 +16,7 @@ import (
 )
 
 // The lab owns what it makes, whatever the binary is called (issue 56):
-// these tests drive the sanqos binary built as bar-sanqos, as a new user
+// these tests drive the sanqos-lab binary built as bar-lab, as a new user
 // did, and check that nothing of the lab is left after each `lab down`.
 
 // Bounds every lab command keeps (here: up ~3 s, down ~1 s, interference
@@ -28,25 +28,28 @@ var (
 	runBound  = 6 * time.Minute
 )
 
-// renamed is sanqos built as bar-sanqos, once for the package's tests
-// (TestMain removes its directory).
+// renamed is sanqos-lab built as bar-lab, beside the sanqos it runs
+// agents from, once for the package's tests (TestMain removes their
+// directory).
 var renamed struct {
 	once     sync.Once
 	dir, bin string
 	err      error
 }
 
-// renamedSanqos builds sanqos as DIR/bar-sanqos.
+// renamedSanqos builds sanqos-lab as DIR/bar-lab and sanqos as DIR/sanqos.
 func renamedSanqos(t *testing.T) string {
 	t.Helper()
 	renamed.once.Do(func() {
 		if renamed.dir, renamed.err = os.MkdirTemp("", "labown-"); renamed.err != nil {
 			return
 		}
-		renamed.bin = filepath.Join(renamed.dir, "bar-sanqos")
-		out, err := exec.Command("go", "build", "-o", renamed.bin, "../cmd/sanqos").CombinedOutput()
-		if err != nil {
-			renamed.err = fmt.Errorf("building sanqos: %v\n%s", err, out)
+		renamed.bin = filepath.Join(renamed.dir, "bar-lab")
+		for _, b := range [][2]string{{renamed.bin, "../cmd/sanqos-lab"}, {filepath.Join(renamed.dir, "sanqos"), "../cmd/sanqos"}} {
+			if out, err := exec.Command("go", "build", "-o", b[0], b[1]).CombinedOutput(); err != nil {
+				renamed.err = fmt.Errorf("building %s: %v\n%s", b[1], err, out)
+				return
+			}
 		}
 	})
 	if renamed.err != nil {
@@ -145,11 +148,11 @@ func cleanStart(t *testing.T) {
 	t.Helper()
 	requireLab(t)
 	if left := Leftovers(); len(left) > 0 {
-		t.Fatalf("lab objects exist before the test (run `sanqos lab down`): %v", left)
+		t.Fatalf("lab objects exist before the test (run `sanqos-lab lab down`): %v", left)
 	}
 }
 
-// Up and down three times with the binary called bar-sanqos: its
+// Up and down three times with the binary called bar-lab: its
 // supervisor is found and stopped, and nothing is left.
 func TestLabUpDownUnderAnotherName(t *testing.T) {
 	cleanStart(t)

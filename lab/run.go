@@ -144,10 +144,10 @@ func NewRunner(ctx context.Context, name string, o RunOptions) (*Runner, error) 
 	defer ll.release()
 	s, err := LoadState()
 	if err != nil {
-		return nil, fmt.Errorf("lab is not up (run `sanqos lab up`): %w", err)
+		return nil, fmt.Errorf("lab is not up (run `sanqos-lab lab up`): %w", err)
 	}
 	if p := s.Health(); len(p) > 0 {
-		return nil, fmt.Errorf("lab unhealthy (%s): run `sanqos lab up`", strings.Join(p, "; "))
+		return nil, fmt.Errorf("lab unhealthy (%s): run `sanqos-lab lab up`", strings.Join(p, "; "))
 	}
 	res := &s.Resources[0]
 	if o.Resource != "" {

@@ -32,7 +32,7 @@ func ServeIfAsked() {
 	os.Exit(0)
 }
 
-// Serve is the lab supervisor (`sanqos lab serve`): it serves each
+// Serve is the lab supervisor (`sanqos-lab lab serve`): it serves each
 // resource's modelled disk over FUSE and keeps tgtd running in the target
 // namespace, restoring the targets if tgtd dies (with LIO, the kernel is
 // the target: nothing to run), and with the kernel initiator keeps

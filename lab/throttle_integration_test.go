@@ -41,7 +41,7 @@ func upLabWith(t *testing.T, o Options) *State {
 	t.Helper()
 	requireLab(t)
 	if left := Leftovers(); len(left) > 0 {
-		t.Fatalf("lab objects exist before the test (run `sanqos lab down`): %v", left)
+		t.Fatalf("lab objects exist before the test (run `sanqos-lab lab down`): %v", left)
 	}
 	s, err := Up(o, io.Discard)
 	if err != nil {

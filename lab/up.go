@@ -283,7 +283,7 @@ func measureCapacities(s *State) error {
 	return nil
 }
 
-// startServe launches the supervisor (`sanqos lab serve`) of lab id in
+// startServe launches the supervisor (`sanqos-lab lab serve`) of lab id in
 // its own session so it outlives this command, and waits until it has
 // mounted the modelled disks. The supervisor records itself.
 func startServe(s *State, id string) error {
@@ -305,7 +305,7 @@ func startServe(s *State, id string) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	// The supervisor outlives this process; it (and the tgtd it starts)
 	// must not keep descriptors this process inherited. Run as
-	// `flock LOCK sanqos lab up`, it held the lock for as long as the lab
+	// `flock LOCK sanqos-lab lab up`, it held the lock for as long as the lab
 	// was up.
 	cloexecInherited()
 	if err := cmd.Start(); err != nil {

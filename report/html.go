@@ -157,7 +157,7 @@ figcaption { color: #666; font-size: .9em; }
 <table class="meta">
 <tr><td>experiment</td><td>{{if .Experiment}}{{.Experiment}}{{else}}(not named in summary.json){{end}}</td></tr>
 <tr><td>results directory</td><td><code>{{.Dir}}</code></td></tr>
-<tr><td>report generated</td><td>{{.Generated}} by <code>sanqos report</code></td></tr>
+<tr><td>report generated</td><td>{{.Generated}} by <code>sanqos-lab report</code></td></tr>
 </table>
 {{range .Notes}}<p class="note">{{.}}</p>{{end}}
 <h2>Summary</h2>

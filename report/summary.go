@@ -339,7 +339,7 @@ type HostStalls struct {
 // read-backup, mixed) draws in its directory: the protected reader's read
 // wait through the same load with the agent off (no regulation) and on,
 // one line per threshold. It is the product's cure in one picture:
-// scripts/demo.sh ends with it (sanqos report names it) and the README
+// scripts/demo.sh ends with it (sanqos-lab report names it) and the README
 // shows one (docs/img/before-after.png).
 const BeforeAfterPlot = "read-wait.png"
 

@@ -19,12 +19,12 @@ out=${1:-BENCHMARKS.md}
 export PATH=$PATH:/usr/local/go/bin:$(go env GOPATH)/bin
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-go build -o "$tmp/sanqos" ./cmd/sanqos
+go build -o "$tmp/" ./cmd/sanqos-lab
 
 echo "sim autonomic ..." >&2
-"$tmp/sanqos" sim autonomic --results "$tmp/r" >"$tmp/autonomic.txt"
+"$tmp/sanqos-lab" sim autonomic --results "$tmp/r" >"$tmp/autonomic.txt"
 echo "sim scale ..." >&2
-"$tmp/sanqos" sim scale --results "$tmp/r" >"$tmp/scale.txt"
+"$tmp/sanqos-lab" sim scale --results "$tmp/r" >"$tmp/scale.txt"
 echo "BenchmarkTick1000x10000 ..." >&2
 go test -p 1 -run '^$' -bench 'Tick1000x10000' -benchtime 50x -count 5 ./agent >"$tmp/tick.txt"
 echo "BenchmarkAutonomic ..." >&2
@@ -58,7 +58,7 @@ git diff --quiet HEAD -- 2>/dev/null || commit="$commit (with uncommitted change
 	echo
 	echo "### Simulator"
 	echo
-	echo "\`sanqos sim autonomic\` (baseline + thresholds 10/15/20 ms, thesis durations: 840 s simulated), the real agent under a virtual clock:"
+	echo "\`sanqos-lab sim autonomic\` (baseline + thresholds 10/15/20 ms, thesis durations: 840 s simulated), the real agent under a virtual clock:"
 	echo
 	echo '```'
 	cat "$tmp/autonomic.txt" | grep -v '^/'
@@ -72,7 +72,7 @@ git diff --quiet HEAD -- 2>/dev/null || commit="$commit (with uncommitted change
 	echo "|---|---|---|"
 	echo "| CPU per tick (agent step) | **${tickms} ms** (median of 5 × 50 ticks) | \`BenchmarkTick1000x10000\` (agent): \`Loops.Step\` = read counters, 1,000 resource pipelines (indicator, EWMA, PID, throttleable set over 10,000 consumers), merge, apply; one goroutine, so wall = CPU |"
 	echo "| allocations per tick | ${tickbytes} B, ${tickallocs} allocs | same |"
-	echo "| tick in the scale scenario | $(grep '^tick:' "$tmp/scale.txt" | sed 's/^tick: //') | \`sanqos sim scale\`: the same step fed by the simulator, with discovery publishing a new topology every 10th tick (its sampler's 10,000-device snapshot included; process CPU includes GC of the simulator's garbage) |"
+	echo "| tick in the scale scenario | $(grep '^tick:' "$tmp/scale.txt" | sed 's/^tick: //') | \`sanqos-lab sim scale\`: the same step fed by the simulator, with discovery publishing a new topology every 10th tick (its sampler's 10,000-device snapshot included; process CPU includes GC of the simulator's garbage) |"
 	echo "| memory | $(grep '^agent heap' "$tmp/scale.txt" | sed 's/^agent //') | \`sim scale\`: live heap the agent adds (after GC), garbage per tick |"
 	echo "| time to throttleable, known session | $(grep '^time to throttleable, known' "$tmp/scale.txt" | sed 's/^[^:]*: //') | \`sim scale\`: a consumer whose session exists starts writing; simulated time from its first write to the first tick listing it in its resource's throttleable set (write-rate EWMA α 0.5 > 1 MB/s) |"
 	echo "| time to throttleable, new session | $(grep '^time to throttleable, new' "$tmp/scale.txt" | sed 's/^[^:]*: //') | same for a writer on a new session: it must first be found by discovery (every 1 s, a new topology each round); after discovery: $(grep 'of which after discovery' "$tmp/scale.txt" | sed 's/^[^:]*: //') |"

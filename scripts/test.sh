@@ -18,8 +18,8 @@ fi
 staticcheck ./...
 # Leftovers of an interrupted earlier run would make the lab tests refuse
 # to start; clear them the way an operator would.
-go build -o bin/sanqos ./cmd/sanqos
-bin/sanqos lab down >/dev/null
+go build -o bin/ ./cmd/sanqos ./cmd/sanqos-lab
+bin/sanqos-lab lab down >/dev/null
 # -p 1: the lab and kernel tests share the machine's two cores and its
 # network namespaces; running packages one at a time keeps timings honest.
 # The dashboard's browser test saves its screenshots here (CI artifacts).

@@ -81,9 +81,9 @@ type Params struct {
 }
 
 // DefaultParams are the lab's disk model (0.2 ms, 5 ms, 40 MB/s) with
-// the rest as `sanqos sim calibrate` fitted them to this lab's runs
+// the rest as `sanqos-lab sim calibrate` fitted them to this lab's runs
 // (results/interference/20261122-000556, delay-sweep/20261122-001316:
-// mean |p95 error| 1.6 % on interference), so that `sanqos sim NAME`
+// mean |p95 error| 1.6 % on interference), so that `sanqos-lab sim NAME`
 // resembles the lab without a calibration step.
 func DefaultParams() Params {
 	return Params{

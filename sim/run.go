@@ -23,7 +23,7 @@ import (
 const Interval = 100 * time.Millisecond
 
 // The lab's hosts: b2 is the reader (important), b3..b5 the writers; host
-// bN is 10.99.0.N and its LUN is loop(N−2), as `sanqos lab up` builds them.
+// bN is 10.99.0.N and its LUN is loop(N−2), as `sanqos-lab lab up` builds them.
 var (
 	Hosts   = []string{"b2", "b3", "b4", "b5"}
 	Devices = []string{"loop0", "loop1", "loop2", "loop3"}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/advise"
+	"github.com/sanqos/sanqos/internal/cli"
 	"github.com/spf13/cobra"
 	"github.com/vishvananda/netlink"
 )
@@ -81,8 +82,8 @@ bandwidth is what it used, so give --bandwidth-mbit for the link otherwise.`,
 	c.Flags().Uint64Var(&maxBufKiB, "max-buffer-kib", 0, "largest send buffer the initiator can afford (Table 4.3's restricted memory), KiB")
 	c.Flags().StringVar(&sysRoot, "sysctl-root", "/proc/sys", "where to read the current sysctls")
 	_ = c.Flags().MarkHidden("sysctl-root")
-	renamedFlag(c.Flags(), "port", "iscsi-port")
-	renamedFlag(c.Flags(), "target", "iqn") // 'lab --target' is tgt|lio
+	cli.RenamedFlag(c.Flags(), "port", "iscsi-port")
+	cli.RenamedFlag(c.Flags(), "target", "iqn") // 'lab --target' is tgt|lio
 	return c
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/sanqos/sanqos/config"
 	"github.com/sanqos/sanqos/dashboard"
 	"github.com/sanqos/sanqos/discover"
+	"github.com/sanqos/sanqos/internal/cli"
 	"github.com/sanqos/sanqos/sample"
 	"github.com/sanqos/sanqos/throttle"
 	"github.com/spf13/cobra"
@@ -140,7 +141,7 @@ program or queue and touches no packet. It uses the config's socket and
 http address, so stop it before the real agent starts (or give it its own).
 
 In the lab, the experiments' agent runs in namespace bm: see
-'sanqos lab dashboard'.`,
+'sanqos-lab lab dashboard'.`,
 		Example: `  sanqos agent --config /etc/sanqos/sanqos.yaml
   sanqos agent --config /etc/sanqos/sanqos.yaml --dry-run   # shadow: decides, applies nothing
   sanqos agent --config /etc/sanqos/sanqos.yaml --http 0.0.0.0:9311
@@ -219,7 +220,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f.DurationVar(&eo.Fresh, "etcd-fresh", cluster.DefaultFresh, "how long a shared step is followed after it arrived; then the agent falls back to its own controller (100ms..1s)")
 	f.DurationVar(&eo.Decay, "etcd-decay", cluster.DefaultDecay, "how long a lost shared step takes to decay to zero: the bound on a throttle outliving its cluster (100ms..1m)")
 	f.BoolVar(&bo.QuickAck, "quick-ack", bo.QuickAck, "set the quickack route metric on the consumers' interface's connected routes while a delay backend holds replies, so no ACK waits behind a held reply (overrides the config's quick_ack)")
-	renamedFlag(f, "device", "interface") // a device is a block device everywhere else (resources' devices)
+	cli.RenamedFlag(f, "device", "interface") // a device is a block device everywhere else (resources' devices)
 	// --backend names what --dry-run would silently replace.
 	c.MarkFlagsMutuallyExclusive("dry-run", "backend")
 	return c

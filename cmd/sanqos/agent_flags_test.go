@@ -9,6 +9,7 @@ import (
 
 	"github.com/sanqos/sanqos/cluster"
 	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/internal/cli"
 	"github.com/sanqos/sanqos/throttle"
 )
 
@@ -142,8 +143,8 @@ func TestDryRunFlag(t *testing.T) {
 	}
 	// Refused before anything starts: --backend names what --dry-run replaces.
 	_, err := run(t, "agent", "--dry-run", "--backend", "netem")
-	if err == nil || exitCode(err) != exitUsage {
-		t.Errorf("--dry-run --backend netem: %v (exit %d), want a usage error", err, exitCode(err))
+	if err == nil || cli.ExitCode(err) != cli.ExitUsage {
+		t.Errorf("--dry-run --backend netem: %v (exit %d), want a usage error", err, cli.ExitCode(err))
 	}
 }
 

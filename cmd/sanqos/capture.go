@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/capture"
+	"github.com/sanqos/sanqos/internal/cli"
 	"github.com/sanqos/sanqos/passive"
 	"github.com/sanqos/sanqos/sample"
 	"github.com/spf13/cobra"
@@ -44,7 +45,7 @@ Needs root (an AF_PACKET socket takes CAP_NET_RAW).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(portals) == 0 {
-				return usagef("give at least one --portal")
+				return cli.Usagef("give at least one --portal")
 			}
 			var aps []netip.AddrPort
 			for _, p := range portals {

@@ -20,6 +20,7 @@ import (
 	"github.com/sanqos/sanqos/cluster"
 	"github.com/sanqos/sanqos/config"
 	"github.com/sanqos/sanqos/control"
+	"github.com/sanqos/sanqos/internal/cli"
 )
 
 // etcdOptions are the agent's --etcd flags. Without endpoints the agent
@@ -38,10 +39,10 @@ type etcdOptions struct {
 // a throttle that outlives the cluster that set it.
 func (o etcdOptions) validate() error {
 	if o.Fresh < 100*time.Millisecond || o.Fresh > time.Second {
-		return usagef("--etcd-fresh %v: want 100ms..1s", o.Fresh)
+		return cli.Usagef("--etcd-fresh %v: want 100ms..1s", o.Fresh)
 	}
 	if o.Decay < 100*time.Millisecond || o.Decay > time.Minute {
-		return usagef("--etcd-decay %v: want 100ms..1m", o.Decay)
+		return cli.Usagef("--etcd-decay %v: want 100ms..1m", o.Decay)
 	}
 	return nil
 }

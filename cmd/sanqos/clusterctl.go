@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/cli"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -41,7 +42,7 @@ Write it with this command rather than etcdctl, which skips the validation
 	// withEtcd runs f with a client and a 5 s deadline for its requests.
 	withEtcd := func(cmd *cobra.Command, f func(ctx context.Context, cli *clientv3.Client) error) error {
 		if endpoints == "" {
-			return usagef("--etcd is required")
+			return cli.Usagef("--etcd is required")
 		}
 		cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
@@ -72,10 +73,10 @@ other.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			doc, err := readArg(cmd.InOrStdin(), args[0])
 			if err != nil {
-				return configError{err}
+				return cli.ConfigError{Err: err}
 			}
 			if _, err := cluster.ValidatePolicy(doc); err != nil {
-				return configError{fmt.Errorf("%s: %w (nothing written)", args[0], err)}
+				return cli.ConfigError{Err: fmt.Errorf("%s: %w (nothing written)", args[0], err)}
 			}
 			return withEtcd(cmd, func(ctx context.Context, cli *clientv3.Client) error {
 				p := cluster.NewPolicies(cli, prefix, nil)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/internal/cli"
 	"github.com/spf13/cobra"
 )
 
@@ -54,7 +55,7 @@ from the cluster policy passes --allow-no-resources.`,
 				return err
 			}
 			if err := cfg.NoResources(); err != nil && !allowNone {
-				return configError{fmt.Errorf("%s: %w", args[0], err)}
+				return cli.ConfigError{Err: fmt.Errorf("%s: %w", args[0], err)}
 			}
 			if err := cfg.CheckDevices(hostDevices); err != nil {
 				cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("%s: devices not checked against /proc/diskstats: %v", args[0], err))
@@ -76,7 +77,7 @@ from the cluster policy passes --allow-no-resources.`,
 				fmt.Fprintf(out, "warning: %s\n", w)
 			}
 			if strict && warnings > 0 {
-				return configError{fmt.Errorf("%s: refused: %d warnings and --strict", args[0], warnings)}
+				return cli.ConfigError{Err: fmt.Errorf("%s: refused: %d warnings and --strict", args[0], warnings)}
 			}
 			return nil
 		},

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/internal/cli"
 )
 
 // config check says what is wrong, where (FILE:LINE) and what would be
@@ -25,27 +26,27 @@ func TestConfigCheck(t *testing.T) {
 		code       int
 		want       string
 	}{
-		{"valid", "threshold: 10ms\n" + res, nil, exitOK, "{file}: ok (1 resources, backend auto, threshold 10ms"},
-		{"threshold 0", "threshold: 0ms\n" + res, nil, exitConfig, "{file}:1: threshold: 0ms: want more than 0 and at most 10s"},
-		{"bare number", "threshold: 15\n" + res, nil, exitConfig, "{file}:1: threshold: 15 is a bare number: want a duration with a unit, e.g. 15ms"},
-		{"unknown key", "treshold: 10ms\n" + res, nil, exitConfig, `{file}:1: unknown key "treshold" (did you mean "threshold"?)`},
-		{"nested unknown key", res + "    polcy: weighted\n", nil, exitConfig, `{file}:3: resources[0]: unknown key "polcy" (did you mean "policy"?)`},
-		{"in line order", res + "    threshold: 0ms\ninterval: 1ms\n", nil, exitConfig, "{file}:3: resources[0].threshold: 0ms: want more than 0 and at most 10s (the response time important reads are held under; leave it out for the top-level threshold)\n" +
+		{"valid", "threshold: 10ms\n" + res, nil, cli.ExitOK, "{file}: ok (1 resources, backend auto, threshold 10ms"},
+		{"threshold 0", "threshold: 0ms\n" + res, nil, cli.ExitConfig, "{file}:1: threshold: 0ms: want more than 0 and at most 10s"},
+		{"bare number", "threshold: 15\n" + res, nil, cli.ExitConfig, "{file}:1: threshold: 15 is a bare number: want a duration with a unit, e.g. 15ms"},
+		{"unknown key", "treshold: 10ms\n" + res, nil, cli.ExitConfig, `{file}:1: unknown key "treshold" (did you mean "threshold"?)`},
+		{"nested unknown key", res + "    polcy: weighted\n", nil, cli.ExitConfig, `{file}:3: resources[0]: unknown key "polcy" (did you mean "policy"?)`},
+		{"in line order", res + "    threshold: 0ms\ninterval: 1ms\n", nil, cli.ExitConfig, "{file}:3: resources[0].threshold: 0ms: want more than 0 and at most 10s (the response time important reads are held under; leave it out for the top-level threshold)\n" +
 			"{file}:4: interval: 1ms: want 10ms..10s"},
-		{"empty", "", nil, exitConfig, "{file}: resources: none listed: the agent would start but protect nothing"},
-		{"comments only", "# threshold: 10ms\n", nil, exitConfig, "protect nothing"},
-		{"no resources", "threshold: 10ms\n", nil, exitConfig, "protect nothing"},
-		{"no resources allowed", "threshold: 10ms\n", []string{"--allow-no-resources"}, exitOK, "warning: {file}: resources: none listed"},
-		{"no resources allowed, strict", "threshold: 10ms\n", []string{"--allow-no-resources", "--strict"}, exitOK, "warning: {file}: resources: none listed"},
-		{"not yaml", "threshold: [\n", nil, exitConfig, `{file}:1: not YAML: "threshold: [": did not find expected node content`},
-		{"mis-indented", res + "    devices: [loop0]\n   threshold: 5ms\n", nil, exitConfig,
+		{"empty", "", nil, cli.ExitConfig, "{file}: resources: none listed: the agent would start but protect nothing"},
+		{"comments only", "# threshold: 10ms\n", nil, cli.ExitConfig, "protect nothing"},
+		{"no resources", "threshold: 10ms\n", nil, cli.ExitConfig, "protect nothing"},
+		{"no resources allowed", "threshold: 10ms\n", []string{"--allow-no-resources"}, cli.ExitOK, "warning: {file}: resources: none listed"},
+		{"no resources allowed, strict", "threshold: 10ms\n", []string{"--allow-no-resources", "--strict"}, cli.ExitOK, "warning: {file}: resources: none listed"},
+		{"not yaml", "threshold: [\n", nil, cli.ExitConfig, `{file}:1: not YAML: "threshold: [": did not find expected node content`},
+		{"mis-indented", res + "    devices: [loop0]\n   threshold: 5ms\n", nil, cli.ExitConfig,
 			`{file}:4: not YAML: "   threshold: 5ms": did not find expected '-' indicator (indent it as the other keys of its block, or the entries of its list)`},
-		{"important and throttleable", both, nil, exitOK, both1},
-		{"important and throttleable, strict", both, []string{"--strict"}, exitConfig, both1 + "\n{file}: refused: 1 warnings and --strict"},
-		{"devices there", res + "    devices: [loop0, vda]\n", []string{"--strict"}, exitOK, "{file}: ok (1 resources"},
-		{"device not there", res + "    devices: [loop0, loop8]\n", nil, exitOK,
+		{"important and throttleable", both, nil, cli.ExitOK, both1},
+		{"important and throttleable, strict", both, []string{"--strict"}, cli.ExitConfig, both1 + "\n{file}: refused: 1 warnings and --strict"},
+		{"devices there", res + "    devices: [loop0, vda]\n", []string{"--strict"}, cli.ExitOK, "{file}: ok (1 resources"},
+		{"device not there", res + "    devices: [loop0, loop8]\n", nil, cli.ExitOK,
 			"warning: {file}:3: resources[0].devices[1]: loop8: not in /proc/diskstats: the agent would measure no read wait on it"},
-		{"device not there, strict", res + "    devices: [sdb]\n", []string{"--strict"}, exitConfig,
+		{"device not there, strict", res + "    devices: [sdb]\n", []string{"--strict"}, cli.ExitConfig,
 			"warning: {file}:3: resources[0].devices[0]: sdb: not in /proc/diskstats: the agent would measure no read wait on it\n{file}: refused: 1 warnings and --strict"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,13 +55,13 @@ func TestConfigCheck(t *testing.T) {
 				t.Fatal(err)
 			}
 			out, err := run(t, append([]string{"config", "check", path}, tc.flags...)...)
-			if code := exitCode(err); code != tc.code {
+			if code := cli.ExitCode(err); code != tc.code {
 				t.Fatalf("exit %d, want %d: %v\n%s", code, tc.code, err, out)
 			}
 			if got, want := out+errString(err), strings.ReplaceAll(tc.want, "{file}", path); !strings.Contains(got, want) {
 				t.Errorf("said %q, want %q", got, want)
 			}
-			if tc.code != exitOK && strings.Contains(out, ": ok (") {
+			if tc.code != cli.ExitOK && strings.Contains(out, ": ok (") {
 				t.Errorf("said ok: %s", out)
 			}
 		})
@@ -118,14 +119,15 @@ func TestPrintConfigErrors(t *testing.T) {
 	}
 	_, err := run(t, "config", "check", path)
 	var b strings.Builder
-	printError(&b, "sanqos config check", err)
+	check, _, _ := rootCmd().Find([]string{"config", "check"})
+	cli.PrintError(&b, check, err)
 	want := path + ":1: interval: 1ms: want 10ms..10s\n" + path + ":2: backend: x: want auto|edt|netem|delayline|htb|delayline+htb|dry-run\n"
 	if b.String() != want {
 		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
 	}
 	b.Reset()
 	_, err = run(t, "config", "check", path+".none")
-	if printError(&b, "sanqos config check", err); !strings.HasPrefix(b.String(), "sanqos: open "+path+".none") {
+	if cli.PrintError(&b, check, err); !strings.HasPrefix(b.String(), "sanqos: open "+path+".none") {
 		t.Errorf("printed %q", b.String())
 	}
 }

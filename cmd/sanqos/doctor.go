@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/doctor"
+	"github.com/sanqos/sanqos/internal/cli"
 	"github.com/spf13/cobra"
 )
 
@@ -58,7 +59,7 @@ docs/doctor.md.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			env := doctor.NewEnv(doctor.System(), cfgPath)
 			if window > 0 && cfgPath == "" {
-				return usageError{errors.New("--window measures the config's resources: give --config")}
+				return cli.UsageError{Err: errors.New("--window measures the config's resources: give --config")}
 			}
 			env.Window = window
 			env.Strict = strict

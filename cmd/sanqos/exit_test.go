@@ -1,13 +1,14 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/sanqos/sanqos/internal/cli"
+	"github.com/sanqos/sanqos/internal/labcli"
 	"github.com/spf13/cobra"
 )
 
@@ -26,49 +27,30 @@ func TestExitCodes(t *testing.T) {
 		code int
 		msg  string
 	}{
-		{"ok", []string{"version"}, exitOK, ""},
-		{"unknown flag", []string{"status", "--sockt", noSock}, exitUsage, "did you mean --socket?"},
-		{"typo of a renamed flag", []string{"agent", "--devic", "eth0"}, exitUsage, "did you mean --interface?"},
-		{"flag value", []string{"status", "--watch=soon"}, exitUsage, "invalid argument"},
-		{"too many args", []string{"config", "check", "a", "b"}, exitUsage, "accepts 1 arg(s)"},
-		{"required flag", []string{"capture", "--portal", "10.0.0.1"}, exitUsage, `required flag(s) "interface"`},
-		{"no throttle flags", []string{"throttle", "set", "10.0.0.1", "--socket", noSock}, exitUsage, "give --read-delay"},
-		{"bare delay", []string{"throttle", "set", "10.0.0.1", "--write-delay", "2", "--socket", noSock}, exitUsage, "--write-delay: delay"},
-		{"bad consumer", []string{"throttle", "set", "host1", "--write-delay", "2ms", "--socket", noSock}, exitUsage, `consumer "host1"`},
-		{"no etcd", []string{"cluster", "policy", "get"}, exitUsage, "--etcd is required"},
-		{"unknown scenario", []string{"sim", "nosuch"}, exitUsage, `no scenario or command "nosuch"`},
-		{"missing config", []string{"config", "check", filepath.Join(dir, "none.yaml")}, exitConfig, "no such file"},
-		{"invalid config", []string{"config", "check", bad}, exitConfig, "threshold"},
-		{"refused policy", []string{"cluster", "--etcd", "http://127.0.0.1:1", "policy", "put", bad}, exitConfig, "nothing written"},
-		{"no agent", []string{"throttle", "list", "--socket", noSock}, exitRuntime, "agent"},
+		{"ok", []string{"version"}, cli.ExitOK, ""},
+		{"unknown flag", []string{"status", "--sockt", noSock}, cli.ExitUsage, "did you mean --socket?"},
+		{"typo of a renamed flag", []string{"agent", "--devic", "eth0"}, cli.ExitUsage, "did you mean --interface?"},
+		{"flag value", []string{"status", "--watch=soon"}, cli.ExitUsage, "invalid argument"},
+		{"too many args", []string{"config", "check", "a", "b"}, cli.ExitUsage, "accepts 1 arg(s)"},
+		{"required flag", []string{"capture", "--portal", "10.0.0.1"}, cli.ExitUsage, `required flag(s) "interface"`},
+		{"no throttle flags", []string{"throttle", "set", "10.0.0.1", "--socket", noSock}, cli.ExitUsage, "give --read-delay"},
+		{"bare delay", []string{"throttle", "set", "10.0.0.1", "--write-delay", "2", "--socket", noSock}, cli.ExitUsage, "--write-delay: delay"},
+		{"bad consumer", []string{"throttle", "set", "host1", "--write-delay", "2ms", "--socket", noSock}, cli.ExitUsage, `consumer "host1"`},
+		{"no etcd", []string{"cluster", "policy", "get"}, cli.ExitUsage, "--etcd is required"},
+		{"missing config", []string{"config", "check", filepath.Join(dir, "none.yaml")}, cli.ExitConfig, "no such file"},
+		{"invalid config", []string{"config", "check", bad}, cli.ExitConfig, "threshold"},
+		{"refused policy", []string{"cluster", "--etcd", "http://127.0.0.1:1", "policy", "put", bad}, cli.ExitConfig, "nothing written"},
+		{"no agent", []string{"throttle", "list", "--socket", noSock}, cli.ExitRuntime, "agent"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := run(t, tc.args...)
-			if got := exitCode(err); got != tc.code {
+			if got := cli.ExitCode(err); got != tc.code {
 				t.Errorf("%v: exit %d, want %d (%v)", tc.args, got, tc.code, err)
 			}
 			if tc.msg != "" && (err == nil || !strings.Contains(err.Error(), tc.msg)) {
 				t.Errorf("%v: error %v, want it to say %q", tc.args, err, tc.msg)
 			}
 		})
-	}
-}
-
-// The lab guest's own exit status passes through; wrapping keeps each
-// kind.
-func TestExitCodeWrapped(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		code int
-	}{
-		{exitCodeError(7), 7},
-		{errors.Join(errors.New("x"), usagef("y")), exitUsage},
-		{configError{errors.New("x")}, exitConfig},
-		{errors.New("x"), exitRuntime},
-	} {
-		if got := exitCode(tc.err); got != tc.code {
-			t.Errorf("%v: %d, want %d", tc.err, got, tc.code)
-		}
 	}
 }
 
@@ -96,25 +78,31 @@ func TestUnknownSubcommand(t *testing.T) {
 	for _, tc := range []struct {
 		args    []string
 		suggest string // "": no suggestion expected
+		lab     bool   // sanqos-lab's
 	}{
-		{[]string{"config", "chek"}, "check"},
-		{[]string{"throttle", "clear-all"}, "clear --all"},
-		{[]string{"throttle", "lst"}, "list"},
-		{[]string{"cluster", "polcy"}, "policy"},
-		{[]string{"cluster", "--etcd", "http://127.0.0.1:1", "polcy"}, "policy"},
-		{[]string{"cluster", "policy", "gett"}, "get"},
-		{[]string{"lab", "upp"}, "up"},
-		{[]string{"completion", "bsh"}, "bash"},
-		{[]string{"sim", "calbrate"}, "calibrate"},
-		{[]string{"sim", "pdi"}, "pid"},
-		{[]string{"help", "config", "chek"}, "check"},
-		{[]string{"statsu"}, "status"},
-		{[]string{"config", "frobnicate"}, ""},
+		{[]string{"config", "chek"}, "check", false},
+		{[]string{"throttle", "clear-all"}, "clear --all", false},
+		{[]string{"throttle", "lst"}, "list", false},
+		{[]string{"cluster", "polcy"}, "policy", false},
+		{[]string{"cluster", "--etcd", "http://127.0.0.1:1", "polcy"}, "policy", false},
+		{[]string{"cluster", "policy", "gett"}, "get", false},
+		{[]string{"completion", "bsh"}, "bash", false},
+		{[]string{"help", "config", "chek"}, "check", false},
+		{[]string{"statsu"}, "status", false},
+		{[]string{"config", "frobnicate"}, "", false},
+		{[]string{"lab", "upp"}, "up", true},
+		{[]string{"sim", "calbrate"}, "calibrate", true},
+		{[]string{"sim", "pdi"}, "pid", true},
+		{[]string{"sim", "nosuch"}, "", true},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			out, err := run(t, tc.args...)
-			if code := exitCode(err); code != exitUsage {
-				t.Fatalf("exit %d, want %d (%v)\n%s", code, exitUsage, err, out)
+			tree := rootCmd
+			if tc.lab {
+				tree = labcli.Root
+			}
+			out, err := runTree(t, tree, tc.args...)
+			if code := cli.ExitCode(err); code != cli.ExitUsage {
+				t.Fatalf("exit %d, want %d (%v)\n%s", code, cli.ExitUsage, err, out)
 			}
 			if strings.Contains(out, "SYNOPSIS") {
 				t.Errorf("printed help:\n%s", out)
@@ -129,6 +117,12 @@ func TestUnknownSubcommand(t *testing.T) {
 // Every group, whoever adds it, rejects a mistyped subcommand and
 // suggests the real one; alone it prints its page and exits 0.
 func TestEveryGroupRejectsUnknown(t *testing.T) {
+	for _, tree := range trees {
+		everyGroupRejectsUnknown(t, tree)
+	}
+}
+
+func everyGroupRejectsUnknown(t *testing.T, tree func() *cobra.Command) {
 	groups := 0
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
@@ -145,14 +139,14 @@ func TestEveryGroupRejectsUnknown(t *testing.T) {
 				continue
 			}
 			groups++
-			_, err := run(t, append(path, typo)...)
-			if exitCode(err) != exitUsage || !strings.Contains(fmt.Sprint(err), "\t"+s.Name()) {
-				t.Errorf("%s %s: exit %d, %v", c.CommandPath(), typo, exitCode(err), err)
+			_, err := runTree(t, tree, append(path, typo)...)
+			if cli.ExitCode(err) != cli.ExitUsage || !strings.Contains(fmt.Sprint(err), "\t"+s.Name()) {
+				t.Errorf("%s %s: exit %d, %v", c.CommandPath(), typo, cli.ExitCode(err), err)
 			}
 			break
 		}
 		if len(path) > 0 && c.Use == c.Name() { // a group, not a command with subcommands (sim)
-			out, err := run(t, path...)
+			out, err := runTree(t, tree, path...)
 			if err != nil || !strings.Contains(out, "COMMANDS") {
 				t.Errorf("%s alone: %v\n%s", c.CommandPath(), err, out)
 			}
@@ -161,8 +155,9 @@ func TestEveryGroupRejectsUnknown(t *testing.T) {
 			walk(s)
 		}
 	}
-	walk(rootCmd())
-	if groups < 7 { // root, cluster, cluster policy, config, lab, throttle, sim, completion
-		t.Fatalf("tried only %d groups", groups)
+	root := tree()
+	walk(root)
+	if groups < 4 { // sanqos: root, cluster, cluster policy, config, throttle, completion; sanqos-lab: root, lab, sim, completion
+		t.Fatalf("%s: tried only %d groups", root.Name(), groups)
 	}
 }

@@ -10,6 +10,12 @@ import (
 // Every command a user can reach has a man-style page with a description
 // and examples.
 func TestEveryCommandHasHelp(t *testing.T) {
+	for _, tree := range trees {
+		everyCommandHasHelp(t, tree)
+	}
+}
+
+func everyCommandHasHelp(t *testing.T, tree func() *cobra.Command) {
 	var walk func(c *cobra.Command)
 	n := 0
 	walk = func(c *cobra.Command) {
@@ -21,7 +27,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 			t.Errorf("%q: Short %t, Long %t, Example %t", c.CommandPath(), c.Short != "", c.Long != "", c.Example != "")
 		}
 		args := append(strings.Fields(c.CommandPath())[1:], "--help")
-		out, err := run(t, args...)
+		out, err := runTree(t, tree, args...)
 		if err != nil {
 			t.Errorf("%v: %v", args, err)
 		}
@@ -34,9 +40,10 @@ func TestEveryCommandHasHelp(t *testing.T) {
 			walk(s)
 		}
 	}
-	walk(rootCmd())
-	if n < 20 {
-		t.Fatalf("walked only %d commands", n)
+	root := tree()
+	walk(root)
+	if n < 10 {
+		t.Fatalf("%s: walked only %d commands", root.Name(), n)
 	}
 }
 
@@ -65,17 +72,22 @@ func TestHelpExamplesRunAsRoot(t *testing.T) {
 			walk(s)
 		}
 	}
-	walk(rootCmd())
+	for _, tree := range trees {
+		walk(tree())
+	}
 	if n < 50 {
 		t.Fatalf("read only %d example commands; is the walk broken?", n)
 	}
 }
 
 func TestCompletionScripts(t *testing.T) {
-	for _, sh := range []string{"bash", "zsh", "fish"} {
-		out, err := run(t, "completion", sh)
-		if err != nil || !strings.Contains(out, "sanqos") || len(out) < 1000 {
-			t.Errorf("%s: %v (%d bytes)", sh, err, len(out))
+	for _, tree := range trees {
+		name := tree().Name()
+		for _, sh := range []string{"bash", "zsh", "fish"} {
+			out, err := runTree(t, tree, "completion", sh)
+			if err != nil || !strings.Contains(out, name) || len(out) < 1000 {
+				t.Errorf("%s %s: %v (%d bytes)", name, sh, err, len(out))
+			}
 		}
 	}
 }

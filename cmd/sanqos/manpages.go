@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sanqos/sanqos/internal/cli"
 	"github.com/sanqos/sanqos/internal/version"
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
@@ -44,13 +45,13 @@ func writeManPages(dir string) error {
 	if err := doc.GenManTree(root, header, dir); err != nil {
 		return err
 	}
-	return addExitStatus(filepath.Join(dir, "sanqos.1"))
+	return addExitStatus(filepath.Join(dir, "sanqos.1"), cli.ExitStatus(root))
 }
 
 // addExitStatus puts the root page's EXIT STATUS section (what --help
 // shows) before its SEE ALSO, where man-pages(7) orders it; cobra/doc has
 // no hook for extra sections.
-func addExitStatus(page string) error {
+func addExitStatus(page, status string) error {
 	b, err := os.ReadFile(page)
 	if err != nil {
 		return err
@@ -61,7 +62,7 @@ func addExitStatus(page string) error {
 		return fmt.Errorf("%s: no SEE ALSO section to put EXIT STATUS before", page)
 	}
 	// .nf keeps the table's columns; a backslash is roff's escape.
-	section := "\n.SH EXIT STATUS\n.nf\n" + strings.ReplaceAll(exitStatusHelp, `\`, `\e`) + "\n.fi\n"
+	section := "\n.SH EXIT STATUS\n.nf\n" + strings.ReplaceAll(status, `\`, `\e`) + "\n.fi\n"
 	out := append(append(append([]byte{}, b[:i]...), section...), b[i:]...)
 	return os.WriteFile(page, out, 0o644)
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sanqos/sanqos/internal/labcli"
 	"github.com/sanqos/sanqos/report"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -45,12 +46,13 @@ func TestDocumentedCommandsExist(t *testing.T) {
 		for _, c := range cmds {
 			total++
 			if os.Getenv("SANQOS_LIST_DOC_COMMANDS") != "" {
-				t.Logf("%s:%d: sanqos %s", doc, c.line, strings.Join(c.args, " "))
+				t.Logf("%s:%d: %s %s", doc, c.line, c.prog, strings.Join(c.args, " "))
 			}
-			for _, p := range checkCommand(rootCmd(), c.args) {
+			root := c.root()
+			for _, p := range checkCommand(root, c.args) {
 				t.Errorf("%s:%d: %s: %s", doc, c.line, strings.Join(c.args, " "), p)
 			}
-			for _, d := range deprecatedFlags(rootCmd(), c.args) {
+			for _, d := range deprecatedFlags(root, c.args) {
 				t.Logf("%s:%d: %s: %s is a deprecated alias; write the new name", doc, c.line, strings.Join(c.args, " "), d)
 			}
 		}
@@ -115,7 +117,7 @@ func TestDemoEndsWithThePicture(t *testing.T) {
 		t.Fatalf("scripts/demo.sh: %d commands", len(cmds))
 	}
 	last2 := cmds[len(cmds)-2:]
-	if !strings.Contains(last2[0], "sanqos report") || !strings.Contains(last2[1], report.BeforeAfterPlot) {
+	if !strings.Contains(last2[0], "sanqos-lab report") || !strings.Contains(last2[1], report.BeforeAfterPlot) {
 		t.Errorf("scripts/demo.sh ends with %q, want its run's report, then a check of %s", last2, report.BeforeAfterPlot)
 	}
 	if !strings.Contains(string(b), "lab run read-backup") {
@@ -145,7 +147,10 @@ func TestCheckCommand(t *testing.T) {
 		{"sanqos status --watch=500ms --count 10", true},
 		{"sanqos throttle set 10.99.0.3 --write-delay 2ms", true},
 		{"sanqos throttle clear --all", true},
-		{"sanqos lab guest -- uname -r --whatever", true},
+		{"sanqos-lab lab guest -- uname -r --whatever", true},
+		{"bin/sanqos-lab sim autonomic --seed 2", true},
+		{"sanqos lab up", false},
+		{"sanqos-lab status", false},
 		{"sanqos COMMAND --help", true},
 		{"sanqos completion bash|zsh|fish", true},
 		{"ip netns exec bm sanqos cleanup --label x", true},
@@ -159,7 +164,7 @@ func TestCheckCommand(t *testing.T) {
 			t.Errorf("%q: extracted %d commands", c.line, len(cmds))
 			continue
 		}
-		problems := checkCommand(rootCmd(), cmds[0].args)
+		problems := checkCommand(cmds[0].root(), cmds[0].args)
 		if (len(problems) == 0) != c.ok {
 			t.Errorf("%q: problems %v, want ok=%v", c.line, problems, c.ok)
 		}
@@ -181,16 +186,25 @@ func TestCheckCommand(t *testing.T) {
 
 type docCommand struct {
 	line int
-	args []string // after "sanqos"
+	prog string   // sanqos or sanqos-lab
+	args []string // after prog
 }
 
-var inlineSanqos = regexp.MustCompile("`(sanqos [^`]+)`")
+// root is the command tree of c's binary.
+func (c docCommand) root() *cobra.Command {
+	if c.prog == "sanqos-lab" {
+		return labcli.Root()
+	}
+	return rootCmd()
+}
 
-// sanqosCommands finds the sanqos command lines of a markdown text: in
-// shell code blocks every command line (continuations joined, comments
-// cut, split at && || ; | &) whose program is sanqos, possibly behind
-// ip netns exec, setpriv, flock, nsenter, env or sudo; in prose every
-// inline code span that starts with "sanqos ".
+var inlineSanqos = regexp.MustCompile("`((?:bin/)?sanqos(?:-lab)? [^`]+)`")
+
+// sanqosCommands finds the sanqos and sanqos-lab command lines of a
+// markdown text: in shell code blocks every command line (continuations
+// joined, comments cut, split at && || ; | &) whose program is one of
+// them, possibly behind ip netns exec, setpriv, flock, nsenter, env or
+// sudo; in prose every inline code span that starts with one.
 func sanqosCommands(md string) []docCommand {
 	var out []docCommand
 	lines := strings.Split(md, "\n")
@@ -207,8 +221,8 @@ func sanqosCommands(md string) []docCommand {
 		}
 		if !inCode {
 			for _, m := range inlineSanqos.FindAllStringSubmatch(l, -1) {
-				if args, ok := programArgs(shellWords(m[1])); ok {
-					out = append(out, docCommand{i + 1, args})
+				if prog, args, ok := programArgs(shellWords(m[1])); ok {
+					out = append(out, docCommand{i + 1, prog, args})
 				}
 			}
 			continue
@@ -222,8 +236,8 @@ func sanqosCommands(md string) []docCommand {
 			l = strings.TrimSuffix(l, "\\") + " " + lines[i]
 		}
 		for _, part := range splitCommands(cutComment(l)) {
-			if args, ok := programArgs(shellWords(part)); ok {
-				out = append(out, docCommand{start + 1, args})
+			if prog, args, ok := programArgs(shellWords(part)); ok {
+				out = append(out, docCommand{start + 1, prog, args})
 			}
 		}
 	}
@@ -324,15 +338,19 @@ func shellWords(s string) []string {
 	return out
 }
 
-// programArgs returns the arguments of sanqos if words run it.
-func programArgs(words []string) ([]string, bool) {
-	isSanqos := func(w string) bool { return w == "sanqos" || strings.HasSuffix(w, "/sanqos") }
+// programArgs returns the program (sanqos or sanqos-lab) and its
+// arguments if words run one of them.
+func programArgs(words []string) (string, []string, bool) {
+	isSanqos := func(w string) bool {
+		w = w[strings.LastIndex(w, "/")+1:]
+		return w == "sanqos" || w == "sanqos-lab"
+	}
 	i := 0
 	for i < len(words) && strings.Contains(words[i], "=") && !strings.HasPrefix(words[i], "-") {
 		i++ // VAR=value
 	}
 	if i >= len(words) {
-		return nil, false
+		return "", nil, false
 	}
 	switch words[i] {
 	case "ip":
@@ -345,9 +363,9 @@ func programArgs(words []string) ([]string, bool) {
 		}
 	}
 	if i >= len(words) || !isSanqos(words[i]) {
-		return nil, false
+		return "", nil, false
 	}
-	return words[i+1:], true
+	return words[i][strings.LastIndex(words[i], "/")+1:], words[i+1:], true
 }
 
 // checkCommand resolves args against the command tree: every word before

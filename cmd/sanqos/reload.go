@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/sanqos/sanqos/agent"
+	"github.com/sanqos/sanqos/internal/cli"
 	"github.com/spf13/cobra"
 )
 
@@ -58,7 +59,7 @@ Needs root: the agent's control socket is root-only.`,
 			switch {
 			case errors.As(err, &refused) && refused.Code == http.StatusUnprocessableEntity:
 				// The agent read the file and refused it: a config error.
-				return configError{fmt.Errorf("reload refused: %s", refused.Reason)}
+				return cli.ConfigError{Err: fmt.Errorf("reload refused: %s", refused.Reason)}
 			case err != nil:
 				return err // no agent, no permission, an agent without --config
 			}

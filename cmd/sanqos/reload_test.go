@@ -12,6 +12,7 @@ import (
 
 	"github.com/sanqos/sanqos/agent"
 	"github.com/sanqos/sanqos/config"
+	"github.com/sanqos/sanqos/internal/cli"
 	"github.com/sanqos/sanqos/throttle"
 )
 
@@ -70,19 +71,19 @@ func TestReloadCommandReturnsTheVerdict(t *testing.T) {
 		says       string
 		successful string // sanqos_config_last_reload_successful after it
 	}{
-		{"a resource added", head + "resources:\n  - {name: vg1, devices: [loop0]}\n  - {name: vg2, devices: [loop1]}\n", exitOK, "config reloaded: 2 resources", "1"},
-		{"no resources", head + "resources: []\n", exitConfig, "reload refused: the new config lists no resources: it would leave nothing protected (the running config stays)", "0"},
-		{"no file content at all", "", exitConfig, "lists no resources", "0"},
-		{"a file that does not parse", head + "resources: [\n", exitConfig, "does not load (the running config stays)", "0"},
-		{"a setting that needs a restart", strings.Replace(head, "dry-run", "delayline", 1) + "resources:\n  - {name: vg1, devices: [loop0]}\n", exitConfig, "needs a restart: backend changed", "0"},
-		{"fixed", head + "resources:\n  - {name: vg1, devices: [loop0]}\n", exitOK, "config reloaded: 1 resources", "1"},
+		{"a resource added", head + "resources:\n  - {name: vg1, devices: [loop0]}\n  - {name: vg2, devices: [loop1]}\n", cli.ExitOK, "config reloaded: 2 resources", "1"},
+		{"no resources", head + "resources: []\n", cli.ExitConfig, "reload refused: the new config lists no resources: it would leave nothing protected (the running config stays)", "0"},
+		{"no file content at all", "", cli.ExitConfig, "lists no resources", "0"},
+		{"a file that does not parse", head + "resources: [\n", cli.ExitConfig, "does not load (the running config stays)", "0"},
+		{"a setting that needs a restart", strings.Replace(head, "dry-run", "delayline", 1) + "resources:\n  - {name: vg1, devices: [loop0]}\n", cli.ExitConfig, "needs a restart: backend changed", "0"},
+		{"fixed", head + "resources:\n  - {name: vg1, devices: [loop0]}\n", cli.ExitOK, "config reloaded: 1 resources", "1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tc.file), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			out, err := run(t, "reload", "--socket", sock)
-			if code := exitCode(err); code != tc.code || !strings.Contains(out+errText(err), tc.says) {
+			if code := cli.ExitCode(err); code != tc.code || !strings.Contains(out+errText(err), tc.says) {
 				t.Errorf("exit %d, %q %v; want %d saying %q", code, out, err, tc.code, tc.says)
 			}
 			if m := scrape(t, a); !strings.Contains(m, "\nsanqos_config_last_reload_successful "+tc.successful+"\n") {
@@ -96,13 +97,13 @@ func TestReloadCommandReturnsTheVerdict(t *testing.T) {
 // nothing that could apply the file: exit 1, saying so.
 func TestReloadCommandWithoutAConfiguredAgent(t *testing.T) {
 	out, err := run(t, "reload", "--socket", filepath.Join(t.TempDir(), "none.sock"))
-	if exitCode(err) != exitRuntime || !strings.Contains(errText(err), "not running") {
-		t.Errorf("no agent: exit %d, %q %v", exitCode(err), out, err)
+	if cli.ExitCode(err) != cli.ExitRuntime || !strings.Contains(errText(err), "not running") {
+		t.Errorf("no agent: exit %d, %q %v", cli.ExitCode(err), out, err)
 	}
 	sock := serveAPI(t, agent.Status{Backend: "dry-run"})
 	out, err = run(t, "reload", "--socket", sock)
-	if exitCode(err) != exitRuntime || !strings.Contains(errText(err), "without --config") {
-		t.Errorf("agent without --config: exit %d, %q %v", exitCode(err), out, err)
+	if cli.ExitCode(err) != cli.ExitRuntime || !strings.Contains(errText(err), "without --config") {
+		t.Errorf("agent without --config: exit %d, %q %v", cli.ExitCode(err), out, err)
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/agent"
-	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/throttle"
 )
 
@@ -89,26 +88,5 @@ func TestStatusEventsNone(t *testing.T) {
 	}
 	if _, err := run(t, "status", "--events", "--socket", filepath.Join(t.TempDir(), "none.sock")); err == nil || !strings.Contains(err.Error(), "agent not running") {
 		t.Fatalf("no agent: %v", err)
-	}
-}
-
-// sanqos report (and sim) prints under each regulated run whom the agent
-// slowed and why, from summary.json's event digest.
-func TestReportEventDigest(t *testing.T) {
-	s := report.ControlledSummary{Experiment: "read-backup", Interferers: "readers", Regulated: []report.ControlledRun{{ThresholdMs: 15,
-		Events: report.DigestEvents([]report.EventRecord{
-			{Consumer: "10.99.0.3", Kind: "slow", Direction: "read", Reason: "saturates the resource: 3.5 requests queued ≥ throttleable_queue 1.25"},
-			{Consumer: "10.99.0.3", Kind: "held", Direction: "read", Reason: "held while idle: it keeps its delays for its next burst (idle_hold)"},
-			{Consumer: "10.99.0.4", Kind: "slow", Direction: "read", Reason: "saturates the resource: reads 1.06 MB/s > throttleable_read_mb_s 1"},
-		})}}}
-	var b strings.Builder
-	printInterferers(&b, s)
-	for _, want := range []string{
-		"  10.99.0.3       slow 1, held 1 (read): saturates the resource: N requests queued ≥ throttleable_queue N\n",
-		"  10.99.0.4       slow 1 (read): saturates the resource: reads N MB/s > throttleable_read_mb_s N\n",
-	} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("lacks %q:\n%s", want, b.String())
-		}
 	}
 }

@@ -15,8 +15,9 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/agent"
-	"github.com/sanqos/sanqos/report"
+	"github.com/sanqos/sanqos/internal/labcli"
 	"github.com/sanqos/sanqos/throttle"
+	"github.com/spf13/cobra"
 )
 
 // serveAPI runs the agent's control API on a temp socket with a fixed
@@ -56,8 +57,19 @@ func serveAPI(t *testing.T, st agent.Status) string {
 
 func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	return runTree(t, rootCmd, args...)
+}
+
+// trees are both binaries' command trees, sanqos' and sanqos-lab's: their
+// pages and command lines follow the same rules, checked by the same
+// tests.
+var trees = []func() *cobra.Command{rootCmd, labcli.Root}
+
+// runTree runs args on a fresh tree.
+func runTree(t *testing.T, tree func() *cobra.Command, args ...string) (string, error) {
+	t.Helper()
 	var out bytes.Buffer
-	c := rootCmd()
+	c := tree()
 	c.SetOut(&out)
 	c.SetErr(&out)
 	c.SetArgs(args)
@@ -197,40 +209,6 @@ func TestStatusAgentNotRunning(t *testing.T) {
 	}
 }
 
-func TestReportCommand(t *testing.T) {
-	// results/NAME/latest -> RUN, as the lab lays it out.
-	root := t.TempDir()
-	runDir := filepath.Join(root, "autonomic", "20260101-000000")
-	if err := os.MkdirAll(runDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"summary.json", "trace.csv"} {
-		b, err := os.ReadFile(filepath.Join("../../report/testdata/autonomic", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		os.WriteFile(filepath.Join(runDir, f), b, 0o644)
-	}
-	os.Symlink("20260101-000000", filepath.Join(root, "autonomic", "latest"))
-	out, err := run(t, "report", filepath.Join(root, "autonomic"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// First the report's path, then the run's headline figures.
-	if want := filepath.Join(root, "autonomic", "latest", "report.html"); strings.SplitN(out, "\n", 2)[0] != want {
-		t.Fatalf("printed %q, want %q first", out, want)
-	}
-	if !strings.Contains(out, "threshold 15 ms: read wait p95") {
-		t.Fatalf("figures missing: %q", out)
-	}
-	if _, err := os.Stat(filepath.Join(runDir, "report-trace-read-wait.png")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := run(t, "report", t.TempDir()); err == nil || !strings.Contains(err.Error(), "no run here") {
-		t.Fatalf("empty dir: %v", err)
-	}
-}
-
 func TestStatusClasses(t *testing.T) {
 	st := agent.Status{Resources: []agent.ResourceStatus{{Name: "vg1", Policy: "slo-classes", Classes: []agent.ClassStatus{
 		{Name: "power", IOPS: 25, MBs: 1.6, LatencyMs: 14.5, Missing: true, DelayMs: 0, CreditS: 3,
@@ -257,53 +235,6 @@ func TestStatusReservations(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("reservations table lacks %q:\n%s", want, b.String())
 		}
-	}
-}
-
-// A backup's run (the demo's) prints the reader's p95 and the backup's
-// throughput with the agent off and on, and the oracle's, not raw JSON.
-func TestReportInterferers(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "20261126-111000")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile("../../report/testdata/read-backup/summary.json") // lab run s05-afterlogin-6913216
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "summary.json"), b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := run(t, "report", dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"baseline:        read wait p95  27.00 ms  readers  24.61 MB/s",
-		"threshold 15 ms: read wait p95  16.00 ms (1.07×)", "( 99% kept)", "oracle    15 ms: read wait p95  15.25 ms"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("lacks %q:\n%s", want, out)
-		}
-	}
-	if strings.Contains(out, `"experiment"`) {
-		t.Errorf("printed raw JSON:\n%s", out)
-	}
-	// Without its plot a run says nothing of a picture.
-	if strings.Contains(out, "before/after") {
-		t.Errorf("names a picture the run did not draw:\n%s", out)
-	}
-	// With it (the lab draws it), the report ends with the cure in one
-	// line and the picture's path: what scripts/demo.sh ends with.
-	if err := os.WriteFile(filepath.Join(dir, report.BeforeAfterPlot), []byte("png"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err = run(t, "report", dir); err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	last := lines[len(lines)-1]
-	want := "before/after: the reader's read wait p95 27.00 ms with the agent off, 16.00 ms with it on at 15 ms, the backup kept 99% of its throughput, same load, same run: /"
-	if !strings.HasPrefix(last, want) || !strings.HasSuffix(last, "/20261126-111000/"+report.BeforeAfterPlot) {
-		t.Errorf("last line %q, want %q...%s", last, want, report.BeforeAfterPlot)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/agent"
+	"github.com/sanqos/sanqos/internal/cli"
 	"github.com/sanqos/sanqos/throttle"
 	"github.com/spf13/cobra"
 )
@@ -98,7 +99,7 @@ func throttleClearCmd(socket *string) *cobra.Command {
 		Example: "  sanqos throttle clear 10.99.0.3\n  sanqos throttle clear --all",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) {
-				return usagef("name consumers or give --all (not both)")
+				return cli.Usagef("name consumers or give --all (not both)")
 			}
 			addrs, err := parseAddrs(args)
 			if err != nil {
@@ -195,7 +196,7 @@ available of ` + andList(throttle.DelayNames()) + `.`,
 func parseSetting(readDelay, writeDelay, rate, writeRate string) (throttle.Setting, error) {
 	var s throttle.Setting
 	if readDelay == "" && writeDelay == "" && rate == "" && writeRate == "" {
-		return s, usagef("give --read-delay, --write-delay, --rate and/or --write-rate")
+		return s, cli.Usagef("give --read-delay, --write-delay, --rate and/or --write-rate")
 	}
 	for _, f := range []struct {
 		flag, v string
@@ -206,7 +207,7 @@ func parseSetting(readDelay, writeDelay, rate, writeRate string) (throttle.Setti
 		}
 		d, err := throttle.ParseDelay(f.v)
 		if err != nil {
-			return s, usagef("--%s: %w", f.flag, err)
+			return s, cli.Usagef("--%s: %w", f.flag, err)
 		}
 		*f.d = d
 	}
@@ -219,7 +220,7 @@ func parseSetting(readDelay, writeDelay, rate, writeRate string) (throttle.Setti
 		}
 		r, err := throttle.ParseRate(f.v)
 		if err != nil {
-			return s, usagef("--%s: %w", f.flag, err)
+			return s, cli.Usagef("--%s: %w", f.flag, err)
 		}
 		*f.r = r
 	}
@@ -257,10 +258,10 @@ func parseAddrs(args []string) ([]netip.Addr, error) {
 		a, err := netip.ParseAddr(s)
 		switch {
 		case err != nil:
-			return nil, usagef("consumer %q is not an IPv4/IPv6 address", s)
+			return nil, cli.Usagef("consumer %q is not an IPv4/IPv6 address", s)
 		case a.Zone() != "":
 			// A consumer is the address its packets carry, which has no zone.
-			return nil, usagef("consumer %q: give the address without its zone (%%%s)", s, a.Zone())
+			return nil, cli.Usagef("consumer %q: give the address without its zone (%%%s)", s, a.Zone())
 		}
 		out = append(out, a.Unmap())
 	}

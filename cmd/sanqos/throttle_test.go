@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sanqos/sanqos/internal/cli"
 	"github.com/sanqos/sanqos/internal/testenv"
 	"github.com/sanqos/sanqos/throttle"
 )
@@ -51,20 +52,20 @@ func TestThrottleSetSaysWhatItApplied(t *testing.T) {
 		code int
 		want []string // lines, in order
 	}{
-		{"one delay", []string{"set", "10.99.0.3", "--write-delay", "2ms"}, exitOK,
+		{"one delay", []string{"set", "10.99.0.3", "--write-delay", "2ms"}, cli.ExitOK,
 			[]string{"10.99.0.3: read delay none, write delay 2ms, rate cap none, write rate cap none"}},
-		{"two consumers", []string{"set", "10.99.0.4", "10.99.0.5", "--read-delay", "4.6ms", "--rate", "10MB/s"}, exitOK,
+		{"two consumers", []string{"set", "10.99.0.4", "10.99.0.5", "--read-delay", "4.6ms", "--rate", "10MB/s"}, cli.ExitOK,
 			[]string{"10.99.0.4: read delay 4.6ms, write delay none, rate cap 10.00 MB/s, write rate cap none",
 				"10.99.0.5: read delay 4.6ms, write delay none, rate cap 10.00 MB/s, write rate cap none"}},
-		{"mapped v4", []string{"set", "::ffff:10.99.0.6", "--write-delay", "1ms"}, exitOK,
+		{"mapped v4", []string{"set", "::ffff:10.99.0.6", "--write-delay", "1ms"}, cli.ExitOK,
 			[]string{"10.99.0.6: read delay none, write delay 1ms, rate cap none, write rate cap none"}},
-		{"refused delay", []string{"set", "10.99.0.3", "--write-delay", "150ms"}, exitUsage, nil},
-		{"clear", []string{"clear", "10.99.0.3"}, exitOK, []string{"10.99.0.3: cleared"}},
-		{"clear all", []string{"clear", "--all"}, exitOK, []string{"cleared every consumer's throttle"}},
+		{"refused delay", []string{"set", "10.99.0.3", "--write-delay", "150ms"}, cli.ExitUsage, nil},
+		{"clear", []string{"clear", "10.99.0.3"}, cli.ExitOK, []string{"10.99.0.3: cleared"}},
+		{"clear all", []string{"clear", "--all"}, cli.ExitOK, []string{"cleared every consumer's throttle"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := run(t, append(append([]string{"throttle"}, tc.args...), "--socket", sock)...)
-			if code := exitCode(err); code != tc.code {
+			if code := cli.ExitCode(err); code != tc.code {
 				t.Fatalf("exit %d, want %d: %v\n%s", code, tc.code, err, out)
 			}
 			if got := strings.Split(strings.TrimSuffix(out, "\n"), "\n"); tc.want != nil && strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
@@ -88,16 +89,16 @@ func TestThrottleCommandsOnEveryAddress(t *testing.T) {
 		code             int
 		why              string // in the usage error
 	}{
-		{"IPv4", "10.99.0.7", "10.99.0.7", exitOK, ""},
-		{"IPv4-mapped IPv6", "::ffff:10.99.0.8", "10.99.0.8", exitOK, ""},
-		{"IPv6", "fd00:99::7", "fd00:99::7", exitOK, ""},
-		{"link-local with zone", "fe80::7%eth0", "", exitUsage, "without its zone (%eth0)"},
-		{"garbage", "10.99.0.300", "", exitUsage, `"10.99.0.300" is not an IPv4/IPv6 address`},
-		{"hostname", "storage1", "", exitUsage, `"storage1" is not an IPv4/IPv6 address`},
+		{"IPv4", "10.99.0.7", "10.99.0.7", cli.ExitOK, ""},
+		{"IPv4-mapped IPv6", "::ffff:10.99.0.8", "10.99.0.8", cli.ExitOK, ""},
+		{"IPv6", "fd00:99::7", "fd00:99::7", cli.ExitOK, ""},
+		{"link-local with zone", "fe80::7%eth0", "", cli.ExitUsage, "without its zone (%eth0)"},
+		{"garbage", "10.99.0.300", "", cli.ExitUsage, `"10.99.0.300" is not an IPv4/IPv6 address`},
+		{"hostname", "storage1", "", cli.ExitUsage, `"storage1" is not an IPv4/IPv6 address`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sock := serveAPI(t, testStatus)
-			ok := tc.code == exitOK
+			ok := tc.code == cli.ExitOK
 			for _, step := range []struct {
 				args   []string
 				listed bool
@@ -110,15 +111,15 @@ func TestThrottleCommandsOnEveryAddress(t *testing.T) {
 				out, err := run(t, append(append([]string{"throttle"}, step.args...), "--socket", sock)...)
 				said := out + errString(err)
 				if step.args[0] == "list" {
-					if exitCode(err) != exitOK {
-						t.Fatalf("list: exit %d: %s", exitCode(err), said)
+					if cli.ExitCode(err) != cli.ExitOK {
+						t.Fatalf("list: exit %d: %s", cli.ExitCode(err), said)
 					}
 					if listed := ok && strings.Contains(out, "\n"+tc.shown+" "); listed != step.listed {
 						t.Errorf("list: %s listed %v, want %v:\n%s", tc.shown, listed, step.listed, out)
 					}
 					continue
 				}
-				switch code := exitCode(err); {
+				switch code := cli.ExitCode(err); {
 				case code != tc.code:
 					t.Fatalf("%v: exit %d, want %d: %s", step.args, code, tc.code, said)
 				case ok && !strings.HasPrefix(out, tc.shown+": "):

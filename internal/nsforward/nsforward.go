@@ -1,7 +1,7 @@
 // Package nsforward forwards TCP connections from this network namespace
 // to an address inside another one. The lab's agent serves its dashboard
 // on 127.0.0.1:9311 inside the target namespace (bm), which a browser in
-// the root namespace cannot reach; `sanqos lab dashboard` bridges it.
+// the root namespace cannot reach; `sanqos-lab lab dashboard` bridges it.
 //
 // It only moves bytes: it must not parse or change what it forwards, and
 // it never changes the namespace of any thread but the one that dials.

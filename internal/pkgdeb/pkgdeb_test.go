@@ -270,6 +270,11 @@ func TestManPages(t *testing.T) {
 	var rootRefs []string
 	for _, p := range paths {
 		name := strings.TrimSuffix(filepath.Base(p), ".1.gz")
+		for _, lab := range []string{"sanqos-lab", "sanqos-sim", "sanqos-tune", "sanqos-report"} {
+			if name == lab || strings.HasPrefix(name, lab+"-") {
+				t.Errorf("%s: a page of sanqos-lab's commands, which the package does not ship", name)
+			}
+		}
 		page := gunzip(t, p)
 		if !strings.Contains(page, `.TH "`+strings.ToUpper(name)+`" "1"`) || !strings.Contains(page, "sanqos "+testVersion) {
 			t.Errorf("%s: no title line for %s, version %s", name, name, testVersion)

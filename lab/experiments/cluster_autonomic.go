@@ -179,7 +179,7 @@ func (c *clusterRun) phaseSummary(res *lab.PhaseResult) ClusterPhase {
 func runClusterAutonomic(r *runner) (any, error) {
 	targets := r.State.Options.TargetHosts()
 	if len(targets) < 3 {
-		return nil, fmt.Errorf("cluster-autonomic needs three target hosts: run `sanqos lab up --targets 3` (this lab has %d)", len(targets))
+		return nil, fmt.Errorf("cluster-autonomic needs three target hosts: run `sanqos-lab lab up --targets 3` (this lab has %d)", len(targets))
 	}
 	c, sum, err := newClusterRun(r, targets)
 	if err != nil {

@@ -1,5 +1,5 @@
 // Package experiments holds the lab's experiments: the named,
-// reproducible runs of `sanqos lab run` (thesis chapter 5 and the issues
+// reproducible runs of `sanqos-lab lab run` (thesis chapter 5 and the issues
 // after it), each a registry entry (Experiment: name, flags, run, plots)
 // that its own file registers.
 //

@@ -9,7 +9,7 @@ import (
 )
 
 // Experiment is one named, reproducible lab run (thesis chapter 5): what
-// `sanqos lab run NAME` runs. Each registers its entry from its own file
+// `sanqos-lab lab run NAME` runs. Each registers its entry from its own file
 // (register, registry.go), as node_exporter's collectors do: its name,
 // the flags it takes, how it runs and the plots its summary gives.
 type Experiment struct {

@@ -58,7 +58,7 @@ func upLabWith(t *testing.T, o lab.Options) *lab.State {
 	t.Helper()
 	requireLab(t)
 	if left := lab.Leftovers(); len(left) > 0 {
-		t.Fatalf("lab objects exist before the test (run `sanqos lab down`): %v", left)
+		t.Fatalf("lab objects exist before the test (run `sanqos-lab lab down`): %v", left)
 	}
 	s, err := lab.Up(o, io.Discard)
 	if err != nil {

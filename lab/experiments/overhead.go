@@ -15,7 +15,7 @@ func init() {
 		Title: "Throughput with vs without idle throttle rules on a RAM LUN, Welch t-test (§5.8)", Run: func(r *runner) (any, error) { return r.eachBackend("overhead", r.overhead) }})
 }
 
-var errNoRAM = errors.New("this lab has no RAM LUN: rebuild it with `sanqos lab down && sanqos lab up`")
+var errNoRAM = errors.New("this lab has no RAM LUN: rebuild it with `sanqos-lab lab down && sanqos-lab lab up`")
 
 // OverheadDirection is one direction's result.
 type OverheadDirection struct {

@@ -8,7 +8,7 @@ import (
 	"github.com/sanqos/sanqos/report"
 )
 
-// registry is every experiment `sanqos lab run` knows. Adding an
+// registry is every experiment `sanqos-lab lab run` knows. Adding an
 // experiment is adding its file, which registers it.
 var registry []*Experiment
 
@@ -25,7 +25,7 @@ func All() []*Experiment {
 	return out
 }
 
-// Help is the list of experiments `sanqos lab run --help` shows: one
+// Help is the list of experiments `sanqos-lab lab run --help` shows: one
 // line each, its name and its one-line title.
 func Help() string {
 	var b strings.Builder

@@ -77,7 +77,7 @@ func runOn(e *Experiment, r *lab.Runner, o Options) error {
 			err = werr
 		}
 		// The one-page report (figures + summary table) of every run with
-		// a summary, failed ones included: what `sanqos report DIR` writes.
+		// a summary, failed ones included: what `sanqos-lab report DIR` writes.
 		// A run's own error comes first.
 		if werr == nil {
 			if _, rerr := report.Generate(r.Dir); err == nil && rerr != nil {

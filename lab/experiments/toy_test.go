@@ -12,7 +12,7 @@ import (
 )
 
 // toy is a test-only experiment, whole in this file: what adding one to
-// `sanqos lab run` takes (docs/experiments.md, "Adding an experiment"). Its one
+// `sanqos-lab lab run` takes (docs/experiments.md, "Adding an experiment"). Its one
 // phase is planned, not run, so the test needs no lab.
 var toy = &Experiment{Name: "toy", DefaultScale: 0.05, Title: "a test-only experiment: one 20 s phase (× scale), planned and summarized", Run: runToy}
 

@@ -14,16 +14,18 @@ import (
 	"time"
 )
 
-// The lab in the guest (`sanqos lab up --kernel debian`): a persistent
-// guest in LabDir runs `sanqos lab up` — namespaces, tgtd, the modelled
+// The lab in the guest (`sanqos-lab lab up --kernel debian`): a persistent
+// guest in LabDir runs `sanqos-lab lab up` — namespaces, tgtd, the modelled
 // disk, everything the host's lab has — on the stock kernel, and later
-// `sanqos lab run` invocations on the host run their experiment there and
+// `sanqos-lab lab run` invocations on the host run their experiment there and
 // copy its results back. This package does not import the lab: it runs
-// the sanqos binary, copied into the work directory (a binary under /tmp
-// or /root would be hidden by the guest's tmpfs).
+// the sanqos-lab binary (and sanqos, which it starts agents from), copied
+// into the work directory (a binary under /tmp or /root would be hidden
+// by the guest's tmpfs).
 
 // LabDir is the lab guest's work directory on the host: guest.json (QEMU's
-// pid), console.log, the command queue, bin/sanqos, results in transit.
+// pid), console.log, the command queue, bin/HASH/sanqos-lab and sanqos,
+// results in transit.
 const LabDir = "/run/sanqos-guest"
 
 // LabDirectory is LabDir, or $SANQOS_GUEST_DIR where set: a test's guest
@@ -44,52 +46,64 @@ func Quote(args ...string) string {
 	return strings.Join(q, " ")
 }
 
-// InstallBinary puts binary in dir/bin under the name of its content,
-// sanqos-HASH, unless it is there, and records it as the current one. A
-// file there is never replaced: a guest that ran an earlier build over
-// 9p would otherwise exec it through stale cached pages (seen: a rebuilt
-// sanqos died in the guest of "panic on system stack").
-func InstallBinary(dir, binary string) error {
-	b, err := os.ReadFile(binary)
-	if err != nil {
-		return err
-	}
-	sum := sha256.Sum256(b)
-	name := "sanqos-" + hex.EncodeToString(sum[:6])
-	bin := filepath.Join(dir, "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		return err
-	}
-	if _, err := os.Stat(filepath.Join(bin, name)); err != nil {
-		if err := os.WriteFile(filepath.Join(bin, name+".tmp"), b, 0o755); err != nil {
+// InstallLab puts the lab binary (as sanqos-lab) and the product binary
+// it runs agents from (as sanqos, beside it: lab.SanqosExecutable) in
+// dir/bin under a directory named after their content, bin/HASH, unless
+// it is there, and records it as the current one. A file there is never
+// replaced: a guest that ran an earlier build over 9p would otherwise
+// exec it through stale cached pages (seen: a rebuilt sanqos died in the
+// guest of "panic on system stack").
+func InstallLab(dir, labBinary, sanqosBinary string) error {
+	names, srcs := []string{"sanqos-lab", "sanqos"}, []string{labBinary, sanqosBinary}
+	contents := make([][]byte, len(srcs))
+	h := sha256.New()
+	for i, src := range srcs {
+		b, err := os.ReadFile(src)
+		if err != nil {
 			return err
 		}
-		if err := os.Rename(filepath.Join(bin, name+".tmp"), filepath.Join(bin, name)); err != nil {
+		contents[i] = b
+		h.Write(b)
+	}
+	name := hex.EncodeToString(h.Sum(nil)[:6])
+	bin := filepath.Join(dir, "bin")
+	if _, err := os.Stat(filepath.Join(bin, name)); err != nil {
+		tmp := filepath.Join(bin, name+".tmp")
+		if err := os.MkdirAll(tmp, 0o755); err != nil {
+			return err
+		}
+		for i, b := range contents {
+			if err := os.WriteFile(filepath.Join(tmp, names[i]), b, 0o755); err != nil {
+				return err
+			}
+		}
+		if err := os.Rename(tmp, filepath.Join(bin, name)); err != nil {
 			return err
 		}
 	}
 	return os.WriteFile(filepath.Join(bin, "current"), []byte(name+"\n"), 0o644)
 }
 
-// SanqosScript is a guest command running the current sanqos (see
-// InstallBinary) with args. The guest runs a copy in its own memory
+// LabScript is a guest command running the current sanqos-lab (see
+// InstallLab) with args. The guest runs a copy in its own memory
 // (/run/sanqos-bin), read once through the share, so what it executes
 // never depends on 9p's page cache.
-func SanqosScript(dir string, args ...string) (string, error) {
+func LabScript(dir string, args ...string) (string, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "bin", "current"))
 	if err != nil {
-		return "", fmt.Errorf("no sanqos installed in %s: %w", dir, err)
+		return "", fmt.Errorf("no sanqos-lab installed in %s: %w", dir, err)
 	}
 	name := strings.TrimSpace(string(b))
 	src, dst := filepath.Join(dir, "bin", name), "/run/sanqos-bin/"+name
-	return fmt.Sprintf("if [ ! -x %[2]s ]; then mkdir -p /run/sanqos-bin && cat %[1]s > %[2]s.tmp && chmod 755 %[2]s.tmp && mv %[2]s.tmp %[2]s || exit 125; fi\nexec %[2]s %[3]s", Quote(src), Quote(dst), Quote(args...)), nil
+	return fmt.Sprintf("if [ ! -d %[2]s ]; then mkdir -p /run/sanqos-bin && rm -rf %[2]s.tmp && cp -r %[1]s %[2]s.tmp && mv %[2]s.tmp %[2]s || exit 125; fi\nexec %[2]s/sanqos-lab %[3]s", Quote(src), Quote(dst), Quote(args...)), nil
 }
 
 // UpLab boots the lab guest (o.Dir, default LabDirectory()) unless it runs, puts
-// binary in it and runs `sanqos lab up upArgs...` there, with the output
+// the lab and product binaries in it (InstallLab) and runs `sanqos-lab lab
+// up upArgs...` there, with the output
 // on log. A guest this call booted is powered off again if the lab does
 // not come up; one that ran before stays.
-func UpLab(ctx context.Context, o Options, binary string, upArgs []string, log io.Writer) (*Guest, error) {
+func UpLab(ctx context.Context, o Options, labBinary, sanqosBinary string, upArgs []string, log io.Writer) (*Guest, error) {
 	if o.Dir == "" {
 		o.Dir = LabDirectory()
 	}
@@ -103,8 +117,8 @@ func UpLab(ctx context.Context, o Options, binary string, upArgs []string, log i
 			}
 		}
 	}
-	if err := InstallBinary(o.Dir, binary); err != nil {
-		return nil, fmt.Errorf("copying sanqos into the guest's directory: %w", err)
+	if err := InstallLab(o.Dir, labBinary, sanqosBinary); err != nil {
+		return nil, fmt.Errorf("copying sanqos-lab and sanqos into the guest's directory: %w", err)
 	}
 	if fresh {
 		image := o.Kernel
@@ -124,7 +138,7 @@ func UpLab(ctx context.Context, o Options, binary string, upArgs []string, log i
 	} else {
 		fmt.Fprintf(log, "stock-kernel guest: %s already up (QEMU pid %d)\n", g.Info.Release, g.Info.PID)
 	}
-	script, err := SanqosScript(o.Dir, append([]string{"lab", "up"}, upArgs...)...)
+	script, err := LabScript(o.Dir, append([]string{"lab", "up"}, upArgs...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +146,7 @@ func UpLab(ctx context.Context, o Options, binary string, upArgs []string, log i
 	if err == nil && rc != 0 {
 		fmt.Fprintln(log, "the lab supervisor's log in the guest ends:")
 		g.Exec(context.Background(), "tail -n 20 /run/sanqos-lab-serve.log\n", log)
-		err = fmt.Errorf("`sanqos lab up` exited %d in the stock-kernel guest", rc)
+		err = fmt.Errorf("`sanqos-lab lab up` exited %d in the stock-kernel guest", rc)
 	}
 	if err != nil {
 		if fresh {
@@ -150,14 +164,14 @@ func orDefault(s, d string) string {
 	return s
 }
 
-// RunLab runs `sanqos lab run exp flags...` in the lab guest, its output
+// RunLab runs `sanqos-lab lab run exp flags...` in the lab guest, its output
 // (progress, errors; not the summary it prints) on progress, and moves
 // its results to results/exp/runID on the host, pointing
 // results/exp/latest at them. It returns the host's results directory
 // (empty if the run made none).
 func (g *Guest) RunLab(ctx context.Context, exp string, flags []string, results, runID string, progress io.Writer) (string, error) {
 	inGuest := filepath.Join(g.Dir, "results")
-	script, err := SanqosScript(g.Dir, append([]string{"lab", "run", exp, "--kernel", "host", "--results", inGuest, "--run-id", runID}, flags...)...)
+	script, err := LabScript(g.Dir, append([]string{"lab", "run", exp, "--kernel", "host", "--results", inGuest, "--run-id", runID}, flags...)...)
 	if err != nil {
 		return "", err
 	}
@@ -166,7 +180,7 @@ func (g *Guest) RunLab(ctx context.Context, exp string, flags []string, results,
 	dst := filepath.Join(results, exp, runID)
 	if _, serr := os.Stat(src); serr != nil {
 		if err == nil {
-			err = fmt.Errorf("`sanqos lab run %s` exited %d in the stock-kernel guest and left no results", exp, rc)
+			err = fmt.Errorf("`sanqos-lab lab run %s` exited %d in the stock-kernel guest and left no results", exp, rc)
 		}
 		return "", err
 	}
@@ -178,7 +192,7 @@ func (g *Guest) RunLab(ctx context.Context, exp string, flags []string, results,
 	os.Remove(latest)
 	os.Symlink(runID, latest)
 	if err == nil && rc != 0 {
-		err = fmt.Errorf("`sanqos lab run %s` exited %d in the stock-kernel guest", exp, rc)
+		err = fmt.Errorf("`sanqos-lab lab run %s` exited %d in the stock-kernel guest", exp, rc)
 	}
 	return dst, err
 }

@@ -40,10 +40,7 @@ func TestLabUpRunDownInGuest(t *testing.T) {
 		testenv.RequireCommands(t, "fio-with-libiscsi: "+err.Error())
 	}
 	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "sanqos")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/sanqos/sanqos/cmd/sanqos").CombinedOutput(); err != nil {
-		t.Fatalf("build sanqos: %v\n%s", err, out)
-	}
+	bin := buildLab(t, tmp)
 	dir := filepath.Join(tmp, "guest")
 	results := filepath.Join(tmp, "results")
 	sanqos := func(timeout time.Duration, args ...string) (string, error) {
@@ -121,6 +118,17 @@ func TestLabUpRunDownInGuest(t *testing.T) {
 	}
 }
 
+// buildLab builds sanqos-lab and, beside it, the sanqos it starts agents
+// from into dir, and returns sanqos-lab's path.
+func buildLab(t *testing.T, dir string) string {
+	t.Helper()
+	out, err := exec.Command("go", "build", "-o", dir+"/", "github.com/sanqos/sanqos/cmd/sanqos", "github.com/sanqos/sanqos/cmd/sanqos-lab").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build sanqos and sanqos-lab: %v\n%s", err, out)
+	}
+	return filepath.Join(dir, "sanqos-lab")
+}
+
 func p95(rs []experiments.ControlledRun) float64 {
 	if len(rs) == 0 {
 		return 0
@@ -138,7 +146,7 @@ func TestUpLabWithoutQEMU(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, o := range []Options{{Dir: dir}, {Dir: dir, Kernel: "/boot/vmlinuz-none"}} {
-		_, err = UpLab(context.Background(), o, self, nil, io.Discard)
+		_, err = UpLab(context.Background(), o, self, self, nil, io.Discard)
 		if !errors.Is(err, ErrNoGuest) || !strings.Contains(err.Error(), "scripts/setup.sh") {
 			t.Errorf("kernel %q: %v, want ErrNoGuest", o.Kernel, err)
 		}

@@ -29,10 +29,7 @@ func TestLIOKernelInitiatorInGuest(t *testing.T) {
 	requireGuest(t)
 	testenv.RequireCommands(t, "go", "iscsid", "iscsiadm", "fio")
 	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "sanqos")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/sanqos/sanqos/cmd/sanqos").CombinedOutput(); err != nil {
-		t.Fatalf("build sanqos: %v\n%s", err, out)
-	}
+	bin := buildLab(t, tmp)
 	dir := filepath.Join(tmp, "guest")
 	sanqos := func(timeout time.Duration, args ...string) (string, error) {
 		t.Helper()
@@ -63,8 +60,8 @@ func TestLIOKernelInitiatorInGuest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The guest's copy of this sanqos.
-	script, err := SanqosScript(dir, "version")
+	// The guest's copies of sanqos-lab and sanqos.
+	script, err := LabScript(dir, "version")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,10 +78,11 @@ func TestLIOKernelInitiatorInGuest(t *testing.T) {
 	}
 	gexec(time.Minute, script+" > /dev/null\n")
 	cur, _ := os.ReadFile(filepath.Join(dir, "bin", "current"))
-	gbin := "/run/sanqos-bin/" + strings.TrimSpace(string(cur))
+	gdir := "/run/sanqos-bin/" + strings.TrimSpace(string(cur))
+	gbin := gdir + "/sanqos"
 
 	var st struct{ Resources []lab.Resource }
-	if err := json.Unmarshal([]byte(gexec(time.Minute, gbin+" lab status --json\n")), &st); err != nil || len(st.Resources) != 1 {
+	if err := json.Unmarshal([]byte(gexec(time.Minute, gdir+"/sanqos-lab lab status --json\n")), &st); err != nil || len(st.Resources) != 1 {
 		t.Fatalf("lab status --json: %v %+v", err, st)
 	}
 	dev := map[string]string{}
@@ -177,7 +175,7 @@ echo "no four consumers; agent log:"; cat /run/liotest-agent.log; exit 1
 	// The guest's own lab down: nothing of LIO, the initiator or its
 	// modules is left (the guest stays up for the check).
 	gexec(2*time.Minute, stopAgent)
-	down := gexec(3*time.Minute, gbin+" lab down 2>&1\n")
+	down := gexec(3*time.Minute, gdir+"/sanqos-lab lab down 2>&1\n")
 	left := gexec(time.Minute, `ls /sys/kernel/config/target 2>/dev/null | sed 's/^/configfs target: /'
 ls /sys/class/iscsi_session 2>/dev/null | sed 's/^/session: /'
 pgrep -a iscsid | sed 's/^/process: /'

@@ -1,4 +1,4 @@
-package main
+package labcli
 
 import (
 	"context"
@@ -31,9 +31,9 @@ func labCmd() *cobra.Command {
 on a Linux bridge; one iSCSI target per shared resource with one LUN per
 initiator; each LUN a loop device on a shared modelled disk group (or, with
 --real-disk, on this machine's disk). Needs root.`,
-		Example: `  sanqos lab up
-  sanqos lab run autonomic
-  sanqos lab down`,
+		Example: `  sanqos-lab lab up
+  sanqos-lab lab run autonomic
+  sanqos-lab lab down`,
 	}
 	c.AddCommand(labUpCmd(), labDownCmd(), labStatusCmd(), labServeCmd(), labRunCmd(), labDashboardCmd(), labGuestCmd())
 	return c
@@ -63,7 +63,7 @@ build over a running lab that its record does not own (say, one an older
 sanqos built): 'lab down' removes that first.
 
 With --kernel debian the same lab is built inside a QEMU guest running
-Debian's stock kernel (netem, fq, LIO as modules; see 'sanqos lab guest'),
+Debian's stock kernel (netem, fq, LIO as modules; see 'sanqos-lab lab guest'),
 which stays up in the background (state in ` + guest.LabDir + `): later 'lab run',
 'lab status' and 'lab down' act on it. The guest runs under TCG, 10-30x
 slower than this machine, so its lab is scaled down unless the flags say
@@ -75,12 +75,12 @@ through configfs, the portal made inside bm) instead of tgtd, and
 initiator: one iscsid in the guest's initial namespace (the kernel's iSCSI
 netlink exists only there), one interface and iface per client with the
 client's address, fio with libaio on each session's /dev/sdX.`,
-		Example: `  sanqos lab up
-  sanqos lab up --real-disk
-  sanqos lab up --resources vg1,vg2 --disk-seek 8ms
-  sanqos lab up --targets 3     # three target hosts and etcd: cluster-autonomic
-  sanqos lab up --kernel debian
-  sanqos lab up --kernel debian --target lio --initiator kernel`,
+		Example: `  sanqos-lab lab up
+  sanqos-lab lab up --real-disk
+  sanqos-lab lab up --resources vg1,vg2 --disk-seek 8ms
+  sanqos-lab lab up --targets 3     # three target hosts and etcd: cluster-autonomic
+  sanqos-lab lab up --kernel debian
+  sanqos-lab lab up --kernel debian --target lio --initiator kernel`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if kernel != "" {
@@ -158,7 +158,7 @@ func labUpGuest(cmd *cobra.Command, g guest.Options, kernel string) error {
 	default:
 		return fmt.Errorf("--kernel %q: want debian or the path of a kernel image", kernel)
 	}
-	self, err := os.Executable()
+	self, sanqos, err := labBinaries()
 	if err != nil {
 		return err
 	}
@@ -171,8 +171,18 @@ func labUpGuest(cmd *cobra.Command, g guest.Options, kernel string) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	_, err = guest.UpLab(ctx, g, self, args, cmd.OutOrStdout())
+	_, err = guest.UpLab(ctx, g, self, sanqos, args, cmd.OutOrStdout())
 	return err
+}
+
+// labBinaries are this sanqos-lab and the sanqos it runs agents from,
+// for the stock-kernel guest.
+func labBinaries() (self, sanqos string, err error) {
+	if self, err = os.Executable(); err != nil {
+		return "", "", err
+	}
+	sanqos, err = lab.SanqosExecutable()
+	return self, sanqos, err
 }
 
 func labDownCmd() *cobra.Command {
@@ -193,7 +203,7 @@ If the stock-kernel guest ('lab up --kernel debian') is up, or left
 something, it is what goes: QEMU is powered off with the lab in it and
 ` + guest.LabDir + ` removed; the host's lab, if any, is untouched
 (--kernel host takes that down instead).`,
-		Example: "  sanqos lab down\n  sanqos lab down --force   # even while an experiment runs",
+		Example: "  sanqos-lab lab down\n  sanqos-lab lab down --force   # even while an experiment runs",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch kernel {
@@ -228,7 +238,7 @@ func labStatusCmd() *cobra.Command {
 LUN's host and loop device. Exits non-zero when the lab is unhealthy (a
 dead tgtd, a missing namespace), naming the problem. With the stock-kernel
 guest up ('lab up --kernel debian'), the guest and the lab inside it.`,
-		Example: "  sanqos lab status\n  sanqos lab status --json",
+		Example: "  sanqos-lab lab status\n  sanqos-lab lab status --json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if g, err := guest.Open(guest.LabDirectory()); err == nil && hostSide() {
@@ -239,7 +249,7 @@ guest up ('lab up --kernel debian'), the guest and the lab inside it.`,
 					fmt.Fprintf(cmd.OutOrStdout(), "stock-kernel guest\t%s (%s, %d MiB, %d vCPUs), QEMU pid %d, up since %s, in %s\n",
 						g.Info.Release, g.Info.Accel, g.Info.Memory, g.Info.CPUs, g.Info.PID, g.Info.Started.Format(time.RFC3339), g.Dir)
 				}
-				script, err := guest.SanqosScript(g.Dir, args...)
+				script, err := guest.LabScript(g.Dir, args...)
 				if err != nil {
 					return err
 				}
@@ -252,7 +262,7 @@ guest up ('lab up --kernel debian'), the guest and the lab inside it.`,
 			s, err := lab.LoadState()
 			if err != nil {
 				if left := lab.Leftovers(); len(left) > 0 {
-					return fmt.Errorf("lab is down but leftovers exist (%s): run `sanqos lab down`", strings.Join(left, ", "))
+					return fmt.Errorf("lab is down but leftovers exist (%s): run `sanqos-lab lab down`", strings.Join(left, ", "))
 				}
 				fmt.Fprintln(cmd.OutOrStdout(), "lab is down")
 				return nil
@@ -337,19 +347,19 @@ func labRunCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "run NAME",
 		Short: "Run an experiment and write results/NAME/RUN/",
-		Long: "Runs an experiment on the lab (bring it up first with `sanqos lab up`) and\n" +
+		Long: "Runs an experiment on the lab (bring it up first with `sanqos-lab lab up`) and\n" +
 			"writes results/NAME/RUN-ID/: trace.csv (one row per device per 100 ms),\n" +
 			"per-host fio job files, JSON output and logs, summary.json, PNG plots and\n" +
-			"report.html (one page: figures and summary tables; see `sanqos report`).\n\n" +
-			"While the stock-kernel guest is up (`sanqos lab up --kernel debian`), the\n" +
+			"report.html (one page: figures and summary tables; see `sanqos-lab report`).\n\n" +
+			"While the stock-kernel guest is up (`sanqos-lab lab up --kernel debian`), the\n" +
 			"experiment runs in its lab and the results are copied back here, their\n" +
 			"summary.json naming the accelerator and kernel (--kernel host: the host's lab).\n" +
 			"pid and autonomic take --writers, --cycles and --no-oracle to fit TCG.\n\n" +
 			"To watch the controller live, open the agent's dashboard while a pid or\n" +
 			"autonomic run is going (see `sanqos agent --help`).\n\nExperiments:\n" + experiments.Help(),
-		Example: `  sanqos lab run interference
-  sanqos lab run interference --scale 1 --repeat 3
-  sanqos lab run equal-share --scale 0.1`,
+		Example: `  sanqos-lab lab run interference
+  sanqos-lab lab run interference --scale 1 --repeat 3
+  sanqos-lab lab run equal-share --scale 0.1`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Progress = os.Stderr
@@ -362,11 +372,11 @@ func labRunCmd() *cobra.Command {
 			case gerr == nil && kernel != "host" && hostSide():
 				dir, err = labRunGuest(cmd, g, args[0], o)
 			case kernel == "debian":
-				return fmt.Errorf("%w: bring it up with `sanqos lab up --kernel debian`", gerr)
+				return fmt.Errorf("%w: bring it up with `sanqos-lab lab up --kernel debian`", gerr)
 			case kernel == "" && hostSide() && len(guest.Leftovers(guest.LabDirectory())) > 0:
 				// A guest lab was up and is gone: running on the host's lab
 				// instead would be a surprise.
-				return fmt.Errorf("%w: `sanqos lab down` clears what it left; then `sanqos lab up --kernel debian`, or --kernel host for the host's lab", gerr)
+				return fmt.Errorf("%w: `sanqos-lab lab down` clears what it left; then `sanqos-lab lab up --kernel debian`, or --kernel host for the host's lab", gerr)
 			default:
 				// Ctrl-C cancels the run cleanly; a second one kills it.
 				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -409,12 +419,12 @@ func labRunGuest(cmd *cobra.Command, g *guest.Guest, name string, o experiments.
 	if o.RunID == "" {
 		o.RunID = time.Now().UTC().Format("20060102-150405")
 	}
-	// The sanqos that runs the experiment in the guest is this one.
-	self, err := os.Executable()
+	// The guest runs the experiment with this sanqos-lab and its sanqos.
+	self, sanqos, err := labBinaries()
 	if err != nil {
 		return "", err
 	}
-	if err := guest.InstallBinary(g.Dir, self); err != nil {
+	if err := guest.InstallLab(g.Dir, self, sanqos); err != nil {
 		return "", err
 	}
 	flags := guestFlags(cmd, "results", "run-id", "kernel")
@@ -464,8 +474,8 @@ reach. This forwards --listen here to that address inside bm, one new
 connection per browser connection, until Ctrl-C. Start it, open the URL
 it prints, then run an experiment: the page reconnects by itself whenever
 the run restarts the agent (once per threshold).`,
-		Example: `  sanqos lab dashboard &
-  sanqos lab run autonomic
+		Example: `  sanqos-lab lab dashboard &
+  sanqos-lab lab run autonomic
   # open http://127.0.0.1:9311/ ; from another machine:
   ssh -L 9311:127.0.0.1:9311 lab-host`,
 		Args: cobra.NoArgs,

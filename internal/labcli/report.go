@@ -1,4 +1,4 @@
-package main
+package labcli
 
 import (
 	"encoding/json"
@@ -15,7 +15,7 @@ func reportCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "report RESULTS_DIR...",
 		Short: "Regenerate a run's plots and one-page HTML report, and print its figures",
-		Long: `Reads a results directory written by 'sanqos lab run' or 'sanqos sim'
+		Long: `Reads a results directory written by 'sanqos-lab lab run' or 'sanqos-lab sim'
 (the same summary.json formats): summary.json, and trace.csv when present.
 It redraws the plots (files named report-*.png: the experiment's key result
 from the summary, and read wait and write rate per phase from the trace,
@@ -30,10 +30,10 @@ It then prints the run's headline figures, so a lab run and its simulation
 can be compared side by side in a terminal.
 
 A directory holding a 'latest' link (results/NAME) means its latest run.`,
-		Example: `  sanqos report results/autonomic/latest
-  sanqos report results/autonomic          # same: follows latest
-  sanqos report results/autonomic results/sim-autonomic
-  sanqos report results/*/latest           # every experiment's last run
+		Example: `  sanqos-lab report results/autonomic/latest
+  sanqos-lab report results/autonomic          # same: follows latest
+  sanqos-lab report results/autonomic results/sim-autonomic
+  sanqos-lab report results/*/latest           # every experiment's last run
   xdg-open results/autonomic/latest/report.html`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -1,4 +1,4 @@
-package main
+package labcli
 
 import (
 	"context"
@@ -8,16 +8,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/cli"
 	"github.com/sanqos/sanqos/lab/guest"
 	"github.com/spf13/cobra"
 )
-
-// exitCodeError carries a guest script's exit code out of RunE.
-type exitCodeError int
-
-func (e exitCodeError) Error() string {
-	return fmt.Sprintf("the command exited %d in the guest", int(e))
-}
 
 func labGuestCmd() *cobra.Command {
 	var o guest.Options
@@ -33,9 +27,9 @@ current directory, prints its output and exits with its exit code. The
 guest has no network device; everything it writes outside the work
 directory is in its own memory. TCG boots to a shell in ~6 s here; KVM
 (--accel kvm) only where the host's CPU lets a guest run.`,
-		Example: `  sanqos lab guest -- uname -r
-  sanqos lab guest -- sh -c 'modprobe sch_fq && sanqos throttle backends'
-  sanqos lab guest --dir /tmp/run -- ./throttle.test -test.run EDT -test.v`,
+		Example: `  sanqos-lab lab guest -- uname -r
+  sanqos-lab lab guest -- sh -c 'modprobe sch_fq && sanqos throttle backends'
+  sanqos-lab lab guest --dir /tmp/run -- ./throttle.test -test.run EDT -test.v`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if verbose {
@@ -51,7 +45,7 @@ directory is in its own memory. TCG boots to a shell in ~6 s here; KVM
 			fmt.Fprintf(cmd.ErrOrStderr(), "guest: %s (%s) in %v, exit %d\n", res.Kernel, res.Accel, res.Elapsed.Round(100*time.Millisecond), res.ExitCode)
 			if res.ExitCode != 0 {
 				cmd.SilenceUsage, cmd.SilenceErrors = true, true
-				return exitCodeError(res.ExitCode)
+				return cli.ExitCodeError(res.ExitCode)
 			}
 			return nil
 		},

@@ -1,4 +1,4 @@
-package main
+package labcli
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/agent"
+	"github.com/sanqos/sanqos/internal/cli"
 	"github.com/sanqos/sanqos/internal/editdist"
 	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/sim"
@@ -31,7 +32,7 @@ func (f *simFlags) add(c *cobra.Command) {
 	c.Flags().Uint64Var(&f.seed, "seed", 1, "random seed (same seed, same summary.json)")
 	c.Flags().Float64Var(&f.scale, "scale", 1, "durations = thesis' × scale")
 	c.Flags().StringVar(&f.params, "params", "", "`FILE` of model parameters (params.json from sim calibrate); default: built-in")
-	c.Flags().StringVar(&f.agentYAML, "agent-yaml", "", "`FILE` with extra agent config (e.g. the pid block from sanqos tune)")
+	c.Flags().StringVar(&f.agentYAML, "agent-yaml", "", "`FILE` with extra agent config (e.g. the pid block from sanqos-lab tune)")
 	c.Flags().DurationSliceVar(&f.thresholds, "thresholds", nil, "pid/autonomic thresholds (empty: 10ms,15ms,20ms)")
 	c.Flags().StringVar(&f.results, "results", "results", "results directory; runs go to RESULTS/sim-NAME/RUN-ID/")
 }
@@ -89,10 +90,10 @@ disk, under a virtual clock. Scenarios: ` + strings.Join(sim.Names(), ", ") + `.
 Writes summary.json (the lab's format), trace.csv, loop.csv (the agent's
 setpoint and indicator per tick) and plots to RESULTS/sim-SCENARIO/RUN-ID/, and sim.json with the wall time and speed-up
 (kept out of summary.json, which is byte-identical for a seed).`,
-		Example: `  sanqos sim autonomic
-  sanqos sim pid --params results/sim-calibration/latest/params.json --agent-yaml tuned.yaml
-  sanqos sim interference --seed 7 --scale 0.25
-  sanqos sim read-backup --thresholds 15ms`,
+		Example: `  sanqos-lab sim autonomic
+  sanqos-lab sim pid --params results/sim-calibration/latest/params.json --agent-yaml tuned.yaml
+  sanqos-lab sim interference --seed 7 --scale 0.25
+  sanqos-lab sim read-backup --thresholds 15ms`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o, err := f.options()
@@ -132,7 +133,7 @@ setpoint and indicator per tick) and plots to RESULTS/sim-SCENARIO/RUN-ID/, and 
 // unknownScenario says that name is neither a scenario nor a command of
 // sim, and names the nearest of both.
 func unknownScenario(cmd *cobra.Command, name string) error {
-	near := suggestCommands(cmd, name)
+	near := cli.SuggestCommands(cmd, name)
 	for _, s := range sim.Names() {
 		if editdist.Distance(name, s) <= 2 {
 			near = append(near, s)
@@ -142,7 +143,7 @@ func unknownScenario(cmd *cobra.Command, name string) error {
 	if len(near) > 0 {
 		msg += "\n\nDid you mean this?\n\t" + strings.Join(near, "\n\t")
 	}
-	return usagef("%s", msg)
+	return cli.Usagef("%s", msg)
 }
 
 func printSummary(cmd *cobra.Command, sum any) {
@@ -217,8 +218,8 @@ sweep by least squares; disk write cost, block-stack latency and write wire
 rate by coordinate descent on simulated interference runs) and compares the
 calibrated simulator's interference and pid p95 read waits with the lab's.
 Writes params.json (for --params) and calibration.json.`,
-		Example: `  sanqos sim calibrate results
-  sanqos sim pid --params results/sim-calibration/latest/params.json`,
+		Example: `  sanqos-lab sim calibrate results
+  sanqos-lab sim pid --params results/sim-calibration/latest/params.json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			lr, err := sim.FindLabRuns(args[0])
@@ -286,8 +287,8 @@ throttleable set (on a session discovery already knows, and on a new one).
 Writes RESULTS/sim-scale/RUN-ID/summary.json. scripts/bench.sh runs this
 with the Go benchmarks and the kernel-side measurements to regenerate
 BENCHMARKS.md.`,
-		Example: `  sanqos sim scale
-  sanqos sim scale --resources 100 --consumers-per-resource 10 --length 20s`,
+		Example: `  sanqos-lab sim scale
+  sanqos-lab sim scale --resources 100 --consumers-per-resource 10 --length 20s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := sim.RunScale(so)
@@ -346,9 +347,9 @@ the same figures derived on paper, and two failures: the busiest leader
 killed (fallback, failover) and etcd lost (fallback, decay to zero).
 Writes RESULTS/sim-cluster-scale/RUN-ID/summary.json. The virtual-time
 figures are the same for a seed; the CPU figures time this machine.`,
-		Example: `  sanqos sim cluster-scale
-  sanqos sim cluster-scale --agents 10 --resources 50 --consumers 500 --length 15s --kill-at 5s --outage-at 9s
-  sanqos sim cluster-scale --etcd-one-way 5ms --etcd-commit 10ms`,
+		Example: `  sanqos-lab sim cluster-scale
+  sanqos-lab sim cluster-scale --agents 10 --resources 50 --consumers 500 --length 15s --kill-at 5s --outage-at 9s
+  sanqos-lab sim cluster-scale --etcd-one-way 5ms --etcd-commit 10ms`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			t0 := time.Now()

@@ -1,4 +1,4 @@
-package main
+package labcli
 
 import (
 	"os"

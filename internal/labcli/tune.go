@@ -1,4 +1,4 @@
-package main
+package labcli
 
 import (
 	"fmt"
@@ -24,9 +24,9 @@ overshoot above the threshold, settling time after each writer step and
 time above 1.2 × threshold, among those keeping at least --min-kept of the
 writers' unregulated throughput. Prints the best gains' figures and the
 config snippet to run the agent with them. Method: ` + sim.TuneMethod + `.`,
-		Example: `  sanqos sim calibrate results
-  sanqos tune --params results/sim-calibration/latest/params.json --threshold 15ms --out-yaml tuned.yaml
-  sanqos sim pid --params results/sim-calibration/latest/params.json --agent-yaml tuned.yaml`,
+		Example: `  sanqos-lab sim calibrate results
+  sanqos-lab tune --params results/sim-calibration/latest/params.json --threshold 15ms --out-yaml tuned.yaml
+  sanqos-lab sim pid --params results/sim-calibration/latest/params.json --agent-yaml tuned.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if params != "" {

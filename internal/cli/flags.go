@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -6,14 +6,14 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// renamedFlag keeps a renamed flag's old name working, so that scripts do
+// RenamedFlag keeps a renamed flag's old name working, so that scripts do
 // not break: old becomes a hidden alias of the flag now called name
 // (setting either sets the same value), pflag warns on stderr whenever it
 // is used, and name's help says so. docs/cli.md lists every rename.
-func renamedFlag(fs *pflag.FlagSet, old, name string) {
+func RenamedFlag(fs *pflag.FlagSet, old, name string) {
 	f := fs.Lookup(name)
 	if f == nil {
-		panic("renamedFlag: no flag --" + name)
+		panic("RenamedFlag: no flag --" + name)
 	}
 	fs.AddFlag(&pflag.Flag{Name: old, Usage: f.Usage, Value: f.Value, DefValue: f.DefValue, NoOptDefVal: f.NoOptDefVal})
 	if err := fs.MarkDeprecated(old, "use --"+name); err != nil {

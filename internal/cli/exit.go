@@ -1,4 +1,11 @@
-package main
+// Package cli is the command-line plumbing both binaries share, sanqos
+// (the product) and sanqos-lab (the lab tools): exit statuses and the
+// errors that carry them, usage errors with suggestions, the man-style
+// help page, completion commands, renamed flags, and Main, which runs a
+// command tree and exits with its status.
+//
+// Imports (sanqos): config, internal/editdist.
+package cli
 
 import (
 	"errors"
@@ -13,36 +20,44 @@ import (
 
 // Exit statuses, one per kind of failure, so that a script can tell a
 // mistake in its own command line from a bad config file and from a
-// command that ran and failed. Documented in 'sanqos --help'
-// (exitStatusHelp) and docs/cli.md.
+// command that ran and failed. Documented on the root's help page
+// (ExitStatus) and in docs/cli.md.
 const (
-	exitOK      = 0
-	exitRuntime = 1 // the command ran and failed: no agent, etcd down, a probe failed
-	exitUsage   = 2 // the command line is wrong: unknown command or flag, bad argument
-	exitConfig  = 3 // a config or cluster policy is unreadable or invalid
+	ExitOK      = 0
+	ExitRuntime = 1 // the command ran and failed: no agent, etcd down, a probe failed
+	ExitUsage   = 2 // the command line is wrong: unknown command or flag, bad argument
+	ExitConfig  = 3 // a config or cluster policy is unreadable or invalid
 )
 
-// exitStatusHelp is the root page's EXIT STATUS section.
+// exitStatusHelp is the root page's EXIT STATUS section; a binary adds
+// its own lines (Setup).
 const exitStatusHelp = `    0  success
     1  the command ran and failed (no agent on the socket, etcd down, ...)
     2  usage: unknown command or flag, missing or malformed argument
-    3  config: a config file or cluster policy is unreadable or invalid
-    'sanqos lab guest' exits with the guest command's own status.`
+    3  config: a config file or cluster policy is unreadable or invalid`
 
-// usageError is a mistake in the command line: exit status 2.
-type usageError struct{ err error }
+// UsageError is a mistake in the command line: exit status 2.
+type UsageError struct{ Err error }
 
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
+func (e UsageError) Error() string { return e.Err.Error() }
+func (e UsageError) Unwrap() error { return e.Err }
 
-// usagef is a usage error with a message.
-func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+// Usagef is a usage error with a message.
+func Usagef(format string, a ...any) error { return UsageError{fmt.Errorf(format, a...)} }
 
-// configError is a config or policy that cannot be used: exit status 3.
-type configError struct{ err error }
+// ConfigError is a config or policy that cannot be used: exit status 3.
+type ConfigError struct{ Err error }
 
-func (e configError) Error() string { return e.err.Error() }
-func (e configError) Unwrap() error { return e.err }
+func (e ConfigError) Error() string { return e.Err.Error() }
+func (e ConfigError) Unwrap() error { return e.Err }
+
+// ExitCodeError is a status a command passes through as its own, having
+// printed why (sanqos-lab's 'lab guest': the guest command's status).
+type ExitCodeError int
+
+func (e ExitCodeError) Error() string {
+	return fmt.Sprintf("the command exited %d in the guest", int(e))
+}
 
 // cobraUsage are the starts of the messages of cobra's own checks that run
 // before any hook of ours (finding the command, required flags, flag
@@ -54,34 +69,34 @@ var cobraUsage = []string{
 	"at least one of the flags in the group ",
 }
 
-// exitCode is the process's exit status for what Execute returned.
-func exitCode(err error) int {
-	var guest exitCodeError
+// ExitCode is the process's exit status for what Execute returned.
+func ExitCode(err error) int {
+	var guest ExitCodeError
 	var fileErr *config.FileError
 	switch {
 	case err == nil:
-		return exitOK
+		return ExitOK
 	case errors.As(err, &guest):
 		return int(guest)
-	case errors.As(err, new(usageError)):
-		return exitUsage
-	case errors.As(err, new(configError)), errors.As(err, &fileErr), errors.As(err, new(config.Error)):
-		return exitConfig
+	case errors.As(err, new(UsageError)):
+		return ExitUsage
+	case errors.As(err, new(ConfigError)), errors.As(err, &fileErr), errors.As(err, new(config.Error)):
+		return ExitConfig
 	}
 	for _, p := range cobraUsage {
 		if strings.HasPrefix(err.Error(), p) {
-			return exitUsage
+			return ExitUsage
 		}
 	}
-	return exitRuntime
+	return ExitRuntime
 }
 
-// wireUsage makes every command's command-line mistakes usage errors:
+// WireUsage makes every command's command-line mistakes usage errors:
 // flag errors (with the nearest flag's name), argument counts, and an
 // unknown subcommand of a command group, which cobra answers with the
 // group's help and status 0 (it checks subcommands only at the root).
 // A group alone still prints its help.
-func wireUsage(root *cobra.Command) {
+func WireUsage(root *cobra.Command) {
 	root.SetFlagErrorFunc(flagError)
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
@@ -93,7 +108,7 @@ func wireUsage(root *cobra.Command) {
 			check := c.Args
 			c.Args = func(cmd *cobra.Command, args []string) error {
 				if err := check(cmd, args); err != nil {
-					return usageError{err}
+					return UsageError{err}
 				}
 				return nil
 			}
@@ -112,15 +127,15 @@ func unknownCommand(cmd *cobra.Command, args []string) error {
 		return nil
 	}
 	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
-	if s := suggestCommands(cmd, args[0]); len(s) > 0 {
+	if s := SuggestCommands(cmd, args[0]); len(s) > 0 {
 		msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
 	}
-	return usagef("%s", msg)
+	return Usagef("%s", msg)
 }
 
-// helpCmd is 'sanqos help COMMAND...': cobra's own answers an unknown
+// HelpCmd is 'sanqos help COMMAND...': cobra's own answers an unknown
 // topic with the root's usage and status 0.
-func helpCmd() *cobra.Command {
+func HelpCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "help [COMMAND]...",
 		Short:   "Show a command's page (the same as COMMAND --help)",
@@ -140,7 +155,7 @@ func helpCmd() *cobra.Command {
 		RunE: func(c *cobra.Command, args []string) error {
 			cmd, rest, err := c.Root().Find(args)
 			if err != nil {
-				return usageError{err}
+				return UsageError{err}
 			}
 			if len(rest) > 0 && cmd.HasSubCommands() {
 				if err := unknownCommand(cmd, rest); err != nil {
@@ -152,9 +167,9 @@ func helpCmd() *cobra.Command {
 	}
 }
 
-// suggestCommands is cobra's suggestions for a mistyped subcommand, plus
+// SuggestCommands is cobra's suggestions for a mistyped subcommand, plus
 // a command typed with a flag run into it: "clear-all" → "clear --all".
-func suggestCommands(cmd *cobra.Command, typed string) []string {
+func SuggestCommands(cmd *cobra.Command, typed string) []string {
 	if cmd.SuggestionsMinimumDistance <= 0 {
 		cmd.SuggestionsMinimumDistance = 2
 	}
@@ -182,7 +197,7 @@ func flagError(cmd *cobra.Command, err error) error {
 			msg += fmt.Sprintf(" (did you mean --%s?)", s)
 		}
 	}
-	return usageError{errors.New(msg)}
+	return UsageError{errors.New(msg)}
 }
 
 // nearestFlag is the visible flag of cmd closest to name, if close enough

@@ -1,8 +1,13 @@
-package main
+package cli
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strings"
+
+	"github.com/sanqos/sanqos/config"
 
 	"github.com/spf13/cobra"
 )
@@ -43,7 +48,7 @@ COMMANDS{{range .Commands}}{{if (or .IsAvailableCommand (eq .Name "help"))}}
 {{- if not .HasParent}}
 
 EXIT STATUS
-{{exitStatus}}{{end}}
+{{exitStatus .}}{{end}}
 
 SEE ALSO
     {{seeAlso .}}
@@ -59,7 +64,7 @@ func init() {
 		}
 		return strings.Join(lines, "\n")
 	})
-	cobra.AddTemplateFunc("exitStatus", func() string { return exitStatusHelp })
+	cobra.AddTemplateFunc("exitStatus", ExitStatus)
 	cobra.AddTemplateFunc("seeAlso", func(c *cobra.Command) string {
 		var out []string
 		if c.HasParent() {
@@ -79,6 +84,56 @@ func init() {
 	})
 }
 
+// exitStatusKey is the root's annotation holding its EXIT STATUS section.
+const exitStatusKey = "exit-status"
+
+// Setup finishes a binary's command tree: the man-style help page, whose
+// root page ends with the exit statuses (plus exitStatus, the binary's
+// own lines), the completion and help commands, and usage errors
+// everywhere (WireUsage).
+func Setup(root *cobra.Command, exitStatus string) {
+	root.Annotations = map[string]string{exitStatusKey: strings.TrimRight(exitStatusHelp+"\n"+exitStatus, "\n")}
+	completionHelp(root)
+	root.SetHelpCommand(HelpCmd())
+	WireUsage(root)
+	root.SetHelpTemplate(manHelp)
+}
+
+// ExitStatus is the EXIT STATUS section of c's binary.
+func ExitStatus(c *cobra.Command) string { return c.Root().Annotations[exitStatusKey] }
+
+// Main runs root with the process's arguments and exits with the status
+// of what it returned, having said why it failed.
+func Main(root *cobra.Command) {
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return
+	}
+	PrintError(os.Stderr, cmd, err)
+	os.Exit(ExitCode(err))
+}
+
+// PrintError says why cmd failed.
+func PrintError(w io.Writer, cmd *cobra.Command, err error) {
+	name := cmd.Root().Name()
+	switch {
+	case errors.As(err, new(ExitCodeError)):
+		// The command's own status; its output said why.
+	case errors.As(err, new(config.Errors)):
+		// A config's errors, one a line, each FILE:LINE: first, as a
+		// compiler prints them, for editors and grep.
+		fmt.Fprintln(w, err)
+	case ExitCode(err) == ExitUsage:
+		sep := "\n"
+		if strings.Contains(err.Error(), "\n") {
+			sep = "\n\n" // after a list of suggestions
+		}
+		fmt.Fprintf(w, "%s: %v%sRun '%s --help' for usage.\n", name, err, sep, cmd.CommandPath())
+	default:
+		fmt.Fprintf(w, "%s: %v\n", name, err)
+	}
+}
+
 // completionHelp gives cobra's generated completion commands the same
 // Long/Example shape as ours.
 func completionHelp(root *cobra.Command) {
@@ -87,12 +142,14 @@ func completionHelp(root *cobra.Command) {
 		if c.Name() != "completion" {
 			continue
 		}
-		c.Example = `  sanqos completion bash > /etc/bash_completion.d/sanqos
+		c.Example = strings.ReplaceAll(`  sanqos completion bash > /etc/bash_completion.d/sanqos
   sanqos completion zsh > "${fpath[1]}/_sanqos"
-  sanqos completion fish > ~/.config/fish/completions/sanqos.fish
-  # 'make install' installs all three`
+  sanqos completion fish > ~/.config/fish/completions/sanqos.fish`, "sanqos", root.Name())
+		if root.Name() == "sanqos" { // the product's, not the lab tools'
+			c.Example += "\n  # 'make install' installs all three"
+		}
 		for _, s := range c.Commands() {
-			s.Example = "  sanqos completion " + s.Name() + " > FILE   # see 'sanqos completion --help'"
+			s.Example = "  " + root.Name() + " completion " + s.Name() + " > FILE   # see '" + root.Name() + " completion --help'"
 			// cobra's own RunE writes to the stdout it saw at init time;
 			// this one honours SetOut (tests, embedding).
 			sh := s.Name()
