@@ -119,14 +119,14 @@ func TestClientsFindTheConfigsSocket(t *testing.T) {
 		code int
 		says string
 	}{
-		{[]string{"reload", "--config", path}, exitOK, "config reloaded: 1 resources"},
-		{[]string{"status", "--config", path}, exitOK, "backend dry-run"},
-		{[]string{"throttle", "list", "--config", path}, exitOK, ""},
-		{[]string{"reload", "--config", path, "--socket", none + ".sock"}, exitRuntime, "not running"},
-		{[]string{"reload", "--config", none + ".yaml"}, exitRuntime, "no such file"},
+		{[]string{"reload", "--config", path}, cli.ExitOK, "config reloaded: 1 resources"},
+		{[]string{"status", "--config", path}, cli.ExitOK, "backend dry-run"},
+		{[]string{"throttle", "list", "--config", path}, cli.ExitOK, ""},
+		{[]string{"reload", "--config", path, "--socket", none + ".sock"}, cli.ExitRuntime, "not running"},
+		{[]string{"reload", "--config", none + ".yaml"}, cli.ExitRuntime, "no such file"},
 	} {
 		out, err := run(t, tc.args...)
-		if code := exitCode(err); code != tc.code || !strings.Contains(out+errText(err), tc.says) {
+		if code := cli.ExitCode(err); code != tc.code || !strings.Contains(out+errText(err), tc.says) {
 			t.Errorf("%v: exit %d, %q %v; want %d saying %q", tc.args, code, out, err, tc.code, tc.says)
 		}
 	}
