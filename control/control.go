@@ -7,8 +7,8 @@
 // enforced (that is the agent's and package throttle's job). Controllers are
 // not safe for concurrent use; the agent runs one per resource loop.
 //
-// Two controllers share the Controller interface: PID (the thesis' modified,
-// single-sided PID, §4.4.2) and AIMD (a PARDA-style latency-ratio window).
+// The controller is PID, the thesis' modified single-sided PID (§4.4.2),
+// behind the Controller interface.
 //
 // # Onset response
 //
