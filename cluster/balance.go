@@ -1,31 +1,21 @@
 package cluster
 
 import (
-	"context"
 	"iter"
 	"math"
-	"math/rand/v2"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 // balancer hands resources to less loaded agents: one look (balance)
 // every BalanceEvery, jittered by ±25 % so that leaders do not all look
 // at once on the same stale loads.
 func (n *Node) balancer() {
-	t := time.NewTimer(n.cfg.BalanceEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
+	d := n.cfg.BalanceEvery
+	for wait := d; ; wait = d*3/4 + n.rt.Jitter(d/2) {
+		if n.rt.Sleep(n.ctx, wait, nil); n.ctx.Err() != nil {
 			return
-		case <-t.C:
 		}
 		n.balance()
-		d := n.cfg.BalanceEvery
-		t.Reset(d*3/4 + rand.N(d/2+1))
 	}
 }
 
@@ -33,7 +23,7 @@ func (n *Node) balancer() {
 // it had when the look picked it.
 type handCand struct {
 	rs   *resState
-	elec *concurrency.Election
+	elec Election
 }
 
 // balance is one look of the balancer (the rule is Balance). A leader
@@ -75,7 +65,7 @@ func (n *Node) balance() {
 
 // pick starts a look under the current session and picks the resources
 // whose election lines it reads (PickReads); without a session, none.
-func (n *Node) pick(now time.Time) (*Look, []handCand, *concurrency.Session) {
+func (n *Node) pick(now time.Time) (*Look, []handCand, Session) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.session == nil {
@@ -93,7 +83,7 @@ func (n *Node) pick(now time.Time) (*Look, []handCand, *concurrency.Session) {
 // of (every one it leads). Called with n.mu held.
 func (n *Node) electedRes() iter.Seq[*resState] {
 	return func(yield func(*resState) bool) {
-		for _, rs := range n.res {
+		for _, rs := range n.all {
 			if rs.elec != nil && !yield(rs) {
 				return
 			}
@@ -114,7 +104,7 @@ type handed struct {
 // leadership or the session it was read under has ended meanwhile, and
 // reports a handover: the seat has stopped leading, and the caller
 // resigns.
-func (n *Node) decide(look *Look, c handCand, sess *concurrency.Session, line []Candidate) (handed, bool) {
+func (n *Node) decide(look *Look, c handCand, sess Session, line []Candidate) (handed, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	rs := c.rs
@@ -142,8 +132,8 @@ func (n *Node) decide(look *Look, c handCand, sess *concurrency.Session, line []
 
 // handOver resigns c's election and campaigns again at once, behind the
 // new leader.
-func (n *Node) handOver(c handCand, sess *concurrency.Session) {
-	rctx, cancel := context.WithTimeout(n.ctx, time.Second)
+func (n *Node) handOver(c handCand, sess Session) {
+	rctx, cancel := n.rt.WithTimeout(n.ctx, time.Second)
 	err := c.elec.Resign(rctx)
 	cancel()
 	if err != nil {
@@ -159,16 +149,15 @@ func (n *Node) handOver(c handCand, sess *concurrency.Session) {
 
 // readLine reads res's election line, in order, if we are first in it
 // (the key of e).
-func (n *Node) readLine(res string, e *concurrency.Election) ([]Candidate, bool) {
-	ctx, cancel := context.WithTimeout(n.ctx, time.Second)
+func (n *Node) readLine(res string, e Election) ([]Candidate, bool) {
+	ctx, cancel := n.rt.WithTimeout(n.ctx, time.Second)
 	defer cancel()
-	resp, err := n.cfg.Client.Get(ctx, ElectionKey(n.cfg.Prefix, res)+"/", clientv3.WithPrefix(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-	if err != nil || len(resp.Kvs) < 2 || resp.Kvs[0].CreateRevision != e.Rev() {
+	kvs, _, err := n.kv.Get(ctx, ElectionKey(n.cfg.Prefix, res)+"/", Prefix|ByCreate)
+	if err != nil || len(kvs) < 2 || kvs[0].CreateRevision != e.Rev() {
 		return nil, false
 	}
-	line := make([]Candidate, len(resp.Kvs))
-	for i, kv := range resp.Kvs {
+	line := make([]Candidate, len(kvs))
+	for i, kv := range kvs {
 		line[i] = Candidate{ID: string(kv.Value), Rev: kv.CreateRevision}
 	}
 	return line, true

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
-
 	"github.com/sanqos/sanqos/control"
 )
 
@@ -15,17 +12,17 @@ import (
 // (etcd unreachable for a TTL, or the lease revoked) grant a new one as
 // soon as etcd answers again. Every campaign runs under the session.
 func (n *Node) sessions() {
-	var prev clientv3.LeaseID
+	var prev int64
 	for n.ctx.Err() == nil {
-		// Grant with our own timeout: NewSession's context would also bound
-		// the keepalive.
-		gctx, cancel := context.WithTimeout(n.ctx, time.Second)
-		lease, err := n.cfg.Client.Grant(gctx, int64(n.cfg.TTL))
+		// Grant with our own timeout: the session's context would also
+		// bound the keepalive.
+		gctx, cancel := n.rt.WithTimeout(n.ctx, time.Second)
+		lease, err := n.kv.Grant(gctx, int64(n.cfg.TTL))
 		cancel()
 		if err != nil {
 			if n.ctx.Err() == nil {
 				n.cfg.Log.Debug("etcd lease grant failed; retrying", "err", err)
-				pause(n.ctx, retryPace)
+				n.pause(n.ctx)
 			}
 			continue
 		}
@@ -33,33 +30,30 @@ func (n *Node) sessions() {
 			// The lease we lost may still live in etcd (a restarted etcd
 			// renews every lease): revoke it, so our old election key does
 			// not keep the resources leaderless for another TTL.
-			rctx, cancel := context.WithTimeout(n.ctx, time.Second)
-			n.cfg.Client.Revoke(rctx, prev)
-			cancel()
+			n.revoke(n.ctx, prev)
 		}
-		s, err := concurrency.NewSession(n.cfg.Client, concurrency.WithLease(lease.ID), concurrency.WithContext(n.ctx))
+		s, err := n.kv.Session(n.ctx, lease)
 		if err != nil {
 			continue
 		}
-		prev = lease.ID
-		sctx, scancel := context.WithCancel(n.ctx)
+		prev = lease
+		sctx, scancel := n.rt.WithCancel(n.ctx)
 		n.mu.Lock()
 		n.session, n.sessionCtx = s, sctx
-		for _, rs := range n.res {
+		for _, rs := range n.all {
 			n.startCampaign(rs)
 		}
 		n.mu.Unlock()
-		n.cfg.Log.Info("etcd session up", "agent", n.cfg.AgentID, "lease", fmt.Sprintf("%x", lease.ID))
+		n.cfg.Log.Info("etcd session up", "agent", n.cfg.AgentID, "lease", fmt.Sprintf("%x", lease))
 		n.markDirty()
-		select {
-		case <-s.Done():
+		s.Wait(n.ctx)
+		if n.ctx.Err() == nil {
 			n.cfg.Log.Warn("etcd session lost; campaigning again when etcd answers", "agent", n.cfg.AgentID)
-		case <-n.ctx.Done():
 		}
 		n.mu.Lock()
 		n.session, n.sessionCtx = nil, nil
 		scancel()
-		for _, rs := range n.res {
+		for _, rs := range n.all {
 			rs.Leading, rs.elec, rs.Pending, rs.unlead, rs.Yield, rs.requeue = false, nil, nil, nil, Candidate{}, nil
 			rs.L.Drop()
 			clear(rs.Agents)
@@ -68,16 +62,21 @@ func (n *Node) sessions() {
 		n.mu.Unlock()
 		if n.ctx.Err() != nil {
 			// Leaving: revoke, so our keys go now rather than after a TTL.
-			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			n.cfg.Client.Revoke(rctx, lease.ID)
-			cancel()
+			n.revoke(context.Background(), lease)
 		}
 	}
 }
 
+// revoke revokes lease, giving etcd a second.
+func (n *Node) revoke(ctx context.Context, lease int64) {
+	rctx, cancel := n.rt.WithTimeout(ctx, time.Second)
+	n.kv.Revoke(rctx, lease)
+	cancel()
+}
+
 // elected makes this agent rs's leader, with election e, a new
 // controller, and unlead to end it. Called with n.mu held.
-func (n *Node) elected(rs *resState, e *concurrency.Election, ctrl control.Controller, unlead context.CancelFunc) {
+func (n *Node) elected(rs *resState, e Election, ctrl control.Controller, unlead context.CancelFunc) {
 	rs.elec, rs.unlead, rs.requeue = e, unlead, nil
 	rs.Elected(ctrl, n.cfg.Now())
 }
@@ -85,7 +84,7 @@ func (n *Node) elected(rs *resState, e *concurrency.Election, ctrl control.Contr
 // markDirty has every indicator rewritten under the (new) lease.
 func (n *Node) markDirty() {
 	n.mu.Lock()
-	for _, rs := range n.res {
+	for _, rs := range n.all {
 		if !rs.indTime.IsZero() {
 			rs.dirty = true
 		}
@@ -98,20 +97,19 @@ func (n *Node) markDirty() {
 // Called with n.mu held.
 func (n *Node) startCampaign(rs *resState) {
 	s, sctx := n.session, n.sessionCtx
-	cctx, requeue := context.WithCancel(sctx)
+	cctx, requeue := n.rt.WithCancel(sctx)
 	rs.requeue = requeue
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		e := concurrency.NewElection(s, ElectionKey(n.cfg.Prefix, rs.name))
+	n.goes(func() {
 		// Campaign returns once every earlier candidate's key is gone:
 		// then this agent leads until its session ends. A requeue (a
 		// leader's yield) cancels it, and Campaign deletes our key on the
 		// way out; only then may we campaign again, because the key's name
 		// is the lease's: a new campaign before the delete would take the
 		// old key, and its place, back.
+		var e Election
 		for {
-			err := e.Campaign(cctx, n.cfg.AgentID)
+			var err error
+			e, err = s.Campaign(cctx, ElectionKey(n.cfg.Prefix, rs.name), n.cfg.AgentID)
 			asked := cctx.Err() != nil
 			requeue()
 			if err == nil {
@@ -120,7 +118,7 @@ func (n *Node) startCampaign(rs *resState) {
 			n.mu.Lock()
 			again := asked && sctx.Err() == nil && n.sessionCtx == sctx && !rs.Leading
 			if again {
-				cctx, requeue = context.WithCancel(sctx)
+				cctx, requeue = n.rt.WithCancel(sctx)
 				rs.requeue = requeue
 			}
 			n.mu.Unlock()
@@ -131,15 +129,15 @@ func (n *Node) startCampaign(rs *resState) {
 		ctrl, err := n.cfg.NewController(rs.name)
 		if err != nil {
 			n.cfg.Log.Error("cannot build the shared controller; resigning", "resource", rs.name, "err", err)
-			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			rctx, cancel := n.rt.WithTimeout(context.Background(), time.Second)
 			e.Resign(rctx)
 			cancel()
 			return
 		}
 		// Read every agent's indicator before leading, so the controller
 		// starts from the outputs in force (bumpless), then keep them.
-		gctx, cancel := context.WithTimeout(sctx, time.Second)
-		resp, err := n.cfg.Client.Get(gctx, AgentsPrefix(n.cfg.Prefix, rs.name), clientv3.WithPrefix())
+		gctx, cancel := n.rt.WithTimeout(sctx, time.Second)
+		kvs, rev, err := n.kv.Get(gctx, AgentsPrefix(n.cfg.Prefix, rs.name), Prefix)
 		cancel()
 		var from int64
 		n.mu.Lock()
@@ -150,15 +148,15 @@ func (n *Node) startCampaign(rs *resState) {
 		clear(rs.Agents)
 		clear(rs.Heard)
 		if err == nil {
-			for _, kv := range resp.Kvs {
-				n.apply(rs, string(kv.Key), kv.Value, false)
+			for _, kv := range kvs {
+				n.apply(rs, kv.Key, kv.Value, false)
 			}
-			from = resp.Header.Revision + 1
+			from = rev + 1
 		}
-		lctx, unlead := context.WithCancel(sctx)
+		lctx, unlead := n.rt.WithCancel(sctx)
 		n.elected(rs, e, ctrl, unlead)
 		n.mu.Unlock()
 		n.watchAgents(lctx, rs, from)
 		unlead()
-	}()
+	})
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"strings"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // watch keeps rs's shared record in step with etcd (see follow). Only
@@ -33,45 +31,40 @@ func (n *Node) watchAgents(ctx context.Context, rs *resState, from int64) {
 // under n.mu, before a fresh read is applied. With from > 0 the first read
 // is skipped and the watch starts at from.
 func (n *Node) follow(ctx context.Context, rs *resState, key string, prefix bool, reset func(), from int64) {
-	var opts []clientv3.OpOption
+	var opt GetOpt
 	if prefix {
-		opts = append(opts, clientv3.WithPrefix())
+		opt = Prefix
 	}
 	for ctx.Err() == nil {
 		if from == 0 {
-			gctx, cancel := context.WithTimeout(ctx, time.Second)
-			resp, err := n.cfg.Client.Get(gctx, key, opts...)
+			gctx, cancel := n.rt.WithTimeout(ctx, time.Second)
+			kvs, rev, err := n.kv.Get(gctx, key, opt)
 			cancel()
 			if err != nil {
-				pause(ctx, retryPace)
+				n.pause(ctx)
 				continue
 			}
 			n.mu.Lock()
 			if reset != nil {
 				reset()
 			}
-			for _, kv := range resp.Kvs {
-				n.apply(rs, string(kv.Key), kv.Value, false)
+			for _, kv := range kvs {
+				n.apply(rs, kv.Key, kv.Value, false)
 			}
 			n.mu.Unlock()
-			from = resp.Header.Revision + 1
+			from = rev + 1
 		}
-		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for wr := range n.cfg.Client.Watch(wctx, key, append(opts, clientv3.WithRev(from))...) {
-			if wr.Err() != nil {
-				break
-			}
+		n.kv.Watch(ctx, key, prefix, from, func(evs []Event) {
 			n.mu.Lock()
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					n.remove(rs, string(ev.Kv.Key))
+			defer n.mu.Unlock()
+			for _, ev := range evs {
+				if ev.Deleted {
+					n.remove(rs, ev.Key)
 				} else {
-					n.apply(rs, string(ev.Kv.Key), ev.Kv.Value, true)
+					n.apply(rs, ev.Key, ev.Value, true)
 				}
 			}
-			n.mu.Unlock()
-		}
-		wcancel()
+		})
 		from = 0
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/sanqos/sanqos/control"
 )
@@ -23,7 +22,12 @@ const DefaultPrefix = "/sanqos/v1"
 
 // Config configures a Node.
 type Config struct {
-	Client *clientv3.Client
+	// Client is etcd's; KV, if set, stands for it (package sim's model),
+	// and Runtime for the Go runtime and the wall clock (default
+	// RealTime).
+	Client  *clientv3.Client
+	KV      KV
+	Runtime Runtime
 	// Prefix of every key (default DefaultPrefix).
 	Prefix string
 	// AgentID names this agent (default: the hostname, set by the caller).
@@ -62,15 +66,21 @@ type Config struct {
 	// DefaultBalanceHold). See HandOver and Node.balance.
 	BalanceEvery time.Duration
 	BalanceHold  time.Duration
-	// Now is the clock that stamps received records (default time.Now);
-	// it must be the clock of the now passed to Delay.
+	// Now is the clock that stamps received records (default the
+	// Runtime's); it must be the clock of the now passed to Delay.
 	Now func() time.Time
 	Log *slog.Logger
 }
 
 func (c *Config) defaults() error {
-	if c.Client == nil {
+	if c.KV == nil && c.Client != nil {
+		c.KV = Etcd(c.Client)
+	}
+	if c.KV == nil {
 		return errors.New("cluster: no etcd client")
+	}
+	if c.Runtime == nil {
+		c.Runtime = RealTime{}
 	}
 	if c.AgentID == "" || strings.ContainsAny(c.AgentID, "/ \t\n") {
 		return fmt.Errorf("cluster: agent id %q: want a non-empty name without slashes or spaces", c.AgentID)
@@ -110,7 +120,7 @@ func (c *Config) defaults() error {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
 	if c.Now == nil {
-		c.Now = time.Now
+		c.Now = c.Runtime.Now
 	}
 	return nil
 }
@@ -122,16 +132,21 @@ func (c *Config) timing() Timing { return Timing{Fresh: c.Fresh, Decay: c.Decay,
 // keep in step with etcd, so an unreachable etcd slows no control tick.
 type Node struct {
 	cfg    Config
+	rt     Runtime
+	kv     KV
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	res     map[string]*resState
-	session *concurrency.Session
+	mu  sync.Mutex
+	res map[string]*resState
+	// all are the resources in the order they came: every loop over
+	// them runs in it, so that a seed of the simulator gives one run.
+	all     []*resState
+	session Session
 	// sessionCtx ends with the session: campaigns run under it.
 	sessionCtx context.Context
-	kick       chan struct{} // wakes the publisher
+	kick       Wake // wakes the publisher
 }
 
 // resState is one resource on this agent: its Seat (the state the
@@ -147,7 +162,7 @@ type resState struct {
 	lastPub time.Time
 	// Leader side: the election won, and unlead, which ends the
 	// leadership (its watch of the indicators), for a handover.
-	elec   *concurrency.Election
+	elec   Election
 	unlead context.CancelFunc
 	// Candidate side: requeue ends the campaign in progress, which then
 	// campaigns again from the back of the line (Seat.Receive).
@@ -157,7 +172,7 @@ type resState struct {
 // seats are the Seats of the agent's resources. Called with n.mu held.
 func (n *Node) seats() iter.Seq[*Seat] {
 	return func(yield func(*Seat) bool) {
-		for _, rs := range n.res {
+		for _, rs := range n.all {
 			if !yield(&rs.Seat) {
 				return
 			}
@@ -172,16 +187,21 @@ func NewNode(cfg Config) (*Node, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	n := &Node{cfg: cfg, ctx: ctx, cancel: cancel, res: map[string]*resState{}, kick: make(chan struct{}, 1)}
-	n.wg.Add(2)
-	go func() { defer n.wg.Done(); n.sessions() }()
-	go func() { defer n.wg.Done(); n.publisher() }()
+	rt := cfg.Runtime
+	ctx, cancel := rt.WithCancel(context.Background())
+	n := &Node{cfg: cfg, rt: rt, kv: cfg.KV, ctx: ctx, cancel: cancel, res: map[string]*resState{}, kick: rt.NewWake()}
+	n.goes(n.sessions)
+	n.goes(n.publisher)
 	if cfg.BalanceEvery > 0 {
-		n.wg.Add(1)
-		go func() { defer n.wg.Done(); n.balancer() }()
+		n.goes(n.balancer)
 	}
 	return n, nil
+}
+
+// goes runs f in a goroutine of the node's, which Close waits for.
+func (n *Node) goes(f func()) {
+	n.wg.Add(1)
+	n.rt.Go(func() { defer n.wg.Done(); f() })
 }
 
 // Close stops everything and revokes the lease, so this agent's
@@ -203,8 +223,8 @@ func (n *Node) state(res string) *resState {
 	}
 	rs = &resState{name: res, Seat: NewSeat()}
 	n.res[res] = rs
-	n.wg.Add(1)
-	go func() { defer n.wg.Done(); n.watch(rs) }()
+	n.all = append(n.all, rs)
+	n.goes(func() { n.watch(rs) })
 	if n.session != nil {
 		n.startCampaign(rs)
 	}
@@ -287,8 +307,8 @@ type ResourceStatus struct {
 func (n *Node) Status(now time.Time) []ResourceStatus {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	out := make([]ResourceStatus, 0, len(n.res))
-	for _, rs := range n.res {
+	out := make([]ResourceStatus, 0, len(n.all))
+	for _, rs := range n.all {
 		s := ResourceStatus{Resource: rs.name, Mode: rs.F.Mode, Leading: rs.Leading, Applied: rs.F.Applied}
 		if f := &rs.F; f.HaveRec {
 			s.Leader, s.Seq, s.Step, s.Age, s.Consumers = f.Shared.Leader, f.Shared.Seq, f.Shared.Step, now.Sub(f.RecvAt), f.Shared.Consumers
@@ -306,7 +326,7 @@ func (n *Node) Status(now time.Time) []ResourceStatus {
 func (n *Node) Renew() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for _, rs := range n.res {
+	for _, rs := range n.all {
 		rs.Renew()
 	}
 }
@@ -323,13 +343,6 @@ func (n *Node) Leading(res string) bool {
 // connected fails at once, and retrying at once would spin a core.
 const retryPace = 100 * time.Millisecond
 
-// pause waits d or until ctx ends. It paces retries; it synchronises
-// nothing.
-func pause(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
+// pause waits retryPace or until ctx ends. It paces retries; it
+// synchronises nothing.
+func (n *Node) pause(ctx context.Context) { n.rt.Sleep(ctx, retryPace, nil) }

@@ -198,7 +198,7 @@ func (p *Policies) Watch(ctx context.Context, apply func(doc []byte, rev int64) 
 		resp, err := p.cli.Get(gctx, p.key)
 		cancel()
 		if err != nil {
-			pause(ctx, retryPace)
+			RealTime{}.Sleep(ctx, retryPace, nil)
 			continue
 		}
 		if len(resp.Kvs) > 0 {

@@ -2,36 +2,28 @@ package cluster
 
 import (
 	"context"
-	"fmt"
-	"sync"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
-func (n *Node) wake() {
-	select {
-	case n.kick <- struct{}{}:
-	default:
-	}
-}
+func (n *Node) wake() { n.kick.Wake() }
 
 // publisher writes dirty indicators (under the lease) and leaders'
 // records (each fenced by its election key, so a deposed leader cannot
 // overwrite its successor), latest first: a write that fails is dropped,
 // since the next tick brings newer data.
 func (n *Node) publisher() {
-	t := time.NewTicker(n.cfg.PublishEvery)
-	defer t.Stop()
+	every := n.cfg.PublishEvery
+	next := n.rt.Now().Add(every) // a ticker's: a kick does not move it
 	for {
-		select {
-		case <-n.ctx.Done():
+		n.rt.Sleep(n.ctx, next.Sub(n.rt.Now()), n.kick)
+		if n.ctx.Err() != nil {
 			return
-		case <-n.kick:
-		case <-t.C:
 		}
-		n.publishOnce(time.Now())
+		now := n.rt.Now()
+		for !next.After(now) {
+			next = next.Add(every)
+		}
+		n.publishOnce(now)
 	}
 }
 
@@ -39,13 +31,10 @@ func (n *Node) publisher() {
 // record with the election that fences it (its key and revision, read
 // under n.mu: a handover resigns the election concurrently).
 type write struct {
-	res     string
-	key     string
-	val     string
-	elec    *concurrency.Election
-	elecKey string
-	elecRev int64
-	rec     *Shared
+	res  string
+	put  Put
+	elec Election
+	rec  *Shared
 }
 
 // publishOnce writes one round: every record the leader has queued and
@@ -75,54 +64,64 @@ func (n *Node) publishOnce(now time.Time) {
 	}
 	var ws []write
 	leads, share := Load(n.cfg.AgentID, n.seats())
-	for _, rs := range n.res {
+	for _, rs := range n.all {
 		if rs.Pending != nil && rs.elec != nil {
 			b, _ := EncodeShared(rs.Pending)
-			ws = append(ws, write{res: rs.name, key: DelayKey(n.cfg.Prefix, rs.name), val: string(b), rec: rs.Pending,
-				elec: rs.elec, elecKey: rs.elec.Key(), elecRev: rs.elec.Rev()})
+			ws = append(ws, write{res: rs.name, rec: rs.Pending, elec: rs.elec,
+				put: Put{Key: DelayKey(n.cfg.Prefix, rs.name), Value: string(b), FenceKey: rs.elec.Key(), FenceRev: rs.elec.Rev()}})
 			rs.Pending = nil
 		}
 		if rs.dirty && now.Sub(rs.lastPub) >= n.cfg.PublishEvery {
 			ind := rs.Ind
 			ind.Leads, ind.Share = leads, share
 			b, _ := EncodeIndicator(ind, rs.indTime)
-			ws = append(ws, write{res: rs.name, key: AgentKey(n.cfg.Prefix, rs.name, n.cfg.AgentID), val: string(b)})
+			ws = append(ws, write{res: rs.name, put: Put{Key: AgentKey(n.cfg.Prefix, rs.name, n.cfg.AgentID), Value: string(b)}})
 			rs.dirty, rs.lastPub = false, now
 		}
 	}
 	n.mu.Unlock()
 	lease := s.Lease()
-	var wg sync.WaitGroup
+	if len(ws) <= MaxTxnOps {
+		n.commit(lease, ws)
+		return
+	}
+	left := (len(ws) + MaxTxnOps - 1) / MaxTxnOps
+	done := n.rt.NewWake()
 	for len(ws) > 0 {
 		k := min(len(ws), MaxTxnOps)
 		chunk := ws[:k]
 		ws = ws[k:]
-		wg.Add(1)
-		go func() { defer wg.Done(); n.commit(lease, chunk) }()
+		n.rt.Go(func() {
+			n.commit(lease, chunk)
+			n.mu.Lock()
+			if left--; left == 0 {
+				done.Wake()
+			}
+			n.mu.Unlock()
+		})
 	}
-	wg.Wait()
+	for {
+		n.mu.Lock()
+		all := left == 0
+		n.mu.Unlock()
+		if all {
+			return
+		}
+		n.rt.Sleep(context.Background(), Forever, done)
+	}
 }
 
 // commit writes one chunk of a round (see publishOnce) and takes etcd's
 // answer: a record that landed is confirmed to its leader's follower
 // side (Follower.Confirm), indicators that did not are written again.
-func (n *Node) commit(lease clientv3.LeaseID, ws []write) {
-	ops := make([]clientv3.Op, len(ws))
+func (n *Node) commit(lease int64, ws []write) {
+	puts := make([]Put, len(ws))
 	for i, w := range ws {
-		put := clientv3.OpPut(w.key, w.val, clientv3.WithLease(lease))
-		if w.elec == nil {
-			ops[i] = put
-			continue
-		}
-		fence := clientv3.Compare(clientv3.CreateRevision(w.elecKey), "=", w.elecRev)
-		ops[i] = clientv3.OpTxn([]clientv3.Cmp{fence}, []clientv3.Op{put}, nil)
+		puts[i] = w.put
 	}
-	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Fresh)
-	resp, err := n.cfg.Client.Txn(ctx).Then(ops...).Commit()
+	ctx, cancel := n.rt.WithTimeout(n.ctx, n.cfg.Fresh)
+	ok, err := n.kv.Txn(ctx, lease, puts)
 	cancel()
-	if err == nil && len(resp.Responses) != len(ws) {
-		err = fmt.Errorf("etcd answered %d operations of %d", len(resp.Responses), len(ws))
-	}
 	if err != nil && n.ctx.Err() == nil {
 		n.cfg.Log.Debug("publishing failed", "n", len(ws), "err", err)
 	}
@@ -140,7 +139,7 @@ func (n *Node) commit(lease clientv3.LeaseID, ws []write) {
 				rs.dirty = true
 			}
 		case err != nil:
-		case !resp.Responses[i].GetResponseTxn().GetSucceeded():
+		case !ok[i]:
 			n.cfg.Log.Debug("shared delay not written: this agent no longer holds the election key", "resource", w.res, "seq", w.rec.Seq)
 		case rs.elec == w.elec:
 			rs.F.Confirm(*w.rec, at)
