@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -97,37 +98,53 @@ func TestOptionsValidate(t *testing.T) {
 	}
 }
 
-// Fixtures captured in the target's namespace (bm): after an interference
-// run, where every retransmission was a tail-loss probe answered by a
-// DSACK; and during a mixed-I/O run at 15 ms (build c9882fa), where the
-// delay line had held segments past the target's probe timer.
-func TestParseTCPCounters(t *testing.T) {
-	for _, tc := range []struct {
-		snmp, netstat string
-		want          TCPCounters
-	}{
-		{"testdata/snmp", "testdata/netstat", TCPCounters{RetransSegs: 29, LossProbes: 70, DSACKRecv: 70}},
-		{"testdata/snmp-mixed-15ms", "testdata/netstat-mixed-15ms", TCPCounters{RetransSegs: 7, LossProbes: 7, DSACKRecv: 7, HostQueueSkips: 62}},
+// Fixtures captured in the target's namespace (bm), laid out as
+// /proc/PID/net for procfs: 1 after an interference run, where every
+// retransmission was a tail-loss probe answered by a DSACK; 2 during a
+// mixed-I/O run at 15 ms (build c9882fa), where the delay line had held
+// segments past the target's probe timer. 3 and 4 are malformed.
+func TestReadTCPCounters(t *testing.T) {
+	for pid, want := range map[int]TCPCounters{
+		1: {RetransSegs: 29, LossProbes: 70, DSACKRecv: 70},
+		2: {RetransSegs: 7, LossProbes: 7, DSACKRecv: 7, HostQueueSkips: 62},
 	} {
-		snmp, err := os.ReadFile(tc.snmp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		netstat, err := os.ReadFile(tc.netstat)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := ParseTCPCounters(string(snmp), string(netstat))
-		if err != nil || c != tc.want {
-			t.Errorf("%s: ParseTCPCounters = %+v, %v; want %+v", tc.netstat, c, err, tc.want)
+		c, err := readTCPCounters("testdata/proc", pid)
+		if err != nil || c != want {
+			t.Errorf("%d: readTCPCounters = %+v, %v; want %+v", pid, c, err, want)
 		}
 		if c.NonProbe() != 0 {
-			t.Errorf("%s: %d retransmissions not probes, want 0", tc.netstat, c.NonProbe())
+			t.Errorf("%d: %d retransmissions not probes, want 0", pid, c.NonProbe())
 		}
-		for _, bad := range [][2]string{{"Ip: a b\nIp: 1 2\n", string(netstat)}, {string(snmp), "TcpExt: A B\nTcpExt: 1\n"}} {
-			if _, err := ParseTCPCounters(bad[0], bad[1]); err == nil {
-				t.Errorf("parsed %q", bad)
-			}
+	}
+	dir := t.TempDir()
+	good, _ := os.ReadFile("testdata/proc/1/net/netstat")
+	for pid, files := range map[int][2]string{3: {"Ip: a b\nIp: 1 2\n", string(good)}, 4: {"Tcp: RetransSegs\nTcp: 1\n", "TcpExt: A B\nTcpExt: 1\n"}} {
+		net := filepath.Join(dir, strconv.Itoa(pid), "net")
+		if err := os.MkdirAll(net, 0o755); err != nil {
+			t.Fatal(err)
 		}
+		os.WriteFile(filepath.Join(net, "snmp"), []byte(files[0]), 0o644)
+		os.WriteFile(filepath.Join(net, "netstat"), []byte(files[1]), 0o644)
+		if c, err := readTCPCounters(dir, pid); err == nil {
+			t.Errorf("%d: read %+v from %q", pid, c, files)
+		}
+	}
+}
+
+// TestReadTCPCountersInNS: the counters are the namespace's own, not the
+// host's: a new namespace has sent nothing, so it has retransmitted
+// nothing, whatever the host has.
+func TestReadTCPCountersInNS(t *testing.T) {
+	testenv.RequireRoot(t)
+	ns := testenv.ScratchNS(t, "sqtcp", testenv.Veth{Dev: "sqtcp0", Addr: "10.231.0.1", Peer: "sqtcp1", PeerAddr: "10.231.0.2"})
+	c, err := ReadTCPCounters(ns)
+	if err != nil || c != (TCPCounters{}) {
+		t.Errorf("ReadTCPCounters(%s) = %+v, %v; want zeros", ns, c, err)
+	}
+	if _, err := ReadTCPCounters(""); err != nil {
+		t.Errorf("ReadTCPCounters(initial namespace): %v", err)
+	}
+	if _, err := ReadTCPCounters(ns + "-none"); err == nil {
+		t.Error("read the counters of a namespace that does not exist")
 	}
 }

@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -14,6 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
 
 	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/sample"
@@ -385,87 +387,61 @@ func tcpByNS() map[string]TCPCounters {
 	return out
 }
 
-// ReadTCPCounters reads /proc/net/snmp and /proc/net/netstat inside ns.
+// ReadTCPCounters reads the TCP counters of network namespace ns ("" the
+// initial one) on a thread moved into it: /proc/TID/net is the thread's
+// namespace's, so no process is started.
 func ReadTCPCounters(ns string) (TCPCounters, error) {
-	snmp, err := InNS(ns, "cat", "/proc/net/snmp")
-	if err != nil {
-		return TCPCounters{}, err
+	if ns == "" {
+		return ReadTCPCountersOf(os.Getpid())
 	}
-	netstat, err := InNS(ns, "cat", "/proc/net/netstat")
-	if err != nil {
-		return TCPCounters{}, err
+	c, err := TCPCounters{}, fmt.Errorf("namespace %s unavailable", ns)
+	if e := inNetNS(ns, func() { c, err = ReadTCPCountersOf(unix.Gettid()) }); e != nil {
+		return c, e
 	}
-	return ParseTCPCounters(snmp, netstat)
-}
-
-// rcvDropCounters are the TcpExt counters of segments a host's TCP
-// received and dropped (report.TCPCounters.RcvDrops).
-var rcvDropCounters = []string{"TCPRcvQDrop", "TCPBacklogDrop", "RcvPruned", "TCPOFODrop", "OfoPruned", "TCPZeroWindowDrop"}
-
-// ParseTCPCounters extracts the counters from the two files' text.
-func ParseTCPCounters(snmp, netstat string) (TCPCounters, error) {
-	a, err := parseProcNet(strings.NewReader(snmp), "Tcp:")
-	if err != nil {
-		return TCPCounters{}, err
-	}
-	b, err := parseProcNet(strings.NewReader(netstat), "TcpExt:")
-	if err != nil {
-		return TCPCounters{}, err
-	}
-	rs, ok := a["RetransSegs"]
-	if !ok {
-		return TCPCounters{}, fmt.Errorf("no Tcp RetransSegs in /proc/net/snmp")
-	}
-	var drops uint64
-	for _, k := range rcvDropCounters {
-		drops += b[k]
-	}
-	return TCPCounters{RetransSegs: rs, LossProbes: b["TCPLossProbes"], DSACKRecv: b["TCPDSACKRecv"], Timeouts: b["TCPTimeouts"],
-		HostQueueSkips: b["TCPSpuriousRtxHostQueues"], FastRetrans: b["TCPFastRetrans"], RcvDrops: drops}, nil
+	return c, err
 }
 
 // ReadTCPCountersOf reads the TCP counters of the network namespace pid
-// runs in, from /proc/PID/net: no process is started, so the lab can
-// sample the agent's namespace (the target's) every second of a phase.
+// runs in, from /proc/PID/net: the lab samples the agent's namespace (the
+// target's) this way every second of a phase.
 func ReadTCPCountersOf(pid int) (TCPCounters, error) {
-	dir := filepath.Join("/proc", strconv.Itoa(pid), "net")
-	snmp, err := os.ReadFile(filepath.Join(dir, "snmp"))
-	if err != nil {
-		return TCPCounters{}, err
-	}
-	netstat, err := os.ReadFile(filepath.Join(dir, "netstat"))
-	if err != nil {
-		return TCPCounters{}, err
-	}
-	return ParseTCPCounters(string(snmp), string(netstat))
+	return readTCPCounters(procfs.DefaultMountPoint, pid)
 }
 
-// parseProcNet reads the header/value line pairs of /proc/net/snmp and
-// /proc/net/netstat for one prefix.
-func parseProcNet(r io.Reader, prefix string) (map[string]uint64, error) {
-	sc := bufio.NewScanner(r)
-	var header []string
-	out := map[string]uint64{}
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 0 || f[0] != prefix {
-			continue
-		}
-		if header == nil {
-			header = f
-			continue
-		}
-		if len(f) != len(header) {
-			return nil, fmt.Errorf("%s: %d values for %d names", prefix, len(f), len(header))
-		}
-		for i := 1; i < len(f); i++ {
-			if v, err := strconv.ParseUint(f[i], 10, 64); err == nil {
-				out[header[i]] = v
-			}
-		}
-		return out, nil
+// readTCPCounters reads PID/net/snmp and PID/net/netstat under the proc
+// mount point proc (procfs parses them).
+func readTCPCounters(proc string, pid int) (TCPCounters, error) {
+	fs, err := procfs.NewFS(proc)
+	if err != nil {
+		return TCPCounters{}, err
 	}
-	return nil, fmt.Errorf("no %s lines", prefix)
+	p, err := fs.Proc(pid)
+	if err != nil {
+		return TCPCounters{}, err
+	}
+	snmp, err := p.Snmp()
+	if err != nil {
+		return TCPCounters{}, err
+	}
+	if snmp.RetransSegs == nil {
+		return TCPCounters{}, fmt.Errorf("no Tcp RetransSegs in %s/%d/net/snmp", proc, pid)
+	}
+	x, err := p.Netstat()
+	if err != nil {
+		return TCPCounters{}, err
+	}
+	// The segments a host's TCP received and dropped (RcvDrops).
+	drops := n(x.TCPRcvQDrop) + n(x.TCPBacklogDrop) + n(x.RcvPruned) + n(x.TCPOFODrop) + n(x.OfoPruned)
+	return TCPCounters{RetransSegs: n(snmp.RetransSegs), LossProbes: n(x.TCPLossProbes), DSACKRecv: n(x.TCPDSACKRecv),
+		Timeouts: n(x.TCPTimeouts), HostQueueSkips: n(x.TCPSpuriousRtxHostQueues), FastRetrans: n(x.TCPFastRetrans), RcvDrops: drops}, nil
+}
+
+// n is a counter procfs read, 0 where the kernel has none.
+func n(v *float64) uint64 {
+	if v == nil {
+		return 0
+	}
+	return uint64(*v)
 }
 
 // WriteSummary saves summary.json.

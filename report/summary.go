@@ -35,8 +35,9 @@ type TCPCounters struct {
 	FastRetrans uint64 `json:"fast_retrans"`
 	// RcvDrops are segments this host's TCP received and threw away
 	// (TcpExt TCPRcvQDrop, TCPBacklogDrop, RcvPruned, TCPOFODrop,
-	// OfoPruned, TCPZeroWindowDrop): a receive queue over its buffer, an
-	// out-of-order queue pruned, a zero window. The peer retransmits each
+	// OfoPruned): a receive queue over its buffer, an out-of-order queue
+	// pruned. (TCPZeroWindowDrop is not among them: prometheus/procfs,
+	// which reads the counters, does not parse it.) The peer retransmits each
 	// one, so a retransmission with no probe, timeout or DSACK behind it
 	// is explained here or on the path between the hosts.
 	RcvDrops uint64 `json:"rcv_drops"`
