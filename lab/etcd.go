@@ -107,13 +107,3 @@ func KillEtcd() error {
 	KillAll(pids)
 	return WaitFor("etcd exit", 5*time.Second, func() bool { return !EtcdRunning() })
 }
-
-// StopEtcd ends the lab's etcd (Down).
-func StopEtcd() {
-	for _, p := range FindProcs(isOurEtcd) {
-		syscall.Kill(p, syscall.SIGTERM)
-	}
-	if WaitFor("etcd exit", 5*time.Second, func() bool { return !EtcdRunning() }) != nil {
-		KillAll(FindProcs(isOurEtcd))
-	}
-}

@@ -30,7 +30,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"sync/atomic"
 	"time"
@@ -217,7 +216,7 @@ func (c *Conn) Queue() uint16 { return c.queue }
 // Receive blocks for the next datagram and returns the packets in it. An
 // error message from the kernel (typically ENOENT for a verdict on a packet
 // the kernel no longer holds) comes back as an error; the Conn stays usable.
-// IsTimeout and IsClosed tell the errors a reader loop must act on.
+// IsTimeout tells the error a reader loop must act on.
 func (c *Conn) Receive() ([]Packet, error) {
 	msgs, err := c.nl.Receive()
 	if err != nil {
@@ -319,9 +318,4 @@ func (c *Conn) Close() error {
 // IsTimeout reports whether err is a read deadline expiring.
 func IsTimeout(err error) bool {
 	return errors.Is(err, os.ErrDeadlineExceeded)
-}
-
-// IsClosed reports whether err comes from a closed Conn.
-func IsClosed(err error) bool {
-	return errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) || errors.Is(err, unix.EBADF)
 }
