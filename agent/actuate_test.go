@@ -29,54 +29,55 @@ func (b *batchThrottle) Set(s map[netip.Addr]throttle.Setting) error {
 	return b.Memory.Set(s)
 }
 
-// actuate: the resources' wishes, one message at a time as the loops send
-// them (a consumer on two saturated resources gets the larger delay of
-// each kind and the tighter cap), become one batch of only what changed;
-// a release clears what no resource still wants; a failed batch is
-// applied in full at the next message; stopping clears everything.
+// actuate: each tick, the resources' wishes (a consumer on two
+// saturated resources gets the larger delay of each kind and the tighter
+// cap) become one batch of only what changed; what no resource still
+// wants is cleared; a failed batch is sent whole at the next tick;
+// Release clears everything.
 func TestStageActuate(t *testing.T) {
 	a, b := netip.MustParseAddr("10.99.0.3"), netip.MustParseAddr("10.99.0.4")
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
-	type step struct {
-		d     desire
-		fail  bool
-		batch map[netip.Addr]throttle.Setting // nil: no Set at all
+	type wish = map[netip.Addr]throttle.Setting
+	type tick struct {
+		wishes []wish // one per resource
+		fail   bool
+		batch  wish // nil: no Set at all
 	}
 	for _, tc := range []struct {
 		name  string
-		steps []step
-		stop  map[netip.Addr]throttle.Setting // the batch when the loops stop
+		ticks []tick
+		stop  wish // the batch at release
 	}{
-		{"one resource, then the same again: one batch", []step{
-			{d: desire{resource: "vg1", delays: map[netip.Addr]time.Duration{a: ms(10)}}, batch: map[netip.Addr]throttle.Setting{a: {WriteDelay: ms(10)}}},
-			{d: desire{resource: "vg1", delays: map[netip.Addr]time.Duration{a: ms(10)}}},
-		}, map[netip.Addr]throttle.Setting{a: {}}},
-		{"two resources: the larger delay of each kind, the tighter cap", []step{
-			{d: desire{resource: "vg1", delays: map[netip.Addr]time.Duration{a: ms(10)}, other: map[netip.Addr]throttle.Setting{b: {ReadDelay: ms(5), WriteRate: 4 << 20}}},
-				batch: map[netip.Addr]throttle.Setting{a: {WriteDelay: ms(10)}, b: {ReadDelay: ms(5), WriteRate: 4 << 20}}},
-			{d: desire{resource: "vg2", delays: map[netip.Addr]time.Duration{a: ms(4)}, other: map[netip.Addr]throttle.Setting{b: {ReadDelay: ms(8), WriteRate: 2 << 20}}},
-				batch: map[netip.Addr]throttle.Setting{b: {ReadDelay: ms(8), WriteRate: 2 << 20}}},
-			{d: desire{resource: "vg2"}, batch: map[netip.Addr]throttle.Setting{b: {ReadDelay: ms(5), WriteRate: 4 << 20}}},
-		}, map[netip.Addr]throttle.Setting{a: {}, b: {}}},
-		{"a release clears what nobody wants", []step{
-			{d: desire{resource: "vg1", delays: map[netip.Addr]time.Duration{a: ms(10), b: ms(2)}}, batch: map[netip.Addr]throttle.Setting{a: {WriteDelay: ms(10)}, b: {WriteDelay: ms(2)}}},
-			{d: desire{resource: "vg1", delays: map[netip.Addr]time.Duration{a: ms(12)}}, batch: map[netip.Addr]throttle.Setting{a: {WriteDelay: ms(12)}, b: {}}},
-			{d: desire{resource: "vg1"}, batch: map[netip.Addr]throttle.Setting{a: {}}},
+		{"one resource, then the same again: one batch", []tick{
+			{wishes: []wish{{a: {WriteDelay: ms(10)}}}, batch: wish{a: {WriteDelay: ms(10)}}},
+			{wishes: []wish{{a: {WriteDelay: ms(10)}}}},
+		}, wish{a: {}}},
+		{"two resources: the larger delay of each kind, the tighter cap", []tick{
+			{wishes: []wish{{a: {WriteDelay: ms(10)}, b: {ReadDelay: ms(5), WriteRate: 4 << 20}}},
+				batch: wish{a: {WriteDelay: ms(10)}, b: {ReadDelay: ms(5), WriteRate: 4 << 20}}},
+			{wishes: []wish{{a: {WriteDelay: ms(10)}, b: {ReadDelay: ms(5), WriteRate: 4 << 20}}, {a: {WriteDelay: ms(4)}, b: {ReadDelay: ms(8), WriteRate: 2 << 20}}},
+				batch: wish{b: {ReadDelay: ms(8), WriteRate: 2 << 20}}},
+			{wishes: []wish{{a: {WriteDelay: ms(10)}, b: {ReadDelay: ms(5), WriteRate: 4 << 20}}, {}},
+				batch: wish{b: {ReadDelay: ms(5), WriteRate: 4 << 20}}},
+		}, wish{a: {}, b: {}}},
+		{"what nobody wants is cleared", []tick{
+			{wishes: []wish{{a: {WriteDelay: ms(10)}, b: {WriteDelay: ms(2)}}}, batch: wish{a: {WriteDelay: ms(10)}, b: {WriteDelay: ms(2)}}},
+			{wishes: []wish{{a: {WriteDelay: ms(12)}}}, batch: wish{a: {WriteDelay: ms(12)}, b: {}}},
+			{wishes: []wish{{}}, batch: wish{a: {}}},
 		}, nil},
-		{"a failed batch is sent whole at the next message", []step{
-			{d: desire{resource: "vg1", delays: map[netip.Addr]time.Duration{a: ms(10)}}, fail: true, batch: map[netip.Addr]throttle.Setting{a: {WriteDelay: ms(10)}}},
-			{d: desire{resource: "vg2", delays: map[netip.Addr]time.Duration{b: ms(3)}}, batch: map[netip.Addr]throttle.Setting{a: {WriteDelay: ms(10)}, b: {WriteDelay: ms(3)}}},
-		}, map[netip.Addr]throttle.Setting{a: {}, b: {}}},
+		{"a failed batch is sent whole at the next tick", []tick{
+			{wishes: []wish{{a: {WriteDelay: ms(10)}}}, fail: true, batch: wish{a: {WriteDelay: ms(10)}}},
+			{wishes: []wish{{a: {WriteDelay: ms(10)}}, {b: {WriteDelay: ms(3)}}}, batch: wish{a: {WriteDelay: ms(10)}, b: {WriteDelay: ms(3)}}},
+		}, wish{a: {}, b: {}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			th := &batchThrottle{Memory: throttle.NewMemory()}
 			l := NewLoops(LoopConfig{}, nil, th, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			act := newActuator()
 			fails := uint64(0)
-			for k, s := range tc.steps {
+			for k, s := range tc.ticks {
 				th.fail, th.batches = s.fail, nil
-				act.put(s.d)
-				l.apply(act)
+				l.apply(&act, merge(s.wishes))
 				checkBatch(t, k, th.batches, s.batch)
 				if s.fail {
 					fails++
@@ -86,9 +87,8 @@ func TestStageActuate(t *testing.T) {
 				t.Errorf("%d apply errors counted, want %d", l.ApplyErrors(), fails)
 			}
 			th.fail, th.batches = false, nil
-			act.releaseAll()
-			l.apply(act)
-			checkBatch(t, len(tc.steps), th.batches, tc.stop)
+			l.apply(&act, nil)
+			checkBatch(t, len(tc.ticks), th.batches, tc.stop)
 			if left := th.List(); len(left) != 0 {
 				t.Errorf("after stopping, still throttled: %v", left)
 			}
@@ -101,9 +101,9 @@ func checkBatch(t *testing.T, k int, got []map[netip.Addr]throttle.Setting, want
 	t.Helper()
 	switch {
 	case want == nil && len(got) != 0:
-		t.Errorf("message %d: sent %v, want nothing (no change)", k, got)
+		t.Errorf("tick %d: sent %v, want nothing (no change)", k, got)
 	case want != nil && (len(got) != 1 || !maps.Equal(got[0], want)):
-		t.Errorf("message %d: sent %v, want one batch %v", k, got, want)
+		t.Errorf("tick %d: sent %v, want one batch %v", k, got, want)
 	}
 }
 
@@ -145,6 +145,13 @@ func TestStageActuateRefusedConsumer(t *testing.T) {
 	var logged strings.Builder
 	l := NewLoops(LoopConfig{}, nil, th, slog.New(slog.NewTextHandler(&logged, nil)))
 	act := newActuator()
+	write := func(w map[netip.Addr]time.Duration) map[netip.Addr]throttle.Setting {
+		out := map[netip.Addr]throttle.Setting{}
+		for a, d := range w {
+			out[a] = throttle.Setting{WriteDelay: d}
+		}
+		return out
+	}
 	for k, s := range []struct {
 		delays map[netip.Addr]time.Duration
 		batch  map[netip.Addr]throttle.Setting
@@ -154,11 +161,10 @@ func TestStageActuateRefusedConsumer(t *testing.T) {
 		{map[netip.Addr]time.Duration{v4: ms(12), v6: ms(10)}, map[netip.Addr]throttle.Setting{v4: {WriteDelay: ms(12)}, v6: {WriteDelay: ms(10)}}},
 	} {
 		th.batches = nil
-		act.put(desire{resource: "vg1", delays: s.delays})
-		l.apply(act)
+		l.apply(&act, write(s.delays))
 		checkBatch(t, k, th.batches, s.batch)
 		if got := th.List(); len(got) != 1 || got[v4].WriteDelay != s.delays[v4] {
-			t.Errorf("message %d: backend has %v, want the IPv4 consumer at %v", k, got, s.delays[v4])
+			t.Errorf("tick %d: backend has %v, want the IPv4 consumer at %v", k, got, s.delays[v4])
 		}
 	}
 	if l.ApplyErrors() != 3 {
@@ -168,8 +174,7 @@ func TestStageActuateRefusedConsumer(t *testing.T) {
 		t.Errorf("logged %d times, want once naming fd00::3:\n%s", n, logged.String())
 	}
 	th.batches = nil
-	act.releaseAll()
-	l.apply(act)
+	l.apply(&act, nil)
 	checkBatch(t, 3, th.batches, map[netip.Addr]throttle.Setting{v4: {}})
 	if len(act.refused) != 0 {
 		t.Errorf("still remembered as refused: %v", act.refused)

@@ -78,7 +78,7 @@ func New(cfg *config.Config, d Deps) *Agent {
 		a.loops.UseRates(d.Rates)
 	}
 	a.ticks = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sanqos_tick_duration_seconds",
-		Help: "Time to sample and dispatch one control tick.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14)})
+		Help: "Time to run one control tick: sample, every resource's stages, one batch to the backend.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14)})
 	a.discErrs = prometheus.NewCounter(prometheus.CounterOpts{Name: "sanqos_discovery_errors_total", Help: "Failed discovery rounds."})
 	a.loops.OnTick(func(d time.Duration) { a.ticks.Observe(d.Seconds()) })
 	// max_delay needs a restart to change (Reload), so it is set once:
@@ -109,7 +109,7 @@ func New(cfg *config.Config, d Deps) *Agent {
 	buildInfo.Set(1)
 	a.reg.MustRegister(newCollector(a.loops.Status, d.Throttle), eventsCollector{a.loops}, a.ticks, a.discErrs, maxDelay, applyErrs, reinstalls, buildInfo, a.reloads.ok, a.reloads.at,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	a.applySpecs(cfg)
+	a.loops.SetSpecs(a.specs(cfg))
 	return a
 }
 
@@ -123,7 +123,8 @@ func toSet(list []string) map[netip.Addr]bool {
 	return m
 }
 
-func (a *Agent) applySpecs(cfg *config.Config) {
+// specs are cfg's resources as the loops run them.
+func (a *Agent) specs(cfg *config.Config) map[string]ResourceSpec {
 	specs := map[string]ResourceSpec{}
 	for _, r := range cfg.Resources {
 		r := r
@@ -142,12 +143,12 @@ func (a *Agent) applySpecs(cfg *config.Config) {
 			},
 		}
 	}
-	a.loops.SetSpecs(specs)
+	return specs
 }
 
-// Step runs one control tick synchronously at time now, without
-// goroutines or wall-clock reads (see Loops.Step). The simulator and
-// benchmarks drive the agent this way; topology comes from SetTopology.
+// Step runs one control tick at time now (Loops.Step): what Run does on
+// its ticker, without wall-clock reads. The simulator and benchmarks
+// drive the agent this way; topology comes from SetTopology.
 func (a *Agent) Step(now time.Time) error { return a.loops.Step(now) }
 
 // SetTopology publishes a topology directly (instead of discovery).
@@ -195,9 +196,9 @@ func (a *Agent) Metrics() http.Handler {
 	return promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg})
 }
 
-// Run runs discovery and the control loops until ctx ends, then releases
-// every throttle the loops applied, with a release event for each
-// consumer a resource slowed.
+// Run runs discovery and a tick (Step) every interval until ctx ends,
+// then releases every throttle the ticks applied, with a release event
+// for each consumer a resource slowed.
 func (a *Agent) Run(ctx context.Context) error {
 	go a.discoverLoop(ctx)
 	if s, ok := a.deps.Throttle.(Statser); ok {
@@ -288,19 +289,19 @@ func (a *Agent) discoverOnce() {
 		a.lastDisc = err.Error()
 		return
 	}
-	a.publishTopology(topo)
+	a.noteTopology(topo)
+	a.loops.SetTopology(topo)
 }
 
-// publishTopology hands topo to the loops and logs what changed; a.mu
-// is held.
-func (a *Agent) publishTopology(topo *Topology) {
+// noteTopology logs what changed since the last topology published and
+// keeps topo as that; a.mu is held.
+func (a *Agent) noteTopology(topo *Topology) {
 	if a.lastDisc != "" {
 		a.deps.Log.Info("discovery recovered")
 	}
 	a.lastDisc = ""
 	logMappingChanges(a.deps.Log, a.lastTopo, topo)
 	a.lastTopo = topo
-	a.loops.SetTopology(topo)
 }
 
 // ServeHTTP starts the HTTP listener: read-only views (/metrics,

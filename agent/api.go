@@ -1,5 +1,6 @@
 // Package agent is the long-running sanqos daemon: it owns one Throttle,
-// runs one control loop per resource, and serves the local control API
+// runs every resource's control loop in one synchronous tick (Step, the
+// same the simulator runs), and serves the local control API
 // (HTTP over a root-only unix socket) that the CLI uses.
 //
 // It wires the pipeline together and must not parse kernel files (sample,

@@ -29,7 +29,7 @@ func TestAutoThresholdInPipeline(t *testing.T) {
 		}
 		return p
 	}
-	spec := (*l.specs.Load())["vg1"]
+	spec := l.gen.Load().specs["vg1"]
 	spec.NewController = func() Controller { return pid(spec.Threshold) }
 	spec.AutoThreshold, spec.NewControllerAt = true, pid
 	l.SetSpecs(map[string]ResourceSpec{"vg1": spec})
@@ -55,7 +55,7 @@ func TestAutoThresholdInPipeline(t *testing.T) {
 		ss.snaps = append(ss.snaps, snap)
 	}
 	l.sampler = ss
-	setpoint := func() float64 { return l.sync.states["vg1"].ctrl.(*control.PID).Config().Threshold }
+	setpoint := func() float64 { return l.states["vg1"].ctrl.(*control.PID).Config().Threshold }
 	for i := 1; i <= ticks; i++ {
 		if err := l.Step(time.Unix(0, int64(i)*1e8)); err != nil {
 			t.Fatal(err)

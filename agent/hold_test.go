@@ -106,18 +106,18 @@ func TestIdleHoldPrune(t *testing.T) {
 }
 
 // The shape stage holds the writers' delays when they stop and the
-// policy asks nothing (its output nil), the actuator gets them, and
+// policy asks nothing (its output nil), the resource still asks them, and
 // their status rows say held; with idle_hold 0 they are released.
 func TestStageShapeHoldsIdleWriters(t *testing.T) {
 	for _, hold := range []time.Duration{30 * time.Second, 0} {
 		l, rs, st, out := decidedAt(t, "testdata/stages/writers-baseline.csv", 7.4, 20)
 		l.cfg.IdleHold = hold
-		l.shape(rs, "vg1", &out) // slowed while writing
+		l.shape(rs, &out) // slowed while writing
 		for k := range rs.in.Consumers {
 			rs.in.Consumers[k].ReadBps, rs.in.Consumers[k].WriteBps = 0, 0 // the load step ends
 		}
 		idleOut := PolicyOutput{}
-		d := l.shape(rs, "vg1", &idleOut)
+		l.shape(rs, &idleOut)
 		l.publish("vg1", &st, &rs.in, idleOut, rs.held)
 		pub := l.Status()[0]
 		for _, h := range stageHosts {
@@ -126,8 +126,8 @@ func TestStageShapeHoldsIdleWriters(t *testing.T) {
 			if hold == 0 {
 				want = throttle.Setting{}
 			}
-			if got := d.delays[a]; got != want.WriteDelay {
-				t.Errorf("idle_hold %v, %s: actuator gets %v, want %v", hold, h, got, want.WriteDelay)
+			if got := rs.asked[a]; got != want {
+				t.Errorf("idle_hold %v, %s: the resource asks %+v, want %+v", hold, h, got, want)
 			}
 			row := pub.Consumers[slices.IndexFunc(pub.Consumers, func(c ConsumerStatus) bool { return c.Addr == a.String() })]
 			if row.Held != !want.IsZero() || row.Setting != want {

@@ -41,10 +41,22 @@ type RateSampler interface {
 	Sample() (map[netip.Addr]sample.Rate, error)
 }
 
-// tickData is what every resource loop gets each tick.
+// tickData is what one tick sampled, for every resource's stages.
 type tickData struct {
 	counters map[string]sample.Counters
 	rates    map[netip.Addr]sample.Rate // nil: use device rates
+}
+
+// generation is what one tick runs on, loaded once at its start: the
+// resources' specs and the topology that maps them. Discovery and
+// reloads publish a new one whole (swap), so a tick never runs half of a
+// reload: a new threshold or policy with the old devices, or the reverse.
+type generation struct {
+	specs map[string]ResourceSpec
+	topo  *Topology
+	// reload counts the specs published: a plan compiled under another
+	// count was compiled from other specs.
+	reload uint64
 }
 
 // Topology is who uses what, as discovery last saw it.
@@ -179,19 +191,23 @@ type integralHolder interface {
 	HoldIntegral()
 }
 
-// Loops runs one goroutine per resource plus a sampler and an actuator.
+// Loops runs every resource's pipeline, one synchronous tick (Step) at
+// a time.
 type Loops struct {
 	cfg     LoopConfig
 	sampler Sampler
 	rates   RateSampler
 	t       throttle.Throttle
 	log     *slog.Logger
-	topo    atomic.Pointer[Topology]
-	specs   atomic.Pointer[map[string]ResourceSpec]
+	gen     atomic.Pointer[generation]
+	genMu   sync.Mutex // one swap at a time
 	mu      sync.Mutex
 	status  map[string]ResourceStatus
 	onTick  func(time.Duration)
-	sync    *stepper // Step's state; nil until the first Step
+	// states is what each resource remembers between ticks, and act
+	// what the backend was given (Step).
+	states map[string]*resourceState
+	act    actuator
 	// applyErrs counts the batches the backend refused (apply): each is
 	// retried, so only a count tells a one-off from a backend that has
 	// stopped taking changes.
@@ -200,23 +216,36 @@ type Loops struct {
 	events eventLog
 }
 
-// NewLoops prepares the loops; Run starts them.
+// NewLoops prepares the loops; Run or Step runs them.
 func NewLoops(cfg LoopConfig, s Sampler, t throttle.Throttle, log *slog.Logger) *Loops {
-	l := &Loops{cfg: cfg, sampler: s, t: t, log: log, status: map[string]ResourceStatus{}}
-	l.topo.Store(&Topology{Resources: map[string]ResourceView{}})
-	empty := map[string]ResourceSpec{}
-	l.specs.Store(&empty)
+	l := &Loops{cfg: cfg, sampler: s, t: t, log: log, status: map[string]ResourceStatus{}, states: map[string]*resourceState{}, act: newActuator()}
+	l.gen.Store(&generation{specs: map[string]ResourceSpec{}, topo: &Topology{Resources: map[string]ResourceView{}}})
 	return l
 }
 
 // UseRates makes consumers' rates come from r instead of their devices.
 func (l *Loops) UseRates(r RateSampler) { l.rates = r }
 
-// SetTopology publishes what discovery found; loops pick it up next tick.
-func (l *Loops) SetTopology(t *Topology) { l.topo.Store(t) }
+// SetTopology publishes what discovery found; the next tick runs on it.
+func (l *Loops) SetTopology(t *Topology) { l.swap(nil, t) }
 
 // SetSpecs replaces the resources' policies (config reload).
-func (l *Loops) SetSpecs(specs map[string]ResourceSpec) { l.specs.Store(&specs) }
+func (l *Loops) SetSpecs(specs map[string]ResourceSpec) { l.swap(specs, nil) }
+
+// swap publishes a new generation with specs and topo, each nil for the
+// current one's: a reload passes both, and the next tick picks up both.
+func (l *Loops) swap(specs map[string]ResourceSpec, topo *Topology) {
+	l.genMu.Lock()
+	defer l.genMu.Unlock()
+	g := *l.gen.Load()
+	if specs != nil {
+		g.specs, g.reload = specs, g.reload+1
+	}
+	if topo != nil {
+		g.topo = topo
+	}
+	l.gen.Store(&g)
+}
 
 // OnTick registers a callback with each tick's duration (metrics).
 func (l *Loops) OnTick(f func(time.Duration)) { l.onTick = f }
@@ -236,107 +265,37 @@ func (l *Loops) Status() []ResourceStatus {
 	return out
 }
 
-type desire struct {
-	resource string
-	delays   map[netip.Addr]time.Duration // write delay per consumer
-	// other holds settings beyond a plain write delay (read delays, rate
-	// caps) that policies other than read-over-write ask for.
-	other map[netip.Addr]throttle.Setting
-}
-
-// Run samples every interval, feeds each resource's goroutine and applies
-// the merged result, until ctx ends. On return every throttle it applied
-// is cleared.
+// Run runs Step every interval until ctx ends, then clears every
+// throttle it applied. A tick that overruns the interval delays the next
+// one (the ticker drops what it missed); ticks never overlap.
 func (l *Loops) Run(ctx context.Context) error {
-	desires := make(chan desire, 64)
-	loops := map[string]chan tickData{}
-	var wg sync.WaitGroup
-	startLoop := func(name string) chan tickData {
-		ch := make(chan tickData, 1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l.resourceLoop(ctx, name, ch, desires)
-		}()
-		return ch
-	}
-	actDone := make(chan struct{})
-	go func() {
-		defer close(actDone)
-		l.actuate(desires)
-	}()
 	tick := time.NewTicker(l.cfg.Interval)
 	defer tick.Stop()
+	l.run(ctx, tick.C, time.Now)
+	return nil
+}
+
+// run is Run on a given tick source and clock (tests drive both).
+func (l *Loops) run(ctx context.Context, ticks <-chan time.Time, now func() time.Time) {
+	defer l.Release()
 	for {
 		select {
 		case <-ctx.Done():
-			for _, ch := range loops {
-				close(ch)
-			}
-			wg.Wait()
-			close(desires)
-			<-actDone
-			return nil
-		case <-tick.C:
+			return
+		case <-ticks:
 		}
 		start := time.Now()
-		specs := *l.specs.Load()
-		for name := range specs {
-			if loops[name] == nil {
-				loops[name] = startLoop(name)
-			}
-		}
-		for name, ch := range loops {
-			if _, ok := specs[name]; !ok {
-				close(ch) // resource removed by a reload
-				delete(loops, name)
-			}
-		}
-		counters, err := l.sampler.Read()
-		if err != nil {
+		if err := l.Step(now()); err != nil {
 			l.log.Error("sampling diskstats", "err", err)
 			continue
 		}
-		td := tickData{counters: counters}
-		if l.rates != nil {
-			if td.rates, err = l.rates.Sample(); err != nil {
-				l.log.Error("sampling TCP_INFO", "err", err)
-			}
-		}
-		for _, ch := range loops {
-			select {
-			case ch <- td:
-			default: // the loop is still busy with the last tick: it gets the next
-			}
-		}
-		d := time.Since(start)
 		if l.onTick != nil {
-			l.onTick(d)
-		}
-	}
-}
-
-// resourceLoop is one resource's pipeline in real time: it runs step on
-// every tick it is handed and passes the result to the actuator.
-func (l *Loops) resourceLoop(ctx context.Context, name string, in <-chan tickData, out chan<- desire) {
-	rs := &resourceState{}
-	defer func() { out <- desire{resource: name} }() // release this resource's throttles
-	for td := range in {
-		spec, ok := (*l.specs.Load())[name]
-		if !ok {
-			return
-		}
-		d := l.step(rs, name, spec, l.topo.Load(), l.specs.Load(), td, time.Now())
-		select {
-		case out <- d:
-		case <-ctx.Done():
-			return
+			l.onTick(time.Since(start))
 		}
 	}
 }
 
 // resourceState is what one resource's pipeline remembers between ticks.
-// It is owned by one caller at a time (a resourceLoop goroutine, or Step).
 type resourceState struct {
 	ctrl   Controller
 	policy Policy
@@ -354,8 +313,10 @@ type resourceState struct {
 	slowed map[netip.Addr]bool
 	plan   *plan
 	prev   []sample.Counters // per plan device; Device "" = none yet
-	// asked is what this resource asked for each consumer last tick, after
-	// the rise limit: the base of this tick's limit.
+	// asked is what this resource asks for each consumer (non-zero
+	// settings only), after the rise limit: this tick's wishes, which
+	// Step merges with the other resources', and the base of the next
+	// tick's limit.
 	asked, spare map[netip.Addr]throttle.Setting
 	// limited: last tick's rise limit held a setting below the policy's.
 	limited bool
@@ -408,28 +369,20 @@ func riseLimit(prev, want, step time.Duration) time.Duration {
 // limit.
 const readRiseStep = time.Millisecond
 
-// stepper is the synchronous driver's state (see Step).
-type stepper struct {
-	states map[string]*resourceState
-	act    *actuator
-}
-
-// Step runs one tick synchronously at the caller's time now: sample, every
-// resource's step (in name order, so runs are reproducible), merge and
-// apply. It is Run's pipeline without goroutines, tickers or wall-clock
-// reads, for the simulator and benchmarks, which drive a virtual clock.
-// Do not mix Step and Run on the same Loops.
+// Step runs one tick at the caller's time now: sample once, run every
+// resource's stages in name order (runs are reproducible) on the
+// generation loaded once at the start, merge their wishes and send the
+// backend one batch of what changed. Run calls it on its ticker; the
+// simulator and benchmarks call it on a virtual clock. A resource a
+// reload removed is dropped and its throttles released in the same
+// batch. An error is diskstats' and leaves the tick out; a TCP_INFO
+// error only costs the consumers their wire rates for the tick (device
+// rates stand in), as one failed sock_diag dump must not stop control.
 func (l *Loops) Step(now time.Time) error {
-	if l.sync == nil {
-		l.sync = &stepper{states: map[string]*resourceState{}, act: newActuator()}
-	}
-	sp := l.sync
-	specsP := l.specs.Load()
-	specs := *specsP
-	for name := range sp.states {
-		if _, ok := specs[name]; !ok {
-			delete(sp.states, name) // removed by a reload: release its throttles
-			sp.act.put(desire{resource: name})
+	g := l.gen.Load()
+	for name := range l.states {
+		if _, ok := g.specs[name]; !ok {
+			delete(l.states, name)
 			l.mu.Lock()
 			delete(l.status, name)
 			l.mu.Unlock()
@@ -442,34 +395,30 @@ func (l *Loops) Step(now time.Time) error {
 	td := tickData{counters: counters}
 	if l.rates != nil {
 		if td.rates, err = l.rates.Sample(); err != nil {
-			return err
+			l.log.Error("sampling TCP_INFO", "err", err)
 		}
 	}
-	names := make([]string, 0, len(specs))
-	for name := range specs {
+	names := make([]string, 0, len(g.specs))
+	for name := range g.specs {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	topo := l.topo.Load()
+	wishes := make([]map[netip.Addr]throttle.Setting, 0, len(names))
 	for _, name := range names {
-		rs := sp.states[name]
+		rs := l.states[name]
 		if rs == nil {
 			rs = &resourceState{}
-			sp.states[name] = rs
+			l.states[name] = rs
 		}
-		sp.act.put(l.step(rs, name, specs[name], topo, specsP, td, now))
+		l.step(rs, name, g.specs[name], g, td, now)
+		wishes = append(wishes, rs.asked)
 	}
-	l.apply(sp.act)
+	l.apply(&l.act, merge(wishes))
 	return nil
 }
 
-// Release clears every throttle Step applied (the end of a simulated run).
-func (l *Loops) Release() {
-	if l.sync == nil {
-		return
-	}
-	l.sync.act.releaseAll()
-	l.apply(l.sync.act)
-}
+// Release clears every throttle the ticks applied (the end of Run, or
+// of a simulated run).
+func (l *Loops) Release() { l.apply(&l.act, nil) }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }

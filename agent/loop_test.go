@@ -69,18 +69,18 @@ func counters(tick int, readWaitMs float64) map[string]sample.Counters {
 	}
 }
 
-// TestResourceLoopThrottlesWritersNotImportant: while the reader's wait is
+// TestStepThrottlesWritersNotImportant: while the reader's wait is
 // above the threshold the writer, and only the writer, gets the
 // controller's delay, in the direction it loads the resource (it writes
 // and reads nothing); the boss, which writes as much but is important,
 // and the reader never get any; the delay follows the controller down
 // and is gone the tick the wait falls back below the threshold, and
-// closing the loop releases everything. Run with testLoops' zero cost
+// Release clears everything. Run with testLoops' zero cost
 // model, which prices nothing (directed falls back to the direction that
 // moves more bytes), and with the agent's, cost.Default().
-// It is long for its table of ticks, which run in order through one live
-// resource loop, each tick's state the next one's premise.
-func TestResourceLoopThrottlesWritersNotImportant(t *testing.T) {
+// It is long for its table of ticks, which run in order through one
+// Loops, each tick's state the next one's premise.
+func TestStepThrottlesWritersNotImportant(t *testing.T) {
 	ms := time.Millisecond
 	write := func(d time.Duration) throttle.Setting { return throttle.Setting{WriteDelay: d} }
 	for _, m := range []struct {
@@ -96,11 +96,10 @@ func TestResourceLoopThrottlesWritersNotImportant(t *testing.T) {
 		{"default cost model", cost.Default(), throttle.Setting{ReadDelay: readRiseStep, WriteDelay: 20 * ms}},
 	} {
 		t.Run(m.name, func(t *testing.T) {
-			l, _ := testLoops(t)
+			l, mem := testLoops(t)
 			l.cfg.Cost = m.cost
-			in := make(chan tickData)
-			out := make(chan desire)
-			go l.resourceLoop(context.Background(), "vg1", in, out)
+			ss := &seqSampler{}
+			l.sampler = ss
 			// counters() takes the mean read wait since tick 0; propCtl
 			// gives one 0.5 ms step per ms of wait above the 15 ms
 			// threshold.
@@ -119,34 +118,21 @@ func TestResourceLoopThrottlesWritersNotImportant(t *testing.T) {
 				if tc.pinned {
 					tc.writer = m.pinned
 				}
-				in <- tickData{counters: counters(i+1, tc.mean)}
-				d := <-out
-				st := l.Status()[0]
-				// What the desire asks for a: a plain write delay travels
-				// in delays, anything else in other.
-				setting := func(a netip.Addr) (throttle.Setting, bool) {
-					if s, ok := d.other[a]; ok {
-						return s, true
-					}
-					w, ok := d.delays[a]
-					return write(w), ok
+				ss.snaps = append(ss.snaps, counters(i+1, tc.mean))
+				if err := l.Step(time.Unix(0, int64(i+1)*1e8)); err != nil {
+					t.Fatal(err)
 				}
-				switch {
-				case i == 1 && (len(d.delays) != 0 || len(d.other) != 0):
-					t.Fatalf("below threshold: %v %v", d.delays, d.other)
-				case i == 2 && !tc.writer.IsZero() && tc.writer.ReadDelay == 0 && d.delays[writer] == 0:
-					t.Fatalf("writer not throttled above threshold: %v (status %+v)", d.delays, l.Status())
-				}
-				if s, ok := setting(boss); ok {
+				st, applied := l.Status()[0], mem.List()
+				if s, ok := applied[boss]; ok {
 					t.Fatalf("%s: important consumer throttled: %+v", tc.name, s)
 				}
-				if s, ok := setting(reader); ok {
+				if s, ok := applied[reader]; ok {
 					t.Fatalf("%s: reader (not writing) throttled: %+v", tc.name, s)
 				}
-				got, ok := setting(writer)
-				if got != tc.writer || ok == tc.writer.IsZero() || len(d.delays)+len(d.other) > 1 {
-					t.Fatalf("%s: writer asked %+v (delays %v, other %v), want %+v (controller: step %d, delay %v) and nobody else slowed",
-						tc.name, got, d.delays, d.other, tc.writer, st.Step, st.Delay)
+				got, ok := applied[writer]
+				if got != tc.writer || ok == tc.writer.IsZero() || len(applied) > 1 {
+					t.Fatalf("%s: writer got %+v (all: %v), want %+v (controller: step %d, delay %v) and nobody else slowed",
+						tc.name, got, applied, tc.writer, st.Step, st.Delay)
 				}
 				if !tc.writer.IsZero() && st.Delay != max(tc.writer.ReadDelay, tc.writer.WriteDelay) {
 					t.Fatalf("%s: writer asked %+v, controller's delay %v", tc.name, tc.writer, st.Delay)
@@ -164,35 +150,11 @@ func TestResourceLoopThrottlesWritersNotImportant(t *testing.T) {
 					}
 				}
 			}
-			close(in)
-			if d := <-out; d.delays != nil || d.other != nil {
-				t.Fatal("closing a loop must release its throttles")
+			l.Release()
+			if left := mem.List(); len(left) != 0 {
+				t.Fatalf("Release left throttles: %v", left)
 			}
 		})
-	}
-}
-
-func TestActuateMergesAndClears(t *testing.T) {
-	l, mem := testLoops(t)
-	in := make(chan desire)
-	done := make(chan struct{})
-	go func() { l.actuate(in); close(done) }()
-	in <- desire{resource: "a", delays: map[netip.Addr]time.Duration{writer: 2 * time.Millisecond}}
-	in <- desire{resource: "b", delays: map[netip.Addr]time.Duration{writer: 5 * time.Millisecond, boss: time.Millisecond}}
-	in <- desire{resource: "a"} // a stops: b's wishes remain
-	in <- desire{resource: "b", delays: map[netip.Addr]time.Duration{writer: 5 * time.Millisecond}}
-	// The actuator takes the next message only after applying the last, so
-	// a second no-op send orders our read after the previous apply.
-	in <- desire{resource: "c", delays: map[netip.Addr]time.Duration{}}
-	in <- desire{resource: "c", delays: map[netip.Addr]time.Duration{}}
-	got := mem.List()
-	if got[writer].WriteDelay != 5*time.Millisecond || len(got) != 1 {
-		t.Fatalf("merged state %v", got)
-	}
-	close(in)
-	<-done
-	if len(mem.List()) != 0 {
-		t.Fatalf("stopping the actuator must clear everything: %v", mem.List())
 	}
 }
 
@@ -223,14 +185,14 @@ func TestReloadRefusesRestartOnlyChanges(t *testing.T) {
 			t.Errorf("reload accepted a restart-only change:\n%s", bad)
 		}
 	}
-	if th := (*a.loops.specs.Load())["vg1"].Threshold; th != 15*time.Millisecond {
+	if th := a.loops.gen.Load().specs["vg1"].Threshold; th != 15*time.Millisecond {
 		t.Fatalf("refused reload changed the active config: threshold %v", th)
 	}
 	nc, _ := config.Parse([]byte("backend: dry-run\nresources:\n  - name: vg1\n    threshold: 10ms\n  - name: vg2\n"))
 	if err := a.Reload(nc); err != nil {
 		t.Fatal(err)
 	}
-	specs := *a.loops.specs.Load()
+	specs := a.loops.gen.Load().specs
 	if specs["vg1"].Threshold != 10*time.Millisecond || len(specs) != 2 {
 		t.Fatalf("reload not applied: %+v", specs)
 	}
@@ -246,55 +208,6 @@ func (s *seqSampler) Read(...string) (map[string]sample.Counters, error) {
 	c := s.snaps[min(s.i, len(s.snaps)-1)]
 	s.i++
 	return c, nil
-}
-
-// Step (virtual clock, no goroutines) must throttle exactly as the real
-// resourceLoop + actuator do, tick by tick: the simulator relies on it.
-func TestStepMatchesResourceLoop(t *testing.T) {
-	waits := []float64{10, 10, 25, 30, 18, 12, 5, 5, 5}
-	ref, _ := testLoops(t)
-	in, out := make(chan tickData), make(chan desire)
-	go ref.resourceLoop(context.Background(), "vg1", in, out)
-	syn, mem := testLoops(t)
-	ss := &seqSampler{}
-	for i, w := range waits {
-		ss.snaps = append(ss.snaps, counters(i+1, w))
-	}
-	syn.sampler = ss
-	for i, w := range waits {
-		in <- tickData{counters: counters(i+1, w)}
-		d := <-out
-		// What the resource loop wished for, as settings: plain write
-		// delays and the rest (read delays once pinned at the maximum).
-		want := map[netip.Addr]throttle.Setting{}
-		for c, wd := range d.delays {
-			want[c] = throttle.Setting{WriteDelay: wd}
-		}
-		for c, s := range d.other {
-			want[c] = s
-		}
-		if err := syn.Step(time.Unix(0, 0).Add(time.Duration(i+1) * 100 * time.Millisecond)); err != nil {
-			t.Fatal(err)
-		}
-		got := mem.List()
-		if len(got) != len(want) {
-			t.Fatalf("tick %d: Step applied %v, resourceLoop wanted %v", i, got, want)
-		}
-		for c, s := range want {
-			if got[c] != s {
-				t.Fatalf("tick %d: %v got %+v, want %+v", i, c, got[c], s)
-			}
-		}
-		if rs, ss := ref.Status()[0], syn.Status()[0]; rs.Step != ss.Step || len(rs.Throttleable) != len(ss.Throttleable) {
-			t.Fatalf("tick %d: status differs: %+v vs %+v", i, rs, ss)
-		}
-	}
-	close(in)
-	<-out
-	syn.Release()
-	if len(mem.List()) != 0 {
-		t.Fatalf("Release left throttles: %v", mem.List())
-	}
 }
 
 // A republished but unchanged topology keeps the compiled plan (and the
@@ -326,14 +239,14 @@ func TestStepRecompilesOnlyChangedTopology(t *testing.T) {
 		{"writer back: recompiled", view(true), true, 3},
 	} {
 		var before *plan
-		if l.sync != nil {
-			before = l.sync.states["vg1"].plan
+		if rs := l.states["vg1"]; rs != nil {
+			before = rs.plan
 		}
 		l.SetTopology(tc.topo)
 		if err := l.Step(time.Unix(0, int64(i+1)*1e8)); err != nil {
 			t.Fatal(err)
 		}
-		rs := l.sync.states["vg1"]
+		rs := l.states["vg1"]
 		if got := rs.plan != before; got != tc.recompile {
 			t.Errorf("%s: recompiled %v, want %v", tc.name, got, tc.recompile)
 		}

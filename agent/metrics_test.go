@@ -243,9 +243,9 @@ func TestMaxDelayAndApplyErrorsExported(t *testing.T) {
 	cfg.MaxDelay = 30 * time.Millisecond
 	a := New(&cfg, Deps{Throttle: failingThrottle{throttle.NewMemory()}, Log: slog.New(slog.DiscardHandler)})
 	act := newActuator()
-	act.put(desire{resource: "vg1", delays: map[netip.Addr]time.Duration{writer: 2 * time.Millisecond}})
-	a.loops.apply(act)
-	a.loops.apply(act) // refused again: retried, counted again
+	wish := map[netip.Addr]throttle.Setting{writer: {WriteDelay: 2 * time.Millisecond}}
+	a.loops.apply(&act, wish)
+	a.loops.apply(&act, wish) // refused again: retried, counted again
 	want := `
 # HELP sanqos_max_delay_seconds The config's max_delay: the largest delay a controller gives a consumer.
 # TYPE sanqos_max_delay_seconds gauge

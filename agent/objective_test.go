@@ -51,7 +51,7 @@ func TestTailObjectiveLowersSetpoint(t *testing.T) {
 		throttled bool
 	}{{false, false}, {true, true}} {
 		l, mem := testLoops(t)
-		specs := *l.specs.Load()
+		specs := l.gen.Load().specs
 		spec := specs["vg1"]
 		spec.TailObjective = tc.tail
 		l.SetSpecs(map[string]ResourceSpec{"vg1": spec})

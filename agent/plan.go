@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/sanqos/sanqos/sample"
 )
@@ -15,10 +16,13 @@ import (
 // specs, so a tick at 1,000 resources × 10,000 consumers does no sorting
 // and few map lookups.
 type plan struct {
-	topo     *Topology
-	specs    *map[string]ResourceSpec
-	devices  []string
-	measured []int // devices whose read wait is the indicator
+	topo *Topology
+	// reload and threshold are the generation's specs count and the
+	// resource's threshold it was compiled under (prepare).
+	reload    uint64
+	threshold time.Duration
+	devices   []string
+	measured  []int // devices whose read wait is the indicator
 	// users are the consumers (indexes) of each device.
 	users     [][]int
 	consumers []planConsumer
@@ -55,9 +59,9 @@ type planConsumer struct {
 	exclusive bool
 }
 
-func (l *Loops) compile(rs *resourceState, spec ResourceSpec, view ResourceView, topo *Topology, specs *map[string]ResourceSpec) {
+func (l *Loops) compile(rs *resourceState, spec ResourceSpec, view ResourceView, g *generation) {
 	old := rs.plan
-	p := &plan{topo: topo, specs: specs, devices: view.Devices}
+	p := &plan{topo: g.topo, reload: g.reload, threshold: spec.Threshold, devices: view.Devices}
 	idx := make(map[string]int, len(view.Devices))
 	for i, d := range view.Devices {
 		if _, dup := idx[d]; !dup {

@@ -63,9 +63,9 @@ func (a *Agent) Reload(cfg *config.Config) error {
 	if topo != nil {
 		a.deps.Discoverer = disc
 		a.discGen++
-		a.publishTopology(topo)
+		a.noteTopology(topo)
 	}
-	a.applySpecs(cfg)
+	a.loops.swap(a.specs(cfg), topo) // one generation: the next tick runs all of it
 	a.mu.Unlock()
 	a.loops.releaseEvents(removed, releaseRemoved, time.Now())
 	select {

@@ -76,8 +76,8 @@ func TestReloadAppliesAllOrRefuses(t *testing.T) {
 			if tc.refuse != "" && (err == nil || !strings.Contains(err.Error(), tc.refuse) || !strings.Contains(err.Error(), "the running config stays")) {
 				t.Fatalf("err = %v, want refused saying %q", err, tc.refuse)
 			}
-			topo := a.loops.topo.Load()
-			specs := *a.loops.specs.Load()
+			topo := a.loops.gen.Load().topo
+			specs := a.loops.gen.Load().specs
 			if len(topo.Resources) != len(tc.mapped) {
 				t.Errorf("mapped %v, want %v", topo.Resources, tc.mapped)
 			}
@@ -117,10 +117,10 @@ func TestStaleDiscoveryRoundDropped(t *testing.T) {
 	if err := a.Reload(nc); err != nil {
 		t.Fatal(err)
 	}
-	after := a.loops.topo.Load()
+	after := a.loops.gen.Load().topo
 	close(old.release)
 	<-done
-	if got := a.loops.topo.Load(); got != after || len(got.Resources) != 2 {
+	if got := a.loops.gen.Load().topo; got != after || len(got.Resources) != 2 {
 		t.Errorf("the replaced discoverer's round was published after the reload: %v", got.Resources)
 	}
 }

@@ -27,7 +27,7 @@ func (f *fixedCtl) Reset()               {}
 func TestWriteOnlyResourceStillFollowsController(t *testing.T) {
 	l, mem := testLoops(t)
 	ctl := &fixedCtl{step: 4}
-	spec := (*l.specs.Load())["vg1"]
+	spec := l.gen.Load().specs["vg1"]
 	spec.NewController = func() Controller { return ctl }
 	l.SetSpecs(map[string]ResourceSpec{"vg1": spec})
 	ss := &seqSampler{}
@@ -73,7 +73,7 @@ func TestReloadRetargetsRunningController(t *testing.T) {
 			return p
 		}
 	}
-	spec := (*l.specs.Load())["vg1"]
+	spec := l.gen.Load().specs["vg1"]
 	spec.NewController = newPID(15)
 	l.SetSpecs(map[string]ResourceSpec{"vg1": spec})
 	// The reader waits 30 ms every tick: twice the first threshold, below
@@ -106,8 +106,8 @@ func TestReloadRetargetsRunningController(t *testing.T) {
 	spec.Threshold, spec.NewController = 60*time.Millisecond, newPID(60)
 	l.SetSpecs(map[string]ResourceSpec{"vg1": spec})
 	after := step()
-	if p, ok := l.sync.states["vg1"].ctrl.(*control.PID); !ok || p.Config().Threshold != 60 {
-		t.Fatalf("controller not rebuilt with the new threshold: %#v", l.sync.states["vg1"].ctrl)
+	if p, ok := l.states["vg1"].ctrl.(*control.PID); !ok || p.Config().Threshold != 60 {
+		t.Fatalf("controller not rebuilt with the new threshold: %#v", l.states["vg1"].ctrl)
 	}
 	// 30 ms is half the new threshold: the step comes down (it would
 	// have kept rising at 15 ms).

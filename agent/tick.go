@@ -26,18 +26,19 @@ import (
 //	          its integral held while the rise limit lags (control)
 //	decide    step → the policy's settings, the write-cap hand-over and
 //	          the throttleable set (decide)
-//	shape     settings → the rise limit and the actuator's wishes (shape)
+//	shape     settings → the rise limit: the resource's wishes, which
+//	          Step merges into the tick's one batch (shape)
 //	track     settings vs last tick's → events: whom it started or
 //	          stopped slowing, and why (track, events_track.go)
 //	publish   the status the API, metrics and cluster read (publish)
 
-// step is one resource's pipeline for one tick. It is the same code in
-// real time (resourceLoop) and under a virtual clock (Step), so the
-// simulator exercises exactly what the agent runs. It publishes the
-// status and returns the resource's wishes.
-func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *Topology, specs *map[string]ResourceSpec, td tickData, now time.Time) desire {
+// step is one resource's pipeline for one tick, run by Step on the
+// tick's generation g. It publishes the status and leaves the resource's
+// wishes in rs.asked.
+func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, g *generation, td tickData, now time.Time) {
+	topo := g.topo
 	view, mapped := topo.Resources[name]
-	l.prepare(rs, name, spec, view, topo, specs)
+	l.prepare(rs, spec, view, g)
 	st := ResourceStatus{Name: name, Devices: view.Devices, ThresholdMs: ms(l.threshold(rs, spec)), Updated: now}
 	if !mapped {
 		st.Unmapped = topo.Unmapped[name]
@@ -55,15 +56,14 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, topo *To
 	step := l.control(rs, &st, ind.q)
 	l.learn(rs, name, &st, devs, now)
 	out := l.decide(rs, &st, step)
-	d := l.shape(rs, name, &out)
+	l.shape(rs, &out)
 	l.track(rs, name, &st, &out, now)
 	l.publish(name, &st, &rs.in, out, rs.held)
-	return d
 }
 
 // prepare builds a resource's state on its first tick and recompiles its
 // plan when a reload or discovery changed what it steers by.
-func (l *Loops) prepare(rs *resourceState, name string, spec ResourceSpec, view ResourceView, topo *Topology, specs *map[string]ResourceSpec) {
+func (l *Loops) prepare(rs *resourceState, spec ResourceSpec, view ResourceView, g *generation) {
 	if rs.ctrl == nil {
 		rs.ctrl, rs.ind = spec.NewController(), spec.NewSmoother()
 		rs.rates, rs.loads = map[netip.Addr]Smoother{}, map[netip.Addr]*loadEstimate{}
@@ -76,21 +76,21 @@ func (l *Loops) prepare(rs *resourceState, name string, spec ResourceSpec, view 
 		}
 	}
 	switch {
-	case rs.plan == nil || rs.plan.specs != specs:
+	case rs.plan == nil || rs.plan.reload != g.reload:
 		// A reload may change the policy; its state (credits) restarts.
 		rs.policy = spec.newPolicy()
-		if rs.plan != nil && (*rs.plan.specs)[name].Threshold != spec.Threshold {
+		if rs.plan != nil && rs.plan.threshold != spec.Threshold {
 			rs.ctrl = retarget(rs.ctrl, spec.NewController())
 		}
-		l.compile(rs, spec, view, topo, specs)
-	case rs.plan.topo != topo:
+		l.compile(rs, spec, view, g)
+	case rs.plan.topo != g.topo:
 		// Discovery publishes a fresh topology every round; most rounds
 		// change nothing for most resources, and comparing is far cheaper
 		// than compiling.
 		if rs.plan.matches(view) {
-			rs.plan.topo = topo
+			rs.plan.topo = g.topo
 		} else {
-			l.compile(rs, spec, view, topo, specs)
+			l.compile(rs, spec, view, g)
 		}
 	}
 }
@@ -374,8 +374,8 @@ func (l *Loops) decide(rs *resourceState, st *ResourceStatus, step int) PolicyOu
 }
 
 // shape is the shape stage: each setting after the rise limits (written
-// back into out, so status shows what is asked), split into plain write
-// delays and other settings for the actuator. A read delay always rises
+// back into out, so status shows what is asked) into rs.asked, the
+// resource's wishes this tick. A read delay always rises
 // under riseLimit (readRiseStep unless delay_rise is set); a write delay
 // with delay_rise, or under the read's limit where the consumer reads
 // (its smoothed read rate is not 0: the target sends it data, which the
@@ -384,9 +384,7 @@ func (l *Loops) decide(rs *resourceState, st *ResourceStatus, step int) PolicyOu
 // (rs.limited), which holds the controller's integral next tick. Before
 // the limits, a consumer that went idle while slowed keeps its delays
 // (idle_hold, hold.go), also where the policy asks nothing of it.
-func (l *Loops) shape(rs *resourceState, name string, out *PolicyOutput) desire {
-	want := make(map[netip.Addr]time.Duration, len(out.Settings))
-	var other map[netip.Addr]throttle.Setting
+func (l *Loops) shape(rs *resourceState, out *PolicyOutput) {
 	// Two maps swapped every tick: last tick's asks and this tick's.
 	if rs.spare == nil {
 		rs.spare = map[netip.Addr]throttle.Setting{}
@@ -432,19 +430,10 @@ func (l *Loops) shape(rs *resourceState, name string, out *PolicyOutput) desire 
 		if rs.held != nil {
 			rs.held.record(c, s)
 		}
-		if s.ReadDelay == 0 && s.Rate == 0 && s.WriteRate == 0 {
-			want[a] = s.WriteDelay
-			continue
-		}
-		if other == nil {
-			other = map[netip.Addr]throttle.Setting{}
-		}
-		other[a] = s
 	}
 	if rs.held != nil {
 		rs.held.prune()
 	}
-	return desire{resource: name, delays: want, other: other}
 }
 
 // publish is the publish stage: each consumer's setting on its status

@@ -75,8 +75,8 @@ func TestStageDecide(t *testing.T) {
 	}
 }
 
-// shape: plain write delays go to the actuator's delay map, anything with
-// a read delay or a rate to its settings map; under a rise limit each
+// shape: the settings become the resource's wishes (rs.asked); under a
+// rise limit each
 // tick's ask grows at most to 2 × the last + the limit, written back into
 // the policy's output so the status shows what was asked. Read delays
 // are always under one (readRiseStep, or delay_rise when set); write
@@ -106,19 +106,13 @@ func TestStageShape(t *testing.T) {
 			l.cfg.RiseStep = tc.rise
 			for tick, want := range tc.want {
 				out := l.decide(rs, &st, 20)
-				d := l.shape(rs, "vg1", &out)
+				l.shape(rs, &out)
 				for _, h := range stageHosts {
 					a := stageAddr[h]
 					w := interferer(h, want)
-					got, inOther := d.other[a]
-					if wd, ok := d.delays[a]; ok {
-						got = throttle.Setting{WriteDelay: wd}
-					}
-					if got != w || out.Settings[a] != w {
+					got, ok := rs.asked[a]
+					if got != w || out.Settings[a] != w || ok == w.IsZero() {
 						t.Errorf("tick %d, %s: shaped %+v (policy's output %+v), want %+v", tick, h, got, out.Settings[a], w)
-					}
-					if plain := w.ReadDelay == 0; !w.IsZero() && inOther == plain {
-						t.Errorf("tick %d, %s: %+v in the settings map %v, want it there only with a read delay", tick, h, w, inOther)
 					}
 				}
 				// The policy asks the last tick's settings from the first:

@@ -137,10 +137,10 @@ func stageStateOf(t *testing.T, shared bool) (*Loops, *resourceState) {
 		}
 	}
 	topo := &Topology{Resources: map[string]ResourceView{"vg1": view}}
-	specs := &map[string]ResourceSpec{"vg1": {Name: "vg1", Threshold: 15 * time.Millisecond,
-		NewController: func() Controller { return &propCtl{thr: 15} }, NewSmoother: func() Smoother { return &lastValue{} }}}
+	g := &generation{topo: topo, specs: map[string]ResourceSpec{"vg1": {Name: "vg1", Threshold: 15 * time.Millisecond,
+		NewController: func() Controller { return &propCtl{thr: 15} }, NewSmoother: func() Smoother { return &lastValue{} }}}}
 	rs := &resourceState{}
-	l.prepare(rs, "vg1", (*specs)["vg1"], view, topo, specs)
+	l.prepare(rs, g.specs["vg1"], view, g)
 	return l, rs
 }
 
