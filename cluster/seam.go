@@ -15,8 +15,9 @@
 //     back to its own local controller, with the shared delay decaying to
 //     zero within a bound (Node.Delay).
 //
-// Its per-tick rules (step.go) are pure, with no etcd or clock, so that
-// package sim runs the same code for a hundred agents on virtual time.
+// Node reaches etcd only through KV and waits only through Runtime, so
+// that package sim runs this very Node for a hundred agents on a model of
+// etcd in virtual time.
 //
 // It must not touch the kernel or the throttles: it only moves indicators,
 // policies and delays through etcd and tells the agent's per-resource loop
@@ -128,23 +129,13 @@ type Shared struct {
 }
 
 // Seam is what an agent's per-resource loop calls each tick: Publish its
-// local indicator, then ask for the step to apply. Node implements it on
-// etcd; Local is today's behaviour (the local step, always).
+// local indicator, then ask for the step to apply. Node implements it.
 type Seam interface {
 	Publish(resource string, ind Indicator, now time.Time)
 	// Delay returns the step to apply given the local controller's step,
 	// and where it came from.
 	Delay(resource string, local int, now time.Time) (step int, mode Mode)
 }
-
-// Local is the seam without a cluster: the local controller decides.
-type Local struct{}
-
-// Publish implements Seam: there is nobody to tell.
-func (Local) Publish(string, Indicator, time.Time) {}
-
-// Delay implements Seam: the local step.
-func (Local) Delay(_ string, local int, _ time.Time) (int, Mode) { return local, ModeLocal }
 
 // Controller wraps a resource's local controller so the agent's loop goes
 // through the seam without knowing it: the agent builds controllers through

@@ -10,12 +10,8 @@ import (
 
 // Seat is one agent's part in one resource's shared control: the state
 // the cluster's rules read and change, with none of etcd's handles. Node
-// keeps one per resource beside its elections and watches (resState);
-// package sim keeps one per modelled agent and resource beside its model
-// of etcd. Both change a Seat only through the functions of this file, so
-// the simulator measures the product's rules and cannot drift from them
-// (issue 31: it had re-written the balancer by hand, with a literal 4 for
-// handOverReads).
+// keeps one per resource beside its elections and watches (resState), and
+// changes it only through the functions of this file.
 type Seat struct {
 	// Ind is the agent's last indicator of the resource (Node.Publish).
 	Ind Indicator

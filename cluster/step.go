@@ -10,12 +10,8 @@ import (
 )
 
 // The pure half of a Node: what an agent decides for one resource each
-// tick, with no etcd, goroutine or clock of its own. Node runs exactly
-// this code between its watches and its publisher; package sim runs it
-// too, on virtual time against a model of etcd, to measure what the
-// cluster costs at a scale no test here can start (issue 22). Keeping one
-// copy is the point: a simulator with its own version of the rules would
-// measure that version.
+// tick, with no etcd, goroutine or clock of its own. Node runs it between
+// its watches and its publisher.
 
 // Defaults of Config, exported so that a model of the cluster runs with
 // the timing the agents run with.

@@ -24,69 +24,22 @@ func sharedPID(cfg *config.Config, res string) (control.Controller, error) {
 	return nil, fmt.Errorf("resource %s is not in this agent's config", res)
 }
 
-// startAgent is the agent process starting: its Node grants a lease (the
-// session), its policy watch reads the policy, and its resource loops
+// startAgent is the agent process starting: its Node (package cluster's,
+// on the model's etcd and clock) keeps a session, publishes, watches and
+// campaigns; its policy watch reads the policy, and its resource loops
 // start ticking.
 func (s *clusterSim) startAgent(a *csAgent) {
+	o := s.o
+	n, err := cluster.NewNode(cluster.Config{KV: simKV{s, a}, Runtime: simRT{s, a}, AgentID: a.id, Prefix: s.prefix,
+		TTL: o.TTL, Fresh: o.Fresh, Decay: o.Decay, Blend: o.Blend, PublishEvery: o.PublishEvery,
+		BalanceEvery: o.BalanceEvery, BalanceHold: o.BalanceHold, Step: control.DefaultStep,
+		NewController: func(res string) (control.Controller, error) { return sharedPID(a.cfg, res) }})
+	if err != nil {
+		panic(err) // the options were checked: a bug
+	}
+	a.node = n
 	s.watchPolicy(a)
-	s.write(&csReq{from: a, apply: func(rev int64, at time.Duration) {
-		s.nextLease++
-		a.lease = &csLease{id: s.nextLease, expiry: at + time.Duration(s.o.TTL)*time.Second, has: map[*csKV]bool{}}
-		s.leases = append(s.leases, a.lease)
-	}, done: func(ok bool) {
-		if !ok || a.dead {
-			return
-		}
-		s.sessionUp(a)
-	}}, time.Second)
-	s.tick(a)
-	s.at(a.pubPhaseOff, func() { s.publisherTick(a) })
-	if s.o.BalanceEvery > 0 {
-		s.at(s.balancePace(), func() { s.balancer(a) })
-	}
-}
-
-func (s *clusterSim) sessionUp(a *csAgent) {
-	a.session = true
-	if a.ticked {
-		for _, sl := range a.slots {
-			s.campaign(sl)
-		}
-	}
-	for _, sl := range a.slots {
-		if !sl.indTime.IsZero() {
-			sl.dirty = true
-		}
-	}
-	// clientv3 renews a lease every TTL/3.
-	a.keepaliveEvery = time.Duration(s.o.TTL) * time.Second / 3
-	s.at(a.keepaliveEvery, func() { s.keepalive(a) })
-	s.publish(a)
-}
-
-func (s *clusterSim) keepalive(a *csAgent) {
-	if a.dead {
-		return
-	}
-	if s.inWindow() {
-		s.keepalives++
-	}
-	l := a.lease
-	d := s.oneWay()
-	s.at(d, func() {
-		if !s.down && !l.revoked {
-			l.expiry = s.now + time.Duration(s.o.TTL)*time.Second
-		}
-	})
-	s.at(a.keepaliveEvery, func() { s.keepalive(a) })
-}
-
-func (s *clusterSim) publisherTick(a *csAgent) {
-	if a.dead {
-		return
-	}
-	s.publish(a)
-	s.at(s.o.PublishEvery, func() { s.publisherTick(a) })
+	s.at(a.tickOff, func() { s.tick(a) })
 }
 
 // measure is what the agent's indicator reads on a resource: the back
@@ -114,8 +67,6 @@ func (s *clusterSim) tick(a *csAgent) {
 		return
 	}
 	now := s.clock()
-	first := !a.ticked
-	a.ticked = true
 	waits := make([]float64, len(a.slots))
 	for i, sl := range a.slots {
 		waits[i] = s.measure(sl)
@@ -135,15 +86,9 @@ func (s *clusterSim) tick(a *csAgent) {
 			ind.Consumers = append(ind.Consumers, *sl.writer)
 		}
 		ind.WaitMs, ind.LocalStep = waits[i], step
-		// Node.Publish
-		sl.Ind, sl.indTime, sl.dirty = ind, now, true
-		// Node.Delay
-		applied, _, led, _ := sl.Tick(a.id, step, s.t, control.DefaultStep, now,
-			func() (control.Controller, error) { return sharedPID(a.cfg, sl.res.name) })
-		if led.Rec != nil {
-			a.kick = true // Node.led wakes the publisher
-		}
-		sl.applied, sl.localOut = applied, step
+		a.node.Publish(sl.res.name, ind, now)
+		sl.applied, _ = a.node.Delay(sl.res.name, step, now)
+		sl.localOut = step
 	}
 	dt := time.Since(t0)
 	if s.inWindow() {
@@ -151,23 +96,15 @@ func (s *clusterSim) tick(a *csAgent) {
 		a.tickNs += int64(dt)
 		a.tickUs = append(a.tickUs, float64(dt)/1e3)
 	}
-	if first {
-		for _, sl := range a.slots {
-			s.watchDelay(sl)
-			if a.session {
-				s.campaign(sl)
-			}
-		}
+	// The node's resources are the agent's slots, both in name order.
+	for i, st := range a.node.Status(now) {
+		a.slots[i].st = st
 	}
 	for k := range a.effect {
 		s.policyInEffect(a, a.effect[k])
 	}
 	a.effect = a.effect[:0]
 	s.afterTick(a)
-	if a.kick {
-		a.kick = false
-		s.publish(a)
-	}
 	s.at(Interval, func() { s.tick(a) })
 }
 
@@ -175,7 +112,7 @@ func (s *clusterSim) tick(a *csAgent) {
 // propagation of records, cluster formation, failure measurements.
 func (s *clusterSim) afterTick(a *csAgent) {
 	for _, sl := range a.slots {
-		inCl := sl.F.Mode == cluster.ModeCluster
+		inCl := sl.st.Mode == cluster.ModeCluster
 		if inCl != sl.inCl {
 			if inCl {
 				s.inCluster++
@@ -187,14 +124,14 @@ func (s *clusterSim) afterTick(a *csAgent) {
 			}
 			sl.inCl = inCl
 		}
-		if inCl && sl.F.Shared.Seq > sl.counted {
+		if seq := sl.st.Seq; inCl && seq > sl.counted {
 			s.closeTracks(sl.res, func(tr *csTrack) {
-				if tr.seq > sl.counted && tr.seq <= sl.F.Shared.Seq {
+				if tr.seq > sl.counted && tr.seq <= seq {
 					tr.need--
 					tr.max = max(tr.max, s.now-tr.made)
 				}
 			})
-			sl.counted = sl.F.Shared.Seq
+			sl.counted = seq
 		}
 		s.failureTick(sl)
 	}
@@ -205,11 +142,57 @@ func (s *clusterSim) afterTick(a *csAgent) {
 
 // watchPolicy is Policies.Watch: read the policy, then watch it.
 func (s *clusterSim) watchPolicy(a *csAgent) {
+	w := &csWatcher{a: a, key: s.policyKey}
+	w.on = func() {
+		for _, h := range w.got {
+			s.applyPolicy(a, h.ev.Value, h.rev)
+		}
+		w.got = nil
+	}
 	s.read(a, func() func() {
-		s.policyW = append(s.policyW, a)
-		val, rev := s.policyKV.val, s.policyKV.mod
-		return func() { s.applyPolicy(a, val, rev) }
+		s.watch[w.key] = append(s.watch[w.key], w)
+		kv := s.kv[s.policyKey]
+		val, rev := kv.val, kv.mod
+		return func() { s.applyPolicy(a, []byte(val), rev) }
 	})
+}
+
+// trackRecord starts following a record once etcd has it. An agent
+// that applied it already (its leader, at the tick that made it: Own)
+// counts at once.
+func (s *clusterSim) trackRecord(r *csRes, rec cluster.Shared) {
+	if !s.inWindow() {
+		return
+	}
+	n := 0
+	for _, sl := range r.slots {
+		if !sl.a.dead && !(sl.inCl && sl.counted >= rec.Seq) {
+			n++
+		}
+	}
+	if n == 0 {
+		s.recordsDone++
+		s.sharedProp = append(s.sharedProp, 0)
+		return
+	}
+	r.tracks = append(r.tracks, &csTrack{seq: rec.Seq, made: rec.Time.Sub(s.epoch), need: n})
+}
+
+// closeTracks runs count on each of r's open records (it takes off need
+// an agent that has applied the record, or never will), then closes those
+// no agent still needs: propagated in the time the last one took.
+func (s *clusterSim) closeTracks(r *csRes, count func(*csTrack)) {
+	kept := r.tracks[:0]
+	for _, tr := range r.tracks {
+		count(tr)
+		if tr.need <= 0 {
+			s.recordsDone++
+			s.sharedProp = append(s.sharedProp, ms(tr.max))
+			continue
+		}
+		kept = append(kept, tr)
+	}
+	r.tracks = kept
 }
 
 // applyPolicy is what the agent's policy watch does with a policy:
@@ -229,9 +212,7 @@ func (s *clusterSim) applyPolicy(a *csAgent, doc []byte, rev int64) {
 		return
 	}
 	a.cfg = cfg
-	for _, sl := range a.slots {
-		sl.Renew()
-	}
+	a.node.Renew()
 	a.policyCPU = append(a.policyCPU, float64(time.Since(t0))/1e6)
 	for k, r := range s.policyRev {
 		if r == rev && k > 0 {

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"math"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/sanqos/sanqos/cluster"
@@ -73,19 +75,22 @@ func (s *clusterSim) oneWay() time.Duration {
 // turn (ApplyCost), its watch events leave and its answer goes back. A
 // request that finds etcd down is answered by the client's timeout (none:
 // it waits forever, as a campaign does).
-func (s *clusterSim) write(req *csReq, timeout time.Duration) {
-	req.sentAt = s.now
+
+// write sends a write request to etcd. It joins the next batch on
+// arrival; the batch commits (Commit), then each request is applied in
+// turn (ApplyCost), its watch events leave and its answer goes back. A
+// request that finds etcd down is never answered: its client's context
+// ends it.
+func (s *clusterSim) write(req *csReq) {
 	if a := req.from; a != nil && s.inWindow() {
 		a.txns++
 		a.puts += len(req.puts)
 		for _, p := range req.puts {
-			a.bytesOut += int64(len(p.key) + len(p.val))
+			a.bytesOut += int64(len(p.Key) + len(p.Value))
 		}
 	}
-	d := s.oneWay()
-	s.at(d, func() {
+	s.at(s.oneWay(), func() {
 		if s.down {
-			s.timeout(req, timeout)
 			return
 		}
 		s.batch = append(s.batch, req)
@@ -93,15 +98,6 @@ func (s *clusterSim) write(req *csReq, timeout time.Duration) {
 			s.commit()
 		}
 	})
-}
-
-func (s *clusterSim) timeout(req *csReq, timeout time.Duration) {
-	if timeout <= 0 || req.done == nil {
-		return
-	}
-	left := max(0, req.sentAt+timeout-s.now)
-	done := req.done
-	s.at(left, func() { done(false) })
 }
 
 func (s *clusterSim) commit() {
@@ -114,24 +110,19 @@ func (s *clusterSim) commit() {
 		s.batchN = append(s.batchN, float64(len(batch)))
 	}
 	s.at(d, func() {
+		s.committing = false
 		if s.down {
-			for _, req := range batch {
-				s.timeout(req, s.o.Fresh)
-			}
-			s.committing = false
 			return
 		}
 		start := max(s.now, s.applyFree)
 		for i, req := range batch {
-			at := start + time.Duration(i+1)*s.o.Etcd.ApplyCost
-			s.applyReq(req, at)
+			s.applyReq(req, start+time.Duration(i+1)*s.o.Etcd.ApplyCost)
 		}
 		n := time.Duration(len(batch)) * s.o.Etcd.ApplyCost
 		s.applyFree = start + n
 		if s.inWindow() {
 			s.busy += n
 		}
-		s.committing = false
 		if len(s.batch) > 0 {
 			s.commit()
 		}
@@ -139,67 +130,80 @@ func (s *clusterSim) commit() {
 }
 
 // applyReq applies one committed request at server time at (the model
-// mutates the store now and dates what leaves at).
+// mutates the store now and dates what leaves at). A request that wrote
+// makes one revision (newRev).
 func (s *clusterSim) applyReq(req *csReq, at time.Duration) {
-	ok := true
-	if req.absent {
-		ok = s.kv[req.puts[0].key] == nil
-	}
-	// A fenced put is a nested Txn(If(CreateRevision(election key) ==
-	// the leader's), Then(put)): each is decided on its own.
+	s.bumped = false
+	// A fenced put is a nested Txn(If(CreateRevision(fence) == rev),
+	// Then(put)): each is decided on its own.
 	req.ok = make([]bool, len(req.puts))
-	wrote := false
 	for i, p := range req.puts {
-		req.ok[i] = ok && (p.fence == nil || p.elec != nil && s.kv[p.elec.key] == p.elec)
-		wrote = wrote || req.ok[i]
+		f := s.kv[p.FenceKey]
+		if req.ok[i] = p.FenceKey == "" || f != nil && f.create == p.FenceRev; req.ok[i] {
+			s.newRev()
+		}
 	}
-	if wrote || ok && req.apply != nil {
+	if req.apply != nil {
+		req.apply(at)
+	}
+	for i, p := range req.puts {
+		if req.ok[i] {
+			s.put(p.Key, p.Value, s.leases[req.lease], at)
+		}
+	}
+	s.answer(req.from, at, req.done)
+}
+
+// newRev makes the revision of the request being applied, once.
+func (s *clusterSim) newRev() {
+	if !s.bumped {
+		s.bumped = true
 		s.rev++
 		if s.inWindow() {
 			s.writes++
 		}
-		for i, p := range req.puts {
-			if !req.ok[i] {
-				continue
-			}
-			if s.inWindow() {
-				s.puts++
-			}
-			s.put(p, req.lease, at)
-			if p.landed != nil {
-				p.landed()
-			}
-		}
-		if ok && req.apply != nil {
-			req.apply(s.rev, at)
-		}
-	}
-	if req.done != nil {
-		done := req.done
-		s.at(at-s.now+s.oneWay(), func() { done(ok) })
 	}
 }
 
-func (s *clusterSim) put(p csPut, l *csLease, at time.Duration) {
-	kv := s.kv[p.key]
+// answer runs done at the client one way after server time at.
+func (s *clusterSim) answer(a *csAgent, at time.Duration, done func()) {
+	if done != nil {
+		s.at(at-s.now+s.oneWay(), func() {
+			if a == nil || !a.dead {
+				done()
+			}
+		})
+	}
+}
+
+func (s *clusterSim) put(key, val string, l *csLease, at time.Duration) {
+	kv := s.kv[key]
 	if kv == nil {
-		kv = &csKV{key: p.key, create: s.rev, kind: p.kind, res: p.res, agent: p.agent, cand: p.cand}
-		s.kv[p.key] = kv
-		if p.kind == kindDelay {
-			p.res.delayKV = kv
+		kv = &csKV{key: key, create: s.rev, kind: s.kindOf(key)}
+		s.kv[key] = kv
+		if kv.kind == kindElection {
+			d := key[:strings.LastIndexByte(key, '/')+1]
+			s.lines[d] = append(s.lines[d], kv)
 		}
 	}
-	kv.val, kv.mod = p.val, s.rev
-	if l != nil && !l.has[kv] {
-		l.has[kv] = true
+	kv.val, kv.mod = val, s.rev
+	if l != nil && kv.lease != l {
 		l.keys = append(l.keys, kv)
 	}
 	kv.lease = l
 	if s.inWindow() {
-		s.bytesIn += int64(len(p.key) + len(p.val))
-		s.putsKind[p.kind]++
+		s.puts++
+		s.bytesIn += int64(len(key) + len(val))
+		s.putsKind[kv.kind]++
 	}
-	s.fanout(kv, false, at)
+	var made time.Time
+	if kv.kind == kindDelay {
+		if rec, err := cluster.DecodeShared([]byte(val)); err == nil {
+			made = rec.Time
+			s.trackRecord(s.resOf[key], rec)
+		}
+	}
+	s.fanout(kv, false, at, made)
 }
 
 func (s *clusterSim) del(kv *csKV, at time.Duration) {
@@ -207,106 +211,137 @@ func (s *clusterSim) del(kv *csKV, at time.Duration) {
 		return
 	}
 	delete(s.kv, kv.key)
-	if kv.kind == kindDelay && kv.res.delayKV == kv {
-		kv.res.delayKV = nil
-	}
 	if kv.kind == kindElection {
-		r := kv.res
-		for i, c := range r.cands {
-			if c.elec == kv {
-				r.cands = append(r.cands[:i], r.cands[i+1:]...)
+		d := kv.key[:strings.LastIndexByte(kv.key, '/')+1]
+		line := s.lines[d]
+		for i, c := range line {
+			if c == kv {
+				s.lines[d] = append(line[:i], line[i+1:]...)
 				break
 			}
 		}
 	}
-	s.fanout(kv, true, at)
+	s.fanout(kv, true, at, time.Time{})
 }
 
-// fanout delivers a change to every watcher of the key, each after its
-// own one-way latency.
-func (s *clusterSim) fanout(kv *csKV, deleted bool, at time.Duration) {
-	val := kv.val
-	deliver := func(a *csAgent, fn func()) {
-		if a.dead {
+// kindOf says what a key is, for the accounting.
+func (s *clusterSim) kindOf(key string) csKind {
+	switch {
+	case key == s.policyKey:
+		return kindPolicy
+	case strings.HasSuffix(key, "/delay"):
+		return kindDelay
+	case strings.Contains(key, "/agents/"):
+		return kindIndicator
+	}
+	return kindElection
+}
+
+// fanout logs a change and delivers it to every watcher of the key, each
+// after its own one-way latency; made is when a shared record was made.
+func (s *clusterSim) fanout(kv *csKV, deleted bool, at time.Duration, made time.Time) {
+	ev := histEv{rev: s.rev, at: at, made: made, ev: cluster.Event{KeyValue: cluster.KeyValue{Key: kv.key, Value: []byte(kv.val), CreateRevision: kv.create}, Deleted: deleted}}
+	s.hist = append(s.hist, ev)
+	s.trimHist()
+	for _, w := range s.watch[kv.key] {
+		s.deliver(w, ev, at)
+	}
+	for i := range len(kv.key) {
+		if kv.key[i] == '/' {
+			for _, w := range s.watchPrefix[kv.key[:i+1]] {
+				s.deliver(w, ev, at)
+			}
+		}
+	}
+}
+
+// histKeep is how long the model keeps its history of changes, for
+// watches that start from a past revision (etcd compacts it later).
+const histKeep = 2 * time.Second
+
+func (s *clusterSim) trimHist() {
+	if s.hist[0].at >= s.now-2*histKeep {
+		return
+	}
+	k := sort.Search(len(s.hist), func(i int) bool { return s.hist[i].at >= s.now-histKeep })
+	s.compacted = s.hist[k-1].rev
+	s.hist = append(s.hist[:0], s.hist[k:]...)
+}
+
+// deliver sends one event to watcher w, one way after server time at.
+func (s *clusterSim) deliver(w *csWatcher, h histEv, at time.Duration) {
+	ev := h.ev
+	if w.a.dead {
+		return
+	}
+	n := int64(len(ev.Key) + len(ev.Value))
+	if s.inWindow() {
+		s.events++
+		s.bytesOut += n
+	}
+	s.at(at-s.now+s.oneWay(), func() {
+		if w.closed || w.a.dead {
 			return
 		}
 		if s.inWindow() {
-			s.events++
-			s.bytesOut += int64(len(kv.key) + len(val))
+			w.a.events++
+			w.a.bytesIn += n
 		}
-		s.at(at-s.now+s.oneWay(), func() {
-			if a.dead {
-				return
-			}
-			if s.inWindow() {
-				a.events++
-				a.bytesIn += int64(len(kv.key) + len(val))
-			}
-			fn()
-		})
+		if !h.made.IsZero() && s.inWindow() {
+			s.sharedDeliv = append(s.sharedDeliv, ms(s.clock().Sub(h.made)))
+		}
+		w.got = append(w.got, h)
+		w.on()
+	})
+}
+
+// register starts w at the server from revision from: the changes since
+// then, from the history, go first. It reports false if the history no
+// longer reaches back to from.
+func (s *clusterSim) register(w *csWatcher, from int64, at time.Duration) bool {
+	if from <= s.compacted {
+		return false
 	}
-	switch kv.kind {
-	case kindPolicy:
-		rev := kv.mod
-		for _, a := range s.policyW {
-			deliver(a, func() { s.applyPolicy(a, val, rev) })
+	if w.prefix {
+		s.watchPrefix[w.key] = append(s.watchPrefix[w.key], w)
+	} else {
+		s.watch[w.key] = append(s.watch[w.key], w)
+	}
+	k := sort.Search(len(s.hist), func(i int) bool { return s.hist[i].rev >= from })
+	for _, h := range s.hist[k:] {
+		if h.ev.Key == w.key || w.prefix && strings.HasPrefix(h.ev.Key, w.key) {
+			s.deliver(w, h, at)
 		}
-	case kindDelay:
-		if deleted {
-			for _, sl := range kv.res.delayWatch {
-				deliver(sl.a, func() {}) // Node.remove ignores it
-			}
+	}
+	return true
+}
+
+func (s *clusterSim) unregister(w *csWatcher) {
+	w.closed = true
+	m := s.watch
+	if w.prefix {
+		m = s.watchPrefix
+	}
+	for i, o := range m[w.key] {
+		if o == w {
+			m[w.key] = append(m[w.key][:i], m[w.key][i+1:]...)
 			return
-		}
-		for _, sl := range kv.res.delayWatch {
-			deliver(sl.a, func() { s.receiveRecord(sl, val) })
-		}
-	case kindIndicator:
-		id := kv.agent
-		for _, sl := range kv.res.agentWatch {
-			deliver(sl.a, func() {
-				if !sl.Leading {
-					return
-				}
-				t0 := time.Now()
-				if deleted {
-					sl.Forget(id)
-				} else if ind, err := cluster.DecodeIndicator(val); err == nil {
-					sl.Hear(id, ind, true, s.clock())
-				}
-				s.recvTime(sl.a, t0)
-			})
-		}
-	case kindElection:
-		if deleted {
-			ws := kv.delWatchers
-			kv.delWatchers = nil
-			for _, w := range ws {
-				deliver(w.sl.a, func() { s.waitDeletes(w.sl, w.gen) })
-			}
 		}
 	}
 }
 
 // read is a linearizable read: served ReadIndex after it arrives; serve
 // runs at the server and returns what the client does with the answer.
+// A read that finds etcd down is never answered.
 func (s *clusterSim) read(a *csAgent, serve func() func()) {
 	if s.inWindow() {
 		s.reads++
 	}
 	s.at(s.oneWay()+s.o.Etcd.ReadIndex, func() {
 		if s.down {
-			return // the client retries after its timeout; the run ends before etcd returns
-		}
-		then := serve()
-		if then == nil {
 			return
 		}
-		s.at(s.oneWay(), func() {
-			if !a.dead {
-				then()
-			}
-		})
+		s.answer(a, s.now, serve())
 	})
 }
 
@@ -314,25 +349,26 @@ func (s *clusterSim) read(a *csAgent, serve func() func()) {
 // through Raft, deleting their keys.
 func (s *clusterSim) leaseCheck() {
 	if !s.down {
-		kept := s.leases[:0]
-		for _, l := range s.leases {
-			if l.expiry > s.now {
-				kept = append(kept, l)
+		for _, l := range s.leaseList {
+			if l.expiry > s.now || l.revoked {
 				continue
 			}
 			l.revoked = true
-			s.batch = append(s.batch, &csReq{apply: func(_ int64, at time.Duration) {
-				for _, kv := range l.keys {
-					if kv.lease == l {
-						s.del(kv, at)
-					}
-				}
-			}})
+			s.batch = append(s.batch, &csReq{apply: func(at time.Duration) { s.newRev(); s.revoke(l, at) }})
 			if !s.committing {
 				s.commit()
 			}
 		}
-		s.leases = kept
 	}
 	s.at(s.o.Etcd.LeaseCheck, s.leaseCheck)
+}
+
+func (s *clusterSim) revoke(l *csLease, at time.Duration) {
+	l.revoked = true
+	for _, kv := range l.keys {
+		if kv.lease == l {
+			s.del(kv, at)
+		}
+	}
+	l.keys = nil
 }

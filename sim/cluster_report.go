@@ -191,7 +191,7 @@ func (s *clusterSim) agentSummary(sum *ClusterScaleSummary, w float64) {
 			continue
 		}
 		ticks = append(ticks, a.tickUs...)
-		cpuPer = append(cpuPer, float64(a.tickNs+a.pubNs+a.recvNs)/1e3/float64(a.ticks))
+		cpuPer = append(cpuPer, float64(a.tickNs+a.bgNs)/1e3/float64(a.ticks))
 		puts, txns = append(puts, float64(a.puts)/w), append(txns, float64(a.txns)/w)
 		evs = append(evs, float64(a.events)/w)
 		bout, bin = append(bout, float64(a.bytesOut)/w), append(bin, float64(a.bytesIn)/w)

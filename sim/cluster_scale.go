@@ -3,17 +3,15 @@ package sim
 // The cluster-scale scenario (issue 22, item 6): many agents sharing one
 // policy and one controller per resource through etcd, at a size no test
 // can start (100 agents, 1,000 resources, 10,000 consumers), on virtual
-// time. What runs is package cluster's own per-tick code — Follower.Step,
-// Leader.Step (aggregate, preset, the shared PID, the republish rule), the
-// indicator and record encodings, ValidatePolicy and Merge — and
-// agent.NewPID for the local and the shared controllers. What is modelled
-// is everything around it: etcd (one linearizable store with client
-// latency, group commit, an apply cost, watches and leases), the
-// goroutines of cluster.Node that carry records between that code and
-// etcd (its publisher, watches, campaigns and session), and the back end
-// each resource's agents measure. The model of Node's goroutines follows
-// Node's code (cluster's node.go, election.go, balance.go, publish.go and
-// follow.go) step by step; where it simplifies, the comment says so.
+// time. Each agent runs package cluster's own Node — its session,
+// publisher, watches, campaigns and balancer, goroutines and all — through
+// cluster.KV and cluster.Runtime (cluster_kv.go, cluster_runtime.go), and
+// agent.NewPID for the local and the shared controllers; ValidatePolicy
+// and Merge take each policy. What is modelled is everything around it:
+// etcd (one linearizable store with client latency, group commit, an
+// apply cost, watches with their history, leases and elections), the
+// operator's policy puts, the agents' policy watch, and the back end each
+// resource's agents measure.
 //
 // Like the rest of package sim it reads no wall clock inside the model:
 // virtual-time figures are the same for a seed. The CPU figures are the

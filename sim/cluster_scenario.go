@@ -20,9 +20,11 @@ func newClusterSim(o ClusterScaleOptions) (*clusterSim, error) {
 		return nil, fmt.Errorf("cluster-scale: want spread ≥ 1, agents ≥ spread, consumers ≥ resources ≥ 1 (have %d agents, spread %d, %d resources, %d consumers)",
 			o.Agents, o.Spread, o.Resources, o.Consumers)
 	}
-	s := &clusterSim{o: o, t: cluster.Timing{Fresh: o.Fresh, Decay: o.Decay, Blend: o.Blend},
-		rng: rand.New(rand.NewPCG(o.Seed, 22)), epoch: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
-		prefix: cluster.DefaultPrefix, kv: map[string]*csKV{}, nextLease: 0x694d7a1c2b3e0000, formedAt: -1}
+	s := &clusterSim{o: o, rng: rand.New(rand.NewPCG(o.Seed, 22)), epoch: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		prefix: cluster.DefaultPrefix, kv: map[string]*csKV{}, lines: map[string][]*csKV{}, watch: map[string][]*csWatcher{},
+		watchPrefix: map[string][]*csWatcher{}, leases: map[int64]*csLease{}, resOf: map[string]*csRes{},
+		nextLease: 0x694d7a1c2b3e0000, formedAt: -1, back: make(chan struct{})}
+	s.policyKey = cluster.PolicyKey(s.prefix)
 	s.addAgents()
 	s.addResources()
 	if err := s.configureAgents(); err != nil {
@@ -40,7 +42,9 @@ func (s *clusterSim) addAgents() {
 		// Agents start within half a second of each other, at no
 		// common phase: their ticks and publishers are not aligned.
 		a.start = time.Duration(s.rng.Int64N(int64(500 * time.Millisecond)))
-		a.pubPhaseOff = time.Duration(s.rng.Int64N(int64(s.o.PublishEvery)))
+		// Its resource loops start tickOff after its node: the node's
+		// publisher ticks at no common phase with them.
+		a.tickOff = time.Duration(s.rng.Int64N(int64(s.o.PublishEvery)))
 		s.agents = append(s.agents, a)
 	}
 }
@@ -64,6 +68,7 @@ func (s *clusterSim) addResources() {
 		}
 		ci = dealConsumers(res, n, ci)
 		s.res = append(s.res, res)
+		s.resOf[cluster.DelayKey(s.prefix, res.name)] = res
 		s.slotsTotal += len(res.slots)
 	}
 }
@@ -92,7 +97,7 @@ func (s *clusterSim) placeSlots(res *csRes, stride int) {
 		}
 		seen[ai] = true
 		a := s.agents[ai]
-		sl := &csSlot{a: a, res: res, Seat: cluster.NewSeat()}
+		sl := &csSlot{a: a, res: res}
 		a.slots = append(a.slots, sl)
 		res.slots = append(res.slots, sl)
 	}
@@ -165,8 +170,7 @@ func (s *clusterSim) makePolicies() error {
 func (s *clusterSim) run() {
 	// The initial policy is in etcd before any agent starts.
 	s.rev++
-	s.policyKV = &csKV{key: cluster.PolicyKey(s.prefix), val: s.policyDocs[0], create: s.rev, mod: s.rev, kind: kindPolicy}
-	s.kv[s.policyKV.key] = s.policyKV
+	s.kv[s.policyKey] = &csKV{key: s.policyKey, val: string(s.policyDocs[0]), create: s.rev, mod: s.rev, kind: kindPolicy}
 	s.policyRev = append(s.policyRev, s.rev)
 	s.policyPut = append(s.policyPut, 0)
 	for _, a := range s.agents {
@@ -191,7 +195,9 @@ func (s *clusterSim) run() {
 		s.now = e.at
 		s.events0++
 		e.fn()
+		s.drain()
 	}
+	s.end()
 }
 
 // putPolicy is an operator's Policies.Put of change k.
@@ -201,15 +207,15 @@ func (s *clusterSim) putPolicy(k int) {
 		return
 	}
 	s.policyPut = append(s.policyPut, s.now)
-	s.write(&csReq{puts: []csPut{{key: s.policyKV.key, val: doc, kind: kindPolicy}}, apply: func(rev int64, _ time.Duration) {
-		s.policyRev = append(s.policyRev, rev)
-	}}, 0)
+	s.write(&csReq{puts: []cluster.Put{{Key: s.policyKey, Value: string(doc)}}, apply: func(time.Duration) {
+		s.policyRev = append(s.policyRev, s.rev)
+	}})
 }
 
 // snapshot takes the steady state's sizes at the end of the rate window.
 func (s *clusterSim) snapshot() {
-	s.keysAtEnd, s.leasesAtEnd = len(s.kv), len(s.leases)
-	for _, l := range s.leases {
+	s.keysAtEnd, s.leasesAtEnd = len(s.kv), len(s.leaseList)
+	for _, l := range s.leaseList {
 		if l.revoked {
 			s.leasesAtEnd--
 		}
@@ -218,7 +224,7 @@ func (s *clusterSim) snapshot() {
 	for _, r := range s.res {
 		leader := false
 		for _, sl := range r.slots {
-			leader = leader || sl.Leading && !sl.a.dead
+			leader = leader || sl.st.Leading && !sl.a.dead
 		}
 		if !leader {
 			s.leaderlessAtKill++
@@ -235,7 +241,7 @@ func (s *clusterSim) led() []int {
 	led := make([]int, len(s.agents))
 	for _, r := range s.res {
 		for _, sl := range r.slots {
-			if sl.Leading && !sl.a.dead {
+			if sl.st.Leading && !sl.a.dead {
 				led[sl.a.idx]++
 			}
 		}
@@ -257,7 +263,7 @@ func (s *clusterSim) kill() {
 	}
 	s.killed, s.killedLed = victim, led[victim.idx]
 	for _, sl := range victim.slots {
-		if !sl.Leading {
+		if !sl.st.Leading {
 			continue
 		}
 		for _, o := range sl.res.slots {
@@ -268,7 +274,6 @@ func (s *clusterSim) kill() {
 	}
 	victim.dead = true
 	for _, sl := range victim.slots {
-		sl.Leading = false
 		// The dead agent applies nothing more: its records count as
 		// propagated once the living have them.
 		s.closeTracks(sl.res, func(tr *csTrack) {
@@ -287,7 +292,7 @@ func (s *clusterSim) outage() {
 			continue
 		}
 		for _, sl := range a.slots {
-			if sl.F.Mode == cluster.ModeCluster {
+			if sl.st.Mode == cluster.ModeCluster {
 				sl.outageMode = csFailure{watch: true, fellAt: -1, rejoinAt: -1, decayedAt: -1}
 			}
 		}
@@ -296,18 +301,18 @@ func (s *clusterSim) outage() {
 
 func (s *clusterSim) failureTick(sl *csSlot) {
 	if m := &sl.deathMode; m.watch {
-		if m.fellAt < 0 && sl.F.Mode != cluster.ModeCluster {
-			m.fellAt, m.lastRecAt = s.now, sl.F.RecvAt.Sub(s.epoch)
+		if m.fellAt < 0 && sl.st.Mode != cluster.ModeCluster {
+			m.fellAt, m.lastRecAt = s.now, s.now-sl.st.Age
 		}
-		if m.fellAt >= 0 && m.rejoinAt < 0 && sl.F.Mode == cluster.ModeCluster && sl.F.Shared.Leader != s.killed.id {
+		if m.fellAt >= 0 && m.rejoinAt < 0 && sl.st.Mode == cluster.ModeCluster && sl.st.Leader != s.killed.id {
 			m.rejoinAt = s.now
 		}
 	}
 	if m := &sl.outageMode; m.watch {
-		if m.fellAt < 0 && sl.F.Mode != cluster.ModeCluster {
-			m.fellAt, m.lastRecAt, m.residue = s.now, sl.F.RecvAt.Sub(s.epoch), float64(sl.F.Shared.Step)
+		if m.fellAt < 0 && sl.st.Mode != cluster.ModeCluster {
+			m.fellAt, m.lastRecAt, m.residue = s.now, s.now-sl.st.Age, float64(sl.st.Step)
 		}
-		if m.fellAt >= 0 && m.decayedAt < 0 && sl.F.Mode == cluster.ModeLocal {
+		if m.fellAt >= 0 && m.decayedAt < 0 && sl.st.Mode == cluster.ModeLocal {
 			m.decayedAt = s.now
 			m.aboveLoc = sl.applied != sl.localOut
 		}

@@ -44,25 +44,12 @@ const (
 	kindPolicy
 )
 
-// csKV is one key in the modelled store; kind, res and agent say what it
-// is, so fan-out needs no key parsing.
+// csKV is one key in the modelled store; kind says what it is.
 type csKV struct {
-	key         string
-	val         []byte
+	key, val    string
 	create, mod int64
 	lease       *csLease
 	kind        csKind
-	res         *csRes
-	agent       string
-	cand        *csSlot // election key: its candidate
-	delWatchers []csWaiter
-}
-
-// csWaiter is a campaign waiting for a key's deletion: campaign gen of
-// its slot (a requeue starts a new one, and the old wait is void).
-type csWaiter struct {
-	sl  *csSlot
-	gen int
 }
 
 type csLease struct {
@@ -70,49 +57,49 @@ type csLease struct {
 	expiry  time.Duration
 	revoked bool
 	keys    []*csKV // attached, in order (for a deterministic revoke)
-	has     map[*csKV]bool
 }
 
-// csPut is one put of a write request. A fenced put is a nested
-// transaction: put only while fence's election key stands (the leader's
-// record, see Node.publishOnce); landed, if set, runs when it does.
-type csPut struct {
-	key    string
-	val    []byte
-	kind   csKind
-	res    *csRes
-	agent  string
-	cand   *csSlot
-	fence  *csSlot
-	elec   *csKV
-	landed func()
-}
-
-// csReq is one write request (a transaction, a grant, a revoke).
+// csReq is one write request: a transaction of puts under a lease, or
+// an operation of its own (apply: a grant, a revoke, a campaign's put,
+// a resign); done runs at the client when the answer comes.
 type csReq struct {
-	from   *csAgent // nil: the operator or etcd itself
-	puts   []csPut
-	lease  *csLease // the puts' lease
-	absent bool     // put only if the (one) key is absent (a campaign)
-	apply  func(rev int64, at time.Duration)
-	done   func(ok bool)
-	sentAt time.Duration
-	// ok[i]: puts[i] was written (its fence held), for done.
+	from  *csAgent // nil: the operator or etcd itself
+	puts  []cluster.Put
+	lease int64
+	apply func(at time.Duration)
+	done  func()
+	// ok[i]: puts[i] was written (its fence held).
 	ok []bool
 }
 
+// csWatcher is one watch at the server: a key, or the keys under it.
+// Events wait in got until its proc takes them (on readies it), or go
+// to fn (the model's own policy watch).
+type csWatcher struct {
+	a      *csAgent
+	key    string
+	prefix bool
+	closed bool
+	got    []histEv
+	on     func()
+}
+
+// histEv is one change in the model's history.
+type histEv struct {
+	rev  int64
+	at   time.Duration
+	made time.Time // a shared record's
+	ev   cluster.Event
+}
+
 type csRes struct {
-	idx        int
-	name       string
-	slots      []*csSlot
-	writer     *csSlot // the slot serving the resource's writer
-	writerOn   [2]time.Duration
-	excessMs   float64
-	cands      []*csSlot // election candidates by create revision
-	delayKV    *csKV
-	delayWatch []*csSlot
-	agentWatch []*csSlot // leaders watching the agents' prefix
-	tracks     []*csTrack
+	idx      int
+	name     string
+	slots    []*csSlot
+	writer   *csSlot // the slot serving the resource's writer
+	writerOn [2]time.Duration
+	excessMs float64
+	tracks   []*csTrack
 }
 
 // csTrack follows one published record until every agent serving its
@@ -124,28 +111,20 @@ type csTrack struct {
 	max  time.Duration
 }
 
-// csSlot is one agent's side of one resource: the cluster.Seat that the
-// product's rules change (as Node's resState holds one) and the model's
-// own bookkeeping.
+// csSlot is one agent's side of one resource: the agent's local
+// controller, its consumers, what its Node reported at the last tick
+// (st), and the model's bookkeeping.
 type csSlot struct {
-	a     *csAgent
-	res   *csRes
-	local agent.Controller
-	cluster.Seat
-	// campaign in progress (gen counts campaigns, so a requeued one's
-	// waits are void)
-	campaigning bool
-	campGen     int
-	readers     []cluster.Consumer
-	writer      *cluster.Consumer
-	indTime     time.Time
-	dirty       bool
-	lastPub     time.Time
-	elec        *csKV
-	inCl        bool
-	counted     uint64
-	applied     int
-	localOut    int
+	a        *csAgent
+	res      *csRes
+	local    agent.Controller
+	readers  []cluster.Consumer
+	writer   *cluster.Consumer
+	st       cluster.ResourceStatus
+	inCl     bool
+	counted  uint64
+	applied  int
+	localOut int
 	// failure bookkeeping
 	deathMode  csFailure
 	outageMode csFailure
@@ -163,36 +142,30 @@ type csFailure struct {
 }
 
 type csAgent struct {
-	idx      int
-	id       string
-	start    time.Duration
-	slots    []*csSlot
-	dead     bool
-	ticked   bool
-	lease    *csLease
-	session  bool
-	own      []byte // its own config file
-	cfg      *config.Config
-	pubBusy  bool
-	pubAgain bool
-	kick     bool
+	idx     int
+	id      string
+	start   time.Duration
+	tickOff time.Duration
+	slots   []*csSlot
+	node    *cluster.Node
+	dead    bool
+	own     []byte // its own config file
+	cfg     *config.Config
 	// policy: change index → delivered at; in-effect pending
 	effect []int
 	// accounting (rate window)
-	ticks                       int
-	tickNs, pubNs, recvNs       int64
-	puts, txns, events          int
-	bytesOut, bytesIn           int64
-	tickUs                      []float64
-	policyCPU                   []float64
-	appliedPolicy, effectAt     map[int]time.Duration
-	appliedRev                  int64
-	keepaliveEvery, pubPhaseOff time.Duration
+	ticks                   int
+	tickNs, bgNs            int64
+	puts, txns, events      int
+	bytesOut, bytesIn       int64
+	tickUs                  []float64
+	policyCPU               []float64
+	appliedPolicy, effectAt map[int]time.Duration
+	appliedRev              int64
 }
 
 type clusterSim struct {
 	o      ClusterScaleOptions
-	t      cluster.Timing
 	rng    *rand.Rand
 	q      csQueue
 	seq    uint64
@@ -202,17 +175,31 @@ type clusterSim struct {
 	res    []*csRes
 	prefix string
 
+	// the procs (cluster_runtime.go)
+	procs  []*proc
+	runq   []*proc
+	cur    *proc
+	back   chan struct{}
+	ending bool
+
 	// etcd
-	rev        int64
-	kv         map[string]*csKV
-	leases     []*csLease
-	nextLease  int64
-	batch      []*csReq
-	committing bool
-	applyFree  time.Duration
-	down       bool
-	policyKV   *csKV
-	policyW    []*csAgent
+	rev         int64
+	bumped      bool
+	kv          map[string]*csKV
+	lines       map[string][]*csKV // election lines, by create revision
+	watch       map[string][]*csWatcher
+	watchPrefix map[string][]*csWatcher
+	hist        []histEv
+	compacted   int64
+	leases      map[int64]*csLease
+	leaseList   []*csLease
+	nextLease   int64
+	batch       []*csReq
+	committing  bool
+	applyFree   time.Duration
+	down        bool
+	policyKey   string
+	resOf       map[string]*csRes // by delay key
 
 	// policies
 	policyDocs [][]byte
