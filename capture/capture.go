@@ -105,13 +105,24 @@ func Filter(port uint16) ([]bpf.RawInstruction, error) {
 // Open opens a capture of TCP port port on interface ifname, in the
 // network namespace of the calling thread.
 func Open(ifname string, port uint16) (*Capture, error) {
-	ifi, err := net.InterfaceByName(ifname)
-	if err != nil {
-		return nil, fmt.Errorf("capture interface: %w", err)
-	}
 	raw, err := Filter(port)
 	if err != nil {
 		return nil, err
+	}
+	return OpenFiltered(ifname, raw)
+}
+
+// OpenFiltered opens a capture of what raw (a classic BPF program over
+// packets from their IP header) passes on interface ifname, or on every
+// interface of the calling thread's network namespace for "".
+func OpenFiltered(ifname string, raw []bpf.RawInstruction) (*Capture, error) {
+	var index int
+	if ifname != "" {
+		ifi, err := net.InterfaceByName(ifname)
+		if err != nil {
+			return nil, fmt.Errorf("capture interface: %w", err)
+		}
+		index = ifi.Index
 	}
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
 	if err != nil {
@@ -141,7 +152,7 @@ func Open(ifname string, port uint16) (*Capture, error) {
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		return fail("timeout", err)
 	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: index}); err != nil {
 		return fail("bind", err)
 	}
 	return c, nil

@@ -56,12 +56,17 @@ const TgtSocketDir = "/var/run/tgtd"
 // kernel NVMe target under nvmet/.
 const ConfigfsRoot = "/sys/kernel/config"
 
+// NVMeHosts lists the connections to an NVMe target's ports (nvmet's
+// configfs does not say who is connected): the caller's socket table,
+// and what it saw on the wire.
+type NVMeHosts func(NVMet) ([]NVMeConn, error)
+
 // AutoProbes are the target software auto finds on this host: tgt (its
 // control socket for controlPort exists; tgtadm must then answer on it),
 // LIO (configfs's target/iscsi) and the kernel NVMe target (configfs's
-// nvmet/subsystems), configfs being mounted at configfs ("":
-// ConfigfsRoot).
-func AutoProbes(controlPort int, configfs string) []Probe {
+// nvmet/subsystems, its hosts from hosts; nil: none), configfs being
+// mounted at configfs ("": ConfigfsRoot).
+func AutoProbes(controlPort int, configfs string, hosts NVMeHosts) []Probe {
 	if configfs == "" {
 		configfs = ConfigfsRoot
 	}
@@ -72,15 +77,23 @@ func AutoProbes(controlPort int, configfs string) []Probe {
 			Absent: "tgt: no control socket " + sock},
 		{Name: "lio", Present: func() bool { return isDir(filepath.Join(lio, "iscsi")) }, Read: func() ([]Target, error) { return ReadLIO(lio) },
 			Absent: "lio: no " + filepath.Join(lio, "iscsi")},
-		{Name: "nvmet", Present: func() bool { return isDir(filepath.Join(nvmet, "subsystems")) }, Read: func() ([]Target, error) { return nvmetTargets(nvmet) },
+		{Name: "nvmet", Present: func() bool { return isDir(filepath.Join(nvmet, "subsystems")) }, Read: func() ([]Target, error) { return NVMetTargets(nvmet, hosts) },
 			Absent: "nvmet: no " + filepath.Join(nvmet, "subsystems")},
 	}
 }
 
-// nvmetTargets are the kernel NVMe target's subsystems as targets.
-func nvmetTargets(root string) ([]Target, error) {
+// NVMetTargets are the kernel NVMe target's subsystems under root as
+// targets, with the hosts hosts finds connected (nil: none).
+func NVMetTargets(root string, hosts NVMeHosts) ([]Target, error) {
 	n, err := ReadNVMet(root)
-	return n.Subsystems, err
+	if err != nil || hosts == nil {
+		return n.Subsystems, err
+	}
+	conns, err := hosts(n)
+	if err != nil {
+		return nil, fmt.Errorf("nvmet hosts: %w", err)
+	}
+	return n.WithHosts(conns), nil
 }
 
 func exists(p string) bool {

@@ -54,7 +54,7 @@ func TestAutoFindsAndMerges(t *testing.T) {
 		{"a present source that fails fails the round", lio, brokenNVMet, []string{"lio", "nvmet"}, nil, "nvmet: discover: nvmet:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			targets, found, err := ReadAll(AutoProbes(noTgt, configfs(t, tc.lio, tc.nvmet)))
+			targets, found, err := ReadAll(AutoProbes(noTgt, configfs(t, tc.lio, tc.nvmet), nil))
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err = %v, want one saying %q", err, tc.err)

@@ -2,8 +2,10 @@ package discover
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,7 +30,8 @@ type NVMet struct {
 	// and ACL is the allowed host NQNs, or "ALL" with attr_allow_any_host.
 	// Sessions stay empty: nvmet's configfs (Debian 6.1) has no view of
 	// connected hosts; they are the TCP connections to a port's service,
-	// one per queue (an admin queue and nr_io_queues I/O queues).
+	// one per queue (an admin queue and nr_io_queues I/O queues), which
+	// WithHosts adds.
 	Subsystems []Target
 	Ports      []NVMePort
 }
@@ -161,4 +164,99 @@ func nvmetAttr(dir, name string) (string, error) {
 		return "", fmt.Errorf("discover: nvmet: %w", err)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// NVMeConn is one TCP connection to the NVMe target: its two ends, from
+// the target host's socket table, and the host and subsystem NQNs of its
+// Fabrics Connect where that was seen on the wire ("" otherwise).
+type NVMeConn struct {
+	Local, Peer     netip.AddrPort
+	HostNQN, SubNQN string
+}
+
+// WithHosts returns the subsystems with their hosts as sessions: one
+// session per subsystem and host address, one Conn per connection, so a
+// controller's admin and I/O queues (and a host's several controllers)
+// are one consumer. A connection goes to the subsystem its Connect named;
+// without one, to the subsystems its port exports — all of them where
+// the port exports several, since nothing else says which (Alias
+// "unconfirmed" marks those sessions).
+func (n NVMet) WithHosts(conns []NVMeConn) []Target {
+	out := make([]Target, len(n.Subsystems))
+	index := map[string]int{}
+	for i, t := range n.Subsystems {
+		out[i] = t
+		out[i].Sessions = nil
+		index[t.IQN] = i
+	}
+	type key struct {
+		sub  int
+		addr netip.Addr
+	}
+	sessions := map[key]int{}
+	sure := map[key]bool{}
+	for _, c := range conns {
+		subs, unsure := n.subsystemsOf(c)
+		for _, name := range subs {
+			i, ok := index[name]
+			if !ok {
+				continue
+			}
+			k := key{i, c.Peer.Addr()}
+			j, ok := sessions[k]
+			if !ok {
+				out[i].Sessions = append(out[i].Sessions, Session{ID: uint64(len(out[i].Sessions) + 1), Initiator: "host at " + c.Peer.Addr().String()})
+				j = len(out[i].Sessions) - 1
+				sessions[k] = j
+			}
+			s := &out[i].Sessions[j]
+			if c.HostNQN != "" {
+				s.Initiator = c.HostNQN
+			}
+			sure[k] = sure[k] || !unsure
+			s.Conns = append(s.Conns, Conn{CID: uint32(c.Peer.Port()), Addr: c.Peer.Addr(), State: "established"})
+		}
+	}
+	for k, j := range sessions {
+		if !sure[k] {
+			out[k.sub].Sessions[j].Alias = "unconfirmed"
+		}
+	}
+	return out
+}
+
+// subsystemsOf is the subsystems connection c may use: the one its
+// Connect named if its port exports that, else every subsystem of its
+// port (unsure when more than one).
+func (n NVMet) subsystemsOf(c NVMeConn) (subs []string, unsure bool) {
+	for _, p := range n.Ports {
+		if p.Transport != "tcp" || p.Service != strconv.Itoa(int(c.Local.Port())) {
+			continue
+		}
+		if a, err := netip.ParseAddr(p.Addr); err == nil && !a.IsUnspecified() && a != c.Local.Addr().Unmap() {
+			continue
+		}
+		for _, s := range p.Subsystems {
+			if c.SubNQN == s {
+				return []string{s}, false
+			}
+			if !slices.Contains(subs, s) {
+				subs = append(subs, s)
+			}
+		}
+	}
+	return subs, len(subs) > 1
+}
+
+// TCPServices are the TCP ports of n's ports, whose connections are its
+// hosts'.
+func (n NVMet) TCPServices() []uint16 {
+	var out []uint16
+	for _, p := range n.Ports {
+		v, err := strconv.ParseUint(p.Service, 10, 16)
+		if p.Transport == "tcp" && err == nil && !slices.Contains(out, uint16(v)) {
+			out = append(out, uint16(v))
+		}
+	}
+	return out
 }

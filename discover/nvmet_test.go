@@ -2,6 +2,7 @@ package discover
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -80,5 +81,90 @@ func TestReadNVMetErrors(t *testing.T) {
 				t.Errorf("err = %v, want one naming nvmet and %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Hosts come from the target's sockets on a port, with the subsystem
+// each Connect named where the wire showed it: a host's queues are one
+// session, a host on two subsystems is in both, a connection whose
+// Connect was not seen goes to every subsystem of its port, unconfirmed
+// where there are several.
+func TestNVMetWithHosts(t *testing.T) {
+	n, err := ReadNVMet(filepath.Join("testdata", "nvmet-guest", "nvmet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const vg1, ram = "nqn.2026-11.lab:vg1", "nqn.2026-11.lab:ram"
+	p1, p2 := netip.MustParseAddrPort("127.0.0.1:4420"), netip.MustParseAddrPort("[::1]:4421")
+	conn := func(local netip.AddrPort, peer string, sub string) NVMeConn {
+		c := NVMeConn{Local: local, Peer: netip.MustParseAddrPort(peer), SubNQN: sub}
+		if sub != "" {
+			c.HostNQN = "nqn.2026-11.lab:" + strings.Split(peer, ":")[0]
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name  string
+		conns []NVMeConn
+		want  map[string][]string // subsystem → "initiator/alias/conns"
+	}{
+		{"one host, admin and four I/O queues: one session", []NVMeConn{
+			conn(p1, "10.0.0.2:1", vg1), conn(p1, "10.0.0.2:2", vg1), conn(p1, "10.0.0.2:3", vg1), conn(p1, "10.0.0.2:4", vg1), conn(p1, "10.0.0.2:5", vg1),
+		}, map[string][]string{vg1: {"nqn.2026-11.lab:10.0.0.2//5"}}},
+		{"a host on two subsystems is in both", []NVMeConn{
+			conn(p1, "10.0.0.3:1", vg1), conn(p1, "10.0.0.3:2", ram), conn(p1, "10.0.0.2:9", ram),
+		}, map[string][]string{vg1: {"nqn.2026-11.lab:10.0.0.3//1"}, ram: {"nqn.2026-11.lab:10.0.0.3//1", "nqn.2026-11.lab:10.0.0.2//1"}}},
+		{"no Connect seen: every subsystem of the port, unconfirmed", []NVMeConn{
+			conn(p1, "10.0.0.4:1", ""),
+		}, map[string][]string{vg1: {"host at 10.0.0.4/unconfirmed/1"}, ram: {"host at 10.0.0.4/unconfirmed/1"}}},
+		{"no Connect seen on a port of one subsystem: sure", []NVMeConn{
+			conn(p2, "[fd00::5]:1", ""),
+		}, map[string][]string{vg1: {"host at fd00::5//1"}}},
+		{"a Connect confirms the guess of a sibling queue", []NVMeConn{
+			conn(p1, "10.0.0.4:1", ""), conn(p1, "10.0.0.4:2", vg1),
+		}, map[string][]string{vg1: {"nqn.2026-11.lab:10.0.0.4//2"}, ram: {"host at 10.0.0.4/unconfirmed/1"}}},
+		{"another port or address is not the target's", []NVMeConn{
+			conn(netip.MustParseAddrPort("127.0.0.1:3260"), "10.0.0.2:1", ""), conn(netip.MustParseAddrPort("127.0.0.2:4420"), "10.0.0.2:1", ""),
+		}, map[string][]string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := map[string][]string{}
+			for _, tg := range n.WithHosts(tc.conns) {
+				for _, s := range tg.Sessions {
+					got[tg.IQN] = append(got[tg.IQN], fmt.Sprintf("%s/%s/%d", s.Initiator, s.Alias, len(s.Conns)))
+				}
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+	if s := n.TCPServices(); !reflect.DeepEqual(s, []uint16{4420, 4421}) {
+		t.Errorf("services %v", s)
+	}
+}
+
+// BuildSnapshot makes one consumer of a host on two subsystems on two
+// resources, in both resources' consumer sets.
+func TestNVMetHostOnTwoResources(t *testing.T) {
+	n := NVMet{Subsystems: []Target{
+		{IQN: "nqn.a", LUNs: []LUN{{Number: 1, Type: "disk", Path: "/dev/a"}}},
+		{IQN: "nqn.b", LUNs: []LUN{{Number: 1, Type: "disk", Path: "/dev/b"}}},
+	}, Ports: []NVMePort{{ID: 1, Transport: "tcp", Addr: "0.0.0.0", Service: "4420", Subsystems: []string{"nqn.a", "nqn.b"}}}}
+	local := netip.MustParseAddrPort("10.99.0.1:4420")
+	var conns []NVMeConn
+	for q := range 5 { // admin and four I/O queues to each
+		for _, sub := range []string{"nqn.a", "nqn.b"} {
+			conns = append(conns, NVMeConn{Local: local, Peer: netip.AddrPortFrom(netip.MustParseAddr("10.99.0.3"), uint16(40000+q)), HostNQN: "nqn.h3", SubNQN: sub})
+		}
+	}
+	conns = append(conns, NVMeConn{Local: local, Peer: netip.MustParseAddrPort("10.99.0.2:1"), HostNQN: "nqn.h2", SubNQN: "nqn.a"})
+	snap := BuildSnapshot(n.WithHosts(conns), nil)
+	want := map[string][]netip.Addr{
+		"path:/dev/a": {netip.MustParseAddr("10.99.0.2"), netip.MustParseAddr("10.99.0.3")},
+		"path:/dev/b": {netip.MustParseAddr("10.99.0.3")},
+	}
+	if !reflect.DeepEqual(snap.Map, want) || len(snap.Consumers) != 2 {
+		t.Fatalf("map %v, consumers %+v", snap.Map, snap.Consumers)
 	}
 }

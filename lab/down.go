@@ -95,6 +95,7 @@ func removeLab(log io.Writer) error {
 	reach("down:tgtd")
 	stopProcs(rec, procsOf(FindProcs(isOurEtcd)), 5*time.Second, "etcd", &rm)
 	errs = append(errs, stopKernelInitiator()...)
+	errs = append(errs, removeNVMe()...)
 	errs = append(errs, removeLIO()...)
 	for _, ns := range Namespaces() {
 		if pids := nsPids(ns); len(pids) > 0 {
@@ -107,7 +108,7 @@ func removeLab(log io.Writer) error {
 	errs = append(errs, removeMounts(rec, &rm)...)
 	reach("down:mounts")
 	errs = append(errs, removeNamespaces(rec, &rm)...)
-	// The iSCSI modules `lab up` loaded, only those (its ledger).
+	// The iSCSI and NVMe modules `lab up` loaded, only those (its record).
 	errs = append(errs, unloadModules(kernelModules)...)
 	if left := ourMounts(); len(left) > 0 {
 		// Never walk into a mount we could not take away.
@@ -371,6 +372,7 @@ func Leftovers() []string {
 	}
 	l = append(l, kernelLeftovers()...)
 	l = append(l, lioLeftovers()...)
+	l = append(l, nvmeLeftovers()...)
 	for _, d := range []string{StateDir, StoreDir, RealDir} {
 		if _, err := os.Stat(d); err == nil {
 			l = append(l, "dir "+d)

@@ -43,7 +43,7 @@ func KernelClientDev(host string) string { return "sq-" + host }
 // all clients' sessions together) with the kernel initiator, as tcpByNS
 // counts a phase. A nil state is the default lab's (libiscsi).
 func (s *State) ClientTCPNS(host string) string {
-	if s != nil && s.Options.InitiatorKind() == InitiatorKernel {
+	if s != nil && s.Options.iscsiKernel() {
 		return ""
 	}
 	return host
@@ -57,19 +57,25 @@ var (
 	IscsidLog = "/run/sanqos-lab-iscsid.log"
 )
 
-// kernelModules are the modules the kernel initiator and LIO load, in
+// kernelModules are the modules the kernel initiators (iSCSI, NVMe/TCP),
+// LIO and nvmet load, in
 // unload order (users before what they use); Down unloads those of them
-// the ledger says `lab up` loaded.
-var kernelModules = []string{"iscsi_tcp", "libiscsi_tcp", "libiscsi", "scsi_transport_iscsi",
+// the record says `lab up` loaded.
+var kernelModules = []string{"nvme_tcp", "nvme_fabrics", "nvme_core", "nvmet_tcp", "nvmet",
+	"t10_pi", "crc64_rocksoft_generic", "crc64_rocksoft", "crc64", "crct10dif_pclmul", "crc_t10dif", "crct10dif_common",
+	"iscsi_tcp", "libiscsi_tcp", "libiscsi", "scsi_transport_iscsi",
 	"iscsi_target_mod", "target_core_iblock", "target_core_file", "target_core_pscsi", "target_core_user", "uio",
 	"target_core_mod", "sd_mod", "scsi_mod", "scsi_common", "configfs"}
 
 // checkKernelInitiator refuses the kernel initiator where it would take
 // over this machine's initial network namespace and iSCSI state: it runs
 // in the stock-kernel guest only.
-func checkKernelInitiator() error {
+func checkKernelInitiator(o Options) error {
 	if GuestAccel() == "" {
-		return errors.New("--initiator kernel runs in the stock-kernel guest only (sanqos-lab lab up --kernel debian --initiator kernel): iscsid needs the initial network namespace, which is this machine's own here")
+		return errors.New("--initiator kernel runs in the stock-kernel guest only (sanqos-lab lab up --kernel debian --initiator kernel): iscsid needs the initial network namespace, and the NVMe/TCP host modules, which this machine lacks")
+	}
+	if !o.iscsiKernel() {
+		return nil
 	}
 	for _, c := range []string{"iscsid", "iscsiadm"} {
 		if _, err := Exec("sh", "-c", "command -v "+c); err != nil {
@@ -453,7 +459,7 @@ func superviseWhat(o Options) string {
 	if o.TargetKind() == TargetTgt {
 		what += ", tgtd in " + TargetNS
 	}
-	if o.InitiatorKind() == InitiatorKernel {
+	if o.iscsiKernel() {
 		what += ", iscsid"
 	}
 	return what

@@ -63,10 +63,19 @@ func TestOptionsTargetInitiator(t *testing.T) {
 	if o.Validate() == nil {
 		t.Error("initiator iser accepted")
 	}
+	o.Target, o.Initiator = "nvmet", "kernel"
+	if err := o.Validate(); err != nil {
+		t.Error(err)
+	}
+	o.Initiator = "libiscsi"
+	if o.Validate() == nil {
+		t.Error("nvmet with libiscsi accepted")
+	}
 }
 
 // Where a client's TCP counters are: its own namespace with libiscsi
-// (whatever the target), the initial one with the kernel initiator.
+// (whatever the target) and with the NVMe/TCP host, the initial one
+// with the kernel's iSCSI initiator.
 func TestClientTCPNS(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -78,6 +87,7 @@ func TestClientTCPNS(t *testing.T) {
 		{"lio, libiscsi", &State{Options: Options{Target: TargetLIO, Initiator: InitiatorLibiscsi}}, "b2"},
 		{"lio, kernel initiator", &State{Options: Options{Target: TargetLIO, Initiator: InitiatorKernel}}, ""},
 		{"tgt, kernel initiator", &State{Options: Options{Initiator: InitiatorKernel}}, ""},
+		{"nvmet, kernel host: each client's own", &State{Options: Options{Target: TargetNVMet, Initiator: InitiatorKernel}}, "b2"},
 	} {
 		if got := c.s.ClientTCPNS("b2"); got != c.want {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)

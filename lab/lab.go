@@ -76,8 +76,9 @@ type Options struct {
 	// than one, Up also starts an etcd server for cluster control (see
 	// EtcdURL). 0 means 1.
 	Targets int `json:"targets,omitempty"`
-	// Target is the iSCSI target: "tgt" (tgtd, the default) or "lio" (the
-	// kernel's LIO, configured through configfs; lio.go).
+	// Target is the storage target: "tgt" (tgtd, the default), "lio" (the
+	// kernel's LIO, configured through configfs; lio.go) or "nvmet" (the
+	// kernel's NVMe/TCP target, through configfs; nvmet.go).
 	Target string `json:"target,omitempty"`
 	// Initiator is the clients' iSCSI initiator: "libiscsi" (fio's
 	// libiscsi engine in each client namespace, the default) or "kernel"
@@ -90,6 +91,7 @@ type Options struct {
 const (
 	TargetTgt         = "tgt"
 	TargetLIO         = "lio"
+	TargetNVMet       = "nvmet"
 	InitiatorLibiscsi = "libiscsi"
 	InitiatorKernel   = "kernel"
 )
@@ -100,6 +102,13 @@ func (o Options) TargetKind() string {
 		return TargetTgt
 	}
 	return o.Target
+}
+
+// iscsiKernel reports whether the clients are open-iscsi's kernel
+// initiator, whose network is the initial namespace's (kinit.go); the
+// NVMe/TCP host connects from each client's namespace (nvmet.go).
+func (o Options) iscsiKernel() bool {
+	return o.InitiatorKind() == InitiatorKernel && o.TargetKind() != TargetNVMet
 }
 
 // InitiatorKind is the options' initiator, "libiscsi" where unset.
@@ -145,8 +154,12 @@ func (o Options) Validate() error {
 	}
 	switch o.TargetKind() {
 	case TargetTgt, TargetLIO:
+	case TargetNVMet:
+		if o.InitiatorKind() != InitiatorKernel {
+			return errors.New("target nvmet: the clients are the kernel's NVMe/TCP host (--initiator kernel)")
+		}
 	default:
-		return fmt.Errorf("target %q: want tgt or lio", o.Target)
+		return fmt.Errorf("target %q: want tgt, lio or nvmet", o.Target)
 	}
 	switch o.InitiatorKind() {
 	case InitiatorLibiscsi, InitiatorKernel:

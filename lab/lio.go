@@ -116,24 +116,12 @@ func inNetns(ns string, f func() error) error {
 }
 
 // configureLIO builds the lab's targets in LIO. Every object it makes is
-// recorded in the ledger first, so a failure half-way is undone by Down.
+// recorded first, so a failure half-way is undone by Down.
 func configureLIO(s *State, log io.Writer) error {
 	before := loadedModules()
 	defer recordModules(before, kernelModules)
-	// configfs is a module on the stock kernel, not loaded when the
-	// guest's init tried to mount it.
-	if !mountedAs("/sys/kernel/config", "configfs") {
-		if _, err := Exec("modprobe", "configfs"); err != nil {
-			return fmt.Errorf("LIO: %w", err)
-		}
-		if !mountedAs("/sys/kernel/config", "configfs") {
-			if err := ledger("mount", "/sys/kernel/config"); err != nil {
-				return err
-			}
-			if _, err := Exec("mount", "-t", "configfs", "configfs", "/sys/kernel/config"); err != nil {
-				return fmt.Errorf("LIO: %w", err)
-			}
-		}
+	if err := mountConfigfs(); err != nil {
+		return fmt.Errorf("LIO: %w", err)
 	}
 	if _, err := os.Stat(ConfigfsTarget); err != nil {
 		Exec("modprobe", "target_core_mod")
@@ -151,7 +139,7 @@ func configureLIO(s *State, log io.Writer) error {
 	iscsi := filepath.Join(ConfigfsTarget, "iscsi")
 	if _, err := os.Stat(iscsi); err != nil {
 		// The fabric's directory: made here, so removed by Down.
-		if err := ledger("configfs", iscsi); err != nil {
+		if err := record("configfs", iscsi); err != nil {
 			return err
 		}
 		if err := mkdirCfg(iscsi); err != nil {
@@ -163,8 +151,32 @@ func configureLIO(s *State, log io.Writer) error {
 			return fmt.Errorf("LIO target %s: %w", r.IQN, err)
 		}
 	}
-	// A second view of configfs for the agent in bm (ip netns exec hides
-	// /sys/kernel/config).
+	return mountAgentConfigfs()
+}
+
+// mountConfigfs mounts configfs where it belongs unless it is: it is a
+// module on the stock kernel, not loaded when the guest's init tried to
+// mount it. A mount made here is recorded, for Down to undo.
+func mountConfigfs() error {
+	if mountedAs("/sys/kernel/config", "configfs") {
+		return nil
+	}
+	if _, err := Exec("modprobe", "configfs"); err != nil {
+		return err
+	}
+	if mountedAs("/sys/kernel/config", "configfs") {
+		return nil
+	}
+	if err := record("mount", "/sys/kernel/config"); err != nil {
+		return err
+	}
+	_, err := Exec("mount", "-t", "configfs", "configfs", "/sys/kernel/config")
+	return err
+}
+
+// mountAgentConfigfs mounts a second view of configfs for the agent in
+// bm (ip netns exec hides /sys/kernel/config).
+func mountAgentConfigfs() error {
 	if err := os.MkdirAll(LIOConfigfs, 0o755); err != nil {
 		return err
 	}
@@ -347,12 +359,15 @@ func removeLIO() []error {
 			errs = append(errs, err)
 		}
 	}
-	for _, p := range ledgerOf("configfs") {
+	for _, p := range recordedOf("configfs") {
+		if !strings.HasPrefix(p, ConfigfsTarget+"/") {
+			continue // nvmet's: removeNVMe's
+		}
 		if err := removeCfg(p); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	for _, m := range ledgerOf("mount") {
+	for _, m := range recordedOf("mount") {
 		if mountedAs(m, "configfs") {
 			if _, err := Exec("umount", m); err != nil {
 				errs = append(errs, err)
@@ -383,26 +398,12 @@ func removeCfg(p string) error {
 	return nil
 }
 
-// The ledger (StateDir/kernel-made) records what the lab made in the
-// kernel beyond its own labelled objects: modules it loaded, configfs
-// directories that were not there. Down undoes exactly these.
-func ledgerPath() string { return filepath.Join(StateDir, "kernel-made") }
-
-func ledger(kind, what string) error {
-	if err := os.MkdirAll(StateDir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(ledgerPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = fmt.Fprintf(f, "%s %s\n", kind, what)
-	return err
-}
-
-func ledgerOf(kind string) []string {
-	b, _ := os.ReadFile(ledgerPath())
+// recordedOf lists what the record says the lab made in the kernel
+// beyond its labelled objects, of one kind: "module" (loaded by `lab
+// up`), "configfs" (directories that were not there), "mount". Down
+// undoes exactly these.
+func recordedOf(kind string) []string {
+	b, _ := os.ReadFile(recordPath())
 	var out []string
 	for _, line := range strings.Split(string(b), "\n") {
 		if k, v, ok := strings.Cut(line, " "); ok && k == kind {
@@ -424,26 +425,26 @@ func loadedModules() map[string]bool {
 	return m
 }
 
-// recordModules adds to the ledger the modules of set that are loaded now
+// recordModules adds to the record the modules of set that are loaded now
 // and were not before.
 func recordModules(before map[string]bool, set []string) {
 	now := loadedModules()
 	have := map[string]bool{}
-	for _, m := range ledgerOf("module") {
+	for _, m := range recordedOf("module") {
 		have[m] = true
 	}
 	for _, m := range set {
 		if now[m] && !before[m] && !have[m] {
-			ledger("module", m)
+			record("module", m)
 		}
 	}
 }
 
-// unloadModules removes the modules the ledger says the lab loaded, in
+// unloadModules removes the modules the record says the lab loaded, in
 // the order of order (users before what they use).
 func unloadModules(order []string) []error {
 	ours := map[string]bool{}
-	for _, m := range ledgerOf("module") {
+	for _, m := range recordedOf("module") {
 		ours[m] = true
 	}
 	var errs []error
@@ -476,6 +477,9 @@ func lioLeftovers() []string {
 // target: tgtadm on target host t's tgtd control port, or LIO's configfs through the
 // lab's second mount (the agent runs under ip netns exec).
 func (s *State) DiscoveryYAML(t TargetHost) string {
+	if s != nil && s.Options.TargetKind() == TargetNVMet {
+		return fmt.Sprintf("iscsi_port: %d\ndiscovery:\n  source: nvmet\n  root: %s\n", NVMePort, filepath.Join(LIOConfigfs, "nvmet"))
+	}
 	if s != nil && s.Options.TargetKind() == TargetLIO {
 		return fmt.Sprintf("discovery:\n  source: lio\n  root: %s\n", filepath.Join(LIOConfigfs, "target"))
 	}

@@ -61,7 +61,7 @@ func setupNetwork(o Options) error {
 		if nsExists(ns) {
 			continue
 		}
-		if !IsTargetNS(ns) && o.InitiatorKind() == InitiatorKernel {
+		if !IsTargetNS(ns) && o.iscsiKernel() {
 			// The client's network is in the initial namespace (kinit.go).
 			if err := addNetns(ns); err != nil {
 				return err

@@ -81,7 +81,7 @@ func Serve(log *slog.Logger) error {
 			}()
 		}
 	}
-	if s.Options.InitiatorKind() == InitiatorKernel {
+	if s.Options.iscsiKernel() {
 		stopping.Add(1)
 		go func() {
 			defer stopping.Done()
@@ -110,6 +110,9 @@ func shutdown(ours bool, id string, tgtds []*ownTgtd, stopping *sync.WaitGroup, 
 	if ours {
 		for _, err := range stopKernelInitiator() {
 			log.Warn("kernel initiator", "err", err)
+		}
+		for _, err := range removeNVMe() {
+			log.Warn("NVMe/TCP", "err", err)
 		}
 		for _, err := range removeLIO() {
 			log.Warn("LIO", "err", err)

@@ -31,7 +31,7 @@ func Up(o Options, log io.Writer) (*State, error) {
 		return nil, err
 	}
 	if o.InitiatorKind() == InitiatorKernel {
-		if err := checkKernelInitiator(); err != nil {
+		if err := checkKernelInitiator(o); err != nil {
 			return nil, err
 		}
 	}
@@ -116,7 +116,7 @@ func build(o Options, log io.Writer) (*State, error) {
 		loadFor("/dev/fuse", "fuse")
 	}
 	loadFor("/dev/loop-control", "loop")
-	if o.InitiatorKind() == InitiatorKernel {
+	if o.iscsiKernel() {
 		if err := prepareKernelInitiator(); err != nil {
 			return nil, err
 		}
@@ -144,7 +144,11 @@ func build(o Options, log io.Writer) (*State, error) {
 		}
 	}
 	if o.InitiatorKind() == InitiatorKernel {
-		if err := loginKernel(s, log); err != nil {
+		login := loginKernel
+		if o.TargetKind() == TargetNVMet {
+			login = connectKernelNVMe
+		}
+		if err := login(s, log); err != nil {
 			return nil, err
 		}
 		if err := s.save(); err != nil {
@@ -255,6 +259,8 @@ func configureTargetKind(s *State, log io.Writer) error {
 		if err := configureLIO(s, log); err != nil {
 			return err
 		}
+	case TargetNVMet:
+		return configureNVMet(s, log)
 	default:
 		if err := WaitFor("tgtd control sockets", 10*time.Second, s.TgtsReady); err != nil {
 			return err
@@ -384,6 +390,10 @@ func (s *State) Health() []string {
 		if !lioReady(s) {
 			p = append(p, "LIO targets not enabled")
 		}
+	case TargetNVMet:
+		if !nvmetReady(s) {
+			p = append(p, "nvmet port not exporting every subsystem")
+		}
 	default:
 		for _, t := range s.Options.TargetHosts() {
 			if !tgtReadyOn(t) {
@@ -394,8 +404,11 @@ func (s *State) Health() []string {
 	if s.Options.targetCount() > 1 && !EtcdRunning() {
 		p = append(p, "etcd not running")
 	}
-	if s.Options.InitiatorKind() == InitiatorKernel {
+	switch {
+	case s.Options.iscsiKernel():
 		p = append(p, kernelHealth(s)...)
+	case s.Options.InitiatorKind() == InitiatorKernel:
+		p = append(p, nvmeHealth(s)...)
 	}
 	for _, r := range s.Resources {
 		for _, l := range r.LUNs {

@@ -395,3 +395,18 @@ func TestTCPRatesSendSRTT(t *testing.T) {
 		}
 	}
 }
+
+// Established lists a port's connections with both ends, the peer's
+// port being the client's.
+func TestEstablished(t *testing.T) {
+	c, tr := loopbackTarget(t, func(net.Conn) {})
+	got, err := Established(tr.Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := netip.MustParseAddrPort(c.RemoteAddr().String())
+	peer := netip.MustParseAddrPort(c.LocalAddr().String())
+	if len(got) != 1 || got[0].Local != local || got[0].Peer != peer {
+		t.Fatalf("got %+v, want one %v ← %v", got, local, peer)
+	}
+}

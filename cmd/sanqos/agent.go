@@ -478,7 +478,7 @@ func discoveryProbes(d config.Discovery) ([]discover.Probe, error) {
 	}
 	switch d.Source {
 	case "auto":
-		return discover.AutoProbes(d.TgtControlPort, d.Root), nil
+		return discover.AutoProbes(d.TgtControlPort, d.Root, nvmeHosts), nil
 	case "tgt":
 		return []discover.Probe{{Name: "tgt", Present: always, Read: func() ([]discover.Target, error) { return discover.Tgt(d.TgtControlPort) }}}, nil
 	case "lio":
@@ -489,8 +489,7 @@ func discoveryProbes(d config.Discovery) ([]discover.Probe, error) {
 	case "nvmet":
 		root := orDefault(discover.ConfigfsRoot + "/nvmet")
 		return []discover.Probe{{Name: "nvmet", Present: always, Read: func() ([]discover.Target, error) {
-			n, err := discover.ReadNVMet(root)
-			return n.Subsystems, err
+			return discover.NVMetTargets(root, nvmeHosts)
 		}}}, nil
 	}
 	return nil, fmt.Errorf("discovery source %q is not wired yet", d.Source)

@@ -74,13 +74,18 @@ through configfs, the portal made inside bm) instead of tgtd, and
 --initiator kernel replaces fio's libiscsi engine with open-iscsi's kernel
 initiator: one iscsid in the guest's initial namespace (the kernel's iSCSI
 netlink exists only there), one interface and iface per client with the
-client's address, fio with libaio on each session's /dev/sdX.`,
+client's address, fio with libaio on each session's /dev/sdX. --target
+nvmet --initiator kernel builds it over NVMe/TCP: the kernel's NVMe
+target (configfs: one subsystem per resource, one namespace per client,
+port 4420 inside bm) and its NVMe/TCP host, each client connecting from
+its own namespace, fio on /dev/nvmeXnY.`,
 		Example: `  sanqos-lab lab up
   sanqos-lab lab up --real-disk
   sanqos-lab lab up --resources vg1,vg2 --disk-seek 8ms
   sanqos-lab lab up --targets 3     # three target hosts and etcd: cluster-autonomic
   sanqos-lab lab up --kernel debian
-  sanqos-lab lab up --kernel debian --target lio --initiator kernel`,
+  sanqos-lab lab up --kernel debian --target lio --initiator kernel
+  sanqos-lab lab up --kernel debian --target nvmet --initiator kernel`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if kernel != "" {
@@ -105,7 +110,7 @@ client's address, fio with libaio on each session's /dev/sdX.`,
 	f.Float64Var(&o.Model.WriteCost, "disk-write-cost", o.Model.WriteCost, "modelled transfer-time multiplier of writes (parity/mirror cost)")
 	f.IntVar(&o.Targets, "targets", 1, fmt.Sprintf("target hosts (namespaces bm, bm2, …, each with its own tgtd) in front of the shared resources, 1..%d; with more than one, an etcd server for `sanqos agent --etcd` runs on the lab bridge (experiment cluster-autonomic)", lab.MaxTargets))
 	f.IntVar(&o.TargetRmem, "target-rmem", o.TargetRmem, "cap the target's TCP receive buffer (bytes, 0 = kernel default); see README \"The lab\"")
-	f.StringVar(&o.Target, "target", "", "iSCSI target: tgt (tgtd, default) or lio (the kernel's LIO through configfs; stock-kernel guest)")
+	f.StringVar(&o.Target, "target", "", "target: tgt (tgtd, default), lio (the kernel's LIO through configfs) or nvmet (the kernel's NVMe/TCP target; with --initiator kernel); lio and nvmet in the stock-kernel guest")
 	f.StringVar(&o.Initiator, "initiator", "", "clients' initiator: libiscsi (fio's engine in each client namespace, default) or kernel (open-iscsi, fio on the block device; stock-kernel guest only)")
 	f.StringVar(&kernel, "kernel", "", "build the lab in a QEMU guest on this kernel: debian (the newest /boot/vmlinuz-*) or an image's path")
 	f.StringVar(&g.Accel, "accel", "tcg", "--kernel: QEMU accelerator, tcg or kvm")
@@ -293,7 +298,9 @@ func printStatus(cmd *cobra.Command, s *lab.State) {
 		kind = "this machine's disk"
 	}
 	for _, t := range s.Options.TargetHosts() {
-		if s.Options.TargetKind() == lab.TargetLIO {
+		if s.Options.TargetKind() == lab.TargetNVMet {
+			fmt.Fprintf(w, "target\t%s:%d in netns %s (nvmet, NVMe/TCP, configfs)\n", t.Addr, lab.NVMePort, t.NS)
+		} else if s.Options.TargetKind() == lab.TargetLIO {
 			fmt.Fprintf(w, "target\t%s:%d in netns %s (LIO, configfs)\n", t.Addr, lab.ISCSIPort, t.NS)
 		} else {
 			fmt.Fprintf(w, "target\t%s:%d in netns %s (tgtd -C %d)\n", t.Addr, lab.ISCSIPort, t.NS, t.CtlPort)
@@ -302,7 +309,9 @@ func printStatus(cmd *cobra.Command, s *lab.State) {
 	if len(s.Options.TargetHosts()) > 1 {
 		fmt.Fprintf(w, "etcd\t%s (in netns %s, log %s)\n", lab.EtcdURL(), lab.SwitchNS, lab.EtcdLog())
 	}
-	if s.Options.InitiatorKind() == lab.InitiatorKernel {
+	if s.Options.TargetKind() == lab.TargetNVMet {
+		fmt.Fprintf(w, "initiator\tkernel NVMe/TCP host (each client connects from its namespace; fio on /dev/nvmeXnY)\n")
+	} else if s.Options.InitiatorKind() == lab.InitiatorKernel {
 		fmt.Fprintf(w, "initiator\tkernel (iscsid in the initial namespace, one iface per client on sq-HOST; fio on /dev/sdX)\n")
 	} else {
 		fmt.Fprintf(w, "initiator\tlibiscsi (fio in each client namespace)\n")

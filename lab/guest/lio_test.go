@@ -21,7 +21,8 @@ import (
 // client as a consumer at its own address; a read delay on one client
 // slows its reads and not its neighbour's; and the guest's `lab down`
 // leaves no configfs object, session, iscsid, client interface or
-// module it loaded. Its own SANQOS_GUEST_DIR, like TestLabUpRunDownInGuest.
+// module it loaded. Then the same guest builds the lab over NVMe/TCP
+// (nvmeInGuest), which boots no guest of its own. Its own SANQOS_GUEST_DIR, like TestLabUpRunDownInGuest.
 // It is one function because it is one guest lab, brought up once (a
 // boot of the stock kernel) and taken down at the end: each step is the
 // next one's premise.
@@ -187,6 +188,8 @@ true
 	if strings.TrimSpace(left) != "" {
 		t.Errorf("left after the guest's lab down (%s):\n%s", strings.TrimSpace(down), left)
 	}
+	// The same guest, over NVMe/TCP (issue 54).
+	nvmeInGuest(t, gexec, gbin)
 	out, err = sanqos(2*time.Minute, "lab", "down", "--kernel", "debian")
 	if err != nil {
 		t.Fatalf("lab down: %v\n%s", err, out)
