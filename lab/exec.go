@@ -8,11 +8,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"time"
-
-	"github.com/vishvananda/netns"
 )
 
 // Exec runs a program directly (never through a shell) and returns its
@@ -103,42 +100,13 @@ func CheckPrereqs() error {
 	return nil
 }
 
-// inNetNS runs f on an OS thread moved into the named network namespace:
-// sockets f creates belong to that namespace (the lab's addresses are
-// not reachable from the host's). The thread is thrown away if it cannot
-// be moved back.
-func inNetNS(ns string, f func()) error {
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer orig.Close()
-	h, err := netns.GetFromName(ns)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer h.Close()
-	if err := netns.Set(h); err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	f()
-	if netns.Set(orig) == nil {
-		runtime.UnlockOSThread()
-	}
-	return nil
-}
-
 // DialInNS dials a TCP address from inside a lab namespace; the
 // connection keeps working from any goroutine once made.
 func DialInNS(ctx context.Context, ns, addr string) (net.Conn, error) {
 	var c net.Conn
-	err := fmt.Errorf("namespace %s unavailable", ns)
-	if e := inNetNS(ns, func() { c, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr) }); e != nil {
-		return nil, e
-	}
+	err := inNetns(ns, func() (err error) {
+		c, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		return err
+	})
 	return c, err
 }

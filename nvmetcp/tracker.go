@@ -61,6 +61,9 @@ type Counters struct {
 	FlowsRefused        int
 	Connects            int // Fabrics Connect commands read
 	R2Ts                int // ready-to-transfer PDUs (the writers' lever)
+	// DataSuccess counts commands completed by a C2HData with SUCCESS,
+	// no response capsule.
+	DataSuccess int
 }
 
 type pending struct {
@@ -154,7 +157,9 @@ func (t *Tracker) header(f Flow, c *conn, h Header, pdu []byte, ts time.Time) {
 	case h.Type == TypeCapsuleCmd:
 		t.command(f, c, h, pdu, ts)
 	case h.Completes():
-		t.complete(f, c, h.CID, h.Status, ts)
+		if t.complete(f, c, h.CID, h.Status, ts) && h.Type == TypeC2HData {
+			t.c.DataSuccess++
+		}
 	}
 }
 
@@ -193,11 +198,12 @@ func (c *conn) classify(opcode byte) Op {
 	return OpOther
 }
 
-func (t *Tracker) complete(f Flow, c *conn, cid, status uint16, ts time.Time) {
+// complete ends command cid, if it was seen.
+func (t *Tracker) complete(f Flow, c *conn, cid, status uint16, ts time.Time) bool {
 	p, ok := c.out[cid]
 	if !ok {
 		t.c.Unmatched++
-		return
+		return false
 	}
 	delete(c.out, cid)
 	t.c.Completed++
@@ -215,6 +221,7 @@ func (t *Tracker) complete(f Flow, c *conn, cid, status uint16, ts time.Time) {
 	if t.emit != nil {
 		t.emit(s)
 	}
+	return true
 }
 
 // TakeStats returns the latencies since the last call and starts anew.

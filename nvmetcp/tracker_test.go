@@ -169,7 +169,7 @@ func TestC2HDataSuccessCompletion(t *testing.T) {
 	if len(got) != 2 || got[0].CID != 1 || got[0].Latency != 4*ms || got[1].CID != 2 || got[1].Latency != 6*ms {
 		t.Fatalf("samples %+v", got)
 	}
-	if c := tr.Counters(); c.Completed != 2 || c.Unmatched != 1 {
+	if c := tr.Counters(); c.Completed != 2 || c.Unmatched != 1 || c.DataSuccess != 1 {
 		t.Fatalf("counters %+v", c)
 	}
 	st := tr.TakeStats()[Key{host.Addr(), 5, OpRead}]
