@@ -62,7 +62,7 @@ var (
 // unload order (users before what they use); Down unloads those of them
 // the record says `lab up` loaded.
 var kernelModules = []string{"nvme_tcp", "nvme_fabrics", "nvme_core", "nvmet_tcp", "nvmet",
-	"t10_pi", "crc64_rocksoft_generic", "crc64_rocksoft", "crc64", "crct10dif_pclmul", "crc_t10dif", "crct10dif_common",
+	"t10_pi", "crc64_rocksoft", "crc64_rocksoft_generic", "crc64", "crc_t10dif", "crct10dif_pclmul", "crct10dif_generic", "crct10dif_common",
 	"iscsi_tcp", "libiscsi_tcp", "libiscsi", "scsi_transport_iscsi",
 	"iscsi_target_mod", "target_core_iblock", "target_core_file", "target_core_pscsi", "target_core_user", "uio",
 	"target_core_mod", "sd_mod", "scsi_mod", "scsi_common", "configfs"}
