@@ -394,10 +394,11 @@ func ReadTCPCounters(ns string) (TCPCounters, error) {
 	if ns == "" {
 		return ReadTCPCountersOf(os.Getpid())
 	}
-	c, err := TCPCounters{}, fmt.Errorf("namespace %s unavailable", ns)
-	if e := inNetNS(ns, func() { c, err = ReadTCPCountersOf(unix.Gettid()) }); e != nil {
-		return c, e
-	}
+	var c TCPCounters
+	err := inNetns(ns, func() (err error) {
+		c, err = ReadTCPCountersOf(unix.Gettid())
+		return err
+	})
 	return c, err
 }
 

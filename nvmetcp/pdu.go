@@ -13,7 +13,9 @@
 // State is bounded: a partial header (or one Connect capsule) per stream
 // and a capped table of outstanding commands per connection.
 //
-// Imports (sanqos): iscsipdu (Flow, Direction, the reassembler).
+// It shares iscsipdu's Flow, Direction and reassembler.
+//
+// Imports (sanqos): iscsipdu.
 package nvmetcp
 
 import (

@@ -4,8 +4,8 @@
 // (TestProductLinksNoLab) keeps them out of this one.
 //
 // Imports (sanqos): advise, agent, capture, cluster, config, control,
-// dashboard, discover, doctor, internal/cli, internal/version, passive,
-// sample, throttle.
+// dashboard, discover, doctor, internal/cli, internal/version, nvmetcp,
+// passive, sample, throttle.
 package main
 
 import (

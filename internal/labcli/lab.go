@@ -321,7 +321,11 @@ func printStatus(cmd *cobra.Command, s *lab.State) {
 		fmt.Fprintf(w, "target TCP rmem\t%d bytes (a 64 KiB write spans several window rounds, as in the thesis)\n", s.Options.TargetRmem)
 	}
 	for i, r := range s.Resources {
-		fmt.Fprintf(w, "resource %s\t%s\n", r.Name, r.IQN)
+		name := r.IQN
+		if s.Options.TargetKind() == lab.TargetNVMet {
+			name = lab.SubsystemNQN(r)
+		}
+		fmt.Fprintf(w, "resource %s\t%s\n", r.Name, name)
 		if i < len(s.Capacity) {
 			c := s.Capacity[i]
 			fmt.Fprintf(w, "  capacity\t%.1f MB/s sequential 64 KiB writes (4 streams); %.0f IOPS / %.2f ms random 8 KiB reads (qd 1)\n", c.SeqWriteMBs, c.RandReadIOPS, c.RandReadMs)

@@ -20,8 +20,9 @@ import (
 // vg2, as one consumer, and finds a host that reconnects within one
 // discovery round; fio runs on /dev/nvmeXnY; and `lab down` leaves no
 // nvmet object, controller or module of ours.
-func nvmeInGuest(t *testing.T, gexec func(time.Duration, string) string, gbin string) {
-	up := gexec(5*time.Minute, gbin+" lab up --resources vg1,vg2 --lun-size=134217728 --disk-bandwidth=4e6 --disk-seek=1ms --target nvmet --initiator kernel 2>&1\n")
+func nvmeInGuest(t *testing.T, gexec func(time.Duration, string) string, gdir string) {
+	gbin, glab := gdir+"/sanqos", gdir+"/sanqos-lab"
+	up := gexec(5*time.Minute, glab+" lab up --resources vg1,vg2 --lun-size=134217728 --disk-bandwidth=4e6 --disk-seek=1ms --target nvmet --initiator kernel 2>&1\n")
 	for _, want := range []string{"nvmet: 3 subsystems, port 10.99.0.1:4420 in netns bm", "NVMe/TCP host: 9 controllers", "/dev/nvme"} {
 		if !strings.Contains(up, want) {
 			t.Errorf("nvmet lab up's output lacks %q:\n%s", want, up)
@@ -125,7 +126,7 @@ echo $(( (T - T1) / 1000000 )) $(( ($(date +%%s%%N) - T) / 1000000 ))
 
 	gexec(time.Minute, stopAgent)
 	stopped = true
-	down := gexec(3*time.Minute, gbin+" lab down 2>&1\n")
+	down := gexec(3*time.Minute, glab+" lab down 2>&1\n")
 	left := gexec(time.Minute, `ls /sys/kernel/config/nvmet/subsystems /sys/kernel/config/nvmet/ports 2>/dev/null | grep -v ':$' | grep . | sed 's/^/configfs nvmet: /'
 grep -l nqn.2026-11.lab /sys/class/nvme/*/subsysnqn 2>/dev/null | sed 's/^/controller: /'
 grep -E '^(nvmet|nvmet_tcp|nvme_tcp|nvme_fabrics|nvme_core|configfs) ' /proc/modules | sed 's/^/module: /'
