@@ -30,46 +30,31 @@ type LabRuns struct {
 func FindLabRuns(results string) (*LabRuns, error) {
 	lr := &LabRuns{}
 	var err error
-	lr.InterferenceDir, err = newest(results, "interference", func(b []byte) bool {
-		var s report.InterferenceSummary
-		if json.Unmarshal(b, &s) != nil || len(s.Runs) != len(InterferenceWriters) || s.Runs[0].ReadWaitMs.P50 < 1 {
-			return false
-		}
-		lr.Interference = s
-		return true
-	})
-	if err != nil {
+	if lr.InterferenceDir, err = newest(results, "interference", &lr.Interference, func(s *report.InterferenceSummary) bool {
+		return len(s.Runs) == len(InterferenceWriters) && s.Runs[0].ReadWaitMs.P50 >= 1
+	}); err != nil {
 		return nil, err
 	}
-	lr.DelaySweepDir, err = newest(results, "delay-sweep", func(b []byte) bool {
-		var s SweepSummary
-		if json.Unmarshal(b, &s) != nil || len(s.Points) < 4 {
-			return false
-		}
-		lr.Sweep = s
-		return true
-	})
-	if err != nil {
+	if lr.DelaySweepDir, err = newest(results, "delay-sweep", &lr.Sweep, func(s *SweepSummary) bool { return len(s.Points) >= 4 }); err != nil {
 		return nil, err
 	}
-	lr.PIDDir, _ = newest(results, "pid", func(b []byte) bool {
-		var s report.ControlledSummary
-		if json.Unmarshal(b, &s) != nil || len(s.Regulated) == 0 {
-			return false
-		}
-		lr.PID = &s
-		return true
-	})
+	var pid report.ControlledSummary
+	if lr.PIDDir, _ = newest(results, "pid", &pid, func(s *report.ControlledSummary) bool { return len(s.Regulated) > 0 }); lr.PIDDir != "" {
+		lr.PID = &pid
+	}
 	return lr, nil
 }
 
 // newest returns the newest run directory (by name: run ids are
-// timestamps) of an experiment whose summary.json passes ok.
-func newest(results, exp string, ok func([]byte) bool) (string, error) {
+// timestamps) of an experiment whose summary.json decodes and passes ok,
+// and decodes it into into.
+func newest[T any](results, exp string, into *T, ok func(*T) bool) (string, error) {
 	dirs, _ := filepath.Glob(filepath.Join(results, exp, "2*"))
 	sort.Sort(sort.Reverse(sort.StringSlice(dirs)))
 	for _, d := range dirs {
-		if b, err := os.ReadFile(filepath.Join(d, "summary.json")); err == nil && ok(b) {
+		var v T
+		if b, err := os.ReadFile(filepath.Join(d, "summary.json")); err == nil && json.Unmarshal(b, &v) == nil && ok(&v) {
+			*into = v
 			return d, nil
 		}
 	}
