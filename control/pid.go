@@ -46,29 +46,6 @@ type PIDConfig struct {
 	ReleaseAfter int
 }
 
-// ThesisPIDConfig returns the thesis' tuning (Kp = 0.3, Ti = 500, Td = 1,
-// T = 16 in listing A.2/A.3) with its ratios kept at a 100 ms interval:
-// T/Ti = 16/500 → Ti = 3.125 s, Td/T = 1/16 → Td = 6.25 ms; u_max = 40
-// steps of 0.5 ms; release band 25 % with the integral halved per tick.
-//
-// Caution: listing A.2 did not run this equation (see PID), and its effective
-// integral gain was Kp per tick, 1/(T/Ti) ≈ 31× stronger than this
-// configuration's Kp·T/Ti. Expect this tuning to be much slower to settle
-// than Figures 5.9/5.10; retune in the lab.
-func ThesisPIDConfig(threshold float64) PIDConfig {
-	return PIDConfig{
-		Threshold:     threshold,
-		Kp:            0.3,
-		Interval:      100 * time.Millisecond,
-		Ti:            3125 * time.Millisecond,
-		Td:            6250 * time.Microsecond,
-		MaxSteps:      DefaultMaxSteps,
-		Step:          DefaultStep,
-		ReleaseBand:   0.25,
-		ReleaseFactor: 0.5,
-	}
-}
-
 // ErrConfig is wrapped by every Validate error.
 var ErrConfig = errors.New("control: invalid configuration")
 

@@ -291,6 +291,19 @@ func lioReady(s *State) bool {
 // prefix, HBA index), in the order they must be removed.
 func lioObjects() []string {
 	var out []string
+	// luns adds each LUN directory matching pattern after its links.
+	luns := func(pattern string) {
+		ls, _ := filepath.Glob(pattern)
+		for _, l := range ls {
+			links, _ := filepath.Glob(filepath.Join(l, "*"))
+			for _, k := range links {
+				if st, err := os.Lstat(k); err == nil && st.Mode()&os.ModeSymlink != 0 {
+					out = append(out, k)
+				}
+			}
+			out = append(out, l)
+		}
+	}
 	tgts, _ := filepath.Glob(filepath.Join(ConfigfsTarget, "iscsi", IQNPrefix+"*"))
 	sort.Strings(tgts)
 	for _, t := range tgts {
@@ -300,28 +313,10 @@ func lioObjects() []string {
 			out = append(out, nps...)
 			acls, _ := filepath.Glob(filepath.Join(tpg, "acls", "*"))
 			for _, a := range acls {
-				luns, _ := filepath.Glob(filepath.Join(a, "lun_*"))
-				for _, l := range luns {
-					links, _ := filepath.Glob(filepath.Join(l, "*"))
-					for _, k := range links {
-						if st, err := os.Lstat(k); err == nil && st.Mode()&os.ModeSymlink != 0 {
-							out = append(out, k)
-						}
-					}
-					out = append(out, l)
-				}
+				luns(filepath.Join(a, "lun_*"))
 				out = append(out, a)
 			}
-			luns, _ := filepath.Glob(filepath.Join(tpg, "lun", "lun_*"))
-			for _, l := range luns {
-				links, _ := filepath.Glob(filepath.Join(l, "*"))
-				for _, k := range links {
-					if st, err := os.Lstat(k); err == nil && st.Mode()&os.ModeSymlink != 0 {
-						out = append(out, k)
-					}
-				}
-				out = append(out, l)
-			}
+			luns(filepath.Join(tpg, "lun", "lun_*"))
 			out = append(out, tpg)
 		}
 		out = append(out, t)

@@ -229,8 +229,6 @@ func sameKeys(a, b map[connKey]connCounters) bool {
 	return true
 }
 
-func cookieOf(c [2]uint32) uint64 { return uint64(c[0]) | uint64(c[1])<<32 }
-
 // addDelay folds one connection's TCP_INFO into its peer's delay signals.
 // srtt − min_rtt is taken per connection (each has its own path minimum);
 // a connection without an RTT sample yet (min_rtt 0 or ~0u) adds nothing.

@@ -410,3 +410,5 @@ func TestEstablished(t *testing.T) {
 		t.Fatalf("got %+v, want one %v ← %v", got, local, peer)
 	}
 }
+
+func cookieOf(c [2]uint32) uint64 { return uint64(c[0]) | uint64(c[1])<<32 }
