@@ -11,7 +11,7 @@ import (
 // accepts.
 func TestRegistry(t *testing.T) {
 	want := []string{"autonomic", "bridge-autonomic", "cluster-autonomic", "delay-steps-read", "delay-steps-write",
-		"delay-sweep", "delay-sweep-fresh", "equal-share", "htb-shares", "htb-steps", "important-sets", "interference",
+		"delay-sweep", "delay-sweep-fresh", "equal-share", "htb-shares", "htb-steps", "idle-reader", "important-sets", "interference",
 		"mixed", "overhead", "overhead-interleaved", "pid", "read-backup", "reliability", "reservations", "slo-classes",
 		"throttle-effect", "weighted"}
 	var got []string
