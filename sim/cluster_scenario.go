@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"container/heap"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -187,14 +186,11 @@ func (s *clusterSim) run() {
 	if s.o.OutageAt > 0 {
 		s.at(s.o.OutageAt, s.outage)
 	}
-	for len(s.q) > 0 {
-		e := heap.Pop(&s.q).(csEvent)
-		if e.at > s.o.Length {
-			break
-		}
-		s.now = e.at
+	for at, ok := s.q.next(); ok && at <= s.o.Length; at, ok = s.q.next() {
+		_, fn := s.q.pop()
+		s.now = at
 		s.events0++
-		e.fn()
+		fn()
 		s.drain()
 	}
 	s.end()

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"container/heap"
 	"math/rand/v2"
 	"time"
 
@@ -9,31 +8,6 @@ import (
 	"github.com/sanqos/sanqos/cluster"
 	"github.com/sanqos/sanqos/config"
 )
-
-type csEvent struct {
-	at  time.Duration
-	seq uint64
-	fn  func()
-}
-
-type csQueue []csEvent
-
-func (q csQueue) Len() int { return len(q) }
-func (q csQueue) Less(i, j int) bool {
-	if q[i].at != q[j].at {
-		return q[i].at < q[j].at
-	}
-	return q[i].seq < q[j].seq
-}
-func (q csQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *csQueue) Push(x any)   { *q = append(*q, x.(csEvent)) }
-func (q *csQueue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	old[len(old)-1] = csEvent{}
-	*q = old[:len(old)-1]
-	return e
-}
 
 type csKind uint8
 
@@ -167,8 +141,7 @@ type csAgent struct {
 type clusterSim struct {
 	o      ClusterScaleOptions
 	rng    *rand.Rand
-	q      csQueue
-	seq    uint64
+	q      timeline[func()]
 	now    time.Duration
 	epoch  time.Time
 	agents []*csAgent
@@ -244,8 +217,7 @@ func (s *clusterSim) window() time.Duration {
 }
 
 func (s *clusterSim) at(d time.Duration, fn func()) {
-	s.seq++
-	heap.Push(&s.q, csEvent{at: s.now + d, seq: s.seq, fn: fn})
+	s.q.push(s.now+d, fn)
 }
 
 func (s *clusterSim) clock() time.Time { return s.epoch.Add(s.now) }

@@ -23,7 +23,6 @@
 package sim
 
 import (
-	"container/heap"
 	"math/rand/v2"
 	"net/netip"
 	"time"
@@ -164,29 +163,10 @@ const (
 
 type event struct {
 	at   time.Duration
-	seq  uint64
 	kind evKind
 	res  int
 	req  *request
 	slot int
-}
-
-type eventHeap []event
-
-func (h eventHeap) Len() int { return len(h) }
-func (h eventHeap) Less(i, k int) bool {
-	if h[i].at != h[k].at {
-		return h[i].at < h[k].at
-	}
-	return h[i].seq < h[k].seq
-}
-func (h eventHeap) Swap(i, k int) { h[i], h[k] = h[k], h[i] }
-func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
-func (h *eventHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
 }
 
 // Model is one simulated target: resources, devices, jobs and the
@@ -196,8 +176,7 @@ type Model struct {
 	Epoch time.Time // virtual time 0 as a time.Time (counter timestamps)
 
 	now    time.Duration
-	seq    uint64
-	events eventHeap
+	events timeline[event]
 	rng    *rand.Rand
 	disks  []disk
 	devs   []device
@@ -256,16 +235,12 @@ func (m *Model) Throttle() *Throttle { return m.thr }
 // Now is the virtual time since the start.
 func (m *Model) Now() time.Duration { return m.now }
 
-func (m *Model) push(e event) {
-	m.seq++
-	e.seq = m.seq
-	heap.Push(&m.events, e)
-}
+func (m *Model) push(e event) { m.events.push(e.at, e) }
 
 // RunUntil processes every event up to and including virtual time t.
 func (m *Model) RunUntil(t time.Duration) {
-	for len(m.events) > 0 && m.events[0].at <= t {
-		e := heap.Pop(&m.events).(event)
+	for at, ok := m.events.next(); ok && at <= t; at, ok = m.events.next() {
+		_, e := m.events.pop()
 		m.now = e.at
 		m.handle(e)
 	}

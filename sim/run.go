@@ -177,7 +177,7 @@ func RunPhase(p *Phase, par Params, seed uint64) (*PhaseResult, error) {
 		res.AgentEvents = ag.Events(0)
 		ag.Release()
 	}
-	res.Events = m.seq
+	res.Events = m.events.seq
 	simulated.Add(int64(p.Length))
 	return res, nil
 }

@@ -301,7 +301,7 @@ func (r *scaleRun) summary(ms0 runtime.MemStats) *ScaleSummary {
 	s.TimeToThrottleableMs = report.RoundDist(report.Describe(r.detect))
 	s.FromDiscoveryMs = report.RoundDist(report.Describe(r.afterDisc))
 	s.SimulatedS = r.so.Length.Seconds()
-	s.Events = r.m.seq
+	s.Events = r.m.events.seq
 	r.a.Release()
 	return s
 }
