@@ -12,6 +12,9 @@ type actuator struct {
 	// refused is why the backend last refused each consumer it cannot
 	// throttle (a RefusedError): logged once per consumer and reason.
 	refused map[netip.Addr]string
+	// spare is the map applied was before the last batch: the next
+	// tick's merge reuses it.
+	spare map[netip.Addr]throttle.Setting
 }
 
 func newActuator() actuator {
@@ -20,9 +23,13 @@ func newActuator() actuator {
 
 // merge is every resource's wishes in one: a consumer on two saturated
 // resources gets the larger delay of each kind and the tighter non-zero
-// rate cap.
-func merge(wishes []map[netip.Addr]throttle.Setting) map[netip.Addr]throttle.Setting {
-	merged := map[netip.Addr]throttle.Setting{}
+// rate cap. It merges into dst, cleared (nil: a new map).
+func merge(dst map[netip.Addr]throttle.Setting, wishes []map[netip.Addr]throttle.Setting) map[netip.Addr]throttle.Setting {
+	merged := dst
+	if merged == nil {
+		merged = map[netip.Addr]throttle.Setting{}
+	}
+	clear(merged)
 	for _, w := range wishes {
 		for c, o := range w {
 			s := merged[c]
@@ -46,15 +53,21 @@ func (l *Loops) apply(a *actuator, merged map[netip.Addr]throttle.Setting) {
 	if merged == nil {
 		merged = map[netip.Addr]throttle.Setting{}
 	}
-	batch := map[netip.Addr]throttle.Setting{}
+	var batch map[netip.Addr]throttle.Setting // made on the first change: most ticks change nothing
+	add := func(c netip.Addr, s throttle.Setting) {
+		if batch == nil {
+			batch = map[netip.Addr]throttle.Setting{}
+		}
+		batch[c] = s
+	}
 	for c, s := range merged {
 		if a.applied[c] != s {
-			batch[c] = s
+			add(c, s)
 		}
 	}
 	for c := range a.applied {
 		if _, ok := merged[c]; !ok {
-			batch[c] = throttle.Setting{}
+			add(c, throttle.Setting{})
 		}
 	}
 	for c := range a.refused {
@@ -92,7 +105,7 @@ func (l *Loops) apply(a *actuator, merged map[netip.Addr]throttle.Setting) {
 				"consumer", c, "setting", batch[c], "err", why)
 		}
 	}
-	a.applied = merged
+	a.spare, a.applied = a.applied, merged
 }
 
 // minCap is the tighter of two rate caps, 0 meaning none.

@@ -77,7 +77,7 @@ func TestStageActuate(t *testing.T) {
 			fails := uint64(0)
 			for k, s := range tc.ticks {
 				th.fail, th.batches = s.fail, nil
-				l.apply(&act, merge(s.wishes))
+				l.apply(&act, merge(nil, s.wishes))
 				checkBatch(t, k, th.batches, s.batch)
 				if s.fail {
 					fails++

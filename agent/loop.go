@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -208,6 +210,13 @@ type Loops struct {
 	// what the backend was given (Step).
 	states map[string]*resourceState
 	act    actuator
+	// names are the generation's resources, sorted; wishes the tick's
+	// per resource: arrays reused every tick.
+	names struct {
+		g *generation
+		s []string
+	}
+	wishes []map[netip.Addr]throttle.Setting
 	// applyErrs counts the batches the backend refused (apply): each is
 	// retried, so only a count tells a one-off from a backend that has
 	// stopped taking changes.
@@ -259,6 +268,8 @@ func (l *Loops) Status() []ResourceStatus {
 	defer l.mu.Unlock()
 	out := make([]ResourceStatus, 0, len(l.status))
 	for _, s := range l.status {
+		// publish rewrites the slices in place next tick.
+		s.Consumers, s.Throttleable = slices.Clone(s.Consumers), slices.Clone(s.Throttleable)
 		out = append(out, s)
 	}
 	sort.Slice(out, func(i, k int) bool { return out[i].Name < out[k].Name })
@@ -313,6 +324,11 @@ type resourceState struct {
 	slowed map[netip.Addr]bool
 	plan   *plan
 	prev   []sample.Counters // per plan device; Device "" = none yet
+	// devs, sts and thr are the tick's intervals, consumer rows and
+	// throttleable names, their arrays reused every tick.
+	devs devIntervals
+	sts  []ConsumerStatus
+	thr  []string
 	// asked is what this resource asks for each consumer (non-zero
 	// settings only), after the rise limit: this tick's wishes, which
 	// Step merges with the other resources', and the base of the next
@@ -398,13 +414,11 @@ func (l *Loops) Step(now time.Time) error {
 			l.log.Error("sampling TCP_INFO", "err", err)
 		}
 	}
-	names := make([]string, 0, len(g.specs))
-	for name := range g.specs {
-		names = append(names, name)
+	if l.names.g != g { // sorted once per generation, not per tick
+		l.names.g, l.names.s = g, slices.Sorted(maps.Keys(g.specs))
 	}
-	sort.Strings(names)
-	wishes := make([]map[netip.Addr]throttle.Setting, 0, len(names))
-	for _, name := range names {
+	wishes := l.wishes[:0]
+	for _, name := range l.names.s {
 		rs := l.states[name]
 		if rs == nil {
 			rs = &resourceState{}
@@ -413,7 +427,8 @@ func (l *Loops) Step(now time.Time) error {
 		l.step(rs, name, g.specs[name], g, td, now)
 		wishes = append(wishes, rs.asked)
 	}
-	l.apply(&l.act, merge(wishes))
+	l.wishes = wishes
+	l.apply(&l.act, merge(l.act.spare, wishes))
 	return nil
 }
 

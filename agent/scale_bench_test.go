@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,7 +28,10 @@ func (s *scaleSampler) advance() {
 	s.tick++
 	t := time.Unix(0, 0).Add(time.Duration(s.tick) * 100 * time.Millisecond)
 	n := uint64(s.tick)
-	m := make(map[string]sample.Counters, len(s.names))
+	m := s.snap // the agent keeps no reference to a tick's counters
+	if m == nil {
+		m = make(map[string]sample.Counters, len(s.names))
+	}
 	for i, d := range s.names {
 		c := sample.Counters{Device: d, Time: t}
 		if i%5 == 4 {
@@ -74,9 +78,32 @@ func scaleLoops(resources, perRes int) (*Loops, *scaleSampler) {
 	return l, ss
 }
 
+// TestStepAllocs: a steady tick reuses its buffers (issue 55's budget is
+// 64 KiB per tick at 1,000 resources): a few allocations (events), not
+// some per resource.
+func TestStepAllocs(t *testing.T) {
+	l, ss := scaleLoops(100, 10)
+	i := 0
+	step := func() {
+		ss.advance()
+		if err := l.Step(time.Unix(0, int64(i)*1e8)); err != nil {
+			t.Fatal(err)
+		}
+		i++
+	}
+	for range 20 {
+		step()
+	}
+	if n := testing.AllocsPerRun(20, step); n > 50 {
+		t.Errorf("%v allocations per tick of 100 resources, want ≤ 50", n)
+	}
+}
+
 // BenchmarkTick1000x10000 is one control tick (Loops.Step: 1,000 resource
-// pipelines over 10,000 consumers, merge, apply) of one agent. The issue's
-// budget is 10 ms of CPU per 100 ms tick.
+// pipelines over 10,000 consumers, merge, apply) of one agent. Issue 55's
+// budget is 1 ms of CPU and 64 KiB per tick. cpu-ms/op is the process's
+// CPU (GC included) over the Steps alone: on a shared machine ns/op is
+// wall time and counts other processes' turns.
 func BenchmarkTick1000x10000(b *testing.B) {
 	l, ss := scaleLoops(1000, 10)
 	for i := 0; i < 20; i++ { // warm up: controllers, smoothers, throttles settle
@@ -87,12 +114,25 @@ func BenchmarkTick1000x10000(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
+	var cpu time.Duration
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		ss.advance()
 		b.StartTimer()
+		c0 := processCPU(b)
 		if err := l.Step(time.Unix(0, int64(i+20)*1e8)); err != nil {
 			b.Fatal(err)
 		}
+		cpu += processCPU(b) - c0
 	}
+	b.ReportMetric(ms(cpu)/float64(b.N), "cpu-ms/op")
+}
+
+// processCPU is the process's user and system CPU so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -106,7 +106,11 @@ type devIntervals struct {
 // its last counters, which it keeps for the next tick.
 func (rs *resourceState) sampleDevices(counters map[string]sample.Counters) devIntervals {
 	p := rs.plan
-	d := devIntervals{iv: make([]sample.Interval, len(p.devices)), ok: make([]bool, len(p.devices))}
+	// Reused every tick: nothing keeps a tick's intervals past its step.
+	d := devIntervals{iv: grow(rs.devs.iv, len(p.devices)), ok: grow(rs.devs.ok, len(p.devices))}
+	clear(d.iv)
+	clear(d.ok)
+	rs.devs = d
 	for i, name := range p.devices {
 		c, ok := counters[name]
 		if !ok {
@@ -179,7 +183,7 @@ func (l *Loops) measure(rs *resourceState, d devIntervals, rates map[netip.Addr]
 	*in = PolicyInput{Now: now, Interval: l.cfg.Interval, ThresholdMs: thresholdMs,
 		DelayStep: l.cfg.DelayStep, MaxDelay: l.cfg.MaxDelay, WriteBps: l.cfg.WriteBps, BulkQueue: l.cfg.BulkQueue, ReadBps: l.cfg.ReadBps, Consumers: in.Consumers[:0],
 		settingsBuf: in.settingsBuf, thrBuf: in.thrBuf}
-	sts := make([]ConsumerStatus, 0, len(p.consumers))
+	sts := rs.sts[:0] // publish copies it out under the lock
 	for _, pc := range p.consumers {
 		r, wire := rates[pc.addr]
 		ci := l.measureConsumer(pc, d, r, wire)
@@ -187,6 +191,7 @@ func (l *Loops) measure(rs *resourceState, d devIntervals, rates map[netip.Addr]
 		sts = append(sts, ConsumerStatus{Addr: pc.name, ReadBps: ci.ReadBps, WriteBps: ci.WriteBps, WriteEWMA: ci.WriteEWMA, Important: pc.important,
 			Queue: ci.Queue, LoadRead: ci.Load.Read, LoadWrite: ci.Load.Write, SendSRTTMs: ms(r.SendSRTT)})
 	}
+	rs.sts = sts
 	for _, pc := range p.static {
 		in.Consumers = append(in.Consumers, ConsumerInput{Addr: pc.addr, Static: true, ReadWaitMs: math.NaN(), WriteWaitMs: math.NaN(),
 			QueueMs: math.NaN(), SRTTMs: math.NaN()})
@@ -355,7 +360,7 @@ func (l *Loops) decide(rs *resourceState, st *ResourceStatus, step int) PolicyOu
 	st.Policy, st.Classes, st.Network, st.Reservations = rs.policy.Name(), out.Classes, out.Network, out.Reservations
 	l.applyRateLever(rs, st, in, out, step)
 	if len(out.Throttleable) > 0 {
-		st.Throttleable = make([]string, 0, len(out.Throttleable)+len(p.static))
+		st.Throttleable = rs.thr[:0] // publish copies it out under the lock
 	}
 	in.thrBuf = out.Throttleable[:0] // keep the grown buffer
 	clear(rs.slowed)
@@ -369,6 +374,9 @@ func (l *Loops) decide(rs *resourceState, st *ResourceStatus, step int) PolicyOu
 	}
 	if len(p.static) > 0 {
 		sort.Strings(st.Throttleable)
+	}
+	if st.Throttleable != nil {
+		rs.thr = st.Throttleable
 	}
 	return out
 }
@@ -456,7 +464,29 @@ func (l *Loops) publish(name string, st *ResourceStatus, in *PolicyInput, out Po
 			}
 		}
 	}
+	// The published status owns its slices, which Status deep-copies:
+	// the tick's own (rs.sts, rs.thr) are rewritten next tick.
 	l.mu.Lock()
+	old := l.status[name]
+	st.Consumers = appendOrNil(old.Consumers, st.Consumers)
+	st.Throttleable = appendOrNil(old.Throttleable, st.Throttleable)
 	l.status[name] = *st
 	l.mu.Unlock()
+}
+
+// appendOrNil is src copied into dst's array, nil where src is (status
+// JSON tells an absent list from an empty one).
+func appendOrNil[T any](dst, src []T) []T {
+	if src == nil {
+		return nil
+	}
+	return append(dst[:0], src...)
+}
+
+// grow is s with length n, its array reused where it is large enough.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
