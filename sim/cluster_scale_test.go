@@ -11,7 +11,7 @@ import (
 	"github.com/sanqos/sanqos/report"
 )
 
-// smallCluster is the cluster-scale scenario cut down to run in well under
+// smallCluster is the cluster-scale scenario cut down to run in about
 // a second: 10 agents, 50 resources, 500 consumers; three policy changes,
 // the busiest leader killed at 5 s, etcd lost at 9 s, and time for the
 // last Decay.
