@@ -53,21 +53,15 @@ func (l *Loops) apply(a *actuator, merged map[netip.Addr]throttle.Setting) {
 	if merged == nil {
 		merged = map[netip.Addr]throttle.Setting{}
 	}
-	var batch map[netip.Addr]throttle.Setting // made on the first change: most ticks change nothing
-	add := func(c netip.Addr, s throttle.Setting) {
-		if batch == nil {
-			batch = map[netip.Addr]throttle.Setting{}
-		}
-		batch[c] = s
-	}
+	batch := map[netip.Addr]throttle.Setting{}
 	for c, s := range merged {
 		if a.applied[c] != s {
-			add(c, s)
+			batch[c] = s
 		}
 	}
 	for c := range a.applied {
 		if _, ok := merged[c]; !ok {
-			add(c, throttle.Setting{})
+			batch[c] = throttle.Setting{}
 		}
 	}
 	for c := range a.refused {
