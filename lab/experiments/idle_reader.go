@@ -13,7 +13,7 @@ import (
 // and the reader's own slow reads, at the initiator (its per-I/O log).
 func init() {
 	register(&Experiment{Name: "idle-reader", DefaultScale: 0.25, Run: func(r *runner) (any, error) { return r.idleReader() },
-		Title: "the reader alone, agent off then on with nothing to throttle: its slow reads per I/O and per 100 ms window (issue 55)"})
+		Title: "the reader alone, agent off then on with nothing to throttle: its slow reads per I/O and per 100 ms window"})
 }
 
 // IdleReaderSummary is summary.json of idle-reader.
