@@ -38,14 +38,15 @@ kstate() {
 	ipset list -n 2>/dev/null | grep -i sanqos | sed 's/^/ipset: /'
 	ip -o link show | awk -F': ' '{print $2}' | grep -v -e '^lo$' -e '^sqg0' | sed 's/^/link: /'
 }
-# fetch_ms: the quickest of five HTTP fetches, in ms, by the consumer
-# from a server on the target's iSCSI port (3260, the port a backend
-# delays): the reply's data is what a read delay holds. The quickest, as
-# TCG makes any one of them slow now and then.
+# fetch_ms [HOST]: the quickest of five HTTP fetches, in ms, by the
+# consumer from a server on the target's iSCSI port (3260, the port a
+# backend delays) at HOST (default the IPv4 one): the reply's data is
+# what a read delay holds. The quickest, as TCG makes any one of them
+# slow now and then.
 fetch_ms() {
 	best=
 	for i in 1 2 3 4 5; do
-		t=$(ip netns exec consumer curl -s -o /dev/null --max-time 10 -w '%{time_total}' http://10.214.0.1:3260/f) || return 1
+		t=$(ip netns exec consumer curl -g -s -o /dev/null --max-time 10 -w '%{time_total}' "http://${1:-10.214.0.1}:3260/f") || return 1
 		ms=$(awk -v t="$t" 'BEGIN { printf "%d", t * 1000 }')
 		if [ -z "$best" ] || [ "$ms" -lt "$best" ]; then best=$ms; fi
 	done
@@ -88,6 +89,56 @@ resources:
   - name: r1
     devices: [ram0]
 EOF
+}
+# edt_refused_reload: systemctl reload exits non-zero when the agent
+# refuses the file (ExecReload is sanqos reload, which waits for the
+# verdict), and the agent runs on with the old config.
+edt_refused_reload() {
+	step "edt: a reload the agent refuses"
+	cp /etc/sanqos/sanqos.yaml good.yaml
+	printf 'backend: edt\ndevice: sqg0\ndiscovery:\n  source: static\nresources: []\n' > /etc/sanqos/sanqos.yaml
+	systemctl reload sanqos
+	pred edt/refused-reload-fails [ $? != 0 ]
+	for i in $(seq 50); do logged "config reload rejected" "lists no resources" && break; sleep 0.2; done
+	pred edt/refused-logged logged "config reload rejected" "lists no resources"
+	pred edt/refused-same-pid [ "$(mainpid)" = "$pid" ]
+	pred edt/refused-active [ "$(unit_state)" = active ]
+	cp good.yaml /etc/sanqos/sanqos.yaml
+	pred edt/reload-after-refusal systemctl reload sanqos
+}
+# edt_ipv6_beside_ipv4: the controller, not a manual throttle, slows an
+# IPv6 consumer and an IPv4 one of a resource above its threshold: a
+# null_blk device whose every I/O takes 30 ms (threshold 15 ms), both
+# consumers listed throttleable. Both fetches take the delay, and the
+# backend refused nothing.
+edt_ipv6_beside_ipv4() {
+	step "edt: an IPv6 consumer beside an IPv4 one, slowed by the agent"
+	pred edt/v6/clear $S throttle clear --all
+	modprobe null_blk nr_devices=1 irqmode=2 completion_nsec=30000000
+	ip addr add fd00:214::1/64 dev sqg0 nodad
+	ip -n consumer addr add fd00:214::2/64 dev sqg1 nodad
+	pred edt/v6/httpd busybox httpd -p '[fd00:214::1]:3260' -h "$PWD/www"
+	base6=$(fetch_ms '[fd00:214::1]')
+	echo "IPv6 fetch with no delay: ${base6}ms"
+	printf '  - name: slow\n    devices: [nullb0]\n    throttleable: [10.214.0.2, "fd00:214::2"]\n' >> /etc/sanqos/sanqos.yaml
+	pred edt/v6/reload systemctl reload sanqos
+	dd if=/dev/nullb0 of=/dev/null bs=4k iflag=direct count=1000000 2>/dev/null &
+	ddpid=$!
+	for i in $(seq 30); do
+		ms=$(fetch_ms); ms6=$(fetch_ms '[fd00:214::1]')
+		delayed "$ms" "$base" && delayed "$ms6" "$base6" && break
+	done
+	echo "edt, the agent slowing both: fetch IPv4 ${ms}ms, IPv6 ${ms6}ms (${base}ms, ${base6}ms with no delay)"
+	$S throttle list
+	$S status --events
+	kill $ddpid
+	pred edt/v6/ipv6-delayed delayed "$ms6" "$base6"
+	pred edt/v6/ipv4-delayed delayed "$ms" "$base"
+	$S status --events --json > events-v6.json
+	pred edt/v6/slow-events sh -c 'grep -q "\"consumer\": *\"fd00:214::2\"" events-v6.json && grep -q "\"consumer\": *\"10.214.0.2\"" events-v6.json'
+	pred edt/v6/no-apply-errors sh -c "curl -s http://127.0.0.1:9311/metrics | grep -qx 'sanqos_throttle_apply_errors_total 0'"
+	cp good.yaml /etc/sanqos/sanqos.yaml
+	pred edt/v6/restore systemctl reload sanqos
 }
 # CapEff of the unit's agent: CAP_NET_ADMIN (12), CAP_NET_RAW (13),
 # CAP_SYS_ADMIN (21), CAP_BPF (39).
@@ -158,6 +209,7 @@ for b in edt netem; do
 	ms=$(fetch_ms)
 	echo "$b: fetch after the reload: ${ms}ms"
 	pred $b/delays-after-reload delayed "$ms" "$base"
+	if [ $b = edt ]; then edt_refused_reload; edt_ipv6_beside_ipv4; fi
 	pred $b/stop systemctl stop sanqos
 	pred $b/stopped [ "$(unit_state)" = inactive ]
 	pred $b/exit-0 [ "$(systemctl show -p ExecMainStatus --value sanqos.service)" = 0 ]
@@ -224,6 +276,8 @@ var systemdChecks = []string{
 	"doctor", "doctor-json", "doctor-changes-nothing",
 	"edt/start", "edt/active", "edt/sandbox", "edt/backend", "edt/throttle", "edt/delays", "edt/kernel-state",
 	"edt/reload", "edt/reloaded", "edt/same-pid", "edt/after-reload/active", "edt/delays-after-reload",
+	"edt/refused-reload-fails", "edt/refused-logged", "edt/refused-same-pid", "edt/refused-active", "edt/reload-after-refusal",
+	"edt/v6/clear", "edt/v6/httpd", "edt/v6/reload", "edt/v6/ipv6-delayed", "edt/v6/ipv4-delayed", "edt/v6/slow-events", "edt/v6/no-apply-errors", "edt/v6/restore",
 	"edt/stop", "edt/stopped", "edt/exit-0", "edt/stop-clean", "edt/undelayed-after-stop",
 	"netem/start", "netem/active", "netem/sandbox", "netem/backend", "netem/throttle", "netem/delays", "netem/kernel-state",
 	"netem/reload", "netem/reloaded", "netem/same-pid", "netem/after-reload/active", "netem/delays-after-reload",
@@ -306,7 +360,7 @@ func TestSystemdUnitInGuest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer console.Close()
-	res, err := Run(context.Background(), Options{Dir: dir, Systemd: true, Console: console, Timeout: 5 * time.Minute}, systemdScript)
+	res, err := Run(context.Background(), Options{Dir: dir, Systemd: true, Console: console, Timeout: 9 * time.Minute}, systemdScript)
 	if err != nil {
 		t.Fatal(err)
 	}
