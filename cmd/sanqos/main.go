@@ -41,5 +41,6 @@ experiments and the simulator are another binary's, sanqos-lab (make lab).`,
 	root.AddCommand(versionCmd(), clusterCmd(), throttleCmd(), agentCmd(), configCmd(), cleanupCmd(), statusCmd(), reloadCmd(),
 		adviseCmd(), captureCmd(), doctorCmd(), manpagesCmd())
 	cli.Setup(root, "")
+	cli.Moved(root, "sanqos-lab", "lab", "sim", "tune", "report")
 	return root
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/sanqos/sanqos/config"
@@ -128,7 +129,7 @@ func PrintError(w io.Writer, cmd *cobra.Command, err error) {
 		if strings.Contains(err.Error(), "\n") {
 			sep = "\n\n" // after a list of suggestions
 		}
-		fmt.Fprintf(w, "%s: %v%sRun '%s --help' for usage.\n", name, err, sep, cmd.CommandPath())
+		fmt.Fprintf(w, "%s: %v%s%sRun '%s --help' for usage.\n", name, err, sep, movedHint(cmd.Root(), err), cmd.CommandPath())
 	default:
 		fmt.Fprintf(w, "%s: %v\n", name, err)
 	}
@@ -176,4 +177,38 @@ func completionHelp(root *cobra.Command) {
 			}
 		}
 	}
+}
+
+// movedKey is the root annotation naming the binary a command moved to.
+const movedKey = "sanqos.moved:"
+
+// Moved records that the commands names now live in binary, so that a
+// habit from before the split ('sanqos lab up') is told where to go
+// instead of only "unknown command".
+func Moved(root *cobra.Command, binary string, names ...string) {
+	if root.Annotations == nil {
+		root.Annotations = map[string]string{}
+	}
+	for _, n := range names {
+		root.Annotations[movedKey+n] = binary
+	}
+}
+
+// movedHint is the line naming the binary that has the unknown command
+// err complains about, or "".
+func movedHint(root *cobra.Command, err error) string {
+	rest, ok := strings.CutPrefix(err.Error(), "unknown command ")
+	if !ok {
+		return ""
+	}
+	q, qerr := strconv.QuotedPrefix(rest)
+	if qerr != nil {
+		return ""
+	}
+	name, _ := strconv.Unquote(q)
+	bin := root.Annotations[movedKey+name]
+	if bin == "" {
+		return ""
+	}
+	return fmt.Sprintf("'%s' is in %s, the lab tools, which a target host does not install: run '%s %s ...' (go build -o bin/ ./cmd/%s).\n", name, bin, bin, name, bin)
 }
