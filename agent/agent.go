@@ -109,6 +109,9 @@ func New(cfg *config.Config, d Deps) *Agent {
 	buildInfo.Set(1)
 	a.reg.MustRegister(newCollector(a.loops.Status, d.Throttle), eventsCollector{a.loops}, a.ticks, a.discErrs, maxDelay, applyErrs, reinstalls, buildInfo, a.reloads.ok, a.reloads.at,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if c := throttle.CollectorOf(d.Throttle); c != nil {
+		a.reg.MustRegister(c)
+	}
 	a.loops.SetSpecs(a.specs(cfg))
 	return a
 }

@@ -71,6 +71,18 @@ type ReloadReply struct {
 }
 
 // Handler returns the HTTP handler of the control API.
+// Counterer is implemented by backends that count what they delayed
+// (the delay line): packets and bytes per consumer.
+type Counterer interface {
+	Counters() map[netip.Addr]throttle.DelayCounters
+}
+
+// Statser is implemented by backends with totals that belong to no
+// consumer (the delay line: packets held now, unclassified, errors).
+type Statser interface {
+	Stats() throttle.DelayLineStats
+}
+
 func (a *API) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/throttles", func(w http.ResponseWriter, r *http.Request) {
@@ -107,7 +119,7 @@ func (a *API) Handler() http.Handler {
 			writeErr(w, http.StatusBadRequest, errors.New("name consumers (?consumer=IP) or all=true"))
 			return
 		}
-		if err := a.T.Clear(addrs...); err != nil {
+		if err := throttle.Clear(a.T, addrs...); err != nil {
 			writeErr(w, http.StatusInternalServerError, err)
 			return
 		}

@@ -1,23 +1,9 @@
 package agent
 
 import (
-	"net/netip"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sanqos/sanqos/throttle"
 )
-
-// Counterer is implemented by backends that count what they delayed
-// (the delay line): packets and bytes per consumer.
-type Counterer interface {
-	Counters() map[netip.Addr]throttle.DelayCounters
-}
-
-// Statser is implemented by backends with totals that belong to no
-// consumer (the delay line: packets held now, unclassified, errors).
-type Statser interface {
-	Stats() throttle.DelayLineStats
-}
 
 // collector exposes the loops' and the backend's state at scrape time, so
 // the metrics are never a second copy of the truth.
@@ -46,14 +32,6 @@ func newCollector(status func() []ResourceStatus, t throttle.Throttle) *collecto
 		"setsize":      newDesc("resource_throttleable_consumers", "Size of the resource's throttleable set.", "resource"),
 		"cdelay":       newDesc("consumer_delay_seconds", "Delay applied to the consumer's packets.", "consumer", "direction"),
 		"crate_cap":    newDesc("consumer_rate_cap_bytes_per_second", "Rate cap applied to the consumer.", "consumer"),
-		"dl_packets":   newDesc("delayline_packets_total", "Packets held by the delay line.", "consumer"),
-		"dl_bytes":     newDesc("delayline_bytes_total", "Bytes held by the delay line.", "consumer"),
-		"dl_acks":      newDesc("delayline_acks_total", "Pure ACKs held by the delay line (the write delay's packets).", "consumer"),
-		"dl_overflow":  newDesc("delayline_passed_at_limit_total", "Packets accepted without delay because the queue was full (fail open).", "consumer"),
-		"dl_held":      newDesc("delayline_held_packets", "Packets the delay line holds now."),
-		"dl_unclass":   newDesc("delayline_unclassified_packets_total", "Queued packets that matched no consumer and were accepted at once."),
-		"dl_errors":    newDesc("delayline_errors_total", "Netlink receive and verdict errors of the delay line."),
-		"dl_late":      newDesc("delayline_release_lateness_seconds", "How late held packets left against their due time (added to the delay; ms means the line lacked CPU)."),
 		"cload":        newDesc("consumer_load_seconds_per_second", "Consumer's estimated cost on the resource per direction, in seconds of the resource's service per second (smoothed): which direction it saturates.", "resource", "consumer", "direction"),
 		"cqueue":       newDesc("consumer_queue_requests", "Mean number of the consumer's requests in the resource (smoothed): at throttleable_queue it counts as saturating it.", "resource", "consumer"),
 		"cthrottled":   newDesc("consumer_throttled", "1 while the resource's controller delays the consumer (throttleable and output above zero).", "resource", "consumer"),
@@ -201,7 +179,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // collectBackend exports what the throttle backend holds: each
-// consumer's applied settings, and the delay line's counters.
+// consumer's applied settings (its own metrics are its registry entry's
+// collector: throttle.CollectorOf).
 func (c *collector) collectBackend(ch chan<- prometheus.Metric) {
 	g := func(name string, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(c.descs[name], prometheus.GaugeValue, v, labels...)
@@ -216,34 +195,7 @@ func (c *collector) collectBackend(ch chan<- prometheus.Metric) {
 			g("cwrate_cap", float64(s.WriteRate), a.String())
 		}
 	}
-	if cc, ok := c.t.(Counterer); ok {
-		for a, k := range cc.Counters() {
-			ch <- prometheus.MustNewConstMetric(c.descs["dl_packets"], prometheus.CounterValue, float64(k.Packets), a.String())
-			ch <- prometheus.MustNewConstMetric(c.descs["dl_bytes"], prometheus.CounterValue, float64(k.Bytes), a.String())
-			ch <- prometheus.MustNewConstMetric(c.descs["dl_acks"], prometheus.CounterValue, float64(k.Acks), a.String())
-			ch <- prometheus.MustNewConstMetric(c.descs["dl_overflow"], prometheus.CounterValue, float64(k.PassedAtLimit), a.String())
-		}
-	}
-	if st, ok := c.t.(Statser); ok {
-		s := st.Stats()
-		g("dl_held", float64(s.Held))
-		ch <- prometheus.MustNewConstMetric(c.descs["dl_unclass"], prometheus.CounterValue, float64(s.Unclassified))
-		ch <- prometheus.MustNewConstMetric(c.descs["dl_errors"], prometheus.CounterValue, float64(s.Errors))
-		ch <- lateHistogram(c.descs["dl_late"], s.Late)
-	}
 	g("backend_info", 1, c.t.Name())
-}
-
-// lateHistogram turns the delay line's own buckets (per bucket) into
-// Prometheus' (cumulative, in seconds).
-func lateHistogram(d *prometheus.Desc, l throttle.Lateness) prometheus.Metric {
-	buckets := make(map[float64]uint64, len(throttle.LateBounds))
-	var cum uint64
-	for i, b := range throttle.LateBounds {
-		cum += l.Counts[i]
-		buckets[b.Seconds()] = cum
-	}
-	return prometheus.MustNewConstHistogram(d, l.Count, l.Sum.Seconds(), buckets)
 }
 
 func b2f(b bool) float64 {

@@ -22,8 +22,13 @@ import (
 )
 
 // countingThrottle is a Memory with the delay line's counters, so the
-// collector's optional interfaces are exercised without netfilter.
+// delay line's registry collector and the API's optional interfaces are
+// exercised without netfilter.
 type countingThrottle struct{ *throttle.Memory }
+
+// Name is the delay line's, whose registry entry's collector reads the
+// counters.
+func (countingThrottle) Name() string { return "delayline" }
 
 func (countingThrottle) Counters() map[netip.Addr]throttle.DelayCounters {
 	return map[netip.Addr]throttle.DelayCounters{writer: {Packets: 10, Bytes: 660, Acks: 9, PassedAtLimit: 1}}
@@ -100,21 +105,7 @@ func TestMetricsScrape(t *testing.T) {
 		`sanqos_consumer_delay_seconds{consumer="10.99.0.3",direction="write"} 0.002`,
 		`sanqos_consumer_delay_seconds{consumer="10.99.0.3",direction="read"} 0`,
 		`sanqos_consumer_rate_cap_bytes_per_second{consumer="10.99.0.3"} 5e+06`,
-		`sanqos_delayline_packets_total{consumer="10.99.0.3"} 10`,
-		`sanqos_delayline_bytes_total{consumer="10.99.0.3"} 660`,
-		`sanqos_delayline_acks_total{consumer="10.99.0.3"} 9`,
-		`sanqos_delayline_passed_at_limit_total{consumer="10.99.0.3"} 1`,
-		`sanqos_delayline_held_packets 3`,
-		`sanqos_delayline_unclassified_packets_total 2`,
-		`sanqos_delayline_errors_total 0`,
-		`sanqos_delayline_release_lateness_seconds_bucket{le="5e-05"} 1`,
-		`sanqos_delayline_release_lateness_seconds_bucket{le="0.00025"} 2`,
-		`sanqos_delayline_release_lateness_seconds_bucket{le="0.004"} 2`,
-		`sanqos_delayline_release_lateness_seconds_bucket{le="0.008"} 3`,
-		`sanqos_delayline_release_lateness_seconds_bucket{le="+Inf"} 3`,
-		`sanqos_delayline_release_lateness_seconds_sum 0.0051`,
-		`sanqos_delayline_release_lateness_seconds_count 3`,
-		`sanqos_backend_info{backend="dry-run"} 1`,
+		`sanqos_backend_info{backend="delayline"} 1`,
 		`sanqos_resource_onsets_total{resource="vg1"} 2`,
 		`sanqos_resource_feedforward_seconds{resource="vg1"} 0.0125`,
 		`sanqos_resource_floor_seconds{resource="vg1"} 0.0064`,
@@ -122,7 +113,6 @@ func TestMetricsScrape(t *testing.T) {
 		`sanqos_resource_rate_lever_steps{resource="vg1"} 3`,
 		`sanqos_resource_updated_timestamp_seconds{resource="vg1"} 1.7641500005e+09`,
 		`sanqos_consumer_write_rate_cap_bytes_per_second{consumer="10.99.0.3"} 3e+06`,
-		`# TYPE sanqos_delayline_bytes_total counter`,
 		`# TYPE sanqos_resource_indicator_seconds gauge`,
 	} {
 		if !strings.Contains(body, want+"\n") {
@@ -178,9 +168,14 @@ func TestAgentRegistry(t *testing.T) {
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	known := map[string]bool{}
-	ch := make(chan *prometheus.Desc, 64)
+	ch := make(chan *prometheus.Desc, 256)
 	newCollector(nil, nil).Describe(ch)
 	eventsCollector{}.Describe(ch) // no series until the first event
+	for _, b := range throttle.Entries() {
+		if b.Collector != nil {
+			b.Collector(nil).Describe(ch)
+		}
+	}
 	close(ch)
 	for d := range ch {
 		known[regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(d.String())[1]] = true

@@ -126,8 +126,9 @@ func (c *Config) validateControl(p *problems) {
 	switch {
 	case c.RateLeverSteps < 0 || c.RateLeverSteps > 200:
 		bad("want 0 (the delay alone)..200 steps of write-rate caps past max_delay", "rate_lever_steps")
-	case c.RateLeverSteps > 0 && !strings.HasSuffix(c.Backend, "+htb") && c.Backend != "dry-run":
-		bad(fmt.Sprintf("needs a backend that delays and caps write rates (delayline+htb), not %s", c.Backend), "rate_lever_steps")
+	case c.RateLeverSteps > 0 && !writeCaps(c.Backend):
+		bad(fmt.Sprintf("needs a backend that delays and caps write rates (%s), not %s",
+			strings.Join(throttle.NamesWith(func(c throttle.Caps) bool { return c.Delay && c.WriteRate }), ", "), c.Backend), "rate_lever_steps")
 	case c.RateLeverSteps > 0:
 		p.warn(p.at("write caps queue a capped writer's segments on the target's ingress, and its TCP, which had seen its data acknowledged at once, sends spurious tail-loss probes (lab, 12 iSCSI writers at 10 ms: 250-350 DSACKed probes in six load steps, 0 RTO); see README", nil, "rate_lever_steps"))
 	}
@@ -156,4 +157,11 @@ func (c *Config) validateControl(p *problems) {
 // time anyone waits for.
 func thresholdWant(hint string) string {
 	return "want more than 0 and at most 10s (the response time important reads are held under; " + hint + ")"
+}
+
+// writeCaps reports whether backend delays and caps write rates (auto
+// never chooses one that caps).
+func writeCaps(backend string) bool {
+	e, ok := throttle.Lookup(backend)
+	return ok && e.Caps.Delay && e.Caps.WriteRate
 }

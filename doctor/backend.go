@@ -1,32 +1,16 @@
 package doctor
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/sanqos/sanqos/throttle"
 )
 
-// part is a kind of kernel object a backend builds, which decides what
-// else it needs (a device, iptables, a queue, BPF rights).
-type part int
-
-const (
-	partDevice   part = iota // qdiscs on the interface towards the consumers
-	partIptables             // rules and ipsets
-	partQueue                // an NFQUEUE binding
-	partBPF                  // a tc BPF program
-)
-
-var backendParts = map[string][]part{
-	"edt":           {partDevice, partBPF},
-	"netem":         {partDevice, partIptables},
-	"htb":           {partDevice, partIptables},
-	"delayline":     {partIptables, partQueue},
-	"delayline+htb": {partDevice, partIptables, partQueue, partBPF},
-	"dry-run":       nil,
-}
-
-// plan is doctor's prediction of what cmd/sanqos' newBackend would build.
+// plan is doctor's prediction of what cmd/sanqos' newBackend would build,
+// from the throttle registry's entries.
 type plan struct {
 	asked  string   // the backend the agent is asked for
 	chosen string   // the one it would build
@@ -40,7 +24,9 @@ type plan struct {
 	deviceErr error
 }
 
-func (p *plan) uses(x part) bool { return slices.Contains(backendParts[p.chosen], x) }
+func (p *plan) entry() throttle.Entry { e, _ := throttle.Lookup(p.chosen); return e }
+
+func (p *plan) uses(x throttle.Part) bool { return p.entry().Parts&x != 0 }
 
 func (p *plan) chosenOr(s string) string {
 	if p.chosen == "" {
@@ -49,51 +35,45 @@ func (p *plan) chosenOr(s string) string {
 	return p.chosen
 }
 
-// featureNeeds lists what backend name needs of the kernel, each entry a
-// set of alternatives. With iptables-nft, xt matches and targets go
-// through nft_compat and NFQUEUE becomes nft's queue expression.
+// featureNeeds lists what backend name needs of the kernel (its registry
+// entry's Needs), each entry a set of alternatives. With iptables-nft, xt
+// matches and targets go through nft_compat, and NFQUEUE becomes nft's
+// queue expression (iptProblem checks that).
 func (e *Env) featureNeeds(name string) [][]string {
-	nft := e.iptFacts().variant == "nf_tables"
-	table := func(t string) []string {
-		if nft {
-			return []string{"nft_compat"}
-		}
-		return []string{t}
+	b, ok := throttle.Lookup(name)
+	if !ok {
+		return nil
 	}
-	sets := [][]string{{"ipset"}, {"ipset_hash_ip"}, {"xt_set"}, {"xt_comment"}}
-	mark := append([][]string{{"htb"}, {"cls_fw", "cls_u32"}, table("iptable_mangle")}, sets...)
-	bpf := [][]string{{"clsact"}, {"cls_bpf"}, {"bpf"}}
-	switch name {
-	case "edt":
-		return append([][]string{{"fq"}}, bpf...)
-	case "netem":
-		// Its mark rules tell pure ACKs with -m u32 (tcPureACK).
-		return append([][]string{{"netem"}, {"xt_u32"}}, mark...)
-	case "htb":
-		return mark
-	case "delayline", "delayline+htb":
-		n := append([][]string{{"nfqueue"}, table("iptable_filter")}, sets...)
-		if !nft {
-			// iptables-nft's queue is nft's own (iptProblem).
-			n = append(n, []string{"xt_NFQUEUE"})
-		}
-		if e.Config.WriteDelayOn != "acks" {
-			// Replies leave pure ACKs out of the queue by -m u32.
-			n = append(n, []string{"xt_u32"})
-		}
-		if name == "delayline+htb" {
-			n = append(append(n, []string{"ifb"}, []string{"htb"}, []string{"mirred"}), bpf...)
-		}
-		return n
+	w, _ := throttle.ParseWriteOn(e.Config.WriteDelayOn)
+	return e.nftNeeds(b.Needs(w))
+}
+
+func (e *Env) nftNeeds(needs [][]string) [][]string {
+	if e.iptFacts().variant != "nf_tables" {
+		return needs
 	}
-	return nil
+	var out [][]string
+	for _, alts := range needs {
+		switch {
+		case slices.Equal(alts, []string{"xt_NFQUEUE"}):
+		case len(alts) == 1 && strings.HasPrefix(alts[0], "iptable_"):
+			out = append(out, []string{"nft_compat"})
+		default:
+			out = append(out, alts)
+		}
+	}
+	return out
 }
 
 // lacking splits name's needs into those the kernel lacks and those the
 // kernel config does not tell.
 func (e *Env) lacking(name string) (missing, unknown []string) {
+	return e.lackingOf(e.featureNeeds(name))
+}
+
+func (e *Env) lackingOf(needs [][]string) (missing, unknown []string) {
 	k := e.kernelFacts()
-	for _, alts := range e.featureNeeds(name) {
+	for _, alts := range needs {
 		if slices.ContainsFunc(alts, k.has) {
 			continue
 		}
@@ -126,74 +106,71 @@ func (e *Env) plan() *plan {
 	p := &plan{asked: e.backendName()}
 	e.planned = p
 	p.device, p.deviceErr = e.resolveDevice()
-	switch p.asked {
-	case "auto":
+	b, ok := throttle.Lookup(p.asked)
+	switch {
+	case p.asked == "auto":
 		e.planAuto(p)
-	case "dry-run":
-		p.chosen, p.why = "dry-run", []string{"dry-run records settings and touches nothing"}
+	case !ok:
+		p.fail = fmt.Sprintf("unknown backend %q", p.asked)
+		return p
+	case b.Parts == 0:
+		p.chosen, p.why = p.asked, []string{p.asked + ": " + b.About}
 		return p
 	default:
-		if _, ok := backendParts[p.asked]; !ok {
-			p.fail = fmt.Sprintf("unknown backend %q", p.asked)
-			return p
-		}
 		p.chosen, p.why = p.asked, []string{"the config asks for " + p.asked}
 	}
 	e.checkBuild(p)
 	return p
 }
 
-// planAuto follows throttle.Auto: edt if its probe builds it, else netem
-// if the kernel has the qdisc, else the delay line. Auto's probes run in a
-// scratch network namespace, so without the right to create one (or
-// without netns and veth) both fail and auto takes the delay line.
+// planAuto predicts auto's choice (throttle.Choose) from the kernel config,
+// where the agent runs each probe in a scratch network namespace. Without
+// the right to create one (or without netns and veth) every probe fails
+// and auto takes its fallback.
 func (e *Env) planAuto(p *plan) {
 	k, caps := e.kernelFacts(), e.capFacts()
-	edtMissing, edtUnknown := e.lacking("edt")
-	kernelEDT := len(edtMissing) == 0 && len(edtUnknown) == 0
 	noNS := func(key string) bool { return k.known(key) && !k.has(key) }
-	if !caps.has(capSysAdmin) || noNS("netns") || noNS("veth") {
-		p.chosen = "delayline"
-		p.why = []string{"auto's probes create a scratch network namespace with a veth, which needs CAP_SYS_ADMIN and a kernel with netns and veth; " +
-			"here they would fail, and auto takes the delay line"}
+	noProbes := !caps.has(capSysAdmin) || noNS("netns") || noNS("veth")
+	kernelOnly := func(b throttle.Entry) (bool, string, error) {
+		missing, unknown := e.lackingOf(e.nftNeeds(b.Probes))
 		switch {
-		case kernelEDT:
-			p.lost = "edt"
-		case k.has("netem"):
-			p.lost = "netem"
+		case len(unknown) > 0:
+			p.unsure = append(p.unsure, "whether auto's "+b.Name+" probe succeeds (unknown: "+strings.Join(unknown, ", ")+")")
+			return false, "unknown", nil
+		case len(missing) > 0:
+			return false, "kernel lacks " + strings.Join(missing, ", "), nil
 		}
+		return true, "kernel has " + b.AutoHas + ": " + b.Name + " (" + b.About + ")", nil
+	}
+	if noProbes {
+		// What the kernel would run, had auto's probes run.
+		if c := throttle.Choose(kernelOnly); c.Probed {
+			p.lost = c.Entry.Name
+		}
+		p.unsure = nil
+	}
+	c := throttle.Choose(func(b throttle.Entry) (bool, string, error) {
+		if noProbes {
+			return false, "", errors.New("no scratch namespace")
+		}
+		return kernelOnly(b)
+	})
+	p.chosen = c.Entry.Name
+	p.why = c.Passed
+	if c.Err != nil {
+		p.why = []string{"auto's probes create a scratch network namespace with a veth, which needs CAP_SYS_ADMIN and a kernel with netns and veth; " +
+			"here they would fail, and auto takes " + c.Entry.Name}
 		return
 	}
-	switch {
-	case kernelEDT:
-		p.chosen, p.why = "edt", []string{"kernel has fq and tc BPF: edt (the kernel holds each packet)"}
-		return
-	case len(edtUnknown) > 0:
-		p.unsure = append(p.unsure, "whether auto's edt probe succeeds (unknown: "+strings.Join(edtUnknown, ", ")+")")
-	default:
-		p.why = append(p.why, "edt: kernel lacks "+strings.Join(edtMissing, ", "))
-	}
-	switch k.state["netem"] {
-	case unknown:
-		p.unsure = append(p.unsure, "whether the kernel has netem")
-	case absent:
-		p.why = append(p.why, "netem: kernel lacks CONFIG_NET_SCH_NETEM")
-	default:
-		p.chosen = "netem"
-		p.why = append(p.why, "kernel has netem: the thesis' HTB tree with netem leaves")
-		return
-	}
-	p.chosen = "delayline"
-	p.why = append(p.why, "neither fq (for edt) nor netem: the NFQUEUE delay line (userspace, a round trip per packet)")
+	p.why = append(p.why, c.Why)
 }
 
 // checkBuild says whether the chosen backend's constructor would succeed,
 // with the agent's wording where the agent has one.
 func (e *Env) checkBuild(p *plan) {
 	prefix := ""
-	if p.asked == "auto" && p.chosen != "delayline" {
-		prefix = "auto: kernel has " + map[string]string{"edt": "fq and tc BPF", "netem": "netem"}[p.chosen] +
-			" but the " + p.chosen + " backend would fail: "
+	if b := p.entry(); p.asked == "auto" && b.Probes != nil {
+		prefix = "auto: kernel has " + b.AutoHas + " but the " + p.chosen + " backend would fail: "
 	}
 	missing, unknown := e.lacking(p.chosen)
 	if len(unknown) > 0 {
@@ -202,11 +179,11 @@ func (e *Env) checkBuild(p *plan) {
 	switch {
 	case len(missing) > 0:
 		p.fail = fmt.Sprintf("%sthe %s backend needs %s, which this kernel lacks", prefix, p.chosen, strings.Join(missing, ", "))
-	case p.uses(partDevice) && p.deviceErr != nil:
+	case p.uses(throttle.PartDevice) && p.deviceErr != nil:
 		p.fail = prefix + p.deviceErr.Error()
-	case p.uses(partIptables) && e.iptProblem(p.uses(partQueue)) != "":
-		p.fail = prefix + e.iptProblem(p.uses(partQueue))
-	case p.uses(partQueue) && e.queueTaken() != "":
+	case p.uses(throttle.PartIptables) && e.iptProblem(p.uses(throttle.PartQueue)) != "":
+		p.fail = prefix + e.iptProblem(p.uses(throttle.PartQueue))
+	case p.uses(throttle.PartQueue) && e.queueTaken() != "":
 		p.fail = fmt.Sprintf("%sNFQUEUE %d is taken by %s", prefix, agentQueue, e.queueTaken())
 	}
 }
@@ -222,7 +199,7 @@ func (c backendCheck) Run() Result {
 	if p.chosen != "" && p.chosen != p.asked {
 		r.Summary += " → " + p.chosen
 	}
-	if p.chosen != "" && p.chosen != "dry-run" {
+	if p.entry().Parts != 0 {
 		r.Detail = append(r.Detail, c.e.needsLine(p.chosen))
 	}
 	switch {
@@ -237,15 +214,15 @@ func (c backendCheck) Run() Result {
 	case len(p.why) > 0:
 		r.Summary += ": " + p.why[len(p.why)-1]
 	}
-	if p.uses(partDevice) && p.deviceErr == nil {
+	if p.uses(throttle.PartDevice) && p.deviceErr == nil {
 		r.Detail = append(r.Detail, "throttles on "+p.device)
 	}
-	if p.chosen == "netem" {
-		r.Detail = append(r.Detail, "netem delays IPv4 consumers only: an IPv6 one is named in the agent's log and apply errors, the others are delayed")
+	if b := p.entry(); b.Parts != 0 && !b.Caps.IPv6 {
+		r.Detail = append(r.Detail, p.chosen+" throttles IPv4 consumers only: an IPv6 one is named in the agent's log and apply errors, the others are throttled")
 	}
 	if p.asked == "auto" {
 		r.Detail = append(r.Detail, "doctor predicts auto from the kernel config; the agent decides by building each backend in a scratch network namespace "+
-			"(throttle.EDTAvailable, NetemAvailable), which doctor does not do as it changes nothing. 'sanqos throttle backends' runs those probes")
+			"(each backend's probe in the throttle registry), which doctor does not do as it changes nothing. 'sanqos throttle backends' runs those probes")
 	}
 	return r
 }

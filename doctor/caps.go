@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/sanqos/sanqos/throttle"
 )
 
 // Capability bits (linux/capability.h).
@@ -81,13 +83,13 @@ func (e *Env) capNeeds() []capNeed {
 	if p.chosen != "dry-run" {
 		out = append(out, capNeed{[]int{capNetAdmin}, "tc, ipset, nfqueue and iptables changes", true})
 	}
-	if p.uses(partIptables) && e.iptFacts().variant != "nf_tables" {
+	if p.uses(throttle.PartIptables) && e.iptFacts().variant != "nf_tables" {
 		out = append(out, capNeed{[]int{capNetRaw}, "iptables-legacy's raw socket", true})
 	}
 	if e.Config.Mode == "bridge" && e.configured() {
 		out = append(out, capNeed{[]int{capNetRaw}, "bridge mode's packet capture", true})
 	}
-	if p.uses(partBPF) {
+	if p.uses(throttle.PartBPF) {
 		out = append(out, capNeed{[]int{capBPF, capSysAdmin}, "loading the tc BPF program", true})
 	}
 	if e.backendName() == "auto" {

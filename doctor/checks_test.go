@@ -73,7 +73,7 @@ type checkCase struct {
 var checkCases = []checkCase{
 	{"lab host, no config", func(*testing.T) fixture { return fixture{base: "host-6.18"} }, map[string]want{
 		"kernel":     {OK, "has htb, clsact, cls_bpf, nfqueue, ipset, xt_set, nf_tables; lacks netem, fq"},
-		"backend":    {OK, "auto → delayline: neither fq (for edt) nor netem"},
+		"backend":    {OK, "auto → delayline: kernel runs none of edt, netem"},
 		"netfilter":  {OK, "iptables v1.8.9 (legacy)"},
 		"nfqueue":    {OK, "queue 0 is free"},
 		"interfaces": {OK, "eth0: the only non-loopback interface that is up"},

@@ -85,7 +85,7 @@ func (c interfacesCheck) Run() Result {
 		r.Detail = append(r.Detail, fmt.Sprintf("%s%-12s %-4s %s", mark, l.Name, state, orNone(strings.Join(l.Addrs, " "))))
 	}
 	switch {
-	case p.deviceErr != nil && p.uses(partDevice):
+	case p.deviceErr != nil && p.uses(throttle.PartDevice):
 		r.Status, r.Summary = Fail, p.deviceErr.Error()
 	case p.deviceErr != nil:
 		r.Status = Warn
@@ -98,7 +98,7 @@ func (c interfacesCheck) Run() Result {
 	default:
 		r.Summary = p.device + ": the only non-loopback interface that is up, which the agent takes when no device: is given"
 	}
-	if !p.uses(partDevice) && p.deviceErr == nil {
+	if !p.uses(throttle.PartDevice) && p.deviceErr == nil {
 		r.Summary += fmt.Sprintf(" (not used by the %s backend)", p.chosenOr("chosen"))
 	}
 	if c.e.configured() && c.e.Config.Mode == "bridge" {

@@ -6,7 +6,10 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
+
+	"github.com/sanqos/sanqos/throttle"
 )
 
 // feature is one kernel capability some part of sanqos needs.
@@ -17,29 +20,31 @@ type feature struct {
 	module string // module name when built as one; "" if it cannot be
 }
 
-// features are what the backends, discovery and bridge mode use, in the
-// order the kernel check lists them.
+// features are the kernel features the backends (their registry entries'
+// Needs), discovery and bridge mode use, in the order the kernel check
+// lists them; the check names the backends that need each from the
+// registry.
 var features = []feature{
-	{"netem", "netem backend (the thesis' tree)", "CONFIG_NET_SCH_NETEM", "sch_netem"},
-	{"fq", "edt backend (fq releases each packet at its time)", "CONFIG_NET_SCH_FQ", "sch_fq"},
-	{"htb", "netem tree, htb backend, write caps", "CONFIG_NET_SCH_HTB", "sch_htb"},
-	{"clsact", "clsact hook for tc BPF (edt, write caps)", "CONFIG_NET_SCH_INGRESS", "sch_ingress"},
-	{"cls_bpf", "tc BPF classifier (edt, write caps)", "CONFIG_NET_CLS_BPF", "cls_bpf"},
-	{"bpf", "bpf(2) (edt, write caps)", "CONFIG_BPF_SYSCALL", ""},
-	{"cls_fw", "mark → class filter (netem, htb; else u32)", "CONFIG_NET_CLS_FW", "cls_fw"},
-	{"cls_u32", "mark → class filter fallback (netem, htb)", "CONFIG_NET_CLS_U32", "cls_u32"},
-	{"ifb", "write caps (ingress shaping)", "CONFIG_IFB", "ifb"},
-	{"mirred", "write caps (redirect to ifb)", "CONFIG_NET_ACT_MIRRED", "act_mirred"},
-	{"nfqueue", "delay line (nfnetlink_queue)", "CONFIG_NETFILTER_NETLINK_QUEUE", "nfnetlink_queue"},
-	{"xt_NFQUEUE", "delay line (iptables -j NFQUEUE)", "CONFIG_NETFILTER_XT_TARGET_NFQUEUE", "xt_NFQUEUE"},
-	{"ipset", "consumer sets (every backend but edt)", "CONFIG_IP_SET", "ip_set"},
+	{"netem", "netem qdisc", "CONFIG_NET_SCH_NETEM", "sch_netem"},
+	{"fq", "fq qdisc (releases each packet at its time)", "CONFIG_NET_SCH_FQ", "sch_fq"},
+	{"htb", "htb qdisc", "CONFIG_NET_SCH_HTB", "sch_htb"},
+	{"clsact", "clsact hook for tc BPF", "CONFIG_NET_SCH_INGRESS", "sch_ingress"},
+	{"cls_bpf", "tc BPF classifier", "CONFIG_NET_CLS_BPF", "cls_bpf"},
+	{"bpf", "bpf(2)", "CONFIG_BPF_SYSCALL", ""},
+	{"cls_fw", "mark → class filter (else u32)", "CONFIG_NET_CLS_FW", "cls_fw"},
+	{"cls_u32", "mark → class filter fallback", "CONFIG_NET_CLS_U32", "cls_u32"},
+	{"ifb", "ingress shaping device", "CONFIG_IFB", "ifb"},
+	{"mirred", "redirect to ifb", "CONFIG_NET_ACT_MIRRED", "act_mirred"},
+	{"nfqueue", "nfnetlink_queue", "CONFIG_NETFILTER_NETLINK_QUEUE", "nfnetlink_queue"},
+	{"xt_NFQUEUE", "iptables -j NFQUEUE", "CONFIG_NETFILTER_XT_TARGET_NFQUEUE", "xt_NFQUEUE"},
+	{"ipset", "consumer sets", "CONFIG_IP_SET", "ip_set"},
 	{"ipset_hash_ip", "consumer sets of type hash:ip", "CONFIG_IP_SET_HASH_IP", "ip_set_hash_ip"},
 	{"xt_set", "iptables -m set / -j SET", "CONFIG_NETFILTER_XT_SET", "xt_set"},
 	{"xt_u32", "iptables -m u32 (pure-ACK tests)", "CONFIG_NETFILTER_XT_MATCH_U32", "xt_u32"},
 	{"xt_comment", "iptables -m comment (rule labels)", "CONFIG_NETFILTER_XT_MATCH_COMMENT", "xt_comment"},
 	{"ip_tables", "iptables-legacy", "CONFIG_IP_NF_IPTABLES", "ip_tables"},
-	{"iptable_filter", "filter table (delay line)", "CONFIG_IP_NF_FILTER", "iptable_filter"},
-	{"iptable_mangle", "mangle table (netem, htb marks)", "CONFIG_IP_NF_MANGLE", "iptable_mangle"},
+	{"iptable_filter", "filter table", "CONFIG_IP_NF_FILTER", "iptable_filter"},
+	{"iptable_mangle", "mangle table (marks)", "CONFIG_IP_NF_MANGLE", "iptable_mangle"},
 	{"nf_tables", "nf_tables (iptables-nft, nft)", "CONFIG_NF_TABLES", "nf_tables"},
 	{"nft_compat", "iptables-nft's xt matches and targets", "CONFIG_NFT_COMPAT", "nft_compat"},
 	{"nft_queue", "iptables-nft's NFQUEUE (nft queue)", "CONFIG_NFT_QUEUE", "nft_queue"},
@@ -48,6 +53,23 @@ var features = []feature{
 	{"packet", "AF_PACKET capture (bridge mode)", "CONFIG_PACKET", "af_packet"},
 	{"configfs", "configfs (LIO discovery)", "CONFIG_CONFIGFS_FS", "configfs"},
 	{"lio", "LIO iSCSI target", "CONFIG_ISCSI_TARGET", "iscsi_target_mod"},
+}
+
+// neededBy names the backends whose Needs (with either write_delay_on)
+// list key.
+func neededBy(key string) string {
+	var names []string
+	for _, b := range throttle.Entries() {
+		for _, w := range []throttle.WriteOn{throttle.WriteOnReplies, throttle.WriteOnACKs} {
+			if slices.ContainsFunc(b.Needs(w), func(alts []string) bool { return slices.Contains(alts, key) }) && !slices.Contains(names, b.Name) {
+				names = append(names, b.Name)
+			}
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(names, ", ") + ")"
 }
 
 // state is whether the running kernel has a feature.
@@ -183,7 +205,7 @@ func (c kernelCheck) Run() Result {
 	}
 	var r Result
 	for _, f := range features {
-		line := fmt.Sprintf("%-15s %-15s %s", f.key, k.state[f.key], f.what)
+		line := fmt.Sprintf("%-15s %-15s %s%s", f.key, k.state[f.key], f.what, neededBy(f.key))
 		if n := k.note[f.key]; n != "" && k.source != "" {
 			line += " — " + n
 		}

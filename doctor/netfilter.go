@@ -3,6 +3,8 @@ package doctor
 import (
 	"fmt"
 	"strings"
+
+	"github.com/sanqos/sanqos/throttle"
 )
 
 // iptFacts are the netfilter tools installed and the state they show.
@@ -124,8 +126,8 @@ func (c netfilterCheck) Run() Result {
 	default:
 		r.Detail = append(r.Detail, "nft tables: "+orNone(strings.Join(f.nftTabs, ", ")))
 	}
-	if p.uses(partIptables) {
-		if why := c.e.iptProblem(p.uses(partQueue)); why != "" {
+	if p.uses(throttle.PartIptables) {
+		if why := c.e.iptProblem(p.uses(throttle.PartQueue)); why != "" {
 			r.Status, r.Summary = Fail, why
 		}
 	} else {

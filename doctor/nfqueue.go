@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sanqos/sanqos/throttle"
 )
 
 // agentQueue is the NFQUEUE number the agent's delay line binds: the agent
@@ -68,7 +70,7 @@ func (nfqueueCheck) Name() string { return "nfqueue" }
 
 func (c nfqueueCheck) Run() Result {
 	q, present, err := c.e.Host.boundQueues()
-	uses := c.e.plan().uses(partQueue)
+	uses := c.e.plan().uses(throttle.PartQueue)
 	r := Result{Detail: []string{
 		fmt.Sprintf("the delay line binds queue %d in the network namespace the agent starts in (this one)", agentQueue),
 	}}

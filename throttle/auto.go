@@ -2,9 +2,7 @@ package throttle
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 
@@ -12,110 +10,80 @@ import (
 	"github.com/vishvananda/netns"
 )
 
-// Auto picks the best delay backend this kernel runs, trying the delay
-// backends of the registry in its order: EDT (fq and tc BPF: the kernel
-// holds each packet, no per-packet userspace work), netem (the thesis'
-// tree), the NFQUEUE delay line (any kernel with netfilter queueing); it
-// logs which one it chose and why. A kernel that has a backend whose
-// objects then cannot be built is an error, not a silent fallback: the
-// operator asked for the best method and should learn why it is not
-// running.
-func Auto(o Options) (Throttle, error) {
-	w, err := ParseWriteOn(o.WriteOn)
-	if err != nil {
-		return nil, err
-	}
-	return auto(delayBackends(), o, w)
+// Auto picks the best delay backend this kernel runs, trying the auto
+// candidates of the registry in rank order: EDT (fq and tc BPF: the
+// kernel holds each packet, no per-packet userspace work), netem (the
+// thesis' tree), the NFQUEUE delay line (any kernel with netfilter
+// queueing); it logs which one it chose and why. A kernel that has a
+// backend whose objects then cannot be built is an error, not a silent
+// fallback: the operator asked for the best method and should learn why
+// it is not running.
+func Auto(o Options) (Throttle, error) { return New(autoName, o) }
+
+// Choice is auto's pick among its candidates.
+type Choice struct {
+	Entry Entry
+	// Probed: its probe passed. False: the fallback (the last candidate,
+	// which runs on any kernel), taken without a probe.
+	Probed bool
+	Why    string   // the probe's reason, or why the fallback
+	Passed []string // the candidates passed over, each "name: why"
+	// Err is a probe that could not tell (no netns or veth): auto then
+	// takes the fallback.
+	Err error
 }
 
-// autoText is what Auto says of a delay backend. Every one but the last
-// is probed: has is what the kernel has when the probe passes (for the
-// error if the backend then fails), and logMiss logs a failed probe's
-// reason (edt's says which part is missing, fq or BPF; netem's would only
-// repeat the fallback's reason). The last is the fallback, built without
-// a probe because it runs on any kernel: lacks and why say what the
-// kernel missed for the others.
-type autoText struct {
-	has        string
-	logMiss    bool
-	lacks, why string
+// Choose is auto's choice, made once for the agent (probes in scratch
+// namespaces) and for doctor (the kernel config): the first candidate
+// avail accepts, else the last.
+func Choose(avail func(Entry) (ok bool, why string, err error)) Choice {
+	return choose(autoCandidates(), avail)
 }
 
-func auto(cands []registered, o Options, w WriteOn) (Throttle, error) {
-	log := o.logger()
+func choose(cands []Entry, avail func(Entry) (bool, string, error)) Choice {
+	var c Choice
+	var names []string
 	for _, b := range cands[:len(cands)-1] {
-		ok, why, err := b.probe()
+		ok, why, err := avail(b)
 		if err != nil {
-			// The probe itself failed (no netns or veth): we cannot tell, so
-			// take the backend that works on any kernel.
-			log.Warn(b.name+" probe failed; using the delay line", "err", err)
+			c.Err = fmt.Errorf("%s probe: %w", b.Name, err)
 			break
 		}
-		if !ok {
-			if b.auto.logMiss {
-				log.Info("throttle backend "+b.name+" not available", "reason", why)
-			}
-			continue
+		if ok {
+			return Choice{Entry: b, Probed: true, Why: why, Passed: c.Passed}
 		}
-		t, err := b.build(o, w)
-		if err != nil {
-			return nil, fmt.Errorf("auto: kernel has %s but the %s backend failed: %w", b.auto.has, b.name, err)
+		c.Passed = append(c.Passed, b.Name+": "+why)
+		names = append(names, b.Name)
+	}
+	c.Entry = cands[len(cands)-1]
+	c.Why = "kernel runs none of " + strings.Join(names, ", ") + ": " + c.Entry.Name + " " + c.Entry.AutoHas
+	if c.Err != nil {
+		c.Why = "auto's probes fail here: " + c.Entry.Name + " " + c.Entry.AutoHas
+	}
+	return c
+}
+
+func auto(cands []Entry, o Options, w WriteOn) (Throttle, error) {
+	log := o.logger()
+	c := choose(cands, func(b Entry) (bool, string, error) {
+		ok, why, err := b.Probe()
+		if err == nil && !ok {
+			log.Info("throttle backend "+b.Name+" not available", "reason", why)
 		}
-		log.Info("throttle backend chosen", "backend", b.name, "reason", why)
-		return t, nil
-	}
-	last := cands[len(cands)-1]
-	t, err := last.build(o, w)
-	if err != nil {
-		return nil, fmt.Errorf("auto: %s, and the delay line failed: %w", last.auto.lacks, err)
-	}
-	log.Info("throttle backend chosen", "backend", t.Name(), "reason", last.auto.why)
-	return t, nil
-}
-
-// htbAvailable adds an htb root to a scratch veth.
-func htbAvailable() (bool, error) {
-	return qdiscAvailable("htb", func(ifindex int) netlink.Qdisc { return tcRootQdisc(ifindex, 1, 2) })
-}
-
-// delayLineWriteCapAvailable is the delay line's probe and the write
-// caps' together; the reason is the delay line's when it is missing.
-func delayLineWriteCapAvailable() (bool, string, error) {
-	dl, dlWhy := delayLineAvailable()
-	wc, why := writeCapAvailable()
-	if !dl {
-		why = "needs the delay line: " + dlWhy
-	}
-	return dl && wc, why, nil
-}
-
-// delayLineAvailable checks what the NFQUEUE delay line needs: the
-// kernel's nfnetlink_queue (its /proc file appears with the module) and
-// iptables to install the NFQUEUE rule.
-func delayLineAvailable() (bool, string) {
-	if _, err := os.Stat("/proc/net/netfilter/nfnetlink_queue"); err != nil && !kernelModule("nfnetlink_queue") {
-		return false, "kernel has no nfnetlink_queue (CONFIG_NETFILTER_NETLINK_QUEUE)"
-	}
-	if _, err := exec.LookPath("iptables"); err != nil {
-		return false, "no iptables binary for the NFQUEUE rule"
-	}
-	return true, "kernel has nfnetlink_queue (userspace delay line: a packet's round trip through the agent)"
-}
-
-// writeCapAvailable builds the write caps' IFB, HTB tree and steering
-// program on a scratch veth.
-func writeCapAvailable() (bool, string) {
-	err := inScratchNS(func(dev netlink.Link) error {
-		w, err := NewWriteCap(WriteCapConfig{Device: dev.Attrs().Name, Label: "probe", Check: -1, Log: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			return err
-		}
-		return w.Close()
+		return ok, why, err
 	})
-	if err != nil {
-		return false, "write caps: " + err.Error()
+	if c.Err != nil {
+		log.Warn("probe failed; using "+c.Entry.Name, "err", c.Err)
 	}
-	return true, "delay line plus write caps (ifb, htb and a tc BPF program work)"
+	t, err := c.Entry.Build(o, w)
+	switch {
+	case err != nil && c.Probed:
+		return nil, fmt.Errorf("auto: kernel has %s but the %s backend failed: %w", c.Entry.AutoHas, c.Entry.Name, err)
+	case err != nil:
+		return nil, fmt.Errorf("auto: %s, and it failed: %w", c.Why, err)
+	}
+	log.Info("throttle backend chosen", "backend", t.Name(), "reason", c.Why)
+	return t, nil
 }
 
 // kernelModule reports whether the running kernel ships a module (it then

@@ -42,14 +42,14 @@ func TestAutoChoosesAndSaysSo(t *testing.T) {
 	}
 	// The registry's delay backends with fakes for edt and the delay line:
 	// the probes, order and words are the real ones.
-	cands := func(delayLine func(Options, WriteOn) (Throttle, error)) []registered {
-		cs := delayBackends()
+	cands := func(delayLine func(Options, WriteOn) (Throttle, error)) []Entry {
+		cs := autoCandidates()
 		for i := range cs {
-			switch cs[i].name {
+			switch cs[i].Name {
 			case "edt":
-				cs[i].build = noEDT
+				cs[i].Build = noEDT
 			case "delayline":
-				cs[i].build = delayLine
+				cs[i].Build = delayLine
 			}
 		}
 		return cs
@@ -63,7 +63,7 @@ func TestAutoChoosesAndSaysSo(t *testing.T) {
 	if th.Name() != "dry-run" {
 		t.Errorf("chose %s", th.Name())
 	}
-	if s := buf.String(); !strings.Contains(s, "backend=dry-run") || !strings.Contains(s, "neither fq") || !strings.Contains(s, "edt not available") {
+	if s := buf.String(); !strings.Contains(s, "backend=dry-run") || !strings.Contains(s, "none of edt, netem") || !strings.Contains(s, "edt not available") {
 		t.Errorf("log does not say which backend and why: %q", s)
 	}
 	boom := errors.New("boom")
@@ -83,8 +83,8 @@ func TestRegistryIsTheList(t *testing.T) {
 		t.Errorf("names %s", got)
 	}
 	for _, r := range registry {
-		if r.about == "" || r.probe == nil || r.build == nil {
-			t.Errorf("%s: incomplete entry", r.name)
+		if r.About == "" || r.Probe == nil || r.Build == nil || r.Needs == nil || r.Auto && r.AutoHas == "" {
+			t.Errorf("%s: incomplete entry", r.Name)
 		}
 	}
 	if _, err := New("tbf", Options{}); err == nil || !strings.Contains(err.Error(), "auto|edt|") {

@@ -93,16 +93,16 @@ func (o *bpfObjects) close() {
 
 // bpfLease is a BPF backend's heartbeat: a deadline (CLOCK_MONOTONIC ns,
 // as bpf_ktime_get_ns) in a one-entry array map that the program checks
-// before acting on any packet, moved to now + TTL every TTL/3. When the
+// before acting on any packet, moved to now + TTL by a lease. When the
 // agent dies nobody moves it, and within TTL the program lets everything
 // pass as if it were not there: tc filters outlive their process, this
 // does not.
 type bpfLease struct {
-	m          *ebpf.Map
-	ttl        time.Duration
-	log        *slog.Logger
-	what       string // "edt delays", "write caps": for the log
-	stop, done chan struct{}
+	m    *ebpf.Map
+	ttl  time.Duration
+	log  *slog.Logger
+	what string // "edt delays", "write caps": for the log
+	hb   *lease
 }
 
 func newBPFLease(ttl time.Duration, log *slog.Logger, what string) (*bpfLease, error) {
@@ -134,35 +134,18 @@ func (l *bpfLease) refresh() error {
 
 // start refreshes every TTL/3 until end.
 func (l *bpfLease) start() {
-	l.stop, l.done = make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(l.done)
-		t := time.NewTicker(l.ttl / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-l.stop:
-				return
-			case <-t.C:
-				if err := l.refresh(); err != nil {
-					l.log.Error(l.what+" will lapse", "err", err)
-				}
-			}
+	l.hb = startLease(l.ttl, func() {
+		if err := l.refresh(); err != nil {
+			l.log.Error(l.what+" will lapse", "err", err)
 		}
-	}()
+	})
 }
 
 // end stops refreshing (the deadline then lapses within TTL).
 func (l *bpfLease) end() {
-	if l == nil || l.stop == nil {
-		return
+	if l != nil {
+		l.hb.end()
 	}
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-	}
-	<-l.done
 }
 
 func (l *bpfLease) close() {
@@ -233,21 +216,6 @@ func ipv6Key(a netip.Addr) (key [16]byte, ok bool) {
 		return key, false
 	}
 	return a.As16(), true
-}
-
-// clearVia clears the named consumers (all of list's with none) through
-// set, as every backend's Clear does.
-func clearVia(list func() map[netip.Addr]Setting, set func(map[netip.Addr]Setting) error, consumers []netip.Addr) error {
-	if len(consumers) == 0 {
-		for a := range list() {
-			consumers = append(consumers, a)
-		}
-	}
-	m := make(map[netip.Addr]Setting, len(consumers))
-	for _, a := range consumers {
-		m[a] = Setting{}
-	}
-	return set(m)
 }
 
 // deleteFilters removes, from every link's clsact hook parent, the

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/netip"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"sync"
@@ -17,8 +18,46 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+func init() {
+	Register(Entry{Name: "delayline", Rank: 30, Auto: true, AutoHas: "(userspace delay: needs only netfilter queueing)",
+		About: "userspace delay: NFQUEUE, the agent releases each packet",
+		Caps:  Caps{Delay: true, IPv6: true}, Parts: PartIptables | PartQueue,
+		Needs:     delayLineNeeds,
+		Objects:   []Objects{{"-dl", CleanupDelayLine}},
+		Probe:     func() (bool, string, error) { ok, why := delayLineAvailable(); return ok, why, nil },
+		Build:     newDelayLineFrom,
+		Collector: delayLineCollector})
+}
+
+func delayLineNeeds(w WriteOn) [][]string {
+	n := append([][]string{{"nfqueue"}, {"iptable_filter"}, {"xt_NFQUEUE"}}, needSets...)
+	if w == WriteOnReplies {
+		// Replies leave pure ACKs out of the queue by -m u32.
+		n = append(n, []string{"xt_u32"})
+	}
+	return n
+}
+
+func newDelayLineFrom(o Options, w WriteOn) (Throttle, error) {
+	return NewDelayLine(DelayLineConfig{Port: uint16(o.Port), Chain: o.Chain, Label: o.Label + "-dl", QueueLimit: o.QueueLimit,
+		Ramp: o.Ramp, Follow: o.Follow, WriteOn: w, Check: o.Check, Log: o.Log})
+}
+
+// delayLineAvailable checks what the NFQUEUE delay line needs: the
+// kernel's nfnetlink_queue (its /proc file appears with the module) and
+// iptables to install the NFQUEUE rule.
+func delayLineAvailable() (bool, string) {
+	if _, err := os.Stat("/proc/net/netfilter/nfnetlink_queue"); err != nil && !kernelModule("nfnetlink_queue") {
+		return false, "kernel has no nfnetlink_queue (CONFIG_NETFILTER_NETLINK_QUEUE)"
+	}
+	if _, err := exec.LookPath("iptables"); err != nil {
+		return false, "no iptables binary for the NFQUEUE rule"
+	}
+	return true, "kernel has nfnetlink_queue (userspace delay line: a packet's round trip through the agent)"
+}
+
 // DelayLine is the userspace packet-delay backend. An iptables rule (one per
-// family, from a Classifier) sends packets from the storage port to the
+// family, queueRules) sends packets from the storage port to the
 // throttled consumers into an NFQUEUE; the delay line holds each one for its
 // consumer's delay, counted from when it reached us, then accepts it
 // unchanged. With WriteOnReplies (default) the rules leave pure ACKs out
@@ -73,7 +112,7 @@ import (
 // retransmits — and CleanupDelayLine removes the stale rules and sets.
 type DelayLine struct {
 	cfg  DelayLineConfig
-	cls  *Classifier
+	cls  *queueRules
 	q    *nfqueue.Conn
 	qfd  int       // q's socket, read by run, written under mu
 	tfd  int       // timerfd for the next due time (absolute, no slack)
@@ -113,7 +152,7 @@ type DelayLineConfig struct {
 	Chain string
 	// QueueLimit is the most packets held at once (4096).
 	QueueLimit int
-	// Label names the rules and sets (see Classifier) ("sanqos-dl").
+	// Label names the rules and sets (see queueRules) ("sanqos-dl").
 	Label string
 	// Ramp is how fast a consumer's delay may grow: ms of delay per ms
 	// of its traffic (ramp.go); 0 applies a new delay at once.
@@ -155,9 +194,6 @@ type DelayLineStats struct {
 	Late Lateness `json:"release_late"`
 }
 
-// delayLineClass is the classifier class the NFQUEUE rules belong to.
-const delayLineClass = "q"
-
 func (cfg *DelayLineConfig) fill() {
 	if cfg.Port == 0 {
 		cfg.Port = 3260
@@ -177,8 +213,8 @@ func (cfg *DelayLineConfig) fill() {
 // ever queued without a reader), in the caller's network namespace.
 func NewDelayLine(cfg DelayLineConfig) (*DelayLine, error) {
 	cfg.fill()
-	if !nameRE.MatchString(cfg.Label) {
-		return nil, fmt.Errorf("delayline: bad label %q", cfg.Label)
+	if !nameRE.MatchString(cfg.Label) || len(cfg.Label) > 20 {
+		return nil, fmt.Errorf("delayline: label %q: want 1-20 of [A-Za-z0-9_-]", cfg.Label)
 	}
 	// A crashed instance with our label may still hold the queue's rule;
 	// its sets are rebuilt below anyway.
@@ -222,16 +258,8 @@ func NewDelayLine(cfg DelayLineConfig) (*DelayLine, error) {
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	d.mon0 = ts.Nano()
 	go d.run()
-	d.cls, err = NewClassifier(ClassifierConfig{
-		Label: cfg.Label,
-		Chain: cfg.Chain,
-		Port:  cfg.Port,
-		Classes: []Class{{
-			Name:   delayLineClass,
-			Match:  queuedMatch(cfg.WriteOn),
-			Target: []string{"NFQUEUE", "--queue-num", strconv.Itoa(int(cfg.Queue)), "--queue-bypass"},
-		}},
-	})
+	d.cls, err = newQueueRules(cfg.Label, cfg.Chain, cfg.Port, queuedMatch(cfg.WriteOn),
+		[]string{"NFQUEUE", "--queue-num", strconv.Itoa(int(cfg.Queue)), "--queue-bypass"})
 	if err != nil {
 		d.shutdown()
 		return nil, fmt.Errorf("delayline: %w", err)
@@ -275,7 +303,7 @@ func CleanupDelayLine(label string) error {
 	if label == "" {
 		label = "sanqos-dl"
 	}
-	return CleanupClassifier(label)
+	return cleanupQueueRules(label)
 }
 
 func (d *DelayLine) Name() string { return "delayline" }
@@ -301,7 +329,7 @@ func (d *DelayLine) Set(settings map[netip.Addr]Setting) error {
 	// Without ip6tables no rule queues IPv6: its consumers are left out
 	// and named in the error, the IPv4 ones go ahead.
 	refused := &refusals{backend: "delayline"}
-	if !d.cls.HasIPv6() {
+	if !d.cls.hasIPv6() {
 		settings, refused = only4("delayline", settings, func(s Setting) bool { return !s.IsZero() }, errNoIP6tables)
 	}
 	d.setMu.Lock()
@@ -340,7 +368,7 @@ func (d *DelayLine) Set(settings map[netip.Addr]Setting) error {
 	d.mu.Unlock()
 
 	members := slices.Collect(maps.Keys(next))
-	if err := d.cls.Update(map[string][]netip.Addr{delayLineClass: members}); err != nil {
+	if err := d.cls.update(members); err != nil {
 		d.mu.Lock()
 		d.settings = old
 		d.mu.Unlock()
@@ -352,17 +380,6 @@ func (d *DelayLine) Set(settings map[netip.Addr]Setting) error {
 // errNoIP6tables is why the delay line cannot delay an IPv6 consumer on a
 // host without ip6tables.
 var errNoIP6tables = fmt.Errorf("IPv6 without ip6tables: %w", ErrUnsupported)
-
-func (d *DelayLine) Clear(consumers ...netip.Addr) error {
-	if len(consumers) == 0 {
-		consumers = slices.Collect(maps.Keys(d.List()))
-	}
-	m := make(map[netip.Addr]Setting, len(consumers))
-	for _, a := range consumers {
-		m[a] = Setting{}
-	}
-	return d.Set(m)
-}
 
 func (d *DelayLine) List() map[netip.Addr]Setting {
 	d.mu.Lock()
@@ -405,7 +422,7 @@ func (d *DelayLine) Close() error {
 	d.closing = true // from now on every packet is accepted on arrival
 	d.accept(d.dq.drainAll(d.scratch[:0]))
 	d.mu.Unlock()
-	err := d.cls.Close()
+	err := d.cls.close()
 	return errors.Join(err, d.shutdown())
 }
 

@@ -263,29 +263,28 @@ func TestDelayLineCloseCleansUp(t *testing.T) {
 // found by label and removed; an instance with another label is untouched.
 func TestCleanupDelayLine(t *testing.T) {
 	l := newLab(t)
-	var stale, other *Classifier
+	var stale, other *queueRules
 	var err error
 	l.t.Do(func() {
 		// The delay line's own rules: iptables -S quotes their u32
 		// expressions, which cleanup must undo.
-		stale, err = NewClassifier(ClassifierConfig{Label: "sqt-stale", Classes: []Class{{Name: "q", Match: queuedMatch(WriteOnReplies), Target: []string{"NFQUEUE", "--queue-num", "9", "--queue-bypass"}}}})
+		stale, err = newQueueRules("sqt-stale", "OUTPUT", 3260, queuedMatch(WriteOnReplies), []string{"NFQUEUE", "--queue-num", "9", "--queue-bypass"})
 		if err != nil {
 			return
 		}
-		other, err = NewClassifier(ClassifierConfig{Label: "sqt-stale2", Table: "mangle", Chain: "POSTROUTING",
-			Classes: []Class{{Name: "m1", Target: []string{"MARK", "--set-mark", "1"}}, {Name: "m2", Match: map[int][][]string{4: {{"-m", "length", "--length", "0:128"}}}, Target: []string{"MARK", "--set-mark", "2"}}}})
+		other, err = newQueueRules("sqt-stale2", "FORWARD", 3261, nil, []string{"NFQUEUE", "--queue-num", "8", "--queue-bypass"})
 		if err != nil {
 			return
 		}
-		err = stale.Update(map[string][]netip.Addr{"q": {l.cAddr, l.cAddr6}})
+		err = stale.update([]netip.Addr{l.cAddr, l.cAddr6})
 		if err == nil {
-			err = other.Update(map[string][]netip.Addr{"m1": {l.cAddr}, "m2": {l.cAddr6}})
+			err = other.update([]netip.Addr{l.cAddr, l.cAddr6})
 		}
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := stale.Members("q"); len(got) != 2 {
+	if got := stale.members; len(got) != 2 {
 		t.Fatalf("members %v", got)
 	}
 	l.t.Do(func() { err = CleanupDelayLine("sqt-stale") })
@@ -301,14 +300,14 @@ func TestCleanupDelayLine(t *testing.T) {
 	if strings.Contains(out, "sqt-stale ") || strings.Contains(out, "sqt-stale.") {
 		t.Errorf("stale objects remain:\n%s", out)
 	}
-	if strings.Count(out, "--comment sqt-stale2") != 4 || strings.Count(out, "\nsqt-stale2.") != 4 {
+	if strings.Count(out, "--comment sqt-stale2") != 2 || strings.Count(out, "\nsqt-stale2.") != 2 {
 		t.Errorf("other label's objects touched:\n%s", out)
 	}
 	l.t.Do(func() {
-		if err := stale.Close(); err != nil {
+		if err := stale.close(); err != nil {
 			t.Errorf("close after cleanup: %v", err)
 		}
-		if err := other.Close(); err != nil {
+		if err := other.close(); err != nil {
 			t.Errorf("close: %v", err)
 		}
 	})

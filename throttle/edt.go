@@ -13,6 +13,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+func init() {
+	Register(Entry{Name: "edt", Rank: 10, Auto: true, AutoHas: "fq and tc BPF",
+		About: "kernel delay: tc BPF departure times, fq holds each packet",
+		Caps:  Caps{Delay: true, IPv6: true}, Parts: PartDevice | PartBPF,
+		Needs:   func(WriteOn) [][]string { return edtNeeds },
+		Probes:  edtNeeds,
+		Objects: []Objects{{"-edt", CleanupEDT}},
+		Probe:   func() (bool, string, error) { ok, why := EDTAvailable(); return ok, why, nil },
+		Build: func(o Options, w WriteOn) (Throttle, error) {
+			dev, err := o.ConsumerDevice()
+			if err != nil {
+				return nil, err
+			}
+			return NewEDT(EDTConfig{Device: dev, Label: o.Label + "-edt", Port: uint16(o.Port), WriteOn: w, Check: o.Check, Log: o.Log})
+		}})
+}
+
+var edtNeeds = append([][]string{{"fq"}}, needBPF...)
+
 // EDT is the delay backend at kernel speed: the earliest-departure-time
 // model that Linux TCP pacing itself uses. A tc BPF program on the target
 // interface's egress stamps each segment to a throttled consumer with
@@ -336,9 +355,6 @@ func (e *EDT) put(a netip.Addr, s Setting) error {
 	return nil
 }
 
-// Clear implements Throttle.
-func (e *EDT) Clear(consumers ...netip.Addr) error { return clearVia(e.List, e.Set, consumers) }
-
 // List implements Throttle.
 func (e *EDT) List() map[netip.Addr]Setting {
 	e.mu.Lock()
@@ -424,4 +440,57 @@ func EDTAvailable() (bool, string) {
 		return false, "edt probe: " + err.Error()
 	}
 	return ok, why
+}
+
+// EDT keeps its consumers in BPF maps that nobody else can reach: what
+// can go is fq and the filter with its clsact (guard.go).
+
+// check finds our fq at the root and the program on the egress hook.
+func (e *EDT) check(cc *checkConn) error {
+	idx := e.dev.Attrs().Index
+	h, kind, err := cc.rootQdisc(idx)
+	if err != nil {
+		return fmt.Errorf("root qdisc of %s: %w", e.cfg.Device, err)
+	}
+	if uint16(h>>16) != e.major || kind != "fq" {
+		return broken("root qdisc of %s is %s %s, not sanqos' fq %x:", e.cfg.Device, kind, tcHandleString(h), e.major)
+	}
+	fs, err := cc.filters(idx, netlink.HANDLE_MIN_EGRESS)
+	if err != nil {
+		return fmt.Errorf("egress filters of %s: %w", e.cfg.Device, err)
+	}
+	if !hasFilter(fs, edtFilterPrio, uint32(e.major)) {
+		return broken("the program's filter is gone from %s's egress (clsact deleted?)", e.cfg.Device)
+	}
+	return nil
+}
+
+// repair puts fq back at the root (unless someone's qdisc is there) and
+// the program back on the egress hook. The consumers' delays are in the
+// map, which nobody else holds: they apply again as soon as both are
+// back. Either alone delays nothing (fq without stamps sends at once;
+// stamps without fq are ignored), so a failure leaves no half-delay.
+func (e *EDT) repair() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	cc := &checkConn{}
+	defer cc.close()
+	idx := e.dev.Attrs().Index
+	h, kind, err := cc.rootQdisc(idx)
+	if err != nil {
+		return err
+	}
+	if uint16(h>>16) != e.major || kind != "fq" {
+		if err := e.fqRoot(); err != nil {
+			return err
+		}
+	}
+	fs, err := cc.filters(idx, netlink.HANDLE_MIN_EGRESS)
+	if err != nil {
+		return err
+	}
+	if !hasFilter(fs, edtFilterPrio, uint32(e.major)) {
+		return e.attach()
+	}
+	return nil
 }

@@ -90,7 +90,7 @@ func delaysBothFamilies(t *testing.T, n *tcTestNet, th Throttle, v6 bool) {
 			t.Errorf("%v: round trip %v: it is being delayed", a, p50[a])
 		}
 	}
-	if err := th.Clear(slow6); err != nil {
+	if err := Clear(th, slow6); err != nil {
 		t.Fatalf("clear %v: %v", slow6, err)
 	}
 	if got := rtt(slow6); got > 5*time.Millisecond {
@@ -187,7 +187,7 @@ func TestEDTSetAndClearEveryAddress(t *testing.T) {
 				if l := e.List(); applied != (len(l) == 1 && l[tc.listed] == Setting{ReadDelay: d, WriteDelay: d / 7}) {
 					t.Errorf("List %v after Set (applied %v)", l, applied)
 				}
-				err = e.Clear(tc.a)
+				err = Clear(e, tc.a)
 				if tc.a.IsValid() != (err == nil) {
 					t.Errorf("Clear: %v", err)
 				}

@@ -7,17 +7,15 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// The guards of the tc backends (guard.go). netem and HTB have two parts
-// that go separately: the tree under the device's root (`tc qdisc del
+// The guards of the mark-based tc backends (guard.go): netem and HTB
+// have two parts that go separately: the tree under the device's root (`tc qdisc del
 // dev X root` takes all of it, classes, leaves and filters), and the
 // marking (the mangle chains and the ipsets whose entries carry each
 // consumer's mark: `iptables -t mangle -F` empties the chains, and drops
 // the SET rules' references on the sets). Each is checked, and put back,
 // on its own; the sets' entries survive a flush, and the mark lease
-// re-adds any that went. EDT and the write caps hang a BPF program (and
-// the write caps a redirect) from the device's clsact, and keep their
-// consumers in BPF maps that nobody else can reach: what can go is fq,
-// the filters with their clsact, and the write caps' IFB.
+// re-adds any that went. (EDT's and the write caps' guards are in their
+// own files.)
 
 // tcGuard is what the netem and HTB guards check.
 type tcGuard struct {
@@ -168,138 +166,4 @@ func (t *HTB) repair() error {
 	}
 	return t.tcGuard().repair(tree, t.remark, t.buildMarking,
 		func(set string) error { return tcCreateSet(set, true, t.cfg.MarkTTL) })
-}
-
-// check finds our fq at the root and the program on the egress hook.
-func (e *EDT) check(cc *checkConn) error {
-	idx := e.dev.Attrs().Index
-	h, kind, err := cc.rootQdisc(idx)
-	if err != nil {
-		return fmt.Errorf("root qdisc of %s: %w", e.cfg.Device, err)
-	}
-	if uint16(h>>16) != e.major || kind != "fq" {
-		return broken("root qdisc of %s is %s %s, not sanqos' fq %x:", e.cfg.Device, kind, tcHandleString(h), e.major)
-	}
-	fs, err := cc.filters(idx, netlink.HANDLE_MIN_EGRESS)
-	if err != nil {
-		return fmt.Errorf("egress filters of %s: %w", e.cfg.Device, err)
-	}
-	if !hasFilter(fs, edtFilterPrio, uint32(e.major)) {
-		return broken("the program's filter is gone from %s's egress (clsact deleted?)", e.cfg.Device)
-	}
-	return nil
-}
-
-// repair puts fq back at the root (unless someone's qdisc is there) and
-// the program back on the egress hook. The consumers' delays are in the
-// map, which nobody else holds: they apply again as soon as both are
-// back. Either alone delays nothing (fq without stamps sends at once;
-// stamps without fq are ignored), so a failure leaves no half-delay.
-func (e *EDT) repair() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	cc := &checkConn{}
-	defer cc.close()
-	idx := e.dev.Attrs().Index
-	h, kind, err := cc.rootQdisc(idx)
-	if err != nil {
-		return err
-	}
-	if uint16(h>>16) != e.major || kind != "fq" {
-		if err := e.fqRoot(); err != nil {
-			return err
-		}
-	}
-	fs, err := cc.filters(idx, netlink.HANDLE_MIN_EGRESS)
-	if err != nil {
-		return err
-	}
-	if !hasFilter(fs, edtFilterPrio, uint32(e.major)) {
-		return e.attach()
-	}
-	return nil
-}
-
-// check finds the IFB with our HTB root, and both filters on the
-// device's ingress hook.
-func (w *WriteCap) check(cc *checkConn) error {
-	w.reapChecked()
-	if err := w.checkIFB(cc); err != nil {
-		return err
-	}
-	return w.checkSteering(cc)
-}
-
-func (w *WriteCap) checkIFB(cc *checkConn) error {
-	h, kind, err := cc.rootQdisc(w.ifb.Attrs().Index)
-	if errors.Is(err, errNoDevice) {
-		return broken("IFB %s is gone", w.ifb.Attrs().Name)
-	}
-	if err != nil {
-		return fmt.Errorf("root qdisc of %s: %w", w.ifb.Attrs().Name, err)
-	}
-	if uint16(h>>16) != w.major || kind != "htb" {
-		return broken("root qdisc of IFB %s is %s %s, not sanqos' htb", w.ifb.Attrs().Name, kind, tcHandleString(h))
-	}
-	return nil
-}
-
-func (w *WriteCap) checkSteering(cc *checkConn) error {
-	fs, err := cc.filters(w.dev.Attrs().Index, netlink.HANDLE_MIN_INGRESS)
-	if err != nil {
-		return fmt.Errorf("ingress filters of %s: %w", w.cfg.Device, err)
-	}
-	progPrio, redirPrio := writeCapPrios(w.major)
-	if !hasFilter(fs, progPrio, 1) || !hasFilter(fs, redirPrio, 0) {
-		return broken("the steering filters are gone from %s's ingress (clsact deleted?)", w.cfg.Device)
-	}
-	return nil
-}
-
-// repair rebuilds the IFB and its tree with the current caps' classes
-// if any of it went (steering off first), and the steering filters if
-// they went. The map that names each capped consumer's class is ours
-// alone and still holds them. On error nothing of the label's steering
-// or IFB stays: writes flow uncapped until the next try.
-func (w *WriteCap) repair() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	cc := &checkConn{}
-	defer cc.close()
-	ifb := w.checkIFB(cc)
-	if ifb != nil && !errors.Is(ifb, errBroken) {
-		return ifb
-	}
-	err := func() error {
-		if ifb == nil {
-			if err := w.checkSteering(cc); !errors.Is(err, errBroken) {
-				return err
-			}
-			if err := errors.Join(unsteerWriteCap(w.cfg.Label)...); err != nil {
-				return err
-			}
-			return w.steer()
-		}
-		if err := CleanupWriteCap(w.cfg.Label); err != nil {
-			return err
-		}
-		if err := w.buildIFB(); err != nil {
-			return err
-		}
-		for a, c := range w.cur {
-			if err := netlink.ClassAdd(w.class(c)); err != nil {
-				return fmt.Errorf("write cap class for %v: %w", a, err)
-			}
-		}
-		for a, d := range w.draining {
-			if err := netlink.ClassAdd(w.openClass(d.minor)); err != nil {
-				return fmt.Errorf("write cap class for %v (being lifted): %w", a, err)
-			}
-		}
-		return w.steer()
-	}()
-	if err != nil {
-		return errors.Join(err, CleanupWriteCap(w.cfg.Label))
-	}
-	return nil
 }

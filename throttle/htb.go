@@ -13,6 +13,24 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
+func init() {
+	Register(Entry{Name: "htb", Rank: 40, About: "rate caps towards the consumers, no delay",
+		Caps: Caps{Rate: true}, Parts: PartDevice | PartIptables,
+		Needs:   func(WriteOn) [][]string { return needMark },
+		Objects: []Objects{{"-htb", CleanupTC}},
+		Probe: func() (bool, string, error) {
+			ok, err := qdiscAvailable("htb", func(ifindex int) netlink.Qdisc { return tcRootQdisc(ifindex, 1, 2) })
+			return ok, cond(ok, "kernel has htb", "kernel has no htb qdisc (CONFIG_NET_SCH_HTB)"), err
+		},
+		Build: func(o Options, _ WriteOn) (Throttle, error) {
+			dev, err := o.ConsumerDevice()
+			if err != nil {
+				return nil, err
+			}
+			return NewHTB(HTBConfig{Device: dev, Label: o.Label + "-htb", Port: uint16(o.Port), Chain: o.tcChain(), Check: o.Check, Log: o.Log})
+		}})
+}
+
 // HTBConfig configures the HTB rate backend (seed 001, chapter 3): a root
 // class at the link rate, a default class that catches every packet not
 // explicitly classified, and one class per capped consumer.
@@ -122,7 +140,7 @@ type HTB struct {
 	mu    sync.Mutex
 	cur   map[netip.Addr]htbConsumer
 	minor map[uint16]bool // minors in use
-	lease *markLease
+	lease *lease
 	guard *guard
 }
 
@@ -183,7 +201,7 @@ func NewHTB(cfg HTBConfig) (*HTB, error) {
 	cfg.Log.Info("htb throttle ready", "device", cfg.Device, "label", cfg.Label,
 		"root", tcHandleString(netlink.MakeHandle(major, 0)), "link_rate_Bps", cfg.LinkRate,
 		"filter", string(t.filter), "chain", cfg.Chain)
-	t.lease = startMarkLease(t.cfg.MarkTTL, t.refresh)
+	t.lease = startLease(t.cfg.MarkTTL, t.refresh)
 	t.guard = startGuard(&guard{what: "htb", interval: cfg.Check, log: cfg.Log, check: t.tcGuard().check, repair: t.repair})
 	return t, nil
 }
@@ -442,21 +460,6 @@ func tcClassQlens(link netlink.Link) (map[uint32]uint32, error) {
 		}
 	}
 	return qlen, nil
-}
-
-func (t *HTB) Clear(consumers ...netip.Addr) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	next := map[netip.Addr]uint64{}
-	if len(consumers) == 0 {
-		for a := range t.cur {
-			next[a] = 0
-		}
-	}
-	for _, a := range consumers {
-		next[a.Unmap()] = 0
-	}
-	return t.apply(next)
 }
 
 func (t *HTB) List() map[netip.Addr]Setting {

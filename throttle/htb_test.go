@@ -230,7 +230,7 @@ func TestHTBRateCapInNamespaces(t *testing.T) {
 		t.Errorf("List = %v", got)
 	}
 
-	if err := h.Clear(capped); err != nil {
+	if err := Clear(h, capped); err != nil {
 		t.Fatal(err)
 	}
 	r := m.rates(500*time.Millisecond, time.Second)

@@ -1,11 +1,66 @@
 package throttle
 
 import (
+	"log/slog"
+
 	"errors"
 	"fmt"
+	"github.com/vishvananda/netlink"
 	"maps"
 	"net/netip"
 )
+
+func init() {
+	Register(Entry{Name: "delayline+htb", Rank: 50, About: "the delay line, plus caps on the consumers' writes",
+		Caps: Caps{Delay: true, WriteRate: true}, Parts: PartDevice | PartIptables | PartQueue | PartBPF,
+		Needs: func(w WriteOn) [][]string {
+			return append(append(delayLineNeeds(w), []string{"ifb"}, []string{"htb"}, []string{"mirred"}), needBPF...)
+		},
+		Objects:   []Objects{{"-dl", CleanupDelayLine}, {"-wc", CleanupWriteCap}},
+		Probe:     delayLineWriteCapAvailable,
+		Build:     newDelayLineWriteCap,
+		Collector: delayLineCollector})
+}
+
+// newDelayLineWriteCap is the delay line for delays and write-rate caps on
+// the target's ingress for the controller's second lever
+// (rate_lever_steps).
+func newDelayLineWriteCap(o Options, w WriteOn) (Throttle, error) {
+	dev, err := o.ConsumerDevice()
+	if err != nil {
+		return nil, err
+	}
+	dl, err := newDelayLineFrom(o, w)
+	if err != nil {
+		return nil, err
+	}
+	wc, err := NewWriteCap(WriteCapConfig{Device: dev, Label: o.Label + "-wc", Port: uint16(o.Port), Check: o.Check, Log: o.Log})
+	if err != nil {
+		return nil, errors.Join(err, dl.Close())
+	}
+	return Layered(dl, wc), nil
+}
+
+// delayLineWriteCapAvailable is the delay line's probe and the write
+// caps' together; the reason is the delay line's when it is missing. The
+// write caps' builds their IFB, HTB tree and steering program on a
+// scratch veth.
+func delayLineWriteCapAvailable() (bool, string, error) {
+	if ok, why := delayLineAvailable(); !ok {
+		return false, "needs the delay line: " + why, nil
+	}
+	err := inScratchNS(func(dev netlink.Link) error {
+		w, err := NewWriteCap(WriteCapConfig{Device: dev.Attrs().Name, Label: "probe", Check: -1, Log: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return err
+		}
+		return w.Close()
+	})
+	if err != nil {
+		return false, "write caps: " + err.Error(), nil
+	}
+	return true, "delay line plus write caps (ifb, htb and a tc BPF program work)", nil
+}
 
 // Layered drives two backends as one: delays (read and write) go to the
 // first, rate caps (read and write) to the second, so the agent's second
@@ -61,10 +116,6 @@ func (l *layered) Set(settings map[netip.Addr]Setting) error {
 		}
 	}
 	return refused.err()
-}
-
-func (l *layered) Clear(consumers ...netip.Addr) error {
-	return errors.Join(l.rate.Clear(consumers...), l.delay.Clear(consumers...))
 }
 
 func (l *layered) List() map[netip.Addr]Setting {

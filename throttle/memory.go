@@ -6,6 +6,14 @@ import (
 	"sync"
 )
 
+func init() {
+	Register(Entry{Name: "dry-run", Rank: 100, About: "records settings, touches nothing (tests, shadow agents)",
+		Caps:  Caps{Delay: true, Rate: true, WriteRate: true, IPv6: true},
+		Needs: func(WriteOn) [][]string { return nil },
+		Probe: func() (bool, string, error) { return true, "needs nothing of the kernel", nil },
+		Build: func(Options, WriteOn) (Throttle, error) { return NewMemory(), nil }})
+}
+
 // Memory is a Throttle that only records settings. It is the backend of
 // `--backend dry-run` and of the simulator, where the model (not the
 // kernel) turns settings into delays.
@@ -43,22 +51,10 @@ func (t *Memory) Set(settings map[netip.Addr]Setting) error {
 	return nil
 }
 
-func (t *Memory) Clear(consumers ...netip.Addr) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(consumers) == 0 {
-		clear(t.m)
-	}
-	for _, a := range consumers {
-		delete(t.m, a)
-	}
-	return nil
-}
-
 func (t *Memory) List() map[netip.Addr]Setting {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return maps.Clone(t.m)
 }
 
-func (t *Memory) Close() error { return t.Clear() }
+func (t *Memory) Close() error { return Clear(t) }

@@ -12,6 +12,33 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
+func init() {
+	Register(Entry{Name: "netem", Rank: 20, Auto: true, AutoHas: "netem",
+		About: "kernel delay: the thesis' tree, one netem leaf per step",
+		Caps:  Caps{Delay: true}, Parts: PartDevice | PartIptables,
+		// Its mark rules tell pure ACKs with -m u32 (tcPureACK).
+		Needs:   func(WriteOn) [][]string { return append([][]string{{"netem"}, {"xt_u32"}}, needMark...) },
+		Probes:  [][]string{{"netem"}},
+		Objects: []Objects{{"-ne", CleanupTC}},
+		Probe: func() (bool, string, error) {
+			ok, err := NetemAvailable()
+			return ok, cond(ok, "kernel has netem", ErrNoNetem.Error()), err
+		},
+		Build: newNetemFrom})
+}
+
+// newNetemFrom builds the netem tree. It reaches the controller's
+// max_delay: with netem's own 20 ms under a 40 ms max_delay every larger
+// wish failed to apply (seen in the stock-kernel guest's autonomic).
+func newNetemFrom(o Options, w WriteOn) (Throttle, error) {
+	dev, err := o.ConsumerDevice()
+	if err != nil {
+		return nil, err
+	}
+	return NewNetem(NetemConfig{Device: dev, Label: o.Label + "-ne", Port: uint16(o.Port), Chain: o.tcChain(), WriteOn: w, Log: o.Log,
+		MaxDelay: o.MaxDelay, Step: o.Step, Check: o.Check})
+}
+
 // ErrNoNetem is returned (wrapped) when the kernel has no netem qdisc.
 var ErrNoNetem = errors.New("kernel has no netem qdisc (CONFIG_NET_SCH_NETEM)")
 
@@ -192,7 +219,7 @@ type Netem struct {
 
 	mu    sync.Mutex
 	cur   map[netip.Addr]netemState
-	lease *markLease
+	lease *lease
 	guard *guard
 }
 
@@ -230,7 +257,7 @@ func NewNetem(cfg NetemConfig) (*Netem, error) {
 	cfg.Log.Info("netem throttle ready", "device", cfg.Device, "label", cfg.Label, "write_delay_on", cfg.WriteOn.String(),
 		"root", tcHandleString(t.plan.Root.Handle), "steps", cfg.steps(), "step", cfg.Step,
 		"filter", string(t.filter), "chain", cfg.Chain, "mark_ttl", cfg.MarkTTL)
-	t.lease = startMarkLease(cfg.MarkTTL, t.refresh)
+	t.lease = startLease(cfg.MarkTTL, t.refresh)
 	t.guard = startGuard(&guard{what: "netem", interval: cfg.Check, log: cfg.Log, check: t.tcGuard().check, repair: t.repair})
 	return t, nil
 }
@@ -440,21 +467,6 @@ func (t *Netem) apply(next map[netip.Addr]netemState) error {
 	return nil
 }
 
-func (t *Netem) Clear(consumers ...netip.Addr) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	next := map[netip.Addr]netemState{}
-	if len(consumers) == 0 {
-		for a := range t.cur {
-			next[a] = netemState{}
-		}
-	}
-	for _, a := range consumers {
-		next[a.Unmap()] = netemState{}
-	}
-	return t.apply(next)
-}
-
 // List returns the delays as applied, i.e. rounded up to the step.
 func (t *Netem) List() map[netip.Addr]Setting {
 	t.mu.Lock()
@@ -472,7 +484,7 @@ func (t *Netem) List() map[netip.Addr]Setting {
 func (t *Netem) Close() error {
 	t.guard.end()
 	t.lease.end()
-	err := t.Clear()
+	err := Clear(t)
 	// After the sets are empty nothing new enters a leaf, and nothing
 	// stays in one longer than the largest step.
 	time.Sleep(time.Duration(t.cfg.steps())*t.cfg.Step + time.Millisecond)

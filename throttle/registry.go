@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -8,15 +9,19 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The one list of throttle backends. Config validation, the agent's
-// --backend, auto, the lab's --backends and `sanqos throttle backends`
-// all read it, so a backend added or renamed here is added or renamed
-// everywhere (issue 31: the names were spelled out in five places, and
-// drifted). One table rather than each backend registering itself in
-// init(): the order is meaningful (auto's preference, the listing) and
-// init order is the order of the file names.
+// The one list of throttle backends. Each backend's file registers its
+// Entry from init (as node_exporter's collectors do), and everything the
+// rest of the program asks of a backend is in that entry: config
+// validation, the agent's --backend, auto's choice, the lab's --backends,
+// `sanqos throttle backends`, `sanqos cleanup`, doctor and the agent's
+// metrics read it and nothing else. Adding a backend is one file and one
+// Register (TestRegisteredBackendIsSeenEverywhere, doctor). The order
+// (auto's preference, the listings) is each entry's Rank, not the order
+// in which the files' init functions run.
 
 // Options configure whichever backend New builds: the agent's flags,
 // overridden by its config (cmd/sanqos resolves them). Each constructor
@@ -81,79 +86,116 @@ func (o Options) tcChain() string {
 	return o.Chain
 }
 
-// registered is one backend of the table.
-type registered struct {
-	name string
-	// about is what it does, in the few words `sanqos throttle backends`
+// Entry is one backend: what it is, what it can do, what it needs of
+// the kernel, what it leaves there, and how it is built.
+type Entry struct {
+	Name string
+	// About is what it does, in the few words `sanqos throttle backends`
 	// prints beside its availability.
-	about string
-	// delays: the backend delays packets, so auto may choose it (in the
-	// table's order) and the lab may compare it (lab run --backends).
-	delays bool
-	// probe says whether this kernel runs the backend and why (or why
+	About string
+	// Rank orders the table: auto tries its candidates by rank, and every
+	// listing follows it.
+	Rank int
+	// Auto: a kernel delay backend, which auto may choose (in rank order;
+	// the last is auto's fallback, built without a probe) and the lab
+	// compares (lab run --backends).
+	Auto bool
+	// AutoHas is what the kernel has when the probe passes, as auto's
+	// error says it when the backend then fails; for the fallback, why
+	// it runs anywhere.
+	AutoHas string
+	// Caps are the settings it applies.
+	Caps Caps
+	// Parts are the kinds of kernel objects it builds (doctor checks
+	// what each needs: an interface, iptables, a free queue, BPF).
+	Parts Part
+	// Needs lists the kernel features it needs (doctor's keys, each a
+	// set of alternatives; iptables-legacy's: doctor maps them for
+	// iptables-nft), for the write_delay_on in effect.
+	Needs func(w WriteOn) [][]string
+	// Probes are the features its Probe tests, so doctor can predict
+	// auto's choice from the kernel config (nil: the fallback).
+	Probes [][]string
+	// Objects are the kernel objects it creates, by label suffix: the
+	// agent's label plus the suffix names them, and each Cleanup removes
+	// a crashed instance's (Cleanup). nil: it creates none.
+	Objects []Objects
+	// Probe says whether this kernel runs the backend and why (or why
 	// not); err is a probe that could not tell. Probes use scratch
 	// network namespaces only.
-	probe func() (ok bool, why string, err error)
-	build func(o Options, w WriteOn) (Throttle, error)
-	// auto is how Auto speaks of a delay backend (see autoText).
-	auto autoText
+	Probe func() (ok bool, why string, err error)
+	// Build makes it; the backend checks its kernel objects and repairs
+	// them itself (its guard: check and repair in its own file).
+	Build func(o Options, w WriteOn) (Throttle, error)
+	// Collector, if set, exports the backend's own metrics (the delay
+	// line's counters) beside the agent's; of a nil Throttle, a
+	// collector that only describes them (the dashboard's test).
+	Collector func(Throttle) prometheus.Collector
 }
+
+// Caps are the settings a backend applies; the rest it refuses
+// (ErrUnsupported).
+type Caps struct {
+	Delay     bool // read and write delays
+	Rate      bool // rate caps towards the consumers (their reads)
+	WriteRate bool // caps on the consumers' writes (rate_lever_steps)
+	IPv6      bool // IPv6 consumers too (the delay line: with ip6tables)
+}
+
+// Part is a kind of kernel object a backend builds.
+type Part uint8
+
+const (
+	PartDevice   Part = 1 << iota // qdiscs on the interface towards the consumers
+	PartIptables                  // rules and ipsets
+	PartQueue                     // an NFQUEUE binding
+	PartBPF                       // a tc BPF program
+)
+
+// Kernel features several backends need, by doctor's keys.
+var (
+	needSets = [][]string{{"ipset"}, {"ipset_hash_ip"}, {"xt_set"}, {"xt_comment"}}
+	needMark = append([][]string{{"htb"}, {"cls_fw", "cls_u32"}, {"iptable_mangle"}}, needSets...)
+	needBPF  = [][]string{{"clsact"}, {"cls_bpf"}, {"bpf"}}
+)
+
+// Objects are one label suffix's kernel objects and what removes them.
+type Objects struct {
+	Suffix  string
+	Cleanup func(label string) error
+}
+
+var registry []Entry
+
+// Register adds e to the table; from a backend file's init, or a test's
+// (which removes it again with the function returned). A name registered
+// twice is a programming error.
+func Register(e Entry) (remove func()) {
+	if e.Name == "" || e.Name == autoName || slices.ContainsFunc(registry, func(r Entry) bool { return r.Name == e.Name }) {
+		panic("throttle: bad or duplicate backend " + e.Name)
+	}
+	registry = append(registry, e)
+	slices.SortStableFunc(registry, func(a, b Entry) int { return cmp.Compare(a.Rank, b.Rank) })
+	return func() {
+		registry = slices.DeleteFunc(registry, func(r Entry) bool { return r.Name == e.Name })
+	}
+}
+
+// Lookup returns the entry of name.
+func Lookup(name string) (Entry, bool) {
+	i := slices.IndexFunc(registry, func(r Entry) bool { return r.Name == name })
+	if i < 0 {
+		return Entry{}, false
+	}
+	return registry[i], true
+}
+
+// Entries are the table, in rank order.
+func Entries() []Entry { return slices.Clone(registry) }
 
 // autoName is the name that picks the best delay backend this kernel runs
 // (Auto).
 const autoName = "auto"
-
-var registry = []registered{
-	{name: "edt", delays: true,
-		about: "kernel delay: tc BPF departure times, fq holds each packet",
-		probe: func() (bool, string, error) { ok, why := EDTAvailable(); return ok, why, nil },
-		build: func(o Options, w WriteOn) (Throttle, error) {
-			dev, err := o.ConsumerDevice()
-			if err != nil {
-				return nil, err
-			}
-			return NewEDT(EDTConfig{Device: dev, Label: o.Label + "-edt", Port: uint16(o.Port), WriteOn: w, Check: o.Check, Log: o.Log})
-		},
-		auto: autoText{has: "fq and tc BPF", logMiss: true}},
-	{name: "netem", delays: true,
-		about: "kernel delay: the thesis' tree, one netem leaf per step",
-		probe: func() (bool, string, error) {
-			ok, err := NetemAvailable()
-			return ok, cond(ok, "kernel has netem", ErrNoNetem.Error()), err
-		},
-		build: newNetemFrom,
-		auto:  autoText{has: "netem"}},
-	{name: "delayline", delays: true,
-		about: "userspace delay: NFQUEUE, the agent releases each packet",
-		probe: func() (bool, string, error) { ok, why := delayLineAvailable(); return ok, why, nil },
-		build: newDelayLineFrom,
-		auto: autoText{lacks: "no fq and no netem in this kernel",
-			why: "kernel has neither fq (for edt) nor netem (CONFIG_NET_SCH_FQ, CONFIG_NET_SCH_NETEM)"}},
-	{name: "htb",
-		about: "rate caps towards the consumers, no delay",
-		probe: func() (bool, string, error) {
-			ok, err := htbAvailable()
-			return ok, cond(ok, "kernel has htb", "kernel has no htb qdisc (CONFIG_NET_SCH_HTB)"), err
-		},
-		build: func(o Options, _ WriteOn) (Throttle, error) {
-			dev, err := o.ConsumerDevice()
-			if err != nil {
-				return nil, err
-			}
-			return NewHTB(HTBConfig{Device: dev, Label: o.Label + "-htb", Port: uint16(o.Port), Chain: o.tcChain(), Check: o.Check, Log: o.Log})
-		},
-	},
-	{name: "delayline+htb",
-		about: "the delay line, plus caps on the consumers' writes",
-		probe: delayLineWriteCapAvailable,
-		build: newDelayLineWriteCap,
-	},
-	{name: "dry-run",
-		about: "records settings, touches nothing (tests, shadow agents)",
-		probe: func() (bool, string, error) { return true, "needs nothing of the kernel", nil },
-		build: func(Options, WriteOn) (Throttle, error) { return NewMemory(), nil },
-	},
-}
 
 func cond(ok bool, yes, no string) string {
 	if ok {
@@ -167,36 +209,41 @@ func cond(ok bool, yes, no string) string {
 func Names() []string {
 	out := []string{autoName}
 	for _, r := range registry {
-		out = append(out, r.name)
+		out = append(out, r.Name)
 	}
 	return out
 }
 
-// DelayNames lists the backends that delay packets, in auto's order of
-// preference (htb caps rates, dry-run does nothing).
-func DelayNames() []string {
+// NamesWith lists the backends whose caps pass ok.
+func NamesWith(ok func(Caps) bool) []string {
 	var out []string
-	for _, r := range delayBackends() {
-		out = append(out, r.name)
-	}
-	return out
-}
-
-func delayBackends() []registered {
-	var out []registered
 	for _, r := range registry {
-		if r.delays {
-			out = append(out, r)
+		if ok(r.Caps) {
+			out = append(out, r.Name)
 		}
 	}
 	return out
 }
 
+// DelayNames lists the backends auto chooses from, in its order of
+// preference (htb caps rates, dry-run does nothing).
+func DelayNames() []string {
+	var out []string
+	for _, r := range autoCandidates() {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
+func autoCandidates() []Entry {
+	return slices.DeleteFunc(Entries(), func(r Entry) bool { return !r.Auto })
+}
+
 // New builds the backend name (one of Names) from o. An unknown name and
 // a bad write_delay_on are refused before anything touches the kernel.
 func New(name string, o Options) (Throttle, error) {
-	i := slices.IndexFunc(registry, func(r registered) bool { return r.name == name })
-	if i < 0 && name != autoName {
+	e, ok := Lookup(name)
+	if !ok && name != autoName {
 		return nil, fmt.Errorf("unknown backend %q (%s)", name, strings.Join(Names(), "|"))
 	}
 	w, err := ParseWriteOn(o.WriteOn)
@@ -204,9 +251,48 @@ func New(name string, o Options) (Throttle, error) {
 		return nil, err
 	}
 	if name == autoName {
-		return auto(delayBackends(), o, w)
+		return auto(autoCandidates(), o, w)
 	}
-	return registry[i].build(o, w)
+	return e.Build(o, w)
+}
+
+// Cleanup removes every kernel object any backend creates under the
+// agent's label (label plus each entry's suffixes), also a crashed
+// agent's: `sanqos cleanup`.
+func Cleanup(label string) error {
+	var errs []error
+	done := map[string]bool{}
+	for _, r := range registry {
+		for _, o := range r.Objects {
+			if !done[o.Suffix] {
+				done[o.Suffix] = true
+				errs = append(errs, o.Cleanup(label+o.Suffix))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Suffixes are the label suffixes of every backend's objects, in table
+// order, each once.
+func Suffixes() []string {
+	var out []string
+	for _, r := range registry {
+		for _, o := range r.Objects {
+			if !slices.Contains(out, o.Suffix) {
+				out = append(out, o.Suffix)
+			}
+		}
+	}
+	return out
+}
+
+// CollectorOf is the metrics collector of t's backend, or nil.
+func CollectorOf(t Throttle) prometheus.Collector {
+	if e, ok := Lookup(t.Name()); ok && e.Collector != nil {
+		return e.Collector(t)
+	}
+	return nil
 }
 
 // Backend is one backend as `sanqos throttle backends` lists it.
@@ -225,51 +311,15 @@ func Backends() []Backend {
 	out := make([]Backend, 0, len(registry))
 	auto := false
 	for _, r := range registry {
-		ok, why, err := r.probe()
+		ok, why, err := r.Probe()
 		if err != nil {
 			why = err.Error()
 		}
-		b := Backend{Name: r.name, About: r.about, Available: ok, Why: why}
-		if ok && r.delays && !auto {
+		b := Backend{Name: r.Name, About: r.About, Available: ok, Why: why}
+		if ok && r.Auto && !auto {
 			b.Auto, auto = true, true
 		}
 		out = append(out, b)
 	}
 	return out
-}
-
-// newNetemFrom builds the netem tree. It reaches the controller's
-// max_delay: with netem's own 20 ms under a 40 ms max_delay every larger
-// wish failed to apply (seen in the stock-kernel guest's autonomic).
-func newNetemFrom(o Options, w WriteOn) (Throttle, error) {
-	dev, err := o.ConsumerDevice()
-	if err != nil {
-		return nil, err
-	}
-	return NewNetem(NetemConfig{Device: dev, Label: o.Label + "-ne", Port: uint16(o.Port), Chain: o.tcChain(), WriteOn: w, Log: o.Log,
-		MaxDelay: o.MaxDelay, Step: o.Step, Check: o.Check})
-}
-
-func newDelayLineFrom(o Options, w WriteOn) (Throttle, error) {
-	return NewDelayLine(DelayLineConfig{Port: uint16(o.Port), Chain: o.Chain, Label: o.Label + "-dl", QueueLimit: o.QueueLimit,
-		Ramp: o.Ramp, Follow: o.Follow, WriteOn: w, Check: o.Check, Log: o.Log})
-}
-
-// newDelayLineWriteCap is the delay line for delays and write-rate caps on
-// the target's ingress for the controller's second lever
-// (rate_lever_steps).
-func newDelayLineWriteCap(o Options, w WriteOn) (Throttle, error) {
-	dev, err := o.ConsumerDevice()
-	if err != nil {
-		return nil, err
-	}
-	dl, err := newDelayLineFrom(o, w)
-	if err != nil {
-		return nil, err
-	}
-	wc, err := NewWriteCap(WriteCapConfig{Device: dev, Label: o.Label + "-wc", Port: uint16(o.Port), Check: o.Check, Log: o.Log})
-	if err != nil {
-		return nil, errors.Join(err, dl.Close())
-	}
-	return Layered(dl, wc), nil
 }

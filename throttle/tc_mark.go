@@ -2,9 +2,9 @@ package throttle
 
 // Netfilter side of the tc backends: the mangle rules and ipsets that put
 // a mark on each packet towards a throttled consumer. The sets of
-// consumers and the labelled rules are classifier.go's (createSet,
+// consumers and the labelled rules are netfilter_objects.go's (createSet,
 // commented, deleteLabelled, destroyOwnSets), as for the delay line; what
-// is the tc backends' own is the shape, which the Classifier type's rules
+// is the tc backends' own is the shape, which the delay line's queueRules
 // and swapped sets cannot take without changing what the kernel does:
 // each entry carries its consumer's mark (skbinfo) and a timeout that a
 // lease refreshes, so the marks fail open within a TTL of the agent's
@@ -345,17 +345,19 @@ func (c *ipsetConn) exec(req *nl.NetlinkRequest) error {
 	return err
 }
 
-// markLease re-adds every member of a backend's sets three times per TTL,
-// which resets their timeouts (an add without NLM_F_EXCL is ipset's
-// -exist). Its goroutine is the agent's heartbeat in the kernel.
-type markLease struct {
+// lease is a backend's heartbeat in the kernel, the one mechanism that
+// makes the kernel-side backends fail open: refresh runs three times per
+// TTL until end, and what it refreshes (netem's and HTB's ipset entries,
+// whose timeouts it resets; a BPF backend's deadline, bpfLease) lapses
+// within the TTL once the agent is dead. Its goroutine runs in the
+// creator's network namespace, where the sets live (a property of its OS
+// thread).
+type lease struct {
 	stop, done chan struct{}
 }
 
-func startMarkLease(ttl time.Duration, refresh func()) *markLease {
-	l := &markLease{stop: make(chan struct{}), done: make(chan struct{})}
-	// The sets live in the creator's network namespace, which is a
-	// property of its OS thread; the refresher must run there too.
+func startLease(ttl time.Duration, refresh func()) *lease {
+	l := &lease{stop: make(chan struct{}), done: make(chan struct{})}
 	enter := creatorNS()
 	go func() {
 		defer close(l.done)
@@ -376,6 +378,20 @@ func startMarkLease(ttl time.Duration, refresh func()) *markLease {
 	return l
 }
 
+// end stops the refreshes (what they kept then lapses within the TTL
+// unless removed first); a nil lease is fine.
+func (l *lease) end() {
+	if l == nil {
+		return
+	}
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	<-l.done
+}
+
 // enterNS moves the calling (locked) thread into ns unless it is there
 // already.
 func enterNS(ns netns.NsHandle) error {
@@ -388,20 +404,6 @@ func enterNS(ns netns.NsHandle) error {
 		}
 	}
 	return netns.Set(ns)
-}
-
-// end stops the refreshes; the entries then expire within the TTL unless
-// removed first.
-func (l *markLease) end() {
-	if l == nil {
-		return
-	}
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-	}
-	<-l.done
 }
 
 // tcCleanupSets destroys label's sets; run after the rules that use them

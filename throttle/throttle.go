@@ -134,14 +134,27 @@ type Throttle interface {
 	// Set replaces the settings of the given consumers. A zero Setting
 	// clears that consumer.
 	Set(settings map[netip.Addr]Setting) error
-	// Clear removes the given consumers' throttles; with no arguments it
-	// clears every consumer.
-	Clear(consumers ...netip.Addr) error
 	// List returns the consumers currently throttled and their settings.
 	List() map[netip.Addr]Setting
 	// Close removes every kernel object the backend created (after letting
 	// held packets go), and leaves traffic unthrottled.
 	Close() error
+}
+
+// Clear removes the given consumers' throttles from t; with no consumers
+// it clears every one t lists. It is a Set of zero settings, so every
+// backend clears the way it sets: all or nothing.
+func Clear(t Throttle, consumers ...netip.Addr) error {
+	if len(consumers) == 0 {
+		for a := range t.List() {
+			consumers = append(consumers, a)
+		}
+	}
+	m := make(map[netip.Addr]Setting, len(consumers))
+	for _, a := range consumers {
+		m[a] = Setting{}
+	}
+	return t.Set(m)
 }
 
 // ValidateAll checks a whole batch before anything is applied.

@@ -68,7 +68,7 @@ func TestMemoryAllOrNothing(t *testing.T) {
 	if err := m.Set(map[netip.Addr]Setting{a: {}}); err != nil || len(m.List()) != 1 {
 		t.Fatalf("zero setting should clear: %v %v", err, m.List())
 	}
-	m.Clear()
+	Clear(m)
 	if len(m.List()) != 0 {
 		t.Fatal("clear all")
 	}

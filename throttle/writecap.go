@@ -413,9 +413,6 @@ func freeMinor(used map[uint16]bool) (uint16, bool) {
 	return 0, false
 }
 
-// Clear implements Throttle.
-func (w *WriteCap) Clear(consumers ...netip.Addr) error { return clearVia(w.List, w.Set, consumers) }
-
 // List implements Throttle.
 func (w *WriteCap) List() map[netip.Addr]Setting {
 	w.mu.Lock()

@@ -1,6 +1,8 @@
 package throttle
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
 	"time"
 
@@ -131,4 +133,92 @@ func (w *WriteCap) reapChecked() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.reap()
+}
+
+// The write caps' guard (guard.go): their consumers are in a BPF map
+// nobody else can reach; what can go is the IFB with its tree and the
+// steering filters with their clsact.
+
+// check finds the IFB with our HTB root, and both filters on the
+// device's ingress hook.
+func (w *WriteCap) check(cc *checkConn) error {
+	w.reapChecked()
+	if err := w.checkIFB(cc); err != nil {
+		return err
+	}
+	return w.checkSteering(cc)
+}
+
+func (w *WriteCap) checkIFB(cc *checkConn) error {
+	h, kind, err := cc.rootQdisc(w.ifb.Attrs().Index)
+	if errors.Is(err, errNoDevice) {
+		return broken("IFB %s is gone", w.ifb.Attrs().Name)
+	}
+	if err != nil {
+		return fmt.Errorf("root qdisc of %s: %w", w.ifb.Attrs().Name, err)
+	}
+	if uint16(h>>16) != w.major || kind != "htb" {
+		return broken("root qdisc of IFB %s is %s %s, not sanqos' htb", w.ifb.Attrs().Name, kind, tcHandleString(h))
+	}
+	return nil
+}
+
+func (w *WriteCap) checkSteering(cc *checkConn) error {
+	fs, err := cc.filters(w.dev.Attrs().Index, netlink.HANDLE_MIN_INGRESS)
+	if err != nil {
+		return fmt.Errorf("ingress filters of %s: %w", w.cfg.Device, err)
+	}
+	progPrio, redirPrio := writeCapPrios(w.major)
+	if !hasFilter(fs, progPrio, 1) || !hasFilter(fs, redirPrio, 0) {
+		return broken("the steering filters are gone from %s's ingress (clsact deleted?)", w.cfg.Device)
+	}
+	return nil
+}
+
+// repair rebuilds the IFB and its tree with the current caps' classes
+// if any of it went (steering off first), and the steering filters if
+// they went. The map that names each capped consumer's class is ours
+// alone and still holds them. On error nothing of the label's steering
+// or IFB stays: writes flow uncapped until the next try.
+func (w *WriteCap) repair() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cc := &checkConn{}
+	defer cc.close()
+	ifb := w.checkIFB(cc)
+	if ifb != nil && !errors.Is(ifb, errBroken) {
+		return ifb
+	}
+	err := func() error {
+		if ifb == nil {
+			if err := w.checkSteering(cc); !errors.Is(err, errBroken) {
+				return err
+			}
+			if err := errors.Join(unsteerWriteCap(w.cfg.Label)...); err != nil {
+				return err
+			}
+			return w.steer()
+		}
+		if err := CleanupWriteCap(w.cfg.Label); err != nil {
+			return err
+		}
+		if err := w.buildIFB(); err != nil {
+			return err
+		}
+		for a, c := range w.cur {
+			if err := netlink.ClassAdd(w.class(c)); err != nil {
+				return fmt.Errorf("write cap class for %v: %w", a, err)
+			}
+		}
+		for a, d := range w.draining {
+			if err := netlink.ClassAdd(w.openClass(d.minor)); err != nil {
+				return fmt.Errorf("write cap class for %v (being lifted): %w", a, err)
+			}
+		}
+		return w.steer()
+	}()
+	if err != nil {
+		return errors.Join(err, CleanupWriteCap(w.cfg.Label))
+	}
+	return nil
 }

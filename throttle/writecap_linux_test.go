@@ -347,7 +347,7 @@ func TestWriteCapLiftDrains(t *testing.T) {
 	}
 	before := tcpRetrans(t, c.(*net.TCPConn))
 	drops, ext := softnetDrops(t), n.tcpExtB(t)
-	if err := w.Clear(writer); err != nil {
+	if err := Clear(w, writer); err != nil {
 		t.Fatal(err)
 	}
 	if got := w.List(); len(got) != 0 {
@@ -500,7 +500,7 @@ func TestWriteCapRecapWhileHandingOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	minor := w.cur[a].minor
-	if err := w.Clear(a); err != nil {
+	if err := Clear(w, a); err != nil {
 		t.Fatal(err)
 	}
 	if d, ok := w.draining[a]; !ok || !d.marked {

@@ -1,8 +1,8 @@
 package main
 
 import (
-	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/sanqos/sanqos/throttle"
 	"github.com/spf13/cobra"
@@ -31,18 +31,12 @@ entries time out, nor a left write cap, until its heartbeat lapses
   ip netns exec bm sanqos cleanup --label sanqos-lab-agent`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			// The agent derives one label per backend from its own.
-			err := errors.Join(
-				throttle.CleanupDelayLine(label+"-dl"),
-				throttle.CleanupTC(label+"-ne"),
-				throttle.CleanupTC(label+"-htb"),
-				throttle.CleanupWriteCap(label+"-wc"),
-				throttle.CleanupEDT(label+"-edt"),
-			)
-			if err != nil {
+			// The agent derives one label per backend from its own; the
+			// registry knows every backend's.
+			if err := throttle.Cleanup(label); err != nil {
 				return fmt.Errorf("cleanup of %q: %w", label, err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "removed every object labelled %s-{dl,ne,htb,wc,edt}\n", label)
+			fmt.Fprintf(cmd.OutOrStdout(), "removed every object labelled %s{%s}\n", label, strings.Join(throttle.Suffixes(), ","))
 			return nil
 		},
 	}
