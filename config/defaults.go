@@ -31,20 +31,20 @@ func Defaults() Config {
 		// 200 ms minimum RTO.
 		Threshold: 15 * time.Millisecond, Objective: "p95", EWMAAlpha: 0.5,
 		PID:       PID{Kp: 0.8, Ti: 200 * time.Millisecond, Td: 0},
-		DelayStep: 500 * time.Microsecond, MaxDelay: 90 * time.Millisecond, DelayRise: 0, DelayRamp: 0, WriteMBs: 1, ThrottleableQueue: 1.25, ReadMBs: 1,
+		DelayStep: 500 * time.Microsecond, MaxDelay: 90 * time.Millisecond, DelayRise: 0, WriteMBs: 1, ThrottleableQueue: 1.25, ReadMBs: 1,
 		WriteDelayOn: "replies", QuickAck: true, OnsetFeedForward: true, IdleHold: 30 * time.Second,
 	}
 }
 
 // applyDefaults fills in, once the YAML is decoded over Defaults, what a
-// config leaves to its other fields: delay_follow (from write_delay_on and
-// delay_ramp, unless the file sets it: root tells unset from false) and,
+// config leaves to its other fields: delay_follow (from write_delay_on,
+// unless the file sets it: root tells unset from false) and,
 // for each resource, its threshold and objective (the top-level ones),
 // devices (auto), policy (read-over-write), class priorities (the list's
 // order, first highest) and, under policy reservations, net_threshold.
 func (c *Config) applyDefaults(root *yaml.Node) {
 	if lineOf(root, "delay_follow") == 0 {
-		c.DelayFollow = c.WriteDelayOn == "acks" && c.DelayRamp == 0
+		c.DelayFollow = c.WriteDelayOn == "acks"
 	}
 	for i := range c.Resources {
 		r := &c.Resources[i]

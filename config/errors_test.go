@@ -44,7 +44,6 @@ func TestErrorsExact(t *testing.T) {
 		// max_delay, with no line: it is not in the file.
 		{"negative max_delay alone", "max_delay: -1ms\n", []string{"line 1: max_delay: -1ms: want delay_step..<100ms (TCP's minimum RTO is 200 ms)"}},
 		{"delay_rise above max_delay", "max_delay: 20ms\ndelay_rise: 30ms\n", []string{"line 2: delay_rise: 30ms: want 0 (no bound)..max_delay; below 2ms to avoid tail-loss probes"}},
-		{"delay_ramp", "delay_ramp: 100\n", []string{"line 1: delay_ramp: 100: want 0 (new delays at once)..10 ms of delay per ms of traffic"}},
 		{"idle_hold", "idle_hold: 2h\n", []string{"line 1: idle_hold: 2h: want 0 (release with the policy)..1h"}},
 		{"throttleable_queue", "throttleable_queue: 5000\n", []string{"line 1: throttleable_queue: 5000: want 0 (off) or a queue of up to 1024 requests, e.g. 1.5"}},
 		{"threshold", "threshold: 11s\n", []string{"line 1: threshold: 11s: want more than 0 and at most 10s (the response time important reads are held under; e.g. 15ms)"}},

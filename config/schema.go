@@ -216,20 +216,17 @@ type Config struct {
 	// limit"). So do the write delays of consumers that read too: the
 	// backends hold their data for the larger of the two delays.
 	DelayRise time.Duration `yaml:"delay_rise" reload:"restart"`
-	// DelayRamp is how fast the delay line lets a connection's delay
-	// grow, in ms of delay per ms of its traffic (throttle/ramp.go), so
-	// the throttled sender's srtt follows and it sends no spurious
-	// tail-loss probe; a new connection takes its consumer's delay from
-	// its SYN-ACK on. 0 (default) applies each new delay at once, one FIFO
-	// per consumer: in the lab 0.5 removed the probes but let load steps
-	// through (p95 1.5–2.2 × the threshold; docs/architecture.md,
-	// "delay_ramp").
+	// DelayRamp is gone: delay_follow replaced it (a fixed rate of rise,
+	// which in the lab let load steps through: p95 1.5–2.2 × the
+	// threshold). 0, what older configs and the packaged example set, is
+	// still accepted, so that they load.
 	DelayRamp float64 `yaml:"delay_ramp" reload:"restart"`
 	// DelayFollow has the delay line cap each packet's delay by a model
 	// of its sender's srtt (throttle/follow.go): the fastest rise that
-	// sends no spurious tail-loss probe. Excludes delay_ramp. Unset, it
-	// is on where a held packet is what a sender's timer waits for:
-	// with write_delay_on: acks (and no delay_ramp). With replies the
+	// sends no spurious tail-loss probe (it replaced delay_ramp, a fixed
+	// rate that let load steps through). Unset, it is on where a held
+	// packet is what a sender's timer waits for: with write_delay_on:
+	// acks. With replies the
 	// held packets are the target's own, which its TCP does not resend
 	// while they are still queued on its host, and the consumers' data
 	// is acknowledged on time: nothing needs the ramp, and it would only

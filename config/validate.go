@@ -114,14 +114,11 @@ func (c *Config) validateControl(p *problems) {
 	if c.DelayRise < 0 || maxOK && c.DelayRise > c.MaxDelay {
 		bad("want 0 (no bound)..max_delay; below 2ms to avoid tail-loss probes", "delay_rise")
 	}
-	if c.DelayRamp < 0 || c.DelayRamp > 10 || math.IsNaN(c.DelayRamp) {
-		bad("want 0 (new delays at once)..10 ms of delay per ms of traffic", "delay_ramp")
+	if c.DelayRamp != 0 {
+		bad("was removed: delay_follow replaced it (leave delay_ramp out)", "delay_ramp")
 	}
 	if c.IdleHold < 0 || c.IdleHold > time.Hour {
 		bad("want 0 (release with the policy)..1h", "idle_hold")
-	}
-	if c.DelayFollow && c.DelayRamp > 0 {
-		bad("delay_follow and delay_ramp exclude each other", "delay_follow")
 	}
 	switch {
 	case c.RateLeverSteps < 0 || c.RateLeverSteps > 200:

@@ -40,7 +40,7 @@ func delayLineNeeds(w WriteOn) [][]string {
 
 func newDelayLineFrom(o Options, w WriteOn) (Throttle, error) {
 	return NewDelayLine(DelayLineConfig{Port: uint16(o.Port), Chain: o.Chain, Label: o.Label + "-dl", QueueLimit: o.QueueLimit,
-		Ramp: o.Ramp, Follow: o.Follow, WriteOn: w, Check: o.Check, Log: o.Log})
+		Follow: o.Follow, WriteOn: w, Check: o.Check, Log: o.Log})
 }
 
 // delayLineAvailable checks what the NFQUEUE delay line needs: the
@@ -72,13 +72,12 @@ func delayLineAvailable() (bool, string) {
 // the same flow; a packet with a short delay behind one with a long delay
 // waits for it.
 //
-// Ramping: with Ramp set, each flow's delay grows toward its consumer's
-// setting at a bounded rate (ramp.go); with Follow, each packet's delay is
-// capped by a model of its sender's srtt (follow.go). Either way a
-// throttled sender's srtt keeps up and it sends no spurious tail-loss
-// probes; Follow rises as fast as that allows. Without either, a new
-// delay applies at once. A SYN-ACK always gets the larger of the two
-// delays: it is the first RTT sample of both ends.
+// Following: with Follow, each flow's packets get at most what a model of
+// their sender's srtt allows (follow.go), so a throttled sender's srtt
+// keeps up and it sends no spurious tail-loss probes, and the delay rises
+// as fast as that allows. Without it, a new delay applies at once. A
+// SYN-ACK always gets the larger of the two delays: it is the first RTT
+// sample of both ends.
 //
 // Timing and cost: one goroutine does all the packet work. It waits in
 // Go's netpoller on an epoll set holding the queue's socket and a timerfd
@@ -126,8 +125,8 @@ type DelayLine struct {
 	mu       sync.Mutex // everything below; held while sending verdicts so releases keep their order
 	dq       *delayQueue
 	settings map[netip.Addr]Setting
-	ramps    map[netip.AddrPort]*flowRamp // per flow (consumer address and port)
-	swept    int64                        // when ramps were last swept of idle flows
+	flows    map[netip.AddrPort]*follow // per flow (consumer address and port), with Follow
+	swept    int64                      // when flows were last swept of idle ones
 	counters map[netip.Addr]*DelayCounters
 	stats    DelayLineStats
 	closing  bool
@@ -154,12 +153,9 @@ type DelayLineConfig struct {
 	QueueLimit int
 	// Label names the rules and sets (see queueRules) ("sanqos-dl").
 	Label string
-	// Ramp is how fast a consumer's delay may grow: ms of delay per ms
-	// of its traffic (ramp.go); 0 applies a new delay at once.
-	Ramp float64
 	// Follow caps each packet's delay by a model of its sender's srtt
-	// (follow.go) instead of Ramp: the fastest rise that sends no
-	// spurious tail-loss probe. Excludes Ramp.
+	// (follow.go): the fastest rise that sends no spurious tail-loss
+	// probe.
 	Follow bool
 	// WriteOn says which packets carry the write delay (replies).
 	WriteOn WriteOn
@@ -249,7 +245,7 @@ func NewDelayLine(cfg DelayLineConfig) (*DelayLine, error) {
 		cfg: cfg, q: q, qfd: qfd, tfd: tfd, epfd: epfd, ep: ep,
 		dq:       newDelayQueue(),
 		settings: map[netip.Addr]Setting{},
-		ramps:    map[netip.AddrPort]*flowRamp{},
+		flows:    map[netip.AddrPort]*follow{},
 		counters: map[netip.Addr]*DelayCounters{},
 		done:     make(chan struct{}),
 	}
@@ -357,9 +353,9 @@ func (d *DelayLine) Set(settings map[netip.Addr]Setting) error {
 	for a := range old {
 		if _, ok := next[a]; !ok {
 			ids = d.dq.drain(a, ids)
-			for k := range d.ramps {
+			for k := range d.flows {
 				if k.Addr() == a {
-					delete(d.ramps, k)
+					delete(d.flows, k)
 				}
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"time"
 	"unsafe"
 
 	"github.com/sanqos/sanqos/nfqueue"
@@ -156,13 +155,12 @@ func rawTimerfdSet(fd int, due int64) error {
 // hold queues p, or appends it to now if it passes at once; at the queue
 // limit it appends the packet due soonest instead. d.mu must be held. It
 // is one function because it is one packet's path through the delay line
-// (kind, ramp or follow, FIFO, queue limit), read in the order it
+// (kind, follow, FIFO, queue limit), read in the order it
 // happens, on the hot path.
 func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
 	dst, port, kind := classifyPacket(p.Payload)
-	perFlow := d.cfg.Ramp > 0 || d.cfg.Follow
-	if !perFlow {
-		// Without ramps, one FIFO per consumer: the delay line as
+	if !d.cfg.Follow {
+		// Without follow, one FIFO per consumer: the delay line as
 		// measured for the agent's figures (README).
 		port = 0
 	}
@@ -182,41 +180,29 @@ func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
 		return append(now, p.ID)
 	}
 	c := d.counter(dst)
-	delay, dir := s.ReadDelay, 0
+	delay := s.ReadDelay
 	switch {
 	case kind == kindAck:
-		delay, dir = s.WriteDelay, 1
+		delay = s.WriteDelay
 	case kind == kindSynAck, d.cfg.WriteOn == WriteOnReplies:
 		delay = max(s.ReadDelay, s.WriteDelay)
 	}
 	flow := netip.AddrPortFrom(dst, port)
-	var r *flowRamp
-	var ack uint32 // with Follow
+	var r *follow
+	var ack uint32
 	if d.cfg.Follow {
 		ack = tcpAckNumber(p.Payload)
-	}
-	if perFlow {
-		d.sweepRamps(t)
-		r = d.ramps[flow]
-		if r == nil {
-			r = &flowRamp{}
-			if kind == kindSynAck {
-				// A new connection takes its consumer's delays at once:
-				// its first RTT sample (this SYN-ACK) already holds them,
-				// and starting it undelayed lets a throttled writer's new
-				// login dump its queue on the disk (lab: p95 1.6 × the
-				// threshold).
-				r.ramp[0], r.ramp[1] = ramp{eff: int64(s.ReadDelay), at: t}, ramp{eff: int64(s.WriteDelay), at: t}
-			}
-			d.ramps[flow] = r
+		d.sweepFlows(t)
+		if r = d.flows[flow]; r == nil {
+			// A new connection takes its consumer's delays at once
+			// (follow.limit passes its SYN-ACK): its first RTT sample
+			// already holds them, and starting it undelayed lets a
+			// throttled writer's new login dump its queue on the disk
+			// (lab: p95 1.6 × the threshold).
+			r = &follow{}
+			d.flows[flow] = r
 		}
-		switch {
-		case kind == kindSynAck:
-		case d.cfg.Follow:
-			delay = r.follow.limit(kind, delay, t, ack)
-		default:
-			delay = time.Duration(r.ramp[dir].next(int64(delay), t, d.cfg.Ramp))
-		}
+		delay = r.limit(kind, delay, t, ack)
 	}
 	due := t
 	if delay != 0 || d.dq.holds(dst) {
@@ -237,7 +223,7 @@ func (d *DelayLine) hold(p *nfqueue.Packet, t int64, now []uint32) []uint32 {
 		now = append(now, p.ID)
 	}
 	if d.cfg.Follow {
-		r.follow.held(kind, t, due, ack)
+		r.held(kind, t, due, ack)
 	}
 	return now
 }

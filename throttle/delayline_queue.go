@@ -17,7 +17,7 @@ const (
 	kindData    pktKind = iota // payload or anything not a pure ACK: read delay
 	kindAck                    // pure ACK: write delay
 	kindUnknown                // not parseable: accepted undelayed
-	kindSynAck                 // a connection's SYN-ACK: the larger delay (ramp.go)
+	kindSynAck                 // a connection's SYN-ACK: the larger delay (follow.go)
 )
 
 // classifyPacket reads the destination, its TCP port (0 if not TCP or not
@@ -119,7 +119,7 @@ type heldPkt struct {
 // that a short-delay packet behind a long-delay one of the same flow (an
 // ACK behind data) waits for it. FIFOs are per flow, not per consumer, so
 // a consumer's new connection is not held behind its old ones' delay
-// while its own delay ramps up (ramp.go).
+// while its own delay rises (follow.go).
 type fifo struct {
 	key  netip.AddrPort
 	pkts []heldPkt

@@ -2,8 +2,7 @@ package throttle
 
 import "time"
 
-// Why the delay line can follow the sender's srtt instead of ramping at a
-// fixed rate: a Linux sender arms its tail-loss probe timer at
+// Why the delay line follows the sender's srtt: a Linux sender arms its tail-loss probe timer at
 // 2·srtt + 2 ms whenever it sends new data (tcp_schedule_loss_probe), and
 // the ACK for a segment leaves the target right after the segment came in.
 // So an ACK whose delay stays under 2·srtt + 2 ms (less a margin for the
@@ -13,7 +12,9 @@ import "time"
 // packet has left, because that is when the sender sees it — and cap each
 // packet's delay at the bound. A writer's delay then grows by about ×1.8
 // per round trip from 1 ms, where a fixed-rate ramp whose idle time does
-// not count (ramp.go) needs one round trip per added ms.
+// not count (the delay_ramp this replaced) needed one round trip per
+// added ms, and let load steps through (lab: p95 1.5–2.2 × the
+// threshold).
 //
 // Two models per connection, one per sender:
 //   - the consumer's srtt (it sends the writes): a sample, 1/8, for every
@@ -132,3 +133,22 @@ func (fl *follow) held(kind pktKind, t, due int64, ack uint32) {
 }
 
 func (fl *follow) last() int64 { return max(fl.peer.at, fl.us.at) }
+
+// flowIdle is how long a flow may send nothing before its model is
+// forgotten; sweepFlows looks at most once per flowIdle.
+const flowIdle = 10 * time.Second
+
+// sweepFlows forgets the models of flows idle for flowIdle, so closed
+// connections do not accumulate. A flow that comes back starts from zero,
+// as a new connection would. d.mu must be held.
+func (d *DelayLine) sweepFlows(t int64) {
+	if t-d.swept < int64(flowIdle) {
+		return
+	}
+	d.swept = t
+	for k, r := range d.flows {
+		if t-r.last() >= int64(flowIdle) {
+			delete(d.flows, k)
+		}
+	}
+}

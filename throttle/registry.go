@@ -40,8 +40,6 @@ type Options struct {
 	Device string
 	// QueueLimit bounds the packets the delay line holds (0: its default).
 	QueueLimit int
-	// Ramp is the delay line's growth limit (config delay_ramp).
-	Ramp float64
 	// Follow caps delays by the sender's modelled srtt (config delay_follow).
 	Follow bool
 	// WriteOn is replies or acks (config write_delay_on; "" is replies).

@@ -50,7 +50,7 @@ const dryRunBackend = "dry-run"
 // replace the flags' defaults (a flag given on the command line was
 // written into the config first: overrideConfig); without one, a delay line that delays ACKs
 // (--write-delay-on acks) follows each sender's srtt unless --delay-follow
-// or --delay-ramp says otherwise, because
+// says otherwise, because
 // manual throttles have no control loop waiting for the delay to bite, so
 // the few round trips the srtt cap takes cost nothing and save every
 // spurious probe.
@@ -58,12 +58,12 @@ func (o backendOptions) resolve(cfg *config.Config, followFlagSet bool) backendO
 	if cfg == nil {
 		// Only delayed ACKs draw probes; replies held on the target are
 		// never retransmitted while held, so they need no cap.
-		if !followFlagSet && o.Ramp == 0 && o.WriteOn == "acks" {
+		if !followFlagSet && o.WriteOn == "acks" {
 			o.Follow = true
 		}
 		return o.shadowed()
 	}
-	o.Name, o.Port, o.Ramp, o.Follow, o.WriteOn = cfg.Backend, cfg.ISCSIPort, cfg.DelayRamp, cfg.DelayFollow, cfg.WriteDelayOn
+	o.Name, o.Port, o.Follow, o.WriteOn = cfg.Backend, cfg.ISCSIPort, cfg.DelayFollow, cfg.WriteDelayOn
 	o.QuickAck = cfg.QuickAck
 	o.MaxDelay, o.Step = cfg.MaxDelay, cfg.DelayStep
 	// The backend checks its kernel objects once a control tick, so a
@@ -96,7 +96,7 @@ func (o backendOptions) shadowed() backendOptions {
 // is one function for that reason, and its work is runAgent's.
 func agentCmd() *cobra.Command {
 	socket := agent.DefaultSocket
-	bo := backendOptions{Name: "auto", QuickAck: true, Options: throttle.Options{Port: 3260, Chain: "OUTPUT", Label: "sanqos", Ramp: config.Defaults().DelayRamp}}
+	bo := backendOptions{Name: "auto", QuickAck: true, Options: throttle.Options{Port: 3260, Chain: "OUTPUT", Label: "sanqos"}}
 	var logJSON bool
 	var cfgPath, httpAddr string
 	var eo etcdOptions
@@ -207,9 +207,8 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f.StringVar(&bo.Chain, "chain", bo.Chain, "netfilter chain: OUTPUT (target mode) or FORWARD (bridge mode)")
 	f.StringVar(&bo.Label, "label", bo.Label, "label of the kernel objects this agent creates")
 	f.StringVar(&bo.Device, "interface", "", "network interface towards the consumers, for netem and htb (default: the only non-loopback one; overrides the config's device)")
-	f.Float64Var(&bo.Ramp, "delay-ramp", bo.Ramp, "how fast the delay line lets a connection's delay grow, ms per ms of its traffic; 0: at once (overrides the config's delay_ramp)")
 	f.StringVar(&bo.WriteOn, "write-delay-on", "replies", "which packets carry a write delay: replies (the target's R2Ts and status; no spurious loss probes) or acks (the thesis' delayed ACKs) (overrides the config's write_delay_on)")
-	f.BoolVar(&bo.Follow, "delay-follow", bo.Follow, "cap each packet's delay by a model of its sender's srtt: the fastest rise without spurious tail-loss probes (default on without --config with --write-delay-on acks, unless --delay-ramp is set; with --config, the config's delay_follow, which the flag overrides)")
+	f.BoolVar(&bo.Follow, "delay-follow", bo.Follow, "cap each packet's delay by a model of its sender's srtt: the fastest rise without spurious tail-loss probes (default on without --config with --write-delay-on acks; with --config, the config's delay_follow, which the flag overrides)")
 	f.BoolVar(&bo.NoReinstall, "no-reinstall", false, "do not put back the backend's rules, sets and qdiscs when someone else removes them (by default they are checked every control tick and reinstalled with the current throttles); for experiments that remove them on purpose")
 	f.IntVar(&bo.QueueLimit, "queue-limit", 0, "most packets the delay line holds at once; beyond it the soonest-due leaves early (default 4096)")
 	f.StringVar(&httpAddr, "http", "", "HTTP listener for the dashboard and /metrics (overrides the config's http; \"\" turns it off; without --config, off unless given)")
@@ -525,12 +524,6 @@ func enableQuickAck(o backendOptions, log *slog.Logger) *throttle.QuickAck {
 func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 	if o.Port < 1 || o.Port > 65535 {
 		return nil, fmt.Errorf("iscsi-port %d out of range", o.Port)
-	}
-	if o.Ramp < 0 || o.Ramp > 10 || o.Ramp != o.Ramp {
-		return nil, fmt.Errorf("delay-ramp %v: want 0 (new delays at once) to 10 ms per ms", o.Ramp)
-	}
-	if o.Follow && o.Ramp > 0 {
-		return nil, errors.New("delay-follow and delay-ramp exclude each other")
 	}
 	if o.QueueLimit < 0 || o.QueueLimit > 1<<20 {
 		return nil, fmt.Errorf("queue-limit %d: want 0 (default) to %d", o.QueueLimit, 1<<20)

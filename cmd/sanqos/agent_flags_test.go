@@ -1,7 +1,6 @@
 package main
 
 import (
-	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -19,10 +18,6 @@ func TestNewBackendRefusesBadOptions(t *testing.T) {
 		o    backendOptions
 		want string
 	}{
-		{backendOptions{Name: "delayline", Options: throttle.Options{Port: 3260, Ramp: -1}}, "delay-ramp"},
-		{backendOptions{Name: "delayline", Options: throttle.Options{Port: 3260, Ramp: 50}}, "delay-ramp"},
-		{backendOptions{Name: "delayline", Options: throttle.Options{Port: 3260, Ramp: math.NaN()}}, "delay-ramp"},
-		{backendOptions{Name: "delayline", Options: throttle.Options{Port: 3260, Ramp: 0.5, Follow: true}}, "delay-follow and delay-ramp"},
 		{backendOptions{Name: "delayline", Options: throttle.Options{Port: 0}}, "iscsi-port"},
 		{backendOptions{Name: "delayline", Options: throttle.Options{Port: 3260, QueueLimit: -1}}, "queue-limit"},
 		{backendOptions{Name: "delayline", Options: throttle.Options{Port: 3260, WriteOn: "data"}}, "write_delay_on"},
@@ -57,7 +52,6 @@ func TestBackendOptionsResolve(t *testing.T) {
 		cfg     *config.Config
 		flagSet bool
 		follow  bool
-		ramp    float64
 		chain   string
 		backend string
 		device  string
@@ -67,14 +61,13 @@ func TestBackendOptionsResolve(t *testing.T) {
 		{name: "manual, acks: follows", o: acks, follow: true, chain: "OUTPUT", backend: "auto", writeOn: "acks"},
 		{name: "config: its write_delay_on", o: acks, cfg: withWriteOn("replies"), chain: "OUTPUT", backend: "auto", writeOn: "replies"},
 		{name: "manual, acks, --delay-follow=false", o: acks, flagSet: true, chain: "OUTPUT", backend: "auto", writeOn: "acks"},
-		{name: "manual, --delay-ramp", o: backendOptions{Name: "auto", Options: throttle.Options{Chain: "OUTPUT", Ramp: 0.5, WriteOn: "acks"}}, ramp: 0.5, chain: "OUTPUT", backend: "auto", writeOn: "acks"},
 		{name: "config: its delay_follow (off)", o: def, cfg: withFollow(false), chain: "OUTPUT", backend: "auto", writeOn: "replies"},
 		{name: "config: its delay_follow (on)", o: def, cfg: withFollow(true), follow: true, chain: "OUTPUT", backend: "auto", writeOn: "replies"},
 		{name: "the config replaces the flags' defaults", o: backendOptions{Name: "htb", Options: throttle.Options{Follow: true, Chain: "OUTPUT"}}, cfg: withFollow(false), chain: "OUTPUT", backend: "auto", writeOn: "replies"},
 		{name: "bridge mode", o: def, cfg: &bridge, chain: "FORWARD", backend: "delayline", device: "br0", writeOn: "replies"},
 	} {
 		got := c.o.resolve(c.cfg, c.flagSet)
-		if got.Follow != c.follow || got.Ramp != c.ramp || got.Chain != c.chain || got.Name != c.backend || got.Device != c.device || got.WriteOn != c.writeOn {
+		if got.Follow != c.follow || got.Chain != c.chain || got.Name != c.backend || got.Device != c.device || got.WriteOn != c.writeOn {
 			t.Errorf("%s: %+v", c.name, got)
 		}
 		// The netem tree spans the controller's range: a config's
@@ -158,7 +151,7 @@ func TestFlagsOverrideConfig(t *testing.T) {
 		c.Backend, c.ISCSIPort, c.Device, c.WriteDelayOn, c.QuickAck, c.HTTP = "delayline", 3260, "eth1", "replies", true, "127.0.0.1:9100"
 		return &c
 	}
-	flags := backendOptions{Name: "netem", QuickAck: false, Options: throttle.Options{Port: 3261, Device: "eth0", Chain: "OUTPUT", WriteOn: "acks", Ramp: 0.5}}
+	flags := backendOptions{Name: "netem", QuickAck: false, Options: throttle.Options{Port: 3261, Device: "eth0", Chain: "OUTPUT", WriteOn: "acks"}}
 	values := agentFlagValues{flags, "127.0.0.1:9200"}
 	for _, tc := range []struct {
 		name    string
@@ -167,17 +160,16 @@ func TestFlagsOverrideConfig(t *testing.T) {
 		port    int
 		device  string
 		writeOn string
-		ramp    float64
 		qa      bool
 		http    string
 		keys    string
 	}{
-		{"none given", nil, "delayline", 3260, "eth1", "replies", 0, true, "127.0.0.1:9100", ""},
-		{"--backend", []string{"backend"}, "netem", 3260, "eth1", "replies", 0, true, "127.0.0.1:9100", "backend"},
-		{"--interface and --iscsi-port", []string{"interface", "iscsi-port"}, "delayline", 3261, "eth0", "replies", 0, true, "127.0.0.1:9100", "iscsi_port,device"},
-		{"--device (old name)", []string{"device"}, "delayline", 3260, "eth0", "replies", 0, true, "127.0.0.1:9100", "device"},
-		{"--write-delay-on, --delay-ramp, --quick-ack", []string{"write-delay-on", "delay-ramp", "quick-ack"}, "delayline", 3260, "eth1", "acks", 0.5, false, "127.0.0.1:9100", "delay_ramp,write_delay_on,quick_ack"},
-		{"--http", []string{"http"}, "delayline", 3260, "eth1", "replies", 0, true, "127.0.0.1:9200", "http"},
+		{"none given", nil, "delayline", 3260, "eth1", "replies", true, "127.0.0.1:9100", ""},
+		{"--backend", []string{"backend"}, "netem", 3260, "eth1", "replies", true, "127.0.0.1:9100", "backend"},
+		{"--interface and --iscsi-port", []string{"interface", "iscsi-port"}, "delayline", 3261, "eth0", "replies", true, "127.0.0.1:9100", "iscsi_port,device"},
+		{"--device (old name)", []string{"device"}, "delayline", 3260, "eth0", "replies", true, "127.0.0.1:9100", "device"},
+		{"--write-delay-on, --quick-ack", []string{"write-delay-on", "quick-ack"}, "delayline", 3260, "eth1", "acks", false, "127.0.0.1:9100", "write_delay_on,quick_ack"},
+		{"--http", []string{"http"}, "delayline", 3260, "eth1", "replies", true, "127.0.0.1:9200", "http"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			changed := func(f string) bool { return slices.Contains(tc.given, f) }
@@ -190,7 +182,7 @@ func TestFlagsOverrideConfig(t *testing.T) {
 				cfg := file()
 				override(cfg)
 				got := flags.resolve(cfg, changed("delay-follow"))
-				if got.Name != tc.backend || got.Port != tc.port || got.Device != tc.device || got.WriteOn != tc.writeOn || got.Ramp != tc.ramp || got.QuickAck != tc.qa {
+				if got.Name != tc.backend || got.Port != tc.port || got.Device != tc.device || got.WriteOn != tc.writeOn || got.QuickAck != tc.qa {
 					t.Errorf("%s: %+v", when, got)
 				}
 				if cfg.HTTP != tc.http {

@@ -23,7 +23,6 @@ var agentConfigFlags = []struct {
 	{"iscsi-port", "iscsi_port", func(c *config.Config, v agentFlagValues) { c.ISCSIPort = v.bo.Port }},
 	{"interface", "device", func(c *config.Config, v agentFlagValues) { c.Device = v.bo.Device }},
 	{"device", "device", func(c *config.Config, v agentFlagValues) { c.Device = v.bo.Device }}, // --interface's old name
-	{"delay-ramp", "delay_ramp", func(c *config.Config, v agentFlagValues) { c.DelayRamp = v.bo.Ramp }},
 	{"delay-follow", "delay_follow", func(c *config.Config, v agentFlagValues) { c.DelayFollow = v.bo.Follow }},
 	{"write-delay-on", "write_delay_on", func(c *config.Config, v agentFlagValues) { c.WriteDelayOn = v.bo.WriteOn }},
 	{"quick-ack", "quick_ack", func(c *config.Config, v agentFlagValues) { c.QuickAck = v.bo.QuickAck }},

@@ -55,10 +55,10 @@ func TestExamplesParseAndSetTheirKey(t *testing.T) {
 func TestDefaultTextHolds(t *testing.T) {
 	parse := func(doc string) (*config.Config, error) { return config.Parse([]byte(doc)) }
 	for doc, want := range map[string]bool{
-		"":                                      false,
-		"write_delay_on: acks\n":                true,
-		"write_delay_on: acks\ndelay_ramp: 1\n": false,
-		"write_delay_on: replies\n":             false,
+		"":                       false,
+		"write_delay_on: acks\n": true,
+		"write_delay_on: acks\ndelay_follow: false\n": false,
+		"write_delay_on: replies\n":                   false,
 	} {
 		c, err := parse(doc)
 		if err != nil {

@@ -29,7 +29,7 @@ var examples = map[string]string{
 	"delay_step":                          "delay_step: 0.5ms\n",
 	"max_delay":                           "max_delay: 40ms\n",
 	"delay_rise":                          "delay_rise: 1ms\n",
-	"delay_ramp":                          "write_delay_on: acks\ndelay_ramp: 0.5\n",
+	"delay_ramp":                          "delay_ramp: 0\n",
 	"delay_follow":                        "write_delay_on: acks\ndelay_follow: true\n",
 	"write_delay_on":                      "write_delay_on: acks   # the thesis' delayed ACKs\n",
 	"quick_ack":                           "quick_ack: false   # leave the target's delayed ACKs alone\n",
@@ -80,7 +80,7 @@ var notes = map[string]string{
 // the second kind against config.Parse).
 var defaultText = map[string]string{
 	"device":                              "the only non-loopback interface that is up",
-	"delay_follow":                        "`true` with `write_delay_on: acks` and no `delay_ramp`; otherwise `false`",
+	"delay_follow":                        "`true` with `write_delay_on: acks`; otherwise `false`",
 	"resources[].name":                    "none: *required*",
 	"resources[].classes[].name":          "none: *required*",
 	"resources[].classes[].members":       "none: *required*, at least one",
