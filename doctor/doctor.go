@@ -10,7 +10,7 @@
 // bindings or BPF objects, and no files. It reads /proc, /sys, the kernel
 // config and the config file, and runs only programs that print (`iptables
 // -V`, `iptables-save`, `nft list tables`, `ipset list -n`, `tgtadm --op
-// show`). Where the agent decides by building something (throttle.Auto
+// show`). Where the agent decides by building something (throttle.New("auto"
 // probes in a scratch namespace), doctor predicts the decision from the
 // kernel config instead, and says so. The tests hold it to this: they
 // compare the host's namespaces, qdiscs, rules and sets before and after a

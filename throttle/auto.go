@@ -10,16 +10,6 @@ import (
 	"github.com/vishvananda/netns"
 )
 
-// Auto picks the best delay backend this kernel runs, trying the auto
-// candidates of the registry in rank order: EDT (fq and tc BPF: the
-// kernel holds each packet, no per-packet userspace work), netem (the
-// thesis' tree), the NFQUEUE delay line (any kernel with netfilter
-// queueing); it logs which one it chose and why. A kernel that has a
-// backend whose objects then cannot be built is an error, not a silent
-// fallback: the operator asked for the best method and should learn why
-// it is not running.
-func Auto(o Options) (Throttle, error) { return New(autoName, o) }
-
 // Choice is auto's pick among its candidates.
 type Choice struct {
 	Entry Entry
@@ -63,6 +53,13 @@ func choose(cands []Entry, avail func(Entry) (bool, string, error)) Choice {
 	return c
 }
 
+// auto builds the best delay backend this kernel runs, trying the
+// candidates in rank order: EDT (fq and tc BPF: the kernel holds each
+// packet, no per-packet userspace work), netem (the thesis' tree), the
+// NFQUEUE delay line (any kernel with netfilter queueing); it logs which
+// one it chose and why. A kernel that has a backend whose objects then
+// cannot be built is an error, not a silent fallback: the operator asked
+// for the best method and should learn why it is not running.
 func auto(cands []Entry, o Options, w WriteOn) (Throttle, error) {
 	log := o.logger()
 	c := choose(cands, func(b Entry) (bool, string, error) {

@@ -400,23 +400,7 @@ func CleanupEDT(label string) error {
 	errs := deleteFilters(netlink.HANDLE_MIN_EGRESS, func(a netlink.FilterAttrs) bool {
 		return a.Priority == edtFilterPrio && a.Handle == uint32(major)
 	})
-	links, err := netlink.LinkList()
-	if err != nil {
-		return fmt.Errorf("list links: %w", err)
-	}
-	for _, l := range links {
-		qs, err := netlink.QdiscList(l)
-		if err != nil {
-			continue
-		}
-		for _, q := range qs {
-			if q.Attrs().Parent == netlink.HANDLE_ROOT && uint16(q.Attrs().Handle>>16) == major && q.Type() == "fq" {
-				if err := netlink.QdiscDel(q); err != nil {
-					errs = append(errs, fmt.Errorf("delete fq on %s: %w", l.Attrs().Name, err))
-				}
-			}
-		}
-	}
+	errs = append(errs, deleteOwnRoots(major, "fq")...)
 	return errors.Join(errs...)
 }
 

@@ -418,6 +418,32 @@ func tcDeleteRoot(ifindex int, major uint16) error {
 	return nil
 }
 
+// deleteOwnRoots deletes, from every link, the root qdisc of kind with
+// handle major: (a label's), whoever created it.
+func deleteOwnRoots(major uint16, kind string) []error {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return []error{fmt.Errorf("list links: %w", err)}
+	}
+	var errs []error
+	for _, l := range links {
+		qs, err := netlink.QdiscList(l)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, q := range qs {
+			if q.Attrs().Parent != netlink.HANDLE_ROOT || uint16(q.Attrs().Handle>>16) != major || q.Type() != kind {
+				continue
+			}
+			if err := netlink.QdiscDel(q); err != nil && !errors.Is(err, syscall.ENOENT) {
+				errs = append(errs, fmt.Errorf("delete %s on %s: %w", kind, l.Attrs().Name, err))
+			}
+		}
+	}
+	return errs
+}
+
 // undoLog records how to reverse each kernel change of a multi-step
 // update, so a failure part-way leaves the state as it was before.
 type undoLog []func() error

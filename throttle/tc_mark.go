@@ -428,26 +428,7 @@ func CleanupTC(label string) error {
 	if err := tcCheckLabel(label); err != nil {
 		return err
 	}
-	var errs []error
-	links, err := netlink.LinkList()
-	if err != nil {
-		errs = append(errs, fmt.Errorf("list links: %w", err))
-	}
-	major := tcRootMajor(label)
-	for _, l := range links {
-		qs, err := netlink.QdiscList(l)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for _, q := range qs {
-			if q.Attrs().Parent == netlink.HANDLE_ROOT && uint16(q.Attrs().Handle>>16) == major {
-				if err := tcDeleteRoot(l.Attrs().Index, major); err != nil {
-					errs = append(errs, fmt.Errorf("delete qdisc on %s: %w", l.Attrs().Name, err))
-				}
-			}
-		}
-	}
+	errs := deleteOwnRoots(tcRootMajor(label), "htb")
 	if err := tcCleanupNetfilter(label); err != nil {
 		errs = append(errs, err)
 	}
