@@ -80,7 +80,7 @@ type capNeed struct {
 func (e *Env) capNeeds() []capNeed {
 	p := e.plan()
 	var out []capNeed
-	if p.chosen != "dry-run" {
+	if p.entry().Parts != 0 {
 		out = append(out, capNeed{[]int{capNetAdmin}, "tc, ipset, nfqueue and iptables changes", true})
 	}
 	if p.uses(throttle.PartIptables) && e.iptFacts().variant != "nf_tables" {

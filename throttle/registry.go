@@ -304,20 +304,22 @@ type Backend struct {
 }
 
 // Backends probes what this kernel runs of every backend, in the table's
-// order (auto's preference first), and marks the one auto would take.
+// order (auto's preference first), and marks the one auto would take
+// (Choose, on the same probes).
 func Backends() []Backend {
 	out := make([]Backend, 0, len(registry))
-	auto := false
+	errs := map[string]error{}
 	for _, r := range registry {
 		ok, why, err := r.Probe()
 		if err != nil {
-			why = err.Error()
+			why, errs[r.Name] = err.Error(), err
 		}
-		b := Backend{Name: r.Name, About: r.About, Available: ok, Why: why}
-		if ok && r.Auto && !auto {
-			b.Auto, auto = true, true
-		}
-		out = append(out, b)
+		out = append(out, Backend{Name: r.Name, About: r.About, Available: ok, Why: why})
 	}
+	c := Choose(func(e Entry) (bool, string, error) {
+		b := out[slices.IndexFunc(out, func(b Backend) bool { return b.Name == e.Name })]
+		return b.Available, b.Why, errs[e.Name]
+	})
+	out[slices.IndexFunc(out, func(b Backend) bool { return b.Name == c.Entry.Name })].Auto = true
 	return out
 }

@@ -503,8 +503,11 @@ func enableQuickAck(o backendOptions, log *slog.Logger) *throttle.QuickAck {
 	if w, err := throttle.ParseWriteOn(o.WriteOn); err != nil || w != throttle.WriteOnReplies {
 		return nil
 	}
-	if !o.QuickAck || o.DryRun || o.Name == dryRunBackend || o.Name == "htb" || o.Chain == "FORWARD" {
+	if !o.QuickAck || o.DryRun || o.Chain == "FORWARD" {
 		return nil
+	}
+	if b, ok := throttle.Lookup(o.Name); ok && (!b.Caps.Delay || b.Parts == 0) {
+		return nil // rate caps alone hold no reply; dry-run touches nothing
 	}
 	dev, err := o.ConsumerDevice()
 	if err != nil {
