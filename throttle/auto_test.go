@@ -98,3 +98,34 @@ func TestRegistryIsTheList(t *testing.T) {
 		t.Errorf("dry-run: %v %v", th, err)
 	}
 }
+
+// Auto's choice, made once for the agent and doctor: the first candidate
+// whose probe passes, else the fallback (the last), also when a probe
+// cannot tell.
+func TestChoose(t *testing.T) {
+	cands := []Entry{{Name: "a", AutoHas: "A"}, {Name: "b", AutoHas: "B"}, {Name: "z", AutoHas: "runs anywhere"}}
+	boom := errors.New("no netns")
+	for _, c := range []struct {
+		name   string
+		avail  map[string]bool
+		err    error
+		want   string
+		probed bool
+		why    string
+	}{
+		{"first", map[string]bool{"a": true, "b": true}, nil, "a", true, "ok a"},
+		{"second", map[string]bool{"b": true}, nil, "b", true, "ok b"},
+		{"none: the fallback", nil, nil, "z", false, "kernel runs none of a, b: z runs anywhere"},
+		{"a probe cannot tell", map[string]bool{"b": true}, boom, "z", false, "auto's probes fail here"},
+	} {
+		got := choose(cands, func(e Entry) (bool, string, error) {
+			if c.err != nil {
+				return false, "", c.err
+			}
+			return c.avail[e.Name], cond(c.avail[e.Name], "ok "+e.Name, "no "+e.Name), nil
+		})
+		if got.Entry.Name != c.want || got.Probed != c.probed || !strings.HasPrefix(got.Why, c.why) || !errors.Is(got.Err, c.err) {
+			t.Errorf("%s: %+v", c.name, got)
+		}
+	}
+}
