@@ -49,6 +49,16 @@ func TestLabUpAndCleanDown(t *testing.T) {
 			t.Fatalf("%s %s rps_cpus %q: RPS off", e.NS, e.Dev, out)
 		}
 	}
+	// Every host's sessions run Linux's default congestion control, not
+	// this machine's (BBR paced reads' tails 100 ms late, net.go).
+	for _, e := range vethEnds() {
+		if e.Dev != "eth0" || e.NS == "" {
+			continue
+		}
+		if out, err := InNS(e.NS, "ip", "route", "show", "dev", "eth0"); err != nil || !strings.Contains(out, "congctl "+LabCongestion) {
+			t.Fatalf("%s routes %q (%v), want congctl %s", e.NS, out, err, LabCongestion)
+		}
+	}
 	// A running experiment holds the lab: down and rebuild refuse.
 	l, err := acquireRunLock()
 	if err != nil {

@@ -82,6 +82,9 @@ func setupNetwork(o Options) error {
 			{"-n", ns, "addr", "add", addr.String() + "/24", "dev", "eth0"},
 			{"-n", ns, "link", "set", "eth0", "up"},
 			{"-n", ns, "link", "set", "lo", "up"},
+			// Sessions take their route's congestion control, both ends.
+			{"-n", ns, "route", "change", netip.PrefixFrom(addr, 24).Masked().String(), "dev", "eth0", "proto", "kernel", "scope", "link",
+				"src", addr.String(), "congctl", LabCongestion},
 		}
 		for _, s := range steps {
 			if _, err := Exec("ip", s...); err != nil {
@@ -112,6 +115,15 @@ func setupNetwork(o Options) error {
 	}
 	return nil
 }
+
+// LabCongestion is the TCP congestion control of the lab's sessions, set
+// on each host's route to the others: Linux's default, whatever this
+// machine's is. A namespace inherits the initial one's, and may not set
+// its own to one outside tcp_allowed_congestion_control; this VM's is
+// BBR, whose bandwidth estimate of the reader's request-response flow
+// collapsed now and then, pacing a read's last segment 80-100 ms behind
+// its head in 3 % of the reads (docs/reader-latency.md).
+const LabCongestion = "cubic"
 
 // steerByFlow turns on RPS on every veth end, so each flow's packets are
 // received on one CPU, as a NIC's RSS does. Without it a veth hands a
