@@ -1,15 +1,71 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"sync"
 
+	"github.com/sanqos/sanqos/agent"
 	"github.com/sanqos/sanqos/capture"
+	"github.com/sanqos/sanqos/config"
 	"github.com/sanqos/sanqos/discover"
 	"github.com/sanqos/sanqos/nvmetcp"
 	"github.com/sanqos/sanqos/sample"
 )
+
+// newDiscoverer picks the discovery source of the config: the config's
+// own topology (static), or snapshots of the target software, merged
+// from all that auto finds on the host.
+func newDiscoverer(cfg *config.Config) (agent.Discoverer, error) {
+	if cfg.Discovery.Source == "static" {
+		return agent.StaticDiscoverer(cfg), nil
+	}
+	probes, err := discoveryProbes(cfg.Discovery)
+	if err != nil {
+		return nil, err
+	}
+	resolver := &discover.Resolver{}
+	return agent.SnapshotDiscoverer{Resources: cfg.Resources, Snap: func() (discover.Snapshot, error) {
+		targets, found, err := discover.ReadAll(probes)
+		if err != nil {
+			return discover.Snapshot{}, err
+		}
+		snap := discover.BuildSnapshot(targets, resolver)
+		snap.Sources = found
+		return snap, nil
+	}}, nil
+}
+
+// discoveryProbes are what source d reads: auto looks for tgt, LIO and
+// the kernel NVMe target (root: configfs's mount point); a named source
+// is read whether or not it looks present, so its failure says why.
+func discoveryProbes(d config.Discovery) ([]discover.Probe, error) {
+	always := func() bool { return true }
+	orDefault := func(def string) string {
+		if d.Root != "" {
+			return d.Root
+		}
+		return def
+	}
+	switch d.Source {
+	case "auto":
+		return discover.AutoProbes(d.TgtControlPort, d.Root, nvmeHosts), nil
+	case "tgt":
+		return []discover.Probe{{Name: "tgt", Present: always, Read: func() ([]discover.Target, error) { return discover.Tgt(d.TgtControlPort) }}}, nil
+	case "lio":
+		// LIO's configfs: targets, LUNs → backstores, and each node ACL's
+		// session with its connections' addresses.
+		root := orDefault(discover.ConfigfsRoot + "/target")
+		return []discover.Probe{{Name: "lio", Present: always, Read: func() ([]discover.Target, error) { return discover.ReadLIO(root) }}}, nil
+	case "nvmet":
+		root := orDefault(discover.ConfigfsRoot + "/nvmet")
+		return []discover.Probe{{Name: "nvmet", Present: always, Read: func() ([]discover.Target, error) {
+			return discover.NVMetTargets(root, nvmeHosts)
+		}}}, nil
+	}
+	return nil, fmt.Errorf("discovery source %q is not wired yet", d.Source)
+}
 
 // The kernel NVMe target's hosts. nvmet's configfs does not say who is
 // connected, so discovery takes them from the target's own socket table
