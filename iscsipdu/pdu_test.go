@@ -241,8 +241,8 @@ func TestLongDataSegmentIsNotBuffered(t *testing.T) {
 		k := min(1448, len(b))
 		tr.Feed(flow, ToTarget, b[:k], t0)
 		b = b[k:]
-		if s := tr.flows[flow].toTarget; cap(s.buf) > bufCap || len(s.buf) > bufCap {
-			t.Fatalf("buffer grew to %d", cap(s.buf))
+		if s := tr.tab.Flows[flow].State[ToTarget]; cap(s.Buf) > bufCap || len(s.Buf) > bufCap {
+			t.Fatalf("buffer grew to %d", cap(s.Buf))
 		}
 	}
 	tr.Feed(flow, ToInitiator, resp(1, 0).bytes(Digests{}), t0.Add(time.Millisecond))
@@ -254,12 +254,12 @@ func TestLongDataSegmentIsNotBuffered(t *testing.T) {
 func TestExpireAndClose(t *testing.T) {
 	_, tr := run(t, Options{}, []seg{{d: ToTarget, pdus: []pdu{read10(1, 1), read10(2, 1)}}})
 	tr.Expire(t0.Add(time.Second), 10*time.Second)
-	if len(tr.flows[flow].out) != 2 {
+	if tr.tab.Flows[flow].Outstanding() != 2 {
 		t.Fatal("expired too early")
 	}
 	tr.Expire(t0.Add(time.Minute), 10*time.Second)
-	if len(tr.flows) != 0 || tr.Counters().Expired != 2 {
-		t.Fatalf("flows %d counters %+v", len(tr.flows), tr.Counters())
+	if len(tr.tab.Flows) != 0 || tr.Counters().Expired != 2 {
+		t.Fatalf("flows %d counters %+v", len(tr.tab.Flows), tr.Counters())
 	}
 }
 
@@ -277,17 +277,17 @@ func FuzzFeed(f *testing.F) {
 			tr.Feed(flow, Direction(i%2), b[:k], t0.Add(time.Duration(i)))
 			b = b[k:]
 		}
-		c := tr.flows[flow]
+		c := tr.tab.Flows[flow]
 		if c == nil {
 			return
 		}
-		for _, s := range []*stream{c.toTarget, c.toInitiator} {
-			if cap(s.buf) > bufCap || s.skip < 0 {
-				t.Fatalf("stream state unbounded: cap %d skip %d", cap(s.buf), s.skip)
+		for _, s := range c.State {
+			if cap(s.Buf) > bufCap || s.Skip < 0 {
+				t.Fatalf("stream state unbounded: cap %d skip %d", cap(s.Buf), s.Skip)
 			}
 		}
-		if len(c.out) > 64 {
-			t.Fatalf("%d outstanding", len(c.out))
+		if c.Outstanding() > 64 {
+			t.Fatalf("%d outstanding", c.Outstanding())
 		}
 	})
 }

@@ -17,15 +17,9 @@ type Gapper interface {
 // and looks for the next header. Outstanding commands stay: their
 // responses may still come.
 func (t *Tracker) Gap(f Flow, d Direction) {
-	c := t.flows[f]
-	if c == nil {
-		return
+	if c := t.tab.Flows[f]; c != nil {
+		c.State[d].Gap()
 	}
-	s := c.toTarget
-	if d == ToInitiator {
-		s = c.toInitiator
-	}
-	s.buf, s.skip, s.synced = s.buf[:0], 0, false
 }
 
 // Reassembly limits: a capture sees segments out of order only briefly

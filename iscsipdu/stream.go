@@ -12,12 +12,14 @@
 // partial header per stream and a capped table of outstanding commands per
 // connection.
 //
-// Imports (sanqos): none.
+// Imports (sanqos): internal/pdutrack.
 package iscsipdu
 
 import (
 	"encoding/binary"
 	"hash/crc32"
+
+	"github.com/sanqos/sanqos/internal/pdutrack"
 )
 
 // BHSLen is the Basic Header Segment's length.
@@ -97,18 +99,12 @@ const maxHeader = BHSLen + 255*4 + 4
 // resynchronisation after lost bytes much less likely to lock onto noise.
 const DefaultMaxSegment = 1 << 20
 
-// stream parses one direction of one connection. Between calls it keeps at
-// most bufCap bytes (a partial header, or bytes awaiting confirmation) and
-// a count of data bytes still to skip: data segments are skipped, never
-// buffered.
+// stream parses one direction of one connection.
 type stream struct {
-	dir     Direction
-	dig     Digests
-	maxSeg  int
-	buf     []byte
-	skip    int
-	synced  bool // the last header was accepted in sequence
-	Resyncs int  // bytes dropped while looking for a header
+	pdutrack.Buffer
+	dir    Direction
+	dig    Digests
+	maxSeg int
 }
 
 // bufCap bounds what a stream keeps between calls: a header and the next
@@ -119,7 +115,7 @@ func newStream(dir Direction, dig Digests, maxSeg int) *stream {
 	if maxSeg <= 0 {
 		maxSeg = DefaultMaxSegment
 	}
-	return &stream{dir: dir, dig: dig, maxSeg: maxSeg, synced: true, buf: make([]byte, 0, bufCap)}
+	return &stream{Buffer: pdutrack.NewBuffer(bufCap), dir: dir, dig: dig, maxSeg: maxSeg}
 }
 
 // pduLen returns the header length (BHS + AHS + header digest) and the
@@ -153,78 +149,40 @@ func (s *stream) headerOK(h []byte, hdr int) bool {
 }
 
 // feed consumes p and calls emit with each complete header (BHS first;
-// the slice is only valid during the call).
-func (s *stream) feed(p []byte, emit func(h []byte)) {
-	for len(p) > 0 {
-		if s.skip > 0 && len(s.buf) == 0 {
-			n := min(s.skip, len(p))
-			s.skip -= n
-			p = p[n:]
-			continue
-		}
-		n := min(cap(s.buf)-len(s.buf), len(p))
-		s.buf = append(s.buf, p[:n]...)
-		p = p[n:]
-		s.parse(emit)
-	}
+// the slice is only valid during the call); it returns the bytes dropped
+// resynchronising.
+func (s *stream) feed(p []byte, emit func(h []byte)) int {
+	return s.Feed(p, func() { s.Parse(BHSLen, func(b []byte) (int, int) { return s.step(b, emit) }) })
 }
 
-// parse consumes whole headers from buf. In sequence a plausible header is
-// trusted; after garbage a candidate must also be followed by a plausible
-// header (or be confirmed by its digest) before it is believed, because
-// random bytes look like a BHS often enough. A candidate whose successor
-// lies beyond what the buffer can hold (a long data segment) is accepted
-// on its own.
-func (s *stream) parse(emit func(h []byte)) {
-	b := s.buf
-	for {
-		if s.skip > 0 {
-			n := min(s.skip, len(b))
-			s.skip -= n
-			b = b[n:]
-			if s.skip > 0 {
-				break
-			}
-		}
-		if len(b) < BHSLen {
-			break
-		}
-		hdr, rest, ok := s.pduLen(b)
-		if ok && len(b) < hdr {
-			break // hdr ≤ maxHeader always fits the buffer
-		}
-		if ok {
-			ok = s.headerOK(b, hdr)
-		}
-		if ok && !s.synced && !s.dig.Header {
-			// Confirm with the next header when it is in the buffer.
-			next := hdr + rest
-			switch {
-			case len(b) >= next+BHSLen:
-				_, _, ok = s.pduLen(b[next:])
-			case next+BHSLen <= cap(s.buf):
-				// Wait for more bytes (bounded: it fits in the buffer).
-				s.compact(b)
-				return
-			}
-		}
-		if !ok {
-			s.synced = false
-			s.Resyncs++
-			b = b[1:]
-			continue
-		}
-		s.synced = true
-		emit(b[:hdr])
-		b = b[hdr:]
-		s.skip = rest
+// step takes the header at the front of b. In sequence a plausible header
+// is trusted; after garbage a candidate must also be followed by a
+// plausible header (or be confirmed by its digest) before it is believed,
+// because random bytes look like a BHS often enough. A candidate whose
+// successor lies beyond what the buffer can hold (a long data segment) is
+// accepted on its own.
+func (s *stream) step(b []byte, emit func(h []byte)) (int, int) {
+	hdr, rest, ok := s.pduLen(b)
+	if ok && len(b) < hdr {
+		return 0, 0 // hdr ≤ maxHeader always fits the buffer
 	}
-	s.compact(b)
-}
-
-// compact moves the unconsumed bytes to the front of the buffer. What is
-// left is always shorter than the buffer (a partial header, or a
-// candidate and less than its successor), so feed always makes progress.
-func (s *stream) compact(b []byte) {
-	s.buf = s.buf[:copy(s.buf[:cap(s.buf)], b)]
+	if ok {
+		ok = s.headerOK(b, hdr)
+	}
+	if ok && !s.Synced && !s.dig.Header {
+		// Confirm with the next header when it is in the buffer.
+		next := hdr + rest
+		switch {
+		case len(b) >= next+BHSLen:
+			_, _, ok = s.pduLen(b[next:])
+		case next+BHSLen <= cap(s.Buf):
+			return 0, 0 // wait for more bytes (bounded: it fits in the buffer)
+		}
+	}
+	if !ok {
+		return s.Resync()
+	}
+	s.Synced = true
+	emit(b[:hdr])
+	return hdr, rest
 }

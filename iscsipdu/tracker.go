@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"time"
+
+	"github.com/sanqos/sanqos/internal/pdutrack"
 )
 
 // Flow is one iSCSI connection, named by its two ends.
@@ -50,19 +52,7 @@ type Key struct {
 }
 
 // Stat is the latency of one key's commands since the last TakeStats.
-type Stat struct {
-	Count int
-	Sum   time.Duration
-	Max   time.Duration
-}
-
-// Mean is the mean latency (0 without commands).
-func (s Stat) Mean() time.Duration {
-	if s.Count == 0 {
-		return 0
-	}
-	return s.Sum / time.Duration(s.Count)
-}
+type Stat = pdutrack.Stat
 
 // Options configure a Tracker.
 type Options struct {
@@ -79,36 +69,23 @@ type Options struct {
 }
 
 // Counters are a Tracker's cumulative anomalies, for diagnostics.
-type Counters struct {
-	Commands, Completed int
-	Unmatched           int // responses whose ITT no command had
-	Dropped             int // commands not remembered (table full)
-	Expired             int // commands never answered
-	Resyncs             int // bytes skipped resynchronising
-	FlowsRefused        int
-}
+type Counters = pdutrack.Counters
 
 type pending struct {
 	lun  uint64
 	op   Op
 	cdb0 byte
-	at   time.Time
 }
 
-type conn struct {
-	toTarget, toInitiator *stream
-	out                   map[uint32]pending
-	last                  time.Time
-}
+// conn is one connection's streams, by Direction.
+type conn = [2]*stream
 
 // Tracker times SCSI commands on many connections. It is not safe for
 // concurrent use: a capture loop owns it.
 type Tracker struct {
-	o     Options
-	flows map[Flow]*conn
-	stats map[Key]Stat
+	tab   *pdutrack.Table[Flow, uint32, conn, pending]
+	stats pdutrack.Stats[Key]
 	emit  func(Sample)
-	c     Counters
 }
 
 // Feeder is what a bridge-mode sampler feeds: each TCP segment's payload
@@ -121,114 +98,54 @@ var _ Feeder = (*Tracker)(nil)
 
 // NewTracker returns a tracker; emit (optional) sees every sample.
 func NewTracker(o Options, emit func(Sample)) *Tracker {
-	if o.MaxOutstanding <= 0 {
-		o.MaxOutstanding = 4096
+	newConn := func() conn {
+		return conn{ToTarget: newStream(ToTarget, o.Digests, o.MaxSegment), ToInitiator: newStream(ToInitiator, o.Digests, o.MaxSegment)}
 	}
-	if o.MaxFlows <= 0 {
-		o.MaxFlows = 65536
-	}
-	return &Tracker{o: o, flows: map[Flow]*conn{}, stats: map[Key]Stat{}, emit: emit}
+	return &Tracker{tab: pdutrack.NewTable[Flow, uint32, conn, pending](o.MaxFlows, o.MaxOutstanding, newConn), stats: pdutrack.Stats[Key]{}, emit: emit}
 }
 
 // Feed parses one segment's payload of flow f in direction d, seen at ts.
 func (t *Tracker) Feed(f Flow, d Direction, payload []byte, ts time.Time) {
-	c := t.flows[f]
-	if c == nil {
-		if len(t.flows) >= t.o.MaxFlows {
-			t.c.FlowsRefused++
-			return
-		}
-		c = &conn{toTarget: newStream(ToTarget, t.o.Digests, t.o.MaxSegment), toInitiator: newStream(ToInitiator, t.o.Digests, t.o.MaxSegment),
-			out: map[uint32]pending{}}
-		t.flows[f] = c
+	if c := t.tab.Conn(f, ts); c != nil {
+		t.tab.Resyncs += c.State[d].feed(payload, func(h []byte) { t.header(f, c, d, h, ts) })
 	}
-	c.last = ts
-	s := c.toTarget
-	if d == ToInitiator {
-		s = c.toInitiator
-	}
-	before := s.Resyncs
-	s.feed(payload, func(h []byte) { t.header(f, c, d, h, ts) })
-	t.c.Resyncs += s.Resyncs - before
 }
 
 // header handles one PDU header.
-func (t *Tracker) header(f Flow, c *conn, d Direction, h []byte, ts time.Time) {
+func (t *Tracker) header(f Flow, c *pdutrack.Conn[uint32, conn, pending], d Direction, h []byte, ts time.Time) {
 	op := h[0] & 0x3f
 	itt := binary.BigEndian.Uint32(h[16:20])
 	switch {
 	case d == ToTarget && op == OpSCSICommand:
-		t.c.Commands++
-		if itt == 0xffffffff { // reserved: no response will carry it
-			return
+		t.tab.Commands++
+		if itt != 0xffffffff { // reserved: no response will carry it
+			t.tab.Start(c, itt, pending{lun: decodeLUN(h[8:16]), op: classify(h[1], h[32]), cdb0: h[32]}, ts)
 		}
-		if _, dup := c.out[itt]; !dup && len(c.out) >= t.o.MaxOutstanding {
-			t.c.Dropped++
-			return
+	case d == ToInitiator && op == OpSCSIResp,
+		d == ToInitiator && op == OpDataIn && h[1]&0x01 != 0: // S: status in the final Data-In
+		if p, lat, ok := t.tab.Finish(c, itt, ts); ok {
+			s := Sample{Initiator: f.Initiator.Addr(), LUN: p.lun, Op: p.op, CDB0: p.cdb0, ITT: itt, Status: h[3], Latency: lat, At: ts}
+			t.stats.Add(Key{s.Initiator, s.LUN, s.Op}, lat)
+			if t.emit != nil {
+				t.emit(s)
+			}
 		}
-		c.out[itt] = pending{lun: decodeLUN(h[8:16]), op: classify(h[1], h[32]), cdb0: h[32], at: ts}
-	case d == ToInitiator && op == OpSCSIResp:
-		t.complete(f, c, itt, h[3], ts)
-	case d == ToInitiator && op == OpDataIn && h[1]&0x01 != 0: // S: status in the final Data-In
-		t.complete(f, c, itt, h[3], ts)
-	}
-}
-
-func (t *Tracker) complete(f Flow, c *conn, itt uint32, status byte, ts time.Time) {
-	p, ok := c.out[itt]
-	if !ok {
-		t.c.Unmatched++
-		return
-	}
-	delete(c.out, itt)
-	t.c.Completed++
-	s := Sample{Initiator: f.Initiator.Addr(), LUN: p.lun, Op: p.op, CDB0: p.cdb0, ITT: itt, Status: status, Latency: ts.Sub(p.at), At: ts}
-	k := Key{s.Initiator, s.LUN, s.Op}
-	st := t.stats[k]
-	st.Count++
-	st.Sum += s.Latency
-	st.Max = max(st.Max, s.Latency)
-	t.stats[k] = st
-	if t.emit != nil {
-		t.emit(s)
 	}
 }
 
 // TakeStats returns the latencies since the last call and starts anew
 // (one call per control interval).
-func (t *Tracker) TakeStats() map[Key]Stat {
-	s := t.stats
-	t.stats = map[Key]Stat{}
-	return s
-}
+func (t *Tracker) TakeStats() map[Key]Stat { return t.stats.Take() }
 
 // Counters returns the cumulative anomaly counters.
-func (t *Tracker) Counters() Counters { return t.c }
+func (t *Tracker) Counters() Counters { return t.tab.Counters }
 
 // Close forgets a connection (FIN or RST seen).
-func (t *Tracker) Close(f Flow) {
-	if c := t.flows[f]; c != nil {
-		t.c.Expired += len(c.out)
-		delete(t.flows, f)
-	}
-}
+func (t *Tracker) Close(f Flow) { t.tab.Close(f) }
 
 // Expire forgets commands older than maxAge (lost responses, or a capture
 // that missed them) and connections silent for as long.
-func (t *Tracker) Expire(now time.Time, maxAge time.Duration) {
-	for f, c := range t.flows {
-		if now.Sub(c.last) > maxAge {
-			t.Close(f)
-			continue
-		}
-		for itt, p := range c.out {
-			if now.Sub(p.at) > maxAge {
-				delete(c.out, itt)
-				t.c.Expired++
-			}
-		}
-	}
-}
+func (t *Tracker) Expire(now time.Time, maxAge time.Duration) { t.tab.Expire(now, maxAge, nil) }
 
 // decodeLUN turns the 8-byte LUN field into the LUN number for the SAM
 // peripheral (00b) and flat (01b) addressing methods, which is what

@@ -33,17 +33,17 @@ func FuzzFeed(f *testing.F) {
 			tr.Feed(flow, d, (*b)[:k], t0.Add(time.Duration(i)))
 			*b = (*b)[k:]
 		}
-		c := tr.flows[flow]
+		c := tr.tab.Flows[flow]
 		if c == nil {
 			return
 		}
-		for _, s := range []*stream{c.toTarget, c.toInitiator} {
-			if cap(s.buf) > bufCap || s.skip < 0 {
-				t.Fatalf("stream state unbounded: cap %d skip %d", cap(s.buf), s.skip)
+		for _, s := range c.State.s {
+			if cap(s.Buf) > bufCap || s.Skip < 0 {
+				t.Fatalf("stream state unbounded: cap %d skip %d", cap(s.Buf), s.Skip)
 			}
 		}
-		if len(c.out) > 64 {
-			t.Fatalf("%d outstanding", len(c.out))
+		if c.Outstanding() > 64 {
+			t.Fatalf("%d outstanding", c.Outstanding())
 		}
 		_ = tr.Connections()
 	})

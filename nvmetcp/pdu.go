@@ -15,7 +15,7 @@
 //
 // It shares iscsipdu's Flow, Direction and reassembler.
 //
-// Imports (sanqos): iscsipdu.
+// Imports (sanqos): internal/pdutrack, iscsipdu.
 package nvmetcp
 
 import (

@@ -1,6 +1,9 @@
 package nvmetcp
 
-import "github.com/sanqos/sanqos/iscsipdu"
+import (
+	"github.com/sanqos/sanqos/internal/pdutrack"
+	"github.com/sanqos/sanqos/iscsipdu"
+)
 
 // Direction is which way a stream flows: iscsipdu's, host → controller
 // being ToTarget.
@@ -36,20 +39,17 @@ const bufCap = 2048
 
 // stream parses one direction of one connection.
 type stream struct {
-	dir     Direction
-	maxPDU  uint32
-	buf     []byte
-	skip    int
-	synced  bool // the last header was accepted in sequence
-	dig     *Digests
-	Resyncs int // bytes dropped while looking for a header
+	pdutrack.Buffer
+	dir    Direction
+	maxPDU uint32
+	dig    *Digests
 }
 
 func newStream(dir Direction, maxPDU int, dig *Digests) *stream {
 	if maxPDU <= 0 {
 		maxPDU = DefaultMaxPDU
 	}
-	return &stream{dir: dir, maxPDU: uint32(maxPDU), synced: true, dig: dig, buf: make([]byte, 0, bufCap)}
+	return &stream{Buffer: pdutrack.NewBuffer(bufCap), dir: dir, maxPDU: uint32(maxPDU), dig: dig}
 }
 
 // plausible checks the common header at b (≥ CHLen bytes) for this
@@ -69,86 +69,49 @@ func (s *stream) plausible(b []byte) (Header, bool) {
 
 // feed consumes p and calls emit with each complete header and, for a
 // Connect capsule, its whole PDU (else nil); both are valid only during
-// the call.
-func (s *stream) feed(p []byte, emit func(h Header, pdu []byte)) {
-	for len(p) > 0 {
-		if s.skip > 0 && len(s.buf) == 0 {
-			n := min(s.skip, len(p))
-			s.skip -= n
-			p = p[n:]
-			continue
-		}
-		n := min(cap(s.buf)-len(s.buf), len(p))
-		s.buf = append(s.buf, p[:n]...)
-		p = p[n:]
-		s.parse(emit)
-	}
+// the call. It returns the bytes dropped resynchronising.
+func (s *stream) feed(p []byte, emit func(h Header, pdu []byte)) int {
+	return s.Feed(p, func() { s.Parse(CHLen, func(b []byte) (int, int) { return s.step(b, emit) }) })
 }
 
-// parse consumes whole headers from buf. In sequence a plausible header is
-// trusted; after garbage a candidate must also be followed by a plausible
-// header (or carry a good header digest) before it is believed, unless
-// its successor lies beyond what the buffer can hold.
-func (s *stream) parse(emit func(h Header, pdu []byte)) {
-	b := s.buf
-	for {
-		if s.skip > 0 {
-			n := min(s.skip, len(b))
-			s.skip -= n
-			b = b[n:]
-			if s.skip > 0 {
-				break
-			}
-		}
-		if len(b) < CHLen {
-			break
-		}
-		p, ok := s.plausible(b)
-		hdr := int(p.HLen)
-		if p.Flags&FlagHDGST != 0 {
-			hdr += 4
-		}
-		if ok && len(b) < hdr {
-			break // hdr ≤ 132 always fits the buffer
-		}
-		if ok {
-			p, _ = DecodeHeader(b[:hdr])
-			ok = headerDigestOK(p, b)
-		}
-		whole := ok && p.IsConnect() && int(p.PLen) <= cap(s.buf)
-		if ok && whole && len(b) < int(p.PLen) {
-			s.compact(b) // wait for the Connect's data (bounded: it fits)
-			return
-		}
-		if ok && !s.synced && p.Flags&FlagHDGST == 0 {
-			next := int(p.PLen)
-			switch {
-			case len(b) >= next+CHLen:
-				_, ok = s.plausible(b[next:])
-			case next+CHLen <= cap(s.buf):
-				s.compact(b)
-				return
-			}
-		}
-		if !ok {
-			s.synced = false
-			s.Resyncs++
-			b = b[1:]
-			continue
-		}
-		s.synced = true
-		var pdu []byte
-		if whole {
-			pdu = b[:p.PLen]
-		}
-		emit(p, pdu)
-		b = b[hdr:]
-		s.skip = int(p.PLen) - hdr
+// step takes the header at the front of b. In sequence a plausible header
+// is trusted; after garbage a candidate must also be followed by a
+// plausible header (or carry a good header digest) before it is believed,
+// unless its successor lies beyond what the buffer can hold.
+func (s *stream) step(b []byte, emit func(h Header, pdu []byte)) (int, int) {
+	p, ok := s.plausible(b)
+	hdr := int(p.HLen)
+	if p.Flags&FlagHDGST != 0 {
+		hdr += 4
 	}
-	s.compact(b)
-}
-
-// compact moves the unconsumed bytes to the front of the buffer.
-func (s *stream) compact(b []byte) {
-	s.buf = s.buf[:copy(s.buf[:cap(s.buf)], b)]
+	if ok && len(b) < hdr {
+		return 0, 0 // hdr ≤ 132 always fits the buffer
+	}
+	if ok {
+		p, _ = DecodeHeader(b[:hdr])
+		ok = headerDigestOK(p, b)
+	}
+	whole := ok && p.IsConnect() && int(p.PLen) <= cap(s.Buf)
+	if ok && whole && len(b) < int(p.PLen) {
+		return 0, 0 // wait for the Connect's data (bounded: it fits)
+	}
+	if ok && !s.Synced && p.Flags&FlagHDGST == 0 {
+		next := int(p.PLen)
+		switch {
+		case len(b) >= next+CHLen:
+			_, ok = s.plausible(b[next:])
+		case next+CHLen <= cap(s.Buf):
+			return 0, 0
+		}
+	}
+	if !ok {
+		return s.Resync()
+	}
+	s.Synced = true
+	var pdu []byte
+	if whole {
+		pdu = b[:p.PLen]
+	}
+	emit(p, pdu)
+	return hdr, int(p.PLen) - hdr
 }

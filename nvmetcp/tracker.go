@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/sanqos/sanqos/internal/pdutrack"
 	"github.com/sanqos/sanqos/iscsipdu"
 )
 
@@ -53,14 +54,9 @@ type Options struct {
 
 // Counters are a Tracker's cumulative counts, for diagnostics.
 type Counters struct {
-	Commands, Completed int
-	Unmatched           int // completions whose CID no command had
-	Dropped             int // commands not remembered (table full)
-	Expired             int // commands never answered
-	Resyncs             int // bytes skipped resynchronising
-	FlowsRefused        int
-	Connects            int // Fabrics Connect commands read
-	R2Ts                int // ready-to-transfer PDUs (the writers' lever)
+	pdutrack.Counters     // Unmatched: completions whose CID no command had
+	Connects          int // Fabrics Connect commands read
+	R2Ts              int // ready-to-transfer PDUs (the writers' lever)
 	// DataSuccess counts commands completed by a C2HData with SUCCESS,
 	// no response capsule.
 	DataSuccess int
@@ -70,40 +66,36 @@ type pending struct {
 	nsid   uint32
 	op     Op
 	opcode byte
-	at     time.Time
 }
 
+// conn is one connection's streams, by Direction, and what they agreed.
 type conn struct {
-	toTarget, toInitiator *stream
-	out                   map[uint16]pending
-	last                  time.Time
-	dig                   Digests
-	connect               *Connect
+	s       [2]*stream
+	dig     Digests
+	connect *Connect
 }
+
+type tconn = pdutrack.Conn[uint16, *conn, pending]
 
 // Tracker times commands on many connections and remembers each
 // connection's Connect. Not safe for concurrent use: a capture loop owns
 // it.
 type Tracker struct {
-	o         Options
-	flows     map[Flow]*conn
-	stats     map[Key]Stat
+	tab       *pdutrack.Table[Flow, uint16, *conn, pending]
+	stats     pdutrack.Stats[Key]
 	emit      func(Sample)
 	onConnect func(Flow, Connect)
-	c         Counters
+	c         Counters // but its pdutrack.Counters: tab's
 }
 
 var _ iscsipdu.Gapper = (*Tracker)(nil)
 
 // NewTracker returns a tracker; emit (optional) sees every sample.
 func NewTracker(o Options, emit func(Sample)) *Tracker {
-	if o.MaxOutstanding <= 0 {
-		o.MaxOutstanding = 4096
+	newConn := func() *conn {
+		return &conn{s: [2]*stream{ToTarget: newStream(ToTarget, o.MaxPDU, nil), ToInitiator: newStream(ToInitiator, o.MaxPDU, nil)}}
 	}
-	if o.MaxFlows <= 0 {
-		o.MaxFlows = 65536
-	}
-	return &Tracker{o: o, flows: map[Flow]*conn{}, stats: map[Key]Stat{}, emit: emit}
+	return &Tracker{tab: pdutrack.NewTable[Flow, uint16, *conn, pending](o.MaxFlows, o.MaxOutstanding, newConn), stats: pdutrack.Stats[Key]{}, emit: emit}
 }
 
 // OnConnect sets a function called with every Connect command read.
@@ -111,51 +103,31 @@ func (t *Tracker) OnConnect(f func(Flow, Connect)) { t.onConnect = f }
 
 // Feed parses one segment's payload of flow f in direction d, seen at ts.
 func (t *Tracker) Feed(f Flow, d Direction, payload []byte, ts time.Time) {
-	c := t.flows[f]
-	if c == nil {
-		if len(t.flows) >= t.o.MaxFlows {
-			t.c.FlowsRefused++
-			return
-		}
-		c = &conn{out: map[uint16]pending{}}
-		c.toTarget, c.toInitiator = newStream(ToTarget, t.o.MaxPDU, nil), newStream(ToInitiator, t.o.MaxPDU, nil)
-		t.flows[f] = c
+	if c := t.tab.Conn(f, ts); c != nil {
+		t.tab.Resyncs += c.State.s[d].feed(payload, func(h Header, pdu []byte) { t.header(f, c, h, pdu, ts) })
 	}
-	c.last = ts
-	s := c.toTarget
-	if d == ToInitiator {
-		s = c.toInitiator
-	}
-	before := s.Resyncs
-	s.feed(payload, func(h Header, pdu []byte) { t.header(f, c, h, pdu, ts) })
-	t.c.Resyncs += s.Resyncs - before
 }
 
 // Gap tells the tracker bytes of f's direction d were lost: the stream
 // looks for the next header. Outstanding commands stay.
 func (t *Tracker) Gap(f Flow, d Direction) {
-	c := t.flows[f]
-	if c == nil {
-		return
+	if c := t.tab.Flows[f]; c != nil {
+		c.State.s[d].Gap()
 	}
-	s := c.toTarget
-	if d == ToInitiator {
-		s = c.toInitiator
-	}
-	s.buf, s.skip, s.synced = s.buf[:0], 0, false
 }
 
 // header handles one PDU header (pdu: the whole PDU of a Connect).
-func (t *Tracker) header(f Flow, c *conn, h Header, pdu []byte, ts time.Time) {
+func (t *Tracker) header(f Flow, c *tconn, h Header, pdu []byte, ts time.Time) {
 	switch {
 	case h.Type == TypeICResp:
 		// The controller's answer is what both sides use from now on.
-		c.dig = h.Digests
-		c.toTarget.dig, c.toInitiator.dig = &c.dig, &c.dig
+		c.State.dig = h.Digests
+		c.State.s[ToTarget].dig, c.State.s[ToInitiator].dig = &c.State.dig, &c.State.dig
 	case h.Type == TypeR2T:
 		t.c.R2Ts++
 	case h.Type == TypeCapsuleCmd:
-		t.command(f, c, h, pdu, ts)
+		t.command(f, c.State, h, pdu)
+		t.tab.Start(c, h.CID, pending{nsid: h.NSID, op: c.State.classify(h.Opcode), opcode: h.Opcode}, ts)
 	case h.Completes():
 		if t.complete(f, c, h.CID, h.Status, ts) && h.Type == TypeC2HData {
 			t.c.DataSuccess++
@@ -163,8 +135,8 @@ func (t *Tracker) header(f Flow, c *conn, h Header, pdu []byte, ts time.Time) {
 	}
 }
 
-func (t *Tracker) command(f Flow, c *conn, h Header, pdu []byte, ts time.Time) {
-	t.c.Commands++
+func (t *Tracker) command(f Flow, c *conn, h Header, pdu []byte) {
+	t.tab.Commands++
 	if h.IsConnect() {
 		if cn, ok := ParseConnect(h, inCapsule(h, pdu)); ok {
 			t.c.Connects++
@@ -174,11 +146,6 @@ func (t *Tracker) command(f Flow, c *conn, h Header, pdu []byte, ts time.Time) {
 			}
 		}
 	}
-	if _, dup := c.out[h.CID]; !dup && len(c.out) >= t.o.MaxOutstanding {
-		t.c.Dropped++
-		return
-	}
-	c.out[h.CID] = pending{nsid: h.NSID, op: c.classify(h.Opcode), opcode: h.Opcode, at: ts}
 }
 
 // classify names an I/O queue's Read and Write. On the admin queue (qid
@@ -199,25 +166,17 @@ func (c *conn) classify(opcode byte) Op {
 }
 
 // complete ends command cid, if it was seen.
-func (t *Tracker) complete(f Flow, c *conn, cid, status uint16, ts time.Time) bool {
-	p, ok := c.out[cid]
+func (t *Tracker) complete(f Flow, c *tconn, cid, status uint16, ts time.Time) bool {
+	p, lat, ok := t.tab.Finish(c, cid, ts)
 	if !ok {
-		t.c.Unmatched++
 		return false
 	}
-	delete(c.out, cid)
-	t.c.Completed++
 	qid := -1
-	if c.connect != nil {
-		qid = int(c.connect.QID)
+	if c.State.connect != nil {
+		qid = int(c.State.connect.QID)
 	}
-	s := Sample{Host: f.Initiator.Addr(), QID: qid, NSID: p.nsid, Op: p.op, Opcode: p.opcode, CID: cid, Status: status, Latency: ts.Sub(p.at), At: ts}
-	k := Key{s.Host, s.NSID, s.Op}
-	st := t.stats[k]
-	st.Count++
-	st.Sum += s.Latency
-	st.Max = max(st.Max, s.Latency)
-	t.stats[k] = st
+	s := Sample{Host: f.Initiator.Addr(), QID: qid, NSID: p.nsid, Op: p.op, Opcode: p.opcode, CID: cid, Status: status, Latency: lat, At: ts}
+	t.stats.Add(Key{s.Host, s.NSID, s.Op}, lat)
 	if t.emit != nil {
 		t.emit(s)
 	}
@@ -225,49 +184,33 @@ func (t *Tracker) complete(f Flow, c *conn, cid, status uint16, ts time.Time) bo
 }
 
 // TakeStats returns the latencies since the last call and starts anew.
-func (t *Tracker) TakeStats() map[Key]Stat {
-	s := t.stats
-	t.stats = map[Key]Stat{}
-	return s
-}
+func (t *Tracker) TakeStats() map[Key]Stat { return t.stats.Take() }
 
 // Counters returns the cumulative counters.
-func (t *Tracker) Counters() Counters { return t.c }
+func (t *Tracker) Counters() Counters {
+	c := t.c
+	c.Counters = t.tab.Counters
+	return c
+}
 
 // Connections returns the Connect of every open connection that sent
 // one: which host uses which subsystem on which queue.
 func (t *Tracker) Connections() map[Flow]Connect {
 	out := map[Flow]Connect{}
-	for f, c := range t.flows {
-		if c.connect != nil {
-			out[f] = *c.connect
+	for f, c := range t.tab.Flows {
+		if c.State.connect != nil {
+			out[f] = *c.State.connect
 		}
 	}
 	return out
 }
 
 // Close forgets a connection (FIN or RST seen).
-func (t *Tracker) Close(f Flow) {
-	if c := t.flows[f]; c != nil {
-		t.c.Expired += len(c.out)
-		delete(t.flows, f)
-	}
-}
+func (t *Tracker) Close(f Flow) { t.tab.Close(f) }
 
 // Expire forgets commands older than maxAge and connections silent for
 // as long, but for those whose Connect was read: an idle I/O queue is
 // still its host's, until its FIN or RST (Close).
 func (t *Tracker) Expire(now time.Time, maxAge time.Duration) {
-	for f, c := range t.flows {
-		if now.Sub(c.last) > maxAge && c.connect == nil {
-			t.Close(f)
-			continue
-		}
-		for cid, p := range c.out {
-			if now.Sub(p.at) > maxAge {
-				delete(c.out, cid)
-				t.c.Expired++
-			}
-		}
-	}
+	t.tab.Expire(now, maxAge, func(c *conn) bool { return c.connect != nil })
 }

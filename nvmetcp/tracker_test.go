@@ -238,8 +238,8 @@ func TestLongDataIsNotBuffered(t *testing.T) {
 		k := min(1448, len(b))
 		tr.Feed(flow, ToInitiator, b[:k], t0)
 		b = b[k:]
-		if s := tr.flows[flow].toInitiator; cap(s.buf) > bufCap {
-			t.Fatalf("buffer grew to %d", cap(s.buf))
+		if s := tr.tab.Flows[flow].State.s[ToInitiator]; cap(s.Buf) > bufCap {
+			t.Fatalf("buffer grew to %d", cap(s.Buf))
 		}
 	}
 	if c := tr.Counters(); c.Completed != 1 || c.Resyncs != 0 {
@@ -250,11 +250,11 @@ func TestLongDataIsNotBuffered(t *testing.T) {
 func TestExpireAndClose(t *testing.T) {
 	_, tr := run(t, Options{}, []seg{{d: ToTarget, pdus: []pdu{read(1, 1), read(2, 1)}}})
 	tr.Expire(t0.Add(time.Second), 10*time.Second)
-	if len(tr.flows[flow].out) != 2 {
+	if tr.tab.Flows[flow].Outstanding() != 2 {
 		t.Fatal("expired too early")
 	}
 	tr.Expire(t0.Add(time.Minute), 10*time.Second)
-	if len(tr.flows) != 0 || tr.Counters().Expired != 2 {
-		t.Fatalf("flows %d counters %+v", len(tr.flows), tr.Counters())
+	if len(tr.tab.Flows) != 0 || tr.Counters().Expired != 2 {
+		t.Fatalf("flows %d counters %+v", len(tr.tab.Flows), tr.Counters())
 	}
 }

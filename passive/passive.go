@@ -214,14 +214,7 @@ func (m *Meter) Counters() (iscsipdu.Counters, int) {
 	var t iscsipdu.Counters
 	gaps := 0
 	for _, r := range m.res {
-		c := r.tr.Counters()
-		t.Commands += c.Commands
-		t.Completed += c.Completed
-		t.Unmatched += c.Unmatched
-		t.Dropped += c.Dropped
-		t.Expired += c.Expired
-		t.Resyncs += c.Resyncs
-		t.FlowsRefused += c.FlowsRefused
+		t = t.Add(r.tr.Counters())
 		gaps += r.re.Gaps
 	}
 	return t, gaps
