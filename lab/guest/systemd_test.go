@@ -99,8 +99,8 @@ edt_refused_reload() {
 	printf 'backend: edt\ndevice: sqg0\ndiscovery:\n  source: static\nresources: []\n' > /etc/sanqos/sanqos.yaml
 	systemctl reload sanqos
 	pred edt/refused-reload-fails [ $? != 0 ]
-	for i in $(seq 50); do logged "config reload rejected" "lists no resources" && break; sleep 0.2; done
-	pred edt/refused-logged logged "config reload rejected" "lists no resources"
+	for i in $(seq 50); do logged "config reload rejected; the old config stays active" "lists no resources" && break; sleep 0.2; done
+	pred edt/refused-logged logged "config reload rejected; the old config stays active" "lists no resources"
 	pred edt/refused-same-pid [ "$(mainpid)" = "$pid" ]
 	pred edt/refused-active [ "$(unit_state)" = active ]
 	cp good.yaml /etc/sanqos/sanqos.yaml
