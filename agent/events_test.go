@@ -42,6 +42,15 @@ func eventLoops(log *slog.Logger) *Loops {
 		WriteBps: 1e6, BulkQueue: 2, ReadBps: 1e6, IdleHold: 30 * time.Second, Cost: cost.Default()}, nil, nil, log)
 }
 
+// planOf gives rs a plan of rs.in's consumers, as measure builds rs.in
+// from the plan (the stages index consumers by it).
+func planOf(rs *resourceState) {
+	rs.plan = &plan{}
+	for _, c := range rs.in.Consumers {
+		rs.plan.consumers = append(rs.plan.consumers, planConsumer{addr: c.Addr})
+	}
+}
+
 // runEventTicks feeds the ticks to one resource's events stage and
 // returns each tick's events.
 func runEventTicks(t *testing.T, l *Loops, ticks []evTick) [][]Event {
@@ -64,6 +73,7 @@ func runEventTicks(t *testing.T, l *Loops, ticks []evTick) [][]Event {
 			}
 			rs.in.Consumers = append(rs.in.Consumers, c)
 		}
+		planOf(rs)
 		clear(rs.held)
 		for _, a := range tk.held {
 			rs.held[a] = &held{idleFor: 100 * time.Millisecond}
@@ -272,6 +282,7 @@ func TestEventTrackNoAllocWhenSteady(t *testing.T) {
 		{Addr: reader, ReadBps: 256e3}, {Addr: writer, WriteBps: 20e6, WriteEWMA: 20e6, Queue: 3}}}
 	out := &PolicyOutput{Settings: map[netip.Addr]throttle.Setting{writer: wr(5 * time.Millisecond)}}
 	st := &ResourceStatus{IndicatorMs: 20, ThresholdMs: 15, Delay: 5 * time.Millisecond}
+	planOf(rs)
 	l.track(rs, "vg1", st, out, time.Unix(0, 0))
 	if n := testing.AllocsPerRun(100, func() { l.track(rs, "vg1", st, out, time.Unix(0, 0)) }); n != 0 {
 		t.Fatalf("%v allocations per steady tick", n)

@@ -113,10 +113,15 @@ func (l *Loops) track(rs *resourceState, name string, st *ResourceStatus, out *P
 	tr.tick++
 	tr.total = -1
 	et := eventTick{rs: rs, name: name, indicatorMs: st.IndicatorMs, thrMs: st.ThresholdMs, delay: st.Delay, now: now}
+	known, set := marks(rs.plan, tr.m), rs.dense(out.Settings)
 	for i := range rs.in.Consumers {
 		c := &rs.in.Consumers[i]
-		s := out.Settings[c.Addr]
-		prev, had := tr.m[c.Addr]
+		s := set[i]
+		var prev tracked
+		had := false
+		if known[i] {
+			prev, had = tr.m[c.Addr]
+		}
 		slowed := !s.IsZero()
 		spared := !slowed && c.Important && st.Delay > 0 && qualifies(c, &rs.in)
 		if !had && !slowed && !spared {

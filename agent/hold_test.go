@@ -118,7 +118,7 @@ func TestStageShapeHoldsIdleWriters(t *testing.T) {
 		}
 		idleOut := PolicyOutput{}
 		l.shape(rs, &idleOut)
-		l.publish("vg1", &st, &rs.in, idleOut, rs.held)
+		l.publish(rs, "vg1", &st, idleOut)
 		pub := l.Status()[0]
 		for _, h := range stageHosts {
 			a := stageAddr[h]

@@ -108,12 +108,13 @@ func (e *loadEstimate) update(dt, q float64, l cost.Load, readBps float64) {
 // measured devices that some consumer outside slowed uses, or all of
 // them when every measured device is used only by slowed consumers.
 func indicatorReads(p *plan, ivs []sample.Interval, ok []bool, slowed map[netip.Addr]bool) (ticks, reads float64) {
+	flag := marks(p, slowed)
 	keep := func(i int) bool {
 		if len(slowed) == 0 || len(p.users[i]) == 0 {
 			return true
 		}
 		for _, k := range p.users[i] {
-			if !slowed[p.consumers[k].addr] {
+			if !flag[k] {
 				return true
 			}
 		}
@@ -153,7 +154,7 @@ func (s *bulkSet) member(c ConsumerInput, in *PolicyInput) bool {
 	}
 	mark := in.BulkQueue
 	rule := c.Static || c.WriteEWMA > in.WriteBps || saturates(c, mark, in.ReadBps)
-	is := rule || (s.in[c.Addr] && (in.Output > 0 || (mark > 0 && c.Queue >= mark/2)))
+	is := rule || ((in.Output > 0 || (mark > 0 && c.Queue >= mark/2)) && s.in[c.Addr])
 	if is {
 		s.next[c.Addr] = true
 	}

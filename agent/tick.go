@@ -48,7 +48,7 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, g *gener
 			st.Unmapped = "not discovered yet"
 		}
 	}
-	devs := rs.sampleDevices(td.counters)
+	devs := rs.sampleDevices(td)
 	ind := rs.indicate(spec.TailObjective, st.ThresholdMs, devs)
 	st.RawWaitMs, st.FloorMs, st.Unreachable, st.SetpointMs = ind.rawMs, ind.floorMs, ind.unreachable, st.ThresholdMs/ind.q
 	st.Consumers = l.measure(rs, devs, td.rates, now, st.ThresholdMs)
@@ -58,7 +58,7 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, g *gener
 	out := l.decide(rs, &st, step)
 	l.shape(rs, &out)
 	l.track(rs, name, &st, &out, now)
-	l.publish(name, &st, &rs.in, out, rs.held)
+	l.publish(rs, name, &st, out)
 }
 
 // prepare builds a resource's state on its first tick and recompiles its
@@ -104,15 +104,33 @@ type devIntervals struct {
 
 // sampleDevices is the sample stage: each plan device's interval since
 // its last counters, which it keeps for the next tick.
-func (rs *resourceState) sampleDevices(counters map[string]sample.Counters) devIntervals {
+func (rs *resourceState) sampleDevices(td tickData) devIntervals {
 	p := rs.plan
 	// Reused every tick: nothing keeps a tick's intervals past its step.
 	d := devIntervals{iv: grow(rs.devs.iv, len(p.devices)), ok: grow(rs.devs.ok, len(p.devices))}
 	clear(d.iv)
 	clear(d.ok)
 	rs.devs = d
+	if td.snap != nil && (rs.atPlan != p || rs.atLayout != td.layout || rs.at == nil) {
+		rs.at, rs.atPlan, rs.atLayout = grow(rs.at, len(p.devices)), p, td.layout
+		for i, name := range p.devices {
+			if k, ok := td.idx[name]; ok {
+				rs.at[i] = k
+			} else {
+				rs.at[i] = -1
+			}
+		}
+	}
 	for i, name := range p.devices {
-		c, ok := counters[name]
+		var c sample.Counters
+		ok := false
+		if td.snap != nil {
+			if k := rs.at[i]; k >= 0 {
+				c, ok = td.snap[k], true
+			}
+		} else {
+			c, ok = td.counters[name]
+		}
 		if !ok {
 			continue
 		}
@@ -184,8 +202,13 @@ func (l *Loops) measure(rs *resourceState, d devIntervals, rates map[netip.Addr]
 		DelayStep: l.cfg.DelayStep, MaxDelay: l.cfg.MaxDelay, WriteBps: l.cfg.WriteBps, BulkQueue: l.cfg.BulkQueue, ReadBps: l.cfg.ReadBps, Consumers: in.Consumers[:0],
 		settingsBuf: in.settingsBuf, thrBuf: in.thrBuf}
 	sts := rs.sts[:0] // publish copies it out under the lock
-	for _, pc := range p.consumers {
-		r, wire := rates[pc.addr]
+	for k := range p.consumers {
+		pc := &p.consumers[k]
+		var r sample.Rate
+		wire := false
+		if rates != nil {
+			r, wire = rates[pc.addr]
+		}
 		ci := l.measureConsumer(pc, d, r, wire)
 		in.Consumers = append(in.Consumers, ci)
 		sts = append(sts, ConsumerStatus{Addr: pc.name, ReadBps: ci.ReadBps, WriteBps: ci.WriteBps, WriteEWMA: ci.WriteEWMA, Important: pc.important,
@@ -202,7 +225,7 @@ func (l *Loops) measure(rs *resourceState, d devIntervals, rates map[netip.Addr]
 // measureConsumer sums one consumer's devices' intervals and updates its
 // smoothed write rate, queue, load and read rate. With wire, r (its
 // TCP_INFO rates) replaces its devices' rates.
-func (l *Loops) measureConsumer(pc planConsumer, d devIntervals, r sample.Rate, wire bool) ConsumerInput {
+func (l *Loops) measureConsumer(pc *planConsumer, d devIntervals, r sample.Rate, wire bool) ConsumerInput {
 	ci := ConsumerInput{Addr: pc.addr, HasDevices: true, Important: pc.important, Static: pc.static}
 	var rb, wb, rTicks, wTicks, nr, nw, secs float64
 	for _, i := range pc.devs {
@@ -330,12 +353,13 @@ func (l *Loops) control(rs *resourceState, st *ResourceStatus, q float64) int {
 // (the wait "with no writer") was learnt under the backup, and the
 // threshold was called unreachable.
 func (l *Loops) interference(rs *resourceState) (bps float64, n int) {
-	for _, c := range rs.in.Consumers {
+	slowed := marks(rs.plan, rs.slowed)
+	for k, c := range rs.in.Consumers {
 		if c.Important {
 			continue
 		}
 		x := c.WriteBps
-		if rs.slowed[c.Addr] || saturates(c, l.cfg.BulkQueue, l.cfg.ReadBps) {
+		if slowed[k] || saturates(c, l.cfg.BulkQueue, l.cfg.ReadBps) {
 			x += c.ReadBps
 		}
 		bps += x
@@ -414,10 +438,12 @@ func (l *Loops) shape(rs *resourceState, out *PolicyOutput) {
 	if out.Settings == nil && len(rs.held) > 0 {
 		out.Settings = rs.in.settings() // nobody asked, but some are held
 	}
-	for _, c := range rs.in.Consumers {
+	set := rs.dense(out.Settings)
+	hold := marks(rs.plan, rs.held)
+	for k, c := range rs.in.Consumers {
 		a := c.Addr
-		s := out.Settings[a]
-		if rs.held != nil {
+		s := set[k]
+		if hold[k] {
 			s = rs.held.apply(c, s, l.cfg.Interval, l.cfg.IdleHold)
 		}
 		if s.IsZero() {
@@ -444,34 +470,61 @@ func (l *Loops) shape(rs *resourceState, out *PolicyOutput) {
 	}
 }
 
+// dense is settings by consumer index (PolicyInput.Consumers'), in
+// rs.set, for shape, track and publish: a map lookup per consumer in
+// each was a tenth of a 10,000-consumer tick. Every setting is an input
+// consumer's (shape).
+func (rs *resourceState) dense(settings map[netip.Addr]throttle.Setting) []throttle.Setting {
+	rs.set = grow(rs.set, len(rs.in.Consumers))
+	clear(rs.set)
+	for a, s := range settings {
+		if k, ok := rs.plan.indexOf(a); ok {
+			rs.set[k] = s
+		}
+	}
+	return rs.set
+}
+
 // publish is the publish stage: each consumer's setting on its status
 // row, and the resource's status where the API, metrics and the cluster
 // seam read it.
-func (l *Loops) publish(name string, st *ResourceStatus, in *PolicyInput, out PolicyOutput, held holds) {
+func (l *Loops) publish(rs *resourceState, name string, st *ResourceStatus, out PolicyOutput) {
 	if len(out.Settings) > 0 {
+		set := rs.dense(out.Settings)
 		for k := range st.Consumers {
-			a := in.Consumers[k].Addr
-			if s, ok := out.Settings[a]; ok && !s.IsZero() {
+			if s := set[k]; !s.IsZero() {
 				st.Consumers[k].Throttled, st.Consumers[k].Setting = true, s
-				st.Consumers[k].Held = held.holding(a)
+				st.Consumers[k].Held = rs.held.holding(rs.in.Consumers[k].Addr)
 			}
 		}
 		// Static consumers too: what the resource asks of anyone.
-		for _, c := range in.Consumers {
-			if s := out.Settings[c.Addr]; !s.IsZero() {
+		for _, s := range set {
+			if !s.IsZero() {
 				st.Slowed++
 				st.MaxReadDelay, st.MaxWriteDelay = max(st.MaxReadDelay, s.ReadDelay), max(st.MaxWriteDelay, s.WriteDelay)
 			}
 		}
 	}
 	// The published status owns its slices, which Status deep-copies:
-	// the tick's own (rs.sts, rs.thr) are rewritten next tick.
+	// the tick's (rs.sts, rs.thr) are handed over, and the ones
+	// published before are next tick's to fill.
 	l.mu.Lock()
 	old := l.status[name]
-	st.Consumers = appendOrNil(old.Consumers, st.Consumers)
-	st.Throttleable = appendOrNil(old.Throttleable, st.Throttleable)
+	st.Consumers, rs.sts = handOver(old.Consumers, st.Consumers)
+	st.Throttleable, rs.thr = handOver(old.Throttleable, st.Throttleable)
 	l.status[name] = *st
 	l.mu.Unlock()
+}
+
+// handOver publishes src, this tick's slice, in place of dst, the one
+// published before, and returns the array for next tick to fill: no copy
+// of 10,000 rows. An empty src is copied into dst's array, nil where src
+// is (status JSON tells an absent list from an empty one), as before.
+func handOver[T any](dst, src []T) (pub, free []T) {
+	if len(src) == 0 {
+		return appendOrNil(dst, src), src
+	}
+	return src, dst[:0]
 }
 
 // appendOrNil is src copied into dst's array, nil where src is (status

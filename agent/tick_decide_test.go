@@ -143,7 +143,7 @@ func TestStagePublish(t *testing.T) {
 			for h, s := range tc.settings {
 				out.Settings[stageAddr[h]] = s
 			}
-			l.publish("vg1", &st, &rs.in, out, rs.held)
+			l.publish(rs, "vg1", &st, out)
 			pub := l.Status()
 			if len(pub) != 1 || pub[0].Name != "vg1" {
 				t.Fatalf("published %+v, want vg1's status", pub)

@@ -157,7 +157,7 @@ func TestStageSampleDevices(t *testing.T) {
 				if k == 7 {
 					snap = maps1Without(snap, "loop2")
 				}
-				d := rs.sampleDevices(snap)
+				d := rs.sampleDevices(tickData{counters: snap})
 				for i, dev := range rs.plan.devices {
 					want, recorded := ticks[k].dev[dev]
 					switch {
@@ -200,7 +200,7 @@ func measuredAt(t *testing.T, fixture string, until float64) (*resourceState, []
 	ticks := loadRecorded(t, fixture)
 	l, rs := stageState(t)
 	for k, snap := range cumulative(ticks) {
-		d := rs.sampleDevices(snap)
+		d := rs.sampleDevices(tickData{counters: snap})
 		l.measure(rs, d, nil, time.Unix(0, 0), 15)
 		if ticks[k].t >= until {
 			break
@@ -265,7 +265,7 @@ func TestStageIndicate(t *testing.T) {
 			}
 			snaps := cumulative(ticks)
 			for k, snap := range snaps {
-				d := rs.sampleDevices(snap)
+				d := rs.sampleDevices(tickData{counters: snap})
 				ind := rs.indicate(true, 15, d)
 				var ticksMs, reads float64
 				for _, dev := range tc.devs {
@@ -346,7 +346,7 @@ func TestStageControl(t *testing.T) {
 				}
 			}
 			for k, snap := range cumulative(ticks) {
-				d := rs.sampleDevices(snap)
+				d := rs.sampleDevices(tickData{counters: snap})
 				ind := rs.indicate(false, 15, d)
 				st := ResourceStatus{Name: "vg1", ThresholdMs: 15, RawWaitMs: ind.rawMs}
 				st.Consumers = l.measure(rs, d, nil, time.Unix(0, 0), 15)
@@ -445,7 +445,7 @@ func sharedLUNs(t *testing.T, cmds bool) {
 				wire[stageAddr[h]] = sample.Rate{ReadBps: iv.ReadBps, WriteBps: iv.WriteBps, Conns: 1, CommandsPerSec: float64(iv.Reads+iv.Writes) / iv.Seconds}
 			}
 		}
-		l.measure(rs, rs.sampleDevices(snap), wire, time.Unix(0, 0), 15)
+		l.measure(rs, rs.sampleDevices(tickData{counters: snap}), wire, time.Unix(0, 0), 15)
 		if ticks[k].t >= 7.0 {
 			break
 		}

@@ -136,6 +136,9 @@ type Diskstats struct {
 	buf   []byte
 	names map[string]string // interned device names
 	now   func() time.Time
+	// snap is the last Snapshot, layout its layout number.
+	snap   []Counters
+	layout uint64
 }
 
 // NewDiskstats reads from the given proc and sys mount points ("/proc",
@@ -157,11 +160,10 @@ func NewDiskstats(proc, sys string) (*Diskstats, error) {
 // Read returns the counters of the named devices (all devices if names is
 // empty), keyed by device name.
 func (d *Diskstats) Read(names ...string) (map[string]Counters, error) {
-	text, err := d.readFile()
+	all, _, err := d.Snapshot()
 	if err != nil {
 		return nil, err
 	}
-	now := d.now()
 	var want map[string]bool
 	if len(names) > 0 {
 		want = make(map[string]bool, len(names))
@@ -170,6 +172,26 @@ func (d *Diskstats) Read(names ...string) (map[string]Counters, error) {
 		}
 	}
 	out := make(map[string]Counters, len(names))
+	for _, c := range all {
+		if want == nil || want[c.Device] {
+			out[c.Device] = c
+		}
+	}
+	return out, nil
+}
+
+// Snapshot returns every device's counters in the file's order, in a
+// slice the next call reuses, and a layout number that changes only when
+// the devices listed or their order do: a caller that indexed the slice
+// once by name can keep its indexes (the agent's tick, at 10,000
+// devices, looked each one up by name).
+func (d *Diskstats) Snapshot() ([]Counters, uint64, error) {
+	text, err := d.readFile()
+	if err != nil {
+		return nil, 0, err
+	}
+	now := d.now()
+	out, moved := d.snap[:0], false
 	for len(text) > 0 {
 		var line []byte
 		if i := bytes.IndexByte(text, '\n'); i >= 0 {
@@ -180,9 +202,9 @@ func (d *Diskstats) Read(names ...string) (map[string]Counters, error) {
 		var f [diskstatsFields]uint64
 		name, n, err := parseDiskstatsLine(line, &f)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		if n < 14 || want != nil && !want[string(name)] {
+		if n < 14 {
 			continue
 		}
 		dev, ok := d.names[string(name)]
@@ -193,14 +215,19 @@ func (d *Diskstats) Read(names ...string) (map[string]Counters, error) {
 			dev = string(name)
 			d.names[dev] = dev
 		}
-		out[dev] = Counters{
+		moved = moved || len(out) >= len(d.snap) || d.snap[len(out)].Device != dev
+		out = append(out, Counters{
 			Device: dev, Time: now,
 			Reads: f[3], ReadSectors: f[5], ReadTicks: f[6],
 			Writes: f[7], WriteSectors: f[9], WriteTicks: f[10],
 			InFlight: f[11],
-		}
+		})
 	}
-	return out, nil
+	if moved || len(out) != len(d.snap) {
+		d.layout++
+	}
+	d.snap = out
+	return out, d.layout, nil
 }
 
 // readFile reads the whole file from offset 0 into d.buf, growing it as

@@ -1,9 +1,11 @@
 package sample
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -183,5 +185,49 @@ func TestDiskstatsLiveRereads(t *testing.T) {
 		if b[name].Reads < c.Reads || b[name].Writes < c.Writes {
 			t.Fatalf("%s went back: %+v then %+v", name, c, b[name])
 		}
+	}
+}
+
+// Snapshot's layout number stays while the devices and their order do,
+// and changes when one appears, goes, or moves; each snapshot lists the
+// file's devices in order.
+func TestSnapshotLayout(t *testing.T) {
+	dir := t.TempDir()
+	d, err := NewDiskstats(dir, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := func(name string, reads int) string {
+		return fmt.Sprintf(" 8 0 %s %d 0 8 1 0 0 0 0 0 1 1\n", name, reads)
+	}
+	var last uint64
+	for i, tc := range []struct {
+		text  string
+		devs  []string
+		moved bool
+	}{
+		{line("sda", 1) + line("sdb", 1), []string{"sda", "sdb"}, true},
+		{line("sda", 2) + line("sdb", 5), []string{"sda", "sdb"}, false},
+		{line("sda", 3) + line("sdb", 6) + line("sdc", 1), []string{"sda", "sdb", "sdc"}, true},
+		{line("sdb", 7) + line("sda", 4) + line("sdc", 2), []string{"sdb", "sda", "sdc"}, true},
+		{line("sdb", 8) + line("sda", 5), []string{"sdb", "sda"}, true},
+		{line("sdb", 9) + line("sda", 6), []string{"sdb", "sda"}, false},
+	} {
+		// Rewritten in place: the kept-open descriptor reads it from 0.
+		if err := os.WriteFile(filepath.Join(dir, "diskstats"), []byte(tc.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, layout, err := d.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, c := range got {
+			names = append(names, c.Device)
+		}
+		if !slices.Equal(names, tc.devs) || (layout != last) != tc.moved {
+			t.Errorf("read %d: devices %v layout %d (was %d), want %v, changed %v", i, names, layout, last, tc.devs, tc.moved)
+		}
+		last = layout
 	}
 }

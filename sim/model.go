@@ -181,6 +181,7 @@ type Model struct {
 	disks  []disk
 	devs   []device
 	devIdx map[string]int
+	snap   []sample.Counters // Snapshot's, reused
 	jobs   []*Job
 	jobDev []int
 	nextAt []time.Duration // rate cap: earliest next issue per job
@@ -410,20 +411,33 @@ func (m *Model) Sample() (map[netip.Addr]sample.Rate, error) {
 func (m *Model) Read(names ...string) (map[string]sample.Counters, error) {
 	at := m.Epoch.Add(m.now)
 	out := make(map[string]sample.Counters, len(m.devs))
-	add := func(d *device) {
-		out[d.name] = sample.Counters{Device: d.name, Time: at, Reads: d.reads, ReadSectors: d.rsect, ReadTicks: uint64(d.rns / 1e6),
-			Writes: d.writes, WriteSectors: d.wsect, WriteTicks: uint64(d.wns / 1e6), InFlight: d.inflight}
-	}
 	if len(names) == 0 {
 		for i := range m.devs {
-			add(&m.devs[i])
+			out[m.devs[i].name] = m.devs[i].counters(at)
 		}
 		return out, nil
 	}
 	for _, n := range names {
 		if i, ok := m.devIdx[n]; ok {
-			add(&m.devs[i])
+			out[n] = m.devs[i].counters(at)
 		}
 	}
 	return out, nil
+}
+
+// Snapshot implements agent.Snapshotter: Read's counters of every
+// device, in the model's order, which never changes (layout 1), in a
+// slice the next call reuses.
+func (m *Model) Snapshot() ([]sample.Counters, uint64, error) {
+	at := m.Epoch.Add(m.now)
+	m.snap = m.snap[:0]
+	for i := range m.devs {
+		m.snap = append(m.snap, m.devs[i].counters(at))
+	}
+	return m.snap, 1, nil
+}
+
+func (d *device) counters(at time.Time) sample.Counters {
+	return sample.Counters{Device: d.name, Time: at, Reads: d.reads, ReadSectors: d.rsect, ReadTicks: uint64(d.rns / 1e6),
+		Writes: d.writes, WriteSectors: d.wsect, WriteTicks: uint64(d.wns / 1e6), InFlight: d.inflight}
 }
