@@ -31,6 +31,9 @@ func merge(dst map[netip.Addr]throttle.Setting, wishes []map[netip.Addr]throttle
 	}
 	clear(merged)
 	for _, w := range wishes {
+		if len(w) == 0 {
+			continue // most resources ask nobody: no iterator to start
+		}
 		for c, o := range w {
 			s := merged[c]
 			s.WriteDelay, s.ReadDelay = max(s.WriteDelay, o.WriteDelay), max(s.ReadDelay, o.ReadDelay)

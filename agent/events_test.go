@@ -80,8 +80,9 @@ func runEventTicks(t *testing.T, l *Loops, ticks []evTick) [][]Event {
 		}
 		st := ResourceStatus{Name: "vg1", IndicatorMs: 23.1, ThresholdMs: 15, Delay: tk.delay}
 		before := l.LastEvent()
+		rs.dense(tk.set)
 		for n := 0; n < max(1, tk.repeat); n++ {
-			l.track(rs, "vg1", &st, &PolicyOutput{Settings: tk.set}, time.Unix(int64(i), 0))
+			l.track(rs, "vg1", &st, time.Unix(int64(i), 0))
 		}
 		got = append(got, l.Events(before))
 	}
@@ -283,8 +284,9 @@ func TestEventTrackNoAllocWhenSteady(t *testing.T) {
 	out := &PolicyOutput{Settings: map[netip.Addr]throttle.Setting{writer: wr(5 * time.Millisecond)}}
 	st := &ResourceStatus{IndicatorMs: 20, ThresholdMs: 15, Delay: 5 * time.Millisecond}
 	planOf(rs)
-	l.track(rs, "vg1", st, out, time.Unix(0, 0))
-	if n := testing.AllocsPerRun(100, func() { l.track(rs, "vg1", st, out, time.Unix(0, 0)) }); n != 0 {
+	rs.dense(out.Settings)
+	l.track(rs, "vg1", st, time.Unix(0, 0))
+	if n := testing.AllocsPerRun(100, func() { l.track(rs, "vg1", st, time.Unix(0, 0)) }); n != 0 {
 		t.Fatalf("%v allocations per steady tick", n)
 	}
 	if l.LastEvent() != 1 {

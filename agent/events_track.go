@@ -102,10 +102,10 @@ type eventTick struct {
 }
 
 // track is the events stage: it compares each consumer's setting this
-// tick (out, after the idle hold and the rise limit: what is applied)
+// tick (rs.set, after the idle hold and the rise limit: what is applied)
 // with last tick's and emits an event for each change of whom the
 // resource slows.
-func (l *Loops) track(rs *resourceState, name string, st *ResourceStatus, out *PolicyOutput, now time.Time) {
+func (l *Loops) track(rs *resourceState, name string, st *ResourceStatus, now time.Time) {
 	tr := &rs.ev
 	if tr.m == nil {
 		tr.m = map[netip.Addr]tracked{}
@@ -113,7 +113,7 @@ func (l *Loops) track(rs *resourceState, name string, st *ResourceStatus, out *P
 	tr.tick++
 	tr.total = -1
 	et := eventTick{rs: rs, name: name, indicatorMs: st.IndicatorMs, thrMs: st.ThresholdMs, delay: st.Delay, now: now}
-	known, set := marks(rs.plan, tr.m), rs.dense(out.Settings)
+	known, set := marks(rs.plan, tr.m), rs.set
 	for i := range rs.in.Consumers {
 		c := &rs.in.Consumers[i]
 		s := set[i]

@@ -218,17 +218,17 @@ type Loops struct {
 	gen     atomic.Pointer[generation]
 	genMu   sync.Mutex // one swap at a time
 	mu      sync.Mutex
-	status  map[string]ResourceStatus
+	status  map[string]*ResourceStatus // each resource's, its resourceState's pub
 	onTick  func(time.Duration)
 	// states is what each resource remembers between ticks, and act
 	// what the backend was given (Step).
 	states map[string]*resourceState
 	act    actuator
-	// names are the generation's resources, sorted; wishes the tick's
-	// per resource: arrays reused every tick.
-	names struct {
-		g *generation
-		s []string
+	// order is the generation's resources, sorted (regenerate); wishes
+	// the tick's per resource, an array reused every tick.
+	order struct {
+		g   *generation
+		res []genResource
 	}
 	wishes []map[netip.Addr]throttle.Setting
 	// snapIdx is each device's index in a Snapshotter's slices of layout
@@ -243,9 +243,18 @@ type Loops struct {
 	events eventLog
 }
 
+// genResource is one resource of a generation, in Step's order.
+type genResource struct {
+	name   string
+	spec   ResourceSpec
+	view   ResourceView
+	mapped bool // in the topology: view is its
+	rs     *resourceState
+}
+
 // NewLoops prepares the loops; Run or Step runs them.
 func NewLoops(cfg LoopConfig, s Sampler, t throttle.Throttle, log *slog.Logger) *Loops {
-	l := &Loops{cfg: cfg, sampler: s, t: t, log: log, status: map[string]ResourceStatus{}, states: map[string]*resourceState{}, act: newActuator()}
+	l := &Loops{cfg: cfg, sampler: s, t: t, log: log, status: map[string]*ResourceStatus{}, states: map[string]*resourceState{}, act: newActuator()}
 	l.gen.Store(&generation{specs: map[string]ResourceSpec{}, topo: &Topology{Resources: map[string]ResourceView{}}})
 	return l
 }
@@ -285,8 +294,9 @@ func (l *Loops) Status() []ResourceStatus {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := make([]ResourceStatus, 0, len(l.status))
-	for _, s := range l.status {
+	for _, p := range l.status {
 		// publish rewrites the slices in place next tick.
+		s := *p
 		s.Consumers, s.Throttleable = slices.Clone(s.Consumers), slices.Clone(s.Throttleable)
 		out = append(out, s)
 	}
@@ -340,8 +350,11 @@ type resourceState struct {
 	// slowed is last tick's throttleable set (IndicatorUnthrottled, and
 	// the onset detector's signal).
 	slowed map[netip.Addr]bool
-	plan   *plan
-	prev   []sample.Counters // per plan device; Device "" = none yet
+	// slowedK is slowed by consumer index of plan slowedAt.
+	slowedK  []bool
+	slowedAt *plan
+	plan     *plan
+	prev     []sample.Counters // per plan device; Device "" = none yet
 	// at is each plan device's index in a Snapshotter's slice (-1: not
 	// in it), for plan atPlan and layout atLayout.
 	at       []int
@@ -354,6 +367,9 @@ type resourceState struct {
 	thr  []string
 	// set is the tick's settings by consumer index (dense).
 	set []throttle.Setting
+	// pub is the resource's published status (Loops.status), written
+	// under Loops.mu.
+	pub *ResourceStatus
 	// asked is what this resource asks for each consumer (non-zero
 	// settings only), after the rise limit: this tick's wishes, which
 	// Step merges with the other resources', and the base of the next
@@ -421,13 +437,8 @@ const readRiseStep = time.Millisecond
 // rates stand in), as one failed sock_diag dump must not stop control.
 func (l *Loops) Step(now time.Time) error {
 	g := l.gen.Load()
-	for name := range l.states {
-		if _, ok := g.specs[name]; !ok {
-			delete(l.states, name)
-			l.mu.Lock()
-			delete(l.status, name)
-			l.mu.Unlock()
-		}
+	if l.order.g != g {
+		l.regenerate(g)
 	}
 	td, err := l.sample()
 	if err != nil {
@@ -438,22 +449,39 @@ func (l *Loops) Step(now time.Time) error {
 			l.log.Error("sampling TCP_INFO", "err", err)
 		}
 	}
-	if l.names.g != g { // sorted once per generation, not per tick
-		l.names.g, l.names.s = g, slices.Sorted(maps.Keys(g.specs))
-	}
 	wishes := l.wishes[:0]
-	for _, name := range l.names.s {
+	for i := range l.order.res {
+		r := &l.order.res[i]
+		l.step(r, g, td, now)
+		wishes = append(wishes, r.rs.asked)
+	}
+	l.wishes = wishes
+	l.apply(&l.act, merge(l.act.spare, wishes))
+	return nil
+}
+
+// regenerate drops the states of resources g's specs no longer have
+// and lists g's resources, sorted, with their specs and states: once per
+// generation, not by name every tick.
+func (l *Loops) regenerate(g *generation) {
+	for name := range l.states {
+		if _, ok := g.specs[name]; !ok {
+			delete(l.states, name)
+			l.mu.Lock()
+			delete(l.status, name)
+			l.mu.Unlock()
+		}
+	}
+	l.order.g, l.order.res = g, l.order.res[:0]
+	for _, name := range slices.Sorted(maps.Keys(g.specs)) {
 		rs := l.states[name]
 		if rs == nil {
 			rs = &resourceState{}
 			l.states[name] = rs
 		}
-		l.step(rs, name, g.specs[name], g, td, now)
-		wishes = append(wishes, rs.asked)
+		view, mapped := g.topo.Resources[name]
+		l.order.res = append(l.order.res, genResource{name: name, spec: g.specs[name], view: view, mapped: mapped, rs: rs})
 	}
-	l.wishes = wishes
-	l.apply(&l.act, merge(l.act.spare, wishes))
-	return nil
 }
 
 // sample reads the devices' counters: a Snapshotter's slice, with the

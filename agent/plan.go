@@ -41,6 +41,9 @@ type plan struct {
 func marks[V any](p *plan, set map[netip.Addr]V) []bool {
 	p.flags = grow(p.flags, len(p.consumers)+len(p.static))
 	clear(p.flags)
+	if len(set) == 0 {
+		return p.flags
+	}
 	for a := range set {
 		if k, ok := p.indexOf(a); ok {
 			p.flags[k] = true

@@ -39,13 +39,14 @@ func (p *readOverWrite) Decide(in *PolicyInput) PolicyOutput {
 		out.Settings = in.settings()
 	}
 	p.bulk.tick()
-	for k, c := range in.Consumers {
+	for k := range in.Consumers {
+		c := &in.Consumers[k]
 		if !p.bulk.member(c, in) {
 			continue
 		}
 		out.Throttleable = append(out.Throttleable, k)
 		if in.Output > 0 {
-			out.Settings[c.Addr] = directed(c, in.Output, in)
+			out.Settings[c.Addr] = directed(*c, in.Output, in)
 		}
 	}
 	return out

@@ -104,17 +104,17 @@ func (e *loadEstimate) update(dt, q float64, l cost.Load, readBps float64) {
 }
 
 // indicatorReads sums the read time (ms) and reads of the devices the
-// indicator measures this tick: with slowed (IndicatorUnthrottled), the
-// measured devices that some consumer outside slowed uses, or all of
-// them when every measured device is used only by slowed consumers.
-func indicatorReads(p *plan, ivs []sample.Interval, ok []bool, slowed map[netip.Addr]bool) (ticks, reads float64) {
-	flag := marks(p, slowed)
+// indicator measures this tick: with slowed (IndicatorUnthrottled; by
+// consumer index, nil: nobody), the measured devices that some consumer
+// outside slowed uses, or all of them when every measured device is used
+// only by slowed consumers.
+func indicatorReads(p *plan, ivs []sample.Interval, ok []bool, slowed []bool) (ticks, reads float64) {
 	keep := func(i int) bool {
-		if len(slowed) == 0 || len(p.users[i]) == 0 {
+		if slowed == nil || len(p.users[i]) == 0 {
 			return true
 		}
 		for _, k := range p.users[i] {
-			if !flag[k] {
+			if !slowed[k] {
 				return true
 			}
 		}
@@ -148,12 +148,12 @@ func (s *bulkSet) tick() {
 }
 
 // member says whether c is throttleable this tick (see above).
-func (s *bulkSet) member(c ConsumerInput, in *PolicyInput) bool {
+func (s *bulkSet) member(c *ConsumerInput, in *PolicyInput) bool {
 	if c.Important {
 		return false
 	}
 	mark := in.BulkQueue
-	rule := c.Static || c.WriteEWMA > in.WriteBps || saturates(c, mark, in.ReadBps)
+	rule := c.Static || c.WriteEWMA > in.WriteBps || saturates(*c, mark, in.ReadBps)
 	is := rule || ((in.Output > 0 || (mark > 0 && c.Queue >= mark/2)) && s.in[c.Addr])
 	if is {
 		s.next[c.Addr] = true

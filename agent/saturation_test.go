@@ -124,7 +124,7 @@ func TestBulkSetIsStickyWhileRegulated(t *testing.T) {
 				if tk.regulated {
 					in.Output = time.Millisecond
 				}
-				if got := s.member(b, in); got != tk.want {
+				if got := s.member(&b, in); got != tk.want {
 					t.Fatalf("tick %d (%+v): member %v, want %v", i, tk, got, tk.want)
 				}
 			}
@@ -133,7 +133,7 @@ func TestBulkSetIsStickyWhileRegulated(t *testing.T) {
 	var s bulkSet
 	s.tick()
 	off := &PolicyInput{Output: time.Millisecond}
-	if s.member(important(labBackup), &PolicyInput{BulkQueue: mark, ReadBps: 1e6, WriteBps: 1e6, Output: time.Millisecond}) || s.member(labBackup, off) {
+	if c := important(labBackup); s.member(&c, &PolicyInput{BulkQueue: mark, ReadBps: 1e6, WriteBps: 1e6, Output: time.Millisecond}) || s.member(&labBackup, off) {
 		t.Error("an important consumer, or a backup with every rule off, joined")
 	}
 }
@@ -160,7 +160,7 @@ func TestIndicatorReadsLeaveOutTheSlowed(t *testing.T) {
 		{"everyone slowed: all devices", map[netip.Addr]bool{c1: true, c2: true, c3: true}, (3*8 + 40*30 + 10*20) / 53.0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ticks, reads := indicatorReads(p, ivs, ok, tc.slowed)
+			ticks, reads := indicatorReads(p, ivs, ok, marks(p, tc.slowed))
 			if got := ticks / reads; math.Abs(got-tc.want) > 1e-9 {
 				t.Errorf("indicator %.3f ms, want %.3f", got, tc.want)
 			}

@@ -35,13 +35,12 @@ import (
 // step is one resource's pipeline for one tick, run by Step on the
 // tick's generation g. It publishes the status and leaves the resource's
 // wishes in rs.asked.
-func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, g *generation, td tickData, now time.Time) {
-	topo := g.topo
-	view, mapped := topo.Resources[name]
+func (l *Loops) step(r *genResource, g *generation, td tickData, now time.Time) {
+	rs, name, spec, view := r.rs, r.name, r.spec, r.view
 	l.prepare(rs, spec, view, g)
 	st := ResourceStatus{Name: name, Devices: view.Devices, ThresholdMs: ms(l.threshold(rs, spec)), Updated: now}
-	if !mapped {
-		st.Unmapped = topo.Unmapped[name]
+	if !r.mapped {
+		st.Unmapped = g.topo.Unmapped[name]
 		if st.Unmapped == "" {
 			// The first round has not ended, or discovery fails (status'
 			// discovery_error says why) and never mapped it.
@@ -57,7 +56,7 @@ func (l *Loops) step(rs *resourceState, name string, spec ResourceSpec, g *gener
 	l.learn(rs, name, &st, devs, now)
 	out := l.decide(rs, &st, step)
 	l.shape(rs, &out)
-	l.track(rs, name, &st, &out, now)
+	l.track(rs, name, &st, now)
 	l.publish(rs, name, &st, out)
 }
 
@@ -108,8 +107,7 @@ func (rs *resourceState) sampleDevices(td tickData) devIntervals {
 	p := rs.plan
 	// Reused every tick: nothing keeps a tick's intervals past its step.
 	d := devIntervals{iv: grow(rs.devs.iv, len(p.devices)), ok: grow(rs.devs.ok, len(p.devices))}
-	clear(d.iv)
-	clear(d.ok)
+	clear(d.ok) // iv[i] is this tick's where ok[i]; every reader asks
 	rs.devs = d
 	if td.snap != nil && (rs.atPlan != p || rs.atLayout != td.layout || rs.at == nil) {
 		rs.at, rs.atPlan, rs.atLayout = grow(rs.at, len(p.devices)), p, td.layout
@@ -159,9 +157,9 @@ type indication struct {
 // policy protects that had reads (4.5.2), fed to the smoother, and the
 // tail factor, capped so the setpoint never falls under the floor.
 func (rs *resourceState) indicate(tailObjective bool, thresholdMs float64, d devIntervals) indication {
-	var slowed map[netip.Addr]bool
-	if rs.policy.Indicator() == IndicatorUnthrottled {
-		slowed = rs.slowed
+	var slowed []bool
+	if rs.policy.Indicator() == IndicatorUnthrottled && len(rs.slowed) > 0 {
+		slowed = rs.slowedFlags()
 	}
 	ticks, reads := indicatorReads(rs.plan, d.iv, d.ok, slowed)
 	ind := indication{rawMs: math.NaN(), q: 1, reads: reads, readTicks: ticks}
@@ -209,8 +207,9 @@ func (l *Loops) measure(rs *resourceState, d devIntervals, rates map[netip.Addr]
 		if rates != nil {
 			r, wire = rates[pc.addr]
 		}
-		ci := l.measureConsumer(pc, d, r, wire)
-		in.Consumers = append(in.Consumers, ci)
+		in.Consumers = append(in.Consumers, ConsumerInput{})
+		ci := &in.Consumers[len(in.Consumers)-1] // in place: a row is 200 bytes
+		l.measureConsumer(ci, pc, d, r, wire)
 		sts = append(sts, ConsumerStatus{Addr: pc.name, ReadBps: ci.ReadBps, WriteBps: ci.WriteBps, WriteEWMA: ci.WriteEWMA, Important: pc.important,
 			Queue: ci.Queue, LoadRead: ci.Load.Read, LoadWrite: ci.Load.Write, SendSRTTMs: ms(r.SendSRTT)})
 	}
@@ -222,11 +221,11 @@ func (l *Loops) measure(rs *resourceState, d devIntervals, rates map[netip.Addr]
 	return sts
 }
 
-// measureConsumer sums one consumer's devices' intervals and updates its
-// smoothed write rate, queue, load and read rate. With wire, r (its
-// TCP_INFO rates) replaces its devices' rates.
-func (l *Loops) measureConsumer(pc *planConsumer, d devIntervals, r sample.Rate, wire bool) ConsumerInput {
-	ci := ConsumerInput{Addr: pc.addr, HasDevices: true, Important: pc.important, Static: pc.static}
+// measureConsumer sums one consumer's devices' intervals into ci and
+// updates its smoothed write rate, queue, load and read rate. With wire,
+// r (its TCP_INFO rates) replaces its devices' rates.
+func (l *Loops) measureConsumer(ci *ConsumerInput, pc *planConsumer, d devIntervals, r sample.Rate, wire bool) {
+	*ci = ConsumerInput{Addr: pc.addr, HasDevices: true, Important: pc.important, Static: pc.static}
 	var rb, wb, rTicks, wTicks, nr, nw, secs float64
 	for _, i := range pc.devs {
 		if i < 0 || !d.ok[i] {
@@ -287,11 +286,10 @@ func (l *Loops) measureConsumer(pc *planConsumer, d devIntervals, r sample.Rate,
 		ci.ReadIOPS, ci.WriteIOPS = nr/secs, nw/secs
 		// Idle as the idle hold judges it (hold.go), so the estimate
 		// rests exactly while the hold keeps the delays.
-		pc.load.observe(l.cfg.Interval, l.cfg.IdleHold, !idle(ci), devQueue, devLoad, rb)
+		pc.load.observe(l.cfg.Interval, l.cfg.IdleHold, !idle(*ci), devQueue, devLoad, rb)
 	}
 	ci.Queue, ci.Load, ci.ReadEWMA = pc.load.queue, pc.load.load, pc.load.readBps
 	ci.WriteEWMA, _ = pc.rate.Update(wb)
-	return ci
 }
 
 // control runs the resource's controller on this tick's indicator (× q,
@@ -353,7 +351,7 @@ func (l *Loops) control(rs *resourceState, st *ResourceStatus, q float64) int {
 // (the wait "with no writer") was learnt under the backup, and the
 // threshold was called unreachable.
 func (l *Loops) interference(rs *resourceState) (bps float64, n int) {
-	slowed := marks(rs.plan, rs.slowed)
+	slowed := rs.slowedFlags()
 	for k, c := range rs.in.Consumers {
 		if c.Important {
 			continue
@@ -368,6 +366,15 @@ func (l *Loops) interference(rs *resourceState) (bps float64, n int) {
 		}
 	}
 	return bps, n
+}
+
+// slowedFlags is rs.slowed by consumer index: as decide left it, or
+// from the map where the plan changed since.
+func (rs *resourceState) slowedFlags() []bool {
+	if rs.slowedAt == rs.plan {
+		return rs.slowedK
+	}
+	return marks(rs.plan, rs.slowed)
 }
 
 // decide is the decide stage: the controller's step as a delay, the
@@ -388,8 +395,10 @@ func (l *Loops) decide(rs *resourceState, st *ResourceStatus, step int) PolicyOu
 	}
 	in.thrBuf = out.Throttleable[:0] // keep the grown buffer
 	clear(rs.slowed)
+	rs.slowedK, rs.slowedAt = grow(rs.slowedK, len(in.Consumers)), p
+	clear(rs.slowedK)
 	for _, k := range out.Throttleable {
-		rs.slowed[in.Consumers[k].Addr] = true
+		rs.slowed[in.Consumers[k].Addr], rs.slowedK[k] = true, true
 		if k < len(p.consumers) {
 			st.Throttleable = append(st.Throttleable, p.consumers[k].name)
 		} else {
@@ -459,7 +468,7 @@ func (l *Loops) shape(rs *resourceState, out *PolicyOutput) {
 		if s != ask {
 			rs.limited = true
 		}
-		out.Settings[a] = s // the policy's buffer, reused next tick
+		out.Settings[a], set[k] = s, s // the policy's buffer, reused next tick
 		rs.asked[a] = s
 		if rs.held != nil {
 			rs.held.record(c, s)
@@ -471,9 +480,10 @@ func (l *Loops) shape(rs *resourceState, out *PolicyOutput) {
 }
 
 // dense is settings by consumer index (PolicyInput.Consumers'), in
-// rs.set, for shape, track and publish: a map lookup per consumer in
-// each was a tenth of a 10,000-consumer tick. Every setting is an input
-// consumer's (shape).
+// rs.set, which shape makes and keeps as it changes out.Settings, and
+// track and publish read: a map lookup per consumer in each was a tenth
+// of a 10,000-consumer tick. Every setting is an input consumer's
+// (shape).
 func (rs *resourceState) dense(settings map[netip.Addr]throttle.Setting) []throttle.Setting {
 	rs.set = grow(rs.set, len(rs.in.Consumers))
 	clear(rs.set)
@@ -490,7 +500,7 @@ func (rs *resourceState) dense(settings map[netip.Addr]throttle.Setting) []throt
 // seam read it.
 func (l *Loops) publish(rs *resourceState, name string, st *ResourceStatus, out PolicyOutput) {
 	if len(out.Settings) > 0 {
-		set := rs.dense(out.Settings)
+		set := rs.set
 		for k := range st.Consumers {
 			if s := set[k]; !s.IsZero() {
 				st.Consumers[k].Throttled, st.Consumers[k].Setting = true, s
@@ -509,10 +519,14 @@ func (l *Loops) publish(rs *resourceState, name string, st *ResourceStatus, out 
 	// the tick's (rs.sts, rs.thr) are handed over, and the ones
 	// published before are next tick's to fill.
 	l.mu.Lock()
-	old := l.status[name]
+	if rs.pub == nil {
+		rs.pub = &ResourceStatus{}
+		l.status[name] = rs.pub
+	}
+	old := rs.pub
 	st.Consumers, rs.sts = handOver(old.Consumers, st.Consumers)
 	st.Throttleable, rs.thr = handOver(old.Throttleable, st.Throttleable)
-	l.status[name] = *st
+	*rs.pub = *st
 	l.mu.Unlock()
 }
 

@@ -143,6 +143,7 @@ func TestStagePublish(t *testing.T) {
 			for h, s := range tc.settings {
 				out.Settings[stageAddr[h]] = s
 			}
+			rs.dense(out.Settings)
 			l.publish(rs, "vg1", &st, out)
 			pub := l.Status()
 			if len(pub) != 1 || pub[0].Name != "vg1" {
