@@ -70,7 +70,6 @@ type statusDoc struct {
 func (ps *passiveSeries) events(a *lab.LabAgent, length time.Duration) []lab.Event {
 	var ev []lab.Event
 	for t := 100 * time.Millisecond; t < length; t += 100 * time.Millisecond {
-		t := t
 		ev = append(ev, lab.Event{At: t, Name: "sample passive wait", Do: func() error {
 			var st statusDoc
 			if err := a.Status(&st); err != nil {

@@ -54,7 +54,6 @@ type autoSample struct {
 func delaySampler(a *lab.LabAgent, length time.Duration, l *interferers, ds *delaySamples) []lab.Event {
 	var ev []lab.Event
 	for t := time.Second; t < length; t += 500 * time.Millisecond {
-		t := t
 		ev = append(ev, lab.Event{At: t, Name: "sample delay", Do: func() error {
 			// One status: the throttles and the controllers' state
 			// of the same instant, in one request.

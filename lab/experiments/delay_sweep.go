@@ -151,10 +151,7 @@ func (r *runner) sweepDirection(a *lab.LabAgent, pl sweepPlan, dir string, sum *
 // ys are every step's delay and rate, for the fit.
 func sweepPoints(res *lab.PhaseResult, dir string, delays []time.Duration, marksT, marksI []lab.TCPCounters, lead, step time.Duration, reps int) (pts []SweepPoint, xs, ys []float64) {
 	n := len(delays)
-	f := readMBs
-	if dir == "write" {
-		f = writeMBs
-	}
+	f := rateOf(dir)
 	for i, d := range delays {
 		pt := SweepPoint{Direction: dir, DelayMs: float64(d) / 1e6}
 		for rep := 0; rep < reps; rep++ {

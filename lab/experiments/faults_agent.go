@@ -9,7 +9,6 @@ import (
 
 	"github.com/sanqos/sanqos/lab"
 	"github.com/sanqos/sanqos/report"
-	"github.com/sanqos/sanqos/sample"
 	"github.com/sanqos/sanqos/throttle"
 )
 
@@ -72,18 +71,9 @@ func killWhileThrottled(r *runner, backend, rw string, s throttle.Setting, withi
 			a.Stop()
 		}
 	}()
-	rate := func(iv sample.Interval) float64 { return iv.WriteBps / 1e6 }
-	if rw == "read" {
-		rate = func(iv sample.Interval) float64 { return iv.ReadBps / 1e6 }
-	}
+	rate := rateOf(rw)
 	mean := func(res *lab.PhaseResult, from, to time.Duration) float64 {
-		var v []float64
-		for _, t := range res.Between(from, to) {
-			if iv, ok := t.Dev["b3"]; ok {
-				v = append(v, rate(iv))
-			}
-		}
-		return report.Describe(v).Mean
+		return report.Describe(report.Values(res.Between(from, to), "b3", rate)).Mean
 	}
 	job := lab.Job{Name: rw + "r", Host: "b3", URL: r.LUN("b3").URL, RW: rw, BS: 64 << 10, NumJobs: 2, Runtime: 3 * time.Second}
 	ref, err := f.run(r, &lab.Phase{Name: "kill9-reference-" + backend, Label: "kill -9: unthrottled reference", Length: 3 * time.Second, From: 500 * time.Millisecond, To: 3 * time.Second,

@@ -3,7 +3,6 @@ package experiments
 import (
 	"fmt"
 	"math"
-	"net/netip"
 	"strconv"
 	"syscall"
 	"time"
@@ -28,9 +27,7 @@ func faultClockJump(r *runner) Fault {
 	}
 	defer a.Stop()
 	w0 := a.Warnings()
-	length := 10 * time.Second
-	p := r.controlledLoad("clock-jump", "clock +1 h at 3 s, -1 h at 6 s", length, lab.Hosts[1:], 4)
-	seen, events := throttledSampler(a, length)
+	p := r.controlledLoad("clock-jump", "clock +1 h at 3 s, -1 h at 6 s", 10*time.Second, lab.Hosts[1:], 4)
 	var stepped time.Duration // net wall-clock offset we applied
 	step := func(d time.Duration) func() error {
 		return func() error {
@@ -42,10 +39,10 @@ func faultClockJump(r *runner) Fault {
 			return nil
 		}
 	}
-	p.Events = append(events,
-		lab.Event{At: 3 * time.Second, Name: "clock +1h", Do: step(time.Hour)},
-		lab.Event{At: 6 * time.Second, Name: "clock -1h", Do: step(-time.Hour)})
-	_, err = f.run(r, p)
+	p.Events = []lab.Event{
+		{At: 3 * time.Second, Name: "clock +1h", Do: step(time.Hour)},
+		{At: 6 * time.Second, Name: "clock -1h", Do: step(-time.Hour)}}
+	seen, err := f.runSampled(r, a, p)
 	if stepped != 0 {
 		step(-stepped)() // never leave the machine's clock off
 	}
@@ -113,32 +110,12 @@ func faultCounterWrap(r *runner) Fault {
 func faultMaxDelay(r *runner) Fault {
 	d := throttle.MaxDelay - time.Millisecond
 	f := Fault{Name: fmt.Sprintf("delay line at maximum delay (%v both ways, 12 writers)", d), Expect: "no retransmission timeout and no retransmission beyond tail-loss probes", Data: "n/a"}
-	a, err := lab.StartAgent("delayline", r.Dir)
+	held, err := f.delayLineAt(r, d, "max-delay", "99 ms on every writer")
 	if err != nil {
 		return failed(f, err)
 	}
-	defer a.Stop()
-	set := map[netip.Addr]throttle.Setting{}
-	for _, h := range lab.Hosts[1:] {
-		set[lab.HostAddr(h)] = throttle.Setting{ReadDelay: d, WriteDelay: d}
-	}
-	if err := a.Set(set); err != nil {
-		return failed(f, err)
-	}
-	_, err = f.run(r, r.controlledLoad("max-delay", "99 ms on every writer", 8*time.Second, lab.Hosts[1:], 4))
-	if err != nil {
-		return failed(f, err)
-	}
-	c, err := a.Counters()
-	if err != nil {
-		return failed(f, err)
-	}
-	var pkts uint64
-	for _, v := range c {
-		pkts += v.Packets
-	}
-	f.Result = fmt.Sprintf("%d packets delayed; %d retransmissions not from probes, %d timeouts", pkts, f.TCP.NonProbe(), f.TCP.Timeouts)
-	f.Pass = pkts > 0 && f.TCP.NonProbe() == 0 && f.TCP.Timeouts == 0
+	f.Result = fmt.Sprintf("%d packets delayed; %d retransmissions not from probes, %d timeouts", held.Packets, f.TCP.NonProbe(), f.TCP.Timeouts)
+	f.Pass = held.Packets > 0 && f.TCP.NonProbe() == 0 && f.TCP.Timeouts == 0
 	return f
 }
 
@@ -147,32 +124,35 @@ func faultMaxDelay(r *runner) Fault {
 func faultQueueLimit(r *runner) Fault {
 	const limit = 8
 	f := Fault{Name: fmt.Sprintf("delay line queue full (limit %d packets, 20 ms, 12 writers)", limit), Expect: "limit reached; soonest-due packets leave early, in order; no timeout. Beyond the limit ACKs arrive with uneven delays, which RACK may read as loss: a few fast retransmits are the documented price", Data: "n/a"}
-	a, err := lab.StartAgent("delayline", r.Dir, "--queue-limit", strconv.Itoa(limit))
+	held, err := f.delayLineAt(r, 20*time.Millisecond, "queue-limit", "queue limit 8", "--queue-limit", strconv.Itoa(limit))
 	if err != nil {
 		return failed(f, err)
+	}
+	f.Result = fmt.Sprintf("%d packets held, %d released early at the limit; %d retransmissions not from probes, %d timeouts", held.Packets, held.PassedAtLimit, f.TCP.NonProbe(), f.TCP.Timeouts)
+	f.Pass = held.PassedAtLimit > 0 && f.TCP.Timeouts == 0
+	return f
+}
+
+// delayLineAt runs the controlled load for 8 s with every writer delayed
+// by d both ways, on a delay-line agent started with args, and returns
+// what the delay line held, summed over its consumers.
+func (f *Fault) delayLineAt(r *runner, d time.Duration, name, label string, args ...string) (throttle.DelayCounters, error) {
+	var held throttle.DelayCounters
+	a, err := lab.StartAgent("delayline", r.Dir, args...)
+	if err != nil {
+		return held, err
 	}
 	defer a.Stop()
-	set := map[netip.Addr]throttle.Setting{}
-	for _, h := range lab.Hosts[1:] {
-		set[lab.HostAddr(h)] = throttle.Setting{ReadDelay: 20 * time.Millisecond, WriteDelay: 20 * time.Millisecond}
+	if err := setAll(a, interfererAddrs(), throttle.Setting{ReadDelay: d, WriteDelay: d}); err != nil {
+		return held, err
 	}
-	if err := a.Set(set); err != nil {
-		return failed(f, err)
-	}
-	_, err = f.run(r, r.controlledLoad("queue-limit", "queue limit 8", 8*time.Second, lab.Hosts[1:], 4))
-	if err != nil {
-		return failed(f, err)
+	if _, err = f.run(r, r.controlledLoad(name, label, 8*time.Second, lab.Hosts[1:], 4)); err != nil {
+		return held, err
 	}
 	c, err := a.Counters()
-	if err != nil {
-		return failed(f, err)
-	}
-	var pkts, early uint64
 	for _, v := range c {
-		pkts += v.Packets
-		early += v.PassedAtLimit
+		held.Packets += v.Packets
+		held.PassedAtLimit += v.PassedAtLimit
 	}
-	f.Result = fmt.Sprintf("%d packets held, %d released early at the limit; %d retransmissions not from probes, %d timeouts", pkts, early, f.TCP.NonProbe(), f.TCP.Timeouts)
-	f.Pass = early > 0 && f.TCP.Timeouts == 0
-	return f
+	return held, err
 }

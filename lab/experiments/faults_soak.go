@@ -82,7 +82,6 @@ func faultSoak(r *runner) Fault {
 	var scrapeErr error
 	every := max(length/30, 2*time.Second)
 	for t := every; t < length; t += every {
-		t := t
 		p.Events = append(p.Events, lab.Event{At: t, Name: "scrape agent", Do: func() error {
 			s, err := scrapeAgent("127.0.0.1:9311")
 			if err != nil {

@@ -52,9 +52,7 @@ func faultTgtdRestart(r *runner) Fault {
 		return failed(f, werr)
 	}
 	p = r.controlledLoad("tgtd-after", "load after the restart", length, lab.Hosts[1:], 4)
-	seen, events := throttledSampler(a, length)
-	p.Events = events
-	_, err = f.run(r, p)
+	seen, err := f.runSampled(r, a, p)
 	if err != nil {
 		return failed(f, err)
 	}
@@ -91,9 +89,7 @@ func faultNewAddress(r *runner) Fault {
 	}
 	defer moveAddr("b4", moved, old)
 	p := r.controlledLoad("addr-after", "b4 at a new address", length, lab.Hosts[1:], 4)
-	seen, events := throttledSampler(a, length)
-	p.Events = events
-	_, err = f.run(r, p)
+	seen, err := f.runSampled(r, a, p)
 	if err != nil {
 		return failed(f, err)
 	}
@@ -143,9 +139,7 @@ func faultLUNRemoved(r *runner) Fault {
 	defer lab.Tgtadm(append([]string{"--op", "new", "--mode", "logicalunit", "--tid", strconv.Itoa(r.Res.TID), "--lun", strconv.Itoa(lun.Number),
 		"--backing-store", lun.Backing}, flags...)...)
 	p := r.controlledLoad("lun-after", "b5's LUN removed", length, []string{"b3", "b4"}, 6)
-	seen, events := throttledSampler(a, length)
-	p.Events = events
-	_, err = f.run(r, p)
+	seen, err := f.runSampled(r, a, p)
 	if err != nil {
 		return failed(f, err)
 	}
@@ -193,12 +187,11 @@ func faultDeviceGone(r *runner) Fault {
 	w0 := a.Warnings()
 	length := 10 * time.Second
 	p := r.controlledLoad("device-gone", "extra device detached at 3 s", length, lab.Hosts[1:], 4)
-	seen, events := throttledSampler(a, length)
-	p.Events = append(events, lab.Event{At: 3 * time.Second, Name: "detach device", Do: func() error {
+	p.Events = []lab.Event{{At: 3 * time.Second, Name: "detach device", Do: func() error {
 		_, err := lab.Exec("losetup", "-d", dev)
 		return err
-	}})
-	_, err = f.run(r, p)
+	}}}
+	seen, err := f.runSampled(r, a, p)
 	if err != nil {
 		return failed(f, err)
 	}

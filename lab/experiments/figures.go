@@ -10,6 +10,14 @@ func readWait(iv sample.Interval) float64 { return iv.ReadWaitMs }
 func readMBs(iv sample.Interval) float64  { return iv.ReadBps / 1e6 }
 func writeMBs(iv sample.Interval) float64 { return iv.WriteBps / 1e6 }
 
+// rateOf is direction dir's rate (MB/s): "read" or "write".
+func rateOf(dir string) func(sample.Interval) float64 {
+	if dir == "write" {
+		return writeMBs
+	}
+	return readMBs
+}
+
 // smooth is the thesis' plotting filter, an EWMA with α = 0.15 that skips
 // intervals without completions.
 func smooth(y []float64) []float64 { return report.Smooth(y) }

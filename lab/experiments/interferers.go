@@ -138,12 +138,17 @@ func interfererAddrs() []netip.Addr {
 
 // setInterferers gives every interferer host l's static delay d (0 clears).
 func setInterferers(a *lab.LabAgent, l *interferers, d time.Duration) error {
-	if d == 0 {
-		return a.Clear(interfererAddrs()...)
+	return setAll(a, interfererAddrs(), l.setting(d))
+}
+
+// setAll gives every address s; the zero Setting clears them.
+func setAll(a *lab.LabAgent, addrs []netip.Addr, s throttle.Setting) error {
+	if s == (throttle.Setting{}) {
+		return a.Clear(addrs...)
 	}
 	m := map[netip.Addr]throttle.Setting{}
-	for _, x := range interfererAddrs() {
-		m[x] = l.setting(d)
+	for _, x := range addrs {
+		m[x] = s
 	}
 	return a.Set(m)
 }

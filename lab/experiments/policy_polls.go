@@ -33,7 +33,6 @@ type StatusSample struct {
 func statusPoller(a *lab.LabAgent, phase string, length time.Duration, out *[]StatusSample) []lab.Event {
 	var ev []lab.Event
 	for t := 500 * time.Millisecond; t < length; t += 500 * time.Millisecond {
-		t := t
 		ev = append(ev, lab.Event{At: t, Name: "poll status", Do: func() error {
 			var st agent.Status
 			if err := a.Status(&st); err != nil {

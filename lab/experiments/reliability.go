@@ -168,14 +168,12 @@ func (l throttleLog) count(after time.Duration, match func(netip.Addr) bool) int
 func is(a netip.Addr) func(netip.Addr) bool  { return func(x netip.Addr) bool { return x == a } }
 func not(a netip.Addr) func(netip.Addr) bool { return func(x netip.Addr) bool { return x != a } }
 
-// throttledSampler records, every 500 ms of the phase, which consumers
-// the agent throttles.
-func throttledSampler(a *lab.LabAgent, length time.Duration) (throttleLog, []lab.Event) {
+// runSampled runs p (its TCP counters the fault's) and records, every
+// 500 ms of it, which consumers agent a throttles.
+func (f *Fault) runSampled(r *runner, a *lab.LabAgent, p *lab.Phase) (throttleLog, error) {
 	seen := throttleLog{}
-	var ev []lab.Event
-	for t := 500 * time.Millisecond; t < length; t += 500 * time.Millisecond {
-		t := t
-		ev = append(ev, lab.Event{At: t, Name: "sample throttles", Do: func() error {
+	for t := 500 * time.Millisecond; t < p.Length; t += 500 * time.Millisecond {
+		p.Events = append(p.Events, lab.Event{At: t, Name: "sample throttles", Do: func() error {
 			m, err := a.List()
 			if err != nil {
 				return err
@@ -188,5 +186,6 @@ func throttledSampler(a *lab.LabAgent, length time.Duration) (throttleLog, []lab
 			return nil
 		}})
 	}
-	return seen, ev
+	_, err := f.run(r, p)
+	return seen, err
 }

@@ -257,7 +257,6 @@ func (r *runner) resvPhase(load, mode, backend, cfg string, length, from, to tim
 	p := &lab.Phase{Name: load + "-" + mode, Label: load + ", agent " + mode, Length: length, From: from, To: to, Jobs: jobs}
 	var samples []resvSample
 	for t := 500 * time.Millisecond; t < length; t += 200 * time.Millisecond {
-		t := t
 		p.Events = append(p.Events, lab.Event{At: t, Name: "agent status", Do: func() error {
 			var st agent.Status
 			if err := a.Status(&st); err != nil {

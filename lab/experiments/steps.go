@@ -88,16 +88,11 @@ func runSteps(r *runner, backend, dir string, set throttle.Setting) (any, error)
 	steps := []step{{sc(20 * time.Second), "b2", true}, {sc(40 * time.Second), "b3", true}, {sc(60 * time.Second), "b4", true},
 		{sc(80 * time.Second), "b2", false}, {sc(100 * time.Second), "b3", false}, {sc(120 * time.Second), "b4", false}}
 	length := sc(140 * time.Second)
-	rw := "read"
-	if dir == "write" {
-		rw = "write"
-	}
 	p := &lab.Phase{Name: "steps", Label: describeSetting(set), Length: length, From: 0, To: length}
 	for _, h := range lab.Hosts {
-		p.Jobs = append(p.Jobs, lab.Job{Name: "seq" + rw, Host: h, URL: r.LUN(h).URL, RW: rw, BS: 64 << 10, Runtime: length})
+		p.Jobs = append(p.Jobs, lab.Job{Name: "seq" + dir, Host: h, URL: r.LUN(h).URL, RW: dir, BS: 64 << 10, Runtime: length})
 	}
 	for _, s := range steps {
-		s := s
 		p.Events = append(p.Events, lab.Event{At: s.At, Name: fmt.Sprintf("%s %v", s.Host, s.On), Do: func() error {
 			if s.On {
 				return a.Set(map[netip.Addr]throttle.Setting{lab.HostAddr(s.Host): set})
@@ -110,10 +105,7 @@ func runSteps(r *runner, backend, dir string, set throttle.Setting) (any, error)
 		return nil, err
 	}
 	res := rs[0]
-	f := readMBs
-	if dir == "write" {
-		f = writeMBs
-	}
+	f := rateOf(dir)
 	sum := StepsSummary{Experiment: "steps", Backend: backend, Direction: dir, Setting: describeSetting(set), Retrans: sumTCP(rs).RetransSegs, TCP: sumTCP(rs)}
 	stepSegments(&sum, res, steps, length, f)
 	var series []report.Series

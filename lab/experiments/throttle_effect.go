@@ -53,17 +53,8 @@ func (r *runner) throttleEffect(backend string) (backendRun, error) {
 	for _, j := range writers {
 		addrs = append(addrs, lab.HostAddr(j.Host))
 	}
-	setAll := func(d time.Duration) func() error {
-		return func() error {
-			if d == 0 {
-				return a.Clear(addrs...)
-			}
-			m := map[netip.Addr]throttle.Setting{}
-			for _, x := range addrs {
-				m[x] = throttle.Setting{WriteDelay: d}
-			}
-			return a.Set(m)
-		}
+	delay := func(d time.Duration) func() error {
+		return func() error { return setAll(a, addrs, throttle.Setting{WriteDelay: d}) }
 	}
 	wins := []EffectWindow{
 		{Name: "unthrottled", FromS: sc(10 * time.Second).Seconds(), ToS: sc(100 * time.Second).Seconds()},
@@ -74,10 +65,10 @@ func (r *runner) throttleEffect(backend string) (backendRun, error) {
 	p := &lab.Phase{Name: "effect", Label: fmt.Sprintf("%d writers, timed write delays", nw), Length: length, From: 0, To: length,
 		Jobs: append([]lab.Job{r.reader(length)}, writers...),
 		Events: []lab.Event{
-			{At: sc(100 * time.Second), Name: "4.6ms", Do: setAll(4600 * time.Microsecond)},
-			{At: sc(190 * time.Second), Name: "release", Do: setAll(0)},
-			{At: sc(280 * time.Second), Name: "9.6ms", Do: setAll(9600 * time.Microsecond)},
-			{At: sc(370 * time.Second), Name: "release", Do: setAll(0)},
+			{At: sc(100 * time.Second), Name: "4.6ms", Do: delay(4600 * time.Microsecond)},
+			{At: sc(190 * time.Second), Name: "release", Do: delay(0)},
+			{At: sc(280 * time.Second), Name: "9.6ms", Do: delay(9600 * time.Microsecond)},
+			{At: sc(370 * time.Second), Name: "release", Do: delay(0)},
 		}}
 	rs, err := r.RunAll([]*lab.Phase{p})
 	if err != nil {
