@@ -12,6 +12,7 @@ import (
 	"math"
 	"sort"
 
+	"gonum.org/v1/gonum/stat"
 	"gonum.org/v1/gonum/stat/distuv"
 
 	"github.com/sanqos/sanqos/internal/quantile"
@@ -69,51 +70,27 @@ func Jain(xs []float64) float64 {
 
 // MeanStderr returns the mean and standard error of the mean.
 func MeanStderr(xs []float64) (mean, stderr float64) {
-	n := float64(len(xs))
-	if n == 0 {
+	switch len(xs) {
+	case 0:
 		return math.NaN(), math.NaN()
+	case 1:
+		return xs[0], 0
 	}
-	for _, x := range xs {
-		mean += x
-	}
-	mean /= n
-	if n < 2 {
-		return mean, 0
-	}
-	var ss float64
-	for _, x := range xs {
-		ss += (x - mean) * (x - mean)
-	}
-	return mean, math.Sqrt(ss/(n-1)) / math.Sqrt(n)
+	mean, sd := stat.MeanStdDev(xs, nil)
+	return mean, sd / math.Sqrt(float64(len(xs)))
 }
 
-// LinearFit fits y = a + b·x by least squares and returns R².
+// LinearFit fits y = a + b·x by least squares and returns R² (1 where y
+// is constant, NaN where x is).
 func LinearFit(x, y []float64) (a, b, r2 float64) {
-	n := float64(len(x))
-	var sx, sy, sxx, sxy, syy float64
-	for i := range x {
-		sx += x[i]
-		sy += y[i]
-		sxx += x[i] * x[i]
-		sxy += x[i] * y[i]
-		syy += y[i] * y[i]
-	}
-	den := n*sxx - sx*sx
-	if den == 0 {
+	if len(x) < 2 || stat.Variance(x, nil) == 0 {
 		return math.NaN(), math.NaN(), math.NaN()
 	}
-	b = (n*sxy - sx*sy) / den
-	a = (sy - b*sx) / n
-	ssTot := syy - sy*sy/n
-	var ssRes float64
-	for i := range x {
-		e := y[i] - (a + b*x[i])
-		ssRes += e * e
-	}
-	if ssTot == 0 {
+	a, b = stat.LinearRegression(x, y, nil, false)
+	if stat.Variance(y, nil) == 0 {
 		return a, b, 1
 	}
-	return a, b, 1 - ssRes/ssTot
+	return a, b, stat.RSquared(x, y, nil, a, b)
 }
 
 // Welch is the result of Welch's two-sample t-test on the difference of

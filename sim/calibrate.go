@@ -142,7 +142,7 @@ func (c *Calibration) fitTCP(sweep SweepSummary, p *Params) error {
 				xs, ys = append(xs, pt.DelayMs), append(ys, bs/(pt.MBs*1e6)*1e3) // ms per request
 			}
 		}
-		slope, icept := fitLine(xs, ys)
+		icept, slope, _ := report.LinearFit(xs, ys)
 		if !(slope > 0) {
 			return fmt.Errorf("delay-sweep %s: time per request does not grow with delay (slope %v)", dir, slope)
 		}
@@ -262,19 +262,6 @@ func simInterference(p Params, seed uint64, scale float64) (report.InterferenceS
 
 func sq(x float64) float64       { return x * x }
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
-func fitLine(x, y []float64) (slope, intercept float64) {
-	n := float64(len(x))
-	var sx, sy, sxx, sxy float64
-	for i := range x {
-		sx, sy, sxx, sxy = sx+x[i], sy+y[i], sxx+x[i]*x[i], sxy+x[i]*y[i]
-	}
-	den := n*sxx - sx*sx
-	if n < 2 || den == 0 {
-		return math.NaN(), math.NaN()
-	}
-	slope = (n*sxy - sx*sy) / den
-	return slope, (sy - slope*sx) / n
-}
 
 // LoadParams reads model parameters (a calibration's params.json).
 func LoadParams(path string) (Params, error) {

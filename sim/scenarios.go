@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -282,7 +281,8 @@ func runDelaySweep(o Options) (any, error) {
 			xs, ys = append(xs, d), append(ys, r)
 			bars = append(bars, report.Bar{Label: fmt.Sprintf("%s %.1f", dir[:1], d), Value: r})
 		}
-		sum.R2[dir] = report.Round(r2(xs, ys), 4)
+		_, _, r2 := report.LinearFit(xs, ys)
+		sum.R2[dir] = report.Round(r2, 4)
 		if ys[0] > 0 {
 			sum.Ratio[dir] = report.Round(ys[len(ys)-1]/ys[0], 3)
 		}
@@ -293,21 +293,6 @@ func runDelaySweep(o Options) (any, error) {
 		}
 	}
 	return sum, nil
-}
-
-// r2 is the coefficient of determination of a least-squares line.
-func r2(x, y []float64) float64 {
-	n := float64(len(x))
-	var sx, sy, sxx, sxy, syy float64
-	for i := range x {
-		sx, sy = sx+x[i], sy+y[i]
-		sxx, sxy, syy = sxx+x[i]*x[i], sxy+x[i]*y[i], syy+y[i]*y[i]
-	}
-	cov, vx, vy := sxy-sx*sy/n, sxx-sx*sx/n, syy-sy*sy/n
-	if vx == 0 || vy == 0 {
-		return math.NaN()
-	}
-	return cov * cov / (vx * vy)
 }
 
 // errNoLab is returned when a calibration input is missing.

@@ -151,7 +151,7 @@ func TestDelaySweepShape(t *testing.T) {
 				xs, ys = append(xs, p.DelayMs), append(ys, 65536/(p.MBs*1e6))
 			}
 		}
-		if r := r2(xs, ys); r < 0.99 {
+		if _, _, r := report.LinearFit(xs, ys); r < 0.99 {
 			t.Errorf("%s: time per request vs delay r² %.3f, want ≥ 0.99", dir, r)
 		}
 	}
