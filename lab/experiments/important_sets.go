@@ -63,10 +63,7 @@ func SummarizeImportantRun(name, policy string, thrMs float64, res *lab.PhaseRes
 		WriteMBs:        round(report.Aggregate(w, []string{"b4", "b5"}, writeMBs), 2)}
 	var ind, delay float64
 	var n, nd int
-	for _, p := range polls {
-		if p.T <= res.Phase.From.Seconds() || p.T > res.Phase.To.Seconds() {
-			continue
-		}
+	for _, p := range inWindow(polls, res) {
 		if v := float64(p.IndicatorMs); !math.IsNaN(v) {
 			ind += v
 			n++
@@ -107,8 +104,7 @@ func runImportantSets(r *runner) (any, error) {
 		// sequential writers each.
 		p.Jobs = []lab.Job{r.reader(length), {Name: "other", Host: "b3", URL: r.LUN("b3").URL, RW: "randread", BS: 1 << 20, Rate: 6e6, Runtime: length}}
 		for _, h := range []string{"b4", "b5"} {
-			p.Jobs = append(p.Jobs, lab.Job{Name: "writer", Host: h, URL: r.LUN(h).URL, RW: "write", BS: 64 << 10, NumJobs: 4, Runtime: length,
-				Size: r.State.Options.LUNSize / 4 / 65536 * 65536})
+			p.Jobs = append(p.Jobs, r.writer(h, 4, length))
 		}
 		var a *lab.LabAgent
 		if policy != "none" {

@@ -29,10 +29,18 @@ func (r *runner) writers(n int, start, runtime time.Duration) []lab.Job {
 		if k == 0 {
 			continue
 		}
-		jobs = append(jobs, lab.Job{Name: "writer", Host: h, URL: r.LUN(h).URL, RW: "write", BS: bs, NumJobs: k,
-			Start: start, Runtime: runtime, Size: r.State.Options.LUNSize / int64(k) / 65536 * 65536})
+		j := r.writer(h, k, runtime)
+		j.BS, j.Start = bs, start
+		jobs = append(jobs, j)
 	}
 	return jobs
+}
+
+// writer is host's sequential 64 KiB writer: threads threads, each
+// writing its own region of the host's LUN.
+func (r *runner) writer(host string, threads int, runtime time.Duration) lab.Job {
+	return lab.Job{Name: "writer", Host: host, URL: r.LUN(host).URL, RW: "write", BS: 64 << 10, NumJobs: threads, Runtime: runtime,
+		Size: r.State.Options.LUNSize / int64(threads) / 65536 * 65536}
 }
 
 // writerBS is the writers' block size: the thesis' 64 KiB, made smaller

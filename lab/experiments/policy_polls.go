@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/sanqos/sanqos/agent"
@@ -58,7 +59,6 @@ func statusPoller(a *lab.LabAgent, phase string, length time.Duration, out *[]St
 	return ev
 }
 
-// writeStatusLog appends samples to dir/status.jsonl.
 // runPolled runs phase p while polling agent a's status (nil: no agent,
 // no polls), stops a, and appends the polls to the run's status log.
 func (r *runner) runPolled(p *lab.Phase, a *lab.LabAgent, length time.Duration) (*lab.PhaseResult, []StatusSample, error) {
@@ -81,6 +81,13 @@ func (r *runner) runPolled(p *lab.Phase, a *lab.LabAgent, length time.Duration) 
 	return res, polls, nil
 }
 
+// inWindow are the polls within res's window, (From, To].
+func inWindow(polls []StatusSample, res *lab.PhaseResult) []StatusSample {
+	return slices.DeleteFunc(slices.Clone(polls), func(p StatusSample) bool {
+		return p.T <= res.Phase.From.Seconds() || p.T > res.Phase.To.Seconds()
+	})
+}
+
 // startConfigured writes config text to file in the run directory and
 // starts a delay-line agent called name on it.
 func (r *runner) startConfigured(file, config, name string) (*lab.LabAgent, error) {
@@ -91,6 +98,7 @@ func (r *runner) startConfigured(file, config, name string) (*lab.LabAgent, erro
 	return lab.StartAgentNamed(name, "delayline", r.Dir, "--config", cfg)
 }
 
+// writeStatusLog appends samples to dir/status.jsonl.
 func writeStatusLog(dir string, samples []StatusSample) error {
 	f, err := os.OpenFile(filepath.Join(dir, "status.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {

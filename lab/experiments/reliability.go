@@ -134,8 +134,7 @@ func (r *runner) controlledLoad(name, label string, length time.Duration, writer
 	p := &lab.Phase{Name: name, Label: label, Length: length, From: time.Second, To: length}
 	p.Jobs = []lab.Job{r.reader(length)}
 	for _, h := range writerHosts {
-		p.Jobs = append(p.Jobs, lab.Job{Name: "writer", Host: h, URL: r.LUN(h).URL, RW: "write", BS: 64 << 10, NumJobs: perHost, Runtime: length,
-			Size: r.State.Options.LUNSize / int64(perHost) / 65536 * 65536})
+		p.Jobs = append(p.Jobs, r.writer(h, perHost, length))
 	}
 	return p
 }

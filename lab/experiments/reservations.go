@@ -240,8 +240,7 @@ func (r *runner) resvJobs(length time.Duration) []lab.Job {
 		{Name: "smalljob", Host: "b5", URL: r.LUN("b5").URL, RW: "randread", BS: 8 << 10, Rate: 256 << 10, Runtime: length},
 	}
 	for _, h := range []string{"b3", "b4"} {
-		js = append(js, lab.Job{Name: "writer", Host: h, URL: r.LUN(h).URL, RW: "write", BS: 64 << 10, NumJobs: 3, Runtime: length,
-			Size: r.State.Options.LUNSize / 3 / 65536 * 65536})
+		js = append(js, r.writer(h, 3, length))
 	}
 	return js
 }
@@ -269,7 +268,7 @@ func (r *runner) resvPhase(load, mode, backend, cfg string, length, from, to tim
 				s := resvSample{t: t.Seconds(), wall: time.Now(), st: rs}
 				for _, c := range rs.Consumers {
 					if mode != "off" {
-						s.maxDelay = math.Max(s.maxDelay, durMs(max(c.Setting.ReadDelay, c.Setting.WriteDelay)))
+						s.maxDelay = math.Max(s.maxDelay, ms(max(c.Setting.ReadDelay, c.Setting.WriteDelay)))
 					}
 				}
 				samples = append(samples, s)

@@ -43,7 +43,7 @@ func resvAttainedSeries(label string, run ResvRun) report.Series {
 // the reserved writer attained under the net-bound load.
 func (r *runner) resvPlots(qSeries, dSeries, aSeries []report.Series) error {
 	if err := report.TimePlot(filepath.Join(r.Dir, "net-indicator.png"), "Network indicator: queueing delay srtt − min_rtt (least-delayed active flow, our delay discounted; agent off: undiscounted)",
-		"time (s)", "ms", qSeries, []report.Line{{Name: "net_threshold", Y: durMs(resvNetThres)}}); err != nil {
+		"time (s)", "ms", qSeries, []report.Line{{Name: "net_threshold", Y: ms(resvNetThres)}}); err != nil {
 		return err
 	}
 	if err := report.TimePlot(filepath.Join(r.Dir, "disk-indicator.png"), "Disk indicator: smoothed read wait of the resource",
@@ -53,8 +53,6 @@ func (r *runner) resvPlots(qSeries, dSeries, aSeries []report.Series) error {
 	return report.TimePlot(filepath.Join(r.Dir, "reserved-attained.png"), "Reserved writer: MB attained per 1 s period (net-bound load)",
 		"time (s)", "MB per period", aSeries, []report.Line{{Name: "reservation", Y: resvBytes / 1e6}})
 }
-
-func durMs(d time.Duration) float64 { return float64(d) / 1e6 }
 
 func nanIfNil[T any](p *T, f func(*T) float64) float64 {
 	if p == nil {

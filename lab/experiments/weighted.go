@@ -90,18 +90,15 @@ func SummarizeWeightedRun(name, policy string, maxDelay time.Duration, res *lab.
 		}
 	}
 	last := WeightedHosts[len(WeightedHosts)-1].Host
-	var atMax, n int
+	polls = inWindow(polls, res)
+	var atMax int
 	for _, p := range polls {
-		if p.T <= res.Phase.From.Seconds() || p.T > res.Phase.To.Seconds() {
-			continue
-		}
-		n++
 		if maxDelay > 0 && p.WriteDelayMs[lab.HostAddr(last).String()] >= ms(maxDelay) {
 			atMax++
 		}
 	}
-	if n > 0 {
-		run.AtMaxDelayPct = round(100*float64(atMax)/float64(n), 1)
+	if len(polls) > 0 {
+		run.AtMaxDelayPct = round(100*float64(atMax)/float64(len(polls)), 1)
 	}
 	for i, h := range WeightedHosts {
 		s := WeightedShare{Host: h.Host, Weight: h.Weight, MBs: round(rate[h.Host]/1e6, 3),
@@ -114,15 +111,11 @@ func SummarizeWeightedRun(name, policy string, maxDelay time.Duration, res *lab.
 			s.WriterShare, s.WriterTarget = round(rate[h.Host]/wtotal, 3), round(h.Weight/wwsum, 3)
 		}
 		var d float64
-		var k int
 		for _, p := range polls {
-			if p.T > res.Phase.From.Seconds() && p.T <= res.Phase.To.Seconds() {
-				d += p.WriteDelayMs[lab.HostAddr(h.Host).String()] + p.ReadDelayMs[lab.HostAddr(h.Host).String()]
-				k++
-			}
+			d += p.WriteDelayMs[lab.HostAddr(h.Host).String()] + p.ReadDelayMs[lab.HostAddr(h.Host).String()]
 		}
-		if k > 0 {
-			s.MeanDelayMs = round(d/float64(k), 2)
+		if len(polls) > 0 {
+			s.MeanDelayMs = round(d/float64(len(polls)), 2)
 		}
 		run.Shares = append(run.Shares, s)
 	}
@@ -143,8 +136,7 @@ func runWeightedLab(r *runner) (any, error) {
 		p := &lab.Phase{Name: run.name, Label: run.name, Length: length, From: lead, To: length - sc(time.Second)}
 		p.Jobs = []lab.Job{r.reader(length)}
 		for _, h := range WeightedHosts[1:] {
-			p.Jobs = append(p.Jobs, lab.Job{Name: "writer", Host: h.Host, URL: r.LUN(h.Host).URL, RW: "write", BS: 64 << 10, NumJobs: weightedWriterThreads,
-				Runtime: length, Size: r.State.Options.LUNSize / weightedWriterThreads / 65536 * 65536})
+			p.Jobs = append(p.Jobs, r.writer(h.Host, weightedWriterThreads, length))
 		}
 		var a *lab.LabAgent
 		policy := "none"

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -184,7 +183,9 @@ func (g *Guest) RunLab(ctx context.Context, exp string, flags []string, results,
 		}
 		return "", err
 	}
-	if cerr := copyTree(src, dst); cerr != nil {
+	// A run id given again replaces that run's copy.
+	os.RemoveAll(dst)
+	if cerr := os.CopyFS(dst, os.DirFS(src)); cerr != nil {
 		return "", errors.Join(err, fmt.Errorf("copying the results out of the guest: %w", cerr))
 	}
 	os.RemoveAll(filepath.Join(inGuest, exp))
@@ -195,34 +196,6 @@ func (g *Guest) RunLab(ctx context.Context, exp string, flags []string, results,
 		err = fmt.Errorf("`sanqos-lab lab run %s` exited %d in the stock-kernel guest", exp, rc)
 	}
 	return dst, err
-}
-
-// copyTree copies a directory of regular files and symlinks.
-func copyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		to := filepath.Join(dst, rel)
-		switch {
-		case d.IsDir():
-			return os.MkdirAll(to, 0o755)
-		case d.Type()&fs.ModeSymlink != 0:
-			l, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			os.Remove(to)
-			return os.Symlink(l, to)
-		default:
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(to, b, 0o644)
-		}
-	})
 }
 
 // DownLab powers the lab guest in dir off and removes its directory; the
