@@ -1,14 +1,12 @@
 package report
 
 import (
-	"encoding/csv"
+	"cmp"
 	"fmt"
-	"io"
+	"maps"
 	"math"
-	"os"
 	"path/filepath"
-	"sort"
-	"strconv"
+	"slices"
 )
 
 // This file draws the report's figures: the plots an experiment declares
@@ -230,13 +228,13 @@ const maxTracePhases = 8
 // the devices that had reads (smoothed like the thesis' figures, EWMA
 // α 0.15) and the write rate summed over devices, against time in phase.
 func tracePlots(dir, path string, thr []float64) ([]string, error) {
-	phases, err := readTracePhases(path)
-	if err != nil || len(phases) == 0 {
+	runs, err := ReadTrace(path, func(_ string, repeat int) bool { return repeat == 0 })
+	if err != nil || len(runs) == 0 {
 		return nil, err
 	}
 	var wait, write []Series
-	for _, p := range phases {
-		ws, wr := p.series()
+	for _, run := range runs[:min(len(runs), maxTracePhases)] {
+		ws, wr := traceSeries(run)
 		wait, write = append(wait, ws), append(write, wr)
 	}
 	var refs []Line
@@ -256,121 +254,39 @@ func tracePlots(dir, path string, thr []float64) ([]string, error) {
 	return append(out, "report-trace-write-rate.png"), nil
 }
 
-// traceTick is one phase's second of a trace, summed over its devices.
-type traceTick struct {
-	t                 float64
-	waitSum, reads    float64
-	write             float64
-	hasWait, hasWrite bool
-}
-
-// tracePhase is one phase's ticks (first repeat), in the trace's order.
-type tracePhase struct {
-	name  string
-	ticks []*traceTick
-	byT   map[string]*traceTick
-}
-
-// readTracePhases reads a lab trace.csv into its first maxTracePhases
-// phases (first repeat only).
-func readTracePhases(path string) ([]*tracePhase, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	rd := csv.NewReader(f)
-	rd.ReuseRecord = true
-	head, err := rd.Read()
-	if err != nil {
-		return nil, err
-	}
-	col := map[string]int{}
-	for i, h := range head {
-		col[h] = i
-	}
-	for _, need := range []string{"phase", "repeat", "t_s", "r_await_ms", "reads", "write_mb_s"} {
-		if _, ok := col[need]; !ok {
-			return nil, fmt.Errorf("no %q column (not a lab trace)", need)
-		}
-	}
-	var phases []*tracePhase
-	byName := map[string]*tracePhase{}
-	parse := func(s string) float64 {
-		v, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return math.NaN()
-		}
-		return v
-	}
-	for {
-		rec, err := rd.Read()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		if rec[col["repeat"]] != "0" {
-			continue
-		}
-		name := rec[col["phase"]]
-		p := byName[name]
-		if p == nil {
-			if len(phases) == maxTracePhases {
-				continue
-			}
-			p = &tracePhase{name: name, byT: map[string]*traceTick{}}
-			byName[name] = p
-			phases = append(phases, p)
-		}
-		ts := rec[col["t_s"]]
-		k := p.byT[ts]
-		if k == nil {
-			k = &traceTick{t: parse(ts)}
-			p.byT[ts] = k
-			p.ticks = append(p.ticks, k)
-		}
-		// Weight each device's wait by its reads: the resource's wait is
-		// total read ticks over total reads, as iostat would compute it.
-		if w, n := parse(rec[col["r_await_ms"]]), parse(rec[col["reads"]]); !math.IsNaN(w) && n > 0 {
-			k.waitSum += w * n
-			k.reads += n
-			k.hasWait = true
-		}
-		if w := parse(rec[col["write_mb_s"]]); !math.IsNaN(w) {
-			k.write += w
-			k.hasWrite = true
-		}
-	}
-	return phases, nil
-}
-
-// series is the phase's read wait (EWMA α 0.15 over the ticks with
-// reads) and write rate against time in phase; it sorts the ticks.
-func (p *tracePhase) series() (wait, write Series) {
-	sort.Slice(p.ticks, func(i, k int) bool { return p.ticks[i].t < p.ticks[k].t })
-	ws := Series{Name: p.name}
-	wr := Series{Name: p.name}
+// traceSeries is a run's read wait (EWMA α 0.15 over the ticks with
+// reads) and write rate against time in phase. Each device's wait is
+// weighted by its reads: the resource's wait is total read ticks over
+// total reads, as iostat would compute it.
+func traceSeries(run *TraceRun) (wait, write Series) {
+	ticks := slices.Clone(run.Ticks)
+	slices.SortFunc(ticks, func(a, b Tick) int { return cmp.Compare(a.T, b.T) })
+	wait, write = Series{Name: run.Phase}, Series{Name: run.Phase}
 	last := math.NaN()
-	for _, k := range p.ticks {
-		v := math.NaN()
-		if k.hasWait {
-			v = k.waitSum / k.reads
+	for _, t := range ticks {
+		var waitSum, reads, wv float64
+		writes := false
+		for _, h := range slices.Sorted(maps.Keys(t.Dev)) {
+			iv := t.Dev[h]
+			if !math.IsNaN(iv.ReadWaitMs) && iv.Reads > 0 {
+				waitSum, reads = waitSum+iv.ReadWaitMs*float64(iv.Reads), reads+float64(iv.Reads)
+			}
+			if !math.IsNaN(iv.WriteBps) {
+				wv, writes = wv+iv.WriteBps/1e6, true
+			}
 		}
-		if !math.IsNaN(v) {
-			if math.IsNaN(last) {
+		if !writes {
+			wv = math.NaN()
+		}
+		if reads > 0 {
+			if v := waitSum / reads; math.IsNaN(last) {
 				last = v
 			} else {
 				last = 0.15*v + 0.85*last
 			}
 		}
-		ws.X, ws.Y = append(ws.X, k.t), append(ws.Y, last)
-		wv := math.NaN()
-		if k.hasWrite {
-			wv = k.write
-		}
-		wr.X, wr.Y = append(wr.X, k.t), append(wr.Y, wv)
+		wait.X, wait.Y = append(wait.X, t.T), append(wait.Y, last)
+		write.X, write.Y = append(write.X, t.T), append(write.Y, wv)
 	}
-	return ws, wr
+	return wait, write
 }

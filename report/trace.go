@@ -1,7 +1,12 @@
 package report
 
 import (
+	"encoding/csv"
+	"fmt"
+	"io"
 	"math"
+	"os"
+	"strconv"
 
 	"github.com/sanqos/sanqos/sample"
 )
@@ -62,4 +67,83 @@ func hostSum(t Tick, hosts []string, f func(sample.Interval) float64) float64 {
 		}
 	}
 	return s
+}
+
+// TraceRun is one phase and repeat of a trace.csv, its ticks in the
+// file's order.
+type TraceRun struct {
+	Phase  string
+	Repeat int
+	Ticks  []Tick
+}
+
+// ReadTrace reads a trace.csv (a lab run's or the simulator's) into the
+// runs keep accepts (nil: all), in the order they first appear. A cell
+// that is empty (a NaN) or unreadable is NaN.
+func ReadTrace(path string, keep func(phase string, repeat int) bool) ([]*TraceRun, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	rd := csv.NewReader(f)
+	head, err := rd.Read()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	col := map[string]int{}
+	for i, h := range head {
+		col[h] = i
+	}
+	for _, need := range []string{"phase", "repeat", "t_s", "host", "device", "reads", "writes", "r_await_ms", "w_await_ms", "read_mb_s", "write_mb_s"} {
+		if _, ok := col[need]; !ok {
+			return nil, fmt.Errorf("%s: no %q column (not a lab trace)", path, need)
+		}
+	}
+	num := func(rec []string, c string) float64 {
+		v, err := strconv.ParseFloat(rec[col[c]], 64)
+		if err != nil {
+			return math.NaN()
+		}
+		return v
+	}
+	type key struct {
+		phase  string
+		repeat int
+	}
+	runs := map[key]*TraceRun{}
+	var out []*TraceRun
+	for line := 2; ; line++ {
+		rec, err := rd.Read()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		rep, err := strconv.Atoi(rec[col["repeat"]])
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: repeat %q", path, line, rec[col["repeat"]])
+		}
+		k := key{rec[col["phase"]], rep}
+		run := runs[k]
+		if run == nil {
+			if keep != nil && !keep(k.phase, k.repeat) {
+				continue
+			}
+			run = &TraceRun{Phase: k.phase, Repeat: rep}
+			runs[k] = run
+			out = append(out, run)
+		}
+		if t := num(rec, "t_s"); len(run.Ticks) == 0 || run.Ticks[len(run.Ticks)-1].T != t {
+			run.Ticks = append(run.Ticks, Tick{T: t, Dev: map[string]sample.Interval{}})
+		}
+		reads, _ := strconv.ParseUint(rec[col["reads"]], 10, 64)
+		writes, _ := strconv.ParseUint(rec[col["writes"]], 10, 64)
+		run.Ticks[len(run.Ticks)-1].Dev[rec[col["host"]]] = sample.Interval{
+			Device: rec[col["device"]], Reads: reads, Writes: writes,
+			ReadWaitMs: num(rec, "r_await_ms"), WriteWaitMs: num(rec, "w_await_ms"),
+			ReadBps: num(rec, "read_mb_s") * 1e6, WriteBps: num(rec, "write_mb_s") * 1e6,
+		}
+	}
 }
