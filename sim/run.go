@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net/netip"
-	"sort"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -234,11 +235,7 @@ func WriteTrace(w io.Writer, rs []*PhaseResult) error {
 		for d, h := range r.Phase.Hosts {
 			devOf[h] = d
 		}
-		hosts := make([]string, 0, len(devOf))
-		for h := range devOf {
-			hosts = append(hosts, h)
-		}
-		sort.Strings(hosts)
+		hosts := slices.Sorted(maps.Keys(devOf))
 		for _, t := range r.Ticks {
 			for _, h := range hosts {
 				iv, ok := t.Dev[h]

@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,14 +50,7 @@ var Scenarios = map[string]*Scenario{}
 func register(s *Scenario) { Scenarios[s.Name] = s }
 
 // Names lists the scenarios, sorted.
-func Names() []string {
-	var n []string
-	for k := range Scenarios {
-		n = append(n, k)
-	}
-	sort.Strings(n)
-	return n
-}
+func Names() []string { return slices.Sorted(maps.Keys(Scenarios)) }
 
 func init() {
 	register(&Scenario{Name: "interference", Title: "8 KiB random reader at 256 KiB/s vs 0/1/3/12 sequential writers (Fig 5.7)", Run: runInterference})
