@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -171,9 +172,7 @@ func NewRunner(ctx context.Context, name string, o RunOptions) (*Runner, error) 
 			KillAll(pids)
 		}
 	}
-	if o.RunID == "" {
-		o.RunID = time.Now().UTC().Format("20060102-150405")
-	}
+	o.RunID = cmp.Or(o.RunID, time.Now().UTC().Format("20060102-150405"))
 	dir := filepath.Join(o.Results, name, o.RunID)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -276,11 +277,7 @@ func configureTargetKind(s *State, log io.Writer) error {
 // files are.
 func measureCapacities(s *State) error {
 	for _, r := range s.Resources {
-		dir := r.Mount
-		if dir == "" {
-			dir = r.Store
-		}
-		c, err := MeasureCapacity(dir, 1500*time.Millisecond)
+		c, err := MeasureCapacity(cmp.Or(r.Mount, r.Store), 1500*time.Millisecond)
 		if err != nil {
 			return fmt.Errorf("capacity of %s: %w", r.Name, err)
 		}

@@ -200,21 +200,16 @@ type clusterSim struct {
 	lastHandover                            time.Duration
 }
 
-func (s *clusterSim) inWindow() bool {
-	end := s.o.Length
+// windowEnd is where the rate window ends: at KillAt, else the run's end.
+func (s *clusterSim) windowEnd() time.Duration {
 	if s.o.KillAt > 0 {
-		end = s.o.KillAt
+		return s.o.KillAt
 	}
-	return s.now >= s.o.Warmup && s.now < end
+	return s.o.Length
 }
 
-func (s *clusterSim) window() time.Duration {
-	end := s.o.Length
-	if s.o.KillAt > 0 {
-		end = s.o.KillAt
-	}
-	return end - s.o.Warmup
-}
+func (s *clusterSim) inWindow() bool        { return s.now >= s.o.Warmup && s.now < s.windowEnd() }
+func (s *clusterSim) window() time.Duration { return s.windowEnd() - s.o.Warmup }
 
 func (s *clusterSim) at(d time.Duration, fn func()) {
 	s.q.push(s.now+d, fn)

@@ -1,6 +1,7 @@
 package labcli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -429,9 +430,7 @@ func labRunGuest(cmd *cobra.Command, g *guest.Guest, name string, o experiments.
 	if _, err := experiments.Lookup(name); err != nil {
 		return "", err
 	}
-	if o.RunID == "" {
-		o.RunID = time.Now().UTC().Format("20060102-150405")
-	}
+	o.RunID = cmp.Or(o.RunID, time.Now().UTC().Format("20060102-150405"))
 	// The guest runs the experiment with this sanqos-lab and its sanqos.
 	self, sanqos, err := labBinaries()
 	if err != nil {

@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -73,11 +74,7 @@ type schedule struct {
 
 func (r *runner) controlledSchedule() schedule {
 	sc := r.Scale
-	s := schedule{lead: sc(20 * time.Second), on: sc(25 * time.Second), off: sc(5 * time.Second), cycles: 6, tail: sc(10 * time.Second)}
-	if r.opts.Cycles > 0 {
-		s.cycles = r.opts.Cycles
-	}
-	return s
+	return schedule{lead: sc(20 * time.Second), on: sc(25 * time.Second), off: sc(5 * time.Second), cycles: cmp.Or(r.opts.Cycles, 6), tail: sc(10 * time.Second)}
 }
 
 // end is when the last cycle ends; length is the whole phase.
@@ -266,9 +263,7 @@ func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 		thrName = "auto"
 	}
 	cfgPath := filepath.Join(r.Dir, fmt.Sprintf("agent-%s%s.yaml", tag, thrName))
-	if cr.firstCfg == "" {
-		cr.firstCfg = cfgPath
-	}
+	cr.firstCfg = cmp.Or(cr.firstCfg, cfgPath)
 	a, shadow, err := cr.startAgents(cfgPath, tag, thr)
 	if err != nil {
 		return err

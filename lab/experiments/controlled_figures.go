@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"cmp"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -64,12 +65,7 @@ func atStallsBySide(res *lab.PhaseResult, match func(side func(ns string) bool) 
 
 // controlledWriters is the number of writer threads of pid, autonomic and
 // the oracle's probes: the thesis' 12 unless the run says otherwise.
-func (r *runner) controlledWriters() int {
-	if r.opts.Writers > 0 {
-		return r.opts.Writers
-	}
-	return 12
-}
+func (r *runner) controlledWriters() int { return cmp.Or(r.opts.Writers, 12) }
 
 // controlledRun is a run's figures (thr 0: the baseline's); reads: the
 // interferers read too (interferers.reads), so their reads are counted and

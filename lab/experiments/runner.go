@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -48,9 +49,7 @@ func RunExperiment(ctx context.Context, name string, o Options) (string, error) 
 // --threshold-auto for an experiment that takes none (checkFlags), a
 // backend of no name.
 func checkOptions(e *Experiment, o Options) (Options, error) {
-	if o.Scale == 0 {
-		o.Scale = e.DefaultScale
-	}
+	o.Scale = cmp.Or(o.Scale, e.DefaultScale)
 	if o.Scale < 0.01 || o.Scale > 10 {
 		return o, fmt.Errorf("scale %v: want 0.01..10", o.Scale)
 	}

@@ -15,6 +15,7 @@ package guest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -255,15 +256,9 @@ func qemuArgs(o *Options, dir, boot, serial string) (string, []string, error) {
 		}
 		version = strings.TrimPrefix(filepath.Base(image), "vmlinuz-")
 	}
-	if o.MemoryMiB == 0 {
-		o.MemoryMiB = 2048
-	}
-	if o.CPUs == 0 {
-		o.CPUs = 2
-	}
-	if o.Accel == "" {
-		o.Accel = "tcg"
-	}
+	o.MemoryMiB = cmp.Or(o.MemoryMiB, 2048)
+	o.CPUs = cmp.Or(o.CPUs, 2)
+	o.Accel = cmp.Or(o.Accel, "tcg")
 	if o.Accel != "tcg" && o.Accel != "kvm" {
 		return "", nil, fmt.Errorf("accelerator %q: want tcg or kvm", o.Accel)
 	}
@@ -309,9 +304,7 @@ const AccelCmdlineKey = guestenv.Key
 // Run boots the guest, runs script (sh) in it with the work directory as
 // its current directory, and returns its exit code and output.
 func Run(ctx context.Context, o Options, script string) (Result, error) {
-	if o.Timeout == 0 {
-		o.Timeout = 10 * time.Minute
-	}
+	o.Timeout = cmp.Or(o.Timeout, 10*time.Minute)
 	var err error
 	dir := o.Dir
 	if dir == "" {

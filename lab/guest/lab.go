@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -29,12 +30,7 @@ const LabDir = "/run/sanqos-guest"
 
 // LabDirectory is LabDir, or $SANQOS_GUEST_DIR where set: a test's guest
 // lab must not meet the one a person has up on the same machine.
-func LabDirectory() string {
-	if d := os.Getenv("SANQOS_GUEST_DIR"); d != "" {
-		return d
-	}
-	return LabDir
-}
+func LabDirectory() string { return cmp.Or(os.Getenv("SANQOS_GUEST_DIR"), LabDir) }
 
 // Quote makes a shell word of each argument.
 func Quote(args ...string) string {
@@ -103,9 +99,7 @@ func LabScript(dir string, args ...string) (string, error) {
 // on log. A guest this call booted is powered off again if the lab does
 // not come up; one that ran before stays.
 func UpLab(ctx context.Context, o Options, labBinary, sanqosBinary string, upArgs []string, log io.Writer) (*Guest, error) {
-	if o.Dir == "" {
-		o.Dir = LabDirectory()
-	}
+	o.Dir = cmp.Or(o.Dir, LabDirectory())
 	g, err := Open(o.Dir)
 	fresh := err != nil
 	if fresh {
@@ -128,7 +122,7 @@ func UpLab(ctx context.Context, o Options, labBinary, sanqosBinary string, upArg
 			}
 			o.Kernel = image
 		}
-		fmt.Fprintf(log, "stock-kernel guest: booting %s (%s) in %s…\n", image, orDefault(o.Accel, "tcg"), o.Dir)
+		fmt.Fprintf(log, "stock-kernel guest: booting %s (%s) in %s…\n", image, cmp.Or(o.Accel, "tcg"), o.Dir)
 		if g, err = Start(o); err != nil {
 			os.RemoveAll(o.Dir)
 			return nil, err
@@ -154,13 +148,6 @@ func UpLab(ctx context.Context, o Options, labBinary, sanqosBinary string, upArg
 		return nil, err
 	}
 	return g, nil
-}
-
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
-	}
-	return s
 }
 
 // RunLab runs `sanqos-lab lab run exp flags...` in the lab guest, its output

@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -80,9 +81,7 @@ func Start(o Options) (*Guest, error) {
 	if o.Dir == "" {
 		return nil, errors.New("a persistent guest needs a work directory")
 	}
-	if o.Timeout == 0 {
-		o.Timeout = 3 * time.Minute
-	}
+	o.Timeout = cmp.Or(o.Timeout, 3*time.Minute)
 	dir, err := filepath.Abs(o.Dir)
 	if err != nil {
 		return nil, err
@@ -256,9 +255,7 @@ func (g *Guest) Running() []string {
 // exit code. When ctx ends the command gets SIGTERM (its process group)
 // and Exec waits up to a minute more for it to finish.
 func (g *Guest) Exec(ctx context.Context, script string, out io.Writer) (int, error) {
-	if out == nil {
-		out = io.Discard
-	}
+	out = cmp.Or(out, io.Discard)
 	id := filepath.Join(g.Dir, "cmd", strconv.FormatInt(time.Now().UnixNano(), 10))
 	if err := os.WriteFile(id+".tmp", []byte(script), 0o644); err != nil {
 		return -1, err
