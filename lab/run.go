@@ -183,10 +183,15 @@ func NewRunner(ctx context.Context, name string, o RunOptions) (*Runner, error) 
 	}
 	w := csv.NewWriter(f)
 	w.Write([]string{"phase", "repeat", "t_s", "host", "device", "reads", "writes", "r_await_ms", "w_await_ms", "read_mb_s", "write_mb_s", "inflight"})
-	latest := filepath.Join(o.Results, name, "latest")
-	os.Remove(latest)
-	os.Symlink(o.RunID, latest)
+	LinkLatest(o.Results, name, o.RunID)
 	return &Runner{State: s, Res: res, Dir: dir, opts: o, trace: w, traceF: f, progress: newProgress(o.Progress), lock: lock, ctx: ctx}, nil
+}
+
+// LinkLatest points results/name/latest at run id.
+func LinkLatest(results, name, id string) {
+	latest := filepath.Join(results, name, "latest")
+	os.Remove(latest)
+	os.Symlink(id, latest)
 }
 
 // PlanRunner is a Runner on resource res of s that runs nothing and

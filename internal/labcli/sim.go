@@ -13,6 +13,7 @@ import (
 	"github.com/sanqos/sanqos/agent"
 	"github.com/sanqos/sanqos/internal/cli"
 	"github.com/sanqos/sanqos/internal/editdist"
+	"github.com/sanqos/sanqos/lab"
 	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/sim"
 	"github.com/spf13/cobra"
@@ -59,16 +60,23 @@ func (f *simFlags) options() (sim.Options, error) {
 
 // runDir makes RESULTS/NAME/RUN-ID and points RESULTS/NAME/latest at it.
 func runDir(results, name string) (string, error) {
-	base := filepath.Join(results, name)
 	id := time.Now().UTC().Format("20060102-150405")
-	dir := filepath.Join(base, id)
+	dir := filepath.Join(results, name, id)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	latest := filepath.Join(base, "latest")
-	_ = os.Remove(latest)
-	_ = os.Symlink(id, latest)
+	lab.LinkLatest(results, name, id)
 	return dir, nil
+}
+
+// saveSummary writes v as RESULTS/NAME/RUN-ID/summary.json and returns
+// the run's directory.
+func saveSummary(results, name string, v any) (string, error) {
+	dir, err := runDir(results, name)
+	if err != nil {
+		return "", err
+	}
+	return dir, writeJSON(filepath.Join(dir, "summary.json"), v)
 }
 
 func writeJSON(path string, v any) error {
@@ -295,11 +303,8 @@ BENCHMARKS.md.`,
 			if err != nil {
 				return err
 			}
-			dir, err := runDir(results, "sim-scale")
+			dir, err := saveSummary(results, "sim-scale", s)
 			if err != nil {
-				return err
-			}
-			if err := writeJSON(filepath.Join(dir, "summary.json"), s); err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()
@@ -358,11 +363,8 @@ figures are the same for a seed; the CPU figures time this machine.`,
 				return err
 			}
 			wall := time.Since(t0)
-			dir, err := runDir(results, "sim-cluster-scale")
+			dir, err := saveSummary(results, "sim-cluster-scale", s)
 			if err != nil {
-				return err
-			}
-			if err := writeJSON(filepath.Join(dir, "summary.json"), s); err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()

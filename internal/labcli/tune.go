@@ -3,7 +3,6 @@ package labcli
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/sanqos/sanqos/sim"
@@ -60,11 +59,8 @@ config snippet to run the agent with them. Method: ` + sim.TuneMethod + `.`,
 				}
 			}
 			if results != "" {
-				dir, err := runDir(results, "tune")
+				dir, err := saveSummary(results, "tune", r)
 				if err != nil {
-					return err
-				}
-				if err := writeJSON(filepath.Join(dir, "summary.json"), r); err != nil {
 					return err
 				}
 				fmt.Fprintln(w, "#", dir)

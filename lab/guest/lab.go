@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/sanqos/sanqos/lab"
 )
 
 // The lab in the guest (`sanqos-lab lab up --kernel debian`): a persistent
@@ -176,9 +178,7 @@ func (g *Guest) RunLab(ctx context.Context, exp string, flags []string, results,
 		return "", errors.Join(err, fmt.Errorf("copying the results out of the guest: %w", cerr))
 	}
 	os.RemoveAll(filepath.Join(inGuest, exp))
-	latest := filepath.Join(results, exp, "latest")
-	os.Remove(latest)
-	os.Symlink(runID, latest)
+	lab.LinkLatest(results, exp, runID)
 	if err == nil && rc != 0 {
 		err = fmt.Errorf("`sanqos-lab lab run %s` exited %d in the stock-kernel guest", exp, rc)
 	}
