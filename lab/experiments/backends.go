@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -116,9 +117,7 @@ func (r *runner) eachBackend(name string, run func(backend string) (backendRun, 
 		if s == nil {
 			return sum, fmt.Errorf("%s: %w", be, err)
 		}
-		if werr := r.WriteSummary(s); err == nil {
-			err = werr
-		}
+		err = cmp.Or(err, r.WriteSummary(s))
 		if err == nil {
 			_, err = report.Generate(r.Dir)
 		}

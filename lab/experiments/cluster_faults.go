@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -151,9 +152,7 @@ func (c *clusterRun) faults(cli *clientv3.Client) (ClusterFaults, error) {
 		return f, errors.Join(errs...)
 	}
 	c.judgeFaults(&f, samples, killLeaderAt, etcdAt)
-	if werr := c.writeTimeline(samples); err == nil {
-		err = werr
-	}
+	err = cmp.Or(err, c.writeTimeline(samples))
 	return f, err
 }
 

@@ -370,9 +370,7 @@ func stopAgents(err error, agents ...*lab.LabAgent) error {
 		if a == nil {
 			continue
 		}
-		if serr := a.Stop(); err == nil {
-			err = serr
-		}
+		err = cmp.Or(err, a.Stop())
 	}
 	return err
 }

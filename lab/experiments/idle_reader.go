@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"cmp"
 	"path/filepath"
 	"time"
 
@@ -74,9 +75,7 @@ func (r *runner) idleReader() (any, error) {
 		return nil, err
 	}
 	on, err := r.Run(phase("agent-on", "agent on, nobody to throttle"), 0)
-	if serr := a.Stop(); err == nil {
-		err = serr
-	}
+	err = cmp.Or(err, a.Stop())
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package experiments
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -68,9 +69,7 @@ func (r *runner) runPolled(p *lab.Phase, a *lab.LabAgent, length time.Duration) 
 	}
 	res, err := r.Run(p, 0)
 	if a != nil {
-		if serr := a.Stop(); err == nil {
-			err = serr
-		}
+		err = cmp.Or(err, a.Stop())
 	}
 	if err != nil {
 		return nil, nil, err

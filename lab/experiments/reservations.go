@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"os"
@@ -210,9 +211,7 @@ func runReservations(r *runner) (any, error) {
 				undo = u
 			}
 			res, samples, err := r.resvPhase(load, mode, backend, cfg, length, from, to, r.resvJobs(length))
-			if uerr := undo(); err == nil {
-				err = uerr
-			}
+			err = cmp.Or(err, undo())
 			if err != nil {
 				return nil, err
 			}
@@ -284,8 +283,6 @@ func (r *runner) resvPhase(load, mode, backend, cfg string, length, from, to tim
 		return os.WriteFile(filepath.Join(r.Dir, p.Name+"-ss-tin.txt"), []byte(out), 0o644)
 	}})
 	res, err := r.Run(p, 0)
-	if serr := a.Stop(); err == nil {
-		err = serr
-	}
+	err = cmp.Or(err, a.Stop())
 	return res, samples, err
 }
