@@ -344,9 +344,13 @@ type resourceState struct {
 	onset  *control.OnsetDetector
 	mem    *control.Memory
 	floor  floorEstimate
-	lever  rateLever
-	rates  map[netip.Addr]Smoother
-	loads  map[netip.Addr]*loadEstimate
+	// last is the latest surge for status (noteOnset), onsetFrom the
+	// controller's output before it and prevStep last tick's output.
+	last                *OnsetStatus
+	onsetFrom, prevStep int
+	lever               rateLever
+	rates               map[netip.Addr]Smoother
+	loads               map[netip.Addr]*loadEstimate
 	// slowed is last tick's throttleable set (IndicatorUnthrottled, and
 	// the onset detector's signal).
 	slowed map[netip.Addr]bool

@@ -40,7 +40,9 @@ type ResourceStatus struct {
 	// the resource has been regulated under load).
 	Onsets        uint64  `json:"onsets"`
 	FeedForwardMs float64 `json:"feedforward_ms"`
-	ThresholdMs   float64 `json:"threshold_ms"`
+	// LastOnset is the latest surge (nil: none yet).
+	LastOnset   *OnsetStatus `json:"last_onset,omitempty"`
+	ThresholdMs float64      `json:"threshold_ms"`
 	// Auto is what threshold: auto has learned (nil: a set threshold);
 	// ThresholdMs is then the learned threshold, or the start while
 	// Auto.State is "learning".
@@ -68,6 +70,21 @@ type ResourceStatus struct {
 	Slowed                      int           `json:"-"`
 	MaxReadDelay, MaxWriteDelay time.Duration `json:"-"`
 	IO                          ResourceIO    `json:"-"`
+}
+
+// OnsetStatus is one surge as the controller met it: when the detector
+// found it, when the controller first raised its output for it (zero:
+// not yet), and the I/O then queued at the resource as the wait it
+// would still cause a read arriving then even if every later request
+// were stopped: the resource's requests in flight (diskstats) over its
+// completion rate that tick, plus FloorMs, the read's own wait. It is
+// what no controller acting then could save the first reads, the
+// floor under the surge's first second.
+type OnsetStatus struct {
+	At        time.Time `json:"at"`
+	ActedAt   time.Time `json:"acted_at,omitzero"`
+	InFlight  uint64    `json:"in_flight,omitempty"`
+	BacklogMs float64   `json:"backlog_ms,omitempty"`
 }
 
 // ConsumerStatus is one consumer of a resource.

@@ -334,6 +334,7 @@ func (l *Loops) control(rs *resourceState, st *ResourceStatus, q float64) int {
 	case rs.onset.Settled():
 		rs.mem.Observe(float64(step))
 	}
+	l.noteOnset(rs, st, fired, step)
 	st.Onsets = rs.onset.Fired()
 	if known {
 		st.FeedForwardMs = ms(time.Duration(lvl * float64(l.cfg.DelayStep)))

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
+	"github.com/sanqos/sanqos/lab/diskmodel"
 	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/sample"
 )
@@ -79,6 +80,11 @@ type PhaseResult struct {
 	// Reader is the protected reader's reads as the initiator saw them
 	// (a job with Job.Reader; reader.go), in time order.
 	Reader []ReaderIO
+	// Start is when the phase started (its ticks' T are seconds after),
+	// and Queue its resource's modelled queue over the phase (nil: the
+	// supervisor logs none, a real disk or an older lab).
+	Start  time.Time
+	Queue  *report.Backlog
 	FioErr error
 }
 
@@ -287,6 +293,7 @@ func (r *Runner) Run(p *Phase, rep int) (*PhaseResult, error) {
 	host := watchHost(!r.opts.NoStallWatch)
 	defer host.end() // on an early return; a no-op after host.stop
 	t0 := time.Now()
+	res.Start = t0
 	for _, c := range cmds {
 		if err := c.Start(); err != nil {
 			return nil, err
@@ -350,12 +357,30 @@ loop:
 	if res.Reader, err = readReaderLogs(pdir); err != nil {
 		return nil, err
 	}
+	res.Queue = r.queue(t0, time.Now())
 	reach("run:phase-done")
 	if len(fw.errs) > 0 {
 		res.FioErr = fmt.Errorf("fio failed: %s (see %s/*.stderr)", strings.Join(fw.errs, "; "), pdir)
 		return res, res.FioErr
 	}
 	return res, evErr
+}
+
+// queue is the run's resource's modelled queue from its supervisor's log
+// between from and to, as seconds after from (nil: no log).
+func (r *Runner) queue(from, to time.Time) *report.Backlog {
+	if r.Res == nil || r.Res.Mount == "" {
+		return nil
+	}
+	recs, err := diskmodel.ReadLog(QueueLog(r.Res.Name), from, to)
+	if err != nil || len(recs) == 0 {
+		return nil
+	}
+	b := &report.Backlog{}
+	for _, rec := range recs {
+		b.At, b.Until = append(b.At, rec.At.Sub(from).Seconds()), append(b.Until, rec.Free.Sub(from).Seconds())
+	}
+	return b
 }
 
 func ff(v float64, prec int) string {

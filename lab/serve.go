@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -154,7 +155,9 @@ func mountModels(s *State, log *slog.Logger) ([]mounted, error) {
 		if r.Mount == "" {
 			continue
 		}
-		srv, err := diskmodel.Mount(r.Store, r.Mount, diskmodel.New(s.Options.Model))
+		disk := diskmodel.New(s.Options.Model)
+		logQueue(disk, r.Name, log)
+		srv, err := diskmodel.Mount(r.Store, r.Mount, disk)
 		if err != nil {
 			return nil, fmt.Errorf("mount %s: %w", r.Mount, err)
 		}
@@ -170,6 +173,29 @@ func mountModels(s *State, log *slog.Logger) ([]mounted, error) {
 	}
 	return servers, nil
 }
+
+// logQueue has disk log its queue to QueueLog(name), written out every
+// 100 ms, for the runs' onset floor (report.Backlog); without the file
+// the lab serves as before.
+func logQueue(disk *diskmodel.Disk, name string, log *slog.Logger) {
+	f, err := os.Create(QueueLog(name))
+	if err != nil {
+		log.Warn("no queue log", "err", err)
+		return
+	}
+	disk.LogTo(f)
+	go func() {
+		for range time.Tick(100 * time.Millisecond) {
+			if err := disk.Flush(); err != nil {
+				log.Warn("queue log", "err", err)
+				return
+			}
+		}
+	}()
+}
+
+// QueueLog is the file where the supervisor logs resource name's queue.
+func QueueLog(name string) string { return filepath.Join(StateDir, "queue-"+name+".bin") }
 
 // waitForEnd waits for a signal or for the lab's record to stop being
 // lab id's, and reports whether it still is (an orderly shutdown). The

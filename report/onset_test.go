@@ -33,7 +33,7 @@ func TestFirstSecond(t *testing.T) {
 		{"intervals without reads are skipped, not zero",
 			[]Tick{tk(0.1, 0, 0, 2), tk(0.2, 1, 12, 2)}, []float64{0}, Onset{WorstMeanMs: 12, MedianMeanMs: 12, PeakMs: 12, Steps: 1}},
 	} {
-		if got := FirstSecond(tc.ticks, "r", []string{"w"}, tc.steps, 1.5); got != tc.want {
+		if got := FirstSecond(tc.ticks, "r", []string{"w"}, tc.steps, 1.5, nil); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
@@ -53,5 +53,40 @@ func TestReadsAsWrites(t *testing.T) {
 	}
 	if ticks[0].Dev["b3"].Writes != 2 {
 		t.Errorf("input changed: %+v", ticks)
+	}
+}
+
+// The floor: before the controller acts a read waits the queue it finds;
+// from then on only what was queued then, draining, and every read adds
+// the reader's own wait with no interferer.
+func TestFirstSecondFloor(t *testing.T) {
+	b := Backlog{At: []float64{1.0, 1.02}, Until: []float64{1.05, 1.08}}
+	for _, tc := range []struct{ t, want float64 }{{0.5, 0}, {1.0, 50}, {1.01, 40}, {1.02, 60}, {1.1, 0}} {
+		if got := b.Ms(tc.t); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("Ms(%v) = %v, want %v", tc.t, got, tc.want)
+		}
+	}
+	iv := func(reads uint64, wait float64) sample.Interval {
+		return sample.Interval{Reads: reads, ReadWaitMs: wait, Seconds: 0.1}
+	}
+	ticks := []Tick{
+		{T: 0.1, Dev: map[string]sample.Interval{"r": iv(3, 5)}},
+		{T: 0.2, Dev: map[string]sample.Interval{"r": iv(3, 5)}},
+		{T: 1.1, Dev: map[string]sample.Interval{"r": iv(2, 30), "w": {Writes: 5, Seconds: 0.1}}},
+		{T: 1.2, Dev: map[string]sample.Interval{"r": iv(2, 10), "w": {Writes: 5, Seconds: 0.1}}},
+	}
+	q := &OnsetQueue{Queue: b}
+	q.Note(1.02, 55)
+	q.Note(1.02, 55) // the same surge in the next status: once
+	// (20 ms × 40 ms mean + 60 ms × 30 ms mean) / 1 s + 5 ms = 7.6 ms.
+	want := Onset{WorstMeanMs: 20, MedianMeanMs: 20, PeakMs: 30, Steps: 1, FloorMs: 7.6, MaxFloorMs: 7.6, OverFloor: 2.63,
+		BacklogMs: 60, BacklogEstMs: 55, ActedAfterMs: 20, FloorSteps: 1}
+	if got := FirstSecond(ticks, "r", []string{"w"}, []float64{0.5}, 5, q); got != want {
+		t.Errorf("FirstSecond %+v\nwant %+v", got, want)
+	}
+	// No action in the step's on-period: no floor.
+	want = Onset{WorstMeanMs: 20, MedianMeanMs: 20, PeakMs: 30, Steps: 1}
+	if got := FirstSecond(ticks, "r", []string{"w"}, []float64{0.5}, 5, &OnsetQueue{Queue: b}); got != want {
+		t.Errorf("without an action: %+v", got)
 	}
 }

@@ -229,6 +229,11 @@ type Criteria struct {
 	InitiatorP95X     float64 `json:"initiator_p95_x,omitempty"`
 	InitiatorReadP95X float64 `json:"initiator_read_p95_x,omitempty"`
 	FirstSecondX      float64 `json:"first_second_x_threshold"`
+	// FirstSecondFloorX is that step's floor (Onset.FloorMs) over the
+	// threshold: where it is above FirstSecondX's mark, the queue the
+	// controller found when it first acted, not its later steps, made
+	// the first second (0: no queue recorded).
+	FirstSecondFloorX float64 `json:"first_second_floor_x_threshold,omitempty"`
 	KeptVsBaseline    float64 `json:"write_kept_vs_baseline"`
 	// KeptVsOracle is the run's write rate over the oracle's at the same
 	// threshold (0: no oracle ran).
@@ -412,6 +417,7 @@ func (s *ControlledSummary) Judge() {
 		}
 		if r.Onset != nil && r.Onset.Steps > 0 {
 			c.FirstSecondX = Round(r.Onset.WorstMeanMs/r.ThresholdMs, 2)
+			c.FirstSecondFloorX = Round(r.Onset.FloorMs/r.ThresholdMs, 2)
 		}
 		if s.Baseline.WriteMBs > 0 {
 			c.KeptVsBaseline = Round(r.WriteMBs/s.Baseline.WriteMBs, 3)

@@ -229,7 +229,7 @@ func ControlledRunOf(res *PhaseResult, thr time.Duration, steps []float64, onS f
 	waits := report.Values(w, "b2", readWait)
 	run := report.ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: report.RoundDist(report.Describe(waits)),
 		WriteMBs: report.Round(report.Aggregate(w, Hosts[1:], writeMBs), 2), ReadMBs: report.Round(report.Aggregate(w, Hosts[1:], readMBs), 2)}
-	onset := report.FirstSecond(report.ReadsAsWrites(res.Ticks, "b2"), "b2", Hosts[1:], steps, onS)
+	onset := report.FirstSecond(report.ReadsAsWrites(res.Ticks, "b2"), "b2", Hosts[1:], steps, onS, &res.Onset)
 	run.Onset = &onset
 	if thr == 0 {
 		return run

@@ -27,6 +27,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/sample"
 )
 
@@ -149,6 +150,9 @@ type disk struct {
 	queue    []*request
 	busy     bool
 	cacheUse int64
+	// free is when the disk will have served its queue (the nominal
+	// service of those not started, the drawn one of the head).
+	free time.Duration
 }
 
 type evKind uint8
@@ -191,6 +195,9 @@ type Model struct {
 	// read's data has reached the initiator.
 	wire     map[netip.Addr]*wireBytes
 	lastRate time.Duration
+	// Queue is the first resource's queue at each arrival (the lab's
+	// disk model logs the same), for the onset's floor.
+	Queue report.Backlog
 }
 
 // wireBytes is a consumer's traffic; shaperFree is when its write-rate
@@ -328,6 +335,10 @@ func (m *Model) arrive(r *request) {
 		r = &request{job: r.job, write: true, seq: r.seq, bytes: r.bytes, cached: true}
 	}
 	dk.queue = append(dk.queue, r)
+	dk.free = max(dk.free, m.now) + m.P.service(r.write, r.seq, r.bytes)
+	if ri == 0 {
+		m.Queue.At, m.Queue.Until = append(m.Queue.At, m.now.Seconds()), append(m.Queue.Until, dk.free.Seconds())
+	}
 	if !dk.busy {
 		m.startNext(ri)
 	}
@@ -343,7 +354,9 @@ func (m *Model) startNext(ri int) {
 	r := dk.queue[0]
 	s := m.P.service(r.write, r.seq, r.bytes)
 	if m.P.Jitter > 0 {
+		n := s
 		s = time.Duration(float64(s) * (1 + m.P.Jitter*(2*m.rng.Float64()-1)))
+		dk.free += s - n
 	}
 	m.push(event{at: m.now + s, kind: evDone, res: ri})
 }

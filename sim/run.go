@@ -79,6 +79,9 @@ type PhaseResult struct {
 	// AgentEvents are the agent's events (whom it slowed or released,
 	// and why; the last agent.EventHistory of them), nil without one.
 	AgentEvents []agent.Event
+	// Onset is the first resource's queue and when its controller first
+	// acted on each surge (the agent's LastOnset), for the onset's floor.
+	Onset report.OnsetQueue
 }
 
 // anyDelay is the tick's largest delay in either direction (ms).
@@ -149,6 +152,9 @@ func RunPhase(p *Phase, par Params, seed uint64) (*PhaseResult, error) {
 		if ag != nil {
 			if rs := ag.Resources(); len(rs) > 0 {
 				tk.SetpointMs, tk.IndicatorMs = rs[0].SetpointMs, rs[0].IndicatorMs
+				if o := rs[0].LastOnset; o != nil && !o.ActedAt.IsZero() {
+					res.Onset.Note(o.ActedAt.Sub(m.Epoch).Seconds(), o.BacklogMs)
+				}
 			}
 		}
 		for dev, c := range cur {
@@ -179,6 +185,7 @@ func RunPhase(p *Phase, par Params, seed uint64) (*PhaseResult, error) {
 		ag.Release()
 	}
 	res.Events = m.events.seq
+	res.Onset.Queue = m.Queue
 	simulated.Add(int64(p.Length))
 	return res, nil
 }

@@ -29,6 +29,7 @@
 package diskmodel
 
 import (
+	"bufio"
 	"fmt"
 	"sync"
 	"time"
@@ -101,6 +102,7 @@ type Disk struct {
 	free  time.Time // when the server finishes its current backlog
 	files map[uint64]*fileState
 	stats Stats
+	log   *bufio.Writer // nil: no log (log.go)
 }
 
 // New returns a disk with the given model.
@@ -139,6 +141,7 @@ func (d *Disk) Admit(now time.Time, write bool, file uint64, off int64, n int) t
 		start = now
 	}
 	d.free = start.Add(s)
+	d.logAdmit(now)
 	d.stats.Requests++
 	d.stats.Bytes += uint64(n)
 	d.stats.Busy += s

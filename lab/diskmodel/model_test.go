@@ -1,6 +1,7 @@
 package diskmodel
 
 import (
+	"os"
 	"testing"
 	"time"
 )
@@ -67,6 +68,40 @@ func TestValidate(t *testing.T) {
 	for _, p := range []Params{{Seek: -1, Bandwidth: 1e6, WriteCost: 1}, {Bandwidth: 10, WriteCost: 1}, {Bandwidth: 1e12, WriteCost: 1}, {Bandwidth: 1e6, WriteCost: 0.5}} {
 		if p.Validate() == nil {
 			t.Errorf("%+v accepted", p)
+		}
+	}
+}
+
+// The log gives back, for a window, its admissions and the one before,
+// with the time the server was then free: the queue at any instant.
+func TestLogWindow(t *testing.T) {
+	p := Params{Seek: 5 * time.Millisecond, Bandwidth: 1e6, WriteCost: 1}
+	d := New(p)
+	path := t.TempDir() + "/queue.bin"
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.LogTo(f)
+	t0 := time.Unix(1000, 0)
+	for i := range 5 {
+		d.Admit(t0.Add(time.Duration(i)*time.Millisecond), false, 1, int64(i)*1e6, 0) // 5 ms each, random
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := ReadLog(path, t0.Add(2*time.Millisecond), t0.Add(3*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Record{{t0.Add(time.Millisecond), t0.Add(10 * time.Millisecond)}, {t0.Add(2 * time.Millisecond), t0.Add(15 * time.Millisecond)},
+		{t0.Add(3 * time.Millisecond), t0.Add(20 * time.Millisecond)}}
+	if len(recs) != len(want) {
+		t.Fatalf("records %v, want %v", recs, want)
+	}
+	for i := range want {
+		if !recs[i].At.Equal(want[i].At) || !recs[i].Free.Equal(want[i].Free) {
+			t.Errorf("record %d: %v, want %v", i, recs[i], want[i])
 		}
 	}
 }

@@ -198,7 +198,7 @@ func (cr *controlledRuns) phase(name, label string) *lab.Phase {
 
 // judge is a run's figures (thr 0: the baseline's).
 func (cr *controlledRuns) judge(res *lab.PhaseResult, thr time.Duration) ControlledRun {
-	return controlledRun(res, thr, cr.steps, cr.s.on.Seconds(), cr.c.load.reads)
+	return controlledRun(res, thr, cr.steps, cr.s.on.Seconds(), cr.c.load.reads, nil)
 }
 
 // baseline runs the load without an agent.
@@ -313,7 +313,7 @@ func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 		auto = ds.autoThreshold(res, p)
 		thr = time.Duration(auto.ChosenMs * 1e6) // the run is judged against what the agent chose
 	}
-	run := cr.judge(res, thr)
+	run := controlledRun(res, thr, cr.steps, cr.s.on.Seconds(), cr.c.load.reads, ds.onsetQueue(res))
 	run.ThresholdAuto = auto
 	run.Events = events
 	if be != "" {

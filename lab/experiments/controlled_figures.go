@@ -69,8 +69,9 @@ func (r *runner) controlledWriters() int { return cmp.Or(r.opts.Writers, 12) }
 
 // controlledRun is a run's figures (thr 0: the baseline's); reads: the
 // interferers read too (interferers.reads), so their reads are counted and
-// date a load step as their writes do.
-func controlledRun(res *lab.PhaseResult, thr time.Duration, steps []float64, onS float64, reads bool) ControlledRun {
+// date a load step as their writes do; q, where the queue was logged and
+// an agent acted, gives the onsets their floor.
+func controlledRun(res *lab.PhaseResult, thr time.Duration, steps []float64, onS float64, reads bool, q *report.OnsetQueue) ControlledRun {
 	waits := report.Values(res.Window(), "b2", readWait)
 	run := ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: roundDist(report.Describe(waits)), WriteMBs: round(report.Aggregate(res.Window(), lab.Hosts[1:], writeMBs), 2), TCP: res.TCP}
 	run.Initiator = initiator(res)
@@ -79,7 +80,7 @@ func controlledRun(res *lab.PhaseResult, thr time.Duration, steps []float64, onS
 		run.ReadMBs = round(report.Aggregate(res.Window(), lab.Hosts[1:], readMBs), 2)
 		ticks = report.ReadsAsWrites(ticks, "b2")
 	}
-	onset := report.FirstSecond(ticks, "b2", lab.Hosts[1:], steps, onS)
+	onset := report.FirstSecond(ticks, "b2", lab.Hosts[1:], steps, onS, q)
 	run.Onset = &onset
 	s := tcpSides(res)
 	run.TCPBySide = &s

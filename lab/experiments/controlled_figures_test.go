@@ -33,7 +33,7 @@ func TestControlledRunProbesAtStalls(t *testing.T) {
 		Stalls: []lab.Stall{stall},
 		Host:   report.HostCPU{Stalls: &report.HostStalls{Over8ms: 1, MaxMs: 30}},
 	}
-	run := controlledRun(res, 15*time.Millisecond, nil, 0, false)
+	run := controlledRun(res, 15*time.Millisecond, nil, 0, false, nil)
 	by := run.LossProbesAtStallsBySide
 	if by == nil || by.Target == nil || by.Writers == nil || by.Reader == nil {
 		t.Fatalf("by side: got %+v, want every side", by)
@@ -62,7 +62,7 @@ func TestControlledRunProbesAtStalls(t *testing.T) {
 		t.Errorf("retransmissions at stalls: got %+v, want every side at 0 of 0", r)
 	}
 	res.Host.Stalls = nil
-	if run := controlledRun(res, 15*time.Millisecond, nil, 0, false); run.LossProbesAtStalls != nil || run.LossProbesAtStallsBySide != nil || run.RetransAtStallsBySide != nil {
+	if run := controlledRun(res, 15*time.Millisecond, nil, 0, false, nil); run.LossProbesAtStalls != nil || run.LossProbesAtStallsBySide != nil || run.RetransAtStallsBySide != nil {
 		t.Errorf("unwatched phase: got %+v, %+v and %+v, want none", run.LossProbesAtStalls, run.LossProbesAtStallsBySide, run.RetransAtStallsBySide)
 	}
 }

@@ -39,6 +39,21 @@ type delaySamples struct {
 	// auto are the first resource's threshold and threshold: auto's
 	// status per sample (nil: a set threshold).
 	auto []autoSample
+	// onsets are the first resource's surges as the agent met them.
+	onsets []agent.OnsetStatus
+}
+
+// onsetQueue is the run's queue (nil: not logged) with the agent's first
+// action on each surge, for the onsets' floor.
+func (ds *delaySamples) onsetQueue(res *lab.PhaseResult) *report.OnsetQueue {
+	if res.Queue == nil {
+		return nil
+	}
+	q := &report.OnsetQueue{Queue: *res.Queue}
+	for _, o := range ds.onsets {
+		q.Note(o.ActedAt.Sub(res.Start).Seconds(), o.BacklogMs)
+	}
+	return q
 }
 
 // autoSample is one status sample of threshold: auto.
@@ -80,6 +95,11 @@ func delaySampler(a *lab.LabAgent, length time.Duration, l *interferers, ds *del
 				d = math.Max(d, l.delay(s))
 				rd, wd = math.Max(rd, float64(s.ReadDelay)/1e6), math.Max(wd, float64(s.WriteDelay)/1e6)
 				c += float64(s.WriteRate) / 1e6
+			}
+			if len(st.Resources) > 0 {
+				if o := st.Resources[0].LastOnset; o != nil && !o.ActedAt.IsZero() {
+					ds.onsets = append(ds.onsets, *o)
+				}
 			}
 			if len(st.Resources) > 0 && st.Resources[0].Auto != nil {
 				r := st.Resources[0]

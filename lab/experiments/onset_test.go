@@ -35,7 +35,7 @@ func TestFirstSecondFromRecordedRun(t *testing.T) {
 		"threshold-20ms": {WorstMeanMs: 26.32, MedianMeanMs: 25.25, PeakMs: 81, Steps: 3},
 	}
 	for _, res := range rs {
-		got := report.FirstSecond(res.Ticks, "b2", lab.Hosts[1:], []float64{5, 12.5, 20}, 6.25)
+		got := report.FirstSecond(res.Ticks, "b2", lab.Hosts[1:], []float64{5, 12.5, 20}, 6.25, nil)
 		if got != want[res.Phase.Name] {
 			t.Errorf("%s: onset %+v, want %+v", res.Phase.Name, got, want[res.Phase.Name])
 		}
