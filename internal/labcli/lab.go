@@ -358,6 +358,7 @@ func labServeCmd() *cobra.Command {
 func labRunCmd() *cobra.Command {
 	o := experiments.Options{RunOptions: lab.RunOptions{Results: "results", Repeat: 1}}
 	var kernel string
+	var protocols []string
 	c := &cobra.Command{
 		Use:   "run NAME",
 		Short: "Run an experiment and write results/NAME/RUN/",
@@ -395,6 +396,10 @@ func labRunCmd() *cobra.Command {
 				// Ctrl-C cancels the run cleanly; a second one kills it.
 				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 				context.AfterFunc(ctx, stop)
+				if len(protocols) > 0 {
+					dir, err = runProtocols(ctx, args[0], o, protocols, cmd.ErrOrStderr())
+					break
+				}
 				dir, err = experiments.RunExperiment(ctx, args[0], o)
 			}
 			if dir != "" {
@@ -421,6 +426,7 @@ func labRunCmd() *cobra.Command {
 	experiments.AddFlags(f, &o)
 	f.StringArrayVar(&lab.AgentFlags, "agent-flag", nil, "flag added to every agent the run starts, e.g. --agent-flag=--delay-ramp=0.5 (repeatable)")
 	f.StringVar(&kernel, "kernel", "", "which lab: host, or debian (the stock-kernel guest); default the guest if one is up, else the host's")
+	f.StringSliceVar(&protocols, "protocol", nil, "run once per protocol, iscsi (LIO) and/or nvme-tcp (nvmet), each on the kernel's initiator, rebuilding the guest's lab for each; results/NAME/RUN/PROTOCOL, and RUN/summary.json sets them side by side")
 	return c
 }
 
