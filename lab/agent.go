@@ -83,7 +83,13 @@ func StartAgentIn(ns, name, backend string, dir string, extra ...string) (*LabAg
 		return nil, err
 	}
 	defer logf.Close()
-	args := append([]string{"netns", "exec", ns, bin, "agent", "--backend", backend, "--socket", sock, "--label", "sanqos-lab-" + name}, AgentFlags...)
+	args := []string{"netns", "exec", ns, bin, "agent", "--backend", backend, "--socket", sock, "--label", "sanqos-lab-" + name}
+	// Over NVMe/TCP every agent throttles nvmet's port, config or none
+	// (the oracle's and the throttle figures' agents have none).
+	if s, err := LoadState(); err == nil && s.Options.TargetKind() == TargetNVMet {
+		args = append(args, "--iscsi-port", strconv.Itoa(NVMePort))
+	}
+	args = append(args, AgentFlags...)
 	args = append(args, extra...)
 	cmd := exec.Command("ip", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
