@@ -244,7 +244,10 @@ func (cr *controlledRuns) startAgents(cfgPath, tag string, thr time.Duration) (a
 	if err := r.writeAgentConfig(shadowCfg, "dry-run", "127.0.0.1:9312", thr, cr.c.autonomic); err != nil {
 		return nil, nil, err
 	}
-	if a, err = lab.StartAgent("delayline", r.Dir, "--config", cfgPath); err != nil {
+	// The flag names the config's backend: a flag overrides the config's
+	// key (cmd/sanqos, agent_overrides.go), so "delayline" here ran every
+	// --backends and --agent-set 'backend: …' run on the delay line.
+	if a, err = lab.StartAgent(r.regulatingBackend(), r.Dir, "--config", cfgPath); err != nil {
 		return nil, nil, err
 	}
 	if shadow, err = lab.StartAgentNamed("shadow", "dry-run", r.Dir, "--config", shadowCfg); err != nil {
