@@ -71,11 +71,10 @@ type BackendRun struct {
 	Dir string `json:"dir"`
 	// AgentCPUPct is the agent's whole CPU time (the backend's userspace
 	// work included) over the time it ran, in % of one core.
-	AgentCPUPct float64         `json:"agent_cpu_pct"`
-	Retrans     uint64          `json:"retransmits"`
-	TCP         lab.TCPCounters `json:"tcp"`
-	Seconds     float64         `json:"seconds"`
-	Summary     any             `json:"summary"`
+	AgentCPUPct float64 `json:"agent_cpu_pct"`
+	runTCP
+	Seconds float64 `json:"seconds"`
+	Summary any     `json:"summary"`
 }
 
 // BackendsSummary is summary.json of delay-sweep, throttle-effect or
@@ -122,7 +121,7 @@ func (r *runner) eachBackend(name string, run func(backend string) (backendRun, 
 			_, err = report.Generate(r.Dir)
 		}
 		tcp := s.tcpTotal()
-		sum.Runs = append(sum.Runs, BackendRun{Backend: be, Dir: be, AgentCPUPct: r.use.Pct(), Retrans: tcp.RetransSegs, TCP: tcp,
+		sum.Runs = append(sum.Runs, BackendRun{Backend: be, Dir: be, AgentCPUPct: r.use.Pct(), runTCP: runTCP{tcp.RetransSegs, tcp},
 			Seconds: round(secs, 1), Summary: s})
 		if err != nil {
 			return sum, fmt.Errorf("%s: %w", be, err)

@@ -48,7 +48,7 @@ func (r *runner) delaySweepSession(backend string) (backendRun, error) {
 		}
 		all = append(all, res)
 	}
-	sum.setTCP(all)
+	sum.runTCP = tcpOf(all)
 	return sum, a.Clear()
 }
 

@@ -64,6 +64,6 @@ func (r *runner) delaySweepFresh(backend string) (backendRun, error) {
 	if err := a.Clear(); err != nil {
 		return nil, err
 	}
-	sum.setTCP(all)
+	sum.runTCP = tcpOf(all)
 	return sum, nil
 }

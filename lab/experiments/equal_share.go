@@ -21,8 +21,7 @@ type EqualShareSummary struct {
 	PerHostMBs map[string]float64 `json:"per_host_mb_s"`
 	TotalMBs   float64            `json:"total_mb_s"`
 	Fairness   float64            `json:"fairness"`
-	Retrans    uint64             `json:"retransmits"`
-	TCP        lab.TCPCounters    `json:"tcp"`
+	runTCP
 }
 
 func runEqualShare(r *runner) (any, error) {
@@ -35,7 +34,7 @@ func runEqualShare(r *runner) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := EqualShareSummary{Experiment: "equal-share", Scale: r.opts.Scale, PerHostMBs: map[string]float64{}, Retrans: sumTCP(rs).RetransSegs, TCP: sumTCP(rs)}
+	s := EqualShareSummary{Experiment: "equal-share", Scale: r.opts.Scale, PerHostMBs: map[string]float64{}, runTCP: tcpOf(rs)}
 	var rates []float64
 	for _, h := range lab.Hosts {
 		var v []float64

@@ -30,6 +30,22 @@ func sumTCP(rs []*lab.PhaseResult) lab.TCPCounters {
 	return n
 }
 
+// runTCP is a summary's TCP counters over all its phases, beside their
+// retransmitted segments alone.
+type runTCP struct {
+	Retrans uint64          `json:"retransmits"`
+	TCP     lab.TCPCounters `json:"tcp"`
+}
+
+// tcpOf totals the phases' counters.
+func tcpOf(rs []*lab.PhaseResult) runTCP {
+	t := sumTCP(rs)
+	return runTCP{t.RetransSegs, t}
+}
+
+// tcpTotal is what eachBackend reads of a summary (backendRun).
+func (t runTCP) tcpTotal() lab.TCPCounters { return t.TCP }
+
 func round(v float64, d int) float64 { return report.Round(v, d) }
 
 func roundDist(d report.Dist) report.Dist { return report.RoundDist(d) }

@@ -47,9 +47,8 @@ type ImportantSummary struct {
 	Runs        []ImportantRun `json:"runs"`
 	// WriteGainPct is how much more the writers moved under
 	// important-sets than under read-over-write.
-	WriteGainPct float64         `json:"write_gain_pct_vs_read_over_write"`
-	Retrans      uint64          `json:"retransmits"`
-	TCP          lab.TCPCounters `json:"tcp"`
+	WriteGainPct float64 `json:"write_gain_pct_vs_read_over_write"`
+	runTCP
 }
 
 // SummarizeImportantRun computes a run's figures from its trace window
@@ -131,8 +130,7 @@ func runImportantSets(r *runner) (any, error) {
 	if row := sum.Runs[1].WriteMBs; row > 0 {
 		sum.WriteGainPct = round((sum.Runs[2].WriteMBs-row)/row*100, 1)
 	}
-	sum.TCP = sumTCP(all)
-	sum.Retrans = sum.TCP.RetransSegs
+	sum.runTCP = tcpOf(all)
 	if err := report.TimePlot(filepath.Join(r.Dir, "important-wait.png"), "important-sets: the important reader's wait (b2)",
 		"time (s)", "read wait (ms, EWMA 0.15)", series, []report.Line{{Name: "threshold", Y: ms(thr)}}); err != nil {
 		return sum, err

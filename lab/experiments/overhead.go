@@ -43,9 +43,8 @@ type OverheadSummary struct {
 	// every 2 s, compared window pair by window pair (paired t).
 	Interleaved map[string]InterleavedDirection `json:"interleaved"`
 	// InterleavedSkipped says why there is no interleaved measurement.
-	InterleavedSkipped string          `json:"interleaved_skipped,omitempty"`
-	Retrans            uint64          `json:"retransmits"`
-	TCP                lab.TCPCounters `json:"tcp"`
+	InterleavedSkipped string `json:"interleaved_skipped,omitempty"`
+	runTCP
 }
 
 // runOverhead reads and writes the RAM LUN, alternating runs without any
@@ -56,7 +55,6 @@ type OverheadSummary struct {
 // varied more than the effect being measured (±10 % CIs with 128 MB runs).
 // Results are expressed as the time to move 512 MB. Then the interleaved
 // measurement (overhead_interleaved.go) asks the same within one transfer.
-func (s *OverheadSummary) tcpTotal() lab.TCPCounters { return s.TCP }
 
 func (r *runner) overhead(backend string) (backendRun, error) {
 	if r.State.RAM == nil {
@@ -134,7 +132,6 @@ func (r *runner) overhead(backend string) (backendRun, error) {
 	} else {
 		sum.InterleavedSkipped = "the interleaved measurement toggles the delay line's iptables rules; " + backend + " installs a qdisc tree instead"
 	}
-	sum.TCP = sumTCP(all)
-	sum.Retrans = sum.TCP.RetransSegs
+	sum.runTCP = tcpOf(all)
 	return sum, nil
 }

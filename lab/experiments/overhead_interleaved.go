@@ -311,8 +311,7 @@ type OverheadInterleavedSummary struct {
 	Backend    string               `json:"backend"`
 	Read       InterleavedDirection `json:"read"`
 	Write      InterleavedDirection `json:"write"`
-	Retrans    uint64               `json:"retransmits"`
-	TCP        lab.TCPCounters      `json:"tcp"`
+	runTCP
 }
 
 func runOverheadInterleavedOnly(r *runner) (any, error) {
@@ -324,8 +323,7 @@ func runOverheadInterleavedOnly(r *runner) (any, error) {
 		return nil, err
 	}
 	sum := OverheadInterleavedSummary{Experiment: "overhead-interleaved", Backend: "delayline", Read: il["read"], Write: il["write"]}
-	sum.TCP = sumTCP(res)
-	sum.Retrans = sum.TCP.RetransSegs
+	sum.runTCP = tcpOf(res)
 	return sum, nil
 }
 

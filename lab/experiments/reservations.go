@@ -85,13 +85,12 @@ type ResvSummary struct {
 	Scale      float64 `json:"scale"`
 	// LinkMbit is the TBF rate put on the bridge port toward the target in
 	// the net-bound phases.
-	LinkMbit   int                `json:"link_mbit"`
-	Consumer   string             `json:"reserved_consumer"`
-	ReservedMB float64            `json:"reserved_mb"`
-	PeriodS    float64            `json:"period_s"`
-	Runs       []ResvRun          `json:"runs"`
-	Retrans    uint64             `json:"retransmits"`
-	TCP        report.TCPCounters `json:"tcp"`
+	LinkMbit   int       `json:"link_mbit"`
+	Consumer   string    `json:"reserved_consumer"`
+	ReservedMB float64   `json:"reserved_mb"`
+	PeriodS    float64   `json:"period_s"`
+	Runs       []ResvRun `json:"runs"`
+	runTCP
 }
 
 // linkPort is the bridge port toward the target: its egress carries every
@@ -226,8 +225,7 @@ func runReservations(r *runner) (any, error) {
 			}
 		}
 	}
-	sum.TCP = sumTCP(all)
-	sum.Retrans = sum.TCP.RetransSegs
+	sum.runTCP = tcpOf(all)
 	return sum, r.resvPlots(qSeries, dSeries, aSeries)
 }
 

@@ -99,14 +99,13 @@ type SLORun struct {
 
 // SLOClassesSummary is summary.json of slo-classes.
 type SLOClassesSummary struct {
-	Experiment  string          `json:"experiment"`
-	Scale       float64         `json:"scale"`
-	ThresholdMs float64         `json:"threshold_ms"`
-	MaxDelayMs  float64         `json:"max_delay_ms"`
-	Runs        []SLORun        `json:"runs"`
-	Burst       BurstFigures    `json:"burst"`
-	Retrans     uint64          `json:"retransmits"`
-	TCP         lab.TCPCounters `json:"tcp"`
+	Experiment  string       `json:"experiment"`
+	Scale       float64      `json:"scale"`
+	ThresholdMs float64      `json:"threshold_ms"`
+	MaxDelayMs  float64      `json:"max_delay_ms"`
+	Runs        []SLORun     `json:"runs"`
+	Burst       BurstFigures `json:"burst"`
+	runTCP
 }
 
 // sloJobs are the classes reading at their objective rates and the bulk
@@ -163,8 +162,7 @@ func runSLOClassesLab(r *runner) (any, error) {
 	}
 	all = append(all, bres)
 	sum.Burst = burst
-	sum.TCP = sumTCP(all)
-	sum.Retrans = sum.TCP.RetransSegs
+	sum.runTCP = tcpOf(all)
 	var latRefs, iopsRefs []report.Line
 	for _, c := range SLOLabClasses {
 		latRefs = append(latRefs, report.Line{Name: c.Name + " objective", Y: ms(c.Latency)})

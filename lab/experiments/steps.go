@@ -55,9 +55,8 @@ type StepsSummary struct {
 	Segments   []StepSegment `json:"segments"`
 	// ThrottledVsFree is the mean rate of throttled hosts over that of the
 	// unthrottled ones, across segments with both.
-	ThrottledVsFree float64         `json:"throttled_vs_free_rate_ratio"`
-	Retrans         uint64          `json:"retransmits"`
-	TCP             lab.TCPCounters `json:"tcp"`
+	ThrottledVsFree float64 `json:"throttled_vs_free_rate_ratio"`
+	runTCP
 }
 
 // thesisWrites makes the agent of the thesis' throttle figures (5.4–5.6,
@@ -106,7 +105,7 @@ func runSteps(r *runner, backend, dir string, set throttle.Setting) (any, error)
 	}
 	res := rs[0]
 	f := rateOf(dir)
-	sum := StepsSummary{Experiment: "steps", Backend: backend, Direction: dir, Setting: describeSetting(set), Retrans: sumTCP(rs).RetransSegs, TCP: sumTCP(rs)}
+	sum := StepsSummary{Experiment: "steps", Backend: backend, Direction: dir, Setting: describeSetting(set), runTCP: tcpOf(rs)}
 	stepSegments(&sum, res, steps, length, f)
 	var series []report.Series
 	for _, h := range lab.Hosts {

@@ -54,8 +54,7 @@ type SweepSummary struct {
 	R2Time map[string]float64 `json:"r2_time_per_200mb"`
 	// RatioAtMax is the rate at the largest delay over the rate at zero.
 	RatioAtMax map[string]float64 `json:"ratio_max_delay_vs_0"`
-	Retrans    uint64             `json:"retransmits"`
-	TCP        lab.TCPCounters    `json:"tcp"`
+	runTCP
 	// LeadTCP is the target's and b2's count over each direction's
 	// undelayed lead (first seconds, with libiscsi its login too;
 	// delay-sweep only): what the lab does unthrottled, beside the
@@ -102,8 +101,6 @@ func sweepDelays(streams int) []time.Duration {
 // SweepDelays are the thesis' delays: 0, then 0.6 to 9.6 ms in 1 ms steps.
 var SweepDelays = []time.Duration{0, 600 * time.Microsecond, 1600 * time.Microsecond, 2600 * time.Microsecond, 3600 * time.Microsecond,
 	4600 * time.Microsecond, 5600 * time.Microsecond, 6600 * time.Microsecond, 7600 * time.Microsecond, 8600 * time.Microsecond, 9600 * time.Microsecond}
-
-func (s *SweepSummary) tcpTotal() lab.TCPCounters { return s.TCP }
 
 // newSweepSummary is an empty summary of the named sweep, its maps made.
 func newSweepSummary(experiment, session string) *SweepSummary {
@@ -152,12 +149,6 @@ func (s *SweepSummary) fitDirection(dir, direction string, xs, ys []float64, how
 		return err
 	}
 	return timePlot(dir, direction, s.Points, s.R2Time[direction])
-}
-
-// setTCP totals the TCP counters of the sweep's phases.
-func (s *SweepSummary) setTCP(all []*lab.PhaseResult) {
-	s.TCP = sumTCP(all)
-	s.Retrans = s.TCP.RetransSegs
 }
 
 // pointTCP sums the counts of delay i's steps, given the counters at each

@@ -31,13 +31,10 @@ type EffectWindow struct {
 type EffectSummary struct {
 	Experiment string `json:"experiment"`
 	backendFields
-	Writers int             `json:"writers"`
-	Windows []EffectWindow  `json:"windows"`
-	Retrans uint64          `json:"retransmits"`
-	TCP     lab.TCPCounters `json:"tcp"`
+	Writers int            `json:"writers"`
+	Windows []EffectWindow `json:"windows"`
+	runTCP
 }
-
-func (s *EffectSummary) tcpTotal() lab.TCPCounters { return s.TCP }
 
 func (r *runner) throttleEffect(backend string) (backendRun, error) {
 	a, err := r.startAgent(backend, thesisWrites...)
@@ -75,7 +72,7 @@ func (r *runner) throttleEffect(backend string) (backendRun, error) {
 		return nil, err
 	}
 	res := rs[0]
-	sum := &EffectSummary{Experiment: "throttle-effect", Writers: nw, Retrans: sumTCP(rs).RetransSegs, TCP: sumTCP(rs)}
+	sum := &EffectSummary{Experiment: "throttle-effect", Writers: nw, runTCP: tcpOf(rs)}
 	for _, w := range wins {
 		// Skip the first second of a window: the throttle's step is
 		// instantaneous, the queue's drain is not.

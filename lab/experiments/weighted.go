@@ -63,12 +63,11 @@ type WeightedRun struct {
 
 // WeightedSummary is summary.json of weighted.
 type WeightedSummary struct {
-	Experiment  string          `json:"experiment"`
-	Scale       float64         `json:"scale"`
-	ThresholdMs float64         `json:"threshold_ms"`
-	Runs        []WeightedRun   `json:"runs"`
-	Retrans     uint64          `json:"retransmits"`
-	TCP         lab.TCPCounters `json:"tcp"`
+	Experiment  string        `json:"experiment"`
+	Scale       float64       `json:"scale"`
+	ThresholdMs float64       `json:"threshold_ms"`
+	Runs        []WeightedRun `json:"runs"`
+	runTCP
 }
 
 func bytesRate(iv sample.Interval) float64 { return iv.ReadBps + iv.WriteBps }
@@ -165,8 +164,7 @@ func runWeightedLab(r *runner) (any, error) {
 			return sum, err
 		}
 	}
-	sum.TCP = sumTCP(all)
-	sum.Retrans = sum.TCP.RetransSegs
+	sum.runTCP = tcpOf(all)
 	return sum, nil
 }
 
