@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"strings"
@@ -37,18 +38,10 @@ func (r *runner) writeAgentConfigOn(path, backend, http string, thr time.Duratio
 	var b strings.Builder
 	// --agent-set may name the regulating agent's backend (delayline+htb
 	// for the write-cap lever); the shadow stays dry-run.
-	extra := r.opts.AgentYAML
-	var kept []string
-	for _, line := range strings.Split(extra, "\n") {
-		if strings.HasPrefix(strings.TrimSpace(line), "backend:") {
-			if backend != "dry-run" {
-				backend = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "backend:"))
-			}
-			continue
-		}
-		kept = append(kept, line)
+	set, extra := splitBackend(r.opts.AgentYAML)
+	if set != "" && backend != "dry-run" {
+		backend = set
 	}
-	extra = strings.Join(kept, "\n")
 	thrYAML := thr.String()
 	if r.opts.ThresholdAuto {
 		thrYAML = "auto"
@@ -96,21 +89,26 @@ func (r *runner) scaledWriteMBs() float64 {
 // regulatingBackend is the backend the regulated runs' agent uses: the
 // delay line unless --agent-set names another.
 func (r *runner) regulatingBackend() string {
-	for _, line := range strings.Split(r.opts.AgentYAML, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "backend:"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "delayline"
+	set, _ := splitBackend(r.opts.AgentYAML)
+	return cmp.Or(set, "delayline")
 }
 
 // withBackend is agent YAML with its backend line replaced by backend's.
 func withBackend(agentYAML, backend string) string {
+	_, rest := splitBackend(agentYAML)
+	return strings.TrimSpace(strings.TrimSpace(rest) + "\nbackend: " + backend)
+}
+
+// splitBackend splits agent YAML into the backend its backend lines name
+// (the last; "" for none) and its other lines.
+func splitBackend(agentYAML string) (backend, rest string) {
 	var kept []string
 	for _, line := range strings.Split(agentYAML, "\n") {
-		if !strings.HasPrefix(strings.TrimSpace(line), "backend:") {
-			kept = append(kept, line)
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "backend:"); ok {
+			backend = strings.TrimSpace(v)
+			continue
 		}
+		kept = append(kept, line)
 	}
-	return strings.TrimSpace(strings.TrimSpace(strings.Join(kept, "\n")) + "\nbackend: " + backend)
+	return backend, strings.Join(kept, "\n")
 }
