@@ -12,6 +12,7 @@ import (
 
 	"github.com/sanqos/sanqos/agent"
 	"github.com/sanqos/sanqos/lab"
+	"github.com/sanqos/sanqos/report"
 )
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
@@ -78,6 +79,27 @@ func (r *runner) runPolled(p *lab.Phase, a *lab.LabAgent, length time.Duration) 
 		return nil, nil, err
 	}
 	return res, polls, nil
+}
+
+// class is class name's status in the poll (nil: none).
+func (s *StatusSample) class(name string) *agent.ClassStatus {
+	for k := range s.Classes {
+		if s.Classes[k].Name == name {
+			return &s.Classes[k]
+		}
+	}
+	return nil
+}
+
+// pollSeries is f of class name's status in every poll that has it.
+func pollSeries(label string, polls []StatusSample, name string, f func(*agent.ClassStatus) float64) report.Series {
+	s := report.Series{Name: label}
+	for _, p := range polls {
+		if cs := p.class(name); cs != nil {
+			s.X, s.Y = append(s.X, p.T), append(s.Y, f(cs))
+		}
+	}
+	return s
 }
 
 // inWindow are the polls within res's window, (From, To].

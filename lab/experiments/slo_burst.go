@@ -91,20 +91,12 @@ func SummarizeBurst(c LabSLOClass, scale float64, res *lab.PhaseResult, polls []
 	b := BurstFigures{Class: c.Name, BurstS: report.Round(c.Burst.Seconds()*scale, 3), LowRatio: burstLowRatio, BurstRatio: burstHighRatio,
 		BurstFromS: from.Seconds(), BurstToS: to.Seconds(), AllowanceS: jf(math.NaN(), 0), ExpectedAllowanceS: jf(math.NaN(), 0),
 		IOPSWithCredit: jf(math.NaN(), 0), IOPSAfterCredit: jf(math.NaN(), 0)}
-	find := func(s StatusSample) *agent.ClassStatus {
-		for k := range s.Classes {
-			if s.Classes[k].Name == c.Name {
-				return &s.Classes[k]
-			}
-		}
-		return nil
-	}
 	// The credit when the burst began: the last poll before it.
 	exceedAt := math.NaN()
 	var dWith, dAfter float64
 	var nWith, nAfter int
 	for _, s := range polls {
-		cs := find(s)
+		cs := s.class(c.Name)
 		if cs == nil {
 			continue
 		}
@@ -159,27 +151,11 @@ func SummarizeBurst(c LabSLOClass, scale float64, res *lab.PhaseResult, polls []
 func plotBurst(path string, res *lab.PhaseResult, polls []StatusSample, b BurstFigures) error {
 	var series []report.Series
 	for _, c := range SLOLabClasses {
-		s := report.Series{Name: c.Name + " credit (s)"}
-		for _, p := range polls {
-			for _, cs := range p.Classes {
-				if cs.Name == c.Name {
-					s.X, s.Y = append(s.X, p.T), append(s.Y, cs.CreditS)
-				}
-			}
-		}
-		series = append(series, s)
+		series = append(series, pollSeries(c.Name+" credit (s)", polls, c.Name, func(cs *agent.ClassStatus) float64 { return cs.CreditS }))
 		if c.Name == b.Class {
 			x, y := classSeries(res.Ticks, c.Host, func(ct classTick) float64 { return ct.ios / ct.dt / c.IOPS })
-			series = append(series, report.Series{Name: c.Name + " IOPS / objective", X: x, Y: smooth(y)})
-			d := report.Series{Name: c.Name + " delay (10 ms)"}
-			for _, p := range polls {
-				for _, cs := range p.Classes {
-					if cs.Name == c.Name {
-						d.X, d.Y = append(d.X, p.T), append(d.Y, cs.DelayMs/10)
-					}
-				}
-			}
-			series = append(series, d)
+			series = append(series, report.Series{Name: c.Name + " IOPS / objective", X: x, Y: smooth(y)},
+				pollSeries(c.Name+" delay (10 ms)", polls, c.Name, func(cs *agent.ClassStatus) float64 { return cs.DelayMs / 10 }))
 		}
 	}
 	return report.TimePlot(path, fmt.Sprintf("slo-classes burst: %s banks credit at %.1f×, spends it at %.0f× its objective", b.Class, b.LowRatio, b.BurstRatio),

@@ -5,6 +5,7 @@ package experiments
 // logs, and from the agent's own status polls, so one checks the other.
 
 import (
+	"cmp"
 	"math"
 	"path/filepath"
 	"time"
@@ -182,21 +183,16 @@ func AgentFigures(c LabSLOClass, polls []StatusSample, from, to time.Duration) *
 		if s.T < from.Seconds() || s.T > to.Seconds() {
 			continue
 		}
-		for k := range s.Classes {
-			cs := &s.Classes[k]
-			if cs.Name != c.Name {
-				continue
-			}
-			if p0 == nil {
-				p0 = cs
-			}
-			p1 = cs
-			n++
-			if cs.Missing {
-				missing++
-			}
-			delay += cs.DelayMs
+		cs := s.class(c.Name)
+		if cs == nil {
+			continue
 		}
+		p0, p1 = cmp.Or(p0, cs), cs
+		n++
+		if cs.Missing {
+			missing++
+		}
+		delay += cs.DelayMs
 	}
 	if p0 == nil || p1 == nil || p1.Seconds <= p0.Seconds {
 		return nil
