@@ -2,12 +2,22 @@ package agent
 
 import (
 	"fmt"
+	"image/color"
 	"io"
 	"log/slog"
 	"net/netip"
+	"os"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/sanqos/sanqos/control"
 	"github.com/sanqos/sanqos/filter"
@@ -17,7 +27,10 @@ import (
 
 // scaleSampler synthesises diskstats for n devices, advancing every Read:
 // every fifth device writes 2 MB/s, the others read with a wait that
-// depends on the resource, so some resources are saturated.
+// depends on the resource, so some resources are saturated. Like
+// sample.Diskstats it is a Snapshotter; it makes the map of its counters
+// too (outside the benchmarks' timers), as it did before the tick used
+// the slice, so that before and after touch the same memory.
 type scaleSampler struct {
 	names []string
 	tick  int
@@ -29,10 +42,10 @@ func (s *scaleSampler) advance() {
 	s.tick++
 	t := time.Unix(0, 0).Add(time.Duration(s.tick) * 100 * time.Millisecond)
 	n := uint64(s.tick)
-	m := s.snap // the agent keeps no reference to a tick's counters
-	if m == nil {
-		m = make(map[string]sample.Counters, len(s.names))
+	if s.snap == nil { // the agent keeps no reference to a tick's counters
+		s.snap = make(map[string]sample.Counters, len(s.names))
 	}
+	s.list = grow(s.list, len(s.names))
 	for i, d := range s.names {
 		c := sample.Counters{Device: d, Time: t}
 		if i%5 == 4 {
@@ -40,16 +53,16 @@ func (s *scaleSampler) advance() {
 		} else {
 			c.Reads, c.ReadSectors, c.ReadTicks = 4*n, 64*n, uint64(4*(5+i/10%30))*n
 		}
-		m[d] = c
-		if len(s.list) < len(s.names) {
-			s.list = append(s.list, c)
-		}
-		s.list[i] = c
+		s.snap[d], s.list[i] = c, c
 	}
-	s.snap = m
 }
 
 func (s *scaleSampler) Read(...string) (map[string]sample.Counters, error) { return s.snap, nil }
+
+// Snapshot implements Snapshotter, as the agent's diskstats sampler.
+func (s *scaleSampler) Snapshot() ([]sample.Counters, uint64, error) {
+	return s.list, 1, nil
+}
 
 // scaleLoops is one agent managing resources × perRes consumers, each
 // consumer on its own device, with the daemon's PID and EWMA.
@@ -109,8 +122,13 @@ func TestStepAllocs(t *testing.T) {
 // budget is 1 ms of CPU and 64 KiB per tick. cpu-ms/op is the process's
 // CPU (GC included) over the Steps alone: on a shared machine ns/op is
 // wall time and counts other processes' turns.
-func BenchmarkTick1000x10000(b *testing.B) {
-	l, ss := scaleLoops(1000, 10)
+func BenchmarkTick1000x10000(b *testing.B) { tickBench(b, 1000, 10) }
+
+// tickBench runs b.N ticks of resources × perRes consumers after 20 that
+// settle controllers, smoothers and throttles; it reports cpu-ms/op and
+// returns it with the bytes allocated per tick.
+func tickBench(b *testing.B, resources, perRes int) (cpuMs, bytes float64) {
+	l, ss := scaleLoops(resources, perRes)
 	for i := 0; i < 20; i++ { // warm up: controllers, smoothers, throttles settle
 		ss.advance()
 		if err := l.Step(time.Unix(0, int64(i)*1e8)); err != nil {
@@ -120,6 +138,8 @@ func BenchmarkTick1000x10000(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	var cpu time.Duration
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		ss.advance()
@@ -130,7 +150,93 @@ func BenchmarkTick1000x10000(b *testing.B) {
 		}
 		cpu += processCPU(b) - c0
 	}
-	b.ReportMetric(ms(cpu)/float64(b.N), "cpu-ms/op")
+	runtime.ReadMemStats(&m1)
+	cpuMs = ms(cpu) / float64(b.N)
+	b.ReportMetric(cpuMs, "cpu-ms/op")
+	return cpuMs, float64(m1.TotalAlloc-m0.TotalAlloc) / float64(b.N)
+}
+
+// BenchmarkTickScale is BENCHMARKS.md's scale curve: one tick at 1 to
+// 1,000 resources × 10 to 10,000 consumers (each on its own device), CPU
+// and bytes allocated per tick. With SANQOS_SCALE_PLOT=file.png it also
+// draws them.
+func BenchmarkTickScale(b *testing.B) {
+	var pts []scalePoint
+	for _, r := range []int{1, 10, 100, 1000} {
+		for _, c := range []int{10, 100, 1000, 10000} {
+			if c < r {
+				continue
+			}
+			pt := scalePoint{resources: r, consumers: c}
+			b.Run(fmt.Sprintf("r=%d/c=%d", r, c), func(b *testing.B) { pt.cpuMs, pt.bytes = tickBench(b, r, c/r) })
+			pts = append(pts, pt)
+		}
+	}
+	if path := os.Getenv("SANQOS_SCALE_PLOT"); path != "" {
+		if err := plotScale(path, pts); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+type scalePoint struct {
+	resources, consumers int
+	cpuMs, bytes         float64
+}
+
+// plotScale draws CPU and bytes per tick against consumers, a line per
+// resource count, log-log, with issue 55's budgets dashed.
+func plotScale(path string, pts []scalePoint) error {
+	img := vgimg.New(12*vg.Inch, 4.5*vg.Inch)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Inch / 3, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8, PadLeft: vg.Inch / 8, PadRight: vg.Inch / 8}
+	for i, panel := range []struct {
+		title, label string
+		budget       float64
+		y            func(scalePoint) float64
+	}{
+		{"CPU per tick", "ms of CPU", 1, func(p scalePoint) float64 { return p.cpuMs }},
+		{"allocated per tick", "bytes", 64 << 10, func(p scalePoint) float64 { return p.bytes }},
+	} {
+		p := plot.New()
+		p.Title.Text, p.X.Label.Text, p.Y.Label.Text = panel.title, "consumers", panel.label
+		p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+		p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+		p.Add(plotter.NewGrid())
+		p.Legend.Top, p.Legend.Left = false, false // bottom right: the curves rise to the right
+		for k, r := range []int{1, 10, 100, 1000} {
+			var xy plotter.XYs
+			for _, pt := range pts {
+				if pt.resources == r {
+					xy = append(xy, plotter.XY{X: float64(pt.consumers), Y: max(panel.y(pt), 1e-3)}) // log: no 0
+				}
+			}
+			l, s, err := plotter.NewLinePoints(xy)
+			if err != nil {
+				return err
+			}
+			l.Color, s.Color = plotutil.Color(k), plotutil.Color(k)
+			p.Add(l, s)
+			p.Legend.Add(fmt.Sprintf("%d resource(s)", r), l, s)
+		}
+		budget, err := plotter.NewLine(plotter.XYs{{X: 10, Y: panel.budget}, {X: 10000, Y: panel.budget}})
+		if err != nil {
+			return err
+		}
+		budget.Color, budget.Dashes = color.RGBA{R: 200, A: 255}, []vg.Length{vg.Points(4), vg.Points(3)}
+		p.Add(budget)
+		p.Legend.Add("issue 55 budget", budget)
+		p.Draw(tiles.At(dc, i, 0))
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // processCPU is the process's user and system CPU so far.
@@ -140,9 +246,4 @@ func processCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// Snapshot implements Snapshotter, as the agent's diskstats sampler.
-func (s *scaleSampler) Snapshot() ([]sample.Counters, uint64, error) {
-	return s.list, 1, nil
 }
