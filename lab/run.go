@@ -98,26 +98,12 @@ func (r *PhaseResult) Window() []Tick { return r.Between(r.Phase.From, r.Phase.T
 // Between returns the ticks whose interval ended in (from, to] after the
 // phase started.
 func (r *PhaseResult) Between(from, to time.Duration) []Tick {
-	var w []Tick
-	for _, t := range r.Ticks {
-		if t.T > from.Seconds() && t.T <= to.Seconds() {
-			w = append(w, t)
-		}
-	}
-	return w
+	return report.Between(r.Ticks, from, to)
 }
 
 // Series returns f(host interval) over the phase's ticks.
 func (r *PhaseResult) Series(host string, f func(sample.Interval) float64) (x, y []float64) {
-	for _, t := range r.Ticks {
-		iv, ok := t.Dev[host]
-		if !ok {
-			continue
-		}
-		x = append(x, t.T)
-		y = append(y, f(iv))
-	}
-	return x, y
+	return report.HostSeries(r.Ticks, host, f)
 }
 
 // Runner executes phases on a built lab.

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/sanqos/sanqos/sample"
 )
@@ -35,6 +36,28 @@ func Values[T Ticker](ticks []T, host string, f func(sample.Interval) float64) [
 		}
 	}
 	return v
+}
+
+// HostSeries is f of host's interval in each tick that has one, against time.
+func HostSeries[T Ticker](ticks []T, host string, f func(sample.Interval) float64) (x, y []float64) {
+	for _, t := range ticks {
+		if iv, ok := t.tick().Dev[host]; ok {
+			x, y = append(x, t.tick().T), append(y, f(iv))
+		}
+	}
+	return x, y
+}
+
+// Between are the ticks whose interval ended in (from, to] after their
+// phase started (a nanosecond's slack for the times' rounding).
+func Between[T Ticker](ticks []T, from, to time.Duration) []T {
+	var w []T
+	for _, t := range ticks {
+		if s := t.tick().T; s > from.Seconds()+1e-9 && s <= to.Seconds()+1e-9 {
+			w = append(w, t)
+		}
+	}
+	return w
 }
 
 // Aggregate averages, over ticks, the sum of f across hosts (an aggregate

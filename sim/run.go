@@ -92,24 +92,12 @@ func (r *PhaseResult) Window() []Tick { return r.Between(r.Phase.From, r.Phase.T
 
 // Between returns the ticks whose interval ended in (from, to].
 func (r *PhaseResult) Between(from, to time.Duration) []Tick {
-	var w []Tick
-	for _, t := range r.Ticks {
-		if t.T > from.Seconds()+1e-9 && t.T <= to.Seconds()+1e-9 {
-			w = append(w, t)
-		}
-	}
-	return w
+	return report.Between(r.Ticks, from, to)
 }
 
 // Series returns f of host's interval over the phase.
 func (r *PhaseResult) Series(host string, f func(sample.Interval) float64) (x, y []float64) {
-	for _, t := range r.Ticks {
-		if iv, ok := t.Dev[host]; ok {
-			x = append(x, t.T)
-			y = append(y, f(iv))
-		}
-	}
-	return x, y
+	return report.HostSeries(r.Ticks, host, f)
 }
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
