@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -137,10 +138,8 @@ var guestUpDefaults = []string{"--lun-size=134217728", "--disk-bandwidth=4e6", "
 func guestFlags(cmd *cobra.Command, skip ...string) []string {
 	var out []string
 	cmd.Flags().Visit(func(f *pflag.Flag) {
-		for _, s := range skip {
-			if f.Name == s {
-				return
-			}
+		if slices.Contains(skip, f.Name) {
+			return
 		}
 		if sv, ok := f.Value.(pflag.SliceValue); ok {
 			for _, v := range sv.GetSlice() {
@@ -151,6 +150,15 @@ func guestFlags(cmd *cobra.Command, skip ...string) []string {
 		out = append(out, "--"+f.Name+"="+f.Value.String())
 	})
 	return out
+}
+
+// notGiven are the flags of defaults (--name=value) that cmd's user did
+// not set.
+func notGiven(cmd *cobra.Command, defaults []string) []string {
+	return slices.DeleteFunc(slices.Clone(defaults), func(d string) bool {
+		name, _, _ := strings.Cut(strings.TrimPrefix(d, "--"), "=")
+		return cmd.Flags().Changed(name)
+	})
 }
 
 func labUpGuest(cmd *cobra.Command, g guest.Options, kernel string) error {
@@ -168,13 +176,7 @@ func labUpGuest(cmd *cobra.Command, g guest.Options, kernel string) error {
 	if err != nil {
 		return err
 	}
-	args := guestFlags(cmd, "kernel", "accel", "memory", "cpus")
-	for _, d := range guestUpDefaults {
-		name, _, _ := strings.Cut(strings.TrimPrefix(d, "--"), "=")
-		if !cmd.Flags().Changed(name) {
-			args = append(args, d)
-		}
-	}
+	args := append(guestFlags(cmd, "kernel", "accel", "memory", "cpus"), notGiven(cmd, guestUpDefaults)...)
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	_, err = guest.UpLab(ctx, g, self, sanqos, args, cmd.OutOrStdout())
@@ -446,12 +448,7 @@ func labRunGuest(cmd *cobra.Command, g *guest.Guest, name string, o experiments.
 		return "", err
 	}
 	flags := guestFlags(cmd, "results", "run-id", "kernel")
-	var added []string
-	for _, d := range guestRunDefaults[name] {
-		if n, _, _ := strings.Cut(strings.TrimPrefix(d, "--"), "="); !cmd.Flags().Changed(n) {
-			added = append(added, d)
-		}
-	}
+	added := notGiven(cmd, guestRunDefaults[name])
 	fmt.Fprintf(os.Stderr, "running %s in the stock-kernel guest (%s, %s)\n", name, g.Info.Release, g.Info.Accel)
 	if len(added) > 0 && g.Info.Accel == "tcg" {
 		flags = append(flags, added...)
