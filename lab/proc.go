@@ -3,6 +3,7 @@ package lab
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -75,12 +76,7 @@ func supervisors() []Proc {
 
 // hasEnv reports whether a NUL-separated environment holds kv.
 func hasEnv(env []byte, kv string) bool {
-	for _, e := range strings.Split(string(env), "\x00") {
-		if e == kv {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(strings.Split(string(env), "\x00"), kv)
 }
 
 // procsOf are the live processes among pids, with their start times and

@@ -3,6 +3,7 @@ package lab
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 )
 
@@ -63,10 +64,5 @@ func (o Options) TargetOf(host string) TargetHost {
 
 // IsTargetNS reports whether ns is one of the lab's target namespaces.
 func IsTargetNS(ns string) bool {
-	for _, t := range allTargets() {
-		if t.NS == ns {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(allTargets(), func(t TargetHost) bool { return t.NS == ns })
 }

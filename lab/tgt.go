@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -143,12 +144,7 @@ func tgtdPids(t TargetHost) []int {
 // IsOurTgtd matches tgtd processes started with one of our control ports.
 func IsOurTgtd(argv []string) bool {
 	p := tgtdPort(argv)
-	for _, t := range allTargets() {
-		if p == t.port() {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(allTargets(), func(t TargetHost) bool { return t.port() == p })
 }
 
 // tgtdPort is a tgtd command line's control port ("" if not tgtd).

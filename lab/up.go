@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -347,14 +348,7 @@ func loadFor(dev, module string) {
 	}
 }
 
-func isMounted(dir string) bool {
-	for _, m := range ourMounts() {
-		if m == dir {
-			return true
-		}
-	}
-	return false
-}
+func isMounted(dir string) bool { return slices.Contains(ourMounts(), dir) }
 
 // WaitFor polls a readiness condition of an outside process (a daemon
 // coming up); it is not used to order our own goroutines.
