@@ -200,15 +200,11 @@ func WriteLoop(w io.Writer, rs []*PhaseResult) error {
 		}
 		for _, t := range r.Ticks {
 			raw := ""
-			for d, h := range r.Phase.Hosts {
-				if d == Devices[0] {
-					if iv, ok := t.Dev[h]; ok && !math.IsNaN(iv.ReadWaitMs) {
-						raw = strconv.FormatFloat(iv.ReadWaitMs, 'f', 3, 64)
-					}
-				}
+			if iv, ok := t.Dev[r.Phase.Hosts[Devices[0]]]; ok && !math.IsNaN(iv.ReadWaitMs) {
+				raw = strconv.FormatFloat(iv.ReadWaitMs, 'f', 3, 64)
 			}
 			_ = cw.Write([]string{r.Phase.Name, strconv.FormatFloat(t.T, 'f', 1, 64), strconv.FormatFloat(t.SetpointMs, 'f', 3, 64),
-				strconv.FormatFloat(t.IndicatorMs, 'f', 3, 64), raw, strconv.FormatFloat(math.Max(t.Delay, t.ReadDelay), 'f', 2, 64)})
+				strconv.FormatFloat(t.IndicatorMs, 'f', 3, 64), raw, strconv.FormatFloat(t.anyDelay(), 'f', 2, 64)})
 		}
 	}
 	cw.Flush()

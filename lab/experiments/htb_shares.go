@@ -143,12 +143,7 @@ func sharesSummary(res *lab.PhaseResult, capped []string, caps [][]float64, snap
 		for k, h := range capped {
 			minor := uint16(0x10 + k)
 			wire := float64(snaps[2*i+1][minor]-snaps[2*i][minor]) / secs / 1e6
-			var pay []float64
-			for _, t := range res.Between(from, to) {
-				if iv, ok := t.Dev[h]; ok {
-					pay = append(pay, iv.ReadBps/1e6)
-				}
-			}
+			pay := report.Values(res.Between(from, to), h, readMBs)
 			d := report.Describe(pay)
 			lo := math.NaN()
 			if len(pay) > 0 {
