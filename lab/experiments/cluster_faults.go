@@ -137,9 +137,7 @@ func (c *clusterRun) faults(cli *clientv3.Client) (ClusterFaults, error) {
 	<-done
 	restart.Wait()
 	if !lab.EtcdRunning() {
-		if serr := lab.StartEtcd(); serr != nil && err == nil {
-			err = serr
-		}
+		err = cmp.Or(err, lab.StartEtcd())
 	}
 	f.ClusterPhase, f.Leader = cp, killed
 	if res != nil && res.FioErr != nil {

@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -87,9 +88,7 @@ func (r *runner) overhead(backend string) (backendRun, error) {
 				pdir := fmt.Sprintf("%s/%s.r%d/b2.json", r.Dir, p.Name, rep)
 				p.Name = name
 				if a != nil {
-					if serr := a.Stop(); serr != nil && err == nil {
-						err = serr
-					}
+					err = cmp.Or(err, a.Stop())
 				}
 				if err != nil {
 					return nil, err
