@@ -204,7 +204,7 @@ func (a *Agent) Metrics() http.Handler {
 // for each consumer a resource slowed.
 func (a *Agent) Run(ctx context.Context) error {
 	go a.discoverLoop(ctx)
-	if s, ok := a.deps.Throttle.(Statser); ok {
+	if s := throttle.CountingOf(a.deps.Throttle); s != nil {
 		go a.watchLateness(ctx, s)
 	}
 	err := a.loops.Run(ctx)

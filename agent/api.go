@@ -71,18 +71,6 @@ type ReloadReply struct {
 }
 
 // Handler returns the HTTP handler of the control API.
-// Counterer is implemented by backends that count what they delayed
-// (the delay line): packets and bytes per consumer.
-type Counterer interface {
-	Counters() map[netip.Addr]throttle.DelayCounters
-}
-
-// Statser is implemented by backends with totals that belong to no
-// consumer (the delay line: packets held now, unclassified, errors).
-type Statser interface {
-	Stats() throttle.DelayLineStats
-}
-
 func (a *API) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/throttles", func(w http.ResponseWriter, r *http.Request) {
@@ -130,7 +118,7 @@ func (a *API) Handler() http.Handler {
 		// What the backend delayed, per consumer: empty for backends that
 		// do not count (they hold no packets).
 		out := map[string]throttle.DelayCounters{}
-		if c, ok := a.T.(Counterer); ok {
+		if c := throttle.CountingOf(a.T); c != nil {
 			for k, v := range c.Counters() {
 				out[k.String()] = v
 			}
@@ -141,7 +129,7 @@ func (a *API) Handler() http.Handler {
 		// The backend's totals that belong to no consumer (the delay
 		// line's held packets and release lateness); zero for the rest.
 		var out throttle.DelayLineStats
-		if s, ok := a.T.(Statser); ok {
+		if s := throttle.CountingOf(a.T); s != nil {
 			out = s.Stats()
 		}
 		writeJSON(w, http.StatusOK, out)

@@ -46,7 +46,7 @@ func (w *lateWatch) check(now throttle.Lateness) lateVerdict {
 }
 
 // watchLateness logs when the delay line starts and stops releasing late.
-func (a *Agent) watchLateness(ctx context.Context, s Statser) {
+func (a *Agent) watchLateness(ctx context.Context, s throttle.Counting) {
 	w := lateWatch{last: s.Stats().Late}
 	t := time.NewTicker(lateWindow)
 	defer t.Stop()

@@ -39,7 +39,7 @@ func (p *plan) chosenOr(s string) string {
 // entry's Needs), each entry a set of alternatives. With iptables-nft, xt
 // matches and targets go through nft_compat, and NFQUEUE becomes nft's
 // queue expression (iptProblem checks that).
-func (e *Env) featureNeeds(name string) [][]string {
+func (e *Env) featureNeeds(name string) [][]feature {
 	b, ok := throttle.Lookup(name)
 	if !ok {
 		return nil
@@ -48,16 +48,16 @@ func (e *Env) featureNeeds(name string) [][]string {
 	return e.nftNeeds(b.Needs(w))
 }
 
-func (e *Env) nftNeeds(needs [][]string) [][]string {
+func (e *Env) nftNeeds(needs [][]feature) [][]feature {
 	if e.iptFacts().variant != "nf_tables" {
 		return needs
 	}
-	var out [][]string
+	var out [][]feature
 	for _, alts := range needs {
-		switch {
-		case slices.Equal(alts, []string{"xt_NFQUEUE"}):
-		case len(alts) == 1 && strings.HasPrefix(alts[0], "iptable_"):
-			out = append(out, []string{"nft_compat"})
+		switch key := alts[0].Key; {
+		case len(alts) == 1 && key == "xt_NFQUEUE":
+		case len(alts) == 1 && strings.HasPrefix(key, "iptable_"):
+			out = append(out, []feature{nftCompat})
 		default:
 			out = append(out, alts)
 		}
@@ -71,32 +71,23 @@ func (e *Env) lacking(name string) (missing, unknown []string) {
 	return e.lackingOf(e.featureNeeds(name))
 }
 
-func (e *Env) lackingOf(needs [][]string) (missing, unknown []string) {
+func (e *Env) lackingOf(needs [][]feature) (missing, unknown []string) {
 	k := e.kernelFacts()
 	for _, alts := range needs {
-		if slices.ContainsFunc(alts, k.has) {
+		if slices.ContainsFunc(alts, func(f feature) bool { return k.has(f.Key) }) {
 			continue
 		}
-		if slices.ContainsFunc(alts, func(a string) bool { return !k.known(a) }) {
-			unknown = append(unknown, strings.Join(alts, "|"))
-			continue
+		var keys, syms []string
+		for _, f := range alts {
+			keys, syms = append(keys, f.Key), append(syms, f.Symbol)
 		}
-		var syms []string
-		for _, a := range alts {
-			syms = append(syms, symbolOf(a))
+		if slices.ContainsFunc(alts, func(f feature) bool { return !k.known(f.Key) }) {
+			unknown = append(unknown, strings.Join(keys, "|"))
+			continue
 		}
 		missing = append(missing, strings.Join(syms, " or "))
 	}
 	return missing, unknown
-}
-
-func symbolOf(key string) string {
-	for _, f := range features {
-		if f.key == key {
-			return f.symbol
-		}
-	}
-	return key
 }
 
 func (e *Env) plan() *plan {
@@ -233,8 +224,8 @@ func (e *Env) needsLine(name string) string {
 	var parts []string
 	for _, alts := range e.featureNeeds(name) {
 		var s []string
-		for _, a := range alts {
-			s = append(s, a+" "+k.state[a].String())
+		for _, f := range alts {
+			s = append(s, f.Key+" "+k.state[f.Key].String())
 		}
 		parts = append(parts, strings.Join(s, " | "))
 	}

@@ -12,47 +12,32 @@ import (
 	"github.com/sanqos/sanqos/throttle"
 )
 
-// feature is one kernel capability some part of sanqos needs.
-type feature struct {
-	key    string // how the other checks name it
-	what   string // who needs it
-	symbol string // Kconfig symbol
-	module string // module name when built as one; "" if it cannot be
+// feature is one kernel capability some part of sanqos needs: its key
+// is how the other checks name it.
+type feature = throttle.Feature
+
+// features are the kernel features the backends need (their registry
+// entries': throttle.Features), then those of auto's probes, bridge
+// mode, iptables-nft and discovery, in the order the kernel check lists
+// them; the check names the backends that need each from the registry.
+func features() []feature {
+	return append(throttle.Features(),
+		own("ip_tables", "iptables-legacy", "CONFIG_IP_NF_IPTABLES", "ip_tables"),
+		own("nf_tables", "nf_tables (iptables-nft, nft)", "CONFIG_NF_TABLES", "nf_tables"),
+		nftCompat,
+		own("nft_queue", "iptables-nft's NFQUEUE (nft queue)", "CONFIG_NFT_QUEUE", "nft_queue"),
+		own("netns", "network namespaces (auto's probes)", "CONFIG_NET_NS", ""),
+		own("veth", "veth (auto's probes)", "CONFIG_VETH", "veth"),
+		own("packet", "AF_PACKET capture (bridge mode)", "CONFIG_PACKET", "af_packet"),
+		own("configfs", "configfs (LIO discovery)", "CONFIG_CONFIGFS_FS", "configfs"),
+		own("lio", "LIO iSCSI target", "CONFIG_ISCSI_TARGET", "iscsi_target_mod"))
 }
 
-// features are the kernel features the backends (their registry entries'
-// Needs), discovery and bridge mode use, in the order the kernel check
-// lists them; the check names the backends that need each from the
-// registry.
-var features = []feature{
-	{"netem", "netem qdisc", "CONFIG_NET_SCH_NETEM", "sch_netem"},
-	{"fq", "fq qdisc (releases each packet at its time)", "CONFIG_NET_SCH_FQ", "sch_fq"},
-	{"htb", "htb qdisc", "CONFIG_NET_SCH_HTB", "sch_htb"},
-	{"clsact", "clsact hook for tc BPF", "CONFIG_NET_SCH_INGRESS", "sch_ingress"},
-	{"cls_bpf", "tc BPF classifier", "CONFIG_NET_CLS_BPF", "cls_bpf"},
-	{"bpf", "bpf(2)", "CONFIG_BPF_SYSCALL", ""},
-	{"cls_fw", "mark → class filter (else u32)", "CONFIG_NET_CLS_FW", "cls_fw"},
-	{"cls_u32", "mark → class filter fallback", "CONFIG_NET_CLS_U32", "cls_u32"},
-	{"ifb", "ingress shaping device", "CONFIG_IFB", "ifb"},
-	{"mirred", "redirect to ifb", "CONFIG_NET_ACT_MIRRED", "act_mirred"},
-	{"nfqueue", "nfnetlink_queue", "CONFIG_NETFILTER_NETLINK_QUEUE", "nfnetlink_queue"},
-	{"xt_NFQUEUE", "iptables -j NFQUEUE", "CONFIG_NETFILTER_XT_TARGET_NFQUEUE", "xt_NFQUEUE"},
-	{"ipset", "consumer sets", "CONFIG_IP_SET", "ip_set"},
-	{"ipset_hash_ip", "consumer sets of type hash:ip", "CONFIG_IP_SET_HASH_IP", "ip_set_hash_ip"},
-	{"xt_set", "iptables -m set / -j SET", "CONFIG_NETFILTER_XT_SET", "xt_set"},
-	{"xt_u32", "iptables -m u32 (pure-ACK tests)", "CONFIG_NETFILTER_XT_MATCH_U32", "xt_u32"},
-	{"xt_comment", "iptables -m comment (rule labels)", "CONFIG_NETFILTER_XT_MATCH_COMMENT", "xt_comment"},
-	{"ip_tables", "iptables-legacy", "CONFIG_IP_NF_IPTABLES", "ip_tables"},
-	{"iptable_filter", "filter table", "CONFIG_IP_NF_FILTER", "iptable_filter"},
-	{"iptable_mangle", "mangle table (marks)", "CONFIG_IP_NF_MANGLE", "iptable_mangle"},
-	{"nf_tables", "nf_tables (iptables-nft, nft)", "CONFIG_NF_TABLES", "nf_tables"},
-	{"nft_compat", "iptables-nft's xt matches and targets", "CONFIG_NFT_COMPAT", "nft_compat"},
-	{"nft_queue", "iptables-nft's NFQUEUE (nft queue)", "CONFIG_NFT_QUEUE", "nft_queue"},
-	{"netns", "network namespaces (auto's probes)", "CONFIG_NET_NS", ""},
-	{"veth", "veth (auto's probes)", "CONFIG_VETH", "veth"},
-	{"packet", "AF_PACKET capture (bridge mode)", "CONFIG_PACKET", "af_packet"},
-	{"configfs", "configfs (LIO discovery)", "CONFIG_CONFIGFS_FS", "configfs"},
-	{"lio", "LIO iSCSI target", "CONFIG_ISCSI_TARGET", "iscsi_target_mod"},
+// nftCompat stands for iptables-legacy's tables under iptables-nft.
+var nftCompat = own("nft_compat", "iptables-nft's xt matches and targets", "CONFIG_NFT_COMPAT", "nft_compat")
+
+func own(key, what, symbol, module string) feature {
+	return feature{Key: key, What: what, Symbol: symbol, Module: module}
 }
 
 // neededBy names the backends whose Needs (with either write_delay_on)
@@ -61,7 +46,9 @@ func neededBy(key string) string {
 	var names []string
 	for _, b := range throttle.Entries() {
 		for _, w := range []throttle.WriteOn{throttle.WriteOnReplies, throttle.WriteOnACKs} {
-			if slices.ContainsFunc(b.Needs(w), func(alts []string) bool { return slices.Contains(alts, key) }) && !slices.Contains(names, b.Name) {
+			if slices.ContainsFunc(b.Needs(w), func(alts []feature) bool {
+				return slices.ContainsFunc(alts, func(f feature) bool { return f.Key == key })
+			}) && !slices.Contains(names, b.Name) {
 				names = append(names, b.Name)
 			}
 		}
@@ -131,33 +118,33 @@ func readKernel(h Host) *kernelFacts {
 		}
 	}
 	dep, _ := h.read("/lib/modules/" + k.release + "/modules.dep")
-	for _, f := range features {
-		k.state[f.key], k.note[f.key] = featureState(h, k, f, dep)
+	for _, f := range features() {
+		k.state[f.Key], k.note[f.Key] = featureState(h, k, f, dep)
 	}
 	return k
 }
 
 func featureState(h Host, k *kernelFacts, f feature, dep []byte) (state, string) {
-	isLoaded := f.module != "" && h.exists("/sys/module/"+f.module)
+	isLoaded := f.Module != "" && h.exists("/sys/module/"+f.Module)
 	if k.source == "" {
 		if isLoaded {
 			return loaded, ""
 		}
 		return unknown, "no kernel config (/proc/config.gz or /boot/config-" + k.release + ")"
 	}
-	switch k.config[f.symbol] {
+	switch k.config[f.Symbol] {
 	case "y":
 		return builtin, ""
 	case "m":
 		if isLoaded {
 			return loaded, ""
 		}
-		if bytes.Contains(dep, []byte("/"+f.module+".ko")) {
+		if bytes.Contains(dep, []byte("/"+f.Module+".ko")) {
 			return loadable, ""
 		}
-		return absent, f.symbol + "=m but " + f.module + ".ko is not installed (modules.dep)"
+		return absent, f.Symbol + "=m but " + f.Module + ".ko is not installed (modules.dep)"
 	}
-	return absent, f.symbol + " is not set"
+	return absent, f.Symbol + " is not set"
 }
 
 func gunzip(b []byte) ([]byte, error) {
@@ -204,9 +191,9 @@ func (c kernelCheck) Run() Result {
 		}
 	}
 	var r Result
-	for _, f := range features {
-		line := fmt.Sprintf("%-15s %-15s %s%s", f.key, k.state[f.key], f.what, neededBy(f.key))
-		if n := k.note[f.key]; n != "" && k.source != "" {
+	for _, f := range features() {
+		line := fmt.Sprintf("%-15s %-15s %s%s", f.Key, k.state[f.Key], f.What, neededBy(f.Key))
+		if n := k.note[f.Key]; n != "" && k.source != "" {
 			line += " — " + n
 		}
 		r.Detail = append(r.Detail, line)

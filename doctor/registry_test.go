@@ -20,14 +20,18 @@ func (testBackend) Name() string { return "testonly" }
 // A backend is one file and one throttle.Register: registered from this
 // test alone, it is seen by config validation (its name, its caps),
 // auto's choice (first in rank where its probe passes), doctor (which
-// predicts it from its Probes and Needs on the stock kernel) and cleanup
-// (its label suffix), with nothing else told of it.
+// predicts it from its Probes and Needs on the stock kernel, and lists
+// the kernel feature only it names) and cleanup (its label suffix), with
+// nothing else told of it.
 func TestRegisteredBackendIsSeenEverywhere(t *testing.T) {
+	htb := throttle.Feature{Key: "htb", What: "htb qdisc", Symbol: "CONFIG_NET_SCH_HTB", Module: "sch_htb"}
+	ifb := throttle.Feature{Key: "ifb", What: "ingress shaping device", Symbol: "CONFIG_IFB", Module: "ifb"}
+	cake := throttle.Feature{Key: "cake", What: "cake qdisc", Symbol: "CONFIG_NET_SCH_CAKE", Module: "sch_cake"}
 	var cleaned []string
 	remove := throttle.Register(throttle.Entry{Name: "testonly", Rank: 1, Auto: true, AutoHas: "htb",
 		About: "a test's backend", Caps: throttle.Caps{Delay: true, WriteRate: true}, Parts: throttle.PartDevice,
-		Needs:   func(throttle.WriteOn) [][]string { return [][]string{{"htb"}, {"ifb"}} },
-		Probes:  [][]string{{"htb"}},
+		Needs:   func(throttle.WriteOn) [][]throttle.Feature { return [][]throttle.Feature{{htb}, {ifb, cake}} },
+		Probes:  [][]throttle.Feature{{htb}},
 		Objects: []throttle.Objects{{Suffix: "-to", Cleanup: func(label string) error { cleaned = append(cleaned, label); return nil }}},
 		Probe:   func() (bool, string, error) { return true, "the test says so", nil },
 		Build: func(throttle.Options, throttle.WriteOn) (throttle.Throttle, error) {
@@ -54,9 +58,15 @@ func TestRegisteredBackendIsSeenEverywhere(t *testing.T) {
 	e := fixture{base: "stock-6.1"}.env(t)
 	r := backendCheck{e}.Run()
 	if r.Status != OK || !strings.HasPrefix(r.Summary, "auto → testonly: kernel has htb") ||
-		!slices.Contains(r.Detail, "testonly needs: htb module, ifb module") ||
+		!slices.Contains(r.Detail, "testonly needs: htb module, ifb module | cake no") ||
 		!slices.ContainsFunc(r.Detail, func(s string) bool { return strings.HasPrefix(s, "testonly throttles IPv4 consumers only") }) {
 		t.Errorf("doctor: %s %q %q", r.Status, r.Summary, r.Detail)
+	}
+
+	if r := (kernelCheck{e}).Run(); !slices.ContainsFunc(r.Detail, func(s string) bool {
+		return strings.HasPrefix(s, "cake ") && strings.HasSuffix(s, "cake qdisc (testonly) — CONFIG_NET_SCH_CAKE is not set")
+	}) {
+		t.Errorf("doctor's kernel check does not list the test backend's feature: %q", r.Detail)
 	}
 
 	if err := throttle.Cleanup("lbl"); err != nil {

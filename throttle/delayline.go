@@ -29,11 +29,11 @@ func init() {
 		Collector: delayLineCollector})
 }
 
-func delayLineNeeds(w WriteOn) [][]string {
-	n := append([][]string{{"nfqueue"}, {"iptable_filter"}, {"xt_NFQUEUE"}}, needSets...)
+func delayLineNeeds(w WriteOn) [][]Feature {
+	n := append([][]Feature{{kNfqueue}, {kFilter}, {kXtNFQUEUE}}, needSets...)
 	if w == WriteOnReplies {
 		// Replies leave pure ACKs out of the queue by -m u32.
-		n = append(n, []string{"xt_u32"})
+		n = append(n, []Feature{kXtU32})
 	}
 	return n
 }

@@ -9,15 +9,27 @@ import (
 // The delay line's own metrics (its registry entry's Collector): what it
 // held per consumer, and its totals that belong to no consumer.
 type dlCollector struct {
-	d                                delayLineTotals
+	d                                Counting
 	packets, bytes, acks, overflow   *prometheus.Desc
 	held, unclassified, errors, late *prometheus.Desc
 }
 
-// delayLineTotals is what the collector reads of the delay line.
-type delayLineTotals interface {
+// Counting is a backend that counts what it held (the delay line): per
+// consumer, and its totals that belong to no consumer. The agent's API,
+// its lateness watch and the entry's collector read it (CountingOf).
+type Counting interface {
 	Counters() map[netip.Addr]DelayCounters
 	Stats() DelayLineStats
+}
+
+// CountingOf is the part of t that counts (the delay line, alone or
+// under write caps), or nil where t holds no packets.
+func CountingOf(t Throttle) Counting {
+	if l, ok := t.(*layered); ok {
+		t = l.delay
+	}
+	c, _ := t.(Counting)
+	return c
 }
 
 func dlDesc(name, help string, labels ...string) *prometheus.Desc {
@@ -30,16 +42,13 @@ func delayLineCollector(t Throttle) prometheus.Collector {
 	if t == nil {
 		return newDLCollector(nil)
 	}
-	if l, ok := t.(*layered); ok {
-		t = l.delay
-	}
-	if d, ok := t.(delayLineTotals); ok {
+	if d := CountingOf(t); d != nil {
 		return newDLCollector(d)
 	}
 	return nil
 }
 
-func newDLCollector(d delayLineTotals) *dlCollector {
+func newDLCollector(d Counting) *dlCollector {
 	return &dlCollector{d: d,
 		packets:      dlDesc("packets_total", "Packets held by the delay line.", "consumer"),
 		bytes:        dlDesc("bytes_total", "Bytes held by the delay line.", "consumer"),

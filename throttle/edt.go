@@ -17,7 +17,7 @@ func init() {
 	Register(Entry{Name: "edt", Rank: 10, Auto: true, AutoHas: "fq and tc BPF",
 		About: "kernel delay: tc BPF departure times, fq holds each packet",
 		Caps:  Caps{Delay: true, IPv6: true}, Parts: PartDevice | PartBPF,
-		Needs:   func(WriteOn) [][]string { return edtNeeds },
+		Needs:   func(WriteOn) [][]Feature { return edtNeeds },
 		Probes:  edtNeeds,
 		Objects: []Objects{{"-edt", CleanupEDT}},
 		Probe:   func() (bool, string, error) { ok, why := EDTAvailable(); return ok, why, nil },
@@ -30,7 +30,7 @@ func init() {
 		}})
 }
 
-var edtNeeds = append([][]string{{"fq"}}, needBPF...)
+var edtNeeds = append([][]Feature{{kFq}}, needBPF...)
 
 // EDT is the delay backend at kernel speed: the earliest-departure-time
 // model that Linux TCP pacing itself uses. A tc BPF program on the target

@@ -16,7 +16,7 @@ import (
 func init() {
 	Register(Entry{Name: "htb", Rank: 40, About: "rate caps towards the consumers, no delay",
 		Caps: Caps{Rate: true}, Parts: PartDevice | PartIptables,
-		Needs:   func(WriteOn) [][]string { return needMark },
+		Needs:   func(WriteOn) [][]Feature { return needMark },
 		Objects: []Objects{{"-htb", CleanupTC}},
 		Probe: func() (bool, string, error) {
 			ok, err := qdiscAvailable("htb", func(ifindex int) netlink.Qdisc { return tcRootQdisc(ifindex, 1, 2) })

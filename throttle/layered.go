@@ -13,8 +13,8 @@ import (
 func init() {
 	Register(Entry{Name: "delayline+htb", Rank: 50, About: "the delay line, plus caps on the consumers' writes",
 		Caps: Caps{Delay: true, WriteRate: true}, Parts: PartDevice | PartIptables | PartQueue | PartBPF,
-		Needs: func(w WriteOn) [][]string {
-			return append(append(delayLineNeeds(w), []string{"ifb"}, []string{"htb"}, []string{"mirred"}), needBPF...)
+		Needs: func(w WriteOn) [][]Feature {
+			return append(append(delayLineNeeds(w), []Feature{kIFB}, []Feature{kHTB}, []Feature{kMirred}), needBPF...)
 		},
 		Objects:   []Objects{{"-dl", CleanupDelayLine}, {"-wc", CleanupWriteCap}},
 		Probe:     delayLineWriteCapAvailable,

@@ -74,3 +74,30 @@ func TestLayeredReinstalls(t *testing.T) {
 		t.Errorf("reinstalls %d, want 3", got)
 	}
 }
+
+// counting is a Memory that counts as the delay line does.
+type counting struct{ *Memory }
+
+func (counting) Counters() map[netip.Addr]DelayCounters { return nil }
+func (counting) Stats() DelayLineStats                  { return DelayLineStats{Held: 7} }
+
+// The agent's API and lateness watch find the delay line's counts also
+// under write caps (delayline+htb), and nothing in a backend that holds
+// no packets.
+func TestCountingOf(t *testing.T) {
+	for _, tc := range []struct {
+		th   Throttle
+		held int
+		ok   bool
+	}{
+		{counting{NewMemory()}, 7, true},
+		{Layered(counting{NewMemory()}, NewMemory()), 7, true},
+		{NewMemory(), 0, false},
+		{Layered(NewMemory(), counting{NewMemory()}), 0, false},
+	} {
+		c := CountingOf(tc.th)
+		if (c != nil) != tc.ok || c != nil && c.Stats().Held != tc.held {
+			t.Errorf("CountingOf(%s) = %v", tc.th.Name(), c)
+		}
+	}
+}

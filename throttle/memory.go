@@ -9,7 +9,7 @@ import (
 func init() {
 	Register(Entry{Name: "dry-run", Rank: 100, About: "records settings, touches nothing (tests, shadow agents)",
 		Caps:  Caps{Delay: true, Rate: true, WriteRate: true, IPv6: true},
-		Needs: func(WriteOn) [][]string { return nil },
+		Needs: func(WriteOn) [][]Feature { return nil },
 		Probe: func() (bool, string, error) { return true, "needs nothing of the kernel", nil },
 		Build: func(Options, WriteOn) (Throttle, error) { return NewMemory(), nil }})
 }

@@ -17,8 +17,8 @@ func init() {
 		About: "kernel delay: the thesis' tree, one netem leaf per step",
 		Caps:  Caps{Delay: true}, Parts: PartDevice | PartIptables,
 		// Its mark rules tell pure ACKs with -m u32 (tcPureACK).
-		Needs:   func(WriteOn) [][]string { return append([][]string{{"netem"}, {"xt_u32"}}, needMark...) },
-		Probes:  [][]string{{"netem"}},
+		Needs:   func(WriteOn) [][]Feature { return append([][]Feature{{kNetem}, {kXtU32}}, needMark...) },
+		Probes:  [][]Feature{{kNetem}},
 		Objects: []Objects{{"-ne", CleanupTC}},
 		Probe: func() (bool, string, error) {
 			ok, err := NetemAvailable()

@@ -107,13 +107,14 @@ type Entry struct {
 	// Parts are the kinds of kernel objects it builds (doctor checks
 	// what each needs: an interface, iptables, a free queue, BPF).
 	Parts Part
-	// Needs lists the kernel features it needs (doctor's keys, each a
-	// set of alternatives; iptables-legacy's: doctor maps them for
-	// iptables-nft), for the write_delay_on in effect.
-	Needs func(w WriteOn) [][]string
+	// Needs lists the kernel features it needs, each a set of
+	// alternatives (iptables-legacy's: doctor maps them for
+	// iptables-nft), for the write_delay_on in effect; doctor's kernel
+	// check lists every feature an entry names.
+	Needs func(w WriteOn) [][]Feature
 	// Probes are the features its Probe tests, so doctor can predict
 	// auto's choice from the kernel config (nil: the fallback).
-	Probes [][]string
+	Probes [][]Feature
 	// Objects are the kernel objects it creates, by label suffix: the
 	// agent's label plus the suffix names them, and each Cleanup removes
 	// a crashed instance's (Cleanup). nil: it creates none.
@@ -150,11 +151,41 @@ const (
 	PartBPF                       // a tc BPF program
 )
 
-// Kernel features several backends need, by doctor's keys.
+// Feature is a kernel feature a backend needs, as doctor checks it in
+// the kernel config.
+type Feature struct {
+	Key    string // doctor's name for it
+	What   string // what it is, for the kernel check's listing
+	Symbol string // its Kconfig symbol
+	Module string // its module when built as one; "" if it cannot be
+}
+
+// The kernel features of the backends.
 var (
-	needSets = [][]string{{"ipset"}, {"ipset_hash_ip"}, {"xt_set"}, {"xt_comment"}}
-	needMark = append([][]string{{"htb"}, {"cls_fw", "cls_u32"}, {"iptable_mangle"}}, needSets...)
-	needBPF  = [][]string{{"clsact"}, {"cls_bpf"}, {"bpf"}}
+	kNetem     = Feature{"netem", "netem qdisc", "CONFIG_NET_SCH_NETEM", "sch_netem"}
+	kFq        = Feature{"fq", "fq qdisc (releases each packet at its time)", "CONFIG_NET_SCH_FQ", "sch_fq"}
+	kHTB       = Feature{"htb", "htb qdisc", "CONFIG_NET_SCH_HTB", "sch_htb"}
+	kClsact    = Feature{"clsact", "clsact hook for tc BPF", "CONFIG_NET_SCH_INGRESS", "sch_ingress"}
+	kClsBPF    = Feature{"cls_bpf", "tc BPF classifier", "CONFIG_NET_CLS_BPF", "cls_bpf"}
+	kBPF       = Feature{"bpf", "bpf(2)", "CONFIG_BPF_SYSCALL", ""}
+	kClsFw     = Feature{"cls_fw", "mark → class filter (else u32)", "CONFIG_NET_CLS_FW", "cls_fw"}
+	kClsU32    = Feature{"cls_u32", "mark → class filter fallback", "CONFIG_NET_CLS_U32", "cls_u32"}
+	kIFB       = Feature{"ifb", "ingress shaping device", "CONFIG_IFB", "ifb"}
+	kMirred    = Feature{"mirred", "redirect to ifb", "CONFIG_NET_ACT_MIRRED", "act_mirred"}
+	kNfqueue   = Feature{"nfqueue", "nfnetlink_queue", "CONFIG_NETFILTER_NETLINK_QUEUE", "nfnetlink_queue"}
+	kXtNFQUEUE = Feature{"xt_NFQUEUE", "iptables -j NFQUEUE", "CONFIG_NETFILTER_XT_TARGET_NFQUEUE", "xt_NFQUEUE"}
+	kXtU32     = Feature{"xt_u32", "iptables -m u32 (pure-ACK tests)", "CONFIG_NETFILTER_XT_MATCH_U32", "xt_u32"}
+	kFilter    = Feature{"iptable_filter", "filter table", "CONFIG_IP_NF_FILTER", "iptable_filter"}
+	kMangle    = Feature{"iptable_mangle", "mangle table (marks)", "CONFIG_IP_NF_MANGLE", "iptable_mangle"}
+
+	needSets = [][]Feature{
+		{{"ipset", "consumer sets", "CONFIG_IP_SET", "ip_set"}},
+		{{"ipset_hash_ip", "consumer sets of type hash:ip", "CONFIG_IP_SET_HASH_IP", "ip_set_hash_ip"}},
+		{{"xt_set", "iptables -m set / -j SET", "CONFIG_NETFILTER_XT_SET", "xt_set"}},
+		{{"xt_comment", "iptables -m comment (rule labels)", "CONFIG_NETFILTER_XT_MATCH_COMMENT", "xt_comment"}},
+	}
+	needMark = append([][]Feature{{kHTB}, {kClsFw, kClsU32}, {kMangle}}, needSets...)
+	needBPF  = [][]Feature{{kClsact}, {kClsBPF}, {kBPF}}
 )
 
 // Objects are one label suffix's kernel objects and what removes them.
@@ -279,6 +310,24 @@ func Suffixes() []string {
 		for _, o := range r.Objects {
 			if !slices.Contains(out, o.Suffix) {
 				out = append(out, o.Suffix)
+			}
+		}
+	}
+	return out
+}
+
+// Features are the kernel features any entry needs (with either
+// write_delay_on) or probes, each once, in the table's order.
+func Features() []Feature {
+	var out []Feature
+	for _, r := range registry {
+		for _, w := range []WriteOn{WriteOnReplies, WriteOnACKs} {
+			for _, alts := range append(r.Needs(w), r.Probes...) {
+				for _, f := range alts {
+					if !slices.ContainsFunc(out, func(o Feature) bool { return o.Key == f.Key }) {
+						out = append(out, f)
+					}
+				}
 			}
 		}
 	}
