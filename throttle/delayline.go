@@ -378,9 +378,7 @@ func (d *DelayLine) Set(settings map[netip.Addr]Setting) error {
 var errNoIP6tables = fmt.Errorf("IPv6 without ip6tables: %w", ErrUnsupported)
 
 func (d *DelayLine) List() map[netip.Addr]Setting {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return maps.Clone(d.settings)
+	return listed(&d.mu, d.settings, func(s Setting) Setting { return s })
 }
 
 // Counters returns a copy of every consumer's counters, including consumers

@@ -357,13 +357,7 @@ func (e *EDT) put(a netip.Addr, s Setting) error {
 
 // List implements Throttle.
 func (e *EDT) List() map[netip.Addr]Setting {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make(map[netip.Addr]Setting, len(e.cur))
-	for a, s := range e.cur {
-		out[a] = s
-	}
-	return out
+	return listed(&e.mu, e.cur, func(s Setting) Setting { return s })
 }
 
 // Close implements Throttle: the program first (no new stamps), then the

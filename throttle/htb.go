@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -463,13 +462,7 @@ func tcClassQlens(link netlink.Link) (map[uint32]uint32, error) {
 }
 
 func (t *HTB) List() map[netip.Addr]Setting {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make(map[netip.Addr]Setting, len(t.cur))
-	for a, c := range maps.All(t.cur) {
-		out[a] = Setting{Rate: c.rate}
-	}
-	return out
+	return listed(&t.mu, t.cur, func(c htbConsumer) Setting { return Setting{Rate: c.rate} })
 }
 
 // refresh re-adds every capped consumer, resetting its entry's timeout.

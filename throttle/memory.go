@@ -1,7 +1,6 @@
 package throttle
 
 import (
-	"maps"
 	"net/netip"
 	"sync"
 )
@@ -52,9 +51,7 @@ func (t *Memory) Set(settings map[netip.Addr]Setting) error {
 }
 
 func (t *Memory) List() map[netip.Addr]Setting {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return maps.Clone(t.m)
+	return listed(&t.mu, t.m, func(s Setting) Setting { return s })
 }
 
 func (t *Memory) Close() error { return Clear(t) }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"sync"
 	"time"
@@ -469,13 +468,7 @@ func (t *Netem) apply(next map[netip.Addr]netemState) error {
 
 // List returns the delays as applied, i.e. rounded up to the step.
 func (t *Netem) List() map[netip.Addr]Setting {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make(map[netip.Addr]Setting, len(t.cur))
-	for a, s := range maps.All(t.cur) {
-		out[a] = s.set
-	}
-	return out
+	return listed(&t.mu, t.cur, func(s netemState) Setting { return s.set })
 }
 
 // Close empties the sets, waits until no packet can still be inside a

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 )
 
@@ -155,6 +156,18 @@ func Clear(t Throttle, consumers ...netip.Addr) error {
 		m[a] = Setting{}
 	}
 	return t.Set(m)
+}
+
+// listed is a backend's List: each consumer's setting as it holds it
+// (cur, read under mu), a copy the caller owns.
+func listed[V any](mu *sync.Mutex, cur map[netip.Addr]V, setting func(V) Setting) map[netip.Addr]Setting {
+	mu.Lock()
+	defer mu.Unlock()
+	out := make(map[netip.Addr]Setting, len(cur))
+	for a, v := range cur {
+		out[a] = setting(v)
+	}
+	return out
 }
 
 // ValidateAll checks a whole batch before anything is applied.

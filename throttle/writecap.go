@@ -415,13 +415,7 @@ func freeMinor(used map[uint16]bool) (uint16, bool) {
 
 // List implements Throttle.
 func (w *WriteCap) List() map[netip.Addr]Setting {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make(map[netip.Addr]Setting, len(w.cur))
-	for a, c := range w.cur {
-		out[a] = Setting{WriteRate: c.rate}
-	}
-	return out
+	return listed(&w.mu, w.cur, func(c htbConsumer) Setting { return Setting{WriteRate: c.rate} })
 }
 
 // Close implements Throttle: the filter first (traffic takes the normal
