@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"strings"
@@ -123,6 +124,12 @@ func inScratchNS(f func(dev netlink.Link) error) error {
 		}()
 	}()
 	return <-ch
+}
+
+// probeConfig is how a probe builds a kernel backend on the scratch
+// veth: unguarded, silent.
+func probeConfig(dev netlink.Link) tcConfig {
+	return tcConfig{Device: dev.Attrs().Name, Label: "probe", Check: -1, Log: slog.New(slog.DiscardHandler)}
 }
 
 // qdiscAvailable reports whether the kernel has a qdisc kind, by adding

@@ -3,10 +3,8 @@ package throttle
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"sync"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
@@ -22,11 +20,11 @@ func init() {
 		Objects: []Objects{{"-edt", CleanupEDT}},
 		Probe:   func() (bool, string, error) { ok, why := EDTAvailable(); return ok, why, nil },
 		Build: func(o Options, w WriteOn) (Throttle, error) {
-			dev, err := o.ConsumerDevice()
+			c, err := o.tc("-edt")
 			if err != nil {
 				return nil, err
 			}
-			return NewEDT(EDTConfig{Device: dev, Label: o.Label + "-edt", Port: uint16(o.Port), WriteOn: w, Check: o.Check, Log: o.Log})
+			return NewEDT(EDTConfig{tcConfig: c, WriteOn: w})
 		}})
 }
 
@@ -91,16 +89,8 @@ type EDT struct {
 
 // EDTConfig configures EDT.
 type EDTConfig struct {
-	Device  string // the target's interface towards the consumers (required)
-	Label   string // default "sanqos"
-	Port    uint16 // the target's TCP port (source port of delayed segments); 0: any
+	tcConfig
 	WriteOn WriteOn
-	TTL     time.Duration // heartbeat: default DefaultMarkTTL
-	// Check is how often fq and the filter are checked, and put back if
-	// someone removed them (guard.go): DefaultCheck if 0, never if
-	// negative.
-	Check time.Duration
-	Log   *slog.Logger
 	// noIPv6 loads the IPv4 program alone, as on a kernel that refuses
 	// the IPv6 part (tests).
 	noIPv6 bool
@@ -127,16 +117,7 @@ const (
 // kernel default nor fq is someone's configuration: it is refused, not
 // replaced.
 func NewEDT(cfg EDTConfig) (*EDT, error) {
-	if cfg.Label == "" {
-		cfg.Label = "sanqos"
-	}
-	if cfg.TTL == 0 {
-		cfg.TTL = DefaultMarkTTL
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.Default()
-	}
-	if err := tcCheckLabel(cfg.Label); err != nil {
+	if err := cfg.defaults("edt"); err != nil {
 		return nil, err
 	}
 	dev, err := netlink.LinkByName(cfg.Device)
@@ -404,7 +385,7 @@ func CleanupEDT(label string) error {
 func EDTAvailable() (bool, string) {
 	ok, why := false, ""
 	err := inScratchNS(func(dev netlink.Link) error {
-		e, err := NewEDT(EDTConfig{Device: dev.Attrs().Name, Label: "probe", Check: -1, Log: slog.New(slog.DiscardHandler)})
+		e, err := NewEDT(EDTConfig{tcConfig: probeConfig(dev)})
 		if err != nil {
 			return err
 		}

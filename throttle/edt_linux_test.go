@@ -228,7 +228,7 @@ func TestEDTProgramKeepsDepartureOrder(t *testing.T) {
 // the stock-kernel tier (lab/guest) runs the first half.
 func TestEDTDelaysOrRefusesCleanly(t *testing.T) {
 	delaysOrRefuses(t, ErrNoFq, func() (bool, string) { return EDTAvailable() }, func(n *tcTestNet) (Throttle, error) {
-		return NewEDT(EDTConfig{Device: n.devA, Label: n.label, Port: n.port})
+		return NewEDT(EDTConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
 	})
 }
 
@@ -239,7 +239,7 @@ func TestEDTDelaysOrRefusesCleanly(t *testing.T) {
 // goes 20 ms → 5 ms → none, ten times over.
 func TestEDTKeepsOrderAsDelaysFall(t *testing.T) {
 	withKernelBackend(t, ErrNoFq, func() (bool, string) { return EDTAvailable() }, func(n *tcTestNet) (Throttle, error) {
-		return NewEDT(EDTConfig{Device: n.devA, Label: n.label, Port: n.port})
+		return NewEDT(EDTConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
 	}, keepsOrderAsDelaysFall)
 }
 
@@ -307,7 +307,7 @@ func TestNetemDelaysOrRefusesCleanly(t *testing.T) {
 		ok, err := NetemAvailable()
 		return ok && err == nil, fmt.Sprint(ok, err)
 	}, func(n *tcTestNet) (Throttle, error) {
-		return NewNetem(NetemConfig{Device: n.devA, Label: n.label, Port: n.port, MaxDelay: 40 * time.Millisecond})
+		return NewNetem(NetemConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}, MaxDelay: 40 * time.Millisecond})
 	})
 }
 

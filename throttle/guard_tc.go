@@ -138,7 +138,7 @@ func (t *Netem) repair() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.tcGuard().repair(func() error { return t.buildTree(false) }, t.remark, t.installRules,
-		func(set string) error { return tcCreateSet(set, true, t.cfg.MarkTTL) })
+		func(set string) error { return tcCreateSet(set, true, t.cfg.TTL) })
 }
 
 func (t *HTB) tcGuard() tcGuard {
@@ -165,5 +165,5 @@ func (t *HTB) repair() error {
 		return nil
 	}
 	return t.tcGuard().repair(tree, t.remark, t.buildMarking,
-		func(set string) error { return tcCreateSet(set, true, t.cfg.MarkTTL) })
+		func(set string) error { return tcCreateSet(set, true, t.cfg.TTL) })
 }

@@ -3,7 +3,6 @@ package throttle
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"slices"
 	"sync"
@@ -22,11 +21,11 @@ func init() {
 			return ok, cond(ok, "kernel has htb", "kernel has no htb qdisc (CONFIG_NET_SCH_HTB)"), err
 		},
 		Build: func(o Options, _ WriteOn) (Throttle, error) {
-			dev, err := o.ConsumerDevice()
+			c, err := o.tc("-htb")
 			if err != nil {
 				return nil, err
 			}
-			return NewHTB(HTBConfig{Device: dev, Label: o.Label + "-htb", Port: uint16(o.Port), Chain: o.tcChain(), Check: o.Check, Log: o.Log})
+			return NewHTB(HTBConfig{tcConfig: c, Chain: o.tcChain()})
 		}})
 }
 
@@ -34,13 +33,7 @@ func init() {
 // class at the link rate, a default class that catches every packet not
 // explicitly classified, and one class per capped consumer.
 type HTBConfig struct {
-	// Device is the interface towards the consumers (required).
-	Device string
-	// Label names every object created; default "sanqos".
-	Label string
-	// Port is the target's TCP port; only its traffic is capped. 0 caps
-	// every packet to the consumer.
-	Port uint16
+	tcConfig
 	// Chain is the mangle chain that jumps to ours (see NetemConfig.Chain).
 	Chain string
 	// LinkRate (bytes/s) is the root class's rate and ceil. It must not
@@ -58,14 +51,6 @@ type HTBConfig struct {
 	Prio uint32
 	// MarkMask is the part of the packet mark we own (DefaultMarkMask).
 	MarkMask uint32
-	// MarkTTL is how long a cap outlives this process (DefaultMarkTTL).
-	MarkTTL time.Duration
-	// Check is how often the tree, the rule and the set are checked, and
-	// put back with the current caps if someone removed them (guard.go):
-	// DefaultCheck if 0, never if negative.
-	Check time.Duration
-	// Log receives start-up messages; default slog.Default().
-	Log *slog.Logger
 }
 
 // Class minors: 1 the root class, 2 the default class, consumers from
@@ -77,11 +62,8 @@ const (
 )
 
 func (c *HTBConfig) defaults() error {
-	if c.Label == "" {
-		c.Label = "sanqos"
-	}
-	if c.MarkTTL == 0 {
-		c.MarkTTL = DefaultMarkTTL
+	if err := c.tcConfig.defaults("htb"); err != nil {
+		return err
 	}
 	if c.Chain == "" {
 		c.Chain = "POSTROUTING"
@@ -95,17 +77,8 @@ func (c *HTBConfig) defaults() error {
 	if c.MarkMask == 0 {
 		c.MarkMask = DefaultMarkMask
 	}
-	if c.Log == nil {
-		c.Log = slog.Default()
-	}
 	if c.LinkRate == 0 {
 		c.LinkRate = linkSpeed(c.Device)
-	}
-	if c.Device == "" {
-		return errors.New("htb: no device")
-	}
-	if err := tcCheckLabel(c.Label); err != nil {
-		return err
 	}
 	if c.CeilFactor < 1 {
 		return fmt.Errorf("htb: ceil factor %v below 1 (ceil must be ≥ rate)", c.CeilFactor)
@@ -200,7 +173,7 @@ func NewHTB(cfg HTBConfig) (*HTB, error) {
 	cfg.Log.Info("htb throttle ready", "device", cfg.Device, "label", cfg.Label,
 		"root", tcHandleString(netlink.MakeHandle(major, 0)), "link_rate_Bps", cfg.LinkRate,
 		"filter", string(t.filter), "chain", cfg.Chain)
-	t.lease = startLease(t.cfg.MarkTTL, t.refresh)
+	t.lease = startLease(t.cfg.TTL, t.refresh)
 	t.guard = startGuard(&guard{what: "htb", interval: cfg.Check, log: cfg.Log, check: t.tcGuard().check, repair: t.repair})
 	return t, nil
 }
@@ -214,7 +187,7 @@ func (t *HTB) build() error {
 		return err
 	}
 	t.ipset = c
-	if err := tcCreateSet(tcRateSet(t.cfg.Label), true, t.cfg.MarkTTL); err != nil {
+	if err := tcCreateSet(tcRateSet(t.cfg.Label), true, t.cfg.TTL); err != nil {
 		return err
 	}
 	return t.buildMarking()

@@ -15,7 +15,7 @@ import (
 )
 
 func TestHTBPlanAndClasses(t *testing.T) {
-	cfg := HTBConfig{Device: "eth9", Label: "sanqos", LinkRate: 125e6}
+	cfg := HTBConfig{tcConfig: tcConfig{Device: "eth9", Label: "sanqos"}, LinkRate: 125e6}
 	if err := cfg.defaults(); err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestHTBPlanAndClasses(t *testing.T) {
 }
 
 func TestHTBSetRejectsBeforeKernel(t *testing.T) {
-	h := &HTB{cfg: HTBConfig{Device: "x", LinkRate: 1e9}, cur: map[netip.Addr]htbConsumer{}}
+	h := &HTB{cfg: HTBConfig{tcConfig: tcConfig{Device: "x"}, LinkRate: 1e9}, cur: map[netip.Addr]htbConsumer{}}
 	a := netip.MustParseAddr("10.0.0.2")
 	if err := h.Set(map[netip.Addr]Setting{a: {WriteDelay: time.Millisecond}}); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("delay: %v", err)
@@ -155,7 +155,7 @@ func TestHTBRateCapInNamespaces(t *testing.T) {
 		}
 	}()
 
-	h, err := NewHTB(HTBConfig{Device: n.devA, Label: n.label, Port: n.port})
+	h, err := NewHTB(HTBConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestHTBRateCapInNamespaces(t *testing.T) {
 func TestHTBCleanupAfterCrash(t *testing.T) {
 	n := newTCTestNet(t)
 	n.enterA(t)
-	h, err := NewHTB(HTBConfig{Device: n.devA, Label: n.label, Port: n.port})
+	h, err := NewHTB(HTBConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestHTBCleanupAfterCrash(t *testing.T) {
 	h.crash()
 	// A second instance with the same label replaces the stale one
 	// instead of failing on it.
-	h2, err := NewHTB(HTBConfig{Device: n.devA, Label: n.label, Port: n.port})
+	h2, err := NewHTB(HTBConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
 	if err != nil {
 		t.Fatalf("restart over stale objects: %v", err)
 	}
@@ -289,7 +289,7 @@ func TestHTBCapsLapseWhenRefreshStops(t *testing.T) {
 	n := newTCTestNet(t)
 	n.enterA(t)
 	const ttl = time.Second
-	h, err := NewHTB(HTBConfig{Device: n.devA, Label: n.label, Port: n.port, MarkTTL: ttl})
+	h, err := NewHTB(HTBConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port, TTL: ttl}})
 	if err != nil {
 		t.Fatal(err)
 	}

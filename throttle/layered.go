@@ -1,8 +1,6 @@
 package throttle
 
 import (
-	"log/slog"
-
 	"errors"
 	"fmt"
 	"github.com/vishvananda/netlink"
@@ -26,7 +24,7 @@ func init() {
 // the target's ingress for the controller's second lever
 // (rate_lever_steps).
 func newDelayLineWriteCap(o Options, w WriteOn) (Throttle, error) {
-	dev, err := o.ConsumerDevice()
+	c, err := o.tc("-wc")
 	if err != nil {
 		return nil, err
 	}
@@ -34,7 +32,7 @@ func newDelayLineWriteCap(o Options, w WriteOn) (Throttle, error) {
 	if err != nil {
 		return nil, err
 	}
-	wc, err := NewWriteCap(WriteCapConfig{Device: dev, Label: o.Label + "-wc", Port: uint16(o.Port), Check: o.Check, Log: o.Log})
+	wc, err := NewWriteCap(WriteCapConfig{tcConfig: c})
 	if err != nil {
 		return nil, errors.Join(err, dl.Close())
 	}
@@ -50,7 +48,7 @@ func delayLineWriteCapAvailable() (bool, string, error) {
 		return false, "needs the delay line: " + why, nil
 	}
 	err := inScratchNS(func(dev netlink.Link) error {
-		w, err := NewWriteCap(WriteCapConfig{Device: dev.Attrs().Name, Label: "probe", Check: -1, Log: slog.New(slog.DiscardHandler)})
+		w, err := NewWriteCap(WriteCapConfig{tcConfig: probeConfig(dev)})
 		if err != nil {
 			return err
 		}

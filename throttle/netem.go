@@ -3,7 +3,6 @@ package throttle
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"sync"
 	"time"
@@ -30,12 +29,11 @@ func init() {
 // max_delay: with netem's own 20 ms under a 40 ms max_delay every larger
 // wish failed to apply (seen in the stock-kernel guest's autonomic).
 func newNetemFrom(o Options, w WriteOn) (Throttle, error) {
-	dev, err := o.ConsumerDevice()
+	c, err := o.tc("-ne")
 	if err != nil {
 		return nil, err
 	}
-	return NewNetem(NetemConfig{Device: dev, Label: o.Label + "-ne", Port: uint16(o.Port), Chain: o.tcChain(), WriteOn: w, Log: o.Log,
-		MaxDelay: o.MaxDelay, Step: o.Step, Check: o.Check})
+	return NewNetem(NetemConfig{tcConfig: c, Chain: o.tcChain(), WriteOn: w, MaxDelay: o.MaxDelay, Step: o.Step})
 }
 
 // ErrNoNetem is returned (wrapped) when the kernel has no netem qdisc.
@@ -54,13 +52,7 @@ var ErrNoNetem = errors.New("kernel has no netem qdisc (CONFIG_NET_SCH_NETEM)")
 // use on every packet's path; in the TCG guest the agent spent 3.8× its
 // control loop's CPU on it, against 1.1× for EDT.
 type NetemConfig struct {
-	// Device is the interface towards the consumers (required).
-	Device string
-	// Label names every object created; default "sanqos".
-	Label string
-	// Port is the target's TCP port (the source port of the throttled
-	// traffic); 0 throttles every TCP packet to a consumer.
-	Port uint16
+	tcConfig
 	// Chain is the mangle chain that jumps to ours: OUTPUT (target mode),
 	// FORWARD (bridge mode) or POSTROUTING (default; sees both, and being
 	// the last hook before the qdisc nothing can re-mark after us).
@@ -78,26 +70,15 @@ type NetemConfig struct {
 	// drops beyond it, and a 20 ms step at 10 Gbit/s holds ~17000 full
 	// frames, so tc's default of 1000 would drop storage traffic.
 	Limit uint32
-	// MarkTTL is how long a delay outlives this process (DefaultMarkTTL).
-	MarkTTL time.Duration
-	// Check is how often the tree, the rules and the sets are checked,
-	// and put back if someone removed them (guard.go): DefaultCheck if
-	// 0, never if negative.
-	Check time.Duration
 	// WriteOn says which packets carry the write delay (replies): with
 	// replies every segment but the pure ACKs takes the larger of the
 	// consumer's two delays, as in the delay line.
 	WriteOn WriteOn
-	// Log receives start-up and clean-up messages; default slog.Default().
-	Log *slog.Logger
 }
 
 func (c *NetemConfig) defaults() error {
-	if c.Label == "" {
-		c.Label = "sanqos"
-	}
-	if c.MarkTTL == 0 {
-		c.MarkTTL = DefaultMarkTTL
+	if err := c.tcConfig.defaults("netem"); err != nil {
+		return err
 	}
 	if c.Chain == "" {
 		c.Chain = "POSTROUTING"
@@ -113,15 +94,6 @@ func (c *NetemConfig) defaults() error {
 	}
 	if c.Limit == 0 {
 		c.Limit = 100000
-	}
-	if c.Log == nil {
-		c.Log = slog.Default()
-	}
-	if c.Device == "" {
-		return errors.New("netem: no device")
-	}
-	if err := tcCheckLabel(c.Label); err != nil {
-		return err
 	}
 	if c.Step < time.Microsecond {
 		return fmt.Errorf("netem: step %v below 1 µs (netem's resolution)", c.Step)
@@ -255,8 +227,8 @@ func NewNetem(cfg NetemConfig) (*Netem, error) {
 	}
 	cfg.Log.Info("netem throttle ready", "device", cfg.Device, "label", cfg.Label, "write_delay_on", cfg.WriteOn.String(),
 		"root", tcHandleString(t.plan.Root.Handle), "steps", cfg.steps(), "step", cfg.Step,
-		"filter", string(t.filter), "chain", cfg.Chain, "mark_ttl", cfg.MarkTTL)
-	t.lease = startLease(cfg.MarkTTL, t.refresh)
+		"filter", string(t.filter), "chain", cfg.Chain, "mark_ttl", cfg.TTL)
+	t.lease = startLease(cfg.TTL, t.refresh)
 	t.guard = startGuard(&guard{what: "netem", interval: cfg.Check, log: cfg.Log, check: t.tcGuard().check, repair: t.repair})
 	return t, nil
 }
@@ -351,7 +323,7 @@ func (t *Netem) buildMarking() error {
 	}
 	t.ipset = c
 	for _, dir := range []string{"r", "w"} {
-		if err := tcCreateSet(tcMapSet(t.cfg.Label, dir), true, t.cfg.MarkTTL); err != nil {
+		if err := tcCreateSet(tcMapSet(t.cfg.Label, dir), true, t.cfg.TTL); err != nil {
 			return err
 		}
 	}

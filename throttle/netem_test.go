@@ -16,7 +16,7 @@ import (
 )
 
 func TestNetemPlan(t *testing.T) {
-	cfg := NetemConfig{Device: "eth9", Label: "sanqos"}
+	cfg := NetemConfig{tcConfig: tcConfig{Device: "eth9", Label: "sanqos"}}
 	if err := cfg.defaults(); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestNetemPlan(t *testing.T) {
 }
 
 func TestNetemStepRoundsUp(t *testing.T) {
-	cfg := NetemConfig{Device: "x"}
+	cfg := NetemConfig{tcConfig: tcConfig{Device: "x"}}
 	if err := cfg.defaults(); err != nil {
 		t.Fatal(err)
 	}
@@ -81,13 +81,14 @@ func TestNetemStepRoundsUp(t *testing.T) {
 }
 
 func TestNetemConfigRejects(t *testing.T) {
+	x := tcConfig{Device: "x"}
 	for name, c := range map[string]NetemConfig{
 		"no device":      {},
-		"bad label":      {Device: "x", Label: "no spaces"},
-		"too many steps": {Device: "x", Step: time.Microsecond, MaxDelay: 50 * time.Millisecond},
-		"max ≥ MaxDelay": {Device: "x", MaxDelay: MaxDelay},
-		"narrow mask":    {Device: "x", MarkMask: 0xf},
-		"holey mask":     {Device: "x", MarkMask: 0xf0f},
+		"bad label":      {tcConfig: tcConfig{Device: "x", Label: "no spaces"}},
+		"too many steps": {tcConfig: x, Step: time.Microsecond, MaxDelay: 50 * time.Millisecond},
+		"max ≥ MaxDelay": {tcConfig: x, MaxDelay: MaxDelay},
+		"narrow mask":    {tcConfig: x, MarkMask: 0xf},
+		"holey mask":     {tcConfig: x, MarkMask: 0xf0f},
 	} {
 		if err := c.defaults(); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -98,7 +99,7 @@ func TestNetemConfigRejects(t *testing.T) {
 // Set refuses what it cannot do before touching the kernel, so these run
 // without root on an unbuilt backend.
 func TestNetemSetRejectsBeforeKernel(t *testing.T) {
-	n := &Netem{cfg: NetemConfig{Device: "x"}, cur: map[netip.Addr]netemState{}}
+	n := &Netem{cfg: NetemConfig{tcConfig: tcConfig{Device: "x"}}, cur: map[netip.Addr]netemState{}}
 	if err := n.cfg.defaults(); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func TestNetemProbeAndCleanFailure(t *testing.T) {
 		t.Skip("kernel has netem (its config says so): the refusal without netem cannot be exercised here")
 	}
 	n.enterA(t)
-	_, err = NewNetem(NetemConfig{Device: n.devA, Label: n.label, Port: n.port})
+	_, err = NewNetem(NetemConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
 	if !errors.Is(err, ErrNoNetem) {
 		t.Fatalf("NewNetem without netem: %v, want ErrNoNetem", err)
 	}
@@ -188,7 +189,7 @@ func TestNetemStateOf(t *testing.T) {
 		{WriteOnReplies, Setting{WriteDelay: 1100 * time.Microsecond}, 3, 0}, // rounded up
 		{WriteOnACKs, Setting{}, 0, 0},
 	} {
-		cfg := NetemConfig{Device: "x", WriteOn: tc.on}
+		cfg := NetemConfig{tcConfig: tcConfig{Device: "x"}, WriteOn: tc.on}
 		if err := cfg.defaults(); err != nil {
 			t.Fatal(err)
 		}
@@ -197,7 +198,7 @@ func TestNetemStateOf(t *testing.T) {
 			t.Errorf("%v %+v: steps %d/%d (%v), want %d/%d", tc.on, tc.s, st.read, st.writ, err, tc.read, tc.writ)
 		}
 	}
-	cfg := NetemConfig{Device: "x"}
+	cfg := NetemConfig{tcConfig: tcConfig{Device: "x"}}
 	if err := cfg.defaults(); err != nil {
 		t.Fatal(err)
 	}

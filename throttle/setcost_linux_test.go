@@ -41,7 +41,7 @@ func setCostBatches() [2]map[netip.Addr]Setting {
 // work is all in the maps, which is the whole of its userspace cost.
 func BenchmarkEDTSetTick(b *testing.B) {
 	testenv.RequireRoot(b)
-	e := &EDT{cfg: EDTConfig{TTL: DefaultMarkTTL, Log: slog.New(slog.DiscardHandler)}, cur: map[netip.Addr]Setting{}}
+	e := &EDT{cfg: EDTConfig{tcConfig: tcConfig{TTL: DefaultMarkTTL, Log: slog.New(slog.DiscardHandler)}}, cur: map[netip.Addr]Setting{}}
 	var err error
 	if e.consumers, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 16, MaxEntries: 65536}); err != nil {
 		b.Fatal(err)
@@ -67,7 +67,7 @@ func BenchmarkNetemSetTickSocketPerMessage(b *testing.B) { benchNetemSet(b, fals
 func benchNetemSet(b *testing.B, shared bool) {
 	n := newTCTestNet(b)
 	n.enterA(b)
-	ne, undo := markingNetem(b, NetemConfig{Device: n.devA, Label: n.label, Port: n.port, MaxDelay: 40 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+	ne, undo := markingNetem(b, NetemConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port, Log: slog.New(slog.DiscardHandler)}, MaxDelay: 40 * time.Millisecond})
 	defer undo()
 	if !shared {
 		ne.ipset.close()

@@ -12,9 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"math/bits"
 	"regexp"
 	"syscall"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -52,6 +54,53 @@ func tcCheckLabel(label string) error {
 		return fmt.Errorf("label %q: want 1–20 characters of [A-Za-z0-9_-]", label)
 	}
 	return nil
+}
+
+// tcConfig is what the kernel backends (netem, HTB, EDT, write caps)
+// are configured by alike.
+type tcConfig struct {
+	// Device is the interface towards the consumers (required).
+	Device string
+	// Label names every object created (default "sanqos"); a start
+	// removes what a crashed instance of the same label left.
+	Label string
+	// Port is the target's TCP port; only its traffic is throttled (0:
+	// every TCP packet of a consumer).
+	Port uint16
+	// TTL is how long a throttle outlives this process, its lease's
+	// deadline (DefaultMarkTTL).
+	TTL time.Duration
+	// Check is how often the backend's kernel objects are checked, and
+	// put back with the current throttles if someone removed them
+	// (guard.go): DefaultCheck if 0, never if negative.
+	Check time.Duration
+	// Log receives start-up messages; default slog.Default().
+	Log *slog.Logger
+}
+
+// defaults fills in the label, TTL and logger, and checks the device
+// and label; what names the backend in the error.
+func (c *tcConfig) defaults(what string) error {
+	if c.Label == "" {
+		c.Label = "sanqos"
+	}
+	if c.TTL == 0 {
+		c.TTL = DefaultMarkTTL
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	if c.Device == "" {
+		return errors.New(what + ": no device")
+	}
+	return tcCheckLabel(c.Label)
+}
+
+// tc is the kernel backends' tcConfig from the agent's options, their
+// objects labelled with the agent's label and suffix.
+func (o Options) tc(suffix string) (tcConfig, error) {
+	dev, err := o.ConsumerDevice()
+	return tcConfig{Device: dev, Label: o.Label + suffix, Port: uint16(o.Port), Check: o.Check, Log: o.Log}, err
 }
 
 // tcRootMajor is the root qdisc major of the instance with this label.

@@ -3,11 +3,9 @@ package throttle
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"net/netip"
 	"sync"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -60,23 +58,10 @@ type WriteCap struct {
 
 // WriteCapConfig configures WriteCap.
 type WriteCapConfig struct {
-	// Device is the target's interface towards the consumers (required).
-	Device string
-	// Label names every object (default "sanqos"); a restart removes what
-	// a crashed instance of the same label left.
-	Label string
-	// Port is the target's TCP port: only segments to it are capped.
-	Port uint16
+	tcConfig
 	// LinkRate (bytes/s) is the IFB root's rate; default the device's
 	// speed, else MaxRate.
 	LinkRate uint64
-	// TTL is how long caps outlive the last heartbeat (DefaultMarkTTL).
-	TTL time.Duration
-	// Check is how often the IFB tree and the filters are checked, and
-	// put back with the current caps if someone removed them (guard.go):
-	// DefaultCheck if 0, never if negative.
-	Check time.Duration
-	Log   *slog.Logger
 }
 
 // writeCapMaxConsumers bounds the capped consumers (class minors and
@@ -100,20 +85,8 @@ func WriteCapIFB(label string) string { return fmt.Sprintf("sqw%04x", tcRootMajo
 // NewWriteCap builds the IFB tree and attaches the steering program; on
 // error nothing remains.
 func NewWriteCap(cfg WriteCapConfig) (*WriteCap, error) {
-	if cfg.Label == "" {
-		cfg.Label = "sanqos"
-	}
-	if cfg.TTL == 0 {
-		cfg.TTL = DefaultMarkTTL
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.Default()
-	}
-	if err := tcCheckLabel(cfg.Label); err != nil {
+	if err := cfg.defaults("write cap"); err != nil {
 		return nil, err
-	}
-	if cfg.Device == "" {
-		return nil, errors.New("write cap: no device")
 	}
 	if cfg.LinkRate == 0 {
 		cfg.LinkRate = linkSpeed(cfg.Device)
@@ -172,7 +145,7 @@ func (w *WriteCap) buildIFB() error {
 	}
 	// The HTB backend's fixed tree (root class at the link rate, a
 	// default class), under this label's major.
-	p := (&HTBConfig{Label: w.cfg.Label, LinkRate: w.cfg.LinkRate}).plan(ifb.Attrs().Index)
+	p := (&HTBConfig{tcConfig: tcConfig{Label: w.cfg.Label}, LinkRate: w.cfg.LinkRate}).plan(ifb.Attrs().Index)
 	if err := netlink.QdiscAdd(p.Root); err != nil {
 		return fmt.Errorf("add htb on ifb: %w", err)
 	}

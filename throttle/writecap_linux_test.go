@@ -201,7 +201,7 @@ func writeCapNet(t *testing.T) (*tcTestNet, net.Listener, *WriteCap) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	w, err := NewWriteCap(WriteCapConfig{Device: n.devA, Label: n.label, Port: n.port})
+	w, err := NewWriteCap(WriteCapConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +423,7 @@ func assertWriteCapGone(t *testing.T, n *tcTestNet) {
 func TestWriteCapCleanupAfterCrash(t *testing.T) {
 	n := newTCTestNet(t)
 	n.enterA(t)
-	w, err := NewWriteCap(WriteCapConfig{Device: n.devA, Label: n.label, Port: n.port})
+	w, err := NewWriteCap(WriteCapConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,7 +432,7 @@ func TestWriteCapCleanupAfterCrash(t *testing.T) {
 	}
 	w.lease.end() // the process dies: no Close
 	w.guard.end()
-	w2, err := NewWriteCap(WriteCapConfig{Device: n.devA, Label: n.label, Port: n.port})
+	w2, err := NewWriteCap(WriteCapConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
 	if err != nil {
 		t.Fatalf("restart over stale objects: %v", err)
 	}
