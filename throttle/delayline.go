@@ -138,7 +138,7 @@ type DelayLine struct {
 	drainBy atomic.Int64
 	done    chan struct{}
 
-	guard *guard // puts the rules and sets back when someone removes them
+	*guard // puts the rules and sets back when someone removes them (Reinstalls)
 }
 
 // DelayLineConfig configures a DelayLine. Zero values take the defaults.
@@ -306,9 +306,6 @@ func (d *DelayLine) Name() string { return "delayline" }
 
 // Config returns the configuration in effect, defaults filled in.
 func (d *DelayLine) Config() DelayLineConfig { return d.cfg }
-
-// Reinstalls implements Reinstaller.
-func (d *DelayLine) Reinstalls() uint64 { return d.guard.Reinstalls() }
 
 // mono is CLOCK_MONOTONIC in ns, read through Go's vDSO clock.
 func (d *DelayLine) mono() int64 { return d.mon0 + int64(time.Since(d.base)) }

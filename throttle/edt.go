@@ -70,11 +70,11 @@ var edtNeeds = append([][]Feature{{kFq}}, needBPF...)
 // It needs sch_fq (CONFIG_NET_SCH_FQ) and BPF; EDTAvailable says whether
 // this kernel has both.
 type EDT struct {
-	cfg   EDTConfig
-	major uint16
-	dev   netlink.Link
-	hook  *clsactHook
-	guard *guard // puts fq and the filter back when someone removes them
+	cfg    EDTConfig
+	major  uint16
+	dev    netlink.Link
+	hook   *clsactHook
+	*guard // puts fq and the filter back when someone removes them (Reinstalls)
 
 	bpfObjects           // consumers: IPv4 (host order) → {read ns, write ns}
 	last       *ebpf.Map // IPv4 (host order) → latest departure (ns, CLOCK_MONOTONIC)
@@ -351,9 +351,6 @@ func (e *EDT) Close() error {
 	e.close()
 	return err
 }
-
-// Reinstalls implements Reinstaller.
-func (e *EDT) Reinstalls() uint64 { return e.guard.Reinstalls() }
 
 // close releases the program and maps.
 func (e *EDT) close() {

@@ -109,11 +109,11 @@ type HTB struct {
 	// the right set.
 	ipset *ipsetConn
 
-	mu    sync.Mutex
-	cur   map[netip.Addr]htbConsumer
-	minor map[uint16]bool // minors in use
-	lease *lease
-	guard *guard
+	mu     sync.Mutex
+	cur    map[netip.Addr]htbConsumer
+	minor  map[uint16]bool // minors in use
+	lease  *lease
+	*guard // puts the tree and the marking back (Reinstalls)
 }
 
 type htbConsumer struct {
@@ -234,9 +234,6 @@ func (t *HTB) buildMarking() error {
 }
 
 func (t *HTB) Name() string { return "htb" }
-
-// Reinstalls implements Reinstaller.
-func (t *HTB) Reinstalls() uint64 { return t.guard.Reinstalls() }
 
 func (t *HTB) link() netlink.Link {
 	return &netlink.GenericLink{LinkAttrs: netlink.LinkAttrs{Index: t.ifidx, Name: t.cfg.Device}}

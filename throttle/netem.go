@@ -188,10 +188,10 @@ type Netem struct {
 	filter tcFilterKind
 	ipset  *ipsetConn
 
-	mu    sync.Mutex
-	cur   map[netip.Addr]netemState
-	lease *lease
-	guard *guard
+	mu     sync.Mutex
+	cur    map[netip.Addr]netemState
+	lease  *lease
+	*guard // puts the tree and the marking back (Reinstalls)
 }
 
 type netemState struct {
@@ -358,9 +358,6 @@ func netemMainRules(ch []string) [][]string {
 }
 
 func (t *Netem) Name() string { return "netem" }
-
-// Reinstalls implements Reinstaller.
-func (t *Netem) Reinstalls() uint64 { return t.guard.Reinstalls() }
 
 // Set moves each consumer to the steps of its (rounded-up) delays: per
 // direction one ipset add that replaces its entry's mark, or one del for

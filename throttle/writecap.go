@@ -41,12 +41,12 @@ import (
 // IPv4 writers of a batch and names the IPv6 ones it left uncapped in a
 // RefusedError.
 type WriteCap struct {
-	cfg   WriteCapConfig
-	major uint16
-	dev   netlink.Link
-	ifb   netlink.Link
-	hook  *clsactHook
-	guard *guard // puts the IFB, its classes and the filters back when someone removes them
+	cfg    WriteCapConfig
+	major  uint16
+	dev    netlink.Link
+	ifb    netlink.Link
+	hook   *clsactHook
+	*guard // puts the IFB, its classes and the filters back when someone removes them (Reinstalls)
 
 	bpfObjects // consumers: IPv4 (host order) → wcapValue
 
@@ -401,9 +401,6 @@ func (w *WriteCap) Close() error {
 	w.close()
 	return err
 }
-
-// Reinstalls implements Reinstaller.
-func (w *WriteCap) Reinstalls() uint64 { return w.guard.Reinstalls() }
 
 // CleanupWriteCap removes a label's steering filters (from every link's
 // ingress) and its IFB, also after a crash.
