@@ -311,13 +311,8 @@ func (d *DelayLine) Config() DelayLineConfig { return d.cfg }
 func (d *DelayLine) mono() int64 { return d.mon0 + int64(time.Since(d.base)) }
 
 func (d *DelayLine) Set(settings map[netip.Addr]Setting) error {
-	if err := ValidateAll(settings); err != nil {
+	if err := validateFor("delayline", Caps{Delay: true}, settings); err != nil {
 		return err
-	}
-	for a, s := range settings {
-		if s.Rate != 0 || s.WriteRate != 0 {
-			return fmt.Errorf("consumer %v: rate cap: %w", a, ErrUnsupported)
-		}
 	}
 	// Without ip6tables no rule queues IPv6: its consumers are left out
 	// and named in the error, the IPv4 ones go ahead.

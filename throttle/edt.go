@@ -260,13 +260,8 @@ func (e *EDT) Name() string { return "edt" }
 // delay are named in a RefusedError. A failed map update puts back what
 // the batch had applied: all or nothing.
 func (e *EDT) Set(settings map[netip.Addr]Setting) error {
-	if err := ValidateAll(settings); err != nil {
+	if err := validateFor("edt", Caps{Delay: true}, settings); err != nil {
 		return err
-	}
-	for a, s := range settings {
-		if s.Rate != 0 || s.WriteRate != 0 {
-			return fmt.Errorf("edt: consumer %v: rate cap: %w", a, ErrUnsupported)
-		}
 	}
 	batch, refused := edtSplit(settings, e.consumers6 != nil)
 	e.mu.Lock()

@@ -260,16 +260,8 @@ func (t *HTB) allocMinor() (uint16, error) {
 // (no teardown, so the consumer's queue and TCP state survive); Rate 0
 // removes the consumer. Delays are not this backend's (ErrUnsupported).
 func (t *HTB) Set(settings map[netip.Addr]Setting) error {
-	if err := ValidateAll(settings); err != nil {
+	if err := validateFor("htb", Caps{Rate: true}, settings); err != nil {
 		return err
-	}
-	for a, s := range settings {
-		if s.ReadDelay != 0 || s.WriteDelay != 0 {
-			return fmt.Errorf("htb: consumer %v: delay: %w", a, ErrUnsupported)
-		}
-		if s.WriteRate != 0 {
-			return fmt.Errorf("htb: consumer %v: write cap (backend delayline+htb): %w", a, ErrUnsupported)
-		}
 	}
 	// An IPv6 consumer is left uncapped and named in the error; the
 	// others' caps go ahead.

@@ -366,13 +366,8 @@ func (t *Netem) Name() string { return "netem" }
 // IPv4 consumers of a batch are applied, and the IPv6 ones it delays not
 // named in a RefusedError.
 func (t *Netem) Set(settings map[netip.Addr]Setting) error {
-	if err := ValidateAll(settings); err != nil {
+	if err := validateFor("netem", Caps{Delay: true}, settings); err != nil {
 		return err
-	}
-	for a, s := range settings {
-		if s.Rate != 0 || s.WriteRate != 0 {
-			return fmt.Errorf("netem: consumer %v: rate cap: %w", a, ErrUnsupported)
-		}
 	}
 	settings, refused := only4("netem", settings, func(s Setting) bool { return !s.IsZero() }, errIPv6)
 	next := map[netip.Addr]netemState{}

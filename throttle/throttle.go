@@ -158,6 +158,29 @@ func Clear(t Throttle, consumers ...netip.Addr) error {
 	return t.Set(m)
 }
 
+// validateFor checks a batch (ValidateAll) for a backend that applies
+// what caps says, and refuses a setting it does not apply.
+func validateFor(backend string, caps Caps, settings map[netip.Addr]Setting) error {
+	if err := ValidateAll(settings); err != nil {
+		return err
+	}
+	for a, s := range settings {
+		var what string
+		switch {
+		case !caps.Delay && (s.ReadDelay != 0 || s.WriteDelay != 0):
+			what = "delay"
+		case !caps.Rate && s.Rate != 0:
+			what = "rate cap"
+		case !caps.WriteRate && s.WriteRate != 0:
+			what = "write cap"
+		default:
+			continue
+		}
+		return fmt.Errorf("%s: consumer %v: %s: %w", backend, a, what, ErrUnsupported)
+	}
+	return nil
+}
+
 // listed is a backend's List: each consumer's setting as it holds it
 // (cur, read under mu), a copy the caller owns.
 func listed[V any](mu *sync.Mutex, cur map[netip.Addr]V, setting func(V) Setting) map[netip.Addr]Setting {

@@ -280,13 +280,8 @@ func (w *WriteCap) Name() string { return "htb" }
 // Set implements Throttle: only WriteRate; other fields are not this
 // backend's (Layered sends them elsewhere).
 func (w *WriteCap) Set(settings map[netip.Addr]Setting) error {
-	if err := ValidateAll(settings); err != nil {
+	if err := validateFor("write caps", Caps{WriteRate: true}, settings); err != nil {
 		return err
-	}
-	for a, s := range settings {
-		if s.ReadDelay != 0 || s.WriteDelay != 0 || s.Rate != 0 {
-			return fmt.Errorf("consumer %v: delays and read caps: %w", a, ErrUnsupported)
-		}
 	}
 	// An IPv6 writer is left uncapped and named in the error; the others'
 	// caps go ahead.
