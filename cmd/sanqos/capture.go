@@ -4,10 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"os/signal"
-	"sort"
+	"slices"
 	"syscall"
 	"time"
 
@@ -126,12 +127,7 @@ Needs root (an AF_PACKET socket takes CAP_NET_RAW).`,
 // to cur (the meter's readings), in name order; initiators new in cur wait
 // for the next interval.
 func printCaptureRows(out io.Writer, prev, cur map[string]sample.Counters) {
-	names := make([]string, 0, len(cur))
-	for n := range cur {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(cur)) {
 		c, p := cur[n], prev[n]
 		secs := c.Time.Sub(p.Time).Seconds()
 		if p.Device == "" || secs <= 0 {

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -299,11 +300,7 @@ func signedMs(v float64) string { return measured("%+.2f ms", v) }
 // tick, and over the class's life seed 004's throughput deviation (eq. 1),
 // latency deviation (eq. 2) and jitter.
 func renderClasses(w io.Writer, st agent.Status) {
-	has := false
-	for _, r := range st.Resources {
-		has = has || len(r.Classes) > 0
-	}
-	if !has {
+	if !slices.ContainsFunc(st.Resources, func(r agent.ResourceStatus) bool { return len(r.Classes) > 0 }) {
 		return
 	}
 	fmt.Fprintln(w)
@@ -329,11 +326,7 @@ func renderClasses(w io.Writer, st agent.Status) {
 // renderReservations prints the reservations resources' network indicator
 // and each reservation's current period, laxity and periods met.
 func renderReservations(w io.Writer, st agent.Status) {
-	has := false
-	for _, r := range st.Resources {
-		has = has || r.Network != nil
-	}
-	if !has {
+	if !slices.ContainsFunc(st.Resources, func(r agent.ResourceStatus) bool { return r.Network != nil }) {
 		return
 	}
 	fmt.Fprintln(w)

@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
-	"sort"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -137,14 +138,9 @@ func throttleListCmd(socket *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			addrs := make([]netip.Addr, 0, len(m))
-			for a := range m {
-				addrs = append(addrs, a)
-			}
-			sort.Slice(addrs, func(i, k int) bool { return addrs[i].Less(addrs[k]) })
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "CONSUMER\tREAD DELAY\tWRITE DELAY\tRATE\tWRITE RATE")
-			for _, a := range addrs {
+			for _, a := range slices.SortedFunc(maps.Keys(m), netip.Addr.Compare) {
 				s := m[a]
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", a, fmtDelay(s.ReadDelay), fmtDelay(s.WriteDelay), fmtRate(s.Rate), fmtRate(s.WriteRate))
 			}
