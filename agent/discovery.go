@@ -88,16 +88,12 @@ func pickPool(snap discover.Snapshot, name string, autos int, claimed map[string
 // view is resource r on devices: the consumers that reach them.
 func view(snap discover.Snapshot, r config.Resource, devices []string) ResourceView {
 	v := ResourceView{Devices: devices, Consumers: map[netip.Addr][]string{}}
-	devset := map[string]bool{}
-	for _, dev := range devices {
-		devset[dev] = true
-	}
 	narrow := consumerDevices(r)
 	for _, c := range snap.Consumers {
 		var devs []string
 		only, narrowed := narrow[c.Addr]
 		for _, l := range c.LUNs {
-			if devset[l.Device] && (!narrowed || only[l.Device]) {
+			if slices.Contains(devices, l.Device) && (!narrowed || slices.Contains(only, l.Device)) {
 				devs = append(devs, l.Device)
 			}
 		}
@@ -132,18 +128,12 @@ func names(s discover.Snapshot) string {
 
 // consumerDevices is a resource's consumer_devices by address (config
 // validation guarantees the addresses).
-func consumerDevices(r config.Resource) map[netip.Addr]map[string]bool {
-	out := map[netip.Addr]map[string]bool{}
+func consumerDevices(r config.Resource) map[netip.Addr][]string {
+	out := map[netip.Addr][]string{}
 	for s, devs := range r.ConsumerDevices {
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			continue
+		if a, err := netip.ParseAddr(s); err == nil {
+			out[a.Unmap()] = devs
 		}
-		m := map[string]bool{}
-		for _, d := range devs {
-			m[d] = true
-		}
-		out[a.Unmap()] = m
 	}
 	return out
 }

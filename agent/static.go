@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"maps"
 	"net/netip"
 	"slices"
 
@@ -26,7 +25,7 @@ func StaticDiscoverer(cfg *config.Config) Discoverer {
 			}
 		}
 		for a, devs := range consumerDevices(r) {
-			v.Consumers[a] = slices.Sorted(maps.Keys(devs))
+			v.Consumers[a] = slices.Compact(slices.Sorted(slices.Values(devs)))
 		}
 		t.Resources[r.Name] = v
 	}

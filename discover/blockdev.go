@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -145,7 +146,7 @@ func (r *Resolver) pool(name string, depth int) []string {
 	var out []string
 	for _, s := range slaves {
 		for _, p := range r.pool(s.Name(), depth+1) {
-			if !containsStr(out, p) {
+			if !slices.Contains(out, p) {
 				out = append(out, p)
 			}
 		}
@@ -214,15 +215,6 @@ func loopLess(a, b string) bool {
 		return len(a) < len(b) // loop2 < loop10
 	}
 	return a < b
-}
-
-func containsStr(s []string, x string) bool {
-	for _, v := range s {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // loopBackingDev asks the loop driver (LOOP_GET_STATUS64) for the device
