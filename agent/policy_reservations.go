@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"math"
 	"net/netip"
 	"slices"
@@ -234,10 +235,7 @@ func reservationsFactory(r config.Resource) func() Policy {
 		}
 		rs = append(rs, x)
 	}
-	thr := r.NetThreshold
-	if thr == 0 {
-		thr = config.DefaultNetThreshold
-	}
+	thr := cmp.Or(r.NetThreshold, config.DefaultNetThreshold)
 	return func() Policy { return Reservations(rs, thr) }
 }
 

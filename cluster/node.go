@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -88,10 +89,7 @@ func (c *Config) defaults() error {
 	if c.NewController == nil {
 		return errors.New("cluster: no NewController")
 	}
-	if c.Prefix == "" {
-		c.Prefix = DefaultPrefix
-	}
-	c.Prefix = strings.TrimRight(c.Prefix, "/")
+	c.Prefix = strings.TrimRight(cmp.Or(c.Prefix, DefaultPrefix), "/")
 	if c.TTL <= 0 {
 		c.TTL = DefaultTTL
 	}
@@ -110,15 +108,11 @@ func (c *Config) defaults() error {
 	if c.Step <= 0 {
 		c.Step = control.DefaultStep
 	}
-	if c.BalanceEvery == 0 {
-		c.BalanceEvery = DefaultBalanceEvery
-	}
+	c.BalanceEvery = cmp.Or(c.BalanceEvery, DefaultBalanceEvery)
 	if c.BalanceHold <= 0 {
 		c.BalanceHold = DefaultBalanceHold
 	}
-	if c.Log == nil {
-		c.Log = slog.New(slog.DiscardHandler)
-	}
+	c.Log = cmp.Or(c.Log, slog.New(slog.DiscardHandler))
 	if c.Now == nil {
 		c.Now = c.Runtime.Now
 	}

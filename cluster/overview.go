@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"sort"
@@ -20,10 +21,7 @@ type ResourceOverview struct {
 // Overview reads every resource's keys under prefix in one request, for
 // operators (`sanqos cluster status`); it changes nothing.
 func Overview(ctx context.Context, cli *clientv3.Client, prefix string) ([]ResourceOverview, error) {
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	root := strings.TrimRight(prefix, "/") + "/resources/"
+	root := strings.TrimRight(cmp.Or(prefix, DefaultPrefix), "/") + "/resources/"
 	resp, err := cli.Get(ctx, root, clientv3.WithPrefix())
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,10 +41,7 @@ var (
 
 // PolicyKey is where the policy lives.
 func PolicyKey(prefix string) string {
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	return strings.TrimRight(prefix, "/") + "/policy"
+	return strings.TrimRight(cmp.Or(prefix, DefaultPrefix), "/") + "/policy"
 }
 
 // ValidatePolicy checks a policy as package config checks a config file
@@ -117,10 +115,7 @@ type Policies struct {
 
 // NewPolicies returns the policy store under prefix.
 func NewPolicies(cli *clientv3.Client, prefix string, log *slog.Logger) *Policies {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Policies{cli: cli, key: PolicyKey(prefix), log: log}
+	return &Policies{cli: cli, key: PolicyKey(prefix), log: cmp.Or(log, slog.New(slog.DiscardHandler))}
 }
 
 // Put validates doc and, only if it is valid, writes it; a refused policy

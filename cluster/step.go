@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"encoding/json"
 	"math"
 	"strings"
@@ -285,9 +286,7 @@ func (f *Follower) Fresh(t Timing, now time.Time) bool {
 // fall applied at once; without a fresh record max(local, what is left of
 // the lost shared step), that residue falling linearly to zero over Decay.
 func (f *Follower) Step(t Timing, local int, now time.Time) (int, Mode) {
-	if f.Mode == "" {
-		f.Mode = ModeLocal
-	}
+	f.Mode = cmp.Or(f.Mode, ModeLocal)
 	var out float64
 	switch {
 	case f.Fresh(t, now):

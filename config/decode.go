@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"reflect"
 	"slices"
@@ -121,9 +122,7 @@ func (w *schemaWalk) duration(n *yaml.Node, path []any) {
 func (w *schemaWalk) scalar(n *yaml.Node, t reflect.Type, path []any) {
 	want := map[reflect.Kind]string{reflect.Bool: "true or false", reflect.String: "a string",
 		reflect.Float32: "a number", reflect.Float64: "a number"}[t.Kind()]
-	if want == "" {
-		want = "a whole number"
-	}
+	want = cmp.Or(want, "a whole number")
 	if n.Kind != yaml.ScalarNode {
 		w.bad(n, "want "+want+", not a list or mapping", path)
 		return

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -57,12 +58,8 @@ func (c *Config) applyDefaults(root *yaml.Node) {
 		if len(r.Devices) == 0 {
 			r.Devices = []string{"auto"}
 		}
-		if r.Policy == "" {
-			r.Policy = "read-over-write"
-		}
-		if r.Objective == "" {
-			r.Objective = c.Objective
-		}
+		r.Policy = cmp.Or(r.Policy, "read-over-write")
+		r.Objective = cmp.Or(r.Objective, c.Objective)
 		for k := range r.Classes {
 			if cl := &r.Classes[k]; cl.Priority == 0 {
 				cl.Priority = len(r.Classes) - k

@@ -1,6 +1,7 @@
 package discover
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -67,9 +68,7 @@ type NVMeHosts func(NVMet) ([]NVMeConn, error)
 // nvmet/subsystems, its hosts from hosts; nil: none), configfs being
 // mounted at configfs ("": ConfigfsRoot).
 func AutoProbes(controlPort int, configfs string, hosts NVMeHosts) []Probe {
-	if configfs == "" {
-		configfs = ConfigfsRoot
-	}
+	configfs = cmp.Or(configfs, ConfigfsRoot)
 	sock := filepath.Join(TgtSocketDir, "socket."+strconv.Itoa(controlPort))
 	lio, nvmet := filepath.Join(configfs, "target"), filepath.Join(configfs, "nvmet")
 	return []Probe{

@@ -1,6 +1,7 @@
 package discover
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -53,9 +54,7 @@ var ErrNotFound = errors.New("discover: no block device")
 
 func (r *Resolver) sys(parts ...string) string {
 	root := r.SysRoot
-	if root == "" {
-		root = "/sys"
-	}
+	root = cmp.Or(root, "/sys")
 	return filepath.Join(append([]string{root}, parts...)...)
 }
 

@@ -27,6 +27,7 @@
 package nfqueue
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -173,12 +174,8 @@ var ErrSynced = errors.New("nfqueue: sync barrier reached")
 // Open binds the queue in the caller's network namespace and configures it.
 // It fails with EBUSY (wrapped) when another socket holds the queue.
 func Open(cfg Config) (*Conn, error) {
-	if cfg.CopyRange == 0 {
-		cfg.CopyRange = DefaultCopyRange
-	}
-	if cfg.MaxLen == 0 {
-		cfg.MaxLen = DefaultMaxLen
-	}
+	cfg.CopyRange = cmp.Or(cfg.CopyRange, DefaultCopyRange)
+	cfg.MaxLen = cmp.Or(cfg.MaxLen, DefaultMaxLen)
 	// Packet messages are small (CopyRange plus ~100 bytes of attributes);
 	// a fixed buffer avoids the peek-then-read double syscall per packet.
 	nc, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{MessageBufferSize: 16 << 10})

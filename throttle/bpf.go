@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -54,9 +55,7 @@ func raiseMemlockFor(release string, log *slog.Logger) {
 	if lim.Max > lim.Cur {
 		_ = unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: lim.Max, Max: lim.Max})
 	}
-	if log == nil {
-		log = slog.Default()
-	}
+	log = cmp.Or(log, slog.Default())
 	log.Warn("cannot lift RLIMIT_MEMLOCK; on kernels before 5.11 the BPF maps must fit under it (LimitMEMLOCK=infinity, or CAP_SYS_RESOURCE)",
 		"kernel", release, "hard_limit_bytes", lim.Max, "err", err)
 }

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -191,18 +192,12 @@ type DelayLineStats struct {
 }
 
 func (cfg *DelayLineConfig) fill() {
-	if cfg.Port == 0 {
-		cfg.Port = 3260
-	}
-	if cfg.Chain == "" {
-		cfg.Chain = "OUTPUT"
-	}
+	cfg.Port = cmp.Or(cfg.Port, 3260)
+	cfg.Chain = cmp.Or(cfg.Chain, "OUTPUT")
 	if cfg.QueueLimit <= 0 {
 		cfg.QueueLimit = 4096
 	}
-	if cfg.Label == "" {
-		cfg.Label = "sanqos-dl"
-	}
+	cfg.Label = cmp.Or(cfg.Label, "sanqos-dl")
 }
 
 // NewDelayLine binds the queue, then installs the rules (so no packet is
@@ -296,9 +291,7 @@ func queuedMatch(w WriteOn) map[int][][]string {
 // CleanupDelayLine removes the rules and sets a crashed delay line with this
 // label left behind (the queue binding died with its process).
 func CleanupDelayLine(label string) error {
-	if label == "" {
-		label = "sanqos-dl"
-	}
+	label = cmp.Or(label, "sanqos-dl")
 	return cleanupQueueRules(label)
 }
 

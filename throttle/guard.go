@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -94,12 +95,8 @@ func startGuard(g *guard) *guard {
 	if g.interval < 0 {
 		return g
 	}
-	if g.interval == 0 {
-		g.interval = DefaultCheck
-	}
-	if g.log == nil {
-		g.log = slog.Default()
-	}
+	g.interval = cmp.Or(g.interval, DefaultCheck)
+	g.log = cmp.Or(g.log, slog.Default())
 	g.stop, g.done = make(chan struct{}), make(chan struct{})
 	enter := creatorNS()
 	go func() {

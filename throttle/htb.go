@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -65,18 +66,10 @@ func (c *HTBConfig) defaults() error {
 	if err := c.tcConfig.defaults("htb"); err != nil {
 		return err
 	}
-	if c.Chain == "" {
-		c.Chain = "POSTROUTING"
-	}
-	if c.CeilFactor == 0 {
-		c.CeilFactor = 1
-	}
-	if c.Prio == 0 {
-		c.Prio = 1
-	}
-	if c.MarkMask == 0 {
-		c.MarkMask = DefaultMarkMask
-	}
+	c.Chain = cmp.Or(c.Chain, "POSTROUTING")
+	c.CeilFactor = cmp.Or(c.CeilFactor, 1)
+	c.Prio = cmp.Or(c.Prio, 1)
+	c.MarkMask = cmp.Or(c.MarkMask, DefaultMarkMask)
 	if c.LinkRate == 0 {
 		c.LinkRate = linkSpeed(c.Device)
 	}

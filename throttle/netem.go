@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -80,21 +81,11 @@ func (c *NetemConfig) defaults() error {
 	if err := c.tcConfig.defaults("netem"); err != nil {
 		return err
 	}
-	if c.Chain == "" {
-		c.Chain = "POSTROUTING"
-	}
-	if c.Step == 0 {
-		c.Step = 500 * time.Microsecond
-	}
-	if c.MaxDelay == 0 {
-		c.MaxDelay = 20 * time.Millisecond
-	}
-	if c.MarkMask == 0 {
-		c.MarkMask = DefaultMarkMask
-	}
-	if c.Limit == 0 {
-		c.Limit = 100000
-	}
+	c.Chain = cmp.Or(c.Chain, "POSTROUTING")
+	c.Step = cmp.Or(c.Step, 500*time.Microsecond)
+	c.MaxDelay = cmp.Or(c.MaxDelay, 20*time.Millisecond)
+	c.MarkMask = cmp.Or(c.MarkMask, DefaultMarkMask)
+	c.Limit = cmp.Or(c.Limit, 100000)
 	if c.Step < time.Microsecond {
 		return fmt.Errorf("netem: step %v below 1 µs (netem's resolution)", c.Step)
 	}

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,9 +41,7 @@ type QuickAck struct {
 // EnableQuickAck sets the quickack metric on device's connected routes
 // that do not have it, and says which in the log.
 func EnableQuickAck(device string, log *slog.Logger) (*QuickAck, error) {
-	if log == nil {
-		log = slog.Default()
-	}
+	log = cmp.Or(log, slog.Default())
 	l, err := netlink.LinkByName(device)
 	if err != nil {
 		return nil, fmt.Errorf("quickack: device %s: %w", device, err)

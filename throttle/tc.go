@@ -8,6 +8,7 @@ package throttle
 // the unit tests compare the exact bytes sent to the kernel.
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -81,15 +82,9 @@ type tcConfig struct {
 // defaults fills in the label, TTL and logger, and checks the device
 // and label; what names the backend in the error.
 func (c *tcConfig) defaults(what string) error {
-	if c.Label == "" {
-		c.Label = "sanqos"
-	}
-	if c.TTL == 0 {
-		c.TTL = DefaultMarkTTL
-	}
-	if c.Log == nil {
-		c.Log = slog.Default()
-	}
+	c.Label = cmp.Or(c.Label, "sanqos")
+	c.TTL = cmp.Or(c.TTL, DefaultMarkTTL)
+	c.Log = cmp.Or(c.Log, slog.Default())
 	if c.Device == "" {
 		return errors.New(what + ": no device")
 	}
