@@ -179,19 +179,15 @@ func (e *Env) checkBuild(p *plan) {
 	}
 }
 
-type backendCheck struct{ e *Env }
-
-func (backendCheck) Name() string { return "backend" }
-
-func (c backendCheck) Run() Result {
-	p := c.e.plan()
+func (e *Env) backendCheck() Result {
+	p := e.plan()
 	r := Result{Status: OK, Detail: p.why}
 	r.Summary = p.asked
 	if p.chosen != "" && p.chosen != p.asked {
 		r.Summary += " → " + p.chosen
 	}
 	if p.entry().Parts != 0 {
-		r.Detail = append(r.Detail, c.e.needsLine(p.chosen))
+		r.Detail = append(r.Detail, e.needsLine(p.chosen))
 	}
 	switch {
 	case p.fail != "":

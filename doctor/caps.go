@@ -98,18 +98,14 @@ func (e *Env) capNeeds() []capNeed {
 	return out
 }
 
-type capsCheck struct{ e *Env }
-
-func (capsCheck) Name() string { return "capabilities" }
-
-func (c capsCheck) Run() Result {
-	f := c.e.capFacts()
+func (e *Env) capsCheck() Result {
+	f := e.capFacts()
 	if f.err != nil {
 		return Result{Status: Fail, Summary: "cannot read this process' capabilities: " + f.err.Error()}
 	}
 	r := Result{Status: OK}
 	var missing []string
-	for _, n := range c.e.capNeeds() {
+	for _, n := range e.capNeeds() {
 		held := false
 		var names []string
 		for _, b := range n.bits {

@@ -327,7 +327,7 @@ func hasFail(w map[string]want) bool {
 // line with its value, the device check's after Load's.
 func TestConfigWarningsDetail(t *testing.T) {
 	e := fixture{base: "host-6.18", config: warnedConfig}.env(t)
-	r := configCheck{e}.Run()
+	r := e.configCheck()
 	want := []string{
 		"warning: " + e.ConfigPath + ":7: resources[0].throttleable[0]: 10.99.0.3: also important (important[0] on line 6): an important consumer is never slowed, so this entry does nothing",
 		"warning: " + e.ConfigPath + ":5: resources[0].devices[1]: sdb: not in /proc/diskstats: the agent would measure no read wait on it",
@@ -335,7 +335,7 @@ func TestConfigWarningsDetail(t *testing.T) {
 	if got := strings.Join(r.Detail, "\n"); got != strings.Join(want, "\n") {
 		t.Errorf("detail\n got %s\nwant %s", got, strings.Join(want, "\n"))
 	}
-	if again := (configCheck{e}).Run(); len(again.Detail) != len(want) {
+	if again := e.configCheck(); len(again.Detail) != len(want) {
 		t.Errorf("a second run: %q", again.Detail)
 	}
 }

@@ -12,12 +12,7 @@ import (
 // start, so a config the agent would refuse fails here with the same
 // messages (every field and line), and checks the devices it names
 // against the host's /proc/diskstats. Its warnings fail it under --strict.
-type configCheck struct{ e *Env }
-
-func (configCheck) Name() string { return "config" }
-
-func (c configCheck) Run() Result {
-	e := c.e
+func (e *Env) configCheck() Result {
 	switch {
 	case e.ConfigPath == "":
 		return Result{Status: OK, Summary: "no --config: checked as 'sanqos agent' without one (manual throttles only, backend auto, no discovery)",

@@ -27,12 +27,7 @@ import (
 // its resource's consumers (no session from it: a typo, or the initiator
 // is not logged in), since each leaves the agent running while it
 // protects nothing there.
-type discoveryCheck struct{ e *Env }
-
-func (discoveryCheck) Name() string { return "discovery" }
-
-func (c discoveryCheck) Run() Result {
-	e := c.e
+func (e *Env) discoveryCheck() Result {
 	if e.configured() && e.Config.Mode == "bridge" {
 		r := Result{Status: OK, Summary: fmt.Sprintf("bridge mode: %d resources by portal; consumers are whoever talks to them", len(e.Config.Resources))}
 		for _, res := range e.Config.Resources {

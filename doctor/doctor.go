@@ -69,9 +69,9 @@ type Result struct {
 
 // Check is one concern of the preflight. Run must only read (see the
 // package doc).
-type Check interface {
-	Name() string
-	Run() Result
+type Check struct {
+	Name string
+	Run  func() Result
 }
 
 // Named is a Result with its check's name.
@@ -105,19 +105,19 @@ func (r Report) Failed() []string {
 // after the facts it rests on).
 func Checks(e *Env) []Check {
 	cs := []Check{
-		configCheck{e},
-		kernelCheck{e},
-		capsCheck{e},
-		netfilterCheck{e},
-		nfqueueCheck{e},
-		interfacesCheck{e},
-		backendCheck{e},
-		listenersCheck{e},
-		targetCheck{e},
-		discoveryCheck{e},
+		{"config", e.configCheck},
+		{"kernel", e.kernelCheck},
+		{"capabilities", e.capsCheck},
+		{"netfilter", e.netfilterCheck},
+		{"nfqueue", e.nfqueueCheck},
+		{"interfaces", e.interfacesCheck},
+		{"backend", e.backendCheck},
+		{"listeners", e.listenersCheck},
+		{"target", e.targetCheck},
+		{"discovery", e.discoveryCheck},
 	}
 	if e.Window > 0 { // only when asked: it takes the whole window
-		cs = append(cs, thresholdCheck{e})
+		cs = append(cs, Check{"threshold", e.thresholdCheck})
 	}
 	return cs
 }
@@ -132,7 +132,7 @@ func Run(e *Env, checks []Check) Report {
 		if r.Status == Fail {
 			rep.OK = false
 		}
-		rep.Results = append(rep.Results, Named{Name: c.Name(), Result: r})
+		rep.Results = append(rep.Results, Named{Name: c.Name, Result: r})
 	}
 	return rep
 }

@@ -9,29 +9,20 @@ import (
 	"testing"
 )
 
-type panicking struct{}
+var panicking = Check{"odd", func() Result { panic("unexpected /proc layout") }}
 
-func (panicking) Name() string { return "odd" }
-func (panicking) Run() Result  { panic("unexpected /proc layout") }
-
-type fixed struct {
-	name string
-	r    Result
-}
-
-func (f fixed) Name() string { return f.name }
-func (f fixed) Run() Result  { return f.r }
+func fixed(name string, r Result) Check { return Check{name, func() Result { return r }} }
 
 // A check that panics fails with the panic's message instead of taking
 // the report with it; warnings do not fail the report, a failure does;
 // scripts read statuses as words.
 func TestRunVerdictAndJSON(t *testing.T) {
 	e := &Env{ConfigPath: "/etc/sanqos/sanqos.yaml"}
-	rep := Run(e, []Check{fixed{"a", Result{Status: OK, Summary: "fine"}}, fixed{"b", Result{Status: Warn, Summary: "meh"}}})
+	rep := Run(e, []Check{fixed("a", Result{Status: OK, Summary: "fine"}), fixed("b", Result{Status: Warn, Summary: "meh"})})
 	if !rep.OK || len(rep.Failed()) != 0 {
 		t.Fatalf("ok and warn: report %+v", rep)
 	}
-	rep = Run(e, []Check{fixed{"a", Result{Status: OK}}, panicking{}})
+	rep = Run(e, []Check{fixed("a", Result{Status: OK}), panicking})
 	if rep.OK || fmt.Sprint(rep.Failed()) != "[odd]" || !strings.Contains(rep.Results[1].Summary, "check crashed: unexpected /proc layout") {
 		t.Fatalf("panicking check: %+v", rep)
 	}
@@ -64,7 +55,7 @@ func TestTCPListeners(t *testing.T) {
 // silent "free".
 func TestNfqueueMalformed(t *testing.T) {
 	e := fixture{base: "host-6.18", files: map[string]string{"proc/net/netfilter/nfnetlink_queue": "zero 1 2\n"}}.env(t)
-	r := nfqueueCheck{e}.Run()
+	r := e.nfqueueCheck()
 	if r.Status != Warn || !strings.Contains(r.Summary, `line 1: "zero 1 2"`) {
 		t.Errorf("got %s %q", r.Status, r.Summary)
 	}

@@ -59,16 +59,12 @@ func (e *Env) configDevice() string {
 	return ""
 }
 
-type interfacesCheck struct{ e *Env }
-
-func (interfacesCheck) Name() string { return "interfaces" }
-
-func (c interfacesCheck) Run() Result {
-	links, err := c.e.links()
+func (e *Env) interfacesCheck() Result {
+	links, err := e.links()
 	if err != nil {
 		return Result{Status: Fail, Summary: "cannot list interfaces: " + err.Error()}
 	}
-	p := c.e.plan()
+	p := e.plan()
 	r := Result{Status: OK}
 	for _, l := range links {
 		if l.Flags&net.FlagLoopback != 0 {
@@ -90,9 +86,9 @@ func (c interfacesCheck) Run() Result {
 	case p.deviceErr != nil:
 		r.Status = Warn
 		r.Summary = fmt.Sprintf("%v (the %s backend needs no interface; edt, netem and htb would)", p.deviceErr, p.chosenOr("chosen"))
-	case c.e.configDevice() != "":
+	case e.configDevice() != "":
 		r.Summary = p.device + " (device: in the config)"
-		if l, _ := c.e.link(p.device); l.Flags&net.FlagUp == 0 {
+		if l, _ := e.link(p.device); l.Flags&net.FlagUp == 0 {
 			r.Status, r.Summary = Warn, r.Summary+" is down"
 		}
 	default:
@@ -101,9 +97,9 @@ func (c interfacesCheck) Run() Result {
 	if !p.uses(throttle.PartDevice) && p.deviceErr == nil {
 		r.Summary += fmt.Sprintf(" (not used by the %s backend)", p.chosenOr("chosen"))
 	}
-	if c.e.configured() && c.e.Config.Mode == "bridge" {
-		ci := c.e.Config.CaptureInterface
-		if _, ok := c.e.link(ci); !ok {
+	if e.configured() && e.Config.Mode == "bridge" {
+		ci := e.Config.CaptureInterface
+		if _, ok := e.link(ci); !ok {
 			r.Status = Fail
 			r.Summary = fmt.Sprintf("capture_interface %q is not an interface here: bridge mode could not capture", ci)
 		} else {

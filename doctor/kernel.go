@@ -170,16 +170,12 @@ func parseKconfig(b []byte) map[string]string {
 	return out
 }
 
-type kernelCheck struct{ e *Env }
-
-func (kernelCheck) Name() string { return "kernel" }
-
 // Run lists every feature; it never fails on its own, since a missing
 // feature only matters to the backend that needs it (the backend check
 // decides that). It warns when it cannot tell, because then the backend
 // check cannot either.
-func (c kernelCheck) Run() Result {
-	k := c.e.kernelFacts()
+func (e *Env) kernelCheck() Result {
+	k := e.kernelFacts()
 	var have, lack []string
 	for _, key := range []string{"netem", "fq", "htb", "clsact", "cls_bpf", "nfqueue", "ipset", "xt_set", "nf_tables"} {
 		switch k.state[key] {

@@ -16,27 +16,23 @@ import (
 // socket (it refuses to start when another agent answers there) and its
 // HTTP address (it cannot start when the port is taken). It connects to
 // the socket and hangs up, and reads /proc/net/tcp{,6}; it binds nothing.
-type listenersCheck struct{ e *Env }
-
-func (listenersCheck) Name() string { return "listeners" }
-
-func (c listenersCheck) Run() Result {
-	cfg := c.e.Config
+func (e *Env) listenersCheck() Result {
+	cfg := e.Config
 	sock := agent.DefaultSocket
-	if c.e.configured() {
+	if e.configured() {
 		sock = cfg.Socket
 	}
 	r := Result{Status: OK}
 	var sum []string
-	if c.e.Host.exists(sock) && c.e.Host.DialUnix(c.e.Host.path(sock)) == nil {
+	if e.Host.exists(sock) && e.Host.DialUnix(e.Host.path(sock)) == nil {
 		// The agent's own words (agent.ListenUnix).
 		r.Status = Fail
 		sum = append(sum, "another agent is listening on "+sock)
 	} else {
 		sum = append(sum, "control socket "+sock+" free")
 	}
-	if c.e.configured() && cfg.HTTP != "" {
-		why, err := c.e.httpTaken(cfg.HTTP)
+	if e.configured() && cfg.HTTP != "" {
+		why, err := e.httpTaken(cfg.HTTP)
 		switch {
 		case err != nil:
 			r.Status = Fail

@@ -100,12 +100,8 @@ func (e *Env) iptProblem(queue bool) string {
 	return ""
 }
 
-type netfilterCheck struct{ e *Env }
-
-func (netfilterCheck) Name() string { return "netfilter" }
-
-func (c netfilterCheck) Run() Result {
-	f, p := c.e.iptFacts(), c.e.plan()
+func (e *Env) netfilterCheck() Result {
+	f, p := e.iptFacts(), e.plan()
 	r := Result{Status: OK}
 	switch {
 	case f.iptables == "":
@@ -127,7 +123,7 @@ func (c netfilterCheck) Run() Result {
 		r.Detail = append(r.Detail, "nft tables: "+orNone(strings.Join(f.nftTabs, ", ")))
 	}
 	if p.uses(throttle.PartIptables) {
-		if why := c.e.iptProblem(p.uses(throttle.PartQueue)); why != "" {
+		if why := e.iptProblem(p.uses(throttle.PartQueue)); why != "" {
 			r.Status, r.Summary = Fail, why
 		}
 	} else {

@@ -64,13 +64,9 @@ func (e *Env) queueTaken() string {
 	return who
 }
 
-type nfqueueCheck struct{ e *Env }
-
-func (nfqueueCheck) Name() string { return "nfqueue" }
-
-func (c nfqueueCheck) Run() Result {
-	q, present, err := c.e.Host.boundQueues()
-	uses := c.e.plan().uses(throttle.PartQueue)
+func (e *Env) nfqueueCheck() Result {
+	q, present, err := e.Host.boundQueues()
+	uses := e.plan().uses(throttle.PartQueue)
 	r := Result{Detail: []string{
 		fmt.Sprintf("the delay line binds queue %d in the network namespace the agent starts in (this one)", agentQueue),
 	}}
@@ -78,7 +74,7 @@ func (c nfqueueCheck) Run() Result {
 	case err != nil:
 		r.Status, r.Summary = Warn, "cannot read /proc/net/netfilter/nfnetlink_queue: "+err.Error()
 		return r
-	case !present && c.e.kernelFacts().state["nfqueue"] == loadable:
+	case !present && e.kernelFacts().state["nfqueue"] == loadable:
 		r.Summary = "nfnetlink_queue is a module not loaded yet: no queue is bound"
 		return r
 	case !present:
@@ -91,7 +87,7 @@ func (c nfqueueCheck) Run() Result {
 	for _, n := range slices.Sorted(maps.Keys(q)) {
 		r.Detail = append(r.Detail, fmt.Sprintf("queue %d bound by netlink port %d", n, q[n]))
 	}
-	who := c.e.queueTaken()
+	who := e.queueTaken()
 	switch {
 	case who == "":
 		r.Summary = fmt.Sprintf("queue %d is free (%d bound in this namespace)", agentQueue, len(q))
@@ -100,7 +96,7 @@ func (c nfqueueCheck) Run() Result {
 		r.Summary = fmt.Sprintf("queue %d is taken by %s: the delay line could not bind it (another agent here?)", agentQueue, who)
 	default:
 		r.Status = OK
-		r.Summary = fmt.Sprintf("queue %d is taken by %s, but the %s backend does not queue", agentQueue, who, c.e.plan().chosenOr("chosen"))
+		r.Summary = fmt.Sprintf("queue %d is taken by %s, but the %s backend does not queue", agentQueue, who, e.plan().chosenOr("chosen"))
 	}
 	return r
 }

@@ -56,14 +56,14 @@ func TestRegisteredBackendIsSeenEverywhere(t *testing.T) {
 	}
 
 	e := fixture{base: "stock-6.1"}.env(t)
-	r := backendCheck{e}.Run()
+	r := e.backendCheck()
 	if r.Status != OK || !strings.HasPrefix(r.Summary, "auto → testonly: kernel has htb") ||
 		!slices.Contains(r.Detail, "testonly needs: htb module, ifb module | cake no") ||
 		!slices.ContainsFunc(r.Detail, func(s string) bool { return strings.HasPrefix(s, "testonly throttles IPv4 consumers only") }) {
 		t.Errorf("doctor: %s %q %q", r.Status, r.Summary, r.Detail)
 	}
 
-	if r := (kernelCheck{e}).Run(); !slices.ContainsFunc(r.Detail, func(s string) bool {
+	if r := e.kernelCheck(); !slices.ContainsFunc(r.Detail, func(s string) bool {
 		return strings.HasPrefix(s, "cake ") && strings.HasSuffix(s, "cake qdisc (testonly) — CONFIG_NET_SCH_CAKE is not set")
 	}) {
 		t.Errorf("doctor's kernel check does not list the test backend's feature: %q", r.Detail)

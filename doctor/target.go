@@ -112,12 +112,7 @@ func (e *Env) autoAbsent() string {
 	return s + "; lio: no " + filepath.Join(e.lioRoot(), "iscsi") + "; nvmet: no " + filepath.Join(e.nvmetRoot(), "subsystems")
 }
 
-type targetCheck struct{ e *Env }
-
-func (targetCheck) Name() string { return "target" }
-
-func (c targetCheck) Run() Result {
-	e := c.e
+func (e *Env) targetCheck() Result {
 	r := Result{Status: OK, Detail: []string{e.tgtLine(), e.lioLine(), e.nvmetLine(), e.ietLine()}}
 	found := e.found()
 	if !e.configured() {

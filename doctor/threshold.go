@@ -55,12 +55,7 @@ const quietShare = 0.1
 // at its busiest (threshold: auto's rule, agent.WaitAtPeak, on the
 // loaded intervals), and suggests a threshold from them. It only reads
 // /proc/diskstats.
-type thresholdCheck struct{ e *Env }
-
-func (thresholdCheck) Name() string { return "threshold" }
-
-func (c thresholdCheck) Run() Result {
-	e := c.e
+func (e *Env) thresholdCheck() Result {
 	if !e.configured() {
 		return Result{Status: Warn, Summary: "--window measures the config's resources: give --config"}
 	}

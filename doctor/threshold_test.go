@@ -128,17 +128,17 @@ func TestThresholdCheck(t *testing.T) {
 		return series[:n+1], nil
 	}
 	checks := Checks(e)
-	if c := checks[len(checks)-1]; c.Name() != "threshold" {
-		t.Fatalf("last check %s, want threshold", c.Name())
+	if c := checks[len(checks)-1]; c.Name != "threshold" {
+		t.Fatalf("last check %s, want threshold", c.Name)
 	}
-	r := thresholdCheck{e}.Run()
+	r := e.thresholdCheck()
 	if strings.Join(asked, " ") != "loop0 loop1 loop2 loop3" || askedN != 400 {
 		t.Errorf("sampled %v × %d, want the four devices × 400", asked, askedN)
 	}
 	if r.Status != OK || !strings.Contains(r.Summary, "vg1 floor 6.3 ms, busiest 27.0 ms, suggest 27.0 ms") || !strings.Contains(strings.Join(r.Detail, "\n"), "suggested threshold 27.0 ms") {
 		t.Errorf("%v: %s\n%s", r.Status, r.Summary, strings.Join(r.Detail, "\n"))
 	}
-	if cs := Checks(NewEnv(Host{Root: dir}, cfg)); cs[len(cs)-1].Name() == "threshold" {
+	if cs := Checks(NewEnv(Host{Root: dir}, cfg)); cs[len(cs)-1].Name == "threshold" {
 		t.Error("threshold check registered without --window")
 	}
 }
