@@ -31,7 +31,11 @@ func init() {
 }
 
 func delayLineNeeds(w WriteOn) [][]Feature {
-	n := append([][]Feature{{kNfqueue}, {kFilter}, {kXtNFQUEUE}}, needSets...)
+	n := append([][]Feature{
+		{{"nfqueue", "nfnetlink_queue", "CONFIG_NETFILTER_NETLINK_QUEUE", "nfnetlink_queue"}},
+		{{"iptable_filter", "filter table", "CONFIG_IP_NF_FILTER", "iptable_filter"}},
+		{{"xt_NFQUEUE", "iptables -j NFQUEUE", "CONFIG_NETFILTER_XT_TARGET_NFQUEUE", "xt_NFQUEUE"}},
+	}, needSets...)
 	if w == WriteOnReplies {
 		// Replies leave pure ACKs out of the queue by -m u32.
 		n = append(n, []Feature{kXtU32})

@@ -28,7 +28,7 @@ func init() {
 		}})
 }
 
-var edtNeeds = append([][]Feature{{kFq}}, needBPF...)
+var edtNeeds = append([][]Feature{{{"fq", "fq qdisc (releases each packet at its time)", "CONFIG_NET_SCH_FQ", "sch_fq"}}}, needBPF...)
 
 // EDT is the delay backend at kernel speed: the earliest-departure-time
 // model that Linux TCP pacing itself uses. A tc BPF program on the target

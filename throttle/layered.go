@@ -12,7 +12,9 @@ func init() {
 	Register(Entry{Name: "delayline+htb", Rank: 50, About: "the delay line, plus caps on the consumers' writes",
 		Caps: Caps{Delay: true, WriteRate: true}, Parts: PartDevice | PartIptables | PartQueue | PartBPF,
 		Needs: func(w WriteOn) [][]Feature {
-			return append(append(delayLineNeeds(w), []Feature{kIFB}, []Feature{kHTB}, []Feature{kMirred}), needBPF...)
+			return append(append(delayLineNeeds(w),
+				[]Feature{{"ifb", "ingress shaping device", "CONFIG_IFB", "ifb"}}, []Feature{kHTB},
+				[]Feature{{"mirred", "redirect to ifb", "CONFIG_NET_ACT_MIRRED", "act_mirred"}}), needBPF...)
 		},
 		Objects:   []Objects{{"-dl", CleanupDelayLine}, {"-wc", CleanupWriteCap}},
 		Probe:     delayLineWriteCapAvailable,

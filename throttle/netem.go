@@ -16,8 +16,8 @@ func init() {
 		About: "kernel delay: the thesis' tree, one netem leaf per step",
 		Caps:  Caps{Delay: true}, Parts: PartDevice | PartIptables,
 		// Its mark rules tell pure ACKs with -m u32 (tcPureACK).
-		Needs:   func(WriteOn) [][]Feature { return append([][]Feature{{kNetem}, {kXtU32}}, needMark...) },
-		Probes:  [][]Feature{{kNetem}},
+		Needs:   func(WriteOn) [][]Feature { return append([][]Feature{{netemFeature}, {kXtU32}}, needMark...) },
+		Probes:  [][]Feature{{netemFeature}},
 		Objects: []Objects{{"-ne", CleanupTC}},
 		Probe: func() (bool, string, error) {
 			ok, err := NetemAvailable()
@@ -25,6 +25,8 @@ func init() {
 		},
 		Build: newNetemFrom})
 }
+
+var netemFeature = Feature{"netem", "netem qdisc", "CONFIG_NET_SCH_NETEM", "sch_netem"}
 
 // newNetemFrom builds the netem tree. It reaches the controller's
 // max_delay: with netem's own 20 ms under a 40 ms max_delay every larger

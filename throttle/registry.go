@@ -160,23 +160,17 @@ type Feature struct {
 	Module string // its module when built as one; "" if it cannot be
 }
 
-// The kernel features of the backends.
+// The kernel features several backends need; one backend's own are in
+// its file.
 var (
-	kNetem     = Feature{"netem", "netem qdisc", "CONFIG_NET_SCH_NETEM", "sch_netem"}
-	kFq        = Feature{"fq", "fq qdisc (releases each packet at its time)", "CONFIG_NET_SCH_FQ", "sch_fq"}
-	kHTB       = Feature{"htb", "htb qdisc", "CONFIG_NET_SCH_HTB", "sch_htb"}
-	kClsact    = Feature{"clsact", "clsact hook for tc BPF", "CONFIG_NET_SCH_INGRESS", "sch_ingress"}
-	kClsBPF    = Feature{"cls_bpf", "tc BPF classifier", "CONFIG_NET_CLS_BPF", "cls_bpf"}
-	kBPF       = Feature{"bpf", "bpf(2)", "CONFIG_BPF_SYSCALL", ""}
-	kClsFw     = Feature{"cls_fw", "mark → class filter (else u32)", "CONFIG_NET_CLS_FW", "cls_fw"}
-	kClsU32    = Feature{"cls_u32", "mark → class filter fallback", "CONFIG_NET_CLS_U32", "cls_u32"}
-	kIFB       = Feature{"ifb", "ingress shaping device", "CONFIG_IFB", "ifb"}
-	kMirred    = Feature{"mirred", "redirect to ifb", "CONFIG_NET_ACT_MIRRED", "act_mirred"}
-	kNfqueue   = Feature{"nfqueue", "nfnetlink_queue", "CONFIG_NETFILTER_NETLINK_QUEUE", "nfnetlink_queue"}
-	kXtNFQUEUE = Feature{"xt_NFQUEUE", "iptables -j NFQUEUE", "CONFIG_NETFILTER_XT_TARGET_NFQUEUE", "xt_NFQUEUE"}
-	kXtU32     = Feature{"xt_u32", "iptables -m u32 (pure-ACK tests)", "CONFIG_NETFILTER_XT_MATCH_U32", "xt_u32"}
-	kFilter    = Feature{"iptable_filter", "filter table", "CONFIG_IP_NF_FILTER", "iptable_filter"}
-	kMangle    = Feature{"iptable_mangle", "mangle table (marks)", "CONFIG_IP_NF_MANGLE", "iptable_mangle"}
+	kHTB    = Feature{"htb", "htb qdisc", "CONFIG_NET_SCH_HTB", "sch_htb"}
+	kClsact = Feature{"clsact", "clsact hook for tc BPF", "CONFIG_NET_SCH_INGRESS", "sch_ingress"}
+	kClsBPF = Feature{"cls_bpf", "tc BPF classifier", "CONFIG_NET_CLS_BPF", "cls_bpf"}
+	kBPF    = Feature{"bpf", "bpf(2)", "CONFIG_BPF_SYSCALL", ""}
+	kClsFw  = Feature{"cls_fw", "mark → class filter (else u32)", "CONFIG_NET_CLS_FW", "cls_fw"}
+	kClsU32 = Feature{"cls_u32", "mark → class filter fallback", "CONFIG_NET_CLS_U32", "cls_u32"}
+	kXtU32  = Feature{"xt_u32", "iptables -m u32 (pure-ACK tests)", "CONFIG_NETFILTER_XT_MATCH_U32", "xt_u32"}
+	kMangle = Feature{"iptable_mangle", "mangle table (marks)", "CONFIG_IP_NF_MANGLE", "iptable_mangle"}
 
 	needSets = [][]Feature{
 		{{"ipset", "consumer sets", "CONFIG_IP_SET", "ip_set"}},
