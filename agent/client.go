@@ -50,17 +50,14 @@ func (c *Client) do(method, path string, body any, out any) error {
 }
 
 func (c *Client) doWith(hc *http.Client, method, path string, body any, out any) error {
-	var rd *bytes.Reader
+	var b []byte
 	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if b, err = json.Marshal(body); err != nil {
 			return err
 		}
-		rd = bytes.NewReader(b)
-	} else {
-		rd = bytes.NewReader(nil)
 	}
-	req, err := http.NewRequest(method, "http://agent"+path, rd)
+	req, err := http.NewRequest(method, "http://agent"+path, bytes.NewReader(b))
 	if err != nil {
 		return err
 	}
@@ -107,13 +104,11 @@ func (c *Client) Clear(consumers ...netip.Addr) error {
 	return c.do(http.MethodDelete, "/v1/throttles?"+q.Encode(), nil, nil)
 }
 
-// List returns the agent's current throttles.
+// List returns the agent's current throttles (a JSON object keyed by
+// address, which netip.Addr decodes).
 func (c *Client) List() (map[netip.Addr]throttle.Setting, error) {
-	var m map[string]throttle.Setting
-	if err := c.do(http.MethodGet, "/v1/throttles", nil, &m); err != nil {
-		return nil, err
-	}
-	return throttlesByAddr(m)
+	var m map[netip.Addr]throttle.Setting
+	return m, c.do(http.MethodGet, "/v1/throttles", nil, &m)
 }
 
 // StartHint tells an operator who found no agent how to start one: the
