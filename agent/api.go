@@ -74,11 +74,7 @@ type ReloadReply struct {
 func (a *API) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/throttles", func(w http.ResponseWriter, r *http.Request) {
-		out := map[string]throttle.Setting{}
-		for k, v := range a.T.List() {
-			out[k.String()] = v
-		}
-		writeJSON(w, http.StatusOK, out)
+		writeJSON(w, http.StatusOK, a.T.List()) // keyed by address: netip.Addr is a TextMarshaler
 	})
 	mux.HandleFunc("POST /v1/throttles", func(w http.ResponseWriter, r *http.Request) {
 		set, err := DecodeThrottleRequest(io.LimitReader(r.Body, maxBody))
@@ -117,11 +113,9 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/counters", func(w http.ResponseWriter, r *http.Request) {
 		// What the backend delayed, per consumer: empty for backends that
 		// do not count (they hold no packets).
-		out := map[string]throttle.DelayCounters{}
+		out := map[netip.Addr]throttle.DelayCounters{}
 		if c := throttle.CountingOf(a.T); c != nil {
-			for k, v := range c.Counters() {
-				out[k.String()] = v
-			}
+			out = c.Counters()
 		}
 		writeJSON(w, http.StatusOK, out)
 	})
