@@ -39,8 +39,9 @@ func autoThresholds(root *yaml.Node) (top bool, res map[int]bool) {
 	return top, res
 }
 
-// mappingOf is n as a mapping (through a document or an alias), or nil.
-func mappingOf(n *yaml.Node) *yaml.Node {
+// resolved is n through documents and aliases; nil for an empty
+// document.
+func resolved(n *yaml.Node) *yaml.Node {
 	for n != nil && (n.Kind == yaml.DocumentNode || n.Kind == yaml.AliasNode) {
 		if n.Kind == yaml.AliasNode {
 			n = n.Alias
@@ -50,7 +51,12 @@ func mappingOf(n *yaml.Node) *yaml.Node {
 			return nil
 		}
 	}
-	if n == nil || n.Kind != yaml.MappingNode {
+	return n
+}
+
+// mappingOf is n as a mapping (through a document or an alias), or nil.
+func mappingOf(n *yaml.Node) *yaml.Node {
+	if n = resolved(n); n == nil || n.Kind != yaml.MappingNode {
 		return nil
 	}
 	return n

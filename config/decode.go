@@ -48,16 +48,7 @@ func (w *schemaWalk) bad(n *yaml.Node, msg string, path []any) {
 
 func (w *schemaWalk) node(n *yaml.Node, t reflect.Type, path []any) {
 	path = path[:len(path):len(path)] // appends below copy: siblings never share
-	for n != nil && (n.Kind == yaml.AliasNode || n.Kind == yaml.DocumentNode) {
-		if n.Kind == yaml.AliasNode {
-			n = n.Alias
-		} else if len(n.Content) > 0 {
-			n = n.Content[0]
-		} else {
-			return
-		}
-	}
-	if n == nil || n.Tag == "!!null" || w.seen[visit{n, t}] {
+	if n = resolved(n); n == nil || n.Tag == "!!null" || w.seen[visit{n, t}] {
 		return
 	}
 	w.seen[visit{n, t}] = true
