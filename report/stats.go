@@ -76,8 +76,13 @@ func MeanStderr(xs []float64) (mean, stderr float64) {
 	case 1:
 		return xs[0], 0
 	}
-	mean, sd := stat.MeanStdDev(xs, nil)
-	return mean, sd / math.Sqrt(float64(len(xs)))
+	// The mean is summed in order (gonum's Sum adds in another, and can
+	// differ in the last bit): the simulator's summaries print it.
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(len(xs))
+	return mean, stat.StdDev(xs, nil) / math.Sqrt(float64(len(xs)))
 }
 
 // LinearFit fits y = a + b·x by least squares and returns R² (1 where y
