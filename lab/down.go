@@ -12,9 +12,6 @@ import (
 	"time"
 )
 
-// labLockWait bounds how long a lab command waits for another to finish.
-const labLockWait = 60 * time.Second
-
 // Down removes everything the lab made, whether or not state survived:
 // first what its record says it made (whatever the binary that made it is
 // called, and however that `lab up` ended), then every lab object no live
@@ -31,7 +28,7 @@ func down(log io.Writer, force bool) error {
 	if os.Geteuid() != 0 {
 		return ErrNotRoot
 	}
-	l, err := lockLab(labLockWait, log)
+	l, err := lockLab(Limits.Lock, log)
 	if err != nil {
 		return err
 	}

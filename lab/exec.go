@@ -15,18 +15,41 @@ import (
 // Exec runs a program directly (never through a shell) and returns its
 // stdout; the error carries stderr so failures say what the tool said.
 // No program the lab runs this way may hang it: one still running after
-// ExecTimeout is killed and fails.
+// Limits.Exec is killed and fails.
 func Exec(name string, args ...string) (string, error) {
 	return runStdin(nil, name, args...)
 }
 
-// ExecTimeout bounds every Exec (stretched by Slowdown in a TCG guest):
-// each is a short administrative command (ip, losetup, tgtadm, umount).
-const ExecTimeout = 60 * time.Second
+// Limits bound the lab's commands (issue 56: no lab command hangs), each
+// stretched by Slowdown in a TCG guest: Up and Down the whole of `lab up`
+// and `lab down` (Watchdog; here up takes ~3 s, down ~1 s), Lock the wait
+// for another lab command's lab lock, Tgtadm each tgtadm call, Exec every
+// other program the lab runs (ip, losetup, umount: short administrative
+// commands), Fio how long a phase's fio may run past the phase's end
+// (`lab run` is as long as its phases). LimitsEnv ("down=2s,tgtadm=300ms")
+// shortens them for a test that wants to see a command give up; a
+// supervisor inherits it.
+var Limits = struct{ Up, Down, Lock, Tgtadm, Exec, Fio time.Duration }{
+	Up: 5 * time.Minute, Down: 3 * time.Minute, Lock: 60 * time.Second, Tgtadm: 10 * time.Second, Exec: 60 * time.Second, Fio: 60 * time.Second,
+}
+
+// LimitsEnv overrides Limits: comma-separated name=duration, names up,
+// down, lock, tgtadm, exec, fio.
+const LimitsEnv = "SANQOS_LAB_LIMITS"
+
+func init() {
+	named := map[string]*time.Duration{"up": &Limits.Up, "down": &Limits.Down, "lock": &Limits.Lock, "tgtadm": &Limits.Tgtadm, "exec": &Limits.Exec, "fio": &Limits.Fio}
+	for _, kv := range strings.Split(os.Getenv(LimitsEnv), ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		if d, err := time.ParseDuration(v); err == nil && named[k] != nil {
+			*named[k] = d
+		}
+	}
+}
 
 // runStdin is run with stdin read from in (nil: none).
 func runStdin(in io.Reader, name string, args ...string) (string, error) {
-	return runTimeout(ExecTimeout, in, name, args...)
+	return runTimeout(Limits.Exec, in, name, args...)
 }
 
 // runTimeout is runStdin with its own time limit.

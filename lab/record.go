@@ -249,17 +249,24 @@ func mountDev(dir string) string {
 // and `lab down` at a known point.
 const KillAtEnv = "SANQOS_LAB_KILL_AT"
 
+// HangAtEnv names a step at which a lab command stops making progress, as
+// one stuck in the kernel would: the tests' way to see Watchdog end it.
+const HangAtEnv = "SANQOS_LAB_HANG_AT"
+
 // step is the lab command's current step, for the message of a command
 // that gives up (StepNow).
 var step atomic.Value
 
 // reach marks step name as reached; if KillAtEnv names it, the process
-// kills itself here.
+// kills itself here; if HangAtEnv does, it waits here for its Watchdog.
 func reach(name string) {
 	step.Store(name)
-	if os.Getenv(KillAtEnv) == name {
+	switch name {
+	case os.Getenv(KillAtEnv):
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // the signal is on its way
+	case os.Getenv(HangAtEnv):
+		select {}
 	}
 }
 

@@ -132,7 +132,7 @@ func NewRunner(ctx context.Context, name string, o RunOptions) (*Runner, error) 
 	}
 	// Not while a lab up or down is under way: the lab lock, held until
 	// the run lock is.
-	ll, err := lockLab(labLockWait, progressOrDiscard(o.Progress))
+	ll, err := lockLab(Limits.Lock, progressOrDiscard(o.Progress))
 	if err != nil {
 		return nil, err
 	}
@@ -330,7 +330,9 @@ loop:
 			return nil, r.ctx.Err()
 		}
 	}
-	<-fw.done
+	if err := fw.waitBounded(cmds, Limits.Fio); err != nil {
+		return nil, err
+	}
 	r.trace.Flush()
 	if err := host.stop(res, filepath.Join(pdir, "stalls.csv")); err != nil {
 		return nil, err

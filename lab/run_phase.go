@@ -67,6 +67,26 @@ func waitFio(cmds []*exec.Cmd) *fioWait {
 	return fw
 }
 
+// waitBounded waits for the phase's fio to exit, at most limit (stretched
+// in a TCG guest) past the phase's end, then kills it and says so: a fio
+// stuck on a target that no longer answers must not hang `lab run`.
+func (fw *fioWait) waitBounded(cmds []*exec.Cmd, limit time.Duration) error {
+	limit *= Slowdown()
+	select {
+	case <-fw.done:
+		return nil
+	case <-time.After(limit):
+	}
+	for _, c := range cmds {
+		c.Process.Kill()
+	}
+	select {
+	case <-fw.done:
+	case <-time.After(limit): // in D state on a dead device: not waited for
+	}
+	return fmt.Errorf("fio still running %v after the phase's end: killed", limit)
+}
+
 // phaseSampler samples the diskstats of the run resource's loop devices
 // during a phase, writing each interval to the run's trace.
 type phaseSampler struct {

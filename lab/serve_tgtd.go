@@ -87,7 +87,7 @@ func (o *ownTgtd) supervise(log *slog.Logger, quit <-chan struct{}) {
 // stop ends the supervisor's own tgtd: through tgtadm when orderly and
 // that tgtd is the only one on its control port (so what answers there
 // is ours), then SIGTERM, then SIGKILL, by pid, each after a bounded
-// wait.
+// wait; a tgtadm that failed or hung goes straight to the signals.
 func (o *ownTgtd) stop(orderly bool, log *slog.Logger) {
 	o.mu.Lock()
 	o.quitting = true
@@ -99,8 +99,11 @@ func (o *ownTgtd) stop(orderly bool, log *slog.Logger) {
 	wait := map[syscall.Signal]time.Duration{0: 3 * time.Second, syscall.SIGTERM: time.Second, syscall.SIGKILL: 3 * time.Second}
 	sigs := []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL}
 	if pids := tgtdPids(o.t); orderly && len(pids) == 1 && pids[0] == pid {
-		stopTgtdOrderly(o.t)
-		sigs = append([]syscall.Signal{0}, sigs...)
+		if err := stopTgtdOrderly(o.t); err != nil {
+			log.Warn("tgtadm", "err", err)
+		} else {
+			sigs = append([]syscall.Signal{0}, sigs...)
+		}
 	}
 	for _, sig := range sigs {
 		if sig != 0 {

@@ -8,18 +8,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // Tgtadm talks to bm's tgtd (the only one in a single-target lab).
 func Tgtadm(args ...string) (string, error) { return tgtadmOn(Target(0), args...) }
 
-// TgtadmTimeout bounds every tgtadm call: one stuck on a tgtd that no
-// longer answers hung `lab down` for 11 minutes (issue 56).
-const TgtadmTimeout = 10 * time.Second
-
+// tgtadmOn runs tgtadm on t's control port, bounded by Limits.Tgtadm: one
+// stuck on a tgtd that no longer answered hung `lab down` for 11 minutes
+// (issue 56).
 func tgtadmOn(t TargetHost, args ...string) (string, error) {
-	return runTimeout(TgtadmTimeout, nil, "tgtadm", append([]string{"-C", t.port(), "--lld", "iscsi"}, args...)...)
+	return runTimeout(Limits.Tgtadm, nil, "tgtadm", append([]string{"-C", t.port(), "--lld", "iscsi"}, args...)...)
 }
 
 func tgtSocket(t TargetHost) string { return fmt.Sprintf("/var/run/tgtd/socket.%d", t.CtlPort) }
@@ -28,7 +26,7 @@ func tgtSocket(t TargetHost) string { return fmt.Sprintf("/var/run/tgtd/socket.%
 func TgtReady() bool { return tgtReadyOn(Target(0)) }
 
 func tgtReadyOn(t TargetHost) bool {
-	_, err := runTimeout(TgtadmTimeout, nil, "tgtadm", "-C", t.port(), "--op", "show", "--mode", "sys")
+	_, err := runTimeout(Limits.Tgtadm, nil, "tgtadm", "-C", t.port(), "--op", "show", "--mode", "sys")
 	return err == nil
 }
 
@@ -102,19 +100,29 @@ func (l LUN) target() string {
 
 // stopTgtdOrderly shuts down the tgtd of t that answers on its control
 // port the way it listens to (it ignores SIGTERM): offline, delete every
-// target, delete the system; every call bounded by TgtadmTimeout. Only
-// the supervisor calls it, and only when that tgtd is its own.
-func stopTgtdOrderly(t TargetHost) {
-	tgtadmOn(t, "--op", "update", "--mode", "sys", "--name", "State", "-v", "offline")
-	out, _ := tgtadmOn(t, "--op", "show", "--mode", "target")
+// target, delete the system; every call bounded by Limits.Tgtadm. It
+// gives up at the first call that fails: a tgtd that did not answer one
+// will not answer the next, and the caller goes on to signals. Only the
+// supervisor calls it, and only when that tgtd is its own.
+func stopTgtdOrderly(t TargetHost) error {
+	if _, err := tgtadmOn(t, "--op", "update", "--mode", "sys", "--name", "State", "-v", "offline"); err != nil {
+		return err
+	}
+	out, err := tgtadmOn(t, "--op", "show", "--mode", "target")
+	if err != nil {
+		return err
+	}
 	for _, line := range strings.Split(out, "\n") {
 		var tid int
 		var name string
 		if n, _ := fmt.Sscanf(line, "Target %d: %s", &tid, &name); n == 2 {
-			tgtadmOn(t, "--op", "delete", "--mode", "target", "--tid", strconv.Itoa(tid), "--force")
+			if _, err := tgtadmOn(t, "--op", "delete", "--mode", "target", "--tid", strconv.Itoa(tid), "--force"); err != nil {
+				return err
+			}
 		}
 	}
-	runTimeout(TgtadmTimeout, nil, "tgtadm", "-C", t.port(), "--op", "delete", "--mode", "system")
+	_, err = runTimeout(Limits.Tgtadm, nil, "tgtadm", "-C", t.port(), "--op", "delete", "--mode", "system")
+	return err
 }
 
 // removeTgtdSockets removes t's control socket files once no tgtd with

@@ -37,7 +37,7 @@ func Up(o Options, log io.Writer) (*State, error) {
 			return nil, err
 		}
 	}
-	l, err := lockLab(labLockWait, log)
+	l, err := lockLab(Limits.Lock, log)
 	if err != nil {
 		return nil, err
 	}

@@ -41,14 +41,6 @@ initiator; each LUN a loop device on a shared modelled disk group (or, with
 	return c
 }
 
-// labUpLimit and labDownLimit bound `lab up` and `lab down` on the host
-// (issue 56: no lab command hangs). Here up takes ~3 s and down ~1 s; the
-// lab lock's wait for another lab command (60 s) is inside the bound.
-const (
-	labUpLimit   = 5 * time.Minute
-	labDownLimit = 3 * time.Minute
-)
-
 func labUpCmd() *cobra.Command {
 	o := lab.DefaultOptions()
 	var g guest.Options
@@ -93,7 +85,7 @@ its own namespace, fio on /dev/nvmeXnY.`,
 			if kernel != "" {
 				return labUpGuest(cmd, g, kernel)
 			}
-			defer lab.Watchdog("lab up", labUpLimit, cmd.ErrOrStderr())()
+			defer lab.Watchdog("lab up", lab.Limits.Up, cmd.ErrOrStderr())()
 			s, err := lab.Up(o, cmd.OutOrStdout())
 			if err != nil {
 				return err
@@ -225,7 +217,7 @@ something, it is what goes: QEMU is powered off with the lab in it and
 			default:
 				return fmt.Errorf("--kernel %q: want host or debian", kernel)
 			}
-			defer lab.Watchdog("lab down", labDownLimit, cmd.ErrOrStderr())()
+			defer lab.Watchdog("lab down", lab.Limits.Down, cmd.ErrOrStderr())()
 			if force {
 				return lab.ForceDown(cmd.OutOrStdout())
 			}
