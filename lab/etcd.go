@@ -73,7 +73,7 @@ func StartEtcd() error {
 		"--logger", "zap", "--log-outputs", "stderr")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	cloexecInherited()
+	CloexecInherited()
 	if err := cmd.Start(); err != nil {
 		return err
 	}

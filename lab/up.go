@@ -311,7 +311,7 @@ func startServe(s *State, id string) error {
 	// must not keep descriptors this process inherited. Run as
 	// `flock LOCK sanqos-lab lab up`, it held the lock for as long as the lab
 	// was up.
-	cloexecInherited()
+	CloexecInherited()
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -411,9 +411,11 @@ func (s *State) Health() []string {
 	return p
 }
 
-// cloexecInherited marks every descriptor above stderr close-on-exec. Go
-// opens its own that way; the rest came from whoever started us.
-func cloexecInherited() {
+// CloexecInherited marks every descriptor above stderr close-on-exec. Go
+// opens its own that way; the rest came from whoever started us, such as
+// the lock of `flock LOCK cmd`, which a QEMU guest, supervisor or etcd
+// that outlives this process would otherwise hold for as long as it runs.
+func CloexecInherited() {
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		return

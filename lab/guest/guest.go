@@ -10,7 +10,7 @@
 // own work directory: the guest has no network device, its root is
 // read-only, and the one writable share is the work directory.
 //
-// Imports (sanqos): internal/guestenv.
+// Imports (sanqos): internal/guestenv, lab.
 package guest
 
 import (
@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/sanqos/sanqos/internal/guestenv"
+	"github.com/sanqos/sanqos/lab"
 )
 
 // Options choose the guest.
@@ -340,6 +341,7 @@ func Run(ctx context.Context, o Options, script string) (Result, error) {
 		w = io.MultiWriter(&console, o.Console)
 	}
 	cmd.Stdout, cmd.Stderr = w, w
+	lab.CloexecInherited() // QEMU may outlive us: not with our caller's lock
 	start := time.Now()
 	runErr := cmd.Run()
 	res := Result{Accel: o.Accel, Elapsed: time.Since(start)}

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sanqos/sanqos/lab"
 )
 
 // A persistent guest stays up between commands: QEMU runs in the
@@ -112,8 +114,10 @@ func Start(o Options) (*Guest, error) {
 	}
 	defer qlog.Close()
 	cmd.Stdout, cmd.Stderr = qlog, qlog
-	// Its own session: QEMU outlives this command and a Ctrl-C of it.
+	// Its own session: QEMU outlives this command and a Ctrl-C of it, and
+	// must not hold what this command inherited (`flock LOCK cmd`'s lock).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	lab.CloexecInherited()
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
