@@ -348,7 +348,7 @@ func TestStageControl(t *testing.T) {
 			for k, snap := range cumulative(ticks) {
 				d := rs.sampleDevices(tickData{counters: snap})
 				ind := rs.indicate(false, 15, d)
-				st := ResourceStatus{Name: "vg1", ThresholdMs: 15, RawWaitMs: ind.rawMs}
+				st := ResourceStatus{Name: "vg1", ThresholdMs: 15, RawWaitMs: ind.rawMs, Updated: time.Unix(int64(100+k), 0)}
 				st.Consumers = l.measure(rs, d, nil, time.Unix(0, 0), 15)
 				step := l.control(rs, &st, tc.q)
 				v, ok := rs.ind.Value()
@@ -364,6 +364,13 @@ func TestStageControl(t *testing.T) {
 				}
 				if step != wantStep {
 					t.Fatalf("tick %d: step %d, want %d", k, step, wantStep)
+				}
+				// last_onset: found at the surge, acted on when the output
+				// rose above the one before it (the preload; the stage's
+				// PID stays at 7).
+				if o := st.LastOnset; (o != nil) != (k >= surge && tc.detector) ||
+					(o != nil && (o.At != time.Unix(int64(100+surge), 0) || o.ActedAt.IsZero() != (tc.preload == 0))) {
+					t.Fatalf("tick %d: last onset %+v (surge at tick %d)", k, o, surge)
 				}
 				if fired := k >= surge && tc.detector; st.Onsets != map[bool]uint64{true: 1}[fired] {
 					t.Fatalf("tick %d: %d onsets", k, st.Onsets)

@@ -122,7 +122,10 @@ type ControlledRun struct {
 	// is its shadow's over the same run (same config, dry-run backend):
 	// the control loop alone, so AgentCPUPct − ControlCPUPct is what the
 	// backend costs, measured on the same machine at the same moment.
-	Backend       string  `json:"backend,omitempty"`
+	Backend string `json:"backend,omitempty"`
+	// Variant is the YAML added to the agent's config of this run when
+	// one invocation compares configs (lab --compare-set).
+	Variant       string  `json:"variant,omitempty"`
 	AgentCPUPct   float64 `json:"agent_cpu_pct,omitempty"`
 	ControlCPUPct float64 `json:"control_loop_cpu_pct,omitempty"`
 	ReadWaitMs    Dist    `json:"read_wait_ms"`

@@ -46,7 +46,7 @@ var controlledExperiments = map[string]*controlled{
 // pid (thesis Fig 5.9/5.10), autonomic (Fig 5.11–5.13) and issue 30's
 // read-backup and mixed.
 func init() {
-	flags := []*Flag{flagThresholds, flagThresholdAuto, flagAgentSet, flagCycles, flagNoOracle, flagLUNMap, flagBackends}
+	flags := []*Flag{flagThresholds, flagThresholdAuto, flagAgentSet, flagCompareSet, flagCycles, flagNoOracle, flagLUNMap, flagBackends}
 	fixedLoad := slices.DeleteFunc(slices.Clone(flags), func(f *Flag) bool { return f == flagNoOracle || f == flagLUNMap })
 	for _, e := range []*Experiment{
 		{Name: "pid", Flags: append(fixedLoad, flagWriters), Plots: []report.SummaryPlot{report.WaitVsThresholdPlot},
@@ -170,6 +170,15 @@ func runControlled(r *runner, kind string) (any, error) {
 			if err := cr.regulated(be, tag, thr); err != nil {
 				return nil, err
 			}
+		}
+	}
+	if v := r.opts.CompareYAML; v != "" {
+		r.opts.AgentYAML = agentYAML + "\n" + v + "\n"
+		for _, thr := range thresholds {
+			if err := cr.regulated("", "cmp-", thr); err != nil {
+				return nil, err
+			}
+			cr.sum.Regulated[len(cr.sum.Regulated)-1].Variant = v
 		}
 	}
 	r.opts.AgentYAML = agentYAML

@@ -42,6 +42,9 @@ type Options struct {
 	Thresholds    []time.Duration
 	ThresholdAuto bool
 	AgentYAML     string
+	// CompareYAML, if set, runs the regulated phases again with it
+	// added to the agent's config, in the same invocation.
+	CompareYAML string
 	// Writers and Cycles: 0 is the thesis' (12 writers, 6 cycles).
 	Writers, Cycles int
 	NoOracle        bool

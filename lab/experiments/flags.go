@@ -42,6 +42,11 @@ var (
 	// --agent-set is appended to the agent's generated config, for tuning runs.
 	flagAgentSet = newFlag("agent-set", "YAML appended to the agent's config, e.g. 'pid: {kp: 1, ti: 200ms}'",
 		func(fs *pflag.FlagSet, o *Options, n, h string) { fs.StringVar(&o.AgentYAML, n, "", h) }, nil)
+	// --compare-set is an A/B of configs on one machine at one time: the
+	// regulated phases run again with it appended, after the others.
+	flagCompareSet = newFlag("compare-set", "run the regulated phases again with this YAML appended to the agent's config (their runs' variant), e.g. 'onset_feedforward: false'",
+		func(fs *pflag.FlagSet, o *Options, n, h string) { fs.StringVar(&o.CompareYAML, n, "", h) },
+		func(o Options) bool { return o.CompareYAML != "" })
 	// --writers, --cycles and --no-oracle shrink a run, with --scale, to
 	// what a TCG guest (the stock-kernel tier) can carry.
 	flagWriters = newFlag("writers", "writer threads (default the thesis' 12)",
