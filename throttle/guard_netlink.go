@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 
 	"github.com/vishvananda/netlink"
@@ -220,10 +221,7 @@ func (c *checkConn) filters(ifindex int, parent uint32) ([]filterKey, error) {
 // hasFilter says whether fs holds a filter of prio with handle (any
 // handle but the classifier's own entry when handle is 0).
 func hasFilter(fs []filterKey, prio uint16, handle uint32) bool {
-	for _, f := range fs {
-		if f.prio == prio && (f.handle == handle || handle == 0 && f.handle != 0) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(fs, func(f filterKey) bool {
+		return f.prio == prio && (f.handle == handle || handle == 0 && f.handle != 0)
+	})
 }

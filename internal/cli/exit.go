@@ -10,6 +10,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/sanqos/sanqos/config"
@@ -82,11 +83,8 @@ func ExitCode(err error) int {
 		return ExitUsage
 	case errors.As(err, new(ConfigError)), errors.As(err, &fileErr), errors.As(err, new(config.Error)):
 		return ExitConfig
-	}
-	for _, p := range cobraUsage {
-		if strings.HasPrefix(err.Error(), p) {
-			return ExitUsage
-		}
+	case slices.ContainsFunc(cobraUsage, func(p string) bool { return strings.HasPrefix(err.Error(), p) }):
+		return ExitUsage
 	}
 	return ExitRuntime
 }
