@@ -29,7 +29,7 @@ func TestErrorsExact(t *testing.T) {
 	}{
 		{"interval too short", "interval: 5ms\n", []string{"line 1: interval: 5ms: want 10ms..10s"}},
 		{"interval too long", "interval: 1m\n", []string{"line 1: interval: 1m: want 10ms..10s"}},
-		{"backend", "backend: tc\n", []string{"line 1: backend: tc: want auto|edt|netem|delayline|htb|delayline+htb|dry-run"}},
+		{"backend", "backend: tc\n", []string{"line 1: backend: tc: want auto|edt|netem|delayline|htb|delayline+htb|edt+htb|dry-run"}},
 		{"mode", "mode: router\n", []string{"line 1: mode: router: want target (OUTPUT chain) or bridge (FORWARD chain)"}},
 		{"iscsi_port", "iscsi_port: 70000\n", []string{"line 1: iscsi_port: 70000: want 1..65535"}},
 		{"socket", "socket: run/s.sock\n", []string{"line 1: socket: run/s.sock: want an absolute path"}},
@@ -90,13 +90,13 @@ func TestErrorsExact(t *testing.T) {
 		// decode and what does not validate together.
 		{"line order", res + "    threshold: 0ms\nbackend: x\ninterval: 1ms\npid:\n  kp: -1\n", []string{
 			"line 3: resources[0].threshold: 0ms: want more than 0 and at most 10s (the response time important reads are held under; leave it out for the top-level threshold)",
-			"line 4: backend: x: want auto|edt|netem|delayline|htb|delayline+htb|dry-run",
+			"line 4: backend: x: want auto|edt|netem|delayline|htb|delayline+htb|edt+htb|dry-run",
 			"line 5: interval: 1ms: want 10ms..10s",
 			"line 7: pid.kp: -1: want > 0",
 		}},
 		{"decoding and validation", "interval: fast\nbackend: x\ntreshold: 10ms\n" + res + "    threshold: 99s\n", []string{
 			`line 1: interval: "fast": want a duration with a unit, e.g. 15ms`,
-			"line 2: backend: x: want auto|edt|netem|delayline|htb|delayline+htb|dry-run",
+			"line 2: backend: x: want auto|edt|netem|delayline|htb|delayline+htb|edt+htb|dry-run",
 			`line 3: unknown key "treshold" (did you mean "threshold"?)`,
 			"line 6: resources[0].threshold: 99s: want more than 0 and at most 10s (the response time important reads are held under; leave it out for the top-level threshold)",
 		}},

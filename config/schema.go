@@ -118,8 +118,9 @@ type Config struct {
 	// Backend is how consumers are slowed: auto (edt where the kernel has
 	// fq and tc BPF, else netem, else the delay line; `sanqos doctor` says
 	// which and why), edt, netem, delayline, htb (rate caps only),
-	// delayline+htb (the delay line and write-rate caps) or dry-run
-	// (records what it would do, touches nothing: a shadow agent).
+	// delayline+htb and edt+htb (the delay line or edt, and write-rate
+	// caps for rate_lever_steps) or dry-run (records what it would do,
+	// touches nothing: a shadow agent).
 	Backend string `yaml:"backend" reload:"restart"`
 	// Mode is where the agent runs: target (on the iSCSI target; OUTPUT
 	// chain) or bridge (on a Linux bridge in front of it; FORWARD chain,
@@ -129,7 +130,7 @@ type Config struct {
 	// and its connections are the consumers' rates.
 	ISCSIPort int `yaml:"iscsi_port" reload:"restart"`
 	// Device is the interface towards the consumers, for the backends
-	// that attach qdiscs (edt, netem, htb, delayline+htb). Default: the
+	// that attach qdiscs (edt, netem, htb, delayline+htb, edt+htb). Default: the
 	// only non-loopback interface that is up; with several, set it.
 	Device string `yaml:"device" reload:"restart"`
 	// CaptureInterface is where bridge mode watches the iSCSI traffic:
@@ -264,7 +265,11 @@ type Config struct {
 	// with this many steps of write-rate caps on the heaviest writers
 	// (agent, lever.go): at the top of the range the capped writers keep
 	// 10 % of the rate they had when the delay ran out. 0 (default): the
-	// delay is the only lever. Needs a backend that caps write rates.
+	// delay is the only lever. Needs a backend that caps write rates
+	// (edt+htb, delayline+htb). The lever for writers a delay cannot
+	// slow enough: many commands in flight, or commands that each hold
+	// the resource long (large writes on a slow group), keep it
+	// saturated at max_delay (status: AT MAX).
 	RateLeverSteps int `yaml:"rate_lever_steps" reload:"restart"`
 	// WriteMBs is the write rate (EWMA) above which a consumer is
 	// throttleable: the thesis' rule.

@@ -43,7 +43,7 @@ func TestRegisteredBackendIsSeenEverywhere(t *testing.T) {
 	if _, err := config.Parse([]byte("backend: testonly\nrate_lever_steps: 4\n" + res)); err != nil {
 		t.Errorf("config: %v", err)
 	}
-	if _, err := config.Parse([]byte("backend: netem\nrate_lever_steps: 4\n" + res)); err == nil || !strings.Contains(err.Error(), "(testonly, delayline+htb, dry-run)") {
+	if _, err := config.Parse([]byte("backend: netem\nrate_lever_steps: 4\n" + res)); err == nil || !strings.Contains(err.Error(), "(testonly, delayline+htb, edt+htb, dry-run)") {
 		t.Errorf("config: rate_lever_steps on netem: %v", err)
 	}
 

@@ -79,7 +79,7 @@ func TestRegistryIsTheList(t *testing.T) {
 	if got := strings.Join(DelayNames(), ","); got != "edt,netem,delayline" {
 		t.Errorf("auto's order %s, want edt,netem,delayline", got)
 	}
-	if got := strings.Join(Names(), "|"); got != "auto|edt|netem|delayline|htb|delayline+htb|dry-run" {
+	if got := strings.Join(Names(), "|"); got != "auto|edt|netem|delayline|htb|delayline+htb|edt+htb|dry-run" {
 		t.Errorf("names %s", got)
 	}
 	for _, r := range registry {

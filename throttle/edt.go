@@ -19,13 +19,15 @@ func init() {
 		Probes:  edtNeeds,
 		Objects: []Objects{{"-edt", CleanupEDT}},
 		Probe:   func() (bool, string, error) { ok, why := EDTAvailable(); return ok, why, nil },
-		Build: func(o Options, w WriteOn) (Throttle, error) {
-			c, err := o.tc("-edt")
-			if err != nil {
-				return nil, err
-			}
-			return NewEDT(EDTConfig{tcConfig: c, WriteOn: w})
-		}})
+		Build:   newEDTFrom})
+}
+
+func newEDTFrom(o Options, w WriteOn) (Throttle, error) {
+	c, err := o.tc("-edt")
+	if err != nil {
+		return nil, err
+	}
+	return NewEDT(EDTConfig{tcConfig: c, WriteOn: w})
 }
 
 var edtNeeds = append([][]Feature{{{"fq", "fq qdisc (releases each packet at its time)", "CONFIG_NET_SCH_FQ", "sch_fq"}}}, needBPF...)

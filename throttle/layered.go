@@ -3,52 +3,75 @@ package throttle
 import (
 	"errors"
 	"fmt"
-	"github.com/vishvananda/netlink"
 	"maps"
 	"net/netip"
+
+	"github.com/vishvananda/netlink"
 )
 
 func init() {
 	Register(Entry{Name: "delayline+htb", Rank: 50, About: "the delay line, plus caps on the consumers' writes",
 		Caps: Caps{Delay: true, WriteRate: true}, Parts: PartDevice | PartIptables | PartQueue | PartBPF,
 		Needs: func(w WriteOn) [][]Feature {
-			return append(append(delayLineNeeds(w),
-				[]Feature{{"ifb", "ingress shaping device", "CONFIG_IFB", "ifb"}}, []Feature{kHTB},
-				[]Feature{{"mirred", "redirect to ifb", "CONFIG_NET_ACT_MIRRED", "act_mirred"}}), needBPF...)
+			return append(append(delayLineNeeds(w), needWriteCaps...), needBPF...)
 		},
-		Objects:   []Objects{{"-dl", CleanupDelayLine}, {"-wc", CleanupWriteCap}},
-		Probe:     delayLineWriteCapAvailable,
-		Build:     newDelayLineWriteCap,
+		Objects: []Objects{{"-dl", CleanupDelayLine}, {"-wc", CleanupWriteCap}},
+		Probe: func() (bool, string, error) {
+			if ok, why := delayLineAvailable(); !ok {
+				return false, "needs the delay line: " + why, nil
+			}
+			return writeCapAvailable("delay line")
+		},
+		Build:     withWriteCaps(newDelayLineFrom),
 		Collector: delayLineCollector})
+	// edt+htb is edt with the same write caps: the controller's second
+	// lever (rate_lever_steps) on the kernel's delay backend. A delay
+	// slows a writer by the commands it has in flight over the delay, so
+	// past max_delay a writer whose commands each hold the resource long
+	// (large writes on a slow group) or that has many in flight keeps
+	// the resource saturated; only a cap on its rate reaches it.
+	Register(Entry{Name: "edt+htb", Rank: 55, About: "edt, plus caps on the consumers' writes",
+		Caps: Caps{Delay: true, WriteRate: true}, Parts: PartDevice | PartBPF,
+		Needs:   func(WriteOn) [][]Feature { return append(append(edtNeeds[:1:1], needWriteCaps...), needBPF...) },
+		Objects: []Objects{{"-edt", CleanupEDT}, {"-wc", CleanupWriteCap}},
+		Probe: func() (bool, string, error) {
+			if ok, why := EDTAvailable(); !ok {
+				return false, "needs edt: " + why, nil
+			}
+			return writeCapAvailable("edt")
+		},
+		Build: withWriteCaps(newEDTFrom)})
 }
 
-// newDelayLineWriteCap is the delay line for delays and write-rate caps on
-// the target's ingress for the controller's second lever
+// needWriteCaps are the kernel features of the write caps beside their
+// tc BPF program.
+var needWriteCaps = [][]Feature{{{"ifb", "ingress shaping device", "CONFIG_IFB", "ifb"}}, {kHTB},
+	{{"mirred", "redirect to ifb", "CONFIG_NET_ACT_MIRRED", "act_mirred"}}}
+
+// withWriteCaps builds a delay backend with write-rate caps on the
+// target's ingress beside it, for the controller's second lever
 // (rate_lever_steps).
-func newDelayLineWriteCap(o Options, w WriteOn) (Throttle, error) {
-	c, err := o.tc("-wc")
-	if err != nil {
-		return nil, err
+func withWriteCaps(delay func(Options, WriteOn) (Throttle, error)) func(Options, WriteOn) (Throttle, error) {
+	return func(o Options, w WriteOn) (Throttle, error) {
+		c, err := o.tc("-wc")
+		if err != nil {
+			return nil, err
+		}
+		d, err := delay(o, w)
+		if err != nil {
+			return nil, err
+		}
+		wc, err := NewWriteCap(WriteCapConfig{tcConfig: c})
+		if err != nil {
+			return nil, errors.Join(err, d.Close())
+		}
+		return Layered(d, wc), nil
 	}
-	dl, err := newDelayLineFrom(o, w)
-	if err != nil {
-		return nil, err
-	}
-	wc, err := NewWriteCap(WriteCapConfig{tcConfig: c})
-	if err != nil {
-		return nil, errors.Join(err, dl.Close())
-	}
-	return Layered(dl, wc), nil
 }
 
-// delayLineWriteCapAvailable is the delay line's probe and the write
-// caps' together; the reason is the delay line's when it is missing. The
-// write caps' builds their IFB, HTB tree and steering program on a
-// scratch veth.
-func delayLineWriteCapAvailable() (bool, string, error) {
-	if ok, why := delayLineAvailable(); !ok {
-		return false, "needs the delay line: " + why, nil
-	}
+// writeCapAvailable builds the write caps' IFB, HTB tree and steering
+// program on a scratch veth; delay names the backend they join.
+func writeCapAvailable(delay string) (bool, string, error) {
 	err := inScratchNS(func(dev netlink.Link) error {
 		w, err := NewWriteCap(WriteCapConfig{tcConfig: probeConfig(dev)})
 		if err != nil {
@@ -59,7 +82,7 @@ func delayLineWriteCapAvailable() (bool, string, error) {
 	if err != nil {
 		return false, "write caps: " + err.Error(), nil
 	}
-	return true, "delay line plus write caps (ifb, htb and a tc BPF program work)", nil
+	return true, delay + " plus write caps (ifb, htb and a tc BPF program work)", nil
 }
 
 // Layered drives two backends as one: delays (read and write) go to the

@@ -121,7 +121,7 @@ func TestPrintConfigErrors(t *testing.T) {
 	var b strings.Builder
 	check, _, _ := rootCmd().Find([]string{"config", "check"})
 	cli.PrintError(&b, check, err)
-	want := path + ":1: interval: 1ms: want 10ms..10s\n" + path + ":2: backend: x: want auto|edt|netem|delayline|htb|delayline+htb|dry-run\n"
+	want := path + ":1: interval: 1ms: want 10ms..10s\n" + path + ":2: backend: x: want auto|edt|netem|delayline|htb|delayline+htb|edt+htb|dry-run\n"
 	if b.String() != want {
 		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
 	}

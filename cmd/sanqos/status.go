@@ -224,7 +224,8 @@ func renderStatus(w io.Writer, st agent.Status) {
 	}
 	if atMax {
 		fmt.Fprintln(w, "AT MAX: the wait is above the threshold at max_delay. Raise max_delay (up to 99 ms: about the interferers'")
-		fmt.Fprintln(w, "streams × a request's service time), name consumers throttleable or important, or set rate_lever_steps.")
+		fmt.Fprintln(w, "streams × a request's service time), name consumers throttleable or important, or cap the writers past it:")
+		fmt.Fprintln(w, "rate_lever_steps with backend edt+htb (or delayline+htb).")
 	}
 	renderClasses(w, st)
 	renderReservations(w, st)

@@ -30,7 +30,7 @@ func TestThrottleBackends(t *testing.T) {
 			t.Errorf("%s: no reason given", b.Name)
 		}
 	}
-	if want := []string{"edt", "netem", "delayline", "htb", "delayline+htb", "dry-run"}; strings.Join(names, ",") != strings.Join(want, ",") {
+	if want := []string{"edt", "netem", "delayline", "htb", "delayline+htb", "edt+htb", "dry-run"}; strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Errorf("backends %v, want %v", names, want)
 	}
 	table, err := run(t, "throttle", "backends")

@@ -35,7 +35,7 @@ var examples = map[string]string{
 	"quick_ack":                           "quick_ack: false   # leave the target's delayed ACKs alone\n",
 	"onset_feedforward":                   "onset_feedforward: false\n",
 	"idle_hold":                           "idle_hold: 0s   # release idle consumers with the policy\n",
-	"rate_lever_steps":                    "backend: delayline+htb\nrate_lever_steps: 20\n",
+	"rate_lever_steps":                    "backend: edt+htb\nrate_lever_steps: 20\n",
 	"throttleable_write_mb_s":             "throttleable_write_mb_s: 2\n",
 	"throttleable_queue":                  "throttleable_queue: 0       # with throttleable_read_mb_s: 0, writers only (the thesis)\nthrottleable_read_mb_s: 0\n",
 	"throttleable_read_mb_s":              "throttleable_read_mb_s: 5\n",
