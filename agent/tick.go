@@ -319,7 +319,14 @@ func (l *Loops) control(rs *resourceState, st *ResourceStatus, q float64) int {
 	if rs.onset == nil {
 		return step
 	}
-	if !rs.onset.Loaded() {
+	// The floor is the wait with no interferer: a tick is quiet for the
+	// detector when its writes fall under throttleable_write_mb_s, which
+	// slowed writers do between completions (LIO guest, 64 KiB writes at
+	// max_delay: a tick with one write is quiet), while their writes
+	// still hold the reads. Learnt then, the floor rose over the
+	// threshold, which was called unreachable and the write-cap lever
+	// stayed off. So nobody may be in last tick's throttleable set.
+	if !rs.onset.Loaded() && len(rs.slowed) == 0 {
 		rs.floor.observe(st.RawWaitMs)
 	}
 	lvl, known := rs.mem.Level()
