@@ -19,7 +19,11 @@ import (
 // --initiator kernel` serves the lab's LUNs from LIO (configfs) to
 // open-iscsi's kernel initiator; the agent's LIO discovery sees each
 // client as a consumer at its own address; a read delay on one client
-// slows its reads and not its neighbour's; and the guest's `lab down`
+// slows its reads and not its neighbour's; an agent with only the
+// README's minimal config finds LIO by itself and slows three writers,
+// holding the reader or saying it cannot, and holds it with write caps
+// beside edt (protectedWithMinimalConfig, issue 52); and the guest's
+// `lab down`
 // leaves no configfs object, session, iscsid, client interface or
 // module it loaded. Then the same guest builds the lab over NVMe/TCP
 // (nvmeInGuest), which boots no guest of its own. Its own SANQOS_GUEST_DIR, like TestLabUpRunDownInGuest.
@@ -173,9 +177,11 @@ echo "no four consumers; agent log:"; cat /run/liotest-agent.log; exit 1
 		t.Errorf("b4 (not throttled) slowed: %.1f → %.1f ms", b4a, b4b)
 	}
 
+	gexec(2*time.Minute, stopAgent)
+	protectedWithMinimalConfig(t, gexec, gbin, st.Resources[0].LUNs)
+
 	// The guest's own lab down: nothing of LIO, the initiator or its
 	// modules is left (the guest stays up for the check).
-	gexec(2*time.Minute, stopAgent)
 	down := gexec(3*time.Minute, gdir+"/sanqos-lab lab down 2>&1\n")
 	left := gexec(time.Minute, `ls /sys/kernel/config/target 2>/dev/null | sed 's/^/configfs target: /'
 ls /sys/class/iscsi_session 2>/dev/null | sed 's/^/session: /'
