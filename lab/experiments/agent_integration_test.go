@@ -133,19 +133,3 @@ func runHeldLoad(t *testing.T, r *runner, a *lab.LabAgent, name, label, what str
 	}
 	return h
 }
-
-// The autonomic agent, given only a 15 ms threshold, brings the reader's
-// wait back under it while 12 writers run, and lifts every throttle after
-// they stop.
-func TestAutonomicAgentHoldsThresholdInLab(t *testing.T) {
-	thr := 15 * time.Millisecond
-	r, a := startLabAgent(t, "agent-test",
-		func(r *runner, cfg string) error { return r.agentConfig(cfg, thr, true) },
-		func(r *runner, cfg string) (*lab.LabAgent, error) {
-			return lab.StartAgent("delayline", r.Dir, "--config", cfg)
-		})
-	h := runHeldLoad(t, r, a, "autonomic", "agent on", "agent", thr)
-	if len(h.during) != 3 {
-		t.Errorf("throttled %d consumers under load, want the 3 writers (b3..b5), never the reader", len(h.during))
-	}
-}

@@ -67,7 +67,11 @@ func doctorDiscovery(t *testing.T, cfg string) (string, string, int) {
 // Each resource stands on its own, and a reload applies all of what it
 // accepts or refuses it, on the lab's tgtd with discovery source auto
 // (the default): beside a typo'd resource (vg9) the good one (vg1) is
-// still protected, and doctor fails the typo; a reload that adds vg1
+// still protected — the autonomic agent, given only a 15 ms threshold,
+// brings the reader's wait back under it while 12 writers run, slows
+// the 3 writers and never the reader, and lifts every throttle after
+// they stop (runHeldLoad; the lab's one run of it, each ~30 s) — and
+// doctor fails the typo; a reload that adds vg1
 // back (after one that removed it) maps it within one discovery refresh;
 // a reload that empties the resources is refused, sanqos reload exits
 // non-zero, and vg1 stays mapped. It needs one pool, so it runs on a lab

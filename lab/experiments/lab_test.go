@@ -1,11 +1,13 @@
 package experiments
 
 import (
+	"fmt"
 	"io"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +23,11 @@ import (
 func TestMain(m *testing.M) {
 	// lab up starts its supervisor by running this test binary again.
 	lab.ServeIfAsked()
-	os.Exit(m.Run())
+	rc := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(rc)
 }
 
 func requireLab(t *testing.T) {
@@ -32,15 +38,31 @@ func requireLab(t *testing.T) {
 	}
 }
 
-// buildSanqos builds the sanqos binary the lab runs inside bm.
+// built is the sanqos binary the lab runs inside bm, built once for the
+// package's tests (TestMain removes its directory).
+var built struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+// buildSanqos builds the sanqos binary the lab runs inside bm, once, and
+// points lab.SanqosBinary at it for the test.
 func buildSanqos(t *testing.T) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sanqos")
-	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/sanqos").CombinedOutput()
-	if err != nil {
-		t.Fatalf("building sanqos: %v\n%s", err, out)
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "sanqos-exp-"); built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "sanqos")
+		if out, err := exec.Command("go", "build", "-o", built.bin, "../../cmd/sanqos").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("building sanqos: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	lab.SanqosBinary = bin
+	lab.SanqosBinary = built.bin
 	t.Cleanup(func() { lab.SanqosBinary = "" })
 }
 
