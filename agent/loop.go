@@ -43,26 +43,6 @@ type RateSampler interface {
 	Sample() (map[netip.Addr]sample.Rate, error)
 }
 
-// Snapshotter is a Sampler that also returns every device's counters as
-// a slice whose layout (which device is at which index) changes only
-// with the layout number it returns: a tick finds each plan device by
-// index, not by name (10,000 string lookups were a fifth of a
-// 10,000-consumer tick). sample.Diskstats and the simulator's model are.
-type Snapshotter interface {
-	Snapshot() (devs []sample.Counters, layout uint64, err error)
-}
-
-// tickData is what one tick sampled, for every resource's stages: the
-// counters by name, or a Snapshotter's slice (snap non-nil) with idx
-// its names' indexes.
-type tickData struct {
-	counters map[string]sample.Counters
-	snap     []sample.Counters
-	layout   uint64
-	idx      map[string]int
-	rates    map[netip.Addr]sample.Rate // nil: use device rates
-}
-
 // generation is what one tick runs on, loaded once at its start: the
 // resources' specs and the topology that maps them. Discovery and
 // reloads publish a new one whole (swap), so a tick never runs half of a
@@ -231,10 +211,8 @@ type Loops struct {
 		res []genResource
 	}
 	wishes []map[netip.Addr]throttle.Setting
-	// snapIdx is each device's index in a Snapshotter's slices of layout
-	// snapLayout.
-	snapIdx    map[string]int
-	snapLayout uint64
+	// lay is the sampled devices' layout, kept across ticks (sample).
+	lay tickLayout
 	// applyErrs counts the batches the backend refused (apply): each is
 	// retried, so only a count tells a one-off from a backend that has
 	// stopped taking changes.
@@ -486,27 +464,6 @@ func (l *Loops) regenerate(g *generation) {
 		view, mapped := g.topo.Resources[name]
 		l.order.res = append(l.order.res, genResource{name: name, spec: g.specs[name], view: view, mapped: mapped, rs: rs})
 	}
-}
-
-// sample reads the devices' counters: a Snapshotter's slice, with the
-// index of its names rebuilt when its layout changes, or the map.
-func (l *Loops) sample() (tickData, error) {
-	s, ok := l.sampler.(Snapshotter)
-	if !ok {
-		c, err := l.sampler.Read()
-		return tickData{counters: c}, err
-	}
-	snap, layout, err := s.Snapshot()
-	if err != nil {
-		return tickData{}, err
-	}
-	if l.snapIdx == nil || layout != l.snapLayout {
-		l.snapIdx, l.snapLayout = make(map[string]int, len(snap)), layout
-		for i, c := range snap {
-			l.snapIdx[c.Device] = i // the last of a name, as a map of them keeps
-		}
-	}
-	return tickData{snap: snap, layout: layout, idx: l.snapIdx}, nil
 }
 
 // Release clears every throttle the ticks applied (the end of Run, or

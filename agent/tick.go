@@ -109,7 +109,7 @@ func (rs *resourceState) sampleDevices(td tickData) devIntervals {
 	d := devIntervals{iv: grow(rs.devs.iv, len(p.devices)), ok: grow(rs.devs.ok, len(p.devices))}
 	clear(d.ok) // iv[i] is this tick's where ok[i]; every reader asks
 	rs.devs = d
-	if td.snap != nil && (rs.atPlan != p || rs.atLayout != td.layout || rs.at == nil) {
+	if rs.atPlan != p || rs.atLayout != td.layout || rs.at == nil {
 		rs.at, rs.atPlan, rs.atLayout = grow(rs.at, len(p.devices)), p, td.layout
 		for i, name := range p.devices {
 			if k, ok := td.idx[name]; ok {
@@ -119,19 +119,12 @@ func (rs *resourceState) sampleDevices(td tickData) devIntervals {
 			}
 		}
 	}
-	for i, name := range p.devices {
-		var c sample.Counters
-		ok := false
-		if td.snap != nil {
-			if k := rs.at[i]; k >= 0 {
-				c, ok = td.snap[k], true
-			}
-		} else {
-			c, ok = td.counters[name]
-		}
-		if !ok {
+	for i := range p.devices {
+		k := rs.at[i]
+		if k < 0 {
 			continue
 		}
+		c := td.snap[k]
 		if rs.prev[i].Device != "" {
 			if iv, err := sample.Diff(rs.prev[i], c); err == nil {
 				d.iv[i], d.ok[i] = iv, true

@@ -153,11 +153,12 @@ func TestStageSampleDevices(t *testing.T) {
 			ticks := loadRecorded(t, fixture)
 			snaps := cumulative(ticks)
 			_, rs := stageState(t)
+			var lay tickLayout
 			for k, snap := range snaps {
 				if k == 7 {
 					snap = maps1Without(snap, "loop2")
 				}
-				d := rs.sampleDevices(tickData{counters: snap})
+				d := rs.sampleDevices(lay.fromMap(snap))
 				for i, dev := range rs.plan.devices {
 					want, recorded := ticks[k].dev[dev]
 					switch {
@@ -199,8 +200,9 @@ func measuredAt(t *testing.T, fixture string, until float64) (*resourceState, []
 	t.Helper()
 	ticks := loadRecorded(t, fixture)
 	l, rs := stageState(t)
+	var lay tickLayout
 	for k, snap := range cumulative(ticks) {
-		d := rs.sampleDevices(tickData{counters: snap})
+		d := rs.sampleDevices(lay.fromMap(snap))
 		l.measure(rs, d, nil, time.Unix(0, 0), 15)
 		if ticks[k].t >= until {
 			break
@@ -260,12 +262,13 @@ func TestStageIndicate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, rs := stageState(t)
+			var lay tickLayout
 			for _, h := range tc.slowed {
 				rs.slowed[stageAddr[h]] = true
 			}
 			snaps := cumulative(ticks)
 			for k, snap := range snaps {
-				d := rs.sampleDevices(tickData{counters: snap})
+				d := rs.sampleDevices(lay.fromMap(snap))
 				ind := rs.indicate(true, 15, d)
 				var ticksMs, reads float64
 				for _, dev := range tc.devs {
@@ -335,6 +338,7 @@ func TestStageControl(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, rs := stageState(t)
+			var lay tickLayout
 			l.cfg.Onset = tc.onset
 			ctl := &stageCtl{step: 7}
 			rs.ctrl = ctl
@@ -346,7 +350,7 @@ func TestStageControl(t *testing.T) {
 				}
 			}
 			for k, snap := range cumulative(ticks) {
-				d := rs.sampleDevices(tickData{counters: snap})
+				d := rs.sampleDevices(lay.fromMap(snap))
 				ind := rs.indicate(false, 15, d)
 				st := ResourceStatus{Name: "vg1", ThresholdMs: 15, RawWaitMs: ind.rawMs, Updated: time.Unix(int64(100+k), 0)}
 				st.Consumers = l.measure(rs, d, nil, time.Unix(0, 0), 15)
@@ -442,6 +446,7 @@ func TestStageSharedLUNs(t *testing.T) {
 func sharedLUNs(t *testing.T, cmds bool) {
 	ticks := loadRecorded(t, "testdata/stages/read-backup-baseline.csv")
 	l, rs := stageStateOf(t, true)
+	var lay tickLayout
 	for k, snap := range cumulative(ticks) {
 		wire := map[netip.Addr]sample.Rate{}
 		for i, h := range stageHosts {
@@ -452,7 +457,7 @@ func sharedLUNs(t *testing.T, cmds bool) {
 				wire[stageAddr[h]] = sample.Rate{ReadBps: iv.ReadBps, WriteBps: iv.WriteBps, Conns: 1, CommandsPerSec: float64(iv.Reads+iv.Writes) / iv.Seconds}
 			}
 		}
-		l.measure(rs, rs.sampleDevices(tickData{counters: snap}), wire, time.Unix(0, 0), 15)
+		l.measure(rs, rs.sampleDevices(lay.fromMap(snap)), wire, time.Unix(0, 0), 15)
 		if ticks[k].t >= 7.0 {
 			break
 		}
