@@ -1,0 +1,88 @@
+package agent
+
+import (
+	"net/netip"
+
+	"github.com/sanqos/sanqos/throttle"
+)
+
+// shape is the shape stage: each setting after the rise limits (written
+// back into out, so status shows what is asked) into rs.asked, the
+// resource's wishes this tick. A read delay always rises
+// under riseLimit (readRiseStep unless delay_rise is set); a write delay
+// with delay_rise, or under the read's limit where the consumer reads
+// (its smoothed read rate is not 0: the target sends it data, which the
+// backends hold for the larger of its delays; see readRiseStep). It
+// notes whether the limit held any setting below the policy's ask
+// (rs.limited), which holds the controller's integral next tick. Before
+// the limits, a consumer that went idle while slowed keeps its delays
+// (idle_hold, hold.go), also where the policy asks nothing of it.
+func (l *Loops) shape(rs *resourceState, out *PolicyOutput) {
+	// Two maps swapped every tick: last tick's asks and this tick's.
+	if rs.spare == nil {
+		rs.spare = map[netip.Addr]throttle.Setting{}
+	}
+	asked := rs.asked
+	rs.asked, rs.spare = rs.spare, asked
+	clear(rs.asked)
+	readStep := l.cfg.RiseStep
+	if readStep <= 0 {
+		readStep = readRiseStep
+	}
+	rs.limited = false
+	// Every setting is an input consumer's (policies and the rate lever
+	// key them by PolicyInput.Consumers), whose read rate the write
+	// delay's limit needs.
+	if l.cfg.IdleHold > 0 && rs.held == nil {
+		rs.held = holds{}
+	}
+	if out.Settings == nil && len(rs.held) > 0 {
+		out.Settings = rs.in.settings() // nobody asked, but some are held
+	}
+	set := rs.dense(out.Settings)
+	hold := marks(rs.plan, rs.held)
+	for k, c := range rs.in.Consumers {
+		a := c.Addr
+		s := set[k]
+		if hold[k] {
+			s = rs.held.apply(c, s, l.cfg.Interval, l.cfg.IdleHold)
+		}
+		if s.IsZero() {
+			continue
+		}
+		p, ask := asked[a], s
+		writeStep := l.cfg.RiseStep
+		if writeStep <= 0 && c.ReadEWMA > 0 {
+			writeStep = readStep // its data is held for both delays: readRiseStep
+		}
+		s.WriteDelay = riseLimit(p.WriteDelay, s.WriteDelay, writeStep)
+		s.ReadDelay = riseLimit(p.ReadDelay, s.ReadDelay, readStep)
+		if s != ask {
+			rs.limited = true
+		}
+		out.Settings[a], set[k] = s, s // the policy's buffer, reused next tick
+		rs.asked[a] = s
+		if rs.held != nil {
+			rs.held.record(c, s)
+		}
+	}
+	if rs.held != nil {
+		rs.held.prune()
+	}
+}
+
+// dense is settings by consumer index (PolicyInput.Consumers'), in
+// rs.set, which shape makes and keeps as it changes out.Settings, and
+// track and publish read: a map lookup per consumer in each was a tenth
+// of a 10,000-consumer tick. Every setting is an input consumer's
+// (shape).
+func (rs *resourceState) dense(settings map[netip.Addr]throttle.Setting) []throttle.Setting {
+	rs.set = grow(rs.set, len(rs.in.Consumers))
+	clear(rs.set)
+	for a, s := range settings {
+		if k, ok := rs.plan.indexOf(a); ok {
+			rs.set[k] = s
+		}
+	}
+	return rs.set
+}
