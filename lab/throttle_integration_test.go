@@ -106,13 +106,19 @@ func TestDelayLineThrottlesOneConsumerInLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	b3 := HostAddr("b3")
+	// A delay's effect on a writer is delay/(write time + delay), and a
+	// 64 KiB write's time here swings 7–14 ms with the machine's load: 5
+	// ms took b3 to 0.39–0.75 of its rate in four runs on one afternoon.
+	// 20 ms takes it below 0.45 whatever the pool does, and a leak onto
+	// b4 would do the same to b4.
+	const delay = 20 * time.Millisecond
 	p := &Phase{Name: "pair", Label: "b3 delayed", Length: 13 * time.Second, From: 0, To: 13 * time.Second}
 	for _, h := range []string{"b3", "b4"} {
 		p.Jobs = append(p.Jobs, Job{Name: "w", Host: h, URL: r.LUN(h).URL, RW: "write", BS: 64 << 10, Runtime: 12 * time.Second})
 	}
 	p.Events = []Event{
 		{At: 4 * time.Second, Name: "delay b3", Do: func() error {
-			return a.Set(map[netip.Addr]throttle.Setting{b3: {WriteDelay: 5 * time.Millisecond}})
+			return a.Set(map[netip.Addr]throttle.Setting{b3: {WriteDelay: delay}})
 		}},
 		{At: 8 * time.Second, Name: "clear b3", Do: func() error { return a.Clear(b3) }},
 	}
@@ -129,13 +135,13 @@ func TestDelayLineThrottlesOneConsumerInLab(t *testing.T) {
 	b4free, b4during := meanOver(res, "b4", 1*s, 4*s, writeMBs), meanOver(res, "b4", 5*s, 8*s, writeMBs)
 	t.Logf("b3 %.1f → %.1f → %.1f MB/s; b4 %.1f → %.1f MB/s; tcp %+v", b3free, b3slow, b3again, b4free, b4during, res.TCP)
 	if b3slow > 0.6*b3free {
-		t.Errorf("5 ms write delay did not slow b3: %.1f → %.1f MB/s", b3free, b3slow)
+		t.Errorf("%v write delay did not slow b3: %.1f → %.1f MB/s", delay, b3free, b3slow)
 	}
-	// A throttle that leaked onto b4 would take ~70 % of its rate, as it
-	// does b3's; 20 % allows the VM's own swings over 3 s windows (one CI
-	// run saw b4 7.6 → 6.4 MB/s with b4 untouched; reruns 7.0 → 7.0,
-	// 8.8 → 8.9, 9.2 → 9.4).
-	if b4during < 0.8*b4free {
+	// A throttle that leaked onto b4 would take more than half its rate,
+	// as it does b3's; 40 % allows the machine's own swings over 3 s
+	// windows (runs saw b4 7.6 → 6.4 and 8.3 → 5.3 MB/s with b4
+	// untouched, while other jobs loaded the machine).
+	if b4during < 0.6*b4free {
 		t.Errorf("undelayed neighbour b4 slowed: %.1f → %.1f MB/s", b4free, b4during)
 	}
 	if b3again < 0.7*b3free {

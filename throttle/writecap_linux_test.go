@@ -301,8 +301,15 @@ func TestWriteCapLiftDrains(t *testing.T) {
 	}
 	c, s := n.connect(t, ln, writer)
 	// A send buffer of its own bounds the writer's window (~150 KiB in
-	// flight), so the class holds a queue worth seconds at the cap.
+	// flight), so the class holds a queue worth seconds at the cap. The
+	// receiver's buffer is set above it: left to autotuning, a reader
+	// fed at the cap advertises ~64 KiB, and the queue hovered at the
+	// wait's 64 KiB mark (a CI failure: 18168 bytes after 10 s; passes
+	// lifted with 70718).
 	if err := c.(*net.TCPConn).SetWriteBuffer(160 << 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.(*net.TCPConn).SetReadBuffer(1 << 20); err != nil {
 		t.Fatal(err)
 	}
 	// A paced writer (8 MiB/s): unpaced, a veth flow at GB/s loses
