@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -324,23 +322,37 @@ func (d *DelayLine) Set(settings map[netip.Addr]Setting) error {
 		d.mu.Unlock()
 		return errors.New("delayline closed")
 	}
-	old := d.settings
-	next := maps.Clone(old)
+	// In place, O(changed): the settings are a batch of changes (the
+	// agent's actuator sends what differs), and before keeps what each
+	// changed consumer had, to undo a refused update.
+	type was struct {
+		s   Setting
+		had bool
+	}
+	before := make(map[netip.Addr]was, len(settings))
 	for a, s := range settings {
 		a = a.Unmap()
+		if _, seen := before[a]; !seen {
+			p, had := d.settings[a]
+			before[a] = was{p, had}
+		}
 		if s.IsZero() {
-			delete(next, a)
+			delete(d.settings, a)
 		} else {
-			next[a] = s
+			d.settings[a] = s
 		}
 	}
-	// Publish before the set changes: a consumer entering the set finds
+	// Published before the set changes: a consumer entering the set finds
 	// its delay ready, and one leaving has its held packets released now,
 	// ahead of the undelayed ones that follow once it leaves the set.
-	d.settings = next
+	var add, del []netip.Addr
 	ids := d.scratch[:0]
-	for a := range old {
-		if _, ok := next[a]; !ok {
+	for a, w := range before {
+		switch _, has := d.settings[a]; {
+		case has && !w.had:
+			add = append(add, a)
+		case !has && w.had:
+			del = append(del, a)
 			ids = d.dq.drain(a, ids)
 			for k := range d.flows {
 				if k.Addr() == a {
@@ -352,10 +364,15 @@ func (d *DelayLine) Set(settings map[netip.Addr]Setting) error {
 	d.accept(ids)
 	d.mu.Unlock()
 
-	members := slices.Collect(maps.Keys(next))
-	if err := d.cls.update(members); err != nil {
+	if err := d.cls.update(add, del); err != nil {
 		d.mu.Lock()
-		d.settings = old
+		for a, w := range before {
+			if w.had {
+				d.settings[a] = w.s
+			} else {
+				delete(d.settings, a)
+			}
+		}
 		d.mu.Unlock()
 		return fmt.Errorf("delayline: %w", err)
 	}

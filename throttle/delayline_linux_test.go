@@ -276,9 +276,9 @@ func TestCleanupDelayLine(t *testing.T) {
 		if err != nil {
 			return
 		}
-		err = stale.update([]netip.Addr{l.cAddr, l.cAddr6})
+		err = stale.update([]netip.Addr{l.cAddr, l.cAddr6}, nil)
 		if err == nil {
-			err = other.update([]netip.Addr{l.cAddr, l.cAddr6})
+			err = other.update([]netip.Addr{l.cAddr, l.cAddr6}, nil)
 		}
 	})
 	if err != nil {

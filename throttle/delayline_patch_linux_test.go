@@ -25,10 +25,10 @@ func liveMembers(t *testing.T, q *queueRules) []netip.Addr {
 }
 
 // A change of a few members edits the live set, one message per member
-// changed. An update interrupted midway (every add from the third step
-// on fails, the rebuild's too) is refused and leaves the old members
-// whole; one whose patch fails once is undone and rebuilt, and ends with
-// the new members.
+// changed. An update interrupted midway (every step from the third on
+// fails, the rebuild's too) is refused and leaves the old members whole;
+// one whose patch fails once is undone and rebuilt, and ends with the
+// new members.
 func TestDelayLineUpdateAllOrNothing(t *testing.T) {
 	l := newLab(t)
 	d := l.delayLine(t)
@@ -46,7 +46,7 @@ func TestDelayLineUpdateAllOrNothing(t *testing.T) {
 		oldList = append(oldList, addr(i))
 	}
 	newList := slices.Concat(oldList[2:], []netip.Addr{addr(101), addr(102)})
-	edit := q.edit
+	edits := q.edits
 	for _, tc := range []struct {
 		name    string
 		fail    func(n int) bool // whether the nth step (from 0) fails
@@ -59,14 +59,24 @@ func TestDelayLineUpdateAllOrNothing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := 0
-			q.edit = func(set string, a netip.Addr, add bool) error {
-				defer func() { n++ }()
-				if tc.fail(n) {
-					return errors.New("injected")
+			q.edits = func(steps []ipsetStep) []error {
+				errs := make([]error, len(steps))
+				var pass []ipsetStep
+				var at []int
+				for i, s := range steps {
+					if tc.fail(n) {
+						errs[i] = errors.New("injected")
+					} else {
+						pass, at = append(pass, s), append(at, i)
+					}
+					n++
 				}
-				return edit(set, a, add)
+				for k, err := range edits(pass) {
+					errs[at[k]] = err
+				}
+				return errs
 			}
-			defer func() { q.edit = edit }()
+			defer func() { q.edits = edits }()
 			var err error
 			l.t.Do(func() { err = d.Set(change) })
 			if (err != nil) != tc.err || n < tc.atLeast {
@@ -82,10 +92,10 @@ func TestDelayLineUpdateAllOrNothing(t *testing.T) {
 			}
 		})
 	}
-	// Back and forth by four members: four steps each way, no rebuild.
+	// Back by four members: four steps, no rebuild.
 	n := 0
-	q.edit = func(set string, a netip.Addr, add bool) error { n++; return edit(set, a, add) }
-	defer func() { q.edit = edit }()
+	q.edits = func(steps []ipsetStep) []error { n += len(steps); return edits(steps) }
+	defer func() { q.edits = edits }()
 	back := map[netip.Addr]Setting{addr(1): on, addr(2): on, addr(101): {}, addr(102): {}}
 	l.set(t, d, back)
 	if got := liveMembers(t, q); n != 4 || !slices.Equal(got, oldList) {

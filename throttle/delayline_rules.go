@@ -3,7 +3,6 @@ package throttle
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os/exec"
 	"regexp"
@@ -39,9 +38,10 @@ type queueRules struct {
 	nl           *netlink.Handle
 	mu           sync.Mutex
 	members      []netip.Addr // sorted
-	// edit adds a member to a set or deletes it (ipsetEdit; tests make
-	// it fail).
-	edit   func(set string, a netip.Addr, add bool) error
+	// batch adds and deletes members, many to a system call; edits is
+	// its run (tests make steps fail).
+	batch  *ipsetBatcher
+	edits  func([]ipsetStep) []error
 	rules  []installedRule
 	closed bool
 }
@@ -63,7 +63,6 @@ func newQueueRules(label, chain string, port uint16, match map[int][][]string, t
 		return nil, fmt.Errorf("removing stale %s objects: %w", label, err)
 	}
 	q := &queueRules{label: label, chain: chain, port: port, match: match, target: target}
-	q.edit = func(set string, a netip.Addr, add bool) error { return ipsetEdit(q.nl, set, a, add) }
 	var err error
 	if q.ipt[0], err = iptables.NewWithProtocol(iptables.ProtocolIPv4); err != nil {
 		return nil, fmt.Errorf("iptables: %w", err)
@@ -78,6 +77,11 @@ func newQueueRules(label, chain string, port uint16, match map[int][][]string, t
 	if q.nl, err = netlink.NewHandle(unix.NETLINK_NETFILTER); err != nil {
 		return nil, fmt.Errorf("netfilter netlink: %w", err)
 	}
+	if q.batch, err = newIpsetBatcher(); err != nil {
+		q.nl.Close()
+		return nil, err
+	}
+	q.edits = q.batch.run
 	if err = q.createSets(); err == nil {
 		err = q.insertRules()
 	}
@@ -142,89 +146,92 @@ func ofFamily(addrs []netip.Addr, fam int) []netip.Addr {
 	return out
 }
 
-// update replaces the members. All or nothing. A change of a few members
-// is made in the live sets, one netlink message per member changed
-// (patch): a tick that slows one more consumer among 10,000 no longer
-// rebuilds a set of 10,000. A patch that fails is undone and the update
-// falls back to the rebuild, which a set that starts empty (a restart's
-// resync) or changes in more than half its members takes at once: each
-// changed set is rebuilt as a new set and swapped in atomically; if any
-// step fails, the swaps already done are undone and no membership has
-// changed.
-func (q *queueRules) update(addrs []netip.Addr) error {
+// update adds and deletes members. All or nothing. A change of a few
+// members is made in the live sets, a netlink message per member changed
+// sent in batches (patch): a tick that slows one more consumer among
+// 10,000 no longer rebuilds a set of 10,000. A patch that fails is undone and the
+// update falls back to the rebuild, which a set that starts empty (a
+// restart's resync) or changes in more than half its members takes at
+// once: each changed set is rebuilt as a new set and swapped in
+// atomically; if any step fails, the swaps already done are undone and
+// no membership has changed. Between a patch's messages a packet may
+// find some members changed and others not yet, each either as before or
+// as after.
+func (q *queueRules) update(add, del []netip.Addr) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
 		return errors.New("queue rules closed")
 	}
-	next := sortedUnique(addrs)
-	if q.patch(next) {
+	add, del = sortedUnique(add), sortedUnique(del)
+	next := merged(q.members, add, del)
+	if q.patch(add, del) {
 		q.members = next
 		return nil
 	}
 	return q.rebuild(next)
 }
 
-// patch edits the live sets from q.members to next, member by member, and
-// reports whether it did; where it would not (a set empty or more than
-// half changed, IPv6 without ip6tables) or a step failed, the live sets
-// are as before (the steps done are undone).
-func (q *queueRules) patch(next []netip.Addr) bool {
-	type step struct {
-		set string
-		a   netip.Addr
-		add bool
-	}
-	var steps []step
-	for _, fam := range []int{4, 6} {
-		have, want := ofFamily(q.members, fam), ofFamily(next, fam)
-		add, del := sortedDiff(want, have), sortedDiff(have, want)
-		if len(add)+len(del) == 0 {
+// merged is members (sorted) with add's and without del's (both
+// sorted), in one pass.
+func merged(members, add, del []netip.Addr) []netip.Addr {
+	out := make([]netip.Addr, 0, len(members)+len(add))
+	i, j := 0, 0
+	for _, m := range members {
+		for ; i < len(add) && add[i].Less(m); i++ {
+			out = append(out, add[i])
+		}
+		if i < len(add) && add[i] == m {
+			i++ // a member already
+		}
+		for ; j < len(del) && del[j].Less(m); j++ {
+		}
+		if j < len(del) && del[j] == m {
 			continue
 		}
-		if len(have) == 0 || 2*(len(add)+len(del)) > len(have)+len(want) || fam == 6 && q.ipt[1] == nil {
-			return false
-		}
-		for _, a := range del {
-			steps = append(steps, step{q.setName(fam), a, false})
-		}
-		for _, a := range add {
-			steps = append(steps, step{q.setName(fam), a, true})
-		}
+		out = append(out, m)
 	}
-	for i, s := range steps {
-		if q.edit(s.set, s.a, s.add) != nil {
-			for _, u := range slices.Backward(steps[:i]) {
-				_ = ipsetEdit(q.nl, u.set, u.a, !u.add) // best effort; the guard counts the members
+	return append(out, add[i:]...)
+}
+
+// patch edits the live sets, adding add and deleting del (sorted), in a
+// batch of netlink messages, and reports whether it did; where it would
+// not (a set empty or more than half changed, IPv6 without ip6tables) or
+// a step failed, the live sets are as before (the steps made are undone).
+func (q *queueRules) patch(add, del []netip.Addr) bool {
+	var steps []ipsetStep
+	for _, fam := range []int{4, 6} {
+		a, d := ofFamily(add, fam), ofFamily(del, fam)
+		if len(a)+len(d) == 0 {
+			continue
+		}
+		have := 0
+		for _, m := range q.members {
+			if m.Is4() == (fam == 4) {
+				have++
 			}
+		}
+		if have == 0 || 2*(len(a)+len(d)) > 2*have+len(a)-len(d) || fam == 6 && q.ipt[1] == nil {
 			return false
 		}
-	}
-	return true
-}
-
-// sortedDiff are the members of a (sorted) not in b (sorted).
-func sortedDiff(a, b []netip.Addr) []netip.Addr {
-	var out []netip.Addr
-	for _, x := range a {
-		if _, found := slices.BinarySearchFunc(b, x, netip.Addr.Compare); !found {
-			out = append(out, x)
+		for _, x := range d {
+			steps = append(steps, ipsetStep{q.setName(fam), x, false})
+		}
+		for _, x := range a {
+			steps = append(steps, ipsetStep{q.setName(fam), x, true})
 		}
 	}
-	return out
-}
-
-// ipsetEdit adds a to set, or deletes it.
-func ipsetEdit(h *netlink.Handle, set string, a netip.Addr, add bool) error {
-	e := &netlink.IPSetEntry{IP: net.IP(a.AsSlice())}
-	f, verb := h.IpsetDel, "delete"
-	if add {
-		f, verb = h.IpsetAdd, "add"
+	var undo []ipsetStep
+	for i, err := range q.edits(steps) {
+		if err == nil {
+			undo = append(undo, ipsetStep{steps[i].set, steps[i].a, !steps[i].add})
+		}
 	}
-	if err := ipsetCall(func() error { return f(set, e) }); err != nil {
-		return fmt.Errorf("%s %v in %s: %w", verb, a, set, err)
+	if len(undo) == len(steps) {
+		return true
 	}
-	return nil
+	q.batch.run(undo) // best effort; the guard counts the members
+	return false
 }
 
 // rebuild makes each changed set anew and swaps it in (update).
@@ -268,11 +275,15 @@ func (q *queueRules) rebuild(next []netip.Addr) error {
 	return nil
 }
 
-// add adds addrs to set.
+// add adds addrs to set, in batches.
 func (q *queueRules) add(set string, addrs []netip.Addr) error {
-	for _, a := range addrs {
-		if err := q.edit(set, a, true); err != nil {
-			return err
+	steps := make([]ipsetStep, len(addrs))
+	for i, a := range addrs {
+		steps[i] = ipsetStep{set, a, true}
+	}
+	for _, err := range q.edits(steps) {
+		if err != nil {
+			return err // the first; the rest are likely the same
 		}
 	}
 	return nil
@@ -309,6 +320,9 @@ func (q *queueRules) teardown() error {
 	errs = append(errs, q.destroySets()...)
 	if q.nl != nil {
 		q.nl.Close()
+	}
+	if q.batch != nil {
+		q.batch.close()
 	}
 	return errors.Join(errs...)
 }
