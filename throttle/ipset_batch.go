@@ -24,7 +24,12 @@ type ipsetStep struct {
 // before the call returns, and replies only to those that fail and to
 // the last, which asks for an acknowledgement: so each step has its own
 // error, and the last reply says the batch is done.
-type ipsetBatcher struct{ fd int }
+type ipsetBatcher struct {
+	fd  int
+	seq uint32
+	buf []byte        // a batch's messages
+	rb  [1 << 16]byte // its replies
+}
 
 // ipsetBatchLen is how many messages go in one sendmsg: the replies of a
 // batch that fails whole (about 100 bytes each) fit the socket's receive
@@ -63,14 +68,15 @@ func (b *ipsetBatcher) run(steps []ipsetStep) []error {
 // batch sends one sendmsg of steps and reads its replies into errs. A
 // step whose outcome is unknown (the send or a read failed) has an error:
 // the caller undoes it, which fails harmlessly where it was not made.
+// Step i's message has sequence number base+i (the socket is ours).
 func (b *ipsetBatcher) batch(steps []ipsetStep, errs []error) {
-	var buf []byte
-	at := make(map[uint32]int, len(steps))
-	var last uint32
+	base := b.seq + 1
+	b.seq += uint32(len(steps))
+	buf := b.buf[:0]
 	for i, s := range steps {
-		msg, seq := ipsetMessage(s, i == len(steps)-1)
-		buf, at[seq], last = append(buf, msg...), i, seq
+		buf = appendIpsetMessage(buf, s, base+uint32(i), i == len(steps)-1)
 	}
+	b.buf = buf
 	fail := func(err error) {
 		for i := range errs {
 			if errs[i] == nil {
@@ -82,21 +88,20 @@ func (b *ipsetBatcher) batch(steps []ipsetStep, errs []error) {
 		fail(fmt.Errorf("ipset batch: %w", err))
 		return
 	}
-	rb := make([]byte, 1<<16)
 	for {
-		n, _, err := unix.Recvfrom(b.fd, rb, 0)
+		n, _, err := unix.Recvfrom(b.fd, b.rb[:], 0)
 		if err != nil {
 			fail(fmt.Errorf("ipset batch reply: %w", err))
 			return
 		}
-		msgs, err := syscall.ParseNetlinkMessage(rb[:n])
+		msgs, err := syscall.ParseNetlinkMessage(b.rb[:n])
 		if err != nil {
 			fail(fmt.Errorf("ipset batch reply: %w", err))
 			return
 		}
 		for _, m := range msgs {
-			i, ours := at[m.Header.Seq]
-			if !ours || m.Header.Type != unix.NLMSG_ERROR || len(m.Data) < 4 {
+			i := int(m.Header.Seq - base)
+			if i < 0 || i >= len(steps) || m.Header.Type != unix.NLMSG_ERROR || len(m.Data) < 4 {
 				continue
 			}
 			if errno := -int32(binary.NativeEndian.Uint32(m.Data[:4])); errno != 0 {
@@ -106,36 +111,46 @@ func (b *ipsetBatcher) batch(steps []ipsetStep, errs []error) {
 				}
 				errs[i] = fmt.Errorf("%s %v in %s: %w", map[bool]string{true: "add", false: "delete"}[steps[i].add], steps[i].a, steps[i].set, err)
 			}
-			if m.Header.Seq == last {
+			if i == len(steps)-1 {
 				return
 			}
 		}
 	}
 }
 
-// ipsetMessage is s as vishvananda/netlink's IpsetAdd and IpsetDel make
-// it (exclusive: adding a member or deleting a non-member fails), acked
-// when ack is set, and its sequence number.
-func ipsetMessage(s ipsetStep, ack bool) ([]byte, uint32) {
-	cmd := nl.IPSET_CMD_DEL
-	if s.add {
-		cmd = nl.IPSET_CMD_ADD
+// appendIpsetMessage appends s as vishvananda/netlink's IpsetAdd and
+// IpsetDel make it (exclusive: adding a member or deleting a non-member
+// fails), acked when ack is set, with sequence number seq; encoded here
+// because the library's attribute tree costs more than the kernel's add.
+func appendIpsetMessage(buf []byte, s ipsetStep, seq uint32, ack bool) []byte {
+	ne := binary.NativeEndian
+	attr := func(b []byte, typ uint16, n int) []byte { // header of an attribute of n bytes
+		return ne.AppendUint16(ne.AppendUint16(b, uint16(4+n)), typ)
 	}
-	flags := unix.NLM_F_REQUEST | unix.NLM_F_EXCL
+	typ := uint16(nl.IPSET_CMD_DEL)
+	if s.add {
+		typ = nl.IPSET_CMD_ADD
+	}
+	flags := uint16(unix.NLM_F_REQUEST | unix.NLM_F_EXCL)
 	if ack {
 		flags |= unix.NLM_F_ACK
 	}
-	req := nl.NewNetlinkRequest(cmd|(unix.NFNL_SUBSYS_IPSET<<8), flags)
-	req.AddData(&nl.Nfgenmsg{NfgenFamily: uint8(unix.AF_NETLINK), Version: nl.NFNETLINK_V0})
-	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_PROTOCOL, nl.Uint8Attr(nl.IPSET_PROTOCOL)))
-	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_SETNAME, nl.ZeroTerminated(s.set)))
-	typ := int(nl.NLA_F_NET_BYTEORDER) | nl.IPSET_ATTR_IPADDR_IPV4
+	ip, ipType := s.a.AsSlice(), uint16(nl.IPSET_ATTR_IPADDR_IPV4)
 	if s.a.Is6() {
-		typ = int(nl.NLA_F_NET_BYTEORDER) | nl.IPSET_ATTR_IPADDR_IPV6
+		ipType = nl.IPSET_ATTR_IPADDR_IPV6
 	}
-	data := nl.NewRtAttr(nl.IPSET_ATTR_DATA|int(nl.NLA_F_NESTED), nil)
-	data.AddChild(nl.NewRtAttr(nl.IPSET_ATTR_IP|int(nl.NLA_F_NESTED), nl.NewRtAttr(typ, s.a.AsSlice()).Serialize()))
-	data.AddChild(&nl.Uint32Attribute{Type: nl.IPSET_ATTR_LINENO | nl.NLA_F_NET_BYTEORDER, Value: 0})
-	req.AddData(data)
-	return req.Serialize(), req.Seq
+	start := len(buf)
+	pad := func(b []byte) []byte { return append(b, make([]byte, (start-len(b))&3)...) }
+	buf = ne.AppendUint32(buf, 0) // length, set below
+	buf = ne.AppendUint16(ne.AppendUint16(buf, typ|unix.NFNL_SUBSYS_IPSET<<8), flags)
+	buf = ne.AppendUint32(ne.AppendUint32(buf, seq), 0)
+	buf = append(buf, unix.AF_NETLINK, nl.NFNETLINK_V0, 0, 0) // nfgenmsg
+	buf = append(attr(buf, nl.IPSET_ATTR_PROTOCOL, 1), nl.IPSET_PROTOCOL, 0, 0, 0)
+	buf = pad(append(append(attr(buf, nl.IPSET_ATTR_SETNAME, len(s.set)+1), s.set...), 0))
+	buf = attr(buf, nl.IPSET_ATTR_DATA|nl.NLA_F_NESTED, 4+4+len(ip)+8)
+	buf = attr(buf, nl.IPSET_ATTR_IP|nl.NLA_F_NESTED, 4+len(ip))
+	buf = append(attr(buf, ipType|nl.NLA_F_NET_BYTEORDER, len(ip)), ip...)
+	buf = append(attr(buf, nl.IPSET_ATTR_LINENO|nl.NLA_F_NET_BYTEORDER, 4), 0, 0, 0, 0)
+	ne.PutUint32(buf[start:], uint32(len(buf)-start))
+	return buf
 }
