@@ -16,8 +16,8 @@ import (
 // direction-blind:
 //
 //   - its queue: the mean number of its requests in the resource over the
-//     last half second (Δ(read ticks + write ticks) / Δt, Little's law on
-//     diskstats), where it has its devices to itself; on devices shared
+//     last half second (diskstats' requests in flight at each tick),
+//     where it has its devices to itself; on devices shared
 //     with other consumers, its own commands per second on the wire
 //     (sample.Rate.CommandsPerSec) × the devices' mean wait, since every
 //     request on a device waits alike; without the wire the rule stays
@@ -45,10 +45,11 @@ import (
 // rate threshold was slowed every other tick (simulator, mixed).
 
 // loadSmoothing is the time constant of the queue and load estimates:
-// five 100 ms ticks, so a qd-1 reader's smoothed queue stays under one (a
-// request carried over from the last tick can push one tick's to 1.6 at
-// 60 ms of wait; the lab's worst smoothed is 1.05) while a VM that starts
-// is seen within half a second.
+// five 100 ms ticks, so a qd-1 reader's smoothed queue stays under one
+// (on shared devices, by Little's law, a request carried over from the
+// last tick can push one tick's to 1.6 at 60 ms of wait; the lab's worst
+// smoothed is 1.05; in flight on its own devices it is never over one)
+// while a VM that starts is seen within half a second.
 const loadSmoothing = 500 * time.Millisecond
 
 // readRateSmoothing is the read rate's: two seconds, so that a

@@ -222,3 +222,59 @@ func TestLoadEstimateRestsWhileIdle(t *testing.T) {
 		})
 	}
 }
+
+// The queue rule on a consumer's own devices counts its requests in
+// flight, not the time its completed requests waited: a one-at-a-time
+// reader whose reads take over 40 ms (the LIO guest's, behind 64 KiB
+// writes on a 4 MB/s group) is never judged saturating, however its
+// completions fall into ticks, while a writer that keeps the disk queue
+// full is. Little's law over completions (the rule before) took the
+// reader for a saturating one where its reads completed in a short tick
+// (the guest's late ticks: 180 ms, then 20 ms) and counted 1.5 there.
+func TestQueueRuleCountsRequestsInFlight(t *testing.T) {
+	type tick struct {
+		secs          float64 // the interval
+		reads, writes uint64  // completed in it
+		waitMs        float64 // each completed request's
+		inFlight      uint64  // at its end
+	}
+	reader := func(ticks ...tick) []tick { return ticks }
+	repeat := func(n int, ts ...tick) []tick {
+		var out []tick
+		for range n {
+			out = append(out, ts...)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		ticks []tick
+		want  bool // saturating after the last tick; never before if false
+	}{
+		{"reader, 45 ms reads back to back", repeat(20, tick{0.1, 2, 0, 45, 1}, tick{0.1, 3, 0, 45, 1}), false},
+		{"reader, 120 ms reads", repeat(20, tick{0.1, 1, 0, 120, 1}, tick{0.1, 1, 0, 120, 1}, tick{0.1, 0, 0, 0, 1}), false},
+		{"reader, 45 ms reads in late ticks (180 ms, then 20 ms)", repeat(20, tick{0.18, 3, 0, 45, 1}, tick{0.02, 1, 0, 45, 1}), false},
+		{"reader, a read held 400 ms at the writers' onset", append(repeat(10, tick{0.1, 3, 0, 20, 0}),
+			reader(tick{0.1, 0, 0, 0, 1}, tick{0.1, 0, 0, 0, 1}, tick{0.1, 0, 0, 0, 1}, tick{0.1, 2, 0, 222, 1}, tick{0.1, 2, 0, 45, 1}, tick{0.1, 2, 0, 45, 1})...), false},
+		{"writer keeping four 64 KiB writes queued", repeat(10, tick{0.1, 0, 8, 50, 4}), true},
+		{"writer keeping four queued, in late ticks", repeat(10, tick{0.18, 0, 14, 50, 4}, tick{0.02, 0, 2, 50, 4}), true},
+		{"two writes at a time (the guest's writer hosts)", repeat(10, tick{0.1, 0, 2, 90, 2}), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &Loops{cfg: LoopConfig{Interval: 100 * time.Millisecond, Cost: cost.Default()}}
+			pc := &planConsumer{addr: c1, devs: []int{0}, exclusive: true, rate: &lastValue{}, load: &loadEstimate{}}
+			var ci ConsumerInput
+			for i, tk := range tc.ticks {
+				iv := sample.Interval{Seconds: tk.secs, Reads: tk.reads, Writes: tk.writes, ReadWaitMs: tk.waitMs, WriteWaitMs: tk.waitMs,
+					ReadBps: float64(tk.reads) * 8192 / tk.secs, WriteBps: float64(tk.writes) * 65536 / tk.secs, InFlight: tk.inFlight}
+				l.measureConsumer(&ci, pc, devIntervals{iv: []sample.Interval{iv}, ok: []bool{true}}, sample.Rate{}, false)
+				if got := saturates(ci, 1.25, 1e6); got && !tc.want {
+					t.Fatalf("tick %d: saturating with a queue of %.2f, want never", i, ci.Queue)
+				}
+			}
+			if got := saturates(ci, 1.25, 1e6); got != tc.want {
+				t.Errorf("saturating %v with a queue of %.2f, want %v", got, ci.Queue, tc.want)
+			}
+		})
+	}
+}

@@ -78,7 +78,7 @@ func loadRecorded(t *testing.T, path string) []recordedTick {
 		}
 		ticks[len(ticks)-1].dev[r[col["device"]]] = sample.Interval{Device: r[col["device"]], Seconds: 0.1,
 			Reads: uint64(num(r, "reads")), Writes: uint64(num(r, "writes")), ReadWaitMs: num(r, "r_await_ms"), WriteWaitMs: num(r, "w_await_ms"),
-			ReadBps: num(r, "read_mb_s") * 1e6, WriteBps: num(r, "write_mb_s") * 1e6}
+			ReadBps: num(r, "read_mb_s") * 1e6, WriteBps: num(r, "write_mb_s") * 1e6, InFlight: uint64(num(r, "inflight"))}
 	}
 	return ticks
 }
@@ -104,6 +104,7 @@ func cumulative(ticks []recordedTick) []map[string]sample.Counters {
 			}
 			c.ReadSectors += uint64(math.Round(iv.ReadBps * iv.Seconds / 512))
 			c.WriteSectors += uint64(math.Round(iv.WriteBps * iv.Seconds / 512))
+			c.InFlight = iv.InFlight
 			cum[d], snap[d] = c, c
 		}
 		out = append(out, snap)
