@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/sanqos/sanqos/agent"
@@ -21,7 +22,7 @@ func newDiscoverer(cfg *config.Config) (agent.Discoverer, error) {
 	if cfg.Discovery.Source == "static" {
 		return agent.StaticDiscoverer(cfg), nil
 	}
-	probes, err := discoveryProbes(cfg.Discovery)
+	probes, err := discoveryProbes(cfg.Discovery, nvmeHostsFor(cfg.ISCSIPort, slog.Default(), nvmeHosts))
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +41,8 @@ func newDiscoverer(cfg *config.Config) (agent.Discoverer, error) {
 // discoveryProbes are what source d reads: auto looks for tgt, LIO and
 // the kernel NVMe target (root: configfs's mount point); a named source
 // is read whether or not it looks present, so its failure says why.
-func discoveryProbes(d config.Discovery) ([]discover.Probe, error) {
+// hosts finds nvmet's hosts.
+func discoveryProbes(d config.Discovery, hosts discover.NVMeHosts) ([]discover.Probe, error) {
 	always := func() bool { return true }
 	orDefault := func(def string) string {
 		if d.Root != "" {
@@ -50,7 +52,7 @@ func discoveryProbes(d config.Discovery) ([]discover.Probe, error) {
 	}
 	switch d.Source {
 	case "auto":
-		return discover.AutoProbes(d.TgtControlPort, d.Root, nvmeHosts), nil
+		return discover.AutoProbes(d.TgtControlPort, d.Root, hosts), nil
 	case "tgt":
 		return []discover.Probe{{Name: "tgt", Present: always, Read: func() ([]discover.Target, error) { return discover.Tgt(d.TgtControlPort) }}}, nil
 	case "lio":
@@ -61,7 +63,7 @@ func discoveryProbes(d config.Discovery) ([]discover.Probe, error) {
 	case "nvmet":
 		root := orDefault(discover.ConfigfsRoot + "/nvmet")
 		return []discover.Probe{{Name: "nvmet", Present: always, Read: func() ([]discover.Target, error) {
-			return discover.NVMetTargets(root, nvmeHosts)
+			return discover.NVMetTargets(root, hosts)
 		}}}, nil
 	}
 	return nil, fmt.Errorf("discovery source %q is not wired yet", d.Source)
@@ -122,6 +124,32 @@ func startConnects(log *slog.Logger) *nvmeConnects {
 }
 
 func unmap(a netip.AddrPort) netip.AddrPort { return netip.AddrPortFrom(a.Addr().Unmap(), a.Port()) }
+
+// nvmeHostsFor is next (nvmeHosts), saying once per set of ports which of
+// nvmet's TCP ports are not port, the one the agent throttles and samples
+// (iscsi_port; one port per agent today): their hosts are discovered, and
+// count as consumers of their subsystems' resources, but nothing delays
+// or measures their traffic.
+func nvmeHostsFor(port int, log *slog.Logger, next discover.NVMeHosts) discover.NVMeHosts {
+	var mu sync.Mutex
+	var warned string
+	return func(n discover.NVMet) ([]discover.NVMeConn, error) {
+		if u := unthrottledPorts(n, port); len(u) > 0 {
+			mu.Lock()
+			if s := fmt.Sprint(u); s != warned {
+				warned = s
+				log.Warn("nvmet exports on TCP ports other than iscsi_port: their hosts are discovered but not throttled or sampled (one port per agent)", "ports", u, "iscsi_port", port)
+			}
+			mu.Unlock()
+		}
+		return next(n)
+	}
+}
+
+// unthrottledPorts are n's TCP ports other than port.
+func unthrottledPorts(n discover.NVMet, port int) []uint16 {
+	return slices.DeleteFunc(n.TCPServices(), func(p uint16) bool { return int(p) == port })
+}
 
 // nvmeHosts returns discovery's view of nvmet's hosts: the connections on
 // its TCP ports, with each one's Connect where it was seen. Connects of
