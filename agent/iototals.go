@@ -55,13 +55,12 @@ type ConsumerIO struct {
 }
 
 // ioCounts is a resource's counters between ticks; cons is aligned with
-// plan's consumers and rebuilt (from byAddr, dropping those that left)
-// when the plan is recompiled.
+// plan's consumers and rebuilt (carried over by address from the plan
+// before, dropping those that left) when the plan is recompiled.
 type ioCounts struct {
-	res    ResourceIO
-	plan   *plan
-	cons   []*ConsumerIO
-	byAddr map[netip.Addr]*ConsumerIO
+	res  ResourceIO
+	plan *plan
+	cons []ConsumerIO
 	// again marks the plan's devices named before (a view may list a
 	// device twice): each is counted once.
 	again []bool
@@ -85,7 +84,7 @@ func (rs *resourceState) count(st *ResourceStatus, d devIntervals, ind indicatio
 	c.res.IndicatorReadWaitSeconds += ind.readTicks / 1e3
 	st.IO = c.res
 	for k, pc := range p.consumers {
-		t := c.cons[k]
+		t := &c.cons[k]
 		var own IOTotals
 		for _, i := range pc.devs {
 			if i >= 0 && d.ok[i] {
@@ -118,19 +117,16 @@ func (rs *resourceState) count(st *ResourceStatus, d devIntervals, ind indicatio
 // realign keeps the counters of p's consumers, in p's order, and forgets
 // those of consumers that left.
 func (c *ioCounts) realign(p *plan) {
-	old := c.byAddr
-	c.plan, c.cons = p, make([]*ConsumerIO, len(p.consumers))
+	old, oldCons := c.plan, c.cons
+	c.plan, c.cons = p, make([]ConsumerIO, len(p.consumers))
 	c.again = make([]bool, len(p.devices))
 	seen := make(map[string]bool, len(p.devices))
 	for i, name := range p.devices {
 		c.again[i], seen[name] = seen[name], true
 	}
-	c.byAddr = make(map[netip.Addr]*ConsumerIO, len(p.consumers))
 	for k, pc := range p.consumers {
-		t := old[pc.addr]
-		if t == nil {
-			t = &ConsumerIO{}
+		if j, ok := old.indexOf(pc.addr); ok && j < len(oldCons) {
+			c.cons[k] = oldCons[j]
 		}
-		c.cons[k], c.byAddr[pc.addr] = t, t
 	}
 }

@@ -327,8 +327,6 @@ type resourceState struct {
 	last                *OnsetStatus
 	onsetFrom, prevStep int
 	lever               rateLever
-	rates               map[netip.Addr]Smoother
-	loads               map[netip.Addr]*loadEstimate
 	// slowed is last tick's throttleable set (IndicatorUnthrottled, and
 	// the onset detector's signal).
 	slowed map[netip.Addr]bool

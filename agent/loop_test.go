@@ -250,8 +250,8 @@ func TestStepRecompilesOnlyChangedTopology(t *testing.T) {
 		if got := rs.plan != before; got != tc.recompile {
 			t.Errorf("%s: recompiled %v, want %v", tc.name, got, tc.recompile)
 		}
-		if st := l.Status()[0]; len(st.Consumers) != tc.consumers || len(rs.rates) != tc.consumers {
-			t.Errorf("%s: %d consumers in status, %d rate histories, want %d", tc.name, len(st.Consumers), len(rs.rates), tc.consumers)
+		if st := l.Status()[0]; len(st.Consumers) != tc.consumers || len(rs.plan.rates) != tc.consumers {
+			t.Errorf("%s: %d consumers in status, %d rate histories, want %d", tc.name, len(st.Consumers), len(rs.plan.rates), tc.consumers)
 		}
 	}
 }

@@ -26,7 +26,12 @@ type plan struct {
 	// users are the consumers (indexes) of each device.
 	users     [][]int
 	consumers []planConsumer
-	static    []planConsumer // static throttleable consumers without devices in the view
+	// loads and rates are each consumer's smoothed load and write rate,
+	// flat by consumer index (the tick walks them in order), carried
+	// over by address from the plan before.
+	loads  []loadEstimate
+	rates  []Smoother
+	static []planConsumer // static throttleable consumers without devices in the view
 	// index is each consumer's index (consumers, then static: a tick's
 	// PolicyInput.Consumers), made on first use; flags a buffer of
 	// marks.
@@ -52,8 +57,12 @@ func marks[V any](p *plan, set map[netip.Addr]V) []bool {
 	return p.flags
 }
 
-// indexOf is a's index in a tick's PolicyInput.Consumers.
+// indexOf is a's index in a tick's PolicyInput.Consumers (none in a nil
+// plan).
 func (p *plan) indexOf(a netip.Addr) (int, bool) {
+	if p == nil {
+		return 0, false
+	}
 	if p.index == nil {
 		p.index = make(map[netip.Addr]int, len(p.consumers)+len(p.static))
 		for k, pc := range p.consumers {
@@ -88,8 +97,6 @@ type planConsumer struct {
 	devs      []int
 	important bool
 	static    bool // in spec.Throttleable
-	rate      Smoother
-	load      *loadEstimate
 	// exclusive: no other consumer uses any of its devices, so their
 	// queue and load are its own. With a LUN shared by several
 	// initiators (one tgt target for all of them, a VMware datastore)
@@ -123,19 +130,18 @@ func (l *Loops) compile(rs *resourceState, spec ResourceSpec, view ResourceView,
 				pc.devs = append(pc.devs, -1) // a device outside the resource: no rate from it
 			}
 		}
-		pc.rate = rs.rates[c]
-		if pc.rate == nil {
-			pc.rate = l.cfg.NewRateSmoother()
-			rs.rates[c] = pc.rate
-		}
-		pc.load = rs.loads[c]
-		if pc.load == nil {
-			pc.load = &loadEstimate{}
-			rs.loads[c] = pc.load
-		}
 		p.consumers = append(p.consumers, pc)
 	}
 	sort.Slice(p.consumers, func(i, k int) bool { return p.consumers[i].name < p.consumers[k].name })
+	// A consumer that left takes its history with it.
+	p.loads, p.rates = make([]loadEstimate, len(p.consumers)), make([]Smoother, len(p.consumers))
+	for k, pc := range p.consumers {
+		if j, ok := old.indexOf(pc.addr); ok && j < len(old.consumers) {
+			p.loads[k], p.rates[k] = old.loads[j], old.rates[j]
+		} else {
+			p.rates[k] = l.cfg.NewRateSmoother()
+		}
+	}
 	p.users = make([][]int, len(p.devices))
 	for k, pc := range p.consumers {
 		for _, i := range pc.devs {
@@ -156,12 +162,6 @@ func (l *Loops) compile(rs *resourceState, spec ResourceSpec, view ResourceView,
 	for c := range spec.Throttleable {
 		if _, seen := view.Consumers[c]; !seen && !spec.Important[c] {
 			p.static = append(p.static, planConsumer{addr: c, name: c.String()})
-		}
-	}
-	for c := range rs.rates {
-		if _, ok := view.Consumers[c]; !ok {
-			delete(rs.rates, c) // a consumer that left: forget its history
-			delete(rs.loads, c)
 		}
 	}
 	// Carry the last counters over to the new plan by device name, so a

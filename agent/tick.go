@@ -64,7 +64,6 @@ func (l *Loops) step(r *genResource, g *generation, td tickData, now time.Time) 
 func (l *Loops) prepare(rs *resourceState, spec ResourceSpec, view ResourceView, g *generation) {
 	if rs.ctrl == nil {
 		rs.ctrl, rs.ind = spec.NewController(), spec.NewSmoother()
-		rs.rates, rs.loads = map[netip.Addr]Smoother{}, map[netip.Addr]*loadEstimate{}
 		rs.slowed = map[netip.Addr]bool{}
 		// threshold: auto learns from the onset detector's loaded ticks
 		// and the floor it keeps, with or without the feed-forward.
@@ -189,7 +188,8 @@ func (rs *resourceState) indicate(tailObjective bool, thresholdMs float64, d dev
 func (l *Loops) measure(rs *resourceState, d devIntervals, rates map[netip.Addr]sample.Rate, now time.Time, thresholdMs float64) []ConsumerStatus {
 	p, in := rs.plan, &rs.in
 	*in = PolicyInput{Now: now, Interval: l.cfg.Interval, ThresholdMs: thresholdMs,
-		DelayStep: l.cfg.DelayStep, MaxDelay: l.cfg.MaxDelay, WriteBps: l.cfg.WriteBps, BulkQueue: l.cfg.BulkQueue, ReadBps: l.cfg.ReadBps, Consumers: in.Consumers[:0],
+		DelayStep: l.cfg.DelayStep, MaxDelay: l.cfg.MaxDelay, WriteBps: l.cfg.WriteBps, BulkQueue: l.cfg.BulkQueue, ReadBps: l.cfg.ReadBps,
+		Consumers:   grow(in.Consumers, len(p.consumers)), // each row written whole by measureConsumer
 		settingsBuf: in.settingsBuf, thrBuf: in.thrBuf}
 	sts := rs.sts[:0] // publish copies it out under the lock
 	for k := range p.consumers {
@@ -199,9 +199,8 @@ func (l *Loops) measure(rs *resourceState, d devIntervals, rates map[netip.Addr]
 		if rates != nil {
 			r, wire = rates[pc.addr]
 		}
-		in.Consumers = append(in.Consumers, ConsumerInput{})
-		ci := &in.Consumers[len(in.Consumers)-1] // in place: a row is 200 bytes
-		l.measureConsumer(ci, pc, d, r, wire)
+		ci := &in.Consumers[k] // in place: a row is 200 bytes
+		l.measureConsumer(ci, pc, &p.loads[k], p.rates[k], d, r, wire)
 		sts = append(sts, ConsumerStatus{Addr: pc.name, ReadBps: ci.ReadBps, WriteBps: ci.WriteBps, WriteEWMA: ci.WriteEWMA, Important: pc.important,
 			Queue: ci.Queue, LoadRead: ci.Load.Read, LoadWrite: ci.Load.Write, SendSRTTMs: ms(r.SendSRTT)})
 	}
@@ -216,7 +215,7 @@ func (l *Loops) measure(rs *resourceState, d devIntervals, rates map[netip.Addr]
 // measureConsumer sums one consumer's devices' intervals into ci and
 // updates its smoothed write rate, queue, load and read rate. With wire,
 // r (its TCP_INFO rates) replaces its devices' rates.
-func (l *Loops) measureConsumer(ci *ConsumerInput, pc *planConsumer, d devIntervals, r sample.Rate, wire bool) {
+func (l *Loops) measureConsumer(ci *ConsumerInput, pc *planConsumer, load *loadEstimate, rate Smoother, d devIntervals, r sample.Rate, wire bool) {
 	*ci = ConsumerInput{Addr: pc.addr, HasDevices: true, Important: pc.important, Static: pc.static}
 	var rb, wb, rTicks, wTicks, nr, nw, secs, inFlight float64
 	for _, i := range pc.devs {
@@ -291,10 +290,10 @@ func (l *Loops) measureConsumer(ci *ConsumerInput, pc *planConsumer, d devInterv
 		ci.ReadIOPS, ci.WriteIOPS = nr/secs, nw/secs
 		// Idle as the idle hold judges it (hold.go), so the estimate
 		// rests exactly while the hold keeps the delays.
-		pc.load.observe(l.cfg.Interval, l.cfg.IdleHold, !idle(*ci), devQueue, devLoad, rb)
+		load.observe(l.cfg.Interval, l.cfg.IdleHold, !idle(*ci), devQueue, devLoad, rb)
 	}
-	ci.Queue, ci.Load, ci.ReadEWMA = pc.load.queue, pc.load.load, pc.load.readBps
-	ci.WriteEWMA, _ = pc.rate.Update(wb)
+	ci.Queue, ci.Load, ci.ReadEWMA = load.queue, load.load, load.readBps
+	ci.WriteEWMA, _ = rate.Update(wb)
 }
 
 // control runs the resource's controller on this tick's indicator (× q,
