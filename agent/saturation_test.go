@@ -262,12 +262,12 @@ func TestQueueRuleCountsRequestsInFlight(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := &Loops{cfg: LoopConfig{Interval: 100 * time.Millisecond, Cost: cost.Default()}}
-			pc := &planConsumer{addr: c1, devs: []int{0}, exclusive: true, rate: &lastValue{}, load: &loadEstimate{}}
+			pc, load := &planConsumer{addr: c1, devs: []int{0}, exclusive: true}, &loadEstimate{}
 			var ci ConsumerInput
 			for i, tk := range tc.ticks {
 				iv := sample.Interval{Seconds: tk.secs, Reads: tk.reads, Writes: tk.writes, ReadWaitMs: tk.waitMs, WriteWaitMs: tk.waitMs,
 					ReadBps: float64(tk.reads) * 8192 / tk.secs, WriteBps: float64(tk.writes) * 65536 / tk.secs, InFlight: tk.inFlight}
-				l.measureConsumer(&ci, pc, devIntervals{iv: []sample.Interval{iv}, ok: []bool{true}}, sample.Rate{}, false)
+				l.measureConsumer(&ci, pc, load, &lastValue{}, devIntervals{iv: []sample.Interval{iv}, ok: []bool{true}}, sample.Rate{}, false)
 				if got := saturates(ci, 1.25, 1e6); got && !tc.want {
 					t.Fatalf("tick %d: saturating with a queue of %.2f, want never", i, ci.Queue)
 				}
