@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -10,11 +11,15 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sanqos/sanqos/agent"
+	"github.com/sanqos/sanqos/config"
 	"github.com/sanqos/sanqos/internal/labcli"
 	"github.com/sanqos/sanqos/throttle"
 	"github.com/spf13/cobra"
@@ -261,5 +266,57 @@ func TestStatusShowsAutoThreshold(t *testing.T) {
 		if !strings.Contains(js.String(), `"threshold_auto": {`) || !strings.Contains(js.String(), `"state": "`+tc.state+`"`) {
 			t.Errorf("%s: JSON lacks threshold_auto:\n%s", tc.state, js.String())
 		}
+	}
+}
+
+// The AT MAX advice names remedies that work: the bound it gives for
+// max_delay is the config's, and each backend it names for
+// rate_lever_steps caps writes and is accepted with the lever, which the
+// config refuses on edt alone (the LIO guest's remedy: backend edt+htb,
+// rate_lever_steps 40). It is printed once, and only while a resource is
+// AT MAX: a resource capping past max_delay is not.
+func TestStatusAtMaxAdviceNamesWorkingRemedies(t *testing.T) {
+	var b strings.Builder
+	renderStatus(&b, testStatus)
+	out := b.String()
+	if n := strings.Count(out, "AT MAX:"); n != 1 {
+		t.Fatalf("AT MAX advice printed %d times:\n%s", n, out)
+	}
+	_, advice, _ := strings.Cut(out, "AT MAX:")
+	advice, _, _ = strings.Cut(advice, "\n\n")
+	const res = "resources:\n  - name: vg1\n    devices: [sdb]\n"
+	parse := func(yaml string) error { _, err := config.Parse([]byte(yaml + res)); return err }
+	bound := regexp.MustCompile(`up to (\d+) ms`).FindStringSubmatch(advice)
+	if bound == nil {
+		t.Fatalf("no max_delay bound in the advice %q", advice)
+	}
+	n, _ := strconv.Atoi(bound[1])
+	if err := parse(fmt.Sprintf("max_delay: %dms\n", n)); err != nil {
+		t.Errorf("the advice's max_delay %d ms: %v", n, err)
+	}
+	if parse(fmt.Sprintf("max_delay: %dms\n", n+1)) == nil {
+		t.Errorf("max_delay %d ms accepted: the advice's bound %d ms is not the config's", n+1, n)
+	}
+	m := regexp.MustCompile(`rate_lever_steps with backend (\S+) \(or (\S+)\)`).FindStringSubmatch(advice)
+	if m == nil {
+		t.Fatalf("the advice %q names no backend for rate_lever_steps", advice)
+	}
+	for _, name := range m[1:] {
+		if e, ok := throttle.Lookup(name); !ok || !e.Caps.Delay || !e.Caps.WriteRate {
+			t.Errorf("the advice's backend %s: registered %v, caps %+v; want delays and write caps", name, ok, e.Caps)
+		}
+		if err := parse("backend: " + name + "\nrate_lever_steps: 40\n"); err != nil {
+			t.Errorf("the advice's remedy on %s: %v", name, err)
+		}
+	}
+	if parse("backend: edt\nrate_lever_steps: 40\n") == nil {
+		t.Error("rate_lever_steps accepted on edt: the advice need not name edt+htb")
+	}
+	st := testStatus
+	st.Resources = slices.DeleteFunc(slices.Clone(st.Resources), func(r agent.ResourceStatus) bool { return r.AtMaxDelay })
+	b.Reset()
+	renderStatus(&b, st)
+	if strings.Contains(b.String(), "AT MAX") {
+		t.Errorf("AT MAX advice without a resource at max_delay (one capping past it):\n%s", b.String())
 	}
 }
