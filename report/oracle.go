@@ -1,5 +1,7 @@
 package report
 
+import "time"
+
 // SmallestHolding finds the smallest k in 0..top for which holds(k) is
 // true, assuming holds is monotonic (false up to some k, true from it):
 // the static-delay oracle's search over delay steps, where a larger
@@ -67,4 +69,56 @@ func RaiseUntilHeld(k, top int, limitMs float64, run func(k int) (p95Ms float64,
 		}
 		k = min(top, k+max(1, k/2))
 	}
+}
+
+// OracleSearch is the static-delay oracle's search, the lab's and the
+// simulator's: the smallest delay, in Step steps up to Max, whose steady
+// probe holds a threshold. Probe measures one delay (DelayMs is filled
+// in); each is run once and
+// cached across thresholds, since one delay's p95 answers for all.
+type OracleSearch struct {
+	Step   time.Duration
+	Max    int // steps
+	Probe  func(d time.Duration) (OracleProbe, error)
+	probes map[int]OracleProbe
+	order  []int
+}
+
+// Delay is step k's delay.
+func (s *OracleSearch) Delay(k int) time.Duration { return time.Duration(k) * s.Step }
+
+// Find bisects for thr's step k and returns the oracle's answer so far:
+// the delay, whether it holds (false: not even Max does) and every probe
+// run, in the order run.
+func (s *OracleSearch) Find(thr time.Duration) (OracleRun, int, error) {
+	limit := float64(thr) / 1e6
+	k, ok, err := SmallestHolding(s.Max, func(k int) (bool, error) {
+		p, err := s.probe(k)
+		return p.P95Ms <= limit, err
+	})
+	if err != nil {
+		return OracleRun{}, k, err
+	}
+	or := OracleRun{ThresholdMs: limit, DelayMs: Round(float64(s.Delay(k))/1e6, 2), Reachable: ok}
+	for _, kk := range s.order {
+		or.Probes = append(or.Probes, s.probes[kk])
+	}
+	return or, k, nil
+}
+
+func (s *OracleSearch) probe(k int) (OracleProbe, error) {
+	if p, ok := s.probes[k]; ok {
+		return p, nil
+	}
+	p, err := s.Probe(s.Delay(k))
+	if err != nil {
+		return OracleProbe{}, err
+	}
+	p.DelayMs = Round(float64(s.Delay(k))/1e6, 2)
+	if s.probes == nil {
+		s.probes = map[int]OracleProbe{}
+	}
+	s.probes[k] = p
+	s.order = append(s.order, k)
+	return p, nil
 }

@@ -1,6 +1,11 @@
 package report
 
-import "math"
+import (
+	"math"
+	"time"
+
+	"github.com/sanqos/sanqos/sample"
+)
 
 // Round rounds v to d decimals; NaN and ±Inf become 0 (JSON has neither).
 func Round(v float64, d int) float64 {
@@ -68,4 +73,34 @@ func Regulation(thresholdMs float64, waits, x, y, steps []float64, onS float64) 
 	}
 	m, _ := MeanStderr(settle)
 	return pctAbove, Round(m, 2)
+}
+
+// The interval figures the controlled runs are judged by.
+func readWait(iv sample.Interval) float64 { return iv.ReadWaitMs }
+func writeMBs(iv sample.Interval) float64 { return iv.WriteBps / 1e6 }
+func readMBs(iv sample.Interval) float64  { return iv.ReadBps / 1e6 }
+
+// JudgeControlled is a controlled run's figures, the lab's and the
+// simulator's (thr 0: the baseline's): reader's wait over window, the
+// interferers' (hosts) aggregate write rate and, where they read (reads),
+// their read rate, whose reads then date a load step as writes do; the
+// first second after each on-step (steps, on for onS s; q gives the
+// onsets a floor where the queue was logged); and, regulated, the share
+// of intervals above 1.2 × threshold and the mean settling time.
+func JudgeControlled[T Ticker](ticks, window []T, reader string, hosts []string, thr time.Duration, steps []float64, onS float64, reads bool, q *OnsetQueue) ControlledRun {
+	waits := Values(window, reader, readWait)
+	run := ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: RoundDist(Describe(waits)), WriteMBs: Round(Aggregate(window, hosts, writeMBs), 2)}
+	var onset Onset
+	if reads {
+		run.ReadMBs = Round(Aggregate(window, hosts, readMBs), 2)
+		onset = FirstSecond(ReadsAsWrites(ticks, reader), reader, hosts, steps, onS, q)
+	} else {
+		onset = FirstSecond(ticks, reader, hosts, steps, onS, q)
+	}
+	run.Onset = &onset
+	if thr > 0 {
+		x, y := HostSeries(ticks, reader, readWait)
+		run.PctAbove, run.SettleS = Regulation(run.ThresholdMs, waits, x, y, steps, onS)
+	}
+	return run
 }

@@ -96,22 +96,18 @@ func ControlledPhase(o Options, thr time.Duration, autonomic bool) (*Phase, []fl
 // cycles, so every controlled experiment is judged on the same pattern of
 // load steps. steps are the on-steps' times (s).
 func controlledPhase(o Options, thr time.Duration, autonomic bool, ld load) (*Phase, []float64, error) {
-	lead, on, off, cycles, tail := o.scale(20*time.Second), o.scale(25*time.Second), o.scale(5*time.Second), 6, o.scale(10*time.Second)
-	length := lead + time.Duration(cycles)*(on+off) + tail
+	s := report.ControlledSchedule(o.scale, 0)
 	name, label := "baseline", "agent off"
 	if thr > 0 {
 		name, label = fmt.Sprintf("threshold-%v", thr), fmt.Sprintf("threshold %v", thr)
 	}
-	p := labPhase(name, label, length, lead, lead+time.Duration(cycles)*(on+off))
-	p.Jobs = append([]*Job{reader(length)}, ld(lead, on, off)...)
+	p := labPhase(name, label, s.Length(), s.Lead, s.End())
+	p.Jobs = append([]*Job{reader(s.Length())}, ld(s.Lead, s.On, s.Off)...)
 	// The on/off schedule repeats forever; cut it after six cycles.
 	for _, j := range p.Jobs[1:] {
-		j.Until = lead + time.Duration(cycles)*(on+off)
+		j.Until = s.End()
 	}
-	var steps []float64
-	for c := 0; c < cycles; c++ {
-		steps = append(steps, (lead + time.Duration(c)*(on+off)).Seconds())
-	}
+	steps := s.Steps()
 	if thr > 0 {
 		cfg, topo, err := agentConfig(thr, autonomic, o.AgentYAML)
 		if err != nil {
@@ -219,24 +215,17 @@ func (pl *controlledPlots) write(dir string, c *controlled, thresholds []time.Du
 	return report.TimePlot(filepath.Join(dir, "delay.png"), "sim "+c.name+": "+c.delayTitle, "time (s)", "delay (ms)", pl.delay, nil)
 }
 
-// ControlledRunOf computes one run's figures exactly as the lab does
-// (lab.controlledRun): window p95, the interferers' aggregate write and
-// read rates, share of intervals above 1.2 × threshold, mean settling
-// time after each on-step, and the delay in either direction (a backup
-// is slowed by read delay, a writer by write delay).
+// ControlledRunOf computes one run's figures as the lab does
+// (report.JudgeControlled, the interferers' reads counted whatever the
+// load), and the delay in either direction (a backup is slowed by read
+// delay, a writer by write delay).
 func ControlledRunOf(res *PhaseResult, thr time.Duration, steps []float64, onS float64) report.ControlledRun {
 	w := res.Window()
-	waits := report.Values(w, "b2", readWait)
-	run := report.ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: report.RoundDist(report.Describe(waits)),
-		WriteMBs: report.Round(report.Aggregate(w, Hosts[1:], writeMBs), 2), ReadMBs: report.Round(report.Aggregate(w, Hosts[1:], readMBs), 2)}
-	onset := report.FirstSecond(report.ReadsAsWrites(res.Ticks, "b2"), "b2", Hosts[1:], steps, onS, &res.Onset)
-	run.Onset = &onset
+	run := report.JudgeControlled(res.Ticks, w, "b2", Hosts[1:], thr, steps, onS, true, &res.Onset)
 	if thr == 0 {
 		return run
 	}
 	run.Events = digestEvents(res.AgentEvents)
-	x, y := res.Series("b2", readWait)
-	run.PctAbove, run.SettleS = report.Regulation(run.ThresholdMs, waits, x, y, steps, onS)
 	var on int
 	for _, t := range w {
 		run.MaxDelay = math.Max(run.MaxDelay, t.anyDelay())

@@ -30,15 +30,6 @@ const (
 	oracleSettle      = 2 * time.Second
 )
 
-type oracleSearch struct {
-	o      Options
-	load   load
-	step   time.Duration
-	max    int // steps
-	probes map[int]report.OracleProbe
-	order  []int
-}
-
 // staticDelay is delay d in both directions on every interferer host.
 func staticDelay(d time.Duration) map[netip.Addr]throttle.Setting {
 	if d == 0 {
@@ -51,39 +42,21 @@ func staticDelay(d time.Duration) map[netip.Addr]throttle.Setting {
 	return m
 }
 
-func (s *oracleSearch) delay(k int) time.Duration { return time.Duration(k) * s.step }
-
-// probe measures the reader's steady p95 with every interferer at k
-// steps. Every probe runs on the run's seed, so the bisection compares
-// delays rather than random draws.
-func (s *oracleSearch) probe(k int) (report.OracleProbe, error) {
-	if p, ok := s.probes[k]; ok {
-		return p, nil
-	}
-	length, d := max(s.o.scale(oracleProbeLength), 4*oracleSettle), s.delay(k)
+// probe measures the reader's steady p95 with every interferer at d.
+// Every probe runs on the run's seed, so the bisection compares delays
+// rather than random draws.
+func probe(o Options, ld load, d time.Duration) (report.OracleProbe, error) {
+	length := max(o.scale(oracleProbeLength), 4*oracleSettle)
 	p := labPhase(fmt.Sprintf("oracle-probe-%v", d), fmt.Sprintf("oracle probe %v", d), length, oracleSettle, length)
-	p.Jobs = append([]*Job{reader(length)}, s.load(0, 0, 0)...)
+	p.Jobs = append([]*Job{reader(length)}, ld(0, 0, 0)...)
 	p.Fixed = staticDelay(d)
-	res, err := RunPhase(p, s.o.Params, s.o.Seed)
+	res, err := RunPhase(p, o.Params, o.Seed)
 	if err != nil {
 		return report.OracleProbe{}, err
 	}
 	w := res.Window()
-	pr := report.OracleProbe{DelayMs: report.Round(float64(d)/1e6, 2), P95Ms: report.Round(report.Describe(report.Values(w, "b2", readWait)).P95, 2),
-		WriteMBs: report.Round(report.Aggregate(w, Hosts[1:], writeMBs), 2), ReadMBs: report.Round(report.Aggregate(w, Hosts[1:], readMBs), 2)}
-	s.probes[k] = pr
-	s.order = append(s.order, k)
-	return pr, nil
-}
-
-// find bisects for the smallest step whose probe holds thr; ok is false
-// when not even the largest does.
-func (s *oracleSearch) find(thr time.Duration) (k int, ok bool, err error) {
-	limit := float64(thr) / 1e6
-	return report.SmallestHolding(s.max, func(k int) (bool, error) {
-		p, err := s.probe(k)
-		return p.P95Ms <= limit, err
-	})
+	return report.OracleProbe{P95Ms: report.Round(report.Describe(report.Values(w, "b2", readWait)).P95, 2),
+		WriteMBs: report.Round(report.Aggregate(w, Hosts[1:], writeMBs), 2), ReadMBs: report.Round(report.Aggregate(w, Hosts[1:], readMBs), 2)}, nil
 }
 
 // runOracle searches and runs the oracle for every threshold, over the
@@ -96,20 +69,16 @@ func runOracle(o Options, c *controlled, thresholds []time.Duration) ([]report.O
 	if err != nil {
 		return nil, nil, err
 	}
-	s := &oracleSearch{o: o, load: c.load, step: cfg.DelayStep, max: int(cfg.MaxDelay / cfg.DelayStep), probes: map[int]report.OracleProbe{}}
+	s := &report.OracleSearch{Step: cfg.DelayStep, Max: int(cfg.MaxDelay / cfg.DelayStep),
+		Probe: func(d time.Duration) (report.OracleProbe, error) { return probe(o, c.load, d) }}
 	var out []report.OracleRun
 	var runs []*PhaseResult
 	for i, thr := range thresholds {
-		k, ok, err := s.find(thr)
+		or, k, err := s.Find(thr)
 		if err != nil {
 			return nil, nil, err
 		}
-		d := s.delay(k)
-		or := report.OracleRun{ThresholdMs: float64(thr) / 1e6, DelayMs: report.Round(float64(d)/1e6, 2), Reachable: ok}
-		for _, kk := range s.order {
-			or.Probes = append(or.Probes, s.probes[kk])
-		}
-		if ok {
+		if d := s.Delay(k); or.Reachable {
 			p, steps, err := controlledPhase(o, 0, c.autonomic, c.load)
 			if err != nil {
 				return nil, nil, err

@@ -64,42 +64,17 @@ func init() {
 	}
 }
 
-// schedule is the controlled experiments' on/off pattern: lead time with
-// the reader alone, then cycles of the load on for on and off for off,
-// then a tail (the thesis' times × scale; --cycles overrides the six).
-type schedule struct {
-	lead, on, off, tail time.Duration
-	cycles              int
-}
-
-func (r *runner) controlledSchedule() schedule {
-	sc := r.Scale
-	return schedule{lead: sc(20 * time.Second), on: sc(25 * time.Second), off: sc(5 * time.Second), cycles: cmp.Or(r.opts.Cycles, 6), tail: sc(10 * time.Second)}
-}
-
-// end is when the last cycle ends; length is the whole phase.
-func (s schedule) end() time.Duration    { return s.lead + time.Duration(s.cycles)*(s.on+s.off) }
-func (s schedule) length() time.Duration { return s.end() + s.tail }
-
-// start is cycle c's on-step.
-func (s schedule) start(c int) time.Duration { return s.lead + time.Duration(c)*(s.on+s.off) }
-
-// steps are the on-steps' times (s).
-func (s schedule) steps() []float64 {
-	var out []float64
-	for c := 0; c < s.cycles; c++ {
-		out = append(out, s.start(c).Seconds())
-	}
-	return out
+func (r *runner) controlledSchedule() report.Schedule {
+	return report.ControlledSchedule(r.Scale, r.opts.Cycles)
 }
 
 // controlledPhase is a controlled experiment's phase: the reader
 // throughout, l's jobs in every on-period, named by cycle (writer-0, …).
-func (r *runner) controlledPhase(l *interferers, s schedule, name, label string) *lab.Phase {
-	p := &lab.Phase{Name: name, Label: label, Length: s.length(), From: s.lead, To: s.end()}
-	p.Jobs = []lab.Job{r.reader(s.length())}
-	for c := 0; c < s.cycles; c++ {
-		for _, j := range l.jobs(r, s.start(c), s.on) {
+func (r *runner) controlledPhase(l *interferers, s report.Schedule, name, label string) *lab.Phase {
+	p := &lab.Phase{Name: name, Label: label, Length: s.Length(), From: s.Lead, To: s.End()}
+	p.Jobs = []lab.Job{r.reader(s.Length())}
+	for c := 0; c < s.Cycles; c++ {
+		for _, j := range l.jobs(r, s.Start(c), s.On) {
 			j.Name = fmt.Sprintf("%s-%d", j.Name, c)
 			p.Jobs = append(p.Jobs, j)
 		}
@@ -113,7 +88,7 @@ type controlledRuns struct {
 	c     *controlled
 	r     *runner
 	name  string
-	s     schedule
+	s     report.Schedule
 	sum   ControlledSummary
 	all   []*lab.PhaseResult
 	steps []float64
@@ -138,8 +113,8 @@ func runControlled(r *runner, kind string) (any, error) {
 		return nil, errors.New("bridge-autonomic runs its agent on the delay line only: no --backends")
 	}
 	cr := &controlledRuns{c: c, r: r, name: kind, s: r.controlledSchedule()}
-	cr.steps = cr.s.steps()
-	cr.sum = ControlledSummary{Experiment: kind, Interferers: c.load.name, Backend: r.regulatingBackend(), Cycles: cr.s.cycles}
+	cr.steps = cr.s.Steps()
+	cr.sum = ControlledSummary{Experiment: kind, Interferers: c.load.name, Backend: r.regulatingBackend(), Cycles: cr.s.Cycles}
 	if c.load == writerLoad {
 		cr.sum.Writers = r.controlledWriters()
 	}
@@ -207,7 +182,7 @@ func (cr *controlledRuns) phase(name, label string) *lab.Phase {
 
 // judge is a run's figures (thr 0: the baseline's).
 func (cr *controlledRuns) judge(res *lab.PhaseResult, thr time.Duration) ControlledRun {
-	return controlledRun(res, thr, cr.steps, cr.s.on.Seconds(), cr.c.load.reads, nil)
+	return controlledRun(res, thr, cr.steps, cr.s.On.Seconds(), cr.c.load.reads, nil)
 }
 
 // baseline runs the load without an agent.
@@ -221,7 +196,7 @@ func (cr *controlledRuns) baseline() error {
 	cr.sum.Baseline = cr.judge(base, 0)
 	// The reader alone, before the first interferer: what no throttle of
 	// them can improve on.
-	cr.sum.ReaderAloneP95Ms = round(report.Describe(report.Values(base.Between(time.Second, cr.s.lead), "b2", readWait)).P95, 2)
+	cr.sum.ReaderAloneP95Ms = round(report.Describe(report.Values(base.Between(time.Second, cr.s.Lead), "b2", readWait)).P95, 2)
 	cr.plotRun(base, "agent off")
 	return nil
 }
@@ -269,7 +244,7 @@ func (cr *controlledRuns) startAgents(cfgPath, tag string, thr time.Duration) (a
 // regulated runs the load once with the agent at thr (on backend be,
 // "": the default), and records it.
 func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
-	r, length := cr.r, cr.s.length()
+	r, length := cr.r, cr.s.Length()
 	thrName := thr.String()
 	if r.opts.ThresholdAuto {
 		thrName = "auto"
@@ -325,7 +300,7 @@ func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 		auto = ds.autoThreshold(res, p)
 		thr = time.Duration(auto.ChosenMs * 1e6) // the run is judged against what the agent chose
 	}
-	run := controlledRun(res, thr, cr.steps, cr.s.on.Seconds(), cr.c.load.reads, ds.onsetQueue(res))
+	run := controlledRun(res, thr, cr.steps, cr.s.On.Seconds(), cr.c.load.reads, ds.onsetQueue(res))
 	run.ThresholdAuto = auto
 	run.Events = events
 	if be != "" {

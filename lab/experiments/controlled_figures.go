@@ -67,21 +67,13 @@ func atStallsBySide(res *lab.PhaseResult, match func(side func(ns string) bool) 
 // the oracle's probes: the thesis' 12 unless the run says otherwise.
 func (r *runner) controlledWriters() int { return cmp.Or(r.opts.Writers, 12) }
 
-// controlledRun is a run's figures (thr 0: the baseline's); reads: the
-// interferers read too (interferers.reads), so their reads are counted and
-// date a load step as their writes do; q, where the queue was logged and
-// an agent acted, gives the onsets their floor.
+// controlledRun is a run's figures (report.JudgeControlled; reads: the
+// interferers read too, interferers.reads; q where the queue was logged
+// and an agent acted) and the lab's own: TCP, the initiator's latency,
+// stalls and host CPU.
 func controlledRun(res *lab.PhaseResult, thr time.Duration, steps []float64, onS float64, reads bool, q *report.OnsetQueue) ControlledRun {
-	waits := report.Values(res.Window(), "b2", readWait)
-	run := ControlledRun{ThresholdMs: float64(thr) / 1e6, ReadWaitMs: roundDist(report.Describe(waits)), WriteMBs: round(report.Aggregate(res.Window(), lab.Hosts[1:], writeMBs), 2), TCP: res.TCP}
-	run.Initiator = initiator(res)
-	ticks := res.Ticks
-	if reads {
-		run.ReadMBs = round(report.Aggregate(res.Window(), lab.Hosts[1:], readMBs), 2)
-		ticks = report.ReadsAsWrites(ticks, "b2")
-	}
-	onset := report.FirstSecond(ticks, "b2", lab.Hosts[1:], steps, onS, q)
-	run.Onset = &onset
+	run := report.JudgeControlled(res.Ticks, res.Window(), "b2", lab.Hosts[1:], thr, steps, onS, reads, q)
+	run.TCP, run.Initiator = res.TCP, initiator(res)
 	s := tcpSides(res)
 	run.TCPBySide = &s
 	if by := atStallsBySide(res, res.ProbesAtStalls); by != nil {
@@ -91,11 +83,6 @@ func controlledRun(res *lab.PhaseResult, thr time.Duration, steps []float64, onS
 	if res.Host != (report.HostCPU{}) {
 		run.Host = &res.Host
 	}
-	if thr == 0 {
-		return run
-	}
-	x, y := res.Series("b2", readWait)
-	run.PctAbove, run.SettleS = report.Regulation(run.ThresholdMs, waits, x, y, steps, onS)
 	return run
 }
 

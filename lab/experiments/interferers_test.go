@@ -52,11 +52,11 @@ func TestControlledLoads(t *testing.T) {
 				wantCycles = cycles
 			}
 			// The thesis' times × 0.25: 20 s lead, 25 s on, 5 s off, 10 s tail.
-			if s.lead != 5*time.Second || s.on != 6250*time.Millisecond || s.off != 1250*time.Millisecond || s.tail != 2500*time.Millisecond || s.cycles != wantCycles {
+			if s.Lead != 5*time.Second || s.On != 6250*time.Millisecond || s.Off != 1250*time.Millisecond || s.Tail != 2500*time.Millisecond || s.Cycles != wantCycles {
 				t.Fatalf("schedule %+v", s)
 			}
 			p := r.controlledPhase(tc.load, s, "baseline", "agent off")
-			if p.Length != s.lead+time.Duration(wantCycles)*7500*time.Millisecond+s.tail || p.From != s.lead || p.To != p.Length-s.tail {
+			if p.Length != s.Lead+time.Duration(wantCycles)*7500*time.Millisecond+s.Tail || p.From != s.Lead || p.To != p.Length-s.Tail {
 				t.Errorf("%s: phase %v, window %v..%v", tc.kind, p.Length, p.From, p.To)
 			}
 			if rd := p.Jobs[0]; rd.Host != "b2" || rd.RW != "randread" || rd.BS != 8<<10 || rd.Rate != 256<<10 || rd.Runtime != p.Length {
@@ -72,8 +72,8 @@ func TestControlledLoads(t *testing.T) {
 					t.Errorf("%s job %d: %s on %s, %s %d B mix %d x%d; want %s-%d on %s, %s %d B mix %d x%d", tc.kind, i,
 						j.Name, j.Host, j.RW, j.BS, j.RWMixRead, j.NumJobs, w.name, c, w.host, w.rw, w.bs, w.mix, w.jobs)
 				}
-				if j.URL != r.LUN(w.host).URL || j.Rate != 0 || j.Start != s.start(c) || j.Runtime != s.on {
-					t.Errorf("%s job %d: %s, rate %d, on at %v for %v; want its own LUN, unlimited, at %v for %v", tc.kind, i, j.URL, j.Rate, j.Start, j.Runtime, s.start(c), s.on)
+				if j.URL != r.LUN(w.host).URL || j.Rate != 0 || j.Start != s.Start(c) || j.Runtime != s.On {
+					t.Errorf("%s job %d: %s, rate %d, on at %v for %v; want its own LUN, unlimited, at %v for %v", tc.kind, i, j.URL, j.Rate, j.Start, j.Runtime, s.Start(c), s.On)
 				}
 				// Each thread in its own region of the host's LUN.
 				if j.Size <= 0 || j.Size%65536 != 0 || j.Size*int64(j.NumJobs) > lab.DefaultOptions().LUNSize {
@@ -83,7 +83,7 @@ func TestControlledLoads(t *testing.T) {
 					t.Error(err)
 				}
 			}
-			if steps := s.steps(); len(steps) != wantCycles || steps[0] != 5 || steps[len(steps)-1] != (s.lead+time.Duration(wantCycles-1)*7500*time.Millisecond).Seconds() {
+			if steps := s.Steps(); len(steps) != wantCycles || steps[0] != 5 || steps[len(steps)-1] != (s.Lead+time.Duration(wantCycles-1)*7500*time.Millisecond).Seconds() {
 				t.Errorf("steps %v", steps)
 			}
 		}

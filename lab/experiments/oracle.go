@@ -46,28 +46,19 @@ const oracleAfterLogin = 250 * time.Millisecond
 const oracleSettle = 2 * time.Second
 
 type oracleSearch struct {
+	report.OracleSearch
 	r *runner
 	// afterLogin: the delay is set oracleAfterLogin after the load's
 	// sessions start, not before (loads that read; see above).
 	afterLogin bool
 	load       *interferers
 	a          *lab.LabAgent
-	step       time.Duration
-	max        int // steps
-	probes     map[int]report.OracleProbe
-	order      []int
 }
 
-func (o *oracleSearch) delay(k int) time.Duration { return time.Duration(k) * o.step }
-
-// probe measures the reader's steady p95 with every writer at k steps.
-func (o *oracleSearch) probe(k int) (report.OracleProbe, error) {
-	if p, ok := o.probes[k]; ok {
-		return p, nil
-	}
+// probe measures the reader's steady p95 with every writer at d.
+func (o *oracleSearch) probe(d time.Duration) (report.OracleProbe, error) {
 	r := o.r
 	length := max(r.Scale(oracleProbeLength), 4*oracleSettle)
-	d := o.delay(k)
 	p := &lab.Phase{Name: fmt.Sprintf("oracle-probe-%v", d), Label: fmt.Sprintf("oracle probe %v", d), Length: length, From: oracleSettle, To: length,
 		Jobs: append([]lab.Job{r.reader(length)}, o.load.jobs(r, 0, length)...)}
 	if err := o.arm(p, d, []time.Duration{0}, 0); err != nil {
@@ -78,13 +69,10 @@ func (o *oracleSearch) probe(k int) (report.OracleProbe, error) {
 		return report.OracleProbe{}, err
 	}
 	w := res.Window()
-	pr := report.OracleProbe{DelayMs: round(float64(d)/1e6, 2), P95Ms: round(report.Describe(report.Values(w, "b2", readWait)).P95, 2),
-		WriteMBs: round(report.Aggregate(w, lab.Hosts[1:], writeMBs), 2)}
+	pr := report.OracleProbe{P95Ms: round(report.Describe(report.Values(w, "b2", readWait)).P95, 2), WriteMBs: round(report.Aggregate(w, lab.Hosts[1:], writeMBs), 2)}
 	if o.load.reads {
 		pr.ReadMBs = round(report.Aggregate(w, lab.Hosts[1:], readMBs), 2)
 	}
-	o.probes[k] = pr
-	o.order = append(o.order, k)
 	return pr, nil
 }
 
@@ -112,47 +100,35 @@ func afterLoginEvents(d time.Duration, starts []time.Duration, on time.Duration,
 	return ev
 }
 
-// find bisects for the smallest step whose probe holds thr; ok is false
-// when not even the largest does.
-func (o *oracleSearch) find(thr time.Duration) (k int, ok bool, err error) {
-	limit := float64(thr) / 1e6
-	return report.SmallestHolding(o.max, func(k int) (bool, error) {
-		p, err := o.probe(k)
-		return p.P95Ms <= limit, err
-	})
-}
-
 // runOracle searches and runs the oracle for every threshold, with one
 // agent driven by hand (the delay line, write delays on replies: what the
 // regulated runs use), setting load's static delay on every interferer.
 // mkPhase builds the experiment's load pattern.
-// s is that pattern's schedule, which an oracle after login follows.
+// s is that pattern's report.Schedule, which an oracle after login follows.
 // Where the run at the probes' delay misses the threshold, the delay is
 // raised and the load run again (report.RaiseUntilHeld), so the oracle
 // the regulated runs are judged against holds what they are asked to.
-func runOracle(r *runner, load *interferers, thresholds []time.Duration, step, maxDelay time.Duration, s schedule, mkPhase func(name, label string) *lab.Phase,
+func runOracle(r *runner, load *interferers, thresholds []time.Duration, step, maxDelay time.Duration, s report.Schedule, mkPhase func(name, label string) *lab.Phase,
 	judge func(*lab.PhaseResult, time.Duration) report.ControlledRun) ([]report.OracleRun, error) {
 	a, err := lab.StartAgentNamed("oracle", "delayline", r.Dir)
 	if err != nil {
 		return nil, err
 	}
 	defer a.Stop()
-	o := &oracleSearch{r: r, load: load, a: a, step: step, max: int(maxDelay / step), probes: map[int]report.OracleProbe{}, afterLogin: load.reads}
+	o := &oracleSearch{OracleSearch: report.OracleSearch{Step: step, Max: int(maxDelay / step)}, r: r, load: load, a: a, afterLogin: load.reads}
+	o.Probe = o.probe
 	regime := "first-packet"
 	if o.afterLogin {
 		regime = "after-login"
 	}
 	var out []report.OracleRun
 	for _, thr := range thresholds {
-		k, ok, err := o.find(thr)
+		or, k, err := o.Find(thr)
 		if err != nil {
 			return nil, err
 		}
-		or := report.OracleRun{ThresholdMs: float64(thr) / 1e6, DelayMs: round(float64(o.delay(k))/1e6, 2), Reachable: ok, Regime: regime}
-		for _, kk := range o.order {
-			or.Probes = append(or.Probes, o.probes[kk])
-		}
-		if ok {
+		or.Regime = regime
+		if or.Reachable {
 			if err := o.runHeld(&or, k, thr, s, mkPhase, judge); err != nil {
 				return nil, err
 			}
@@ -164,16 +140,16 @@ func runOracle(r *runner, load *interferers, thresholds []time.Duration, step, m
 
 // runHeld runs the load pattern from step k up, until a run holds thr or
 // the raises are spent, and records every run in or.
-func (o *oracleSearch) runHeld(or *report.OracleRun, k int, thr time.Duration, s schedule, mkPhase func(name, label string) *lab.Phase,
+func (o *oracleSearch) runHeld(or *report.OracleRun, k int, thr time.Duration, s report.Schedule, mkPhase func(name, label string) *lab.Phase,
 	judge func(*lab.PhaseResult, time.Duration) report.ControlledRun) error {
 	var starts []time.Duration
-	for c := 0; c < s.cycles; c++ {
-		starts = append(starts, s.start(c))
+	for c := 0; c < s.Cycles; c++ {
+		starts = append(starts, s.Start(c))
 	}
-	last, _, err := report.RaiseUntilHeld(k, o.max, float64(thr)/1e6, func(k int) (float64, error) {
-		d := o.delay(k)
+	last, _, err := report.RaiseUntilHeld(k, o.Max, float64(thr)/1e6, func(k int) (float64, error) {
+		d := o.Delay(k)
 		p := mkPhase(fmt.Sprintf("oracle-%v-%v", thr, d), fmt.Sprintf("oracle %v (static %v)", thr, d))
-		if err := o.arm(p, d, starts, s.on); err != nil {
+		if err := o.arm(p, d, starts, s.On); err != nil {
 			return 0, err
 		}
 		res, err := o.r.Run(p, 0)
@@ -186,7 +162,7 @@ func (o *oracleSearch) runHeld(or *report.OracleRun, k int, thr time.Duration, s
 		return run.ReadWaitMs.P95, nil
 	})
 	if last != k {
-		or.FoundMs, or.DelayMs = or.DelayMs, round(float64(o.delay(last))/1e6, 2)
+		or.FoundMs, or.DelayMs = or.DelayMs, round(float64(o.Delay(last))/1e6, 2)
 	}
 	return err
 }
