@@ -1,8 +1,11 @@
 package report
 
 import (
+	"fmt"
 	"image/color"
 	"math"
+	"path/filepath"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -120,4 +123,40 @@ func BarPlot(path, title, ylabel string, bars []Bar) error {
 	p.Add(eb)
 	p.NominalX(names...)
 	return p.Save(9*vg.Inch, 4.5*vg.Inch, path)
+}
+
+// ControlledPlots are a controlled experiment's time series, a curve per
+// run, the lab's and the simulator's: the reader's wait, the
+// interferers' rate, the delay applied and the write caps.
+type ControlledPlots struct{ Wait, Rate, Delay, Caps []Series }
+
+// ControlledTitles title ControlledPlots' plots ("": not drawn); the rate
+// plot's file is RateFile.
+type ControlledTitles struct{ Wait, RateFile, Rate, Delay, Caps string }
+
+// Write draws the plots in dir, the thresholds as the wait plot's
+// reference lines.
+func (pl *ControlledPlots) Write(dir string, t ControlledTitles, thresholds []time.Duration) error {
+	var refs []Line
+	for _, thr := range thresholds {
+		refs = append(refs, Line{Name: fmt.Sprintf("%v", thr), Y: float64(thr) / 1e6})
+	}
+	for _, p := range []struct {
+		file, title, ylabel string
+		series              []Series
+		refs                []Line
+	}{
+		{BeforeAfterPlot, t.Wait, "read wait (ms, EWMA 0.15)", pl.Wait, refs},
+		{t.RateFile, t.Rate, "MB/s (EWMA 0.15)", pl.Rate, nil},
+		{"delay.png", t.Delay, "delay (ms)", pl.Delay, nil},
+		{"write-caps.png", t.Caps, "MB/s", pl.Caps, nil},
+	} {
+		if p.title == "" {
+			continue
+		}
+		if err := TimePlot(filepath.Join(dir, p.file), p.title, "time (s)", p.ylabel, p.series, p.refs); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -134,7 +133,7 @@ func (o Options) thresholds() []time.Duration {
 func runControlled(o Options, c *controlled) (any, error) {
 	sum := report.ControlledSummary{Experiment: c.name, Interferers: c.interferers}
 	thresholds := o.thresholds()
-	var pl controlledPlots
+	var pl report.ControlledPlots
 	var all []*PhaseResult
 	for i, thr := range append([]time.Duration{0}, thresholds...) {
 		p, steps, err := controlledPhase(o, thr, c.autonomic, c.load)
@@ -152,7 +151,7 @@ func runControlled(o Options, c *controlled) (any, error) {
 		} else {
 			sum.Regulated = append(sum.Regulated, run)
 		}
-		pl.add(res, c, thr > 0, true)
+		addPlots(&pl, res, c, thr > 0, true)
 	}
 	if c.oracle {
 		or, runs, err := runOracle(o, c, thresholds)
@@ -162,7 +161,7 @@ func runControlled(o Options, c *controlled) (any, error) {
 		sum.Oracle = or
 		for _, res := range runs {
 			all = append(all, res)
-			pl.add(res, c, true, false)
+			addPlots(&pl, res, c, true, false)
 		}
 	}
 	sum.Judge()
@@ -172,47 +171,28 @@ func runControlled(o Options, c *controlled) (any, error) {
 	if err := writeTraceFile(o.Out, all); err != nil {
 		return nil, err
 	}
-	return sum, pl.write(o.Out, c, thresholds)
+	return sum, pl.Write(o.Out, report.ControlledTitles{Wait: fmt.Sprintf("sim %s: reader's wait per threshold vs no regulation%s", c.name, c.figs),
+		RateFile: c.rateFile, Rate: "sim " + c.name + ": " + c.rateTitle, Delay: "sim " + c.name + ": " + c.delayTitle}, thresholds)
 }
 
-// controlledPlots are a controlled experiment's time series: the
-// reader's wait, the interferers' rate and the delay applied, per run.
-type controlledPlots struct{ wait, rate, delay []report.Series }
-
-// add plots a run; delayed runs (the agent's, the oracle's) have a delay
+// addPlots plots a run; delayed runs (the agent's, the oracle's) have a delay
 // curve, and only waited ones join the wait plot, which stays readable
 // with the baseline and one curve per threshold.
-func (pl *controlledPlots) add(res *PhaseResult, c *controlled, delayed, waited bool) {
+func addPlots(pl *report.ControlledPlots, res *PhaseResult, c *controlled, delayed, waited bool) {
 	label := res.Phase.Label
 	if delayed {
 		var dx, dy []float64
 		for _, t := range res.Ticks {
 			dx, dy = append(dx, t.T), append(dy, t.anyDelay())
 		}
-		pl.delay = append(pl.delay, report.Series{Name: label, X: dx, Y: dy})
+		pl.Delay = append(pl.Delay, report.Series{Name: label, X: dx, Y: dy})
 	}
 	if waited {
 		x, y := res.Series("b2", readWait)
-		pl.wait = append(pl.wait, report.Series{Name: label, X: x, Y: report.Smooth(y)})
+		pl.Wait = append(pl.Wait, report.Series{Name: label, X: x, Y: report.Smooth(y)})
 	}
 	x, y := report.AggregateSeries(res.Ticks, Hosts[1:], c.rate)
-	pl.rate = append(pl.rate, report.Series{Name: label, X: x, Y: report.Smooth(y)})
-}
-
-func (pl *controlledPlots) write(dir string, c *controlled, thresholds []time.Duration) error {
-	var refs []report.Line
-	for _, t := range thresholds {
-		refs = append(refs, report.Line{Name: fmt.Sprintf("%v", t), Y: float64(t) / 1e6})
-	}
-	if err := report.TimePlot(filepath.Join(dir, "read-wait.png"), fmt.Sprintf("sim %s: reader's wait per threshold vs no regulation%s", c.name, c.figs),
-		"time (s)", "read wait (ms, EWMA 0.15)", pl.wait, refs); err != nil {
-		return err
-	}
-	if err := report.TimePlot(filepath.Join(dir, c.rateFile), "sim "+c.name+": "+c.rateTitle,
-		"time (s)", "MB/s (EWMA 0.15)", pl.rate, nil); err != nil {
-		return err
-	}
-	return report.TimePlot(filepath.Join(dir, "delay.png"), "sim "+c.name+": "+c.delayTitle, "time (s)", "delay (ms)", pl.delay, nil)
+	pl.Rate = append(pl.Rate, report.Series{Name: label, X: x, Y: report.Smooth(y)})
 }
 
 // ControlledRunOf computes one run's figures as the lab does

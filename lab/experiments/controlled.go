@@ -93,13 +93,13 @@ type controlledRuns struct {
 	all   []*lab.PhaseResult
 	steps []float64
 	// the plots' series: reader's wait, interferers' rate, delay, caps
-	wait, rate, delay, caps []report.Series
-	cpu, shadowCPU, wall    float64
-	held                    uint64 // packets the delay line held
-	late                    throttle.Lateness
-	tracking                []PassiveTracking
-	trackPlot               []report.Series
-	firstCfg                string
+	plots                report.ControlledPlots
+	cpu, shadowCPU, wall float64
+	held                 uint64 // packets the delay line held
+	late                 throttle.Lateness
+	tracking             []PassiveTracking
+	trackPlot            []report.Series
+	firstCfg             string
 }
 
 // runControlled runs kind: pid, autonomic, bridge-autonomic (the agent in
@@ -204,9 +204,9 @@ func (cr *controlledRuns) baseline() error {
 // plotRun adds a run's reader wait and interferers' rate to the plots.
 func (cr *controlledRuns) plotRun(res *lab.PhaseResult, label string) {
 	x, y := res.Series("b2", readWait)
-	cr.wait = append(cr.wait, report.Series{Name: label, X: x, Y: smooth(y)})
+	cr.plots.Wait = append(cr.plots.Wait, report.Series{Name: label, X: x, Y: smooth(y)})
 	wx, wy := report.AggregateSeries(res.Ticks, lab.Hosts[1:], cr.c.load.moved)
-	cr.rate = append(cr.rate, report.Series{Name: label, X: wx, Y: smooth(wy)})
+	cr.plots.Rate = append(cr.plots.Rate, report.Series{Name: label, X: wx, Y: smooth(wy)})
 }
 
 // startAgents starts a regulated run's agent, and beside it (target mode)
@@ -322,9 +322,9 @@ func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 	}
 	cr.sum.Regulated = append(cr.sum.Regulated, run)
 	cr.plotRun(res, p.Label)
-	cr.delay = append(cr.delay, ds.series(p.Label, cr.c.load)...)
+	cr.plots.Delay = append(cr.plots.Delay, ds.series(p.Label, cr.c.load)...)
 	if slices.ContainsFunc(ds.caps, func(c float64) bool { return c > 0 }) {
-		cr.caps = append(cr.caps, report.Series{Name: p.Label, X: ds.x, Y: ds.caps})
+		cr.plots.Caps = append(cr.plots.Caps, report.Series{Name: p.Label, X: ds.x, Y: ds.caps})
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package experiments
 import (
 	"cmp"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/sanqos/sanqos/lab"
@@ -143,36 +142,19 @@ func (cr *controlledRuns) totals() {
 // plot draws the reader's wait per threshold, the interferers' rate, the
 // delay applied and (if any) the write caps.
 func (cr *controlledRuns) plot(thresholds []time.Duration) error {
-	var refs []report.Line
-	for _, t := range thresholds {
-		refs = append(refs, report.Line{Name: fmt.Sprintf("%v", t), Y: float64(t) / 1e6})
+	name, l := cr.name, cr.c.load
+	t := report.ControlledTitles{Wait: name + ": reader's wait, agent off and on (per threshold)", RateFile: "write-rate.png",
+		Rate:  fmt.Sprintf("%s: aggregate write rate of the %d writers (Fig 5.10/5.12)", name, cr.sum.Writers),
+		Delay: name + ": write delay applied to the throttleable set (Fig 5.13)"}
+	if l == writerLoad { // the thesis' figures, for its writers
+		t.Wait += " (Fig 5.9/5.11)"
 	}
-	dir, name, l := cr.r.Dir, cr.name, cr.c.load
-	figs := func(s string) string { // the thesis' figures, for its writers
-		if l != writerLoad {
-			return ""
-		}
-		return s
-	}
-	rateFile, rateTitle := "write-rate.png", fmt.Sprintf("%s: aggregate write rate of the %d writers (Fig 5.10/5.12)", name, cr.sum.Writers)
-	delayTitle := name + ": write delay applied to the throttleable set (Fig 5.13)"
 	if l.reads {
-		rateFile, rateTitle = "interferer-rate.png", fmt.Sprintf("%s: aggregate read + write rate of the %s", name, l.many)
-		delayTitle = name + ": largest read and write delay applied to the throttleable set"
+		t.RateFile, t.Rate = "interferer-rate.png", fmt.Sprintf("%s: aggregate read + write rate of the %s", name, l.many)
+		t.Delay = name + ": largest read and write delay applied to the throttleable set"
 	}
-	if err := report.TimePlot(filepath.Join(dir, report.BeforeAfterPlot), fmt.Sprintf("%s: reader's wait, agent off and on (per threshold)%s", name, figs(" (Fig 5.9/5.11)")),
-		"time (s)", "read wait (ms, EWMA 0.15)", cr.wait, refs); err != nil {
-		return err
+	if len(cr.plots.Caps) > 0 {
+		t.Caps = name + ": the second lever, sum of the capped writers' write-rate caps (0: none)"
 	}
-	if err := report.TimePlot(filepath.Join(dir, rateFile), rateTitle, "time (s)", "MB/s (EWMA 0.15)", cr.rate, nil); err != nil {
-		return err
-	}
-	if err := report.TimePlot(filepath.Join(dir, "delay.png"), delayTitle, "time (s)", "delay (ms)", cr.delay, nil); err != nil {
-		return err
-	}
-	if len(cr.caps) == 0 {
-		return nil
-	}
-	return report.TimePlot(filepath.Join(dir, "write-caps.png"), name+": the second lever, sum of the capped writers' write-rate caps (0: none)",
-		"time (s)", "MB/s", cr.caps, nil)
+	return cr.plots.Write(cr.r.Dir, t, thresholds)
 }
