@@ -75,13 +75,17 @@ func agentConfig(thr time.Duration, autonomic bool, extra string) (*config.Confi
 		t, _ := agent.StaticDiscoverer(cfg).Discover()
 		return cfg, t, nil
 	}
-	// What tgt discovery reports in the lab: one pool, each initiator on
-	// its own LUN.
+	return cfg, labTopology(), nil
+}
+
+// labTopology is what tgt discovery reports in the lab: one pool, each
+// initiator on its own LUN.
+func labTopology() *agent.Topology {
 	v := agent.ResourceView{Devices: Devices, Consumers: map[netip.Addr][]string{}}
 	for i, h := range Hosts {
 		v.Consumers[HostAddr(h)] = []string{Devices[i]}
 	}
-	return cfg, &agent.Topology{Resources: map[string]agent.ResourceView{"vg1": v}}, nil
+	return &agent.Topology{Resources: map[string]agent.ResourceView{"vg1": v}}
 }
 
 // ControlledPhase is the pid/autonomic workload: the reader throughout,

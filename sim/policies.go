@@ -3,7 +3,6 @@ package sim
 import (
 	"fmt"
 	"math"
-	"net/netip"
 	"strings"
 	"time"
 
@@ -164,11 +163,7 @@ func policyPhase(name, label string, length, from time.Duration, jobs []*Job, re
 	if err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
-	v := agent.ResourceView{Devices: Devices, Consumers: map[netip.Addr][]string{}}
-	for i, h := range Hosts {
-		v.Consumers[HostAddr(h)] = []string{Devices[i]}
-	}
-	p.Agent, p.Topology = cfg, &agent.Topology{Resources: map[string]agent.ResourceView{"vg1": v}}
+	p.Agent, p.Topology = cfg, labTopology()
 	return p, nil
 }
 
