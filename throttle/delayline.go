@@ -323,41 +323,47 @@ func (d *DelayLine) Set(settings map[netip.Addr]Setting) error {
 		return errors.New("delayline closed")
 	}
 	// In place, O(changed): the settings are a batch of changes (the
-	// agent's actuator sends what differs), and before keeps what each
-	// changed consumer had, to undo a refused update.
+	// agent's actuator sends what differs); undo keeps what each changed
+	// consumer had, to restore it if the set refuses the update. Keys
+	// are unmapped first (rarely needed), so each consumer comes once.
+	for a := range settings {
+		if a.Is4In6() {
+			settings = unmapped(settings)
+			break
+		}
+	}
 	type was struct {
+		a   netip.Addr
 		s   Setting
 		had bool
 	}
-	before := make(map[netip.Addr]was, len(settings))
-	for a, s := range settings {
-		a = a.Unmap()
-		if _, seen := before[a]; !seen {
-			p, had := d.settings[a]
-			before[a] = was{p, had}
-		}
-		if s.IsZero() {
-			delete(d.settings, a)
-		} else {
-			d.settings[a] = s
-		}
-	}
+	undo := make([]was, 0, len(settings))
+	var add, del []netip.Addr
+	ids := d.scratch[:0]
 	// Published before the set changes: a consumer entering the set finds
 	// its delay ready, and one leaving has its held packets released now,
 	// ahead of the undelayed ones that follow once it leaves the set.
-	var add, del []netip.Addr
-	ids := d.scratch[:0]
-	for a, w := range before {
-		switch _, has := d.settings[a]; {
-		case has && !w.had:
-			add = append(add, a)
-		case !has && w.had:
+	for a, s := range settings {
+		p, had := d.settings[a]
+		switch {
+		case !s.IsZero():
+			d.settings[a] = s
+			if !had {
+				add = append(add, a)
+			}
+		case had:
+			delete(d.settings, a)
 			del = append(del, a)
 			ids = d.dq.drain(a, ids)
-			for k := range d.flows {
-				if k.Addr() == a {
-					delete(d.flows, k)
-				}
+		default:
+			continue
+		}
+		undo = append(undo, was{a, p, had})
+	}
+	if len(del) > 0 {
+		for k := range d.flows { // one pass, not one per consumer released
+			if _, ok := d.settings[k.Addr()]; !ok {
+				delete(d.flows, k)
 			}
 		}
 	}
@@ -366,17 +372,26 @@ func (d *DelayLine) Set(settings map[netip.Addr]Setting) error {
 
 	if err := d.cls.update(add, del); err != nil {
 		d.mu.Lock()
-		for a, w := range before {
+		for _, w := range undo {
 			if w.had {
-				d.settings[a] = w.s
+				d.settings[w.a] = w.s
 			} else {
-				delete(d.settings, a)
+				delete(d.settings, w.a)
 			}
 		}
 		d.mu.Unlock()
 		return fmt.Errorf("delayline: %w", err)
 	}
 	return refused.err()
+}
+
+// unmapped is settings keyed by plain addresses (plainAddr's Unmap).
+func unmapped(settings map[netip.Addr]Setting) map[netip.Addr]Setting {
+	out := make(map[netip.Addr]Setting, len(settings))
+	for a, s := range settings {
+		out[a.Unmap()] = s
+	}
+	return out
 }
 
 // errNoIP6tables is why the delay line cannot delay an IPv6 consumer on a
