@@ -89,43 +89,7 @@ type PolicySummary struct {
 // weighted by I/Os) and seed 004's metrics against the objectives.
 func classFigures(name string, hosts []string, iops, mbs float64, lat time.Duration, ticks []Tick) ClassFigures {
 	f := ClassFigures{Name: name, Members: hosts, IOPSObjective: iops, MBsObjective: mbs, LatencyObjectiveMs: ms(lat)}
-	var ios, bytes, secs, latSum, latIOs float64
-	var lats []float64
-	for _, t := range ticks {
-		var tIOs, tWait, dt float64
-		for _, h := range hosts {
-			iv, ok := t.Dev[h]
-			if !ok {
-				continue
-			}
-			dt = max(dt, iv.Seconds)
-			n := float64(iv.Reads + iv.Writes)
-			ios += n
-			bytes += (iv.ReadBps + iv.WriteBps) * iv.Seconds
-			if iv.Reads > 0 {
-				tWait += iv.ReadWaitMs * float64(iv.Reads)
-			}
-			if iv.Writes > 0 {
-				tWait += iv.WriteWaitMs * float64(iv.Writes)
-			}
-			tIOs += n
-		}
-		secs += dt
-		if tIOs > 0 {
-			latSum += tWait
-			latIOs += tIOs
-			lats = append(lats, tWait/tIOs)
-		} else {
-			lats = append(lats, math.NaN())
-		}
-	}
-	meanIOPS, meanMBs, meanLat := math.NaN(), math.NaN(), math.NaN()
-	if secs > 0 {
-		meanIOPS, meanMBs = ios/secs, bytes/secs/1e6
-	}
-	if latIOs > 0 {
-		meanLat = latSum / latIOs
-	}
+	meanIOPS, meanMBs, meanLat, lats := report.ClassMeans(hosts, ticks)
 	// NaN (no objective, no I/O) stays NaN and encodes as null, not 0.
 	r := func(x float64) agent.JSONFloat {
 		if math.IsNaN(x) {
@@ -138,15 +102,7 @@ func classFigures(name string, hosts []string, iops, mbs float64, lat time.Durat
 	f.ThroughputDeviationPct = r(agent.ThroughputDeviationPct(meanMBs, mbs))
 	f.LatencyDeviationMs = r(agent.LatencyDeviation(meanLat, ms(lat)))
 	f.JitterMs = r(agent.Jitter(lats))
-	f.Met = true
-	for _, d := range []agent.JSONFloat{f.IOPSDeviationPct, f.ThroughputDeviationPct} {
-		if !math.IsNaN(float64(d)) && d < -5 {
-			f.Met = false
-		}
-	}
-	if d := float64(f.LatencyDeviationMs); !math.IsNaN(d) && d > 0 {
-		f.Met = false
-	}
+	f.Met = report.ClassMet(float64(f.IOPSDeviationPct), float64(f.ThroughputDeviationPct), float64(f.LatencyDeviationMs))
 	return f
 }
 

@@ -153,7 +153,7 @@ func plotBurst(path string, res *lab.PhaseResult, polls []StatusSample, b BurstF
 	for _, c := range SLOLabClasses {
 		series = append(series, pollSeries(c.Name+" credit (s)", polls, c.Name, func(cs *agent.ClassStatus) float64 { return cs.CreditS }))
 		if c.Name == b.Class {
-			x, y := classSeries(res.Ticks, c.Host, func(ct classTick) float64 { return ct.ios / ct.dt / c.IOPS })
+			x, y := classSeries(res.Ticks, c.Host, func(ct report.ClassTick) float64 { return ct.IOs / ct.Dt / c.IOPS })
 			series = append(series, report.Series{Name: c.Name + " IOPS / objective", X: x, Y: smooth(y)},
 				pollSeries(c.Name+" delay (10 ms)", polls, c.Name, func(cs *agent.ClassStatus) float64 { return cs.DelayMs / 10 }))
 		}

@@ -150,9 +150,9 @@ func runSLOClassesLab(r *runner) (any, error) {
 		all = append(all, res)
 		sum.Runs = append(sum.Runs, SummarizeSLORun(run.name, run.policy, res, polls, filepath.Join(r.Dir, p.Name+".r0")))
 		for _, c := range SLOLabClasses {
-			x, y := classSeries(res.Ticks, c.Host, func(ct classTick) float64 { return ct.lat })
+			x, y := classSeries(res.Ticks, c.Host, func(ct report.ClassTick) float64 { return ct.Lat })
 			latSeries = append(latSeries, report.Series{Name: c.Name + " " + run.name, X: x, Y: smooth(y)})
-			x, y = classSeries(res.Ticks, c.Host, func(ct classTick) float64 { return ct.ios / ct.dt })
+			x, y = classSeries(res.Ticks, c.Host, func(ct report.ClassTick) float64 { return ct.IOs / ct.Dt })
 			iopsSeries = append(iopsSeries, report.Series{Name: c.Name + " " + run.name, X: x, Y: smooth(y)})
 		}
 	}

@@ -81,45 +81,6 @@ func jf(x float64, d int) agent.JSONFloat {
 	return agent.JSONFloat(v)
 }
 
-// classTick is a class's figures in one 100 ms tick of the trace.
-type classTick struct {
-	t, dt, ios, bytes, lat float64 // lat NaN: no I/O completed
-}
-
-// classTicks sums a class's members per tick; dt is the time since the
-// previous tick (the sampler's interval, 0.1 s for the first).
-func classTicks(hosts []string, ticks []lab.Tick) []classTick {
-	var out []classTick
-	prev := math.NaN()
-	for _, t := range ticks {
-		ct := classTick{t: t.T, dt: 0.1, lat: math.NaN()}
-		if !math.IsNaN(prev) && t.T > prev {
-			ct.dt = t.T - prev
-		}
-		prev = t.T
-		var wait float64
-		for _, h := range hosts {
-			iv, ok := t.Dev[h]
-			if !ok {
-				continue
-			}
-			ct.ios += float64(iv.Reads + iv.Writes)
-			ct.bytes += (iv.ReadBps + iv.WriteBps) * ct.dt
-			if iv.Reads > 0 && !math.IsNaN(iv.ReadWaitMs) {
-				wait += iv.ReadWaitMs * float64(iv.Reads)
-			}
-			if iv.Writes > 0 && !math.IsNaN(iv.WriteWaitMs) {
-				wait += iv.WriteWaitMs * float64(iv.Writes)
-			}
-		}
-		if ct.ios > 0 {
-			ct.lat = wait / ct.ios
-		}
-		out = append(out, ct)
-	}
-	return out
-}
-
 // ComputeClassFigures computes a class's figures over ticks (a window of
 // the trace) the way the agent does per tick: the members' IOPS and MB/s
 // summed, their I/O-weighted wait, means over the window (latency weighted
@@ -128,24 +89,7 @@ func ComputeClassFigures(c LabSLOClass, ticks []lab.Tick) ClassFigures {
 	f := ClassFigures{Name: c.Name, Members: []string{c.Host}, Priority: c.Priority, IOPSObjective: c.IOPS, MBsObjective: c.MBs,
 		LatencyObjectiveMs: ms(c.Latency), BurstS: c.Burst.Seconds(),
 		FioClatP50Ms: jf(math.NaN(), 0), FioClatP95Ms: jf(math.NaN(), 0)}
-	var ios, bytes, secs, latSum float64
-	var lats []float64
-	for _, ct := range classTicks(f.Members, ticks) {
-		secs += ct.dt
-		ios += ct.ios
-		bytes += ct.bytes
-		if !math.IsNaN(ct.lat) {
-			latSum += ct.lat * ct.ios
-		}
-		lats = append(lats, ct.lat)
-	}
-	iops, mbs, lat := math.NaN(), math.NaN(), math.NaN()
-	if secs > 0 {
-		iops, mbs = ios/secs, bytes/secs/1e6
-	}
-	if ios > 0 {
-		lat = latSum / ios
-	}
+	iops, mbs, lat, lats := report.ClassMeans(f.Members, ticks)
 	d := report.Describe(lats)
 	f.IOPS, f.MBs, f.MeanLatencyMs = jf(iops, 3), jf(mbs, 3), jf(lat, 3)
 	if d.N > 0 {
@@ -157,19 +101,8 @@ func ComputeClassFigures(c LabSLOClass, ticks []lab.Tick) ClassFigures {
 	f.ThroughputDeviationPct = jf(agent.ThroughputDeviationPct(mbs, c.MBs), 2)
 	f.LatencyDeviationMs = jf(agent.LatencyDeviation(lat, ms(c.Latency)), 3)
 	f.JitterMs = jf(agent.Jitter(lats), 3)
-	f.Met = met(f.IOPSDeviationPct, f.ThroughputDeviationPct, f.LatencyDeviationMs)
+	f.Met = report.ClassMet(float64(f.IOPSDeviationPct), float64(f.ThroughputDeviationPct), float64(f.LatencyDeviationMs))
 	return f
-}
-
-// met: throughput no more than 5 % below its floors, latency at or below
-// its ceiling, for the objectives set (NaN: none).
-func met(iopsDev, tputDev, latDev agent.JSONFloat) bool {
-	for _, d := range []agent.JSONFloat{iopsDev, tputDev} {
-		if !math.IsNaN(float64(d)) && d < -5 {
-			return false
-		}
-	}
-	return !(float64(latDev) > 0)
 }
 
 // AgentFigures computes a class's figures from the agent's status polls
@@ -254,9 +187,9 @@ func SummarizeSLORun(name, policy string, res *lab.PhaseResult, polls []StatusSa
 }
 
 // classSeries is f of one host's class ticks over a phase.
-func classSeries(ticks []lab.Tick, host string, f func(classTick) float64) (x, y []float64) {
-	for _, ct := range classTicks([]string{host}, ticks) {
-		x = append(x, ct.t)
+func classSeries(ticks []lab.Tick, host string, f func(report.ClassTick) float64) (x, y []float64) {
+	for _, ct := range report.ClassTicks([]string{host}, ticks) {
+		x = append(x, ct.T)
 		y = append(y, f(ct))
 	}
 	return x, y
