@@ -1,6 +1,27 @@
 package report
 
-import "math"
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"time"
+)
+
+// SLOClass is one of seed 004's classes with one member (Host), the
+// lab's and the simulator's slo-classes: its objectives and burst.
+type SLOClass struct {
+	Name, Host     string
+	Priority       int
+	IOPS, MBs      float64
+	Latency, Burst time.Duration
+}
+
+// YAML is the class's entry in a resource's classes, its member at addr,
+// its burst scaled by burstScale.
+func (c SLOClass) YAML(addr netip.Addr, burstScale float64) string {
+	return fmt.Sprintf("      - {name: %s, members: [%s], priority: %d, iops: %v, mb_s: %v, latency: %v, burst: %v}\n",
+		c.Name, addr, c.Priority, c.IOPS, c.MBs, c.Latency, time.Duration(float64(c.Burst)*burstScale).Round(time.Millisecond))
+}
 
 // ClassTick is a class's figures in one tick of the trace: its members'
 // I/Os and bytes, and their I/O-weighted wait (ms; NaN: no I/O

@@ -17,29 +17,15 @@ func init() {
 	register(&Scenario{Name: "weighted", Title: "three writers weighted 4:2:1 plus a reader, without and with the weighted policy", Run: runWeighted})
 }
 
-// simClass is a class of the slo-classes scenario: its objectives and the
-// workload of its one member (64 KB random reads at the class's MB/s, one
-// in flight, as seed 004's users read at their SLO rate; its KB is 1000
-// bytes: 25 IOPS × 64 KB = 1600 KB/s).
-type simClass struct {
-	name     string
-	host     string
-	priority int
-	iops     float64
-	mbs      float64
-	latency  time.Duration
-	burst    time.Duration
-}
-
 // sloClasses are seed 004's Table 1 (64 KB column) with latency
 // objectives the modelled disk can meet for power and knowledge (one
 // random 64 KiB read takes ~7 ms on it; seed 004's 1.3 and 2.4 ms are
 // below one seek), and the seed's 6.4 ms for task, which it cannot: the
 // scenario must show the deviation reported where capacity does not allow.
-var sloClasses = []simClass{
-	{"power", "b2", 3, 25, 1.6, 25 * time.Millisecond, 10 * time.Second},
-	{"knowledge", "b3", 2, 15, 0.96, 30 * time.Millisecond, 10 * time.Second},
-	{"task", "b4", 1, 5, 0.32, 6400 * time.Microsecond, 30 * time.Second},
+var sloClasses = []report.SLOClass{
+	{Name: "power", Host: "b2", Priority: 3, IOPS: 25, MBs: 1.6, Latency: 25 * time.Millisecond, Burst: 10 * time.Second},
+	{Name: "knowledge", Host: "b3", Priority: 2, IOPS: 15, MBs: 0.96, Latency: 30 * time.Millisecond, Burst: 10 * time.Second},
+	{Name: "task", Host: "b4", Priority: 1, IOPS: 5, MBs: 0.32, Latency: 6400 * time.Microsecond, Burst: 30 * time.Second},
 }
 
 // ClassFigures are one class's figures over a run's measurement window,
@@ -138,19 +124,18 @@ func runSLOClasses(o Options) (any, error) {
 	lead, length := o.scale(10*time.Second), o.scale(70*time.Second)
 	var jobs []*Job
 	for i, c := range sloClasses {
-		jobs = append(jobs, &Job{Name: c.name, Consumer: HostAddr(c.host), Device: Devices[i], Random: true, BS: 64000, IODepth: 1, RateBps: c.mbs * 1e6})
+		jobs = append(jobs, &Job{Name: c.Name, Consumer: HostAddr(c.Host), Device: Devices[i], Random: true, BS: 64000, IODepth: 1, RateBps: c.MBs * 1e6})
 	}
 	jobs = append(jobs, &Job{Name: "bulk", Consumer: HostAddr("b5"), Device: Devices[3], Write: true, BS: 64 << 10, IODepth: 8})
 	var y strings.Builder
 	y.WriteString("    policy: slo-classes\n    classes:\n")
 	for _, c := range sloClasses {
-		fmt.Fprintf(&y, "      - {name: %s, members: [%s], priority: %d, iops: %v, mb_s: %v, latency: %v, burst: %v}\n",
-			c.name, HostAddr(c.host), c.priority, c.iops, c.mbs, c.latency, c.burst)
+		y.WriteString(c.YAML(HostAddr(c.Host), 1))
 	}
 	sum := PolicySummary{Experiment: "slo-classes", Scale: o.Scale}
 	err := offAndOn(o, "slo-classes", y.String(), length, lead, jobs, func(pr PolicyRun, res *PhaseResult) {
 		for _, c := range sloClasses {
-			pr.Classes = append(pr.Classes, classFigures(c.name, []string{c.host}, c.iops, c.mbs, c.latency, res.Window()))
+			pr.Classes = append(pr.Classes, classFigures(c.Name, []string{c.Host}, c.IOPS, c.MBs, c.Latency, res.Window()))
 		}
 		pr.Classes = append(pr.Classes, classFigures("best-effort", []string{"b5"}, 0, 0, 0, res.Window()))
 		sum.Runs = append(sum.Runs, pr)

@@ -5,6 +5,8 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/sanqos/sanqos/report"
 )
 
 // TuneOptions choose the search.
@@ -89,11 +91,11 @@ func Tune(to TuneOptions) (*TuneResult, error) {
 			}
 			run := ControlledRunOf(r, to.Threshold, steps, onS)
 			c := Candidate{Kp: kp, Ti: ti, SettleS: run.SettleS, AbovePct: run.PctAbove}
-			c.OvershootPct = roundTo(100*(run.ReadWaitMs.P95/ms(to.Threshold)-1), 1)
+			c.OvershootPct = report.Round(100*(run.ReadWaitMs.P95/ms(to.Threshold)-1), 1)
 			if baseMB > 0 {
-				c.KeptPct = roundTo(100*run.WriteMBs/baseMB, 1)
+				c.KeptPct = report.Round(100*run.WriteMBs/baseMB, 1)
 			}
-			c.Score = roundTo(math.Max(0, c.OvershootPct)+10*c.SettleS+c.AbovePct, 2)
+			c.Score = report.Round(math.Max(0, c.OvershootPct)+10*c.SettleS+c.AbovePct, 2)
 			if c.KeptPct < 100*to.MinKept {
 				c.Score = math.Inf(1)
 			}
@@ -122,9 +124,4 @@ func Tune(to TuneOptions) (*TuneResult, error) {
 // YAML is the config snippet for the chosen gains.
 func (c Candidate) YAML(alpha float64) string {
 	return fmt.Sprintf("ewma_alpha: %v\npid:\n  kp: %v\n  ti: %v\n  td: 0s\n", alpha, c.Kp, c.Ti)
-}
-
-func roundTo(v float64, d int) float64 {
-	p := math.Pow(10, float64(d))
-	return math.Round(v*p) / p
 }

@@ -24,15 +24,7 @@ func init() {
 // are both in the summary, so one checks the other.
 
 // LabSLOClass is one of seed 004's classes mapped onto a lab initiator.
-type LabSLOClass struct {
-	Name     string
-	Host     string
-	Priority int
-	IOPS     float64
-	MBs      float64
-	Latency  time.Duration
-	Burst    time.Duration
-}
+type LabSLOClass = report.SLOClass
 
 // SLOLabClasses are seed 004's Table 1, 64 KB column (throughput = IOPS ×
 // 64 KB, KB = 1000 bytes as the seed's figures have it), one class per
@@ -46,9 +38,9 @@ type LabSLOClass struct {
 // which no read on this disk can meet: the experiment must also show the
 // deviation reported where capacity does not allow.
 var SLOLabClasses = []LabSLOClass{
-	{"power", "b2", 3, 25, 1.6, 10 * time.Millisecond, 10 * time.Second},
-	{"knowledge", "b3", 2, 15, 0.96, 15 * time.Millisecond, 10 * time.Second},
-	{"task", "b4", 1, 5, 0.32, 6400 * time.Microsecond, 30 * time.Second},
+	{Name: "power", Host: "b2", Priority: 3, IOPS: 25, MBs: 1.6, Latency: 10 * time.Millisecond, Burst: 10 * time.Second},
+	{Name: "knowledge", Host: "b3", Priority: 2, IOPS: 15, MBs: 0.96, Latency: 15 * time.Millisecond, Burst: 10 * time.Second},
+	{Name: "task", Host: "b4", Priority: 1, IOPS: 5, MBs: 0.32, Latency: 6400 * time.Microsecond, Burst: 30 * time.Second},
 }
 
 // sloBulkHost is the bulk writer's initiator (in no class: best effort).
@@ -80,9 +72,7 @@ func (r *runner) sloAgentConfig(path, backend, http string, burstScale float64) 
 	b.WriteString(r.consumerDevicesYAML())
 	b.WriteString("    classes:\n")
 	for _, c := range SLOLabClasses {
-		burst := time.Duration(float64(c.Burst) * burstScale).Round(time.Millisecond)
-		fmt.Fprintf(&b, "      - {name: %s, members: [%s], priority: %d, iops: %v, mb_s: %v, latency: %v, burst: %v}\n",
-			c.Name, lab.HostAddr(c.Host), c.Priority, c.IOPS, c.MBs, c.Latency, burst)
+		b.WriteString(c.YAML(lab.HostAddr(c.Host), burstScale))
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
