@@ -112,7 +112,7 @@ func TestReportEventDigest(t *testing.T) {
 			{Consumer: "10.99.0.4", Kind: "slow", Direction: "read", Reason: "saturates the resource: reads 1.06 MB/s > throttleable_read_mb_s 1"},
 		})}}}
 	var b strings.Builder
-	printInterferers(&b, s)
+	printControlled(&b, s)
 	for _, want := range []string{
 		"  10.99.0.3       slow 1, held 1 (read): saturates the resource: N requests queued ≥ throttleable_queue N\n",
 		"  10.99.0.4       slow 1 (read): saturates the resource: reads N MB/s > throttleable_read_mb_s N\n",

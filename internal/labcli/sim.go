@@ -1,6 +1,7 @@
 package labcli
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -162,40 +163,27 @@ func printSummary(cmd *cobra.Command, sum any) {
 			fmt.Fprintf(w, "%2d writers: read wait p95 %6.2f ms  mean %6.2f ms  writes %6.2f MB/s\n", r.Writers, r.ReadWaitMs.P95, r.ReadWaitMs.Mean, r.WriteMBs)
 		}
 	case report.ControlledSummary:
-		if s.Interferers != "" {
-			printInterferers(w, s)
-			return
-		}
-		fmt.Fprintf(w, "baseline:       read wait p95 %6.2f ms  writes %6.2f MB/s\n", s.Baseline.ReadWaitMs.P95, s.Baseline.WriteMBs)
-		for _, r := range s.Regulated {
-			kept := 0.0
-			if s.Baseline.WriteMBs > 0 {
-				kept = 100 * r.WriteMBs / s.Baseline.WriteMBs
-			}
-			fmt.Fprintf(w, "threshold %2.0f ms: read wait p95 %6.2f ms  writes %6.2f MB/s (%3.0f%% kept)  above 1.2×: %5.2f%%  settle %5.2f s  max delay %4.1f ms\n",
-				r.ThresholdMs, r.ReadWaitMs.P95, r.WriteMBs, kept, r.PctAbove, r.SettleS, r.MaxDelay)
-			printEventDigest(w, r.Events)
-		}
+		printControlled(w, s)
 	default:
 		b, _ := sim.MarshalSummary(sum)
 		w.Write(b)
 	}
 }
 
-// printInterferers prints a controlled summary whose interferers read
-// (a backup, mixed I/O): what they moved in both directions, and the
+// printControlled prints a controlled summary: what the interferers
+// (writers, a backup, mixed I/O) moved in both directions, and the
 // oracle's static delay beside each threshold's agent run.
-func printInterferers(w io.Writer, s report.ControlledSummary) {
+func printControlled(w io.Writer, s report.ControlledSummary) {
 	moved := func(r report.ControlledRun) float64 { return r.ReadMBs + r.WriteMBs }
 	fmt.Fprintf(w, "baseline:        read wait p95 %6.2f ms  %s %6.2f MB/s (reads %.2f, writes %.2f)\n",
-		s.Baseline.ReadWaitMs.P95, s.Interferers, moved(s.Baseline), s.Baseline.ReadMBs, s.Baseline.WriteMBs)
+		s.Baseline.ReadWaitMs.P95, cmp.Or(s.Interferers, "writers"), moved(s.Baseline), s.Baseline.ReadMBs, s.Baseline.WriteMBs)
 	for _, r := range s.Regulated {
 		kept := 0.0
 		if b := moved(s.Baseline); b > 0 {
 			kept = 100 * moved(r) / b
 		}
-		fmt.Fprintf(w, "threshold %2.0f ms: read wait p95 %6.2f ms (%.2f×)  moved %6.2f MB/s (%3.0f%% kept)  above 1.2×: %5.2f%%  max delay %4.1f ms\n",
-			r.ThresholdMs, r.ReadWaitMs.P95, r.ReadWaitMs.P95/r.ThresholdMs, moved(r), kept, r.PctAbove, r.MaxDelay)
+		fmt.Fprintf(w, "threshold %2.0f ms: read wait p95 %6.2f ms (%.2f×)  moved %6.2f MB/s (%3.0f%% kept)  above 1.2×: %5.2f%%  settle %5.2f s  max delay %4.1f ms\n",
+			r.ThresholdMs, r.ReadWaitMs.P95, r.ReadWaitMs.P95/r.ThresholdMs, moved(r), kept, r.PctAbove, r.SettleS, r.MaxDelay)
 		printEventDigest(w, r.Events)
 	}
 	for _, o := range s.Oracle {
