@@ -74,8 +74,7 @@ func RaiseUntilHeld(k, top int, limitMs float64, run func(k int) (p95Ms float64,
 // OracleSearch is the static-delay oracle's search, the lab's and the
 // simulator's: the smallest delay, in Step steps up to Max, whose steady
 // probe holds a threshold. Probe measures one delay (DelayMs is filled
-// in); each is run once and
-// cached across thresholds, since one delay's p95 answers for all.
+// in); each runs once, cached across thresholds: its p95 answers for all.
 type OracleSearch struct {
 	Step   time.Duration
 	Max    int // steps

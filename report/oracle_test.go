@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestSmallestHolding(t *testing.T) {
@@ -65,5 +66,44 @@ func TestRaiseUntilHeld(t *testing.T) {
 	boom := errors.New("run failed")
 	if _, held, err := RaiseUntilHeld(10, 400, 15, func(k int) (float64, error) { return 30, map[bool]error{true: boom}[k > 10] }); err != boom || held {
 		t.Errorf("a failed run gave held %v, err %v; want the error, not held", held, err)
+	}
+}
+
+// The lab's and the simulator's oracle search: each delay probed once,
+// across thresholds; every probe so far in each answer, in the order run.
+func TestOracleSearch(t *testing.T) {
+	var probed []time.Duration
+	s := &OracleSearch{Step: 500 * time.Microsecond, Max: 40, Probe: func(d time.Duration) (OracleProbe, error) {
+		probed = append(probed, d)
+		return OracleProbe{P95Ms: 30 - float64(d)/1e6}, nil // 1 ms of delay: 1 ms less wait
+	}}
+	for _, tc := range []struct {
+		thr       time.Duration
+		wantK     int
+		reachable bool
+	}{
+		{15 * time.Millisecond, 30, true},
+		{20 * time.Millisecond, 20, true},
+		{5 * time.Millisecond, 40, false}, // 20 ms at most: 10 ms wait
+	} {
+		or, k, err := s.Find(tc.thr)
+		if err != nil || k != tc.wantK || or.Reachable != tc.reachable || or.DelayMs != float64(s.Delay(k))/1e6 || or.ThresholdMs != float64(tc.thr)/1e6 {
+			t.Errorf("%v: k %d, %+v, err %v; want k %d, reachable %v", tc.thr, k, or, err, tc.wantK, tc.reachable)
+		}
+		if len(or.Probes) != len(probed) {
+			t.Errorf("%v: %d probes in the answer, %d run", tc.thr, len(or.Probes), len(probed))
+		}
+		for i, p := range or.Probes {
+			if p.DelayMs != float64(probed[i])/1e6 {
+				t.Errorf("%v: probe %d at %v ms, run at %v", tc.thr, i, p.DelayMs, probed[i])
+			}
+		}
+	}
+	seen := map[time.Duration]bool{}
+	for _, d := range probed {
+		if seen[d] {
+			t.Errorf("%v probed twice: %v", d, probed)
+		}
+		seen[d] = true
 	}
 }
