@@ -15,13 +15,14 @@ import (
 	"github.com/sanqos/sanqos/throttle"
 )
 
-// The floor (the read wait with no interferer) is learnt only in ticks
-// the onset detector finds quiet while nobody is in the throttleable set.
-// A slowed writer's ticks fall under throttleable_write_mb_s between its
-// completions and look quiet, while its writes still hold the reads (LIO
-// guest: 64 KiB writes at max_delay, the reader at 41 ms): learnt there,
-// the floor rose over the threshold, which was called unreachable, and
-// the write-cap lever stayed off (a2d0309).
+// The floor (the read wait with no interferer) is learnt only from calm
+// ticks (the onset detector finds them quiet, and nobody is in the
+// throttleable set) followed by floorDelay more. A slowed writer's
+// ticks fall under throttleable_write_mb_s between its completions and
+// look quiet, while its writes still hold the reads (LIO guest: 64 KiB
+// writes at max_delay, the reader at 41 ms), and so can a load's first
+// ticks: learnt there, the floor rose over the threshold, which was
+// called unreachable, and the write-cap lever stayed off (a2d0309).
 func TestFloorLearnsOnlyWhileNobodyIsThrottleable(t *testing.T) {
 	type phase struct {
 		ticks    int
@@ -29,7 +30,7 @@ func TestFloorLearnsOnlyWhileNobodyIsThrottleable(t *testing.T) {
 		slowed   bool    // the writer in last tick's throttleable set
 		rawMs    float64 // the reader's wait
 	}
-	quietReader := phase{20, 0, false, 8}
+	quietReader := phase{30, 0, false, 8}
 	for _, tc := range []struct {
 		name   string
 		phases []phase
@@ -39,8 +40,10 @@ func TestFloorLearnsOnlyWhileNobodyIsThrottleable(t *testing.T) {
 		{"a writer above the rate: loaded, nothing learnt", []phase{{20, 20, false, 30}}, 0},
 		{"a slowed writer's quiet ticks: the floor stays", []phase{quietReader, {60, 0.5, true, 41}}, 8},
 		{"a slowed writer's quiet ticks from the start: nothing learnt", []phase{{60, 0.5, true, 41}}, 0},
-		// EWMA 0.05 over 60 samples: 8 + 2 × (1 − 0.95^60).
-		{"released, a quiet resource's wait is learnt again", []phase{quietReader, {60, 0.5, true, 41}, {60, 0, false, 10}}, 8 + 2*(1-math.Pow(0.95, 60))},
+		{"a load whose first ticks look quiet: not learnt", []phase{quietReader, {2, 0.5, false, 400}, {20, 20, false, 100}}, 8},
+		// EWMA 0.05 over the 50 samples followed by ten calm ticks:
+		// 8 + 2 × (1 − 0.95^50).
+		{"released, a quiet resource's wait is learnt again", []phase{quietReader, {60, 0.5, true, 41}, {60, 0, false, 10}}, 8 + 2*(1-math.Pow(0.95, 50))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, rs := stageState(t)

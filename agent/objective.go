@@ -200,11 +200,36 @@ const (
 	floorMinimum      = 10   // quiet samples before the floor is used
 )
 
-// floorEstimate is an EWMA of the raw read wait over samples in which the
-// onset detector saw no writer.
+// floorDelay is how many calm ticks must follow a calm sample before the
+// floor learns it: the first ticks of a load can be calm (no write on the
+// wire yet, or one 64 KiB write: under throttleable_write_mb_s), while
+// the reads already wait behind the writes. LIO guest, 2026-11-29: four
+// runs' floors 13-84 ms over a reader alone at 8-10 ms, the threshold
+// called unreachable and the write-cap lever kept off; a few samples of
+// 300-400 ms at an EWMA of 0.05 do that.
+const floorDelay = 10
+
+// floorEstimate is an EWMA of the raw read wait over calm samples (the
+// onset detector saw no writer and nobody was throttleable), each learnt
+// once floorDelay calm ticks followed it.
 type floorEstimate struct {
-	v float64
-	n int
+	v       float64
+	n       int
+	pending []float64 // this calm spell's samples not learnt yet, oldest first
+}
+
+// tick feeds one tick's raw wait ms and whether the tick was calm: a
+// tick that is not drops the samples still pending.
+func (f *floorEstimate) tick(ms float64, calm bool) {
+	if !calm {
+		f.pending = f.pending[:0]
+		return
+	}
+	f.pending = append(f.pending, ms)
+	if len(f.pending) > floorDelay {
+		f.observe(f.pending[0])
+		f.pending = append(f.pending[:0], f.pending[1:]...)
+	}
 }
 
 func (f *floorEstimate) observe(ms float64) {

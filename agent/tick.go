@@ -329,10 +329,10 @@ func (l *Loops) control(rs *resourceState, st *ResourceStatus, q float64) int {
 	// max_delay: a tick with one write is quiet), while their writes
 	// still hold the reads. Learnt then, the floor rose over the
 	// threshold, which was called unreachable and the write-cap lever
-	// stayed off. So nobody may be in last tick's throttleable set.
-	if !rs.onset.Loaded() && len(rs.slowed) == 0 {
-		rs.floor.observe(st.RawWaitMs)
-	}
+	// stayed off. So nobody may be in last tick's throttleable set, and
+	// a sample waits for floorDelay calm ticks after it (a load's first
+	// ticks can look quiet too).
+	rs.floor.tick(st.RawWaitMs, !rs.onset.Loaded() && len(rs.slowed) == 0)
 	lvl, known := rs.mem.Level()
 	switch {
 	case !l.cfg.Onset:
