@@ -74,7 +74,7 @@ func TestRateLeverHandOver(t *testing.T) {
 	run := func(yaml string, thr time.Duration) (*PhaseResult, report.ControlledRun) {
 		o := DefaultOptions()
 		o.Scale, o.AgentYAML = 0.25, yaml
-		p, steps, err := ControlledPhase(o, thr, true)
+		p, steps, err := controlledPhase(o, thr, true, twelveWriters)
 		if err != nil {
 			t.Fatal(err)
 		}

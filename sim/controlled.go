@@ -88,16 +88,11 @@ func labTopology() *agent.Topology {
 	return &agent.Topology{Resources: map[string]agent.ResourceView{"vg1": v}}
 }
 
-// ControlledPhase is the pid/autonomic workload: the reader throughout,
-// 12 writers on for 25 s and off for 5 s, six times (thesis' times ×
-// scale). thr 0 is the baseline (no agent).
-func ControlledPhase(o Options, thr time.Duration, autonomic bool) (*Phase, []float64, error) {
-	return controlledPhase(o, thr, autonomic, twelveWriters)
-}
-
-// controlledPhase is ControlledPhase with any interferers: the same
-// cycles, so every controlled experiment is judged on the same pattern of
-// load steps. steps are the on-steps' times (s).
+// controlledPhase is a controlled experiment's workload: the reader
+// throughout, ld's interferers on for 25 s and off for 5 s, six times
+// (thesis' times × scale), the same cycles for every load, so each is
+// judged on the same pattern of load steps; steps are the on-steps' times
+// (s). thr 0 is the baseline (no agent).
 func controlledPhase(o Options, thr time.Duration, autonomic bool, ld load) (*Phase, []float64, error) {
 	s := report.ControlledSchedule(o.scale, 0)
 	name, label := "baseline", "agent off"
@@ -110,7 +105,6 @@ func controlledPhase(o Options, thr time.Duration, autonomic bool, ld load) (*Ph
 	for _, j := range p.Jobs[1:] {
 		j.Until = s.End()
 	}
-	steps := s.Steps()
 	if thr > 0 {
 		cfg, topo, err := agentConfig(thr, autonomic, o.AgentYAML)
 		if err != nil {
@@ -118,7 +112,7 @@ func controlledPhase(o Options, thr time.Duration, autonomic bool, ld load) (*Ph
 		}
 		p.Agent, p.Topology = cfg, topo
 	}
-	return p, steps, nil
+	return p, s.Steps(), nil
 }
 
 // onS is the length of the controlled experiments' on-periods (s).

@@ -68,7 +68,7 @@ func Tune(to TuneOptions) (*TuneResult, error) {
 	o := DefaultOptions()
 	o.Params, o.Seed, o.Scale = to.Params, to.Seed, to.Scale
 	onS := o.scale(25 * time.Second).Seconds()
-	base, steps, err := ControlledPhase(o, 0, false)
+	base, steps, err := controlledPhase(o, 0, false, twelveWriters)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +81,7 @@ func Tune(to TuneOptions) (*TuneResult, error) {
 	for _, kp := range to.Kp {
 		for _, ti := range to.Ti {
 			o.AgentYAML = fmt.Sprintf("ewma_alpha: %v\npid:\n  kp: %v\n  ti: %v\n  td: 0s\n", to.Alpha, kp, ti)
-			p, _, err := ControlledPhase(o, to.Threshold, false)
+			p, _, err := controlledPhase(o, to.Threshold, false, twelveWriters)
 			if err != nil {
 				return nil, err
 			}
