@@ -64,10 +64,6 @@ func init() {
 	}
 }
 
-func (r *runner) controlledSchedule() report.Schedule {
-	return report.ControlledSchedule(r.Scale, r.opts.Cycles)
-}
-
 // controlledPhase is a controlled experiment's phase: the reader
 // throughout, l's jobs in every on-period, named by cycle (writer-0, …).
 func (r *runner) controlledPhase(l *interferers, s report.Schedule, name, label string) *lab.Phase {
@@ -112,7 +108,7 @@ func runControlled(r *runner, kind string) (any, error) {
 	if c.bridge && len(r.opts.Backends) > 0 {
 		return nil, errors.New("bridge-autonomic runs its agent on the delay line only: no --backends")
 	}
-	cr := &controlledRuns{c: c, r: r, name: kind, s: r.controlledSchedule()}
+	cr := &controlledRuns{c: c, r: r, name: kind, s: report.ControlledSchedule(r.Scale, r.opts.Cycles)}
 	cr.steps = cr.s.Steps()
 	cr.sum = ControlledSummary{Experiment: kind, Interferers: c.load.name, Backend: r.regulatingBackend(), Cycles: cr.s.Cycles}
 	if c.load == writerLoad {

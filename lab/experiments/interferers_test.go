@@ -46,7 +46,7 @@ func TestControlledLoads(t *testing.T) {
 		}
 		for _, cycles := range []int{0, 2} {
 			r := fakeRunner(Options{Cycles: cycles})
-			s := r.controlledSchedule()
+			s := report.ControlledSchedule(r.Scale, r.opts.Cycles)
 			wantCycles := 6
 			if cycles > 0 {
 				wantCycles = cycles
