@@ -134,6 +134,22 @@ type ControlledPlots struct{ Wait, Rate, Delay, Caps []Series }
 // plot's file is RateFile.
 type ControlledTitles struct{ Wait, RateFile, Rate, Delay, Caps string }
 
+// ControlledTitlesOf titles experiment name's plots, the lab's and the
+// simulator's: a load of writers (the thesis' figures) or, where they
+// read (a backup, mixed I/O), of many.
+func ControlledTitlesOf(name string, writers int, reads bool, many string) ControlledTitles {
+	t := ControlledTitles{Wait: name + ": reader's wait, agent off and on (per threshold)", RateFile: "write-rate.png",
+		Rate:  fmt.Sprintf("%s: aggregate write rate of the %d writers (Fig 5.10/5.12)", name, writers),
+		Delay: name + ": write delay applied to the throttleable set (Fig 5.13)"}
+	if !reads {
+		t.Wait += " (Fig 5.9/5.11)"
+		return t
+	}
+	t.RateFile, t.Rate = "interferer-rate.png", fmt.Sprintf("%s: aggregate read + write rate of the %s", name, many)
+	t.Delay = name + ": largest read and write delay applied to the throttleable set"
+	return t
+}
+
 // Write draws the plots in dir, the thresholds as the wait plot's
 // reference lines.
 func (pl *ControlledPlots) Write(dir string, t ControlledTitles, thresholds []time.Duration) error {

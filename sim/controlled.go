@@ -10,7 +10,6 @@ import (
 	"github.com/sanqos/sanqos/agent"
 	"github.com/sanqos/sanqos/config"
 	"github.com/sanqos/sanqos/report"
-	"github.com/sanqos/sanqos/sample"
 )
 
 // Thresholds of the pid and autonomic experiments (thesis Fig 5.9).
@@ -28,27 +27,19 @@ func twelveWriters(start, length, off time.Duration) []*Job { return writers(12,
 // controlled is one controlled experiment: the reader against a load
 // toggled on and off, without the agent and at each threshold with it.
 // pid, autonomic and issue 30's interferers differ only in the load, the
-// agent's config, whether an oracle runs, and how the plots name things.
+// agent's config, whether an oracle runs, and how the plots name it.
 type controlled struct {
 	name        string // summary.json's experiment
 	interferers string // summary.json's interferers ("": writers)
+	many        string // interferers that read, in plot titles
 	load        load
 	autonomic   bool // the default config (threshold only) vs given sets
 	oracle      bool // search and run the best static delay per threshold
-	// rate is what the rate plot sums over the interferers; rateFile,
-	// rateTitle, delayTitle and figs (the thesis' figures, if any) word
-	// the plots.
-	rate                func(sample.Interval) float64
-	rateFile, rateTitle string
-	delayTitle, figs    string
 }
 
 var (
-	pidExperiment = &controlled{name: "pid", load: twelveWriters, rate: writeMBs, rateFile: "write-rate.png",
-		rateTitle: "aggregate write rate of the 12 writers (Fig 5.10/5.12)", delayTitle: "write delay applied to the throttleable set (Fig 5.13)",
-		figs: " (Fig 5.9/5.11)"}
-	autonomicExperiment = &controlled{name: "autonomic", load: twelveWriters, autonomic: true, rate: writeMBs, rateFile: "write-rate.png",
-		rateTitle: pidExperiment.rateTitle, delayTitle: pidExperiment.delayTitle, figs: pidExperiment.figs}
+	pidExperiment       = &controlled{name: "pid", load: twelveWriters}
+	autonomicExperiment = &controlled{name: "autonomic", load: twelveWriters, autonomic: true}
 )
 
 // agentConfig is the agent's config for a controlled run, as the lab
@@ -169,8 +160,7 @@ func runControlled(o Options, c *controlled) (any, error) {
 	if err := writeTraceFile(o.Out, all); err != nil {
 		return nil, err
 	}
-	return sum, pl.Write(o.Out, report.ControlledTitles{Wait: fmt.Sprintf("sim %s: reader's wait per threshold vs no regulation%s", c.name, c.figs),
-		RateFile: c.rateFile, Rate: "sim " + c.name + ": " + c.rateTitle, Delay: "sim " + c.name + ": " + c.delayTitle}, thresholds)
+	return sum, pl.Write(o.Out, report.ControlledTitlesOf("sim "+c.name, 12, c.interferers != "", c.many), thresholds)
 }
 
 // addPlots plots a run; delayed runs (the agent's, the oracle's) have a delay
@@ -189,7 +179,11 @@ func addPlots(pl *report.ControlledPlots, res *PhaseResult, c *controlled, delay
 		x, y := res.Series("b2", readWait)
 		pl.Wait = append(pl.Wait, report.Series{Name: label, X: x, Y: report.Smooth(y)})
 	}
-	x, y := report.AggregateSeries(res.Ticks, Hosts[1:], c.rate)
+	rate := writeMBs // what the interferers move: both ways where they read
+	if c.interferers != "" {
+		rate = movedMBs
+	}
+	x, y := report.AggregateSeries(res.Ticks, Hosts[1:], rate)
 	pl.Rate = append(pl.Rate, report.Series{Name: label, X: x, Y: report.Smooth(y)})
 }
 

@@ -24,12 +24,8 @@ func init() {
 }
 
 var (
-	readBackupExperiment = &controlled{name: "read-backup", interferers: "readers", load: backupReaders, autonomic: true, oracle: true,
-		rate: movedMBs, rateFile: "interferer-rate.png", rateTitle: "aggregate read + write rate of the 12 backup streams, agent vs oracle",
-		delayTitle: "largest delay (read or write) applied, agent vs oracle"}
-	mixedExperiment = &controlled{name: "mixed", interferers: "mixed", load: mixedIO, autonomic: true, oracle: true,
-		rate: movedMBs, rateFile: "interferer-rate.png", rateTitle: "aggregate read + write rate of the 6 mixed streams, agent vs oracle",
-		delayTitle: readBackupExperiment.delayTitle}
+	readBackupExperiment = &controlled{name: "read-backup", interferers: "readers", many: "12 backup streams", load: backupReaders, autonomic: true, oracle: true}
+	mixedExperiment      = &controlled{name: "mixed", interferers: "mixed", many: "6 mixed streams", load: mixedIO, autonomic: true, oracle: true}
 )
 
 // backupReaders is a backup spread over b3..b5: each host reads its own

@@ -2,7 +2,6 @@ package experiments
 
 import (
 	"cmp"
-	"fmt"
 	"time"
 
 	"github.com/sanqos/sanqos/lab"
@@ -142,19 +141,9 @@ func (cr *controlledRuns) totals() {
 // plot draws the reader's wait per threshold, the interferers' rate, the
 // delay applied and (if any) the write caps.
 func (cr *controlledRuns) plot(thresholds []time.Duration) error {
-	name, l := cr.name, cr.c.load
-	t := report.ControlledTitles{Wait: name + ": reader's wait, agent off and on (per threshold)", RateFile: "write-rate.png",
-		Rate:  fmt.Sprintf("%s: aggregate write rate of the %d writers (Fig 5.10/5.12)", name, cr.sum.Writers),
-		Delay: name + ": write delay applied to the throttleable set (Fig 5.13)"}
-	if l == writerLoad { // the thesis' figures, for its writers
-		t.Wait += " (Fig 5.9/5.11)"
-	}
-	if l.reads {
-		t.RateFile, t.Rate = "interferer-rate.png", fmt.Sprintf("%s: aggregate read + write rate of the %s", name, l.many)
-		t.Delay = name + ": largest read and write delay applied to the throttleable set"
-	}
+	t := report.ControlledTitlesOf(cr.name, cr.sum.Writers, cr.c.load.reads, cr.c.load.many)
 	if len(cr.plots.Caps) > 0 {
-		t.Caps = name + ": the second lever, sum of the capped writers' write-rate caps (0: none)"
+		t.Caps = cr.name + ": the second lever, sum of the capped writers' write-rate caps (0: none)"
 	}
 	return cr.plots.Write(cr.r.Dir, t, thresholds)
 }
