@@ -163,10 +163,16 @@ func ReadTrace(path string, keep func(phase string, repeat int) bool) ([]*TraceR
 		}
 		reads, _ := strconv.ParseUint(rec[col["reads"]], 10, 64)
 		writes, _ := strconv.ParseUint(rec[col["writes"]], 10, 64)
+		// inflight came later (the queue rule counts it): older traces
+		// have none and read as zero.
+		var inFlight uint64
+		if c, ok := col["inflight"]; ok {
+			inFlight, _ = strconv.ParseUint(rec[c], 10, 64)
+		}
 		run.Ticks[len(run.Ticks)-1].Dev[rec[col["host"]]] = sample.Interval{
 			Device: rec[col["device"]], Reads: reads, Writes: writes,
 			ReadWaitMs: num(rec, "r_await_ms"), WriteWaitMs: num(rec, "w_await_ms"),
-			ReadBps: num(rec, "read_mb_s") * 1e6, WriteBps: num(rec, "write_mb_s") * 1e6,
+			ReadBps: num(rec, "read_mb_s") * 1e6, WriteBps: num(rec, "write_mb_s") * 1e6, InFlight: inFlight,
 		}
 	}
 }

@@ -35,6 +35,7 @@ func (r *traceReplay) advance() bool {
 		c.Time = r.epoch.Add(time.Duration(tk.T * float64(time.Second)))
 		c.Reads += iv.Reads
 		c.Writes += iv.Writes
+		c.InFlight = iv.InFlight
 		if iv.Reads > 0 && !math.IsNaN(iv.ReadWaitMs) {
 			c.ReadTicks += uint64(math.Round(iv.ReadWaitMs * float64(iv.Reads)))
 		}
