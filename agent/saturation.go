@@ -18,10 +18,12 @@ import (
 //   - its queue: the mean number of its requests in the resource over the
 //     last half second (diskstats' requests in flight at each tick),
 //     where it has its devices to itself; on devices shared
-//     with other consumers, its own commands per second on the wire
-//     (sample.Rate.CommandsPerSec) × the devices' mean wait, since every
-//     request on a device waits alike; without the wire the rule stays
-//     out (tick.go, measureConsumer). A request waits behind what is queued ahead of it, so
+//     with other consumers, Little's law on its own requests per
+//     direction, since every request on a device waits alike: its
+//     commands per second on the wire (sample.Rate.CommandsPerSec) × the
+//     devices' read wait + its share of their write bytes × their write
+//     time; without the wire the rule stays out (tick.go,
+//     measureConsumer). A request waits behind what is queued ahead of it, so
 //     the consumers that keep several requests queued are the ones that
 //     make everyone else's reads wait. A latency-sensitive job with one
 //     request at a time (the thesis' reader, a database's log reader)

@@ -278,3 +278,55 @@ func TestQueueRuleCountsRequestsInFlight(t *testing.T) {
 		})
 	}
 }
+
+// On a device every consumer shares (tgt's one target with every host on
+// every LUN, the guest's lab), a consumer's queue is Little's law per
+// direction: its reads/s on the wire × the device's read wait + its
+// share of the device's writes × their wait. With the devices' mean wait
+// over both directions, a one-at-a-time reader at 25 reads/s behind
+// slower writes counted its reads at the writes' wait and was slowed
+// with the writers (guest A/B, all four runs), while a writer, whose
+// commands the wire counts only by the empty part of its last segment,
+// barely counted at all. The wire's commands are booked as reads, so a
+// writer's queue has its writes' counted part (0.3 each) × the read wait
+// too: 2.2 of the first writer's 13.4.
+func TestSharedQueueRuleByDirection(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		reads, writes       uint64  // on the device in the tick (0.1 s): the reader's, the writer's
+		readMs, writeMs     float64 // their waits
+		readerQ, writerQ    float64 // Little's law per direction on each one's requests
+		readerSat, writeSat bool
+	}{
+		{"25 reads/s at 36 ms behind 200 writes/s at 56 ms", 3, 20, 36, 56, 0.9, 13.36, false, true},
+		{"25 reads/s at 40 ms behind 40 writes/s at 50 ms (two at a time)", 3, 4, 40, 50, 1, 2.48, false, true},
+		{"25 reads/s at 20 ms beside a trickle of writes", 3, 1, 20, 50, 0.5, 0.56, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &Loops{cfg: LoopConfig{Interval: 100 * time.Millisecond, Cost: cost.Default()}}
+			iv := sample.Interval{Seconds: 0.1, Reads: tc.reads, Writes: tc.writes, ReadWaitMs: tc.readMs, WriteWaitMs: tc.writeMs,
+				ReadBps: float64(tc.reads) * 8192 / 0.1, WriteBps: float64(tc.writes) * 65536 / 0.1}
+			d := devIntervals{iv: []sample.Interval{iv}, ok: []bool{true}}
+			for _, c := range []struct {
+				addr netip.Addr
+				r    sample.Rate
+				q    float64
+				sat  bool
+			}{
+				// The reader's commands are its reads; the writer's 64 KiB
+				// writes count 0.3 each on the wire (sample.commands).
+				{c1, sample.Rate{ReadBps: 25 * 8192, CommandsPerSec: 25}, tc.readerQ, tc.readerSat},
+				{c2, sample.Rate{WriteBps: iv.WriteBps, CommandsPerSec: 0.3 * float64(tc.writes) / 0.1}, tc.writerQ, tc.writeSat},
+			} {
+				pc, load := &planConsumer{addr: c.addr, devs: []int{0}}, &loadEstimate{}
+				var ci ConsumerInput
+				for range 10 {
+					l.measureConsumer(&ci, pc, load, &lastValue{}, d, c.r, true)
+				}
+				if got := saturates(ci, 1.25, 0); got != c.sat || math.Abs(ci.Queue-c.q) > 0.01 {
+					t.Errorf("%v: queue %.2f (saturating %v), want %.2f (%v)", c.addr, ci.Queue, got, c.q, c.sat)
+				}
+			}
+		})
+	}
+}

@@ -242,10 +242,16 @@ func (l *Loops) measureConsumer(ci *ConsumerInput, pc *planConsumer, load *loadE
 	// every initiator sees every LUN of the one target, and the reader
 	// had the whole resource's queue of 13, so it was slowed with the
 	// backup), so there, when the agent samples the wire, the queue is
-	// the consumer's own commands per second × the devices' mean wait
-	// (Little's law: every request on a device waits alike) and the load
-	// is priced from its own bytes; without the wire the queue is
-	// unknown (0: the queue rule does not apply).
+	// Little's law on its own requests per direction (every request on
+	// a device waits alike in its direction): its commands/s × the
+	// devices' read wait + its share of their write bytes × their write
+	// time/s, and the load is priced from its own bytes; without the
+	// wire the queue is unknown (0: the queue rule does not apply). The
+	// wire counts reads' commands exactly and writes' barely
+	// (sample.commands), so commands count as reads and writes by bytes.
+	// With both directions' mean wait, a one-at-a-time reader's 25
+	// reads/s counted at the writes' 50 ms: 1.25, slowed (guest tgt lab;
+	// TestSharedQueueRuleByDirection).
 	//
 	// On its own devices the queue is their requests in flight at the
 	// tick (diskstats' in-progress field), which the 0.5 s smoothing
@@ -268,8 +274,11 @@ func (l *Loops) measureConsumer(ci *ConsumerInput, pc *planConsumer, load *loadE
 	}
 	if wire && !pc.exclusive {
 		devLoad = l.cfg.Cost.Bytes(r.ReadBps, r.WriteBps)
-		if n := nr + nw; n > 0 {
-			devQueue = r.CommandsPerSec * (rTicks + wTicks) / n / 1e3
+		if nr > 0 {
+			devQueue = r.CommandsPerSec * rTicks / nr / 1e3
+		}
+		if wb > 0 && secs > 0 {
+			devQueue += min(1, r.WriteBps/wb) * wTicks / secs / 1e3
 		}
 	}
 	if wire {

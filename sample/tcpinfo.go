@@ -46,9 +46,10 @@ type Rate struct {
 	// (unacked segments × MSS), summed over its connections.
 	InFlight float64
 	// CommandsPerSec estimates the iSCSI commands it sends per second
-	// from its data segments (see commands): with the wait its devices
-	// give, the number of its requests in the resource where it shares
-	// the devices with others, which diskstats cannot split.
+	// from its data segments (see commands): exact for reads, so with
+	// its devices' read wait, the number of its reads in the resource
+	// where it shares the devices with others, which diskstats cannot
+	// split.
 	CommandsPerSec float64
 	// ReadBytes and WriteBytes are the bytes behind ReadBps and WriteBps
 	// (acked by it, received from it) since the previous sample: what
