@@ -265,11 +265,26 @@ func (s *State) save() error {
 	if err != nil {
 		return err
 	}
-	tmp := statePath() + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	return WriteAtomic(statePath(), b, 0o600)
+}
+
+// WriteAtomic replaces path with b: written beside it, then renamed over
+// it, so no reader (nor a crash) ever sees half a file.
+func WriteAtomic(path string, b []byte, perm os.FileMode) error {
+	if err := os.WriteFile(path+".tmp", b, perm); err != nil {
 		return err
 	}
-	return os.Rename(tmp, statePath())
+	return os.Rename(path+".tmp", path)
+}
+
+// WriteJSON saves v as indented JSON ending in a newline: a run's
+// summaries and records.
+func WriteJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 // targets are every iSCSI target the lab serves.

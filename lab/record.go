@@ -66,10 +66,7 @@ func newRecord() (string, error) {
 		return "", err
 	}
 	line := fmt.Sprintf("lab %s %s\nbuilder %d %d %s\n", id, time.Now().UTC().Format(time.RFC3339), self.PID, self.Start, strings.Join(os.Args, " "))
-	if err := os.WriteFile(recordPath()+".tmp", []byte(line), 0o600); err != nil {
-		return "", err
-	}
-	return id, os.Rename(recordPath()+".tmp", recordPath())
+	return id, WriteAtomic(recordPath(), []byte(line), 0o600)
 }
 
 // record appends one line to the record.

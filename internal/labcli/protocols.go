@@ -83,11 +83,7 @@ func runProtocols(ctx context.Context, name string, o experiments.Options, proto
 		sum.Runs = append(sum.Runs, p+"/summary.json")
 		sum.SideBySide = append(sum.SideBySide, rows...)
 	}
-	b, err := json.MarshalIndent(sum, "", "  ")
-	if err != nil {
-		return top, err
-	}
-	return top, os.WriteFile(filepath.Join(top, "summary.json"), append(b, '\n'), 0o644)
+	return top, lab.WriteJSON(filepath.Join(top, "summary.json"), sum)
 }
 
 // protocolRows reads a controlled experiment's summary.json into rows

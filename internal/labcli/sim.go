@@ -2,7 +2,6 @@ package labcli
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -77,15 +76,7 @@ func saveSummary(results, name string, v any) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return dir, writeJSON(filepath.Join(dir, "summary.json"), v)
-}
-
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
+	return dir, lab.WriteJSON(filepath.Join(dir, "summary.json"), v)
 }
 
 func simCmd() *cobra.Command {
@@ -121,7 +112,7 @@ setpoint and indicator per tick) and plots to RESULTS/sim-SCENARIO/RUN-ID/, and 
 				return err
 			}
 			info := sim.RunInfo(args[0], o, sim.Simulated()-s0, time.Since(t0))
-			if err := writeJSON(filepath.Join(o.Out, "sim.json"), info); err != nil {
+			if err := lab.WriteJSON(filepath.Join(o.Out, "sim.json"), info); err != nil {
 				return err
 			}
 			// The same one-page report as a lab run's (after sim.json, so
@@ -234,10 +225,10 @@ Writes params.json (for --params) and calibration.json.`,
 			} else if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
 			}
-			if err := writeJSON(filepath.Join(dir, "params.json"), cal.Params); err != nil {
+			if err := lab.WriteJSON(filepath.Join(dir, "params.json"), cal.Params); err != nil {
 				return err
 			}
-			if err := writeJSON(filepath.Join(dir, "calibration.json"), cal); err != nil {
+			if err := lab.WriteJSON(filepath.Join(dir, "calibration.json"), cal); err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()

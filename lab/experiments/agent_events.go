@@ -1,11 +1,10 @@
 package experiments
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 
 	"github.com/sanqos/sanqos/agent"
+	"github.com/sanqos/sanqos/lab"
 	"github.com/sanqos/sanqos/report"
 )
 
@@ -27,11 +26,7 @@ func recordEvents(a eventSource, dir, phase string) (*report.ThrottleEvents, err
 	if err != nil {
 		return nil, err
 	}
-	b, err := json.MarshalIndent(evs, "", " ")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "events-"+phase+".json"), append(b, '\n'), 0o644); err != nil {
+	if err := lab.WriteJSON(filepath.Join(dir, "events-"+phase+".json"), evs); err != nil {
 		return nil, err
 	}
 	return digestEvents(evs), nil

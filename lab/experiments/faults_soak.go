@@ -1,10 +1,8 @@
 package experiments
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -126,8 +124,6 @@ func faultSoak(r *runner) Fault {
 	f.Result = fmt.Sprintf("RSS %.1f → %.1f MiB, goroutines %.0f → %.0f, fds %.0f → %.0f (medians of first and last third, %d samples); %d objects left after stop",
 		r0/(1<<20), r1/(1<<20), g0, g1, f0, f1, len(samples), len(left))
 	f.Pass = alive && stopErr == nil && r1 <= 1.2*r0 && g1 <= g0+5 && f1 <= f0+3 && len(left) == 0
-	if b, err := json.MarshalIndent(samples, "", " "); err == nil {
-		os.WriteFile(filepath.Join(r.Dir, "soak-samples.json"), b, 0o644)
-	}
+	lab.WriteJSON(filepath.Join(r.Dir, "soak-samples.json"), samples)
 	return f
 }

@@ -179,11 +179,7 @@ func (g *Guest) save() error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(g.Dir, "guest.json.tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(g.Dir, "guest.json"))
+	return lab.WriteAtomic(filepath.Join(g.Dir, "guest.json"), b, 0o600)
 }
 
 // alive reports whether the guest's QEMU still runs: the pid exists, is
