@@ -10,6 +10,7 @@ import (
 	"github.com/sanqos/sanqos/config"
 	"github.com/sanqos/sanqos/lab"
 	"github.com/sanqos/sanqos/lab/diskmodel"
+	"github.com/sanqos/sanqos/report"
 )
 
 // consumerDevicesYAML maps each initiator to its own LUN's device.
@@ -83,7 +84,7 @@ func (r *runner) scaledWriteMBs() float64 {
 	if bw <= 0 || bw == def {
 		return 0
 	}
-	return round(config.Defaults().WriteMBs*bw/def, 3)
+	return report.Round(config.Defaults().WriteMBs*bw/def, 3)
 }
 
 // regulatingBackend is the backend the regulated runs' agent uses: the

@@ -122,7 +122,7 @@ func (r *runner) eachBackend(name string, run func(backend string) (backendRun, 
 		}
 		tcp := s.tcpTotal()
 		sum.Runs = append(sum.Runs, BackendRun{Backend: be, Dir: be, AgentCPUPct: r.use.Pct(), runTCP: runTCP{tcp.RetransSegs, tcp},
-			Seconds: round(secs, 1), Summary: s})
+			Seconds: report.Round(secs, 1), Summary: s})
 		if err != nil {
 			return sum, fmt.Errorf("%s: %w", be, err)
 		}

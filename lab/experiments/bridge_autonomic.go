@@ -119,8 +119,8 @@ func (ps *passiveSeries) track(res *lab.PhaseResult, thr time.Duration) PassiveT
 		sgn += p[i] - d[i]
 	}
 	n := float64(len(p))
-	tr.MeanAbsErrorMs, tr.MeanErrorMs = round(abs/n, 2), round(sgn/n, 2)
-	tr.PassiveMeanMs, tr.DiskstatsMeanMs = round(stat.Mean(p, nil), 2), round(stat.Mean(d, nil), 2)
+	tr.MeanAbsErrorMs, tr.MeanErrorMs = report.Round(abs/n, 2), report.Round(sgn/n, 2)
+	tr.PassiveMeanMs, tr.DiskstatsMeanMs = report.Round(stat.Mean(p, nil), 2), report.Round(stat.Mean(d, nil), 2)
 	// 1 s means.
 	type acc struct{ p, d, n float64 }
 	secs := map[int]*acc{}
@@ -139,9 +139,9 @@ func (ps *passiveSeries) track(res *lab.PhaseResult, thr time.Duration) PassiveT
 		ps1, ds1 = append(ps1, a.p/a.n), append(ds1, a.d/a.n)
 		abs1 += math.Abs(a.p/a.n - a.d/a.n)
 	}
-	tr.MeanAbsError1sMs = round(abs1/float64(len(ps1)), 2)
+	tr.MeanAbsError1sMs = report.Round(abs1/float64(len(ps1)), 2)
 	if len(ps1) > 2 {
-		tr.Correlation1s = round(stat.Correlation(ps1, ds1, nil), 3)
+		tr.Correlation1s = report.Round(stat.Correlation(ps1, ds1, nil), 3)
 	}
 	return tr
 }
@@ -156,7 +156,7 @@ func (ps *passiveSeries) plot(res *lab.PhaseResult, thr time.Duration) []report.
 	}
 	dx, dy := res.Series("b2", readWait)
 	return []report.Series{
-		{Name: fmt.Sprintf("passive (agent, threshold %v)", thr), X: px, Y: smooth(py)},
-		{Name: "diskstats in bm (reader's LUN)", X: dx, Y: smooth(dy)},
+		{Name: fmt.Sprintf("passive (agent, threshold %v)", thr), X: px, Y: report.Smooth(py)},
+		{Name: "diskstats in bm (reader's LUN)", X: dx, Y: report.Smooth(dy)},
 	}
 }

@@ -149,7 +149,7 @@ func (c *clusterRun) run(p *lab.Phase, ca *clusterAgents) (*lab.PhaseResult, Clu
 		wall := time.Since(t0).Seconds()
 		cp.AgentCPUPct = map[string]float64{}
 		for ns, v := range ca.cpu() {
-			cp.AgentCPUPct[ns] = round(100*(v-c0[ns])/wall, 2)
+			cp.AgentCPUPct[ns] = report.Round(100*(v-c0[ns])/wall, 2)
 		}
 		cp.MaxDelayMsByTarget = ca.maxDly
 	}
@@ -158,10 +158,10 @@ func (c *clusterRun) run(p *lab.Phase, ca *clusterAgents) (*lab.PhaseResult, Clu
 
 func (c *clusterRun) phaseSummary(res *lab.PhaseResult) ClusterPhase {
 	w := res.Window()
-	cp := ClusterPhase{ReadWaitMs: roundDist(report.Describe(report.Values(w, "b2", readWait))),
-		WriteMBs: round(report.Aggregate(w, lab.Hosts[1:], writeMBs), 2), WriteMBsByTarget: map[string]float64{}, TCP: res.TCP}
+	cp := ClusterPhase{ReadWaitMs: report.RoundDist(report.Describe(report.Values(w, "b2", readWait))),
+		WriteMBs: report.Round(report.Aggregate(w, lab.Hosts[1:], writeMBs), 2), WriteMBsByTarget: map[string]float64{}, TCP: res.TCP}
 	if t := ms(c.thr); t > 0 {
-		cp.P95X, cp.P99X = round(cp.ReadWaitMs.P95/t, 3), round(cp.ReadWaitMs.P99/t, 3)
+		cp.P95X, cp.P99X = report.Round(cp.ReadWaitMs.P95/t, 3), report.Round(cp.ReadWaitMs.P99/t, 3)
 	}
 	by := map[string][]string{}
 	for _, h := range lab.Hosts[1:] {
@@ -169,7 +169,7 @@ func (c *clusterRun) phaseSummary(res *lab.PhaseResult) ClusterPhase {
 		by[ns] = append(by[ns], h)
 	}
 	for ns, hs := range by {
-		cp.WriteMBsByTarget[ns] = round(report.Aggregate(w, hs, writeMBs), 2)
+		cp.WriteMBsByTarget[ns] = report.Round(report.Aggregate(w, hs, writeMBs), 2)
 	}
 	return cp
 }
@@ -276,9 +276,9 @@ func (c *clusterRun) propagation(cli *clientv3.Client, ca *clusterAgents, sum *C
 			err = fmt.Errorf("policy change %d: %w", i, perr)
 			break
 		}
-		sum.PolicyChanges = append(sum.PolicyChanges, round(ms(d), 1))
+		sum.PolicyChanges = append(sum.PolicyChanges, report.Round(ms(d), 1))
 	}
-	sum.PolicyPropagationMs = roundDist(report.Describe(sum.PolicyChanges))
+	sum.PolicyPropagationMs = report.RoundDist(report.Describe(sum.PolicyChanges))
 	return err
 }
 

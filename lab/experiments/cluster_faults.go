@@ -16,6 +16,7 @@ import (
 
 	"github.com/sanqos/sanqos/cluster"
 	"github.com/sanqos/sanqos/lab"
+	"github.com/sanqos/sanqos/report"
 )
 
 // cluster-autonomic's fault phase: the leader and etcd killed mid-run
@@ -184,14 +185,14 @@ func (c *clusterRun) judgeFaults(f *ClusterFaults, samples []faultSample, killLe
 	sort.Slice(samples, func(i, k int) bool { return samples[i].at < samples[k].at })
 	for _, s := range samples {
 		if s.at > killLeaderAt && s.recErr == nil && s.rec.Leader != f.Leader && f.NewLeaderS == 0 {
-			f.NewLeaderS = round((s.at - killLeaderAt).Seconds(), 2)
+			f.NewLeaderS = report.Round((s.at - killLeaderAt).Seconds(), 2)
 		}
 	}
 	for _, t := range c.targets {
 		f.FellBackS[t.NS] = -1
 		for _, s := range samples {
 			if m, ok := s.modes[t.NS]; ok && s.at >= etcdAt[0] && m.Mode != cluster.ModeCluster {
-				f.FellBackS[t.NS] = round((s.at - etcdAt[0]).Seconds(), 2)
+				f.FellBackS[t.NS] = report.Round((s.at - etcdAt[0]).Seconds(), 2)
 				break
 			}
 		}
@@ -212,7 +213,7 @@ func (c *clusterRun) judgeFaults(f *ClusterFaults, samples []faultSample, killLe
 		for _, s := range samples {
 			m, ok := s.modes[t.NS]
 			if ok && s.at >= etcdAt[0] && (etcdAt[1] == 0 || s.at < etcdAt[1]) && m.Mode == cluster.ModeLocal {
-				f.ReleasedS[t.NS] = round((s.at - etcdAt[0]).Seconds(), 2)
+				f.ReleasedS[t.NS] = report.Round((s.at - etcdAt[0]).Seconds(), 2)
 				break
 			}
 		}
@@ -223,7 +224,7 @@ func (c *clusterRun) judgeFaults(f *ClusterFaults, samples []faultSample, killLe
 			seq = max(seq, s.rec.Seq)
 		}
 		if etcdAt[1] > 0 && s.at > etcdAt[1] && s.recErr == nil && s.rec.Seq > seq {
-			f.RejoinedS = round((s.at - etcdAt[1]).Seconds(), 2)
+			f.RejoinedS = report.Round((s.at - etcdAt[1]).Seconds(), 2)
 			break
 		}
 	}

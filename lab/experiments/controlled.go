@@ -192,7 +192,7 @@ func (cr *controlledRuns) baseline() error {
 	cr.sum.Baseline = cr.judge(base, 0)
 	// The reader alone, before the first interferer: what no throttle of
 	// them can improve on.
-	cr.sum.ReaderAloneP95Ms = round(report.Describe(report.Values(base.Between(time.Second, cr.s.Lead), "b2", readWait)).P95, 2)
+	cr.sum.ReaderAloneP95Ms = report.Round(report.Describe(report.Values(base.Between(time.Second, cr.s.Lead), "b2", readWait)).P95, 2)
 	cr.plotRun(base, "agent off")
 	return nil
 }
@@ -200,9 +200,9 @@ func (cr *controlledRuns) baseline() error {
 // plotRun adds a run's reader wait and interferers' rate to the plots.
 func (cr *controlledRuns) plotRun(res *lab.PhaseResult, label string) {
 	x, y := res.Series("b2", readWait)
-	cr.plots.Wait = append(cr.plots.Wait, report.Series{Name: label, X: x, Y: smooth(y)})
+	cr.plots.Wait = append(cr.plots.Wait, report.Series{Name: label, X: x, Y: report.Smooth(y)})
 	wx, wy := report.AggregateSeries(res.Ticks, lab.Hosts[1:], cr.c.load.moved)
-	cr.plots.Rate = append(cr.plots.Rate, report.Series{Name: label, X: wx, Y: smooth(wy)})
+	cr.plots.Rate = append(cr.plots.Rate, report.Series{Name: label, X: wx, Y: report.Smooth(wy)})
 }
 
 // startAgents starts a regulated run's agent, and beside it (target mode)
@@ -302,8 +302,8 @@ func (cr *controlledRuns) regulated(be, tag string, thr time.Duration) error {
 	if be != "" {
 		run.Backend = be
 		if w := time.Since(t0).Seconds(); w > 0 {
-			run.AgentCPUPct = round(100*runCPU/w, 2)
-			run.ControlCPUPct = round(100*runShadow/w, 2)
+			run.AgentCPUPct = report.Round(100*runCPU/w, 2)
+			run.ControlCPUPct = report.Round(100*runShadow/w, 2)
 		}
 	}
 	if runLate.Count > 0 {

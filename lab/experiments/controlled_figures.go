@@ -95,14 +95,14 @@ func initiator(rs ...*lab.PhaseResult) *report.InitiatorLatency {
 	if len(each) == 0 {
 		return nil
 	}
-	return &report.InitiatorLatency{ReadMs: roundDist(report.Describe(each)), WindowMs: roundDist(report.Describe(windows))}
+	return &report.InitiatorLatency{ReadMs: report.RoundDist(report.Describe(each)), WindowMs: report.RoundDist(report.Describe(windows))}
 }
 
 func lateSummary(l throttle.Lateness) *report.LateSummary {
-	ms := func(d time.Duration) float64 { return round(float64(d)/1e6, 3) }
+	ms := func(d time.Duration) float64 { return report.Round(float64(d)/1e6, 3) }
 	return &report.LateSummary{
 		P50: ms(l.Quantile(0.5)), P99: ms(l.Quantile(0.99)), Max: ms(l.Max),
-		PctOver2: round(100*l.Over(2*time.Millisecond), 2), Releases: l.Count,
+		PctOver2: report.Round(100*l.Over(2*time.Millisecond), 2), Releases: l.Count,
 	}
 }
 
@@ -125,12 +125,12 @@ func (cr *controlledRuns) totals() {
 	if cr.wall <= 0 {
 		return
 	}
-	sum.AgentCPUPct = round(100*cr.cpu/cr.wall, 2)
+	sum.AgentCPUPct = report.Round(100*cr.cpu/cr.wall, 2)
 	if !cr.c.bridge {
-		sum.ControlCPUPct = round(100*cr.shadowCPU/cr.wall, 2)
+		sum.ControlCPUPct = report.Round(100*cr.shadowCPU/cr.wall, 2)
 		if cr.held > 0 {
 			sum.DelayLinePackets = cr.held
-			sum.DelayLineUSPerPacket = round(1e6*(cr.cpu-cr.shadowCPU)/float64(cr.held), 1)
+			sum.DelayLineUSPerPacket = report.Round(1e6*(cr.cpu-cr.shadowCPU)/float64(cr.held), 1)
 		}
 	}
 	if cr.late.Count > 0 {

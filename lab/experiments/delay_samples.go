@@ -153,7 +153,7 @@ func (ds *delaySamples) throttled(run *ControlledRun, p *lab.Phase) {
 		}
 	}
 	if inWin > 0 {
-		run.Throttled = round(100*float64(on)/float64(inWin), 1)
+		run.Throttled = report.Round(100*float64(on)/float64(inWin), 1)
 	}
 }
 
@@ -208,13 +208,13 @@ func (ds *delaySamples) autoThreshold(res *lab.PhaseResult, p *lab.Phase) *repor
 		out.MinMs, out.MaxMs = math.Min(out.MinMs, s.thrMs), math.Max(out.MaxMs, s.thrMs)
 	}
 	last := ds.auto[len(ds.auto)-1]
-	out.State, out.ChosenMs, out.FloorMs = last.st.State, last.thrMs, round(last.st.FloorMs, 2)
-	out.PeakMBs, out.WaitAtPeakMs = round(last.st.PeakMBs, 2), round(last.st.WaitAtPeakMs, 2)
+	out.State, out.ChosenMs, out.FloorMs = last.st.State, last.thrMs, report.Round(last.st.FloorMs, 2)
+	out.PeakMBs, out.WaitAtPeakMs = report.Round(last.st.PeakMBs, 2), report.Round(last.st.WaitAtPeakMs, 2)
 	if out.LearnedAtS > 0 {
 		from := max(p.From, time.Duration(out.LearnedAtS*float64(time.Second)))
 		if w := report.Values(res.Between(from, p.To), "b2", readWait); len(w) > 0 {
-			out.ReaderP95SinceLearnedMs = round(report.Describe(w).P95, 2)
-			out.P95XChosen = round(out.ReaderP95SinceLearnedMs/out.ChosenMs, 2)
+			out.ReaderP95SinceLearnedMs = report.Round(report.Describe(w).P95, 2)
+			out.P95XChosen = report.Round(out.ReaderP95SinceLearnedMs/out.ChosenMs, 2)
 		}
 	}
 	return out

@@ -160,11 +160,11 @@ func sweepPoints(res *lab.PhaseResult, dir string, delays []time.Duration, marks
 			from := lead + time.Duration(rep*n+i)*step + time.Second
 			to := lead + time.Duration(rep*n+i+1)*step
 			m, _ := report.MeanStderr(report.Values(res.Between(from, to), "b2", f))
-			pt.Repeats = append(pt.Repeats, round(m, 3))
+			pt.Repeats = append(pt.Repeats, report.Round(m, 3))
 			xs, ys = append(xs, pt.DelayMs), append(ys, m)
 		}
 		m, se := report.MeanStderr(pt.Repeats)
-		pt.MBs, pt.Stderr = round(m, 3), round(se, 3)
+		pt.MBs, pt.Stderr = report.Round(m, 3), report.Round(se, 3)
 		pt.TCPTarget, pt.TCPInitiator = pointTCP(marksT, n, reps, i), pointTCP(marksI, n, reps, i)
 		if pt.TCPTarget != nil && pt.TCPInitiator != nil {
 			c := pt.TCPTarget.Add(*pt.TCPInitiator)

@@ -49,12 +49,12 @@ func (r *runner) delaySweepFresh(backend string) (backendRun, error) {
 				if err != nil {
 					return nil, err
 				}
-				pt.Repeats = append(pt.Repeats, round(mbs, 3))
+				pt.Repeats = append(pt.Repeats, report.Round(mbs, 3))
 				xs = append(xs, pt.DelayMs)
 				ys = append(ys, mbs)
 			}
 			m, se := report.MeanStderr(pt.Repeats)
-			pt.MBs, pt.Stderr = round(m, 3), round(se, 3)
+			pt.MBs, pt.Stderr = report.Round(m, 3), report.Round(se, 3)
 			sum.Points = append(sum.Points, pt)
 		}
 		if err := sum.fitDirection(r.Dir, dir, xs, ys, fmt.Sprintf(", %d MB per point", bytes/1e6)); err != nil {

@@ -42,16 +42,16 @@ func runEqualShare(r *runner) (any, error) {
 			v = append(v, report.Aggregate(res.Window(), []string{h}, readMBs))
 		}
 		m, _ := report.MeanStderr(v)
-		s.PerHostMBs[h] = round(m, 2)
+		s.PerHostMBs[h] = report.Round(m, 2)
 		rates = append(rates, m)
 		s.TotalMBs += m
 	}
-	s.TotalMBs = round(s.TotalMBs, 2)
-	s.Fairness = round(report.Jain(rates), 4)
+	s.TotalMBs = report.Round(s.TotalMBs, 2)
+	s.Fairness = report.Round(report.Jain(rates), 4)
 	var series []report.Series
 	for _, h := range lab.Hosts {
 		x, y := rs[0].Series(h, readMBs)
-		series = append(series, report.Series{Name: h, X: x, Y: smooth(y)})
+		series = append(series, report.Series{Name: h, X: x, Y: report.Smooth(y)})
 	}
 	err = report.TimePlot(filepath.Join(r.Dir, "read-rates.png"), "Equal sequential readers share the resource (Fig 5.1)", "time (s)", "read rate (MB/s, EWMA 0.15)", series, nil)
 	return s, err

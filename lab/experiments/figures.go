@@ -2,7 +2,6 @@ package experiments
 
 import (
 	"github.com/sanqos/sanqos/lab"
-	"github.com/sanqos/sanqos/report"
 	"github.com/sanqos/sanqos/sample"
 )
 
@@ -17,10 +16,6 @@ func rateOf(dir string) func(sample.Interval) float64 {
 	}
 	return readMBs
 }
-
-// smooth is the thesis' plotting filter, an EWMA with α = 0.15 that skips
-// intervals without completions.
-func smooth(y []float64) []float64 { return report.Smooth(y) }
 
 func sumTCP(rs []*lab.PhaseResult) lab.TCPCounters {
 	var n lab.TCPCounters
@@ -45,7 +40,3 @@ func tcpOf(rs []*lab.PhaseResult) runTCP {
 
 // tcpTotal is what eachBackend reads of a summary (backendRun).
 func (t runTCP) tcpTotal() lab.TCPCounters { return t.TCP }
-
-func round(v float64, d int) float64 { return report.Round(v, d) }
-
-func roundDist(d report.Dist) report.Dist { return report.RoundDist(d) }

@@ -126,7 +126,7 @@ func runHTBShares(r *runner) (any, error) {
 	var series []report.Series
 	for _, h := range lab.Hosts {
 		x, y := res.Series(h, readMBs)
-		series = append(series, report.Series{Name: fmt.Sprintf("%s (%v)", h, lab.HostAddr(h)), X: x, Y: smooth(y)})
+		series = append(series, report.Series{Name: fmt.Sprintf("%s (%v)", h, lab.HostAddr(h)), X: x, Y: report.Smooth(y)})
 	}
 	return sum, report.TimePlot(filepath.Join(r.Dir, "rates.png"), "htb-shares: per-reader read rate under caps 2/4/6, 6/2/4, none", "time (s)", "MB/s (EWMA 0.15)", series, nil)
 }
@@ -150,8 +150,8 @@ func sharesSummary(res *lab.PhaseResult, capped []string, caps [][]float64, snap
 				lo = slices.Min(pay)
 			}
 			c := caps[i][k]
-			sc := ShareCap{Host: h, CapMBs: c, WireMBs: round(wire, 3), PayloadMBs: round(d.Mean, 3),
-				WireErrPct: round(100*(wire-c)/c, 2), PayloadPct: round(100*(d.Mean-c)/c, 2), MinTickMBs: round(lo, 3), SegmentFrom: from.Seconds()}
+			sc := ShareCap{Host: h, CapMBs: c, WireMBs: report.Round(wire, 3), PayloadMBs: report.Round(d.Mean, 3),
+				WireErrPct: report.Round(100*(wire-c)/c, 2), PayloadPct: report.Round(100*(d.Mean-c)/c, 2), MinTickMBs: report.Round(lo, 3), SegmentFrom: from.Seconds()}
 			sum.Caps = append(sum.Caps, sc)
 			sum.MaxWireErrPct = math.Max(sum.MaxWireErrPct, math.Abs(sc.WireErrPct))
 		}

@@ -81,7 +81,7 @@ func (r *runner) idleReader() (any, error) {
 	}
 	sum := &IdleReaderSummary{Experiment: "idle-reader", AgentCPUPct: r.use.Pct()}
 	each, _ := lab.ReaderWindow(off.Reader, off.Phase.From, off.Phase.To)
-	sum.LimitMs = round(2*report.Describe(each).P50, 2)
+	sum.LimitMs = report.Round(2*report.Describe(each).P50, 2)
 	sum.Off, sum.On = idlePhase(off, sum.LimitMs), idlePhase(on, sum.LimitMs)
 	sum.NoWorse = sum.On.WindowsOverLimitPct <= sum.Off.WindowsOverLimitPct
 	return sum, nil
@@ -90,12 +90,12 @@ func (r *runner) idleReader() (any, error) {
 // idlePhase is a phase's figures from its trace and its reader's reads.
 func idlePhase(res *lab.PhaseResult, limitMs float64) IdleReaderPhase {
 	each, w := lab.ReaderWindow(res.Reader, res.Phase.From, res.Phase.To)
-	p := IdleReaderPhase{Reads: len(each), Read: roundDist(report.Describe(each)), TCP: res.TCP, Host: res.Host,
-		TargetP95Ms: round(report.Describe(report.Values(res.Window(), "b2", readWait)).P95, 2), Windows: len(w)}
+	p := IdleReaderPhase{Reads: len(each), Read: report.RoundDist(report.Describe(each)), TCP: res.TCP, Host: res.Host,
+		TargetP95Ms: report.Round(report.Describe(report.Values(res.Window(), "b2", readWait)).P95, 2), Windows: len(w)}
 	p.ReadsOver30Ms = countOver(each, 30)
 	if len(w) > 0 {
-		p.WindowsOverLimitPct = round(100*float64(countOver(w, limitMs))/float64(len(w)), 2)
-		p.WindowsOver30MsPct = round(100*float64(countOver(w, 30))/float64(len(w)), 2)
+		p.WindowsOverLimitPct = report.Round(100*float64(countOver(w, limitMs))/float64(len(w)), 2)
+		p.WindowsOver30MsPct = report.Round(100*float64(countOver(w, 30))/float64(len(w)), 2)
 	}
 	return p
 }

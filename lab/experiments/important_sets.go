@@ -56,10 +56,10 @@ type ImportantSummary struct {
 func SummarizeImportantRun(name, policy string, thrMs float64, res *lab.PhaseResult, polls []StatusSample) ImportantRun {
 	w := res.Window()
 	run := ImportantRun{Name: name, Policy: policy, TCP: res.TCP,
-		ImportantWaitMs: roundDist(report.Describe(report.Values(w, "b2", readWait))),
-		OtherWaitMs:     roundDist(report.Describe(report.Values(w, "b3", readWait))),
-		OtherReadMBs:    round(report.Aggregate(w, []string{"b3"}, readMBs), 2),
-		WriteMBs:        round(report.Aggregate(w, []string{"b4", "b5"}, writeMBs), 2)}
+		ImportantWaitMs: report.RoundDist(report.Describe(report.Values(w, "b2", readWait))),
+		OtherWaitMs:     report.RoundDist(report.Describe(report.Values(w, "b3", readWait))),
+		OtherReadMBs:    report.Round(report.Aggregate(w, []string{"b3"}, readMBs), 2),
+		WriteMBs:        report.Round(report.Aggregate(w, []string{"b4", "b5"}, writeMBs), 2)}
 	var ind, delay float64
 	var n, nd int
 	for _, p := range inWindow(polls, res) {
@@ -73,10 +73,10 @@ func SummarizeImportantRun(name, policy string, thrMs float64, res *lab.PhaseRes
 		}
 	}
 	if n > 0 {
-		run.IndicatorMs = round(ind/float64(n), 2)
+		run.IndicatorMs = report.Round(ind/float64(n), 2)
 	}
 	if nd > 0 {
-		run.MeanDelayMs = round(delay/float64(nd), 2)
+		run.MeanDelayMs = report.Round(delay/float64(nd), 2)
 	}
 	run.ThresholdMet = run.ImportantWaitMs.N > 0 && run.ImportantWaitMs.P95 <= 1.25*thrMs
 	run.MeanMet = run.ImportantWaitMs.N > 0 && run.ImportantWaitMs.Mean <= 1.1*thrMs
@@ -123,12 +123,12 @@ func runImportantSets(r *runner) (any, error) {
 		run := SummarizeImportantRun(p.Name, policy, ms(thr), res, polls)
 		sum.Runs = append(sum.Runs, run)
 		x, y := res.Series("b2", readWait)
-		series = append(series, report.Series{Name: p.Label, X: x, Y: smooth(y)})
+		series = append(series, report.Series{Name: p.Label, X: x, Y: report.Smooth(y)})
 		wx, wy := report.AggregateSeries(res.Ticks, []string{"b4", "b5"}, writeMBs)
-		wseries = append(wseries, report.Series{Name: p.Label, X: wx, Y: smooth(wy)})
+		wseries = append(wseries, report.Series{Name: p.Label, X: wx, Y: report.Smooth(wy)})
 	}
 	if row := sum.Runs[1].WriteMBs; row > 0 {
-		sum.WriteGainPct = round((sum.Runs[2].WriteMBs-row)/row*100, 1)
+		sum.WriteGainPct = report.Round((sum.Runs[2].WriteMBs-row)/row*100, 1)
 	}
 	sum.runTCP = tcpOf(all)
 	if err := report.TimePlot(filepath.Join(r.Dir, "important-wait.png"), "important-sets: the important reader's wait (b2)",

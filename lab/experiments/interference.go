@@ -63,20 +63,20 @@ func SummarizeInterference(phases []*lab.Phase, rs []*lab.PhaseResult) (Interfer
 			mine = append(mine, res)
 			v := report.Values(res.Window(), "b2", readWait)
 			waits = append(waits, v...)
-			run.P95PerRepeat = append(run.P95PerRepeat, round(report.Describe(v).P95, 2))
+			run.P95PerRepeat = append(run.P95PerRepeat, report.Round(report.Describe(v).P95, 2))
 			wr = append(wr, report.Aggregate(res.Window(), lab.Hosts[1:], writeMBs))
 			if res.Repeat == 0 {
 				x, y := res.Series("b2", readWait)
-				series = append(series, report.Series{Name: phases[i].Label, X: x, Y: smooth(y)})
+				series = append(series, report.Series{Name: phases[i].Label, X: x, Y: report.Smooth(y)})
 			}
 		}
-		run.ReadWaitMs, run.Initiator = roundDist(report.Describe(waits)), initiator(mine...)
+		run.ReadWaitMs, run.Initiator = report.RoundDist(report.Describe(waits)), initiator(mine...)
 		m, _ := report.MeanStderr(wr)
-		run.WriteMBs = round(m, 2)
+		run.WriteMBs = report.Round(m, 2)
 		s.Runs = append(s.Runs, run)
 	}
 	if base := s.Runs[0].ReadWaitMs.P95; base > 0 {
-		s.P95Ratio12 = round(s.Runs[len(s.Runs)-1].ReadWaitMs.P95/base, 2)
+		s.P95Ratio12 = report.Round(s.Runs[len(s.Runs)-1].ReadWaitMs.P95/base, 2)
 	}
 	return s, series
 }

@@ -69,9 +69,9 @@ func (o *oracleSearch) probe(d time.Duration) (report.OracleProbe, error) {
 		return report.OracleProbe{}, err
 	}
 	w := res.Window()
-	pr := report.OracleProbe{P95Ms: round(report.Describe(report.Values(w, "b2", readWait)).P95, 2), WriteMBs: round(report.Aggregate(w, lab.Hosts[1:], writeMBs), 2)}
+	pr := report.OracleProbe{P95Ms: report.Round(report.Describe(report.Values(w, "b2", readWait)).P95, 2), WriteMBs: report.Round(report.Aggregate(w, lab.Hosts[1:], writeMBs), 2)}
 	if o.load.reads {
-		pr.ReadMBs = round(report.Aggregate(w, lab.Hosts[1:], readMBs), 2)
+		pr.ReadMBs = report.Round(report.Aggregate(w, lab.Hosts[1:], readMBs), 2)
 	}
 	return pr, nil
 }
@@ -158,11 +158,11 @@ func (o *oracleSearch) runHeld(or *report.OracleRun, k int, thr time.Duration, s
 		}
 		run := judge(res, thr)
 		or.Run = &run
-		or.Attempts = append(or.Attempts, report.OracleAttempt{DelayMs: round(float64(d)/1e6, 2), P95Ms: run.ReadWaitMs.P95, WriteMBs: run.WriteMBs, ReadMBs: run.ReadMBs})
+		or.Attempts = append(or.Attempts, report.OracleAttempt{DelayMs: report.Round(float64(d)/1e6, 2), P95Ms: run.ReadWaitMs.P95, WriteMBs: run.WriteMBs, ReadMBs: run.ReadMBs})
 		return run.ReadWaitMs.P95, nil
 	})
 	if last != k {
-		or.FoundMs, or.DelayMs = or.DelayMs, round(float64(o.Delay(last))/1e6, 2)
+		or.FoundMs, or.DelayMs = or.DelayMs, report.Round(float64(o.Delay(last))/1e6, 2)
 	}
 	return err
 }

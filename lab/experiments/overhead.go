@@ -107,9 +107,9 @@ func (r *runner) overhead(backend string) (backendRun, error) {
 			}
 		}
 		w := report.WelchTest(base, idle, 0.99)
-		d := OverheadDirection{OverheadPct: round(100*w.Diff/w.MeanA, 3),
-			CI99Pct: [2]float64{round(100*w.CI[0]/w.MeanA, 3), round(100*w.CI[1]/w.MeanA, 3)}, P: round(w.P, 4),
-			BaseMBs: round(ref/1e6/w.MeanA, 2), IdleRulesMBs: round(ref/1e6/w.MeanB, 2), BaseS: base, IdleRulesS: idle}
+		d := OverheadDirection{OverheadPct: report.Round(100*w.Diff/w.MeanA, 3),
+			CI99Pct: [2]float64{report.Round(100*w.CI[0]/w.MeanA, 3), report.Round(100*w.CI[1]/w.MeanA, 3)}, P: report.Round(w.P, 4),
+			BaseMBs: report.Round(ref/1e6/w.MeanA, 2), IdleRulesMBs: report.Round(ref/1e6/w.MeanB, 2), BaseS: base, IdleRulesS: idle}
 		if dir == "read" {
 			sum.Read = d
 		} else {

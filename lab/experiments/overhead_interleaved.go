@@ -295,10 +295,10 @@ func interleavedResult(rates []float64, onAt func(int) bool, window time.Duratio
 	w := report.PairedT(diffs, 0.99)
 	mb, _ := report.MeanStderr(base)
 	mi, _ := report.MeanStderr(idle)
-	pct := func(l float64) float64 { return round((math.Exp(l)-1)*100, 3) }
-	out := InterleavedDirection{OverheadPct: pct(w.Diff), CI99Pct: [2]float64{pct(w.CI[0]), pct(w.CI[1])}, P: round(w.P, 4),
-		Pairs: len(diffs), WindowS: window.Seconds(), BaseMBs: round(mb, 2), IdleRulesMBs: round(mi, 2),
-		TargetTxPktsPerS: round(float64(pkts)/measured.Seconds(), 0)}
+	pct := func(l float64) float64 { return report.Round((math.Exp(l)-1)*100, 3) }
+	out := InterleavedDirection{OverheadPct: pct(w.Diff), CI99Pct: [2]float64{pct(w.CI[0]), pct(w.CI[1])}, P: report.Round(w.P, 4),
+		Pairs: len(diffs), WindowS: window.Seconds(), BaseMBs: report.Round(mb, 2), IdleRulesMBs: report.Round(mi, 2),
+		TargetTxPktsPerS: report.Round(float64(pkts)/measured.Seconds(), 0)}
 	for _, d := range diffs {
 		out.PairPct = append(out.PairPct, pct(d))
 	}

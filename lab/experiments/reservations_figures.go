@@ -66,9 +66,9 @@ func nanIfNil[T any](p *T, f func(*T) float64) float64 {
 func resvRun(res *lab.PhaseResult, samples []resvSample, load, mode string, from, to time.Duration) ResvRun {
 	run := ResvRun{Load: load, Agent: mode, ReservedMB: resvBytes / 1e6, TCP: res.TCP, AttainedMB: []float64{}}
 	resvAttained(&run, res, samples, from, to)
-	run.Attained = roundDist(report.Describe(run.AttainedMB))
-	run.OthersMBs = round(report.Aggregate(res.Window(), []string{"b3", "b4"}, writeMBs), 2)
-	run.ReaderWaitMs = roundDist(report.Describe(report.Values(res.Window(), "b5", readWait)))
+	run.Attained = report.RoundDist(report.Describe(run.AttainedMB))
+	run.OthersMBs = report.Round(report.Aggregate(res.Window(), []string{"b3", "b4"}, writeMBs), 2)
+	run.ReaderWaitMs = report.RoundDist(report.Describe(report.Values(res.Window(), "b5", readWait)))
 	resvIndicators(&run, samples, mode, from, to)
 	return run
 }
@@ -92,7 +92,7 @@ func resvAttained(run *ResvRun, res *lab.PhaseResult, samples []resvSample, from
 		run.PeriodsAlignedToAgent = true
 		break
 	}
-	run.FirstPeriodS = round(first, 3)
+	run.FirstPeriodS = report.Round(first, 3)
 	for start := first; start+per <= to.Seconds()+1e-9; start += per {
 		var mb, prev float64
 		for _, t := range res.Ticks {
@@ -109,14 +109,14 @@ func resvAttained(run *ResvRun, res *lab.PhaseResult, samples []resvSample, from
 			}
 			prev = t.T
 		}
-		run.AttainedMB = append(run.AttainedMB, round(mb, 3))
+		run.AttainedMB = append(run.AttainedMB, report.Round(mb, 3))
 		run.Periods++
 		if mb >= resvBytes/1e6 {
 			run.PeriodsMet++
 		}
 	}
 	if run.Periods > 0 {
-		run.PctMet = round(100*float64(run.PeriodsMet)/float64(run.Periods), 1)
+		run.PctMet = report.Round(100*float64(run.PeriodsMet)/float64(run.Periods), 1)
 	}
 }
 
@@ -163,12 +163,12 @@ func resvIndicators(run *ResvRun, samples []resvSample, mode string, from, to ti
 			}
 		}
 	}
-	run.NetQueueMs, run.NetRawQueueMs = roundDist(report.Describe(q)), roundDist(report.Describe(raw))
-	run.DiskIndicator, run.LaxityPct = roundDist(report.Describe(d)), roundDist(report.Describe(lax))
+	run.NetQueueMs, run.NetRawQueueMs = report.RoundDist(report.Describe(q)), report.RoundDist(report.Describe(raw))
+	run.DiskIndicator, run.LaxityPct = report.RoundDist(report.Describe(d)), report.RoundDist(report.Describe(lax))
 	if n > 0 {
-		run.PctCongested = round(100*float64(cong)/float64(n), 1)
-		run.PctDiskSaturated = round(100*float64(disk)/float64(n), 1)
-		run.PctAtRisk = round(100*float64(risk)/float64(n), 1)
+		run.PctCongested = report.Round(100*float64(cong)/float64(n), 1)
+		run.PctDiskSaturated = report.Round(100*float64(disk)/float64(n), 1)
+		run.PctAtRisk = report.Round(100*float64(risk)/float64(n), 1)
 	}
 	run.ThrottledHosts = []string{}
 	for _, h := range lab.Hosts {

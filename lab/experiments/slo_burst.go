@@ -154,7 +154,7 @@ func plotBurst(path string, res *lab.PhaseResult, polls []StatusSample, b BurstF
 		series = append(series, pollSeries(c.Name+" credit (s)", polls, c.Name, func(cs *agent.ClassStatus) float64 { return cs.CreditS }))
 		if c.Name == b.Class {
 			x, y := classSeries(res.Ticks, c.Host, func(ct report.ClassTick) float64 { return ct.IOs / ct.Dt / c.IOPS })
-			series = append(series, report.Series{Name: c.Name + " IOPS / objective", X: x, Y: smooth(y)},
+			series = append(series, report.Series{Name: c.Name + " IOPS / objective", X: x, Y: report.Smooth(y)},
 				pollSeries(c.Name+" delay (10 ms)", polls, c.Name, func(cs *agent.ClassStatus) float64 { return cs.DelayMs / 10 }))
 		}
 	}

@@ -141,9 +141,9 @@ func runSLOClassesLab(r *runner) (any, error) {
 		sum.Runs = append(sum.Runs, SummarizeSLORun(run.name, run.policy, res, polls, filepath.Join(r.Dir, p.Name+".r0")))
 		for _, c := range SLOLabClasses {
 			x, y := classSeries(res.Ticks, c.Host, func(ct report.ClassTick) float64 { return ct.Lat })
-			latSeries = append(latSeries, report.Series{Name: c.Name + " " + run.name, X: x, Y: smooth(y)})
+			latSeries = append(latSeries, report.Series{Name: c.Name + " " + run.name, X: x, Y: report.Smooth(y)})
 			x, y = classSeries(res.Ticks, c.Host, func(ct report.ClassTick) float64 { return ct.IOs / ct.Dt })
-			iopsSeries = append(iopsSeries, report.Series{Name: c.Name + " " + run.name, X: x, Y: smooth(y)})
+			iopsSeries = append(iopsSeries, report.Series{Name: c.Name + " " + run.name, X: x, Y: report.Smooth(y)})
 		}
 	}
 	burst, bres, polls, err := r.runSLOBurst()

@@ -182,7 +182,7 @@ func SummarizeSLORun(name, policy string, res *lab.PhaseResult, polls []StatusSa
 		f.Agent = AgentFigures(c, polls, res.Phase.From, res.Phase.To)
 		run.Classes = append(run.Classes, f)
 	}
-	run.BulkMBs = round(report.Aggregate(w, []string{sloBulkHost}, writeMBs), 2)
+	run.BulkMBs = report.Round(report.Aggregate(w, []string{sloBulkHost}, writeMBs), 2)
 	return run
 }
 

@@ -110,7 +110,7 @@ func runSteps(r *runner, backend, dir string, set throttle.Setting) (any, error)
 	var series []report.Series
 	for _, h := range lab.Hosts {
 		x, y := res.Series(h, f)
-		series = append(series, report.Series{Name: h, X: x, Y: smooth(y)})
+		series = append(series, report.Series{Name: h, X: x, Y: report.Smooth(y)})
 	}
 	title := fmt.Sprintf("Stepwise throttling of sequential %ss by %s (%s)", dir, backend, sum.Setting)
 	err = report.TimePlot(filepath.Join(r.Dir, dir+"-rates.png"), title, "time (s)", dir+" rate (MB/s, EWMA 0.15)", series, nil)
@@ -141,7 +141,7 @@ func stepSegments(sum *StepsSummary, res *lab.PhaseResult, steps []step, length 
 				seg.Throttled = append(seg.Throttled, h)
 			}
 			m, _ := report.MeanStderr(report.Values(res.Between(from, to), h, f))
-			seg.PerHostMBs[h] = round(m, 2)
+			seg.PerHostMBs[h] = report.Round(m, 2)
 			if len(seg.Throttled) > 0 && len(seg.Throttled) < len(lab.Hosts) {
 				if on[h] {
 					thr = append(thr, m)
@@ -155,6 +155,6 @@ func stepSegments(sum *StepsSummary, res *lab.PhaseResult, steps []step, length 
 	mt, _ := report.MeanStderr(thr)
 	mf, _ := report.MeanStderr(free)
 	if mf > 0 {
-		sum.ThrottledVsFree = round(mt/mf, 3)
+		sum.ThrottledVsFree = report.Round(mt/mf, 3)
 	}
 }

@@ -123,7 +123,7 @@ func sweepSetting(direction string, d time.Duration) throttle.Setting {
 // title.
 func (s *SweepSummary) fitDirection(dir, direction string, xs, ys []float64, how string) error {
 	_, _, r2 := report.LinearFit(xs, ys)
-	s.R2[direction] = round(r2, 4)
+	s.R2[direction] = report.Round(r2, 4)
 	if s.Streams > 1 {
 		s.judgeMonotonic(direction)
 	} else {
@@ -142,7 +142,7 @@ func (s *SweepSummary) fitDirection(dir, direction string, xs, ys []float64, how
 		bars = append(bars, report.Bar{Label: fmt.Sprintf("%.1f", pt.DelayMs), Value: pt.MBs, Err: pt.Stderr})
 	}
 	if first > 0 {
-		s.RatioAtMax[direction] = round(last/first, 3)
+		s.RatioAtMax[direction] = report.Round(last/first, 3)
 	}
 	if err := report.BarPlot(filepath.Join(dir, direction+"-sweep.png"),
 		fmt.Sprintf("%s rate vs added delay (ms)%s, R²=%.3f", direction, how, r2), direction+" MB/s", bars); err != nil {
@@ -206,13 +206,13 @@ func (s *SweepSummary) fitTime(dir string, delays, mbs []float64) {
 		t = append(t, 200/v)
 	}
 	_, slope, r2 := report.LinearFit(delays, t)
-	s.R2Time[dir] = round(r2, 4)
+	s.R2Time[dir] = report.Round(r2, 4)
 	c := &s.Criterion
 	if c.Pass == nil {
 		*c = SweepCriterion{Measure: "seconds to move 200 MB vs added delay, linear fit (thesis Fig 5.5/5.6)", MinR2: SweepMinR2Time,
 			SecondsPerMs: map[string]float64{}, Pass: map[string]bool{}}
 	}
-	c.SecondsPerMs[dir] = round(slope, 3)
+	c.SecondsPerMs[dir] = report.Round(slope, 3)
 	c.Pass[dir] = r2 >= SweepMinR2Time && slope > 0
 }
 

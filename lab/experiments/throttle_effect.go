@@ -77,12 +77,12 @@ func (r *runner) throttleEffect(backend string) (backendRun, error) {
 		// Skip the first second of a window: the throttle's step is
 		// instantaneous, the queue's drain is not.
 		ticks := res.Between(time.Duration(w.FromS*1e9)+time.Second, time.Duration(w.ToS*1e9))
-		w.ReadWaitMs = roundDist(report.Describe(report.Values(ticks, "b2", readWait)))
-		w.WriteMBs = round(report.Aggregate(ticks, lab.Hosts[1:], writeMBs), 2)
+		w.ReadWaitMs = report.RoundDist(report.Describe(report.Values(ticks, "b2", readWait)))
+		w.WriteMBs = report.Round(report.Aggregate(ticks, lab.Hosts[1:], writeMBs), 2)
 		sum.Windows = append(sum.Windows, w)
 	}
 	x, y := res.Series("b2", readWait)
 	err = report.TimePlot(filepath.Join(r.Dir, "read-wait.png"), fmt.Sprintf("smalljob's wait with %d writers throttled at 4.6 ms, then 9.6 ms by %s (Fig 5.8)", nw, backend),
-		"time (s)", "read wait (ms, EWMA 0.15)", []report.Series{{Name: "b2 read wait", X: x, Y: smooth(y)}}, nil)
+		"time (s)", "read wait (ms, EWMA 0.15)", []report.Series{{Name: "b2 read wait", X: x, Y: report.Smooth(y)}}, nil)
 	return sum, err
 }

@@ -97,29 +97,29 @@ func SummarizeWeightedRun(name, policy string, maxDelay time.Duration, res *lab.
 		}
 	}
 	if len(polls) > 0 {
-		run.AtMaxDelayPct = round(100*float64(atMax)/float64(len(polls)), 1)
+		run.AtMaxDelayPct = report.Round(100*float64(atMax)/float64(len(polls)), 1)
 	}
 	for i, h := range WeightedHosts {
-		s := WeightedShare{Host: h.Host, Weight: h.Weight, MBs: round(rate[h.Host]/1e6, 3),
-			TargetShare: round(h.Weight/wsum, 3)}
+		s := WeightedShare{Host: h.Host, Weight: h.Weight, MBs: report.Round(rate[h.Host]/1e6, 3),
+			TargetShare: report.Round(h.Weight/wsum, 3)}
 		if total > 0 {
-			s.Share = round(rate[h.Host]/total, 3)
-			s.DeviationPct = round((rate[h.Host]/total-h.Weight/wsum)/(h.Weight/wsum)*100, 1)
+			s.Share = report.Round(rate[h.Host]/total, 3)
+			s.DeviationPct = report.Round((rate[h.Host]/total-h.Weight/wsum)/(h.Weight/wsum)*100, 1)
 		}
 		if i > 0 && wtotal > 0 {
-			s.WriterShare, s.WriterTarget = round(rate[h.Host]/wtotal, 3), round(h.Weight/wwsum, 3)
+			s.WriterShare, s.WriterTarget = report.Round(rate[h.Host]/wtotal, 3), report.Round(h.Weight/wwsum, 3)
 		}
 		var d float64
 		for _, p := range polls {
 			d += p.WriteDelayMs[lab.HostAddr(h.Host).String()] + p.ReadDelayMs[lab.HostAddr(h.Host).String()]
 		}
 		if len(polls) > 0 {
-			s.MeanDelayMs = round(d/float64(len(polls)), 2)
+			s.MeanDelayMs = report.Round(d/float64(len(polls)), 2)
 		}
 		run.Shares = append(run.Shares, s)
 	}
-	run.TotalMBs = round(total/1e6, 2)
-	run.ReadWaitMs = roundDist(report.Describe(report.Values(w, "b2", readWait)))
+	run.TotalMBs = report.Round(total/1e6, 2)
+	run.ReadWaitMs = report.RoundDist(report.Describe(report.Values(w, "b2", readWait)))
 	return run
 }
 
