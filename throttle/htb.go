@@ -228,10 +228,6 @@ func (t *HTB) buildMarking() error {
 
 func (t *HTB) Name() string { return "htb" }
 
-func (t *HTB) link() netlink.Link {
-	return &netlink.GenericLink{LinkAttrs: netlink.LinkAttrs{Index: t.ifidx, Name: t.cfg.Device}}
-}
-
 func (t *HTB) maxMinor() uint16 {
 	m := min(t.marks.maxField(), 0xfffe)
 	if t.filter == tcU32Mark {

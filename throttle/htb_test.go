@@ -356,3 +356,7 @@ func neighbourFactor() float64 {
 	}
 	return 5
 }
+
+func (t *HTB) link() netlink.Link {
+	return &netlink.GenericLink{LinkAttrs: netlink.LinkAttrs{Index: t.ifidx, Name: t.cfg.Device}}
+}

@@ -92,12 +92,3 @@ func (q *QuickAck) Restore() error {
 	q.routes = nil
 	return errors.Join(errs...)
 }
-
-// Routes is the routes it set the metric on.
-func (q *QuickAck) Routes() []string {
-	var out []string
-	for _, r := range q.routes {
-		out = append(out, r.Dst.String())
-	}
-	return out
-}

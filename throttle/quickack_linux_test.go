@@ -72,3 +72,12 @@ func TestQuickAckOnConnectedRoutes(t *testing.T) {
 		t.Errorf("Restore took off a quickack it did not set: %+v", r)
 	}
 }
+
+// Routes is the routes it set the metric on.
+func (q *QuickAck) Routes() []string {
+	var out []string
+	for _, r := range q.routes {
+		out = append(out, r.Dst.String())
+	}
+	return out
+}

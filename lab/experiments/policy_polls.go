@@ -1,10 +1,8 @@
 package experiments
 
 import (
-	"bufio"
 	"cmp"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -133,24 +131,4 @@ func writeStatusLog(dir string, samples []StatusSample) error {
 		}
 	}
 	return f.Close()
-}
-
-// LoadStatusLog reads status.jsonl back, by phase.
-func LoadStatusLog(path string) (map[string][]StatusSample, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out := map[string][]StatusSample{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for line := 1; sc.Scan(); line++ {
-		var s StatusSample
-		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
-		}
-		out[s.Phase] = append(out[s.Phase], s)
-	}
-	return out, sc.Err()
 }

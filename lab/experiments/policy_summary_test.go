@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"bufio"
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
@@ -264,4 +265,24 @@ func TestImportantSetsSummaryFromRecordedRun(t *testing.T) {
 			t.Errorf("%s: got %+v writes %v mean met %v p95 met %v, want %+v", names[i], d, run.WriteMBs, run.MeanMet, run.ThresholdMet, w)
 		}
 	}
+}
+
+// LoadStatusLog reads status.jsonl back, by phase.
+func LoadStatusLog(path string) (map[string][]StatusSample, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string][]StatusSample{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		var s StatusSample
+		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		out[s.Phase] = append(out[s.Phase], s)
+	}
+	return out, sc.Err()
 }
