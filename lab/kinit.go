@@ -229,7 +229,7 @@ func loginKernel(s *State, log io.Writer) error {
 		return fmt.Errorf("%w: no block device for %s", err, strings.Join(missing, ", "))
 	}
 	devs := kernelDevices()
-	set := func(r *Resource) {
+	for _, r := range s.targetRefs() {
 		for j := range r.LUNs {
 			l := &r.LUNs[j]
 			l.Device = devs[kernelKey{r.IQN, IQNPrefix + l.Host, l.Number}]
@@ -238,12 +238,6 @@ func loginKernel(s *State, log io.Writer) error {
 			// commands queued behind a throttled writer's.
 			os.WriteFile("/sys/block/"+l.Device+"/device/timeout", []byte("180"), 0o644)
 		}
-	}
-	for i := range s.Resources {
-		set(&s.Resources[i])
-	}
-	if s.RAM != nil {
-		set(s.RAM)
 	}
 	if log != nil {
 		var parts []string
