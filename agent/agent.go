@@ -107,7 +107,7 @@ func New(cfg *config.Config, d Deps) *Agent {
 		Help:        "Always 1; its labels say which build runs (join on it to tell agents of different builds apart).",
 		ConstLabels: prometheus.Labels{"version": v.Version, "commit": v.Commit, "goversion": v.GoVersion}})
 	buildInfo.Set(1)
-	a.reg.MustRegister(newCollector(a.loops.Status, d.Throttle), eventsCollector{a.loops}, a.ticks, a.discErrs, maxDelay, applyErrs, reinstalls, buildInfo, a.reloads.ok, a.reloads.at,
+	a.reg.MustRegister(newCollector(a.loops.Status, d.Throttle), eventsCollector{a.loops}, portsCollector{a.unthrottled}, a.ticks, a.discErrs, maxDelay, applyErrs, reinstalls, buildInfo, a.reloads.ok, a.reloads.at,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if c := throttle.CollectorOf(d.Throttle); c != nil {
 		a.reg.MustRegister(c)
@@ -175,13 +175,16 @@ type Status struct {
 	Discovery string                      `json:"discovery_error,omitempty"`
 	// Sources is the target software discovery last read (source auto:
 	// what it found on the host).
-	Sources []string  `json:"discovery_sources,omitempty"`
-	Time    time.Time `json:"time"`
+	Sources []string `json:"discovery_sources,omitempty"`
+	// UnthrottledPorts are the TCP ports the target exports on that the
+	// agent neither throttles nor samples (Topology.Unthrottled).
+	UnthrottledPorts []uint16  `json:"unthrottled_ports,omitempty"`
+	Time             time.Time `json:"time"`
 }
 
 // Status returns the agent's current state.
 func (a *Agent) Status() Status {
-	s := Status{Backend: a.deps.Throttle.Name(), Resources: a.loops.Status(), Throttles: map[string]throttle.Setting{}, Time: time.Now()}
+	s := Status{Backend: a.deps.Throttle.Name(), Resources: a.loops.Status(), Throttles: map[string]throttle.Setting{}, UnthrottledPorts: a.unthrottled(), Time: time.Now()}
 	for k, v := range a.deps.Throttle.List() {
 		s.Throttles[k.String()] = v
 	}
@@ -193,6 +196,10 @@ func (a *Agent) Status() Status {
 	a.mu.Unlock()
 	return s
 }
+
+// unthrottled are the target's TCP ports that the agent does not
+// throttle, in the topology the ticks run on.
+func (a *Agent) unthrottled() []uint16 { return a.loops.gen.Load().topo.Unthrottled }
 
 // Metrics is the Prometheus handler.
 func (a *Agent) Metrics() http.Handler {

@@ -17,6 +17,9 @@ import (
 type SnapshotDiscoverer struct {
 	Snap      func() (discover.Snapshot, error)
 	Resources []config.Resource
+	// Ports are the TCP ports the agent throttles and samples
+	// (iscsi_port): the target's other ports are Topology.Unthrottled.
+	Ports []uint16
 }
 
 // Discover maps each configured resource to what the target shows:
@@ -41,6 +44,11 @@ func (d SnapshotDiscoverer) Discover() (*Topology, error) {
 		return nil, err
 	}
 	t := &Topology{Resources: map[string]ResourceView{}, Sources: snap.Sources}
+	for _, p := range snap.Ports {
+		if !slices.Contains(d.Ports, p) {
+			t.Unthrottled = append(t.Unthrottled, p)
+		}
+	}
 	autos := 0
 	for _, r := range d.Resources {
 		if isAuto(r) {
@@ -149,6 +157,9 @@ func logMappingChanges(log *slog.Logger, prev, next *Topology) {
 	}
 	if !slices.Equal(prev.Sources, next.Sources) && len(next.Sources) > 0 {
 		log.Info("discovery reads the target software found", "sources", strings.Join(next.Sources, ","))
+	}
+	if !slices.Equal(prev.Unthrottled, next.Unthrottled) && len(next.Unthrottled) > 0 {
+		log.Warn("the target exports on TCP ports the agent does not throttle: their hosts are discovered and counted as consumers, but their traffic is neither delayed nor measured", "ports", next.Unthrottled)
 	}
 	for _, name := range slices.Sorted(maps.Keys(next.Unmapped)) {
 		if why := next.Unmapped[name]; prev.Unmapped[name] != why {

@@ -1,11 +1,16 @@
 package agent
 
 import (
+	"fmt"
 	"log/slog"
 	"net/netip"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sanqos/sanqos/config"
 	"github.com/sanqos/sanqos/discover"
@@ -198,6 +203,66 @@ func TestSourcesLoggedWhenTheyChange(t *testing.T) {
 		logMappingChanges(log, tc.prev, tc.next)
 		if got := buf.String(); (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 			t.Errorf("%v → %v: logged %q, want %q", tc.prev, tc.next.Sources, got, tc.want)
+		}
+	}
+}
+
+// nvmet may export on several TCP ports (the guest's fixture: 4420 and
+// 4421) and one host may serve iSCSI on 3260 beside: the ports the
+// agent does not throttle are the topology's Unthrottled, said in the
+// log once per set, and exported one series each.
+func TestUnthrottledPortsSaidOnce(t *testing.T) {
+	n, err := discover.ReadNVMet(filepath.Join("..", "discover", "testdata", "nvmet-guest", "nvmet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := discover.BuildSnapshot(n.Subsystems, nil)
+	var buf strings.Builder
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	var prev *Topology
+	for _, tc := range []struct {
+		ports, want []uint16
+		logged      bool
+	}{
+		{[]uint16{4420}, []uint16{4421}, true},
+		{[]uint16{4420}, []uint16{4421}, false}, // the same set: said already
+		{[]uint16{4421}, []uint16{4420}, true},
+		{[]uint16{3260}, []uint16{4420, 4421}, true}, // iSCSI's port: nvmet's hosts are all unthrottled
+		{[]uint16{4420, 4421}, nil, false},
+	} {
+		d := SnapshotDiscoverer{Ports: tc.ports, Snap: func() (discover.Snapshot, error) { return snap, nil }}
+		topo, err := d.Discover()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(topo.Unthrottled, tc.want) {
+			t.Errorf("throttling %v: unthrottled %v, want %v", tc.ports, topo.Unthrottled, tc.want)
+		}
+		buf.Reset()
+		logMappingChanges(log, prev, topo)
+		prev = topo
+		said := strings.Contains(buf.String(), "level=WARN") && strings.Contains(buf.String(), "ports=") && strings.Contains(buf.String(), fmt.Sprint(tc.want))
+		if said != tc.logged {
+			t.Errorf("throttling %v: logged %v, want %v:\n%s", tc.ports, said, tc.logged, buf.String())
+		}
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(portsCollector{func() []uint16 { return topo.Unthrottled }})
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var series []string
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				series = append(series, fmt.Sprintf("%s{port=%s} %g", mf.GetName(), m.GetLabel()[0].GetValue(), m.GetGauge().GetValue()))
+			}
+		}
+		var want []string
+		for _, p := range tc.want {
+			want = append(want, fmt.Sprintf("sanqos_unthrottled_port{port=%d} 1", p))
+		}
+		if !slices.Equal(series, want) {
+			t.Errorf("throttling %v: metrics %q, want %q", tc.ports, series, want)
 		}
 	}
 }

@@ -67,6 +67,11 @@ type Topology struct {
 	// Sources names the target software discovery read ("tgt", "lio",
 	// "nvmet"; with source auto, what it found), for the log and status.
 	Sources []string
+	// Unthrottled are the TCP ports the target exports on that the agent
+	// does not throttle or sample (not iscsi_port), sorted: their hosts'
+	// traffic goes undelayed and unmeasured, so status, metrics, doctor
+	// and the log say so.
+	Unthrottled []uint16
 }
 
 // unmap records that resource name maps to nothing, and why.

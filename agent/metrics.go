@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sanqos/sanqos/throttle"
 )
@@ -203,4 +205,19 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// portsCollector exports the TCP ports the target exports on that the
+// agent does not throttle (Topology.Unthrottled), one series each, so an
+// alert can name the port.
+type portsCollector struct{ ports func() []uint16 }
+
+var unthrottledDesc = newDesc("unthrottled_port", "1 for each TCP port the target exports on that the agent neither throttles nor samples: its hosts are counted as consumers, but their traffic is neither delayed nor measured. Absent while there is none.", "port")
+
+func (portsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- unthrottledDesc }
+
+func (c portsCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.ports() {
+		ch <- prometheus.MustNewConstMetric(unthrottledDesc, prometheus.GaugeValue, 1, strconv.Itoa(int(p)))
+	}
 }

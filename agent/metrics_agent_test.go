@@ -80,7 +80,8 @@ func scrapeAgent(t *testing.T) map[string]*dto.MetricFamily {
 		NewController: func(*config.Config, config.Resource) Controller { return &propCtl{thr: 15} },
 		NewSmoother:   func(float64) Smoother { return &lastValue{} }})
 	a.SetTopology(&Topology{Resources: map[string]ResourceView{"vg1": {Devices: []string{"loop0", "loop1", "loop2"},
-		Consumers: map[netip.Addr][]string{reader: {"loop0"}, writer: {"loop1"}, boss: {"loop2"}}}}})
+		Consumers: map[netip.Addr][]string{reader: {"loop0"}, writer: {"loop1"}, boss: {"loop2"}}}},
+		Unthrottled: []uint16{4421}}) // nvmet on a second port: SanqosPortUnthrottled's series
 	for i := range ss.snaps {
 		if err := a.Step(time.Unix(0, int64(i+1)*1e8)); err != nil {
 			t.Fatal(err)

@@ -171,6 +171,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	ch := make(chan *prometheus.Desc, 256)
 	newCollector(nil, nil).Describe(ch)
 	eventsCollector{}.Describe(ch) // no series until the first event
+	portsCollector{}.Describe(ch)  // none while every port is throttled
 	for _, b := range throttle.Entries() {
 		if b.Collector != nil {
 			b.Collector(nil).Describe(ch)

@@ -39,6 +39,10 @@ type Target struct {
 	LUNs     []LUN
 	ACL      []string // tgt: initiator addresses/names allowed ("ALL")
 	Accounts []string // tgt: CHAP users bound (" (outgoing)" kept)
+	// Ports are the TCP ports the target is exported on, where its
+	// source says (nvmet: its ports' trsvcid); tgt, LIO and IET are not
+	// read for them (nil).
+	Ports []uint16
 }
 
 // Session is one logged-in initiator (tgt calls it an I_T nexus).
@@ -132,6 +136,9 @@ type Snapshot struct {
 	// ("tgt", "lio", "nvmet"): with discovery source auto, what it found
 	// on the host. BuildSnapshot leaves it to its caller.
 	Sources []string
+	// Ports are the TCP ports the targets are exported on (Target.Ports,
+	// all of them, sorted): where their consumers' traffic flows.
+	Ports []uint16
 }
 
 // ConsumersOf returns the consumer addresses of resource name.
@@ -148,6 +155,11 @@ func BuildSnapshot(targets []Target, r *Resolver) Snapshot {
 		consumers: map[netip.Addr]*Consumer{},
 	}
 	for _, t := range targets {
+		for _, p := range t.Ports {
+			if !slices.Contains(sb.snap.Ports, p) {
+				sb.snap.Ports = append(sb.snap.Ports, p)
+			}
+		}
 		byNum := sb.addLUNs(t)
 		for _, s := range t.Sessions {
 			sb.addSession(t, s, byNum)
@@ -259,6 +271,7 @@ func (sb *snapshotBuilder) addSession(t Target, s Session, byNum map[int]lunInfo
 // sorted, as is every list in them.
 func (sb *snapshotBuilder) finish() Snapshot {
 	snap := sb.snap
+	slices.Sort(snap.Ports)
 	for _, res := range sb.resources {
 		sort.Strings(res.Devices)
 		snap.Resources = append(snap.Resources, *res)

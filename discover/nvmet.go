@@ -77,6 +77,9 @@ func ReadNVMet(root string) (NVMet, error) {
 		}
 		n.Ports = append(n.Ports, p)
 	}
+	for i := range n.Subsystems {
+		n.Subsystems[i].Ports = n.tcpServices(n.Subsystems[i].IQN)
+	}
 	return n, nil
 }
 
@@ -250,10 +253,17 @@ func (n NVMet) subsystemsOf(c NVMeConn) (subs []string, unsure bool) {
 
 // TCPServices are the TCP ports of n's ports, whose connections are its
 // hosts'.
-func (n NVMet) TCPServices() []uint16 {
+func (n NVMet) TCPServices() []uint16 { return n.tcpServices("") }
+
+// tcpServices are the TCP ports of n's ports that export subsystem sub
+// ("": of every port).
+func (n NVMet) tcpServices(sub string) []uint16 {
 	var out []uint16
 	for _, p := range n.Ports {
 		v, err := strconv.ParseUint(p.Service, 10, 16)
+		if sub != "" && !slices.Contains(p.Subsystems, sub) {
+			continue
+		}
 		if p.Transport == "tcp" && err == nil && !slices.Contains(out, uint16(v)) {
 			out = append(out, uint16(v))
 		}

@@ -41,6 +41,17 @@ func TestReadNVMetCapturedInGuest(t *testing.T) {
 	if !reflect.DeepEqual(n.Ports, wantPorts) {
 		t.Errorf("ports:\n got %+v\nwant %+v", n.Ports, wantPorts)
 	}
+	// Each subsystem's TCP ports, and the snapshot's: all of them, which
+	// the agent compares with the ports it throttles.
+	for _, s := range n.Subsystems {
+		want := map[string][]uint16{"nqn.2026-11.lab:ram": {4420}, "nqn.2026-11.lab:vg1": {4420, 4421}}[s.IQN]
+		if !reflect.DeepEqual(s.Ports, want) {
+			t.Errorf("%s: ports %v, want %v", s.IQN, s.Ports, want)
+		}
+	}
+	if p := BuildSnapshot(n.Subsystems, nil).Ports; !reflect.DeepEqual(p, []uint16{4420, 4421}) {
+		t.Errorf("snapshot ports %v, want [4420 4421]", p)
+	}
 }
 
 // A host without nvmet (module not loaded, configfs not mounted) and a

@@ -92,6 +92,20 @@ var checkCases = []checkCase{
 		"target":    {OK, "discovery lio: found"},
 		"discovery": {OK, "lio (../discover/testdata/lio-guest/target): 2 targets, 5 sessions, 2 resources, 4 consumers"},
 	}},
+	// nvmet's configfs from the guest exports vg1 on 4420 and 4421: the
+	// agent throttles one port, and the hosts on the other go undelayed.
+	{"nvmet on two ports, the agent on one", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", config: "iscsi_port: 4420\ndiscovery:\n  source: nvmet\n  root: ../discover/testdata/nvmet-guest/nvmet\nresources:\n  - name: vg1\n    devices: [auto]\n"}
+	}, map[string]want{
+		"target":    {OK, "discovery nvmet: found"},
+		"discovery": {Fail, "the target exports on TCP port 4421, which the agent does not throttle (iscsi_port 4420): its hosts count as consumers, but their traffic is neither delayed nor measured"},
+	}},
+	{"nvmet beside an agent on iSCSI's port", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", config: "discovery:\n  source: nvmet\n  root: ../discover/testdata/nvmet-guest/nvmet\nresources:\n  - name: vg1\n    devices: [auto]\n"}
+	}, map[string]want{
+		"target":    {OK, "discovery nvmet: found"},
+		"discovery": {Fail, "TCP port 4420, which the agent does not throttle (iscsi_port 3260): its hosts count as consumers, but their traffic is neither delayed nor measured; the target exports on TCP port 4421"},
+	}},
 	{"tgt on another control port", func(*testing.T) fixture {
 		return fixture{base: "host-6.18", config: strings.Replace(tgtConfig, "tgt_control_port: 31", "tgt_control_port: 0", 1)}
 	}, map[string]want{

@@ -23,10 +23,11 @@ import (
 //
 // With a config it fails when the agent would protect less than the
 // config says: a source it would read cannot be read (every round would
-// fail), a resource maps to nothing, or an important address is none of
-// its resource's consumers (no session from it: a typo, or the initiator
-// is not logged in), since each leaves the agent running while it
-// protects nothing there.
+// fail), the target exports on a TCP port the agent does not throttle
+// (its hosts go undelayed), a resource maps to nothing, or an important
+// address is none of its resource's consumers (no session from it: a
+// typo, or the initiator is not logged in), since each leaves the agent
+// running while it protects nothing there.
 func (e *Env) discoveryCheck() Result {
 	if e.configured() && e.Config.Mode == "bridge" {
 		r := Result{Status: OK, Summary: fmt.Sprintf("bridge mode: %d resources by portal; consumers are whoever talks to them", len(e.Config.Resources))}
@@ -91,11 +92,12 @@ func (e *Env) configuredSources() []string {
 
 // mapResources maps the config's resources onto targets (every source's,
 // merged, as the agent does), adds the mapping to r, and fails r for
+// each TCP port the target exports on that the agent does not throttle,
 // each resource that maps to nothing and each important address that is
 // none of its resource's consumers.
 func (e *Env) mapResources(r *Result, targets []discover.Target) {
 	snap := discover.BuildSnapshot(targets, &discover.Resolver{SysRoot: e.Host.path("/sys"), Stat: e.Host.Stat})
-	d := agent.SnapshotDiscoverer{Resources: e.Config.Resources, Snap: func() (discover.Snapshot, error) { return snap, nil }}
+	d := agent.SnapshotDiscoverer{Resources: e.Config.Resources, Ports: []uint16{uint16(e.Config.ISCSIPort)}, Snap: func() (discover.Snapshot, error) { return snap, nil }}
 	topo, err := d.Discover()
 	if err != nil {
 		r.Status, r.Summary = Fail, r.Summary+"; "+err.Error()
@@ -104,6 +106,9 @@ func (e *Env) mapResources(r *Result, targets []discover.Target) {
 	r.Detail = append(r.Detail, "the config's resources (the agent's mapping):")
 	r.Detail = append(r.Detail, indent(topologyLines(topo), "  ")...)
 	var why []string
+	for _, p := range topo.Unthrottled {
+		why = append(why, fmt.Sprintf("the target exports on TCP port %d, which the agent does not throttle (iscsi_port %d): its hosts count as consumers, but their traffic is neither delayed nor measured", p, e.Config.ISCSIPort))
+	}
 	for _, res := range e.Config.Resources {
 		if reason, ok := topo.Unmapped[res.Name]; ok {
 			why = append(why, fmt.Sprintf("resource %s maps to nothing: %s", res.Name, reason))

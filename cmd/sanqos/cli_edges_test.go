@@ -84,7 +84,7 @@ func TestCLIEdges(t *testing.T) {
 			[]string{"EXIT STATUS", "2  usage", "3  config"}, nil},
 		// The status JSON had delay_ns beside threshold_ms.
 		{"status JSON in ms", []string{"status", "--json", "--socket", "{sock}"}, cli.ExitOK,
-			[]string{`"delay_ms": 2`, `"threshold_ms": 15`, `"indicator_ms": 16.5`, `"write_delay_ms": 2`}, nil},
+			[]string{`"delay_ms": 2`, `"threshold_ms": 15`, `"indicator_ms": 16.5`, `"write_delay_ms": 2`, `"unthrottled_ports": [`}, nil},
 		// Help texts cited issue numbers.
 		{"help without issue numbers", []string{"agent", "--help"}, cli.ExitOK,
 			[]string{"--dry-run"}, []string{"issue ", "(#"}},

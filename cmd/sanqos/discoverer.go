@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"slices"
 	"sync"
 
 	"github.com/sanqos/sanqos/agent"
@@ -22,12 +21,12 @@ func newDiscoverer(cfg *config.Config) (agent.Discoverer, error) {
 	if cfg.Discovery.Source == "static" {
 		return agent.StaticDiscoverer(cfg), nil
 	}
-	probes, err := discoveryProbes(cfg.Discovery, nvmeHostsFor(cfg.ISCSIPort, slog.Default(), nvmeHosts))
+	probes, err := discoveryProbes(cfg.Discovery, nvmeHosts)
 	if err != nil {
 		return nil, err
 	}
 	resolver := &discover.Resolver{}
-	return agent.SnapshotDiscoverer{Resources: cfg.Resources, Snap: func() (discover.Snapshot, error) {
+	return agent.SnapshotDiscoverer{Resources: cfg.Resources, Ports: []uint16{uint16(cfg.ISCSIPort)}, Snap: func() (discover.Snapshot, error) {
 		targets, found, err := discover.ReadAll(probes)
 		if err != nil {
 			return discover.Snapshot{}, err
@@ -124,32 +123,6 @@ func startConnects(log *slog.Logger) *nvmeConnects {
 }
 
 func unmap(a netip.AddrPort) netip.AddrPort { return netip.AddrPortFrom(a.Addr().Unmap(), a.Port()) }
-
-// nvmeHostsFor is next (nvmeHosts), saying once per set of ports which of
-// nvmet's TCP ports are not port, the one the agent throttles and samples
-// (iscsi_port; one port per agent today): their hosts are discovered, and
-// count as consumers of their subsystems' resources, but nothing delays
-// or measures their traffic.
-func nvmeHostsFor(port int, log *slog.Logger, next discover.NVMeHosts) discover.NVMeHosts {
-	var mu sync.Mutex
-	var warned string
-	return func(n discover.NVMet) ([]discover.NVMeConn, error) {
-		if u := unthrottledPorts(n, port); len(u) > 0 {
-			mu.Lock()
-			if s := fmt.Sprint(u); s != warned {
-				warned = s
-				log.Warn("nvmet exports on TCP ports other than iscsi_port: their hosts are discovered but not throttled or sampled (one port per agent)", "ports", u, "iscsi_port", port)
-			}
-			mu.Unlock()
-		}
-		return next(n)
-	}
-}
-
-// unthrottledPorts are n's TCP ports other than port.
-func unthrottledPorts(n discover.NVMet, port int) []uint16 {
-	return slices.DeleteFunc(n.TCPServices(), func(p uint16) bool { return int(p) == port })
-}
 
 // nvmeHosts returns discovery's view of nvmet's hosts: the connections on
 // its TCP ports, with each one's Connect where it was seen. Connects of

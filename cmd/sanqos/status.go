@@ -222,6 +222,9 @@ func renderStatus(w io.Writer, st agent.Status) {
 			fmt.Fprintf(w, "UNMAPPED %s: %s (it measures and slows nothing; discovery retries it every round)\n", r.Name, r.Unmapped)
 		}
 	}
+	for _, p := range st.UnthrottledPorts {
+		fmt.Fprintf(w, "UNTHROTTLED PORT %d: the target exports on it, but the agent throttles and samples iscsi_port only: its hosts count as consumers, their traffic is neither delayed nor measured\n", p)
+	}
 	if atMax {
 		fmt.Fprintln(w, "AT MAX: the wait is above the threshold at max_delay. Raise max_delay (up to 99 ms: about the interferers'")
 		fmt.Fprintln(w, "streams × a request's service time), name consumers throttleable or important, or cap the writers past it:")
