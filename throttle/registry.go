@@ -229,30 +229,20 @@ func cond(ok bool, yes, no string) string {
 
 // Names lists what a config's backend or --backend may name: auto, then
 // every backend in the table's order.
-func Names() []string {
-	out := []string{autoName}
-	for _, r := range registry {
-		out = append(out, r.Name)
-	}
-	return out
-}
+func Names() []string { return append([]string{autoName}, namesOf(registry)...) }
 
 // NamesWith lists the backends whose caps pass ok.
 func NamesWith(ok func(Caps) bool) []string {
-	var out []string
-	for _, r := range registry {
-		if ok(r.Caps) {
-			out = append(out, r.Name)
-		}
-	}
-	return out
+	return namesOf(slices.DeleteFunc(Entries(), func(r Entry) bool { return !ok(r.Caps) }))
 }
 
 // DelayNames lists the backends auto chooses from, in its order of
 // preference (htb caps rates, dry-run does nothing).
-func DelayNames() []string {
+func DelayNames() []string { return namesOf(autoCandidates()) }
+
+func namesOf(es []Entry) []string {
 	var out []string
-	for _, r := range autoCandidates() {
+	for _, r := range es {
 		out = append(out, r.Name)
 	}
 	return out
