@@ -117,18 +117,22 @@ func (rs *resourceState) sampleDevices(td tickData) devIntervals {
 			}
 		}
 	}
-	for i := range p.devices {
-		k := rs.at[i]
+	var t0, t1 time.Time // the devices' times, most often the same all tick
+	secs := 0.0
+	for i, k := range rs.at {
 		if k < 0 {
 			continue
 		}
-		c := td.snap[k]
-		if rs.prev[i].Device != "" {
-			if iv, err := sample.Diff(rs.prev[i], c); err == nil {
+		c, prev := &td.snap[k], &rs.prev[i]
+		if prev.Device != "" {
+			if prev.Time != t0 || c.Time != t1 {
+				t0, t1, secs = prev.Time, c.Time, c.Time.Sub(prev.Time).Seconds()
+			}
+			if iv, err := sample.DiffSeconds(prev, c, secs); err == nil {
 				d.iv[i], d.ok[i] = iv, true
 			}
 		}
-		rs.prev[i] = c
+		*prev = *c
 	}
 	return d
 }

@@ -85,22 +85,27 @@ func Delta(prev, cur uint64, bits uint) (d uint64, ok bool) {
 // explain, which means the device was replaced: the caller should restart
 // its baseline rather than report nonsense.
 func Diff(prev, cur Counters) (Interval, error) {
-	iv := Interval{Device: cur.Device, Start: prev.Time, Seconds: cur.Time.Sub(prev.Time).Seconds(), InFlight: cur.InFlight}
+	return DiffSeconds(&prev, &cur, cur.Time.Sub(prev.Time).Seconds())
+}
+
+// DiffSeconds is Diff with cur.Time − prev.Time in seconds given: a
+// snapshot's devices share their times, so a caller diffing thousands
+// of them computes it once (it was a third of Diff).
+func DiffSeconds(prev, cur *Counters, secs float64) (Interval, error) {
+	iv := Interval{Device: cur.Device, Start: prev.Time, Seconds: secs, InFlight: cur.InFlight}
 	if iv.Seconds <= 0 {
 		return iv, fmt.Errorf("%s: non-increasing sample times", cur.Device)
 	}
-	var ok [6]bool
 	var rt, wt, rs, ws uint64
-	iv.Reads, ok[0] = Delta(prev.Reads, cur.Reads, countBits)
-	iv.Writes, ok[1] = Delta(prev.Writes, cur.Writes, countBits)
-	rt, ok[2] = Delta(prev.ReadTicks, cur.ReadTicks, tickBits)
-	wt, ok[3] = Delta(prev.WriteTicks, cur.WriteTicks, tickBits)
-	rs, ok[4] = Delta(prev.ReadSectors, cur.ReadSectors, countBits)
-	ws, ok[5] = Delta(prev.WriteSectors, cur.WriteSectors, countBits)
-	for _, o := range ok {
-		if !o {
-			return iv, fmt.Errorf("%s: counters went backwards (device reset)", cur.Device)
-		}
+	var ok0, ok1, ok2, ok3, ok4, ok5 bool
+	iv.Reads, ok0 = Delta(prev.Reads, cur.Reads, countBits)
+	iv.Writes, ok1 = Delta(prev.Writes, cur.Writes, countBits)
+	rt, ok2 = Delta(prev.ReadTicks, cur.ReadTicks, tickBits)
+	wt, ok3 = Delta(prev.WriteTicks, cur.WriteTicks, tickBits)
+	rs, ok4 = Delta(prev.ReadSectors, cur.ReadSectors, countBits)
+	ws, ok5 = Delta(prev.WriteSectors, cur.WriteSectors, countBits)
+	if !(ok0 && ok1 && ok2 && ok3 && ok4 && ok5) {
+		return iv, fmt.Errorf("%s: counters went backwards (device reset)", cur.Device)
 	}
 	iv.ReadWaitMs, iv.WriteWaitMs = math.NaN(), math.NaN()
 	if iv.Reads > 0 {
