@@ -15,6 +15,9 @@ type actuator struct {
 	// spare is the map applied was before the last batch: the next
 	// tick's merge reuses it.
 	spare map[netip.Addr]throttle.Setting
+	// clean: the backend holds the last merged wishes (no error, nobody
+	// refused), so wishes that did not change need no batch.
+	clean bool
 }
 
 func newActuator() actuator {
@@ -72,11 +75,13 @@ func (l *Loops) apply(a *actuator, merged map[netip.Addr]throttle.Setting) {
 			delete(a.refused, c) // nobody asks to throttle it any more
 		}
 	}
-	if len(batch) == 0 {
+	a.clean = len(batch) == 0
+	if a.clean {
 		return
 	}
 	err := l.t.Set(batch)
 	refused, partial := throttle.Refused(err)
+	a.clean = err == nil
 	if err != nil && !partial {
 		l.applyErrs.Add(1)
 		l.log.Error("applying throttles", "err", err, "consumers", len(batch))

@@ -180,3 +180,35 @@ func TestStageActuateRefusedConsumer(t *testing.T) {
 		t.Errorf("still remembered as refused: %v", act.refused)
 	}
 }
+
+// Step sends no batch while no resource's wishes change (the backend
+// holds them), and sends them again after a Release or a failed batch.
+func TestStepSkipsUnchangedWishes(t *testing.T) {
+	l, ss := scaleLoops(15, 10) // resources 11-14 over their threshold
+	th := &batchThrottle{Memory: throttle.NewMemory()}
+	l.t = th
+	i := 0
+	step := func(fail bool) {
+		th.fail, th.batches = fail, nil
+		ss.advance()
+		if err := l.Step(time.Unix(0, int64(i)*1e8)); err != nil {
+			t.Fatal(err)
+		}
+		i++
+	}
+	for range 200 {
+		step(false)
+	}
+	want := th.List()
+	if step(false); len(want) == 0 || len(th.batches) != 0 {
+		t.Fatalf("steady: %d throttled, batches %v, want some and none", len(want), th.batches)
+	}
+	l.Release()
+	step(true)
+	if len(th.batches) != 1 || len(th.List()) != 0 {
+		t.Fatalf("after release, a failing tick sent %d batches and left %v", len(th.batches), th.List())
+	}
+	if step(false); len(th.batches) != 1 || !maps.Equal(th.List(), want) {
+		t.Errorf("the next tick sent %d batches and left %v, want %v", len(th.batches), th.List(), want)
+	}
+}

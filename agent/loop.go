@@ -360,8 +360,9 @@ type resourceState struct {
 	// Step merges with the other resources', and the base of the next
 	// tick's limit.
 	asked, spare map[netip.Addr]throttle.Setting
-	// limited: last tick's rise limit held a setting below the policy's.
-	limited bool
+	// limited: last tick's rise limit held a setting below the policy's;
+	// changed: this tick's asked differs from last tick's.
+	limited, changed bool
 	// held are the delays idle consumers keep (hold.go).
 	held holds
 	// auto is threshold: auto's learner (nil: a set threshold).
@@ -422,8 +423,10 @@ const readRiseStep = time.Millisecond
 // rates stand in), as one failed sock_diag dump must not stop control.
 func (l *Loops) Step(now time.Time) error {
 	g := l.gen.Load()
+	dirty := !l.act.clean // a batch to retry
 	if l.order.g != g {
 		l.regenerate(g)
+		dirty = true // a resource may have gone, and its wishes with it
 	}
 	td, err := l.sample()
 	if err != nil {
@@ -439,9 +442,12 @@ func (l *Loops) Step(now time.Time) error {
 		r := &l.order.res[i]
 		l.step(r, g, td, now)
 		wishes = append(wishes, r.rs.asked)
+		dirty = dirty || r.rs.changed
 	}
 	l.wishes = wishes
-	l.apply(&l.act, merge(l.act.spare, wishes))
+	if dirty { // else merging would give what the backend holds
+		l.apply(&l.act, merge(l.act.spare, wishes))
+	}
 	return nil
 }
 
@@ -471,6 +477,9 @@ func (l *Loops) regenerate(g *generation) {
 
 // Release clears every throttle the ticks applied (the end of Run, or
 // of a simulated run).
-func (l *Loops) Release() { l.apply(&l.act, nil) }
+func (l *Loops) Release() {
+	l.apply(&l.act, nil)
+	l.act.clean = false // the next tick's wishes are not what the backend holds
+}
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }

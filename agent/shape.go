@@ -14,7 +14,8 @@ import (
 // (its smoothed read rate is not 0: the target sends it data, which the
 // backends hold for the larger of its delays; see readRiseStep). It
 // notes whether the limit held any setting below the policy's ask
-// (rs.limited), which holds the controller's integral next tick. Before
+// (rs.limited), which holds the controller's integral next tick, and
+// whether the wishes differ from last tick's (rs.changed). Before
 // the limits, a consumer that went idle while slowed keeps its delays
 // (idle_hold, hold.go), also where the policy asks nothing of it.
 func (l *Loops) shape(rs *resourceState, out *PolicyOutput) {
@@ -29,7 +30,7 @@ func (l *Loops) shape(rs *resourceState, out *PolicyOutput) {
 	if readStep <= 0 {
 		readStep = readRiseStep
 	}
-	rs.limited = false
+	rs.limited, rs.changed = false, false
 	// Every setting is an input consumer's (policies and the rate lever
 	// key them by PolicyInput.Consumers), whose read rate the write
 	// delay's limit needs.
@@ -50,7 +51,8 @@ func (l *Loops) shape(rs *resourceState, out *PolicyOutput) {
 		if s.IsZero() {
 			continue
 		}
-		p, ask := asked[a], s
+		p, had := asked[a]
+		ask := s
 		writeStep := l.cfg.RiseStep
 		if writeStep <= 0 && c.ReadEWMA > 0 {
 			writeStep = readStep // its data is held for both delays: readRiseStep
@@ -62,6 +64,7 @@ func (l *Loops) shape(rs *resourceState, out *PolicyOutput) {
 		}
 		out.Settings[a], set[k] = s, s // the policy's buffer, reused next tick
 		rs.asked[a] = s
+		rs.changed = rs.changed || !had || p != s
 		if rs.held != nil {
 			rs.held.record(c, s)
 		}
@@ -69,6 +72,7 @@ func (l *Loops) shape(rs *resourceState, out *PolicyOutput) {
 	if rs.held != nil {
 		rs.held.prune()
 	}
+	rs.changed = rs.changed || len(rs.asked) != len(asked)
 }
 
 // dense is settings by consumer index (PolicyInput.Consumers'), in
