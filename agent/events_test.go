@@ -80,7 +80,7 @@ func runEventTicks(t *testing.T, l *Loops, ticks []evTick) [][]Event {
 		}
 		st := ResourceStatus{Name: "vg1", IndicatorMs: 23.1, ThresholdMs: 15, Delay: tk.delay}
 		before := l.LastEvent()
-		rs.dense(tk.set)
+		rs.set = bySlot(&rs.in, tk.set)
 		for n := 0; n < max(1, tk.repeat); n++ {
 			l.track(rs, "vg1", &st, time.Unix(int64(i), 0))
 		}
@@ -281,10 +281,9 @@ func TestEventTrackNoAllocWhenSteady(t *testing.T) {
 	rs := &resourceState{policy: ReadOverWrite(), held: holds{}}
 	rs.in = PolicyInput{WriteBps: 1e6, BulkQueue: 2, ReadBps: 1e6, Consumers: []ConsumerInput{
 		{Addr: reader, ReadBps: 256e3}, {Addr: writer, WriteBps: 20e6, WriteEWMA: 20e6, Queue: 3}}}
-	out := &PolicyOutput{Settings: map[netip.Addr]throttle.Setting{writer: wr(5 * time.Millisecond)}}
 	st := &ResourceStatus{IndicatorMs: 20, ThresholdMs: 15, Delay: 5 * time.Millisecond}
 	planOf(rs)
-	rs.dense(out.Settings)
+	rs.set = bySlot(&rs.in, map[netip.Addr]throttle.Setting{writer: wr(5 * time.Millisecond)})
 	l.track(rs, "vg1", st, time.Unix(0, 0))
 	if n := testing.AllocsPerRun(100, func() { l.track(rs, "vg1", st, time.Unix(0, 0)) }); n != 0 {
 		t.Fatalf("%v allocations per steady tick", n)

@@ -118,7 +118,7 @@ func TestStageShapeHoldsIdleWriters(t *testing.T) {
 		}
 		idleOut := PolicyOutput{}
 		l.shape(rs, &idleOut)
-		l.publish(rs, "vg1", &st, idleOut)
+		l.publish(rs, "vg1", &st)
 		pub := l.Status()[0]
 		for _, h := range stageHosts {
 			a := stageAddr[h]

@@ -172,16 +172,12 @@ func (l *Loops) applyRateLever(rs *resourceState, st *ResourceStatus, in *Policy
 		rs.lever.reset()
 		return
 	}
-	writers := make([]netip.Addr, 0, len(out.Settings))
-	for a, s := range out.Settings {
+	var writers []netip.Addr
+	ewma := map[netip.Addr]float64{}
+	for i, s := range out.Settings {
 		if s.WriteDelay > 0 {
-			writers = append(writers, a)
-		}
-	}
-	ewma := make(map[netip.Addr]float64, len(writers))
-	for _, c := range in.Consumers {
-		if _, ok := out.Settings[c.Addr]; ok {
-			ewma[c.Addr] = c.WriteEWMA
+			c := &in.Consumers[i]
+			writers, ewma[c.Addr] = append(writers, c.Addr), c.WriteEWMA
 		}
 	}
 	rate := func(a netip.Addr) float64 { return ewma[a] }
@@ -196,8 +192,8 @@ func (l *Loops) applyRateLever(rs *resourceState, st *ResourceStatus, in *Policy
 		// A capped writer stays slowed even when its capped rate falls
 		// below the policy's throttleable threshold: dropping it would
 		// release it at full speed into the queue the cap just emptied.
-		s := out.Settings[a]
-		s.WriteDelay, s.WriteRate = in.Output, c
-		out.Settings[a] = s
+		if i, ok := rs.plan.indexOf(a); ok && i < len(out.Settings) {
+			out.Settings[i].WriteDelay, out.Settings[i].WriteRate = in.Output, c
+		}
 	}
 }

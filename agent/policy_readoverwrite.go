@@ -46,7 +46,7 @@ func (p *readOverWrite) Decide(in *PolicyInput) PolicyOutput {
 		}
 		out.Throttleable = append(out.Throttleable, k)
 		if in.Output > 0 {
-			out.Settings[c.Addr] = directed(*c, in.Output, in)
+			out.Settings[k] = directed(*c, in.Output, in)
 		}
 	}
 	return out

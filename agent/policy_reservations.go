@@ -379,7 +379,7 @@ func (p *reservations) apply(in *PolicyInput, out *PolicyOutput) {
 		c := in.Consumers[cd.k]
 		d := min(time.Duration(steps)*in.DelayStep, in.MaxDelay)
 		s := directed(c, d, in)
-		out.Settings[c.Addr] = s
+		out.Settings[cd.k] = s
 		p.applied[c.Addr] = s
 	}
 	for _, cd := range p.cands {

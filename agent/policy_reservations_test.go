@@ -210,17 +210,19 @@ func TestReservationsReliefOrder(t *testing.T) {
 		return resvInput(t0.Add(time.Duration(i)*100*time.Millisecond), 0, 40,
 			wire(c1, 0, 1.2), wire(c2, 0, 0.8), wire(c3, 0.05, 0), wire(resv, 0, 0.4), wire(done, 0, 1), imp)
 	}
-	delays := func(o PolicyOutput) map[netip.Addr]time.Duration {
+	delays := func(in *PolicyInput, o PolicyOutput) map[netip.Addr]time.Duration {
 		m := map[netip.Addr]time.Duration{}
-		for a, s := range o.Settings {
+		for a, s := range byAddr(in, o) {
 			m[a] = max(s.ReadDelay, s.WriteDelay)
 		}
 		return m
 	}
 	var first []map[netip.Addr]time.Duration
+	var in *PolicyInput
 	for i := 0; i < 40; i++ {
-		last = p.Decide(mk(i))
-		first = append(first, delays(last))
+		in = mk(i)
+		last = p.Decide(in)
+		first = append(first, delays(in, last))
 	}
 	// The first tick under pressure slows only the largest filler.
 	if d := first[0]; len(d) != 1 || d[c1] != 500*time.Microsecond {
@@ -239,7 +241,7 @@ func TestReservationsReliefOrder(t *testing.T) {
 	if !(firstAt[c1] < firstAt[c2] && firstAt[c2] < firstAt[done]) {
 		t.Fatalf("first throttled at ticks %v: want %v, then %v, then %v", firstAt, c1, c2, done)
 	}
-	d := delays(last)
+	d := delays(in, last)
 	for _, a := range []netip.Addr{resv, c3, imp.Addr} {
 		if d[a] != 0 {
 			t.Fatalf("%v throttled (%v): at-risk reserved, light reader and important ones never are", a, d[a])
@@ -259,11 +261,12 @@ func TestReservationsReliefOrder(t *testing.T) {
 	}
 	// Congestion over and the reservation safe: relief is released.
 	for i := 40; i < 120; i++ {
-		last = p.Decide(resvInput(t0.Add(time.Duration(i)*100*time.Millisecond), 0, 0.2,
-			wire(c1, 0, 1.2), wire(c2, 0, 0.8), wire(resv, 0, 1.3)))
+		in = resvInput(t0.Add(time.Duration(i)*100*time.Millisecond), 0, 0.2,
+			wire(c1, 0, 1.2), wire(c2, 0, 0.8), wire(resv, 0, 1.3))
+		last = p.Decide(in)
 	}
-	if len(last.Settings) != 0 || last.Network.Level != 0 {
-		t.Fatalf("still throttling after congestion ended: %v (level %d)", last.Settings, last.Network.Level)
+	if set := byAddr(in, last); len(set) != 0 || last.Network.Level != 0 {
+		t.Fatalf("still throttling after congestion ended: %v (level %d)", set, last.Network.Level)
 	}
 }
 
@@ -274,8 +277,8 @@ func TestReservationsDiskSaturationRanksWriters(t *testing.T) {
 	p := Reservations([]Reservation{{Addr: c4, Amount: 1, IOs: true, Period: time.Second}}, 2*time.Millisecond)
 	in := resvInput(time.Unix(0, 0), 3*time.Millisecond, 0.1, wire(c1, 10, 0), wire(c2, 0, 4), wire(c3, 0, 0.5), wire(c4, 0, 0))
 	out := p.Decide(in)
-	if len(out.Settings) != 1 || out.Settings[c2].WriteDelay == 0 {
-		t.Fatalf("settings %v: want the heaviest writer %v first", out.Settings, c2)
+	if set := byAddr(in, out); len(set) != 1 || set[c2].WriteDelay == 0 {
+		t.Fatalf("settings %v: want the heaviest writer %v first", set, c2)
 	}
 	if !out.Network.DiskSaturated || out.Network.Congested {
 		t.Fatalf("network status %+v", out.Network)
@@ -287,9 +290,10 @@ func TestReservationsDiskSaturationRanksWriters(t *testing.T) {
 func TestReservationsIdleIsQuiet(t *testing.T) {
 	p := Reservations([]Reservation{{Addr: c4, Amount: 1e6, Period: time.Second}}, 2*time.Millisecond)
 	for i := 0; i < 30; i++ {
-		out := p.Decide(resvInput(time.Unix(0, int64(i)*1e8), 0, 0.1, wire(c1, 0, 5), wire(c4, 0, 0)))
-		if len(out.Settings) != 0 || out.Reservations[0].AtRisk {
-			t.Fatalf("tick %d: %v, %+v", i, out.Settings, out.Reservations[0])
+		in := resvInput(time.Unix(0, int64(i)*1e8), 0, 0.1, wire(c1, 0, 5), wire(c4, 0, 0))
+		out := p.Decide(in)
+		if set := byAddr(in, out); len(set) != 0 || out.Reservations[0].AtRisk {
+			t.Fatalf("tick %d: %v, %+v", i, set, out.Reservations[0])
 		}
 	}
 }

@@ -350,7 +350,7 @@ func (p *sloPolicy) fill(in *PolicyInput, groups []sloGroup, anyMissing bool, ou
 			c := in.Consumers[k]
 			out.Throttleable = append(out.Throttleable, k)
 			if d > 0 {
-				out.Settings[c.Addr] = directed(c, d, in)
+				out.Settings[k] = directed(c, d, in)
 			}
 		}
 	}

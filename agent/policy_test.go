@@ -54,19 +54,41 @@ func TestReadOverWriteAndImportantSets(t *testing.T) {
 			map[netip.Addr]throttle.Setting{c2: {WriteDelay: time.Millisecond}, c4: {WriteDelay: time.Millisecond}}, []netip.Addr{c2, c4}, IndicatorImportant},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := tc.p.Decide(input(tc.out, cs...))
+			in := input(tc.out, cs...)
+			got := tc.p.Decide(in)
 			var thr []netip.Addr
 			for _, k := range got.Throttleable {
 				thr = append(thr, cs[k].Addr)
 			}
-			if !mapsEqual(got.Settings, tc.wantSet) || !slices.Equal(thr, tc.wantThr) {
-				t.Fatalf("got %v %v, want %v %v", got.Settings, got.Throttleable, tc.wantSet, tc.wantThr)
+			if set := byAddr(in, got); !mapsEqual(set, tc.wantSet) || !slices.Equal(thr, tc.wantThr) {
+				t.Fatalf("got %v %v, want %v %v", set, got.Throttleable, tc.wantSet, tc.wantThr)
 			}
 			if sc := tc.p.Indicator(); sc != tc.wantScope {
 				t.Fatalf("indicator scope %v, want %v", sc, tc.wantScope)
 			}
 		})
 	}
+}
+
+// byAddr is out's non-zero settings by the addresses of in's consumers,
+// as the tests name them.
+func byAddr(in *PolicyInput, out PolicyOutput) map[netip.Addr]throttle.Setting {
+	m := map[netip.Addr]throttle.Setting{}
+	for k, s := range out.Settings {
+		if !s.IsZero() {
+			m[in.Consumers[k].Addr] = s
+		}
+	}
+	return m
+}
+
+// bySlot is m laid out as PolicyOutput.Settings for in's consumers.
+func bySlot(in *PolicyInput, m map[netip.Addr]throttle.Setting) []throttle.Setting {
+	s := make([]throttle.Setting, len(in.Consumers))
+	for k, c := range in.Consumers {
+		s[k] = m[c.Addr]
+	}
+	return s
 }
 
 func mapsEqual(a, b map[netip.Addr]throttle.Setting) bool {
@@ -111,9 +133,9 @@ func TestWeighted(t *testing.T) {
 			map[netip.Addr]throttle.Setting{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Weighted(tc.weights).Decide(input(tc.out, tc.cs...))
-			if !mapsEqual(got.Settings, tc.want) {
-				t.Fatalf("got %v, want %v", got.Settings, tc.want)
+			in := input(tc.out, tc.cs...)
+			if got := byAddr(in, Weighted(tc.weights).Decide(in)); !mapsEqual(got, tc.want) {
+				t.Fatalf("got %v, want %v", got, tc.want)
 			}
 		})
 	}
@@ -135,12 +157,12 @@ func TestWeightedSmoothsBurstyRates(t *testing.T) {
 		}
 		in := input(out, ci(c1, 0, x, 0, 5), ci(c2, 0, 2, 0, 5))
 		in.Interval = 100 * time.Millisecond
-		got := p.Decide(in)
-		if tick >= 20 && got.Settings[c1].WriteDelay == 0 {
+		got := byAddr(in, p.Decide(in))
+		if tick >= 20 && got[c1].WriteDelay == 0 {
 			off++
 		}
-		if got.Settings[c2].WriteDelay != 0 {
-			t.Fatalf("tick %d: c2 below its share delayed %v", tick, got.Settings[c2])
+		if got[c2].WriteDelay != 0 {
+			t.Fatalf("tick %d: c2 below its share delayed %v", tick, got[c2])
 		}
 	}
 	if off > 0 {
@@ -236,21 +258,24 @@ func TestSLOThrottleOrder(t *testing.T) {
 	// nobody is slowed).
 	for i := 0; i < 20; i++ {
 		idle := append([]ConsumerInput{ci(c1, 1, 0, 1, math.NaN()), ci(c2, 0, 0, math.NaN(), math.NaN())}, cs[2:]...)
-		if out := p.Decide(input(0, idle...)); len(out.Settings) != 0 {
-			t.Fatalf("prelude tick %d: %v", i, out.Settings)
+		in := input(0, idle...)
+		if out := byAddr(in, p.Decide(in)); len(out) != 0 {
+			t.Fatalf("prelude tick %d: %v", i, out)
 		}
 	}
 	type want struct{ best, task time.Duration }
 	steps := []want{{ms / 2, 0}, {ms, 0}, {3 * ms / 2, 0}, {2 * ms, 0}, {2 * ms, ms / 2}, {2 * ms, ms}, {2 * ms, 3 * ms / 2}, {2 * ms, 2 * ms}, {2 * ms, 2 * ms}}
 	for i, w := range steps {
-		out := p.Decide(input(0, cs...))
-		if out.Settings[c4].WriteDelay != w.best || out.Settings[c3].WriteDelay != w.task {
-			t.Fatalf("tick %d: best effort %v task %v, want %v %v", i, out.Settings[c4], out.Settings[c3], w.best, w.task)
+		in := input(0, cs...)
+		out := p.Decide(in)
+		set := byAddr(in, out)
+		if set[c4].WriteDelay != w.best || set[c3].WriteDelay != w.task {
+			t.Fatalf("tick %d: best effort %v task %v, want %v %v", i, set[c4], set[c3], w.best, w.task)
 		}
-		if _, ok := out.Settings[c1]; ok {
+		if _, ok := set[c1]; ok {
 			t.Fatalf("tick %d: the missing class was slowed", i)
 		}
-		if _, ok := out.Settings[c2]; ok {
+		if _, ok := set[c2]; ok {
 			t.Fatalf("tick %d: knowledge has credit and must be spared", i)
 		}
 		if !out.Classes[0].Missing || !out.Classes[2].Exceeding || out.Classes[1].Exceeding {
@@ -260,14 +285,15 @@ func TestSLOThrottleOrder(t *testing.T) {
 	// Power meets its objective again: the integrator releases a step per
 	// tick, from the highest-priority exceeder down.
 	cs[0] = ci(c1, 1, 0, 1, math.NaN())
-	out := p.Decide(input(0, cs...))
-	if out.Settings[c3].WriteDelay != 3*ms/2 || out.Settings[c4].WriteDelay != 2*ms {
-		t.Fatalf("release: %v", out.Settings)
+	in := input(0, cs...)
+	set := byAddr(in, p.Decide(in))
+	if set[c3].WriteDelay != 3*ms/2 || set[c4].WriteDelay != 2*ms {
+		t.Fatalf("release: %v", set)
 	}
 	// The controller's output is a floor for every exceeder.
-	out = p.Decide(input(2*ms, cs...))
-	if out.Settings[c3].WriteDelay != 2*ms {
-		t.Fatalf("controller output ignored: %v", out.Settings)
+	in = input(2*ms, cs...)
+	if set = byAddr(in, p.Decide(in)); set[c3].WriteDelay != 2*ms {
+		t.Fatalf("controller output ignored: %v", set)
 	}
 }
 

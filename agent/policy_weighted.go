@@ -86,7 +86,7 @@ func (p *weighted) Decide(in *PolicyInput) PolicyOutput {
 		excess := min(1, (x-share)/share)
 		d := roundUpStep(time.Duration(float64(in.Output)*excess), in.DelayStep, in.MaxDelay)
 		if d > 0 {
-			out.Settings[c.Addr] = directed(c, d, in)
+			out.Settings[k] = directed(c, d, in)
 		}
 	}
 	return out

@@ -53,9 +53,8 @@ func TestPoliciesDelayTheDirectionThatSaturates(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			in := input(d, tc.cs...)
 			in.MaxDelay, in.BulkQueue, in.ReadBps = 20*time.Millisecond, 1.25, 1e6
-			got := tc.p.Decide(in)
-			if !mapsEqual(got.Settings, tc.want) {
-				t.Errorf("got %v, want %v", got.Settings, tc.want)
+			if got := byAddr(in, tc.p.Decide(in)); !mapsEqual(got, tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
 			}
 		})
 	}
@@ -64,8 +63,8 @@ func TestPoliciesDelayTheDirectionThatSaturates(t *testing.T) {
 	in := input(20*time.Millisecond, all...)
 	in.MaxDelay, in.BulkQueue, in.ReadBps = 20*time.Millisecond, 1.25, 1e6
 	both := throttle.Setting{ReadDelay: 20 * time.Millisecond, WriteDelay: 20 * time.Millisecond}
-	if got := ReadOverWrite().Decide(in); !mapsEqual(got.Settings, map[netip.Addr]throttle.Setting{c2: both, c3: both, c4: both}) {
-		t.Errorf("pinned: got %v, want every saturating consumer slowed both ways", got.Settings)
+	if got := byAddr(in, ReadOverWrite().Decide(in)); !mapsEqual(got, map[netip.Addr]throttle.Setting{c2: both, c3: both, c4: both}) {
+		t.Errorf("pinned: got %v, want every saturating consumer slowed both ways", got)
 	}
 }
 

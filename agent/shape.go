@@ -37,10 +37,11 @@ func (l *Loops) shape(rs *resourceState, out *PolicyOutput) {
 	if l.cfg.IdleHold > 0 && rs.held == nil {
 		rs.held = holds{}
 	}
-	if out.Settings == nil && len(rs.held) > 0 {
-		out.Settings = rs.in.settings() // nobody asked, but some are held
+	if out.Settings == nil {
+		out.Settings = rs.in.settings() // nobody asked, but some may be held
 	}
-	set := rs.dense(out.Settings)
+	set := out.Settings
+	rs.set = set
 	hold := marks(rs.plan, rs.held)
 	for k, c := range rs.in.Consumers {
 		a := c.Addr
@@ -62,7 +63,7 @@ func (l *Loops) shape(rs *resourceState, out *PolicyOutput) {
 		if s != ask {
 			rs.limited = true
 		}
-		out.Settings[a], set[k] = s, s // the policy's buffer, reused next tick
+		set[k] = s // the policy's buffer, reused next tick
 		rs.asked[a] = s
 		rs.changed = rs.changed || !had || p != s
 		if rs.held != nil {
@@ -73,20 +74,4 @@ func (l *Loops) shape(rs *resourceState, out *PolicyOutput) {
 		rs.held.prune()
 	}
 	rs.changed = rs.changed || len(rs.asked) != len(asked)
-}
-
-// dense is settings by consumer index (PolicyInput.Consumers'), in
-// rs.set, which shape makes and keeps as it changes out.Settings, and
-// track and publish read: a map lookup per consumer in each was a tenth
-// of a 10,000-consumer tick. Every setting is an input consumer's
-// (shape).
-func (rs *resourceState) dense(settings map[netip.Addr]throttle.Setting) []throttle.Setting {
-	rs.set = grow(rs.set, len(rs.in.Consumers))
-	clear(rs.set)
-	for a, s := range settings {
-		if k, ok := rs.plan.indexOf(a); ok {
-			rs.set[k] = s
-		}
-	}
-	return rs.set
 }

@@ -56,7 +56,7 @@ func (l *Loops) step(r *genResource, g *generation, td tickData, now time.Time) 
 	out := l.decide(rs, &st, step)
 	l.shape(rs, &out)
 	l.track(rs, name, &st, now)
-	l.publish(rs, name, &st, out)
+	l.publish(rs, name, &st)
 }
 
 // prepare builds a resource's state on its first tick and recompiles its
@@ -442,21 +442,16 @@ func (l *Loops) decide(rs *resourceState, st *ResourceStatus, step int) PolicyOu
 // publish is the publish stage: each consumer's setting on its status
 // row, and the resource's status where the API, metrics and the cluster
 // seam read it.
-func (l *Loops) publish(rs *resourceState, name string, st *ResourceStatus, out PolicyOutput) {
-	if len(out.Settings) > 0 {
-		set := rs.set
-		for k := range st.Consumers {
-			if s := set[k]; !s.IsZero() {
-				st.Consumers[k].Throttled, st.Consumers[k].Setting = true, s
-				st.Consumers[k].Held = rs.held.holding(rs.in.Consumers[k].Addr)
-			}
+func (l *Loops) publish(rs *resourceState, name string, st *ResourceStatus) {
+	for k, s := range rs.set { // static consumers too: what the resource asks of anyone
+		if s.IsZero() {
+			continue
 		}
-		// Static consumers too: what the resource asks of anyone.
-		for _, s := range set {
-			if !s.IsZero() {
-				st.Slowed++
-				st.MaxReadDelay, st.MaxWriteDelay = max(st.MaxReadDelay, s.ReadDelay), max(st.MaxWriteDelay, s.WriteDelay)
-			}
+		st.Slowed++
+		st.MaxReadDelay, st.MaxWriteDelay = max(st.MaxReadDelay, s.ReadDelay), max(st.MaxWriteDelay, s.WriteDelay)
+		if k < len(st.Consumers) {
+			st.Consumers[k].Throttled, st.Consumers[k].Setting = true, s
+			st.Consumers[k].Held = rs.held.holding(rs.in.Consumers[k].Addr)
 		}
 	}
 	// The published status owns its slices, which Status deep-copies:

@@ -64,7 +64,7 @@ func TestStageDecide(t *testing.T) {
 			}
 			for _, h := range stageHosts {
 				a := stageAddr[h]
-				if got, want := out.Settings[a], interferer(h, tc.want); got != want {
+				if got, want := byAddr(&rs.in, out)[a], interferer(h, tc.want); got != want {
 					t.Errorf("%s: decided %+v, want %+v", h, got, want)
 				}
 				if rs.slowed[a] != (h != "b2") {
@@ -111,8 +111,8 @@ func TestStageShape(t *testing.T) {
 					a := stageAddr[h]
 					w := interferer(h, want)
 					got, ok := rs.asked[a]
-					if got != w || out.Settings[a] != w || ok == w.IsZero() {
-						t.Errorf("tick %d, %s: shaped %+v (policy's output %+v), want %+v", tick, h, got, out.Settings[a], w)
+					if set := byAddr(&rs.in, out); got != w || set[a] != w || ok == w.IsZero() {
+						t.Errorf("tick %d, %s: shaped %+v (policy's output %+v), want %+v", tick, h, got, set[a], w)
 					}
 				}
 				// The policy asks the last tick's settings from the first:
@@ -139,12 +139,12 @@ func TestStagePublish(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, rs, st, _ := decidedAt(t, "testdata/stages/read-backup-baseline.csv", 7.0, 0)
-			out := PolicyOutput{Settings: map[netip.Addr]throttle.Setting{}}
+			set := map[netip.Addr]throttle.Setting{}
 			for h, s := range tc.settings {
-				out.Settings[stageAddr[h]] = s
+				set[stageAddr[h]] = s
 			}
-			rs.dense(out.Settings)
-			l.publish(rs, "vg1", &st, out)
+			rs.set = bySlot(&rs.in, set)
+			l.publish(rs, "vg1", &st)
 			pub := l.Status()
 			if len(pub) != 1 || pub[0].Name != "vg1" {
 				t.Fatalf("published %+v, want vg1's status", pub)

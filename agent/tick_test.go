@@ -483,7 +483,7 @@ func sharedLUNs(t *testing.T, cmds bool) {
 		if h == "b2" {
 			want = throttle.Setting{}
 		}
-		if got := out.Settings[stageAddr[h]]; got != want {
+		if got := byAddr(&rs.in, out)[stageAddr[h]]; got != want {
 			t.Errorf("%s: %+v, want %+v", h, got, want)
 		}
 	}
