@@ -57,17 +57,23 @@ func (r *runner) writeAgentConfigOn(path, backend, http string, thr time.Duratio
 			b.WriteString(r.consumerDevicesYAML())
 		}
 	} else {
-		var devs, thr []string
-		for _, l := range r.Res.LUNs {
-			devs = append(devs, l.Loop)
-			if l.Host != "b2" {
-				thr = append(thr, lab.HostAddr(l.Host).String())
-			}
-		}
-		fmt.Fprintf(&b, "discovery:\n  source: static\nresources:\n  - name: %s\n    devices: [%s]\n    important: [%s]\n    throttleable: [%s]\n",
-			r.Res.Name, strings.Join(devs, ", "), lab.HostAddr("b2"), strings.Join(thr, ", "))
+		b.WriteString(r.staticResourceYAML())
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// staticResourceYAML is static discovery of the resource: its LUNs'
+// devices and extra ones, b2 important, the other hosts throttleable.
+func (r *runner) staticResourceYAML(extraDevs ...string) string {
+	var devs, thr []string
+	for _, l := range r.Res.LUNs {
+		devs = append(devs, l.Loop)
+		if l.Host != "b2" {
+			thr = append(thr, lab.HostAddr(l.Host).String())
+		}
+	}
+	return fmt.Sprintf("discovery:\n  source: static\nresources:\n  - name: %s\n    devices: [%s]\n    important: [%s]\n    throttleable: [%s]\n",
+		r.Res.Name, strings.Join(append(devs, extraDevs...), ", "), lab.HostAddr("b2"), strings.Join(thr, ", "))
 }
 
 // scaledWriteMBs is the agent's throttleable_write_mb_s on a modelled

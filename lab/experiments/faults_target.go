@@ -165,17 +165,8 @@ func faultDeviceGone(r *runner) Fault {
 	}
 	dev = strings.TrimSpace(dev)
 	defer lab.Exec("losetup", "-d", dev)
-	var devs, thr []string
-	for _, l := range r.Res.LUNs {
-		devs = append(devs, l.Loop)
-		if l.Host != "b2" {
-			thr = append(thr, lab.HostAddr(l.Host).String())
-		}
-	}
-	devs = append(devs, filepath.Base(dev))
 	cfg := filepath.Join(r.Dir, "agent-device.yaml")
-	y := fmt.Sprintf("backend: delayline\nhttp: 127.0.0.1:9311\nthreshold: 15ms\ndiscovery:\n  source: static\nresources:\n  - name: %s\n    devices: [%s]\n    important: [%s]\n    throttleable: [%s]\n",
-		r.Res.Name, strings.Join(devs, ", "), lab.HostAddr("b2"), strings.Join(thr, ", "))
+	y := "backend: delayline\nhttp: 127.0.0.1:9311\nthreshold: 15ms\n" + r.staticResourceYAML(filepath.Base(dev))
 	if err := os.WriteFile(cfg, []byte(y), 0o644); err != nil {
 		return failed(f, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,5 +196,32 @@ func TestInitiatorPoolsRepeats(t *testing.T) {
 	}
 	if in := initiator(&lab.PhaseResult{Phase: p}); in != nil {
 		t.Errorf("no reads logged: %+v, want none", in)
+	}
+}
+
+// The pid agent's config (and the device fault's, with an extra device)
+// names the LUNs' devices statically, b2 important and the other hosts
+// throttleable.
+func TestStaticAgentConfig(t *testing.T) {
+	res := &lab.Resource{Name: "vg1"}
+	for i, h := range lab.Hosts {
+		res.LUNs = append(res.LUNs, lab.LUN{Host: h, Number: i + 1, Loop: fmt.Sprintf("loop%d", i)})
+	}
+	r := wrap(lab.PlanRunner(nil, res, lab.RunOptions{}), Options{})
+	p := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := r.writeAgentConfig(p, "delayline", "127.0.0.1:9311", 15*time.Millisecond, false); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cfg.Resources[0]
+	if cfg.Discovery.Source != "static" || strings.Join(got.Devices, ",") != "loop0,loop1,loop2,loop3" ||
+		strings.Join(got.Important, ",") != "10.99.0.2" || strings.Join(got.Throttleable, ",") != "10.99.0.3,10.99.0.4,10.99.0.5" {
+		t.Errorf("static config: source %s, resource %+v", cfg.Discovery.Source, got)
+	}
+	if y := r.staticResourceYAML("loop9"); !strings.Contains(y, "devices: [loop0, loop1, loop2, loop3, loop9]") {
+		t.Errorf("with an extra device:\n%s", y)
 	}
 }
