@@ -11,14 +11,30 @@ import (
 	"time"
 )
 
-// runLock is held by a running experiment, so that `lab down` (or a
-// rebuilding `lab up`) does not pull the lab from under it.
-type runLock struct{ f *os.File }
+// fileLock is a held flock: the run lock, held by a running experiment
+// so that `lab down` (or a rebuilding `lab up`) does not pull the lab
+// from under it, or the lab lock (lockLab).
+type fileLock struct{ f *os.File }
+
+// hold marks the locked f as this process's (its pid and command line,
+// which whoever waits for it names).
+func hold(f *os.File) *fileLock {
+	f.Truncate(0)
+	f.WriteAt([]byte(fmt.Sprintf("pid %d: %s", os.Getpid(), strings.Join(os.Args, " "))), 0)
+	return &fileLock{f: f}
+}
+
+func (l *fileLock) release() {
+	if l != nil && l.f != nil {
+		l.f.Truncate(0)
+		l.f.Close()
+	}
+}
 
 func lockPath() string { return filepath.Join(StateDir, "run.lock") }
 
 // acquireRunLock takes the lab's run lock without waiting.
-func acquireRunLock() (*runLock, error) {
+func acquireRunLock() (*fileLock, error) {
 	f, err := os.OpenFile(lockPath(), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
@@ -31,16 +47,7 @@ func acquireRunLock() (*runLock, error) {
 		}
 		return nil, err
 	}
-	f.Truncate(0)
-	fmt.Fprintf(f, "pid %d: %s", os.Getpid(), strings.Join(os.Args, " "))
-	return &runLock{f: f}, nil
-}
-
-func (l *runLock) release() {
-	if l != nil && l.f != nil {
-		l.f.Truncate(0)
-		l.f.Close()
-	}
+	return hold(f), nil
 }
 
 // ErrRunning says an experiment holds the lab.
@@ -65,12 +72,9 @@ func checkIdle() error {
 // removed and made anew would let two holders in.
 const labLockPath = "/run/sanqos-lab.lock"
 
-// labLock is the held lab lock.
-type labLock struct{ f *os.File }
-
 // lockLab takes the lab lock, waiting at most wait for another lab
 // command to finish; a holder killed with SIGKILL frees it at once.
-func lockLab(wait time.Duration, log io.Writer) (*labLock, error) {
+func lockLab(wait time.Duration, log io.Writer) (*fileLock, error) {
 	f, err := os.OpenFile(labLockPath, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
@@ -98,14 +102,5 @@ func lockLab(wait time.Duration, log io.Writer) (*labLock, error) {
 		}
 		time.Sleep(100 * time.Millisecond) // another process's lock: nothing to wait on but the lock
 	}
-	f.Truncate(0)
-	f.WriteAt([]byte(fmt.Sprintf("pid %d: %s", os.Getpid(), strings.Join(os.Args, " "))), 0)
-	return &labLock{f: f}, nil
-}
-
-func (l *labLock) release() {
-	if l != nil && l.f != nil {
-		l.f.Truncate(0)
-		l.f.Close()
-	}
+	return hold(f), nil
 }

@@ -115,7 +115,7 @@ type Runner struct {
 	trace    *csv.Writer
 	traceF   *os.File
 	progress *progress
-	lock     *runLock
+	lock     *fileLock
 	// ctx ends the run: Run stops its phase's fio and returns ctx.Err().
 	// A Runner is one run, so it carries the run's context, as an
 	// http.Request does, for every phase an experiment starts.
