@@ -329,3 +329,41 @@ func TestSharedQueueRuleByDirection(t *testing.T) {
 		})
 	}
 }
+
+// A tick's queue weighs by the tick's length: after a stall (a starved
+// guest: a tick 800 ms late) the ticker's next tick comes 0-100 ms
+// later (the LIO guest's 180 ms, then 20 ms), and a few milliseconds'
+// Little's law is one command's rate × a whole read's wait (1 command
+// in 5 ms × 30 ms: 6). Weighed as a full 100 ms tick, it took a
+// one-at-a-time reader on shared LUNs to 1.8-3.3.
+func TestQueueWeighsTicksByLength(t *testing.T) {
+	type tick struct {
+		secs, cmds float64 // the interval; the reader's commands in it
+		reads      uint64  // completed in it
+		waitMs     float64
+	}
+	steady := tick{0.1, 3, 3, 30}
+	for _, tc := range []struct {
+		name  string
+		ticks []tick
+	}{
+		{"steady", []tick{steady, steady, steady}},
+		{"a late tick, then one at once", []tick{steady, {0.8, 4, 4, 200}, {0.005, 1, 1, 30}, steady}},
+		{"two late ticks", []tick{{0.8, 4, 4, 200}, {0.002, 1, 1, 30}, steady, {0.8, 4, 4, 200}, {0.002, 1, 1, 30}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &Loops{cfg: LoopConfig{Interval: 100 * time.Millisecond, Cost: cost.Default()}}
+			pc, load := &planConsumer{addr: c1, devs: []int{0}}, &loadEstimate{}
+			var ci ConsumerInput
+			for i := range 20 {
+				tk := tc.ticks[i%len(tc.ticks)]
+				iv := sample.Interval{Seconds: tk.secs, Reads: tk.reads, ReadWaitMs: tk.waitMs, ReadBps: float64(tk.reads) * 8192 / tk.secs}
+				l.measureConsumer(&ci, pc, load, &lastValue{}, devIntervals{iv: []sample.Interval{iv}, ok: []bool{true}},
+					sample.Rate{ReadBps: iv.ReadBps, CommandsPerSec: tk.cmds / tk.secs}, true)
+				if ci.Queue >= 1.25 {
+					t.Fatalf("tick %d: the reader's queue %.2f, saturating", i, ci.Queue)
+				}
+			}
+		})
+	}
+}

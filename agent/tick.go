@@ -302,8 +302,10 @@ func (l *Loops) measureConsumer(ci *ConsumerInput, pc *planConsumer, load *loadE
 	if secs > 0 {
 		ci.ReadIOPS, ci.WriteIOPS = nr/secs, nw/secs
 		// Idle as the idle hold judges it (hold.go), so the estimate
-		// rests exactly while the hold keeps the delays.
-		load.observe(l.cfg.Interval, l.cfg.IdleHold, !idle(*ci), devQueue, devLoad, rb)
+		// rests exactly while the hold keeps the delays. Weighed by the
+		// interval's length: the tick that comes at once after a late
+		// one books a whole wait in a few ms (TestQueueWeighsTicksByLength).
+		load.observe(time.Duration(math.Round(secs*1e9)), l.cfg.IdleHold, !idle(*ci), devQueue, devLoad, rb)
 	}
 	ci.Queue, ci.Load, ci.ReadEWMA = load.queue, load.load, load.readBps
 	ci.WriteEWMA, _ = rate.Update(wb)
