@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
 )
 
@@ -55,11 +53,6 @@ func StartEtcd() error {
 	if _, err := exec.LookPath("etcd"); err != nil {
 		return fmt.Errorf("etcd not found (apt-get install etcd-server): %w", err)
 	}
-	logf, err := os.OpenFile(EtcdLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
 	peer := "http://127.0.0.1:2380"
 	cmd := exec.Command("ip", "netns", "exec", SwitchNS, "etcd", "--name", "sanqos-lab",
 		"--data-dir", etcdDataDir(),
@@ -71,10 +64,7 @@ func StartEtcd() error {
 		// history only grows until etcd's quota stops all writes.
 		"--auto-compaction-mode", "revision", "--auto-compaction-retention", "10000",
 		"--logger", "zap", "--log-outputs", "stderr")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	CloexecInherited()
-	if err := cmd.Start(); err != nil {
+	if err := startDetached(cmd, EtcdLog()); err != nil {
 		return err
 	}
 	// ip netns exec execs etcd in place: the pid is etcd's. A lab an

@@ -295,24 +295,12 @@ func startServe(s *State, id string) error {
 	if err != nil {
 		return err
 	}
-	logf, err := os.OpenFile(ServeLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
 	cmd := exec.Command(self, "lab", "serve")
 	// The env vars let a test binary (whose TestMain calls ServeIfAsked)
 	// act as the supervisor, label the supervisor (Down finds it by them,
 	// not by the binary's name) and name its lab.
 	cmd.Env = append(os.Environ(), serveEnv+"=1", labIDEnv+"="+id)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	// The supervisor outlives this process; it (and the tgtd it starts)
-	// must not keep descriptors this process inherited. Run as
-	// `flock LOCK sanqos-lab lab up`, it held the lock for as long as the lab
-	// was up.
-	CloexecInherited()
-	if err := cmd.Start(); err != nil {
+	if err := startDetached(cmd, ServeLog); err != nil {
 		return err
 	}
 	s.ServePID = cmd.Process.Pid
@@ -409,6 +397,23 @@ func (s *State) Health() []string {
 		}
 	}
 	return p
+}
+
+// startDetached starts cmd in its own session, so that it outlives this
+// command, with its output appended to logPath. It (and what it starts,
+// the supervisor's tgtd) keeps none of the descriptors this process
+// inherited: run as `flock LOCK sanqos-lab lab up`, the supervisor held
+// the lock for as long as the lab was up.
+func startDetached(cmd *exec.Cmd, logPath string) error {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	CloexecInherited()
+	return cmd.Start()
 }
 
 // CloexecInherited marks every descriptor above stderr close-on-exec. Go
