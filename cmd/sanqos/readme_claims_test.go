@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -63,6 +64,27 @@ func TestReadmeClaims(t *testing.T) {
 		{"the kernel NVMe target are discovered automatically", func() error { return eq(d.Discovery.Source, "auto") }},
 		{"`quick_ack: false` leaves your routes alone", func() error {
 			return firstErr(eq(d.QuickAck, true), valid("quick_ack: false\n", true))
+		}},
+		{"With a delay backend and `write_delay_on: replies` (the default; not in bridge mode) it also sets the route metric `quickack`", func() error {
+			// Only the first tries (and, on no such device, says it could not).
+			for _, c := range []struct {
+				o   backendOptions
+				try bool
+			}{
+				{backendOptions{Name: "edt", QuickAck: true, Options: throttle.Options{Chain: "OUTPUT"}}, true},
+				{backendOptions{Name: "edt", QuickAck: true, Options: throttle.Options{Chain: "OUTPUT", WriteOn: "acks"}}, false},
+				{backendOptions{Name: "edt", QuickAck: true, Options: throttle.Options{Chain: "FORWARD"}}, false},
+				{backendOptions{Name: "htb", QuickAck: true, Options: throttle.Options{Chain: "OUTPUT"}}, false},
+				{backendOptions{Name: "edt", QuickAck: true, DryRun: true, Options: throttle.Options{Chain: "OUTPUT"}}, false},
+				{backendOptions{Name: "edt", Options: throttle.Options{Chain: "OUTPUT"}}, false},
+			} {
+				var log strings.Builder
+				c.o.Device = "sanqos-none0"
+				if q := enableQuickAck(c.o, slog.New(slog.NewTextHandler(&log, nil))); q != nil || strings.Contains(log.String(), "quickack not set") != c.try {
+					return fmt.Errorf("%+v: tried %v, want %v (%s)", c.o, !c.try, c.try, log.String())
+				}
+			}
+			return eq(d.WriteDelayOn, "replies")
 		}},
 		{"netem leaves (one per 0.5 ms step)", func() error { return eq(d.DelayStep, 500*time.Microsecond) }},
 		{"SIOC's rule: the wait at 90 % of the peak throughput, never under 1.15 × the floor", func() error {
