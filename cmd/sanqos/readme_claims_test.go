@@ -105,6 +105,9 @@ func TestReadmeClaims(t *testing.T) {
 			}
 			return nil
 		}},
+		{"edt's program, the write caps and netem's marks lapse within a second unless the running agent refreshes them", func() error {
+			return eq(throttle.DefaultMarkTTL, time.Second) // their lease's TTL: the agent sets none
+		}},
 		{"one iptables rule per family sending the target's packets to them to `NFQUEUE --queue-bypass`", func() error {
 			return contains("throttle/delayline.go", `"NFQUEUE", "--queue-num"`, `"--queue-bypass"`)
 		}},
