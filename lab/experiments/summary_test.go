@@ -109,14 +109,7 @@ func TestAgentConfigDefaults(t *testing.T) {
 	} {
 		o := Options{AgentYAML: tc.set}
 		r := wrap(lab.PlanRunner(nil, &lab.Resource{Name: "vg1"}, o.RunOptions), o)
-		p := filepath.Join(t.TempDir(), "agent.yaml")
-		if err := r.writeAgentConfig(p, "delayline", "127.0.0.1:9311", 15*time.Millisecond, true); err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := config.Load(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cfg := writtenConfig(t, r, 15*time.Millisecond, true)
 		if cfg.MaxDelay != tc.want || cfg.Objective != def.Objective || cfg.DelayStep != def.DelayStep || cfg.PID != def.PID {
 			t.Errorf("--agent-set %q: max_delay %v objective %s step %v pid %+v, want max_delay %v and the defaults",
 				tc.set, cfg.MaxDelay, cfg.Objective, cfg.DelayStep, cfg.PID, tc.want)
@@ -133,16 +126,7 @@ func TestAgentConfigLUNMap(t *testing.T) {
 	}
 	for _, lunMap := range []bool{false, true} {
 		r := wrap(lab.PlanRunner(nil, res, lab.RunOptions{}), Options{LUNMap: lunMap})
-		p := filepath.Join(t.TempDir(), "agent.yaml")
-		if err := r.writeAgentConfig(p, "delayline", "127.0.0.1:9311", 15*time.Millisecond, true); err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := config.Load(p)
-		if err != nil {
-			b, _ := os.ReadFile(p)
-			t.Fatalf("lun map %v: %v\n%s", lunMap, err, b)
-		}
-		got := cfg.Resources[0].ConsumerDevices
+		got := writtenConfig(t, r, 15*time.Millisecond, true).Resources[0].ConsumerDevices
 		if !lunMap {
 			if len(got) != 0 {
 				t.Errorf("without --lun-map: consumer_devices %v", got)
@@ -161,7 +145,6 @@ func TestAgentConfigLUNMap(t *testing.T) {
 // 4 MB/s), the agent's heavy-writer floor scales with it; on the
 // default disk the agent's own default stays.
 func TestAgentWriteFloorFollowsTheDisk(t *testing.T) {
-	dir := t.TempDir()
 	for _, tc := range []struct {
 		bw   float64
 		want float64
@@ -169,15 +152,7 @@ func TestAgentWriteFloorFollowsTheDisk(t *testing.T) {
 		o := lab.DefaultOptions()
 		o.Model.Bandwidth = tc.bw
 		r := wrap(lab.PlanRunner(&lab.State{Options: o}, &lab.Resource{Name: "vg1"}, lab.RunOptions{}), Options{})
-		p := filepath.Join(dir, "agent.yaml")
-		if err := r.writeAgentConfig(p, "delayline", "127.0.0.1:9311", 40*time.Millisecond, true); err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := config.Load(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cfg.WriteMBs != tc.want {
+		if cfg := writtenConfig(t, r, 40*time.Millisecond, true); cfg.WriteMBs != tc.want {
 			t.Errorf("disk %g B/s: throttleable_write_mb_s %g, want %g", tc.bw, cfg.WriteMBs, tc.want)
 		}
 	}
@@ -208,14 +183,7 @@ func TestStaticAgentConfig(t *testing.T) {
 		res.LUNs = append(res.LUNs, lab.LUN{Host: h, Number: i + 1, Loop: fmt.Sprintf("loop%d", i)})
 	}
 	r := wrap(lab.PlanRunner(nil, res, lab.RunOptions{}), Options{})
-	p := filepath.Join(t.TempDir(), "agent.yaml")
-	if err := r.writeAgentConfig(p, "delayline", "127.0.0.1:9311", 15*time.Millisecond, false); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := writtenConfig(t, r, 15*time.Millisecond, false)
 	got := cfg.Resources[0]
 	if cfg.Discovery.Source != "static" || strings.Join(got.Devices, ",") != "loop0,loop1,loop2,loop3" ||
 		strings.Join(got.Important, ",") != "10.99.0.2" || strings.Join(got.Throttleable, ",") != "10.99.0.3,10.99.0.4,10.99.0.5" {
@@ -224,4 +192,20 @@ func TestStaticAgentConfig(t *testing.T) {
 	if y := r.staticResourceYAML("loop9"); !strings.Contains(y, "devices: [loop0, loop1, loop2, loop3, loop9]") {
 		t.Errorf("with an extra device:\n%s", y)
 	}
+}
+
+// writtenConfig is the delay-line agent's config r writes for threshold
+// thr, loaded as the agent would.
+func writtenConfig(t *testing.T, r *runner, thr time.Duration, autonomic bool) *config.Config {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := r.writeAgentConfig(p, "delayline", "127.0.0.1:9311", thr, autonomic); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(p)
+	if err != nil {
+		b, _ := os.ReadFile(p)
+		t.Fatalf("%v\n%s", err, b)
+	}
+	return cfg
 }
