@@ -72,6 +72,9 @@ type PolicyInput struct {
 	// with settings() and throttleable().
 	settingsBuf []throttle.Setting
 	thrBuf      []int
+	// plan is the loop's layout of Consumers (nil outside the loop): a
+	// policy may keep state by index while it is the same.
+	plan *plan
 }
 
 // settings returns PolicyOutput.Settings with nobody slowed.

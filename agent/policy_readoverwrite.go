@@ -38,10 +38,10 @@ func (p *readOverWrite) Decide(in *PolicyInput) PolicyOutput {
 	if in.Output > 0 {
 		out.Settings = in.settings()
 	}
-	p.bulk.tick()
+	p.bulk.tick(in)
 	for k := range in.Consumers {
 		c := &in.Consumers[k]
-		if !p.bulk.member(c, in) {
+		if !p.bulk.member(k, c, in) {
 			continue
 		}
 		out.Throttleable = append(out.Throttleable, k)

@@ -117,22 +117,22 @@ func TestBulkSetIsStickyWhileRegulated(t *testing.T) {
 			var s bulkSet
 			b := labBackup
 			for i, tk := range tc.ticks {
-				s.tick()
 				b.Queue, b.ReadEWMA, b.WriteEWMA = tk.queue, tk.readMBs*1e6, tk.writeMBs*1e6
-				in := &PolicyInput{BulkQueue: mark, ReadBps: 1e6, WriteBps: 1e6}
+				in := &PolicyInput{BulkQueue: mark, ReadBps: 1e6, WriteBps: 1e6, Consumers: []ConsumerInput{b}}
 				if tk.regulated {
 					in.Output = time.Millisecond
 				}
-				if got := s.member(&b, in); got != tk.want {
-					t.Fatalf("tick %d (%+v): member %v, want %v", i, tk, got, tk.want)
+				if s.tick(in); s.member(0, &b, in) != tk.want {
+					t.Fatalf("tick %d (%+v): member %v, want %v", i, tk, !tk.want, tk.want)
 				}
 			}
 		})
 	}
 	var s bulkSet
-	s.tick()
-	off := &PolicyInput{Output: time.Millisecond}
-	if c := important(labBackup); s.member(&c, &PolicyInput{BulkQueue: mark, ReadBps: 1e6, WriteBps: 1e6, Output: time.Millisecond}) || s.member(&labBackup, off) {
+	c := important(labBackup)
+	on := &PolicyInput{BulkQueue: mark, ReadBps: 1e6, WriteBps: 1e6, Output: time.Millisecond, Consumers: []ConsumerInput{c, labBackup}}
+	off := &PolicyInput{Output: time.Millisecond, Consumers: on.Consumers}
+	if s.tick(on); s.member(0, &c, on) || s.member(1, &labBackup, off) {
 		t.Error("an important consumer, or a backup with every rule off, joined")
 	}
 }

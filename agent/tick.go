@@ -194,7 +194,7 @@ func (l *Loops) measure(rs *resourceState, d devIntervals, rates map[netip.Addr]
 	*in = PolicyInput{Now: now, Interval: l.cfg.Interval, ThresholdMs: thresholdMs,
 		DelayStep: l.cfg.DelayStep, MaxDelay: l.cfg.MaxDelay, WriteBps: l.cfg.WriteBps, BulkQueue: l.cfg.BulkQueue, ReadBps: l.cfg.ReadBps,
 		Consumers:   grow(in.Consumers, len(p.consumers)), // each row written whole by measureConsumer
-		settingsBuf: in.settingsBuf, thrBuf: in.thrBuf}
+		settingsBuf: in.settingsBuf, thrBuf: in.thrBuf, plan: p}
 	sts := rs.sts[:0] // publish copies it out under the lock
 	for k := range p.consumers {
 		pc := &p.consumers[k]
