@@ -76,6 +76,14 @@ func (p *plan) indexOf(a netip.Addr) (int, bool) {
 	return k, ok
 }
 
+// addr is the address of consumer k (PolicyInput.Consumers' index).
+func (p *plan) addr(k int) netip.Addr {
+	if k < len(p.consumers) {
+		return p.consumers[k].addr
+	}
+	return p.static[k-len(p.consumers)].addr
+}
+
 // matches reports whether the plan was compiled from a view equal to v.
 func (p *plan) matches(v ResourceView) bool {
 	if !slices.Equal(p.devices, v.Devices) || len(p.consumers) != len(v.Consumers) {
