@@ -241,7 +241,7 @@ func (l *Loops) event(et eventTick, c *ConsumerInput, k EventKind, s throttle.Se
 // qualifies says c meets one of the default policy's rules for slowing
 // (saturation.go), whatever its class.
 func qualifies(c *ConsumerInput, in *PolicyInput) bool {
-	return c.Static || c.WriteEWMA > in.WriteBps || saturates(*c, in.BulkQueue, in.ReadBps)
+	return c.Static || c.WriteEWMA > in.WriteBps || saturates(c, in.BulkQueue, in.ReadBps)
 }
 
 // qualifyReason words the first rule c meets.
@@ -277,7 +277,7 @@ func slowReason(c *ConsumerInput, in *PolicyInput, s throttle.Setting, policy st
 // with the controller's delay this tick.
 func releaseReason(c *ConsumerInput, prev tracked, delay time.Duration) string {
 	switch {
-	case prev.held && idle(*c):
+	case prev.held && idle(c):
 		return "released: idle longer than idle_hold"
 	case delay == 0:
 		return "released: resource below threshold"

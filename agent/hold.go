@@ -50,7 +50,7 @@ type held struct {
 type holds map[netip.Addr]*held
 
 // idle reports whether a consumer moved nothing this tick.
-func idle(c ConsumerInput) bool { return c.ReadBps+c.WriteBps < idleBps }
+func idle(c *ConsumerInput) bool { return c.ReadBps+c.WriteBps < idleBps }
 
 // apply returns the setting for c this tick: the policy's ask, or, while
 // c's delays are held, the larger of each delay.
@@ -60,7 +60,7 @@ func (h holds) apply(c ConsumerInput, ask throttle.Setting, dt, hold time.Durati
 		return ask
 	}
 	e.seen = true
-	if idle(c) {
+	if idle(&c) {
 		e.idleFor += dt
 		e.resumed = 0
 		if e.idleFor > hold {
@@ -88,7 +88,7 @@ func (h holds) apply(c ConsumerInput, ask throttle.Setting, dt, hold time.Durati
 // slowed while it moved data are what a later idle spell holds.
 func (h holds) record(c ConsumerInput, s throttle.Setting) {
 	d := delays(s)
-	if idle(c) || d.IsZero() {
+	if idle(&c) || d.IsZero() {
 		return
 	}
 	if e := h[c.Addr]; e != nil && e.idleFor > 0 {

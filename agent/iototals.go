@@ -22,7 +22,7 @@ type IOTotals struct {
 }
 
 // addInterval adds one device's interval.
-func (t *IOTotals) addInterval(iv sample.Interval) {
+func (t *IOTotals) addInterval(iv *sample.Interval) {
 	t.ReadBytes += iv.ReadBps * iv.Seconds
 	t.WrittenBytes += iv.WriteBps * iv.Seconds
 	t.Reads += float64(iv.Reads)
@@ -77,18 +77,18 @@ func (rs *resourceState) count(st *ResourceStatus, d devIntervals, ind indicatio
 	}
 	for i := range p.devices {
 		if d.ok[i] && !c.again[i] {
-			c.res.addInterval(d.iv[i])
+			c.res.addInterval(&d.iv[i])
 		}
 	}
 	c.res.IndicatorReads += ind.reads
 	c.res.IndicatorReadWaitSeconds += ind.readTicks / 1e3
 	st.IO = c.res
-	for k, pc := range p.consumers {
-		t := &c.cons[k]
+	for k := range p.consumers {
+		pc, t := &p.consumers[k], &c.cons[k]
 		var own IOTotals
 		for _, i := range pc.devs {
 			if i >= 0 && d.ok[i] {
-				own.addInterval(d.iv[i])
+				own.addInterval(&d.iv[i])
 			}
 		}
 		t.HasIO = pc.exclusive

@@ -172,7 +172,7 @@ func (s *bulkSet) member(k int, c *ConsumerInput, in *PolicyInput) bool {
 		return false
 	}
 	mark := in.BulkQueue
-	rule := c.Static || c.WriteEWMA > in.WriteBps || saturates(*c, mark, in.ReadBps)
+	rule := c.Static || c.WriteEWMA > in.WriteBps || saturates(c, mark, in.ReadBps)
 	is := rule || ((in.Output > 0 || (mark > 0 && c.Queue >= mark/2)) && s.was[k])
 	if is {
 		s.is[k], s.addrs = true, append(s.addrs, c.Addr)
@@ -183,7 +183,7 @@ func (s *bulkSet) member(k int, c *ConsumerInput, in *PolicyInput) bool {
 // saturates is the direction-blind part of the rules: a queue at the
 // mark or a read rate above readBps (either 0: that rule is off). The
 // policy's set and the onset detector's signal both ask it.
-func saturates(c ConsumerInput, mark, readBps float64) bool {
+func saturates(c *ConsumerInput, mark, readBps float64) bool {
 	return (readBps > 0 && c.ReadEWMA > readBps) || (mark > 0 && c.Queue >= mark)
 }
 

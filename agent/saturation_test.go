@@ -266,12 +266,12 @@ func TestQueueRuleCountsRequestsInFlight(t *testing.T) {
 			for i, tk := range tc.ticks {
 				iv := sample.Interval{Seconds: tk.secs, Reads: tk.reads, Writes: tk.writes, ReadWaitMs: tk.waitMs, WriteWaitMs: tk.waitMs,
 					ReadBps: float64(tk.reads) * 8192 / tk.secs, WriteBps: float64(tk.writes) * 65536 / tk.secs, InFlight: tk.inFlight}
-				l.measureConsumer(&ci, pc, load, &lastValue{}, devIntervals{iv: []sample.Interval{iv}, ok: []bool{true}}, sample.Rate{}, false)
-				if got := saturates(ci, 1.25, 1e6); got && !tc.want {
+				l.measureConsumer(&ci, pc, load, &lastValue{}, &devIntervals{iv: []sample.Interval{iv}, ok: []bool{true}}, &sample.Rate{}, false)
+				if got := saturates(&ci, 1.25, 1e6); got && !tc.want {
 					t.Fatalf("tick %d: saturating with a queue of %.2f, want never", i, ci.Queue)
 				}
 			}
-			if got := saturates(ci, 1.25, 1e6); got != tc.want {
+			if got := saturates(&ci, 1.25, 1e6); got != tc.want {
 				t.Errorf("saturating %v with a queue of %.2f, want %v", got, ci.Queue, tc.want)
 			}
 		})
@@ -320,9 +320,9 @@ func TestSharedQueueRuleByDirection(t *testing.T) {
 				pc, load := &planConsumer{addr: c.addr, devs: []int{0}}, &loadEstimate{}
 				var ci ConsumerInput
 				for range 10 {
-					l.measureConsumer(&ci, pc, load, &lastValue{}, d, c.r, true)
+					l.measureConsumer(&ci, pc, load, &lastValue{}, &d, &c.r, true)
 				}
-				if got := saturates(ci, 1.25, 0); got != c.sat || math.Abs(ci.Queue-c.q) > 0.01 {
+				if got := saturates(&ci, 1.25, 0); got != c.sat || math.Abs(ci.Queue-c.q) > 0.01 {
 					t.Errorf("%v: queue %.2f (saturating %v), want %.2f (%v)", c.addr, ci.Queue, got, c.q, c.sat)
 				}
 			}
@@ -358,8 +358,8 @@ func TestQueueWeighsTicksByLength(t *testing.T) {
 			for i := range 20 {
 				tk := tc.ticks[i%len(tc.ticks)]
 				iv := sample.Interval{Seconds: tk.secs, Reads: tk.reads, ReadWaitMs: tk.waitMs, ReadBps: float64(tk.reads) * 8192 / tk.secs}
-				l.measureConsumer(&ci, pc, load, &lastValue{}, devIntervals{iv: []sample.Interval{iv}, ok: []bool{true}},
-					sample.Rate{ReadBps: iv.ReadBps, CommandsPerSec: tk.cmds / tk.secs}, true)
+				l.measureConsumer(&ci, pc, load, &lastValue{}, &devIntervals{iv: []sample.Interval{iv}, ok: []bool{true}},
+					&sample.Rate{ReadBps: iv.ReadBps, CommandsPerSec: tk.cmds / tk.secs}, true)
 				if ci.Queue >= 1.25 {
 					t.Fatalf("tick %d: the reader's queue %.2f, saturating", i, ci.Queue)
 				}

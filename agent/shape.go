@@ -43,11 +43,12 @@ func (l *Loops) shape(rs *resourceState, out *PolicyOutput) {
 	set := out.Settings
 	rs.set = set
 	hold := marks(rs.plan, rs.held)
-	for k, c := range rs.in.Consumers {
+	for k := range rs.in.Consumers {
+		c := &rs.in.Consumers[k] // a row is 200 bytes: not copied
 		a := c.Addr
 		s := set[k]
 		if hold[k] {
-			s = rs.held.apply(c, s, l.cfg.Interval, l.cfg.IdleHold)
+			s = rs.held.apply(*c, s, l.cfg.Interval, l.cfg.IdleHold)
 		}
 		if s.IsZero() {
 			continue
@@ -67,7 +68,7 @@ func (l *Loops) shape(rs *resourceState, out *PolicyOutput) {
 		rs.asked[a] = s
 		rs.changed = rs.changed || !had || p != s
 		if rs.held != nil {
-			rs.held.record(c, s)
+			rs.held.record(*c, s)
 		}
 	}
 	if rs.held != nil {

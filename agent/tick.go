@@ -204,7 +204,7 @@ func (l *Loops) measure(rs *resourceState, d devIntervals, rates map[netip.Addr]
 			r, wire = rates[pc.addr]
 		}
 		ci := &in.Consumers[k] // in place: a row is 200 bytes
-		l.measureConsumer(ci, pc, &p.loads[k], p.rates[k], d, r, wire)
+		l.measureConsumer(ci, pc, &p.loads[k], p.rates[k], &d, &r, wire)
 		sts = append(sts, ConsumerStatus{Addr: pc.name, ReadBps: ci.ReadBps, WriteBps: ci.WriteBps, WriteEWMA: ci.WriteEWMA, Important: pc.important,
 			Queue: ci.Queue, LoadRead: ci.Load.Read, LoadWrite: ci.Load.Write, SendSRTTMs: ms(r.SendSRTT)})
 	}
@@ -219,14 +219,14 @@ func (l *Loops) measure(rs *resourceState, d devIntervals, rates map[netip.Addr]
 // measureConsumer sums one consumer's devices' intervals into ci and
 // updates its smoothed write rate, queue, load and read rate. With wire,
 // r (its TCP_INFO rates) replaces its devices' rates.
-func (l *Loops) measureConsumer(ci *ConsumerInput, pc *planConsumer, load *loadEstimate, rate Smoother, d devIntervals, r sample.Rate, wire bool) {
+func (l *Loops) measureConsumer(ci *ConsumerInput, pc *planConsumer, load *loadEstimate, rate Smoother, d *devIntervals, r *sample.Rate, wire bool) {
 	*ci = ConsumerInput{Addr: pc.addr, HasDevices: true, Important: pc.important, Static: pc.static}
 	var rb, wb, rTicks, wTicks, nr, nw, secs, inFlight float64
 	for _, i := range pc.devs {
 		if i < 0 || !d.ok[i] {
 			continue
 		}
-		iv := d.iv[i]
+		iv := &d.iv[i]
 		inFlight += float64(iv.InFlight)
 		rb += iv.ReadBps
 		wb += iv.WriteBps
@@ -305,7 +305,7 @@ func (l *Loops) measureConsumer(ci *ConsumerInput, pc *planConsumer, load *loadE
 		// rests exactly while the hold keeps the delays. Weighed by the
 		// interval's length: the tick that comes at once after a late
 		// one books a whole wait in a few ms (TestQueueWeighsTicksByLength).
-		load.observe(time.Duration(math.Round(secs*1e9)), l.cfg.IdleHold, !idle(*ci), devQueue, devLoad, rb)
+		load.observe(time.Duration(math.Round(secs*1e9)), l.cfg.IdleHold, !idle(ci), devQueue, devLoad, rb)
 	}
 	ci.Queue, ci.Load, ci.ReadEWMA = load.queue, load.load, load.readBps
 	ci.WriteEWMA, _ = rate.Update(wb)
@@ -379,7 +379,8 @@ func (l *Loops) control(rs *resourceState, st *ResourceStatus, q float64) int {
 // threshold was called unreachable.
 func (l *Loops) interference(rs *resourceState) (bps float64, n int) {
 	slowed := rs.slowedFlags()
-	for k, c := range rs.in.Consumers {
+	for k := range rs.in.Consumers {
+		c := &rs.in.Consumers[k] // a row is 200 bytes: not copied
 		if c.Important {
 			continue
 		}
