@@ -10,7 +10,7 @@ import (
 // Defaults are the thesis' values where it gives them.
 func Defaults() Config {
 	return Config{
-		Interval: 100 * time.Millisecond, Backend: "auto", Mode: "target", ISCSIPort: 3260,
+		Interval: 100 * time.Millisecond, Backend: "auto", Mode: "target", ISCSIPort: 3260, Ports: []int{3260, 4420},
 		Socket: "/run/sanqos/sanqos.sock", HTTP: "127.0.0.1:9311",
 		Discovery: Discovery{Source: "auto", Interval: time.Second, Refresh: 10 * time.Second},
 		// Tuned in the lab (pid experiment, 15 ms, 12 writers switched on
@@ -46,6 +46,9 @@ func Defaults() Config {
 func (c *Config) applyDefaults(root *yaml.Node) {
 	if lineOf(root, "delay_follow") == 0 {
 		c.DelayFollow = c.WriteDelayOn == "acks"
+	}
+	if lineOf(root, "ports") == 0 && lineOf(root, "iscsi_port") > 0 {
+		c.Ports = []int{c.ISCSIPort} // the one port it names, as before ports
 	}
 	for i := range c.Resources {
 		r := &c.Resources[i]

@@ -39,3 +39,28 @@ func TestValidateOnlyChecks(t *testing.T) {
 		}
 	}
 }
+
+// ports defaults to iSCSI's and NVMe/TCP's ports, and iscsi_port alone
+// means that one port (what it meant before ports), so a file written
+// for one port keeps throttling that port only; yaml replaces the
+// default list, it does not add to it.
+func TestPortsDefaultAndIscsiPortAlias(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want []uint16
+	}{
+		{"", []uint16{3260, 4420}},
+		{"iscsi_port: 4420\n", []uint16{4420}},
+		{"iscsi_port: 3260\n", []uint16{3260}},
+		{"ports: [4420, 4421]\n", []uint16{4420, 4421}},
+		{"ports: [3260]\n", []uint16{3260}},
+	} {
+		c, err := Parse([]byte(tc.yaml + "resources:\n  - name: vg1\n"))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.yaml, err)
+		}
+		if got := c.TCPPorts(); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%q: ports %v, want %v", tc.yaml, got, tc.want)
+		}
+	}
+}

@@ -32,6 +32,11 @@ func TestErrorsExact(t *testing.T) {
 		{"backend", "backend: tc\n", []string{"line 1: backend: tc: want auto|edt|netem|delayline|htb|delayline+htb|edt+htb|dry-run"}},
 		{"mode", "mode: router\n", []string{"line 1: mode: router: want target (OUTPUT chain) or bridge (FORWARD chain)"}},
 		{"iscsi_port", "iscsi_port: 70000\n", []string{"line 1: iscsi_port: 70000: want 1..65535"}},
+		// ports is checked as a whole: each item at its line.
+		{"ports", "ports:\n  - 3260\n  - 70000\n  - 3260\n", []string{"line 3: ports[1]: 70000: want 1..65535", "line 4: ports[2]: 3260: listed twice"}},
+		{"ports empty", "ports: []\n", []string{"line 1: ports: want at least one port"}},
+		{"ports too many", "ports: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]\n", []string{"line 1: ports: 16 ports: want at most 15 (iptables' multiport match)"}},
+		{"ports and iscsi_port", "iscsi_port: 3260\nports: [4420]\n", []string{"line 2: ports: set ports or iscsi_port, not both (iscsi_port: 3260 is ports: [3260])"}},
 		{"socket", "socket: run/s.sock\n", []string{"line 1: socket: run/s.sock: want an absolute path"}},
 		{"http", "http: localhost\n", []string{"line 1: http: localhost: want host:port (e.g. 127.0.0.1:9311), or empty to disable"}},
 		{"ewma_alpha", "ewma_alpha: 1.5\n", []string{"line 1: ewma_alpha: 1.5: want 0 < alpha <= 1"}},

@@ -10,7 +10,7 @@ import (
 // The keys a reload refuses: what agent.Reload refused by hand before the
 // tag, so moving the list onto the struct changed none of them.
 func TestRestartKeys(t *testing.T) {
-	want := []string{"interval", "backend", "mode", "iscsi_port", "device", "capture_interface", "socket", "http", "token",
+	want := []string{"interval", "backend", "mode", "iscsi_port", "ports", "device", "capture_interface", "socket", "http", "token",
 		"delay_step", "max_delay", "delay_rise", "delay_ramp", "delay_follow", "write_delay_on", "quick_ack", "onset_feedforward",
 		"idle_hold", "rate_lever_steps", "throttleable_write_mb_s", "throttleable_queue", "throttleable_read_mb_s"}
 	if got := RestartKeys(); !slices.Equal(got, want) {
@@ -34,6 +34,8 @@ func TestRestartChanges(t *testing.T) {
 			v.SetInt(v.Int() + 1)
 		case reflect.Float64:
 			v.SetFloat(v.Float() + 1)
+		case reflect.Slice:
+			v.Set(reflect.Append(v, reflect.Zero(v.Type().Elem())))
 		default:
 			t.Fatalf("%s: no test change for kind %v", f.Name, v.Kind())
 		}

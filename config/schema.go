@@ -126,9 +126,17 @@ type Config struct {
 	// chain) or bridge (on a Linux bridge in front of it; FORWARD chain,
 	// read wait measured on the wire).
 	Mode string `yaml:"mode" reload:"restart"`
-	// ISCSIPort is the target's TCP port: the traffic from it is throttled
-	// and its connections are the consumers' rates.
+	// ISCSIPort is the target's TCP port when it is one: `iscsi_port: N`
+	// is `ports: [N]`, and bridge portals default to it.
 	ISCSIPort int `yaml:"iscsi_port" reload:"restart"`
+	// Ports are the target's TCP ports: the traffic from any of them is
+	// throttled and their connections are the consumers' rates, whatever
+	// the protocol (iSCSI, NVMe/TCP). By default iSCSI's 3260 and
+	// NVMe/TCP's 4420, so a host serving both protects both; a port with
+	// no traffic costs nothing. At most 15 (iptables' multiport match).
+	// A port the target exports on that is not here is reported (status
+	// UNTHROTTLED PORT, doctor, metric sanqos_unthrottled_port).
+	Ports []int `yaml:"ports" reload:"restart"`
 	// Device is the interface towards the consumers, for the backends
 	// that attach qdiscs (edt, netem, htb, delayline+htb, edt+htb). Default: the
 	// only non-loopback interface that is up; with several, set it.

@@ -56,6 +56,7 @@ func (c *Config) validateAgent(p *problems) {
 	if c.ISCSIPort < 1 || c.ISCSIPort > 65535 {
 		bad("want 1..65535", "iscsi_port")
 	}
+	c.validatePorts(p)
 	if !strings.HasPrefix(c.Socket, "/") {
 		bad("want an absolute path", "socket")
 	}
@@ -161,4 +162,39 @@ func thresholdWant(hint string) string {
 func writeCaps(backend string) bool {
 	e, ok := throttle.Lookup(backend)
 	return ok && e.Caps.Delay && e.Caps.WriteRate
+}
+
+// validatePorts checks ports as a whole: each a TCP port, none twice, at
+// most 15 (iptables' multiport match, which the netfilter backends use),
+// and not beside iscsi_port, which means ports: [N].
+func (c *Config) validatePorts(p *problems) {
+	switch {
+	case lineOf(p.root, "ports") > 0 && lineOf(p.root, "iscsi_port") > 0:
+		p.badBare(fmt.Sprintf("set ports or iscsi_port, not both (iscsi_port: %d is ports: [%d])", c.ISCSIPort, c.ISCSIPort), "ports")
+	case len(c.Ports) == 0:
+		p.badBare("want at least one port", "ports")
+	case len(c.Ports) > 15:
+		p.badBare(fmt.Sprintf("%d ports: want at most 15 (iptables' multiport match)", len(c.Ports)), "ports")
+	}
+	if lineOf(p.root, "ports") == 0 {
+		return // the default, or iscsi_port's, checked as itself
+	}
+	for i, port := range c.Ports {
+		switch {
+		case port < 1 || port > 65535:
+			p.bad("want 1..65535", "ports", i)
+		case slices.Index(c.Ports, port) < i:
+			p.bad("listed twice", "ports", i)
+		}
+	}
+}
+
+// TCPPorts are Ports as the throttle and the samplers take them
+// (validated: each fits).
+func (c *Config) TCPPorts() []uint16 {
+	out := make([]uint16, len(c.Ports))
+	for i, p := range c.Ports {
+		out[i] = uint16(p)
+	}
+	return out
 }

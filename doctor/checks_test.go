@@ -22,6 +22,10 @@ resources:
     throttleable: [10.99.0.3]
 `
 
+// nvmetGuest discovers the guest's nvmet fixture: vg1 exported on 4420
+// and 4421.
+const nvmetGuest = "discovery:\n  source: nvmet\n  root: ../discover/testdata/nvmet-guest/nvmet\nresources:\n  - name: vg1\n    devices: [auto]\n"
+
 // warnedConfig has two warnings on the lab host: sdb is not in its
 // diskstats, and 10.99.0.3 is both important and throttleable.
 const warnedConfig = `discovery:
@@ -92,19 +96,26 @@ var checkCases = []checkCase{
 		"target":    {OK, "discovery lio: found"},
 		"discovery": {OK, "lio (../discover/testdata/lio-guest/target): 2 targets, 5 sessions, 2 resources, 4 consumers"},
 	}},
-	// nvmet's configfs from the guest exports vg1 on 4420 and 4421: the
-	// agent throttles one port, and the hosts on the other go undelayed.
+	// nvmet's configfs from the guest exports vg1 on 4420 and 4421: an
+	// agent on some of them leaves the hosts on the others undelayed;
+	// ports naming both protects both.
 	{"nvmet on two ports, the agent on one", func(*testing.T) fixture {
-		return fixture{base: "host-6.18", config: "iscsi_port: 4420\ndiscovery:\n  source: nvmet\n  root: ../discover/testdata/nvmet-guest/nvmet\nresources:\n  - name: vg1\n    devices: [auto]\n"}
+		return fixture{base: "host-6.18", config: "iscsi_port: 4420\n" + nvmetGuest}
 	}, map[string]want{
 		"target":    {OK, "discovery nvmet: found"},
-		"discovery": {Fail, "the target exports on TCP port 4421, which the agent does not throttle (iscsi_port 4420): its hosts count as consumers, but their traffic is neither delayed nor measured"},
+		"discovery": {Fail, "the target exports on TCP port 4421, which the agent does not throttle (ports [4420]): its hosts count as consumers, but their traffic is neither delayed nor measured"},
 	}},
-	{"nvmet beside an agent on iSCSI's port", func(*testing.T) fixture {
-		return fixture{base: "host-6.18", config: "discovery:\n  source: nvmet\n  root: ../discover/testdata/nvmet-guest/nvmet\nresources:\n  - name: vg1\n    devices: [auto]\n"}
+	{"nvmet's second port beside the default ports", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", config: nvmetGuest}
 	}, map[string]want{
 		"target":    {OK, "discovery nvmet: found"},
-		"discovery": {Fail, "TCP port 4420, which the agent does not throttle (iscsi_port 3260): its hosts count as consumers, but their traffic is neither delayed nor measured; the target exports on TCP port 4421"},
+		"discovery": {Fail, "the target exports on TCP port 4421, which the agent does not throttle (ports [3260 4420])"},
+	}},
+	{"nvmet on two ports, the agent on both", func(*testing.T) fixture {
+		return fixture{base: "host-6.18", config: "ports: [4420, 4421]\n" + nvmetGuest}
+	}, map[string]want{
+		"target":    {OK, "discovery nvmet: found"},
+		"discovery": {OK, "nvmet (../discover/testdata/nvmet-guest/nvmet): 2 targets, 0 sessions, 1 resources, 0 consumers"},
 	}},
 	{"tgt on another control port", func(*testing.T) fixture {
 		return fixture{base: "host-6.18", config: strings.Replace(tgtConfig, "tgt_control_port: 31", "tgt_control_port: 0", 1)}

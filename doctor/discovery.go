@@ -97,7 +97,7 @@ func (e *Env) configuredSources() []string {
 // none of its resource's consumers.
 func (e *Env) mapResources(r *Result, targets []discover.Target) {
 	snap := discover.BuildSnapshot(targets, &discover.Resolver{SysRoot: e.Host.path("/sys"), Stat: e.Host.Stat})
-	d := agent.SnapshotDiscoverer{Resources: e.Config.Resources, Ports: []uint16{uint16(e.Config.ISCSIPort)}, Snap: func() (discover.Snapshot, error) { return snap, nil }}
+	d := agent.SnapshotDiscoverer{Resources: e.Config.Resources, Ports: e.Config.TCPPorts(), Snap: func() (discover.Snapshot, error) { return snap, nil }}
 	topo, err := d.Discover()
 	if err != nil {
 		r.Status, r.Summary = Fail, r.Summary+"; "+err.Error()
@@ -107,7 +107,7 @@ func (e *Env) mapResources(r *Result, targets []discover.Target) {
 	r.Detail = append(r.Detail, indent(topologyLines(topo), "  ")...)
 	var why []string
 	for _, p := range topo.Unthrottled {
-		why = append(why, fmt.Sprintf("the target exports on TCP port %d, which the agent does not throttle (iscsi_port %d): its hosts count as consumers, but their traffic is neither delayed nor measured", p, e.Config.ISCSIPort))
+		why = append(why, fmt.Sprintf("the target exports on TCP port %d, which the agent does not throttle (ports %v): its hosts count as consumers, but their traffic is neither delayed nor measured", p, e.Config.Ports))
 	}
 	for _, res := range e.Config.Resources {
 		if reason, ok := topo.Unmapped[res.Name]; ok {

@@ -3,6 +3,7 @@ package sample
 import (
 	"encoding/binary"
 	"net/netip"
+	"slices"
 	"syscall"
 	"time"
 
@@ -75,9 +76,10 @@ type connCounters struct {
 // connection, so a consumer that reconnects starts a new baseline instead
 // of producing a negative or huge rate.
 type TCPRates struct {
-	Port uint16
-	prev map[connKey]connCounters
-	at   time.Time
+	// Ports are the target's: connections on any of them are sampled.
+	Ports []uint16
+	prev  map[connKey]connCounters
+	at    time.Time
 	// dump hands every established TCP socket of a family to each as its
 	// raw inet_diag reply (exactDiag.dump).
 	dump func(family uint8, each func(reply []byte)) error
@@ -97,11 +99,11 @@ type TCPRates struct {
 // go: a login or logout, the moment to rediscover who uses what.
 func (t *TCPRates) ConnChanges() <-chan struct{} { return t.changed }
 
-// NewTCPRates samples connections whose local port is port, in the
-// network namespace of the calling process.
-func NewTCPRates(port uint16) *TCPRates {
+// NewTCPRates samples connections whose local port is one of ports, in
+// the network namespace of the calling process.
+func NewTCPRates(ports ...uint16) *TCPRates {
 	e := &exactDiag{}
-	return &TCPRates{Port: port, dump: e.dump, exact: e.lookup, now: time.Now, changed: make(chan struct{}, 1)}
+	return &TCPRates{Ports: ports, dump: e.dump, exact: e.lookup, now: time.Now, changed: make(chan struct{}, 1)}
 }
 
 // Sample returns each peer's rates since the previous call (nil on the
@@ -187,7 +189,7 @@ func commands(segs uint32, bytes uint64, mss uint32) float64 {
 	return max(0, float64(segs)-float64(bytes)/float64(mss))
 }
 
-// dumpAll dumps every TCP socket of both families, keeps those on Port
+// dumpAll dumps every TCP socket of both families, keeps those on Ports
 // and remembers them for exact lookups.
 func (t *TCPRates) dumpAll() ([]connSample, error) {
 	var out []connSample
@@ -197,7 +199,7 @@ func (t *TCPRates) dumpAll() ([]connSample, error) {
 		// Established only, as the exact lookups see them: a listening
 		// or closing socket moves no consumer's data, and counting it in
 		// one path but not the other would look like a connection change.
-		if len(b) < inetDiagMsgLen || b[1] != tcpEstablished || binary.BigEndian.Uint16(b[4:]) != t.Port {
+		if len(b) < inetDiagMsgLen || b[1] != tcpEstablished || !slices.Contains(t.Ports, binary.BigEndian.Uint16(b[4:])) {
 			return
 		}
 		s, err := parseDiagReply(b)

@@ -29,7 +29,7 @@ func TestTCPRatesDelaySignals(t *testing.T) {
 	}
 	i := 0
 	now := time.Unix(0, 0)
-	tr := &TCPRates{Port: 3260, now: func() time.Time { return now }, dump: dumpOf(func(f uint8) ([]*netlink.InetDiagTCPInfoResp, error) {
+	tr := &TCPRates{Ports: []uint16{3260}, now: func() time.Time { return now }, dump: dumpOf(func(f uint8) ([]*netlink.InetDiagTCPInfoResp, error) {
 		if f != 2 {
 			return nil, nil
 		}

@@ -112,14 +112,15 @@ func loopbackTarget(t *testing.T, serve func(c net.Conn)) (net.Conn, *TCPRates) 
 
 func TestTCPRatesPerConnection(t *testing.T) {
 	rounds := [][]*netlink.InetDiagTCPInfoResp{
-		{resp(1, "10.0.0.3:40000", 3260, 1000, 0), resp(2, "10.0.0.2:40001", 3260, 0, 500), resp(9, "10.0.0.9:22", 22, 0, 0)},
+		{resp(1, "10.0.0.3:40000", 3260, 1000, 0), resp(2, "10.0.0.2:40001", 3260, 0, 500), resp(9, "10.0.0.9:22", 22, 0, 0), resp(4, "10.0.0.4:40003", 4420, 0, 0)},
 		// 10.0.0.3 wrote 1 MB; 10.0.0.2 reconnected (new cookie, counters
-		// restarted): no negative rate, just a new baseline.
-		{resp(1, "10.0.0.3:40000", 3260, 1001000, 0), resp(3, "10.0.0.2:40002", 3260, 0, 10)},
+		// restarted): no negative rate, just a new baseline; 10.0.0.4,
+		// an NVMe/TCP host on the second port, read 2 MB.
+		{resp(1, "10.0.0.3:40000", 3260, 1001000, 0), resp(3, "10.0.0.2:40002", 3260, 0, 10), resp(4, "10.0.0.4:40003", 4420, 0, 2e6)},
 	}
 	i := 0
 	now := time.Unix(0, 0)
-	tr := &TCPRates{Port: 3260, now: func() time.Time { return now }, dump: roundsDump(rounds, &i)}
+	tr := &TCPRates{Ports: []uint16{3260, 4420}, now: func() time.Time { return now }, dump: roundsDump(rounds, &i)}
 	if r, err := tr.Sample(); err != nil || r != nil {
 		t.Fatalf("first sample is a baseline: %v %v", r, err)
 	}
@@ -138,6 +139,9 @@ func TestTCPRatesPerConnection(t *testing.T) {
 	}
 	if _, ok := r[netip.MustParseAddr("10.0.0.9")]; ok {
 		t.Fatal("another port's connection counted")
+	}
+	if n := r[netip.MustParseAddr("10.0.0.4")]; n.ReadBps != 2e6 {
+		t.Fatalf("the second port's host %+v", n)
 	}
 }
 
@@ -189,7 +193,7 @@ func TestTCPRatesKernel(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, r := range rs {
-			if r.InetDiagMsg.ID.SourcePort == tr.Port && r.InetDiagMsg.State == tcpEstablished {
+			if r.InetDiagMsg.ID.SourcePort == tr.Ports[0] && r.InetDiagMsg.State == tcpEstablished {
 				oracle = append(oracle, r)
 			}
 		}
@@ -255,7 +259,7 @@ func TestTCPRatesConnChanges(t *testing.T) {
 		{resp(2, "10.0.0.4:40001", 3260, 10, 0)},                                          // logout
 	}
 	i := 0
-	tr := &TCPRates{Port: 3260, now: time.Now, changed: make(chan struct{}, 1), dump: roundsDump(rounds, &i)}
+	tr := &TCPRates{Ports: []uint16{3260}, now: time.Now, changed: make(chan struct{}, 1), dump: roundsDump(rounds, &i)}
 	changed := func() bool {
 		select {
 		case <-tr.ConnChanges():
@@ -279,7 +283,7 @@ func TestTCPRatesConnChanges(t *testing.T) {
 // not every sample: a dump walks the whole established hash.
 func TestTCPRatesIdleDumpsRarely(t *testing.T) {
 	dumps := 0
-	tr := &TCPRates{Port: 3260, now: time.Now,
+	tr := &TCPRates{Ports: []uint16{3260}, now: time.Now,
 		exact: func([]diagID) ([]connSample, error) { t.Fatal("lookup without known connections"); return nil, nil },
 		dump: dumpOf(func(f uint8) ([]*netlink.InetDiagTCPInfoResp, error) {
 			if f == 2 {
@@ -373,7 +377,7 @@ func TestTCPRatesSendSRTT(t *testing.T) {
 	}
 	i := 0
 	now := time.Unix(0, 0)
-	tr := &TCPRates{Port: 3260, now: func() time.Time { return now }, dump: roundsDump(rounds, &i)}
+	tr := &TCPRates{Ports: []uint16{3260}, now: func() time.Time { return now }, dump: roundsDump(rounds, &i)}
 	if _, err := tr.Sample(); err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +404,7 @@ func TestTCPRatesSendSRTT(t *testing.T) {
 // port being the client's.
 func TestEstablished(t *testing.T) {
 	c, tr := loopbackTarget(t, func(net.Conn) {})
-	got, err := Established(tr.Port)
+	got, err := Established(tr.Ports[0])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func TestWriteCapClsactOwnership(t *testing.T) {
 				n.inA(t, "tc", "qdisc", "add", "dev", n.devA, "clsact")
 				n.inA(t, "tc", "filter", "add", "dev", n.devA, "egress", "prio", "1", "u32", "match", "u32", "0", "0", "flowid", "1:1")
 			}
-			w, err := NewWriteCap(WriteCapConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
+			w, err := NewWriteCap(WriteCapConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port}}})
 			if err != nil {
 				t.Fatal(err)
 			}

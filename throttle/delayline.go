@@ -42,7 +42,7 @@ func delayLineNeeds(w WriteOn) [][]Feature {
 }
 
 func newDelayLineFrom(o Options, w WriteOn) (Throttle, error) {
-	return NewDelayLine(DelayLineConfig{Port: uint16(o.Port), Chain: o.Chain, Label: o.Label + "-dl", QueueLimit: o.QueueLimit,
+	return NewDelayLine(DelayLineConfig{Ports: o.Ports, Chain: o.Chain, Label: o.Label + "-dl", QueueLimit: o.QueueLimit,
 		Follow: o.Follow, WriteOn: w, Check: o.Check, Log: o.Log})
 }
 
@@ -146,8 +146,9 @@ type DelayLine struct {
 
 // DelayLineConfig configures a DelayLine. Zero values take the defaults.
 type DelayLineConfig struct {
-	// Port is the iSCSI target port, matched as TCP source port (3260).
-	Port uint16
+	// Ports are the target's ports, matched as TCP source port (none:
+	// 3260, iSCSI's).
+	Ports []uint16
 	// Queue is the NFQUEUE number (0). One DelayLine per queue.
 	Queue uint16
 	// Chain is OUTPUT in target mode (default), FORWARD in bridge mode.
@@ -194,7 +195,9 @@ type DelayLineStats struct {
 }
 
 func (cfg *DelayLineConfig) fill() {
-	cfg.Port = cmp.Or(cfg.Port, 3260)
+	if len(cfg.Ports) == 0 {
+		cfg.Ports = []uint16{3260}
+	}
 	cfg.Chain = cmp.Or(cfg.Chain, "OUTPUT")
 	if cfg.QueueLimit <= 0 {
 		cfg.QueueLimit = 4096
@@ -251,7 +254,7 @@ func NewDelayLine(cfg DelayLineConfig) (*DelayLine, error) {
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	d.mon0 = ts.Nano()
 	go d.run()
-	d.cls, err = newQueueRules(cfg.Label, cfg.Chain, cfg.Port, queuedMatch(cfg.WriteOn),
+	d.cls, err = newQueueRules(cfg.Label, cfg.Chain, cfg.Ports, queuedMatch(cfg.WriteOn),
 		[]string{"NFQUEUE", "--queue-num", strconv.Itoa(int(cfg.Queue)), "--queue-bypass"})
 	if err != nil {
 		d.shutdown()

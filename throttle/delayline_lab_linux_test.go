@@ -130,9 +130,15 @@ func (l *lab) set(tb testing.TB, d *DelayLine, m map[netip.Addr]Setting) {
 // and returns both ends (target side first).
 func (l *lab) conn(tb testing.TB, v6 bool) (*net.TCPConn, *net.TCPConn) {
 	tb.Helper()
-	addr := netip.AddrPortFrom(l.tAddr, 3260)
+	return l.connTo(tb, v6, 3260)
+}
+
+// connTo is conn to the target's port.
+func (l *lab) connTo(tb testing.TB, v6 bool, port uint16) (*net.TCPConn, *net.TCPConn) {
+	tb.Helper()
+	addr := netip.AddrPortFrom(l.tAddr, port)
 	if v6 {
-		addr = netip.AddrPortFrom(l.tAddr6, 3260)
+		addr = netip.AddrPortFrom(l.tAddr6, port)
 	}
 	var ln *net.TCPListener
 	var err error

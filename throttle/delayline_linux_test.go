@@ -197,6 +197,40 @@ func TestDelayLineReadDelayAccuracy(t *testing.T) {
 	}
 }
 
+// The delay line matches a set of ports (config ports: iSCSI's and
+// NVMe/TCP's by default): a consumer's connections to each port of the
+// set are delayed, over IPv4 and IPv6, and one to a port outside it is
+// not.
+func TestDelayLineDelaysEveryPortOfTheSet(t *testing.T) {
+	l := newLab(t)
+	d := l.delayLineWith(t, DelayLineConfig{Ports: []uint16{3260, 4420}})
+	const delay = 5 * time.Millisecond
+	for _, tc := range []struct {
+		port    uint16
+		v6      bool
+		delayed bool
+	}{{3260, false, true}, {4420, false, true}, {4420, true, true}, {4421, false, false}} {
+		consumer := l.cAddr
+		if tc.v6 {
+			consumer = l.cAddr6
+		}
+		srv, cli := l.connTo(t, tc.v6, tc.port)
+		srv.SetNoDelay(true)
+		cli.SetNoDelay(true)
+		l.set(t, d, map[netip.Addr]Setting{consumer: {}})
+		base := pct(pingPong(t, srv, cli, 20), 0.5)
+		l.set(t, d, map[netip.Addr]Setting{consumer: {ReadDelay: delay}})
+		added := pct(pingPong(t, srv, cli, 20), 0.5) - base
+		t.Logf("port %d v6=%v: added p50 %v (base %v)", tc.port, tc.v6, added, base)
+		switch {
+		case tc.delayed && (added < delay-100*time.Microsecond || added > delay+2*time.Millisecond):
+			t.Errorf("port %d v6=%v, in the set: added p50 %v, want about %v", tc.port, tc.v6, added, delay)
+		case !tc.delayed && added > delay/2:
+			t.Errorf("port %d, outside the set: added p50 %v, want none", tc.port, added)
+		}
+	}
+}
+
 // TestDelayLineCloseCleansUp: Close with packets held mid-transfer loses
 // nothing (no retransmission) and leaves no rule, set or queue binding;
 // traffic flows undelayed afterwards.
@@ -268,11 +302,11 @@ func TestCleanupDelayLine(t *testing.T) {
 	l.t.Do(func() {
 		// The delay line's own rules: iptables -S quotes their u32
 		// expressions, which cleanup must undo.
-		stale, err = newQueueRules("sqt-stale", "OUTPUT", 3260, queuedMatch(WriteOnReplies), []string{"NFQUEUE", "--queue-num", "9", "--queue-bypass"})
+		stale, err = newQueueRules("sqt-stale", "OUTPUT", []uint16{3260}, queuedMatch(WriteOnReplies), []string{"NFQUEUE", "--queue-num", "9", "--queue-bypass"})
 		if err != nil {
 			return
 		}
-		other, err = newQueueRules("sqt-stale2", "FORWARD", 3261, nil, []string{"NFQUEUE", "--queue-num", "8", "--queue-bypass"})
+		other, err = newQueueRules("sqt-stale2", "FORWARD", []uint16{3261}, nil, []string{"NFQUEUE", "--queue-num", "8", "--queue-bypass"})
 		if err != nil {
 			return
 		}

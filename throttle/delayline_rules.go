@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -31,7 +30,7 @@ import (
 // agent's.
 type queueRules struct {
 	label, chain string
-	port         uint16
+	ports        []uint16
 	match        map[int][][]string // per family: alternative extra matches, one rule each
 	target       []string
 	ipt          [2]*iptables.IPTables // [v4, v6]; v6 nil when ip6tables is absent
@@ -58,11 +57,11 @@ func (q *queueRules) setName(fam int) string { return fmt.Sprintf("%s.q.%d", q.l
 // newQueueRules removes stale objects carrying label, creates the (empty)
 // sets and inserts the rules at the top of chain. IPv6 rules are skipped
 // when ip6tables is not installed; an IPv6 member is then refused.
-func newQueueRules(label, chain string, port uint16, match map[int][][]string, target []string) (*queueRules, error) {
+func newQueueRules(label, chain string, ports []uint16, match map[int][][]string, target []string) (*queueRules, error) {
 	if err := cleanupQueueRules(label); err != nil {
 		return nil, fmt.Errorf("removing stale %s objects: %w", label, err)
 	}
-	q := &queueRules{label: label, chain: chain, port: port, match: match, target: target}
+	q := &queueRules{label: label, chain: chain, ports: ports, match: match, target: target}
 	var err error
 	if q.ipt[0], err = iptables.NewWithProtocol(iptables.ProtocolIPv4); err != nil {
 		return nil, fmt.Errorf("iptables: %w", err)
@@ -124,7 +123,7 @@ func (q *queueRules) alts(fam int) [][]string {
 func (q *queueRules) insertRules() error {
 	for _, fam := range q.families() {
 		for _, m := range q.alts(fam) {
-			spec := []string{"-p", "tcp", "--sport", strconv.Itoa(int(q.port)), "-m", "set", "--match-set", q.setName(fam), "dst"}
+			spec := append(sportMatch(q.ports), "-m", "set", "--match-set", q.setName(fam), "dst")
 			spec = commented(append(append(append(spec, m...), "-j"), q.target...), q.label)
 			if err := q.ipt[fam/6].Insert("filter", q.chain, 1, spec...); err != nil {
 				return fmt.Errorf("insert rule in filter/%s: %w", q.chain, err)

@@ -213,7 +213,7 @@ func (e *EDT) loadWithIPv6(v4 edtMaps) (*ebpf.Program, error) {
 
 func (e *EDT) load(v4 edtMaps, v6 *edtMaps) (*ebpf.Program, error) {
 	return ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sanqos_edt", Type: ebpf.SchedCLS, License: "GPL",
-		Instructions: edtProgram(e.cfg.Port, e.cfg.WriteOn, v4, v6, e.lease.m.FD())})
+		Instructions: edtProgram(e.cfg.Ports, e.cfg.WriteOn, v4, v6, e.lease.m.FD())})
 }
 
 // fqRoot makes fq with our handle the device's root, unless the root is

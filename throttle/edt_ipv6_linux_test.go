@@ -16,7 +16,7 @@ import (
 // clearing the IPv6 consumer ends its delay.
 func TestEDTIPv6DelaysOrRefusesCleanly(t *testing.T) {
 	withKernelBackend(t, ErrNoFq, func() (bool, string) { return EDTAvailable() }, func(n *tcTestNet) (Throttle, error) {
-		return NewEDT(EDTConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
+		return NewEDT(EDTConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port}}})
 	}, func(t *testing.T, n *tcTestNet, th Throttle) {
 		delaysBothFamilies(t, n, th, true)
 	})
@@ -28,7 +28,7 @@ func TestEDTIPv6DelaysOrRefusesCleanly(t *testing.T) {
 // clearing it is no error.
 func TestEDTIPv4OnlyProgramDelaysOrRefusesCleanly(t *testing.T) {
 	withKernelBackend(t, ErrNoFq, func() (bool, string) { return EDTAvailable() }, func(n *tcTestNet) (Throttle, error) {
-		return NewEDT(EDTConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}, noIPv6: true})
+		return NewEDT(EDTConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port}}, noIPv6: true})
 	}, func(t *testing.T, n *tcTestNet, th Throttle) {
 		delaysBothFamilies(t, n, th, false)
 	})
@@ -108,7 +108,7 @@ func delaysBothFamilies(t *testing.T, n *tcTestNet, th Throttle, v6 bool) {
 // beside an IPv4 one set in the same batch (ip6tables queues IPv6).
 func TestDelayLineIPv6BesideIPv4(t *testing.T) {
 	withKernelBackend(t, nil, func() (bool, string) { return true, "" }, func(n *tcTestNet) (Throttle, error) {
-		return NewDelayLine(DelayLineConfig{Queue: 11, Label: n.label, Port: n.port})
+		return NewDelayLine(DelayLineConfig{Queue: 11, Label: n.label, Ports: []uint16{n.port}})
 	}, func(t *testing.T, n *tcTestNet, th Throttle) {
 		delaysBothFamilies(t, n, th, true)
 	})

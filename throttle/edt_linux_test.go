@@ -57,7 +57,7 @@ func edtTestProgram(t *testing.T, on WriteOn, v4 edtTestMaps, v6 *edtTestMaps, b
 	if v6 != nil {
 		m6 = &edtMaps{delays: v6.delays.FD(), last: v6.last.FD()}
 	}
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL", Instructions: edtProgram(3260, on, v4.fds(), m6, beat.FD())})
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL", Instructions: edtProgram([]uint16{3260, 4420}, on, v4.fds(), m6, beat.FD())})
 	if err != nil {
 		t.Fatalf("%v: the kernel's verifier refused the program: %v", on, err)
 	}
@@ -66,7 +66,8 @@ func edtTestProgram(t *testing.T, on WriteOn, v4 edtTestMaps, v6 *edtTestMaps, b
 }
 
 // The EDT program, run by the kernel on crafted frames
-// (BPF_PROG_TEST_RUN): the departure time it stamps, per family, kind of
+// (BPF_PROG_TEST_RUN), matching two ports (iSCSI's and NVMe/TCP's):
+// the departure time it stamps, per family, kind of
 // segment and write_delay_on, against the delay line's rules. Each
 // family's consumer is found in its own map only, an IPv6 frame with an
 // extension header passes, and the program built without the IPv6 part
@@ -108,12 +109,14 @@ func TestEDTProgram(t *testing.T) {
 			{"a segment with payload", "both", segment(3260, slow4, 48), 0, false, replyDelay},
 			{"a pure ACK", "both", segment(3260, slow4, 0), 0, false, ackDelay},
 			{"another source port", "both", segment(22, slow4, 48), 0, false, 0},
+			{"the second of the ports (NVMe/TCP's)", "both", segment(4420, slow4, 48), 0, false, replyDelay},
 			{"an unthrottled consumer", "both", segment(3260, other4, 48), 0, false, 0},
 			{"a lapsed heartbeat fails open", "both", segment(3260, slow4, 48), 0, true, 0},
 			{"the sender's later stamp is kept", "both", segment(3260, slow4, 48), later, false, -1},
 			{"IPv6: a segment with payload", "both", segment(3260, slow6, 48), 0, false, replyDelay},
 			{"IPv6: a pure ACK", "both", segment(3260, slow6, 0), 0, false, ackDelay},
 			{"IPv6: another source port", "both", segment(22, slow6, 48), 0, false, 0},
+			{"IPv6: the second of the ports", "both", segment(4420, slow6, 48), 0, false, replyDelay},
 			{"IPv6: an unthrottled consumer", "both", segment(3260, other6, 48), 0, false, 0},
 			{"IPv6: a lapsed heartbeat fails open", "both", segment(3260, slow6, 48), 0, true, 0},
 			{"IPv6: the sender's later stamp is kept", "both", segment(3260, slow6, 48), later, false, -1},
@@ -225,10 +228,12 @@ func TestEDTProgramKeepsDepartureOrder(t *testing.T) {
 // replies take the delay and its neighbour's do not, and Close gives the
 // device its default qdisc back with nothing of ours left. Where it has
 // none (this lab's 6.18), NewEDT refuses with ErrNoFq and leaves nothing:
-// the stock-kernel tier (lab/guest) runs the first half.
+// the stock-kernel tier (lab/guest) runs the first half. It and netem's
+// below match two ports (iSCSI's, where the test's traffic flows, and
+// NVMe/TCP's), as the config's default ports have them.
 func TestEDTDelaysOrRefusesCleanly(t *testing.T) {
 	delaysOrRefuses(t, ErrNoFq, func() (bool, string) { return EDTAvailable() }, func(n *tcTestNet) (Throttle, error) {
-		return NewEDT(EDTConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
+		return NewEDT(EDTConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port, 4420}}})
 	})
 }
 
@@ -239,7 +244,7 @@ func TestEDTDelaysOrRefusesCleanly(t *testing.T) {
 // goes 20 ms → 5 ms → none, ten times over.
 func TestEDTKeepsOrderAsDelaysFall(t *testing.T) {
 	withKernelBackend(t, ErrNoFq, func() (bool, string) { return EDTAvailable() }, func(n *tcTestNet) (Throttle, error) {
-		return NewEDT(EDTConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
+		return NewEDT(EDTConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port}}})
 	}, keepsOrderAsDelaysFall)
 }
 
@@ -307,7 +312,7 @@ func TestNetemDelaysOrRefusesCleanly(t *testing.T) {
 		ok, err := NetemAvailable()
 		return ok && err == nil, fmt.Sprint(ok, err)
 	}, func(n *tcTestNet) (Throttle, error) {
-		return NewNetem(NetemConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}, MaxDelay: 40 * time.Millisecond})
+		return NewNetem(NetemConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port, 4420}}, MaxDelay: 40 * time.Millisecond})
 	})
 }
 

@@ -23,7 +23,7 @@ const (
 // consumers' delays and their latest departures (as map FDs).
 type edtMaps struct{ delays, last int }
 
-// edtProgram stamps TCP segments from port (0: any) to a consumer in the
+// edtProgram stamps TCP segments from any of ports (none: any port) to a consumer in the
 // delays map of its family with now + its delay, never earlier than a
 // stamp they carry, while the heartbeat lasts. A segment with payload is
 // also never stamped earlier than the consumer's last departure (the last
@@ -33,7 +33,7 @@ type edtMaps struct{ delays, last int }
 // redirects. It is one BPF program, read top to bottom as the verifier
 // reads it: its jumps go to labels inside it, one copy of the delay's
 // code per family (suffixed 4 and 6).
-func edtProgram(port uint16, writeOn WriteOn, v4 edtMaps, v6 *edtMaps, beat int) asm.Instructions {
+func edtProgram(ports []uint16, writeOn WriteOn, v4 edtMaps, v6 *edtMaps, beat int) asm.Instructions {
 	insns := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
 		asm.LoadAbs(12, asm.Half),
@@ -42,10 +42,10 @@ func edtProgram(port uint16, writeOn WriteOn, v4 edtMaps, v6 *edtMaps, beat int)
 		insns = append(insns, asm.JEq.Imm(asm.R0, unix.ETH_P_IPV6, "ipv6"))
 	}
 	insns = append(insns, asm.JNE.Imm(asm.R0, unix.ETH_P_IP, "pass"))
-	insns = append(insns, edtParse4(port)...)
+	insns = append(insns, edtParse4(ports)...)
 	insns = append(insns, edtDelay("4", writeOn, v4, edtKey4Off, beat)...)
 	if v6 != nil {
-		insns = append(insns, edtParse6(port)...)
+		insns = append(insns, edtParse6(ports)...)
 		insns = append(insns, edtDelay("6", writeOn, *v6, edtKey6Off, beat)...)
 	}
 	return append(insns,
@@ -55,9 +55,9 @@ func edtProgram(port uint16, writeOn WriteOn, v4 edtMaps, v6 *edtMaps, beat int)
 }
 
 // edtParse4 reads an IPv4 frame (the EtherType checked): it jumps to
-// "pass" unless it is TCP from port, and leaves the payload length in R9
+// "pass" unless it is TCP from one of ports, and leaves the payload length in R9
 // (≤ 0: a pure ACK) and the destination (host order) at edtKey4Off.
-func edtParse4(port uint16) asm.Instructions {
+func edtParse4(ports []uint16) asm.Instructions {
 	insns := asm.Instructions{
 		asm.LoadAbs(14+9, asm.Byte),
 		asm.JNE.Imm(asm.R0, unix.IPPROTO_TCP, "pass"),
@@ -66,15 +66,13 @@ func edtParse4(port uint16) asm.Instructions {
 		asm.LSh.Imm(asm.R0, 2),
 		asm.Mov.Reg(asm.R7, asm.R0), // IP header length
 	}
-	if port != 0 {
-		insns = append(insns,
-			asm.LoadInd(asm.R0, asm.R7, 14, asm.Half), // TCP source port
-			asm.JNE.Imm(asm.R0, int32(port), "pass"),
-		)
+	if len(ports) > 0 {
+		insns = append(insns, asm.LoadInd(asm.R0, asm.R7, 14, asm.Half)) // TCP source port
+		insns = append(insns, portJumps(ports, "port4")...)
 	}
 	return append(insns,
 		// Payload length = IP total length − IP header − TCP header.
-		asm.LoadInd(asm.R0, asm.R7, 14+12, asm.Byte),
+		asm.LoadInd(asm.R0, asm.R7, 14+12, asm.Byte).WithSymbol("port4"),
 		asm.RSh.Imm(asm.R0, 4),
 		asm.LSh.Imm(asm.R0, 2),
 		asm.Mov.Reg(asm.R8, asm.R0),
@@ -89,24 +87,22 @@ func edtParse4(port uint16) asm.Instructions {
 
 // edtParse6 reads an IPv6 frame (label "ipv6"): it jumps to "pass" unless
 // its next header is TCP (no extension headers: the target's own stack
-// sends none on a TCP connection) from port, and leaves the payload
+// sends none on a TCP connection) from one of ports, and leaves the payload
 // length in R9 and the destination's 16 bytes, in network order, at
 // edtKey6Off. The payload is what the frame holds past the headers, not
 // the header's payload length, which BIG TCP's large segments carry as 0.
-func edtParse6(port uint16) asm.Instructions {
+func edtParse6(ports []uint16) asm.Instructions {
 	insns := asm.Instructions{
 		asm.LoadAbs(14+6, asm.Byte).WithSymbol("ipv6"), // next header
 		asm.JNE.Imm(asm.R0, unix.IPPROTO_TCP, "pass"),
 	}
-	if port != 0 {
-		insns = append(insns,
-			asm.LoadAbs(14+40, asm.Half), // TCP source port
-			asm.JNE.Imm(asm.R0, int32(port), "pass"),
-		)
+	if len(ports) > 0 {
+		insns = append(insns, asm.LoadAbs(14+40, asm.Half)) // TCP source port
+		insns = append(insns, portJumps(ports, "port6")...)
 	}
 	return append(insns,
 		// Payload length = frame length − Ethernet, IPv6 and TCP headers.
-		asm.LoadAbs(14+40+12, asm.Byte),
+		asm.LoadAbs(14+40+12, asm.Byte).WithSymbol("port6"),
 		asm.RSh.Imm(asm.R0, 4),
 		asm.LSh.Imm(asm.R0, 2),
 		asm.LoadMem(asm.R9, asm.R6, skbLenOff, asm.Word),
@@ -189,4 +185,15 @@ func edtDelay(sfx string, writeOn WriteOn, m edtMaps, key int16, beat int) asm.I
 		asm.FnMapUpdateElem.Call(),
 		asm.Ja.Label("pass"),
 	)
+}
+
+// portJumps go to "pass" unless R0 (a TCP port) is one of ports, and on
+// to the instruction labelled next otherwise: one comparison per port,
+// as the config's few ports (at most 15) need no map.
+func portJumps(ports []uint16, next string) asm.Instructions {
+	var insns asm.Instructions
+	for _, p := range ports[:len(ports)-1] {
+		insns = append(insns, asm.JEq.Imm(asm.R0, int32(p), next))
+	}
+	return append(insns, asm.JNE.Imm(asm.R0, int32(ports[len(ports)-1]), "pass"))
 }

@@ -60,7 +60,7 @@ func passesThrough(t *testing.T, w net.Conn, r net.Conn, dev string, handle uint
 // connection's ends and the consumer's class.
 func cappedHTB(t *testing.T, n *tcTestNet, cfg HTBConfig) (ht *HTB, client, server net.Conn, class uint32) {
 	t.Helper()
-	cfg.Device, cfg.Label, cfg.Port = n.devA, n.label, n.port
+	cfg.Device, cfg.Label, cfg.Ports = n.devA, n.label, []uint16{n.port}
 	ht, err := NewHTB(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +190,7 @@ func TestHTBGuardLeavesSomeoneElsesRoot(t *testing.T) {
 	n := newTCTestNet(t)
 	n.enterA(t)
 	h := &logRecords{}
-	ht, err := NewHTB(HTBConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port, Log: slog.New(h)}})
+	ht, err := NewHTB(HTBConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port}, Log: slog.New(h)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestWriteCapReinstallsRemovedFiltersAndIFB(t *testing.T) {
 // (lab/guest) runs the rest.
 func TestEDTReinstallsRemovedQdiscs(t *testing.T) {
 	withKernelBackend(t, ErrNoFq, func() (bool, string) { return EDTAvailable() }, func(n *tcTestNet) (Throttle, error) {
-		return NewEDT(EDTConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
+		return NewEDT(EDTConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port}}})
 	}, func(t *testing.T, n *tcTestNet, th Throttle) {
 		delayedAgainAfter(t, n, th, [][]string{
 			{"tc", "qdisc", "del", "dev", n.devA, "root"},
@@ -271,7 +271,7 @@ func TestNetemReinstallsRemovedTreeAndRules(t *testing.T) {
 		ok, err := NetemAvailable()
 		return ok && err == nil, fmt.Sprint(ok, err)
 	}, func(n *tcTestNet) (Throttle, error) {
-		return NewNetem(NetemConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}, MaxDelay: 40 * time.Millisecond})
+		return NewNetem(NetemConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port}}, MaxDelay: 40 * time.Millisecond})
 	}, func(t *testing.T, n *tcTestNet, th Throttle) {
 		delayedAgainAfter(t, n, th, [][]string{
 			{"tc", "qdisc", "del", "dev", n.devA, "root"},
@@ -325,7 +325,7 @@ func TestNetemMarkingReinstalled(t *testing.T) {
 	n := newTCTestNet(t)
 	n.enterA(t)
 	fd, ipt := markProbe(t)
-	ne, undo := markingNetem(t, NetemConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}, WriteOn: WriteOnACKs})
+	ne, undo := markingNetem(t, NetemConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port}}, WriteOn: WriteOnACKs})
 	defer undo()
 	reader, writer := n.addrsB[0], n.addrsB[1]
 	if err := ne.Set(map[netip.Addr]Setting{reader: {ReadDelay: time.Millisecond}, writer: {WriteDelay: 2 * time.Millisecond}}); err != nil {
@@ -376,7 +376,7 @@ func TestNetemMarkingReinstalled(t *testing.T) {
 func BenchmarkGuardCheckHTB(b *testing.B) {
 	n := newTCTestNet(b)
 	n.enterA(b)
-	ht, err := NewHTB(HTBConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port, Check: -1, Log: slog.New(slog.DiscardHandler)}})
+	ht, err := NewHTB(HTBConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port}, Check: -1, Log: slog.New(slog.DiscardHandler)}})
 	if err != nil {
 		b.Fatal(err)
 	}

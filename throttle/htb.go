@@ -218,7 +218,7 @@ func (t *HTB) buildTree(choose bool) error {
 // One rule for all consumers: each set member carries its own mark
 // (ipset skbinfo), so adding a consumer is one ipset add.
 func (t *HTB) buildMarking() error {
-	nf, err := newTcNetfilter(t.cfg.Label, t.cfg.Chain, t.cfg.Device, t.cfg.Port)
+	nf, err := newTcNetfilter(t.cfg.Label, t.cfg.Chain, t.cfg.Device, t.cfg.Ports)
 	if err != nil {
 		return err
 	}

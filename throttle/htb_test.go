@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"errors"
+	"io"
 	"math"
 	"net"
 	"net/netip"
@@ -155,7 +156,7 @@ func TestHTBRateCapInNamespaces(t *testing.T) {
 		}
 	}()
 
-	h, err := NewHTB(HTBConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
+	h, err := NewHTB(HTBConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,12 +251,75 @@ func TestHTBRateCapInNamespaces(t *testing.T) {
 	m.wg.Wait()
 }
 
+// HTB's marks match a set of ports (config ports): what a capped
+// consumer receives from each port of the set goes through its class,
+// what it receives from a port outside the set does not.
+func TestHTBClassifiesEveryPortOfTheSet(t *testing.T) {
+	n := newTCTestNet(t)
+	n.enterA(t)
+	in, other := []uint16{n.port, n.port + 1160}, n.port+1161 // 3260, 4420; 4421
+	h, err := NewHTB(HTBConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: in}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	capped := n.addrsB[0]
+	if err := h.Set(map[netip.Addr]Setting{capped: {Rate: 100 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	classBytes := func() uint64 {
+		cs, err := netlink.ClassList(h.link(), netlink.MakeHandle(h.marks.Major, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs {
+			if c.Attrs().Handle == netlink.MakeHandle(h.marks.Major, h.cur[capped].minor) && c.Attrs().Statistics != nil {
+				return c.Attrs().Statistics.Basic.Bytes
+			}
+		}
+		t.Fatal("the capped consumer's class not found")
+		return 0
+	}
+	const size = 256 << 10
+	for _, port := range append(in, other) {
+		ln, err := net.Listen("tcp", netip.AddrPortFrom(n.addrA, port).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c net.Conn
+		err = inNS(n.nsB, func() (err error) {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: capped.AsSlice()}}
+			c, err = d.Dial("tcp", netip.AddrPortFrom(n.addrA, port).String())
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := classBytes()
+		go func() { s.Write(make([]byte, size)); s.Close() }()
+		if got, err := io.Copy(io.Discard, c); err != nil || got != size {
+			t.Fatalf("port %d: read %d bytes: %v", port, got, err)
+		}
+		c.Close()
+		ln.Close()
+		moved := classBytes() - before
+		t.Logf("port %d: %d bytes through the consumer's class", port, moved)
+		if inSet := port != other; inSet != (moved >= size) {
+			t.Errorf("port %d (in the set: %v): %d bytes through the consumer's class for %d sent", port, inSet, moved, size)
+		}
+	}
+}
+
 // A crashed agent leaves its tree, rules and set behind; CleanupTC with
 // its label (what a restarted agent runs first) removes all of them.
 func TestHTBCleanupAfterCrash(t *testing.T) {
 	n := newTCTestNet(t)
 	n.enterA(t)
-	h, err := NewHTB(HTBConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
+	h, err := NewHTB(HTBConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +330,7 @@ func TestHTBCleanupAfterCrash(t *testing.T) {
 	h.crash()
 	// A second instance with the same label replaces the stale one
 	// instead of failing on it.
-	h2, err := NewHTB(HTBConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
+	h2, err := NewHTB(HTBConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port}}})
 	if err != nil {
 		t.Fatalf("restart over stale objects: %v", err)
 	}
@@ -289,7 +353,7 @@ func TestHTBCapsLapseWhenRefreshStops(t *testing.T) {
 	n := newTCTestNet(t)
 	n.enterA(t)
 	const ttl = time.Second
-	h, err := NewHTB(HTBConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port, TTL: ttl}})
+	h, err := NewHTB(HTBConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port}, TTL: ttl}})
 	if err != nil {
 		t.Fatal(err)
 	}

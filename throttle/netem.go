@@ -325,7 +325,7 @@ func (t *Netem) buildMarking() error {
 
 // installRules installs the mangle chains; the sets must exist.
 func (t *Netem) installRules() error {
-	nf, err := newTcNetfilter(t.cfg.Label, t.cfg.Chain, t.cfg.Device, t.cfg.Port)
+	nf, err := newTcNetfilter(t.cfg.Label, t.cfg.Chain, t.cfg.Device, t.cfg.Ports)
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ func TestNetemMarksByWriteOn(t *testing.T) {
 	} {
 		if ne == nil || ne.cfg.WriteOn != tc.on {
 			closeNetem()
-			ne, closeNetem = markingNetem(t, NetemConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}, WriteOn: tc.on})
+			ne, closeNetem = markingNetem(t, NetemConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port}}, WriteOn: tc.on})
 		}
 		if err := ne.Set(map[netip.Addr]Setting{consumer: tc.set}); err != nil {
 			t.Fatal(err)

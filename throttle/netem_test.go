@@ -168,7 +168,7 @@ func TestNetemProbeAndCleanFailure(t *testing.T) {
 		t.Skip("kernel has netem (its config says so): the refusal without netem cannot be exercised here")
 	}
 	n.enterA(t)
-	_, err = NewNetem(NetemConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
+	_, err = NewNetem(NetemConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port}}})
 	if !errors.Is(err, ErrNoNetem) {
 		t.Fatalf("NewNetem without netem: %v, want ErrNoNetem", err)
 	}

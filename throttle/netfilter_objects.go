@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/coreos/go-iptables/iptables"
@@ -125,4 +126,18 @@ func ipsetCall(f func() error) (err error) {
 func isNoSet(err error) bool {
 	// IPSET_ERR_PROTOCOL+... : the kernel answers ENOENT for a missing set.
 	return errors.Is(err, unix.ENOENT)
+}
+
+// sportMatch is iptables' match of TCP from any of ports: --sport for
+// one, the multiport match for several (at most 15, which the config
+// checks).
+func sportMatch(ports []uint16) []string {
+	s := make([]string, len(ports))
+	for i, p := range ports {
+		s[i] = strconv.Itoa(int(p))
+	}
+	if len(s) == 1 {
+		return []string{"-p", "tcp", "--sport", s[0]}
+	}
+	return []string{"-p", "tcp", "-m", "multiport", "--sports", strings.Join(s, ",")}
 }

@@ -27,8 +27,10 @@ import (
 // overridden by its config (cmd/sanqos resolves them). Each constructor
 // takes what it needs.
 type Options struct {
-	// Port is the target's TCP port whose traffic is throttled.
-	Port int
+	// Ports are the target's TCP ports whose traffic is throttled
+	// (config ports): each backend matches any of them (empty: the delay
+	// line takes 3260, the tc backends every TCP port).
+	Ports []uint16
 	// Chain is the netfilter chain of the agent's mode: OUTPUT (target
 	// mode) or FORWARD (bridge mode).
 	Chain string

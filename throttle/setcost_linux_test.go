@@ -67,7 +67,7 @@ func BenchmarkNetemSetTickSocketPerMessage(b *testing.B) { benchNetemSet(b, fals
 func benchNetemSet(b *testing.B, shared bool) {
 	n := newTCTestNet(b)
 	n.enterA(b)
-	ne, undo := markingNetem(b, NetemConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port, Log: slog.New(slog.DiscardHandler)}, MaxDelay: 40 * time.Millisecond})
+	ne, undo := markingNetem(b, NetemConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port}, Log: slog.New(slog.DiscardHandler)}, MaxDelay: 40 * time.Millisecond})
 	defer undo()
 	if !shared {
 		ne.ipset.close()

@@ -62,9 +62,9 @@ type tcConfig struct {
 	// Label names every object created (default "sanqos"); a start
 	// removes what a crashed instance of the same label left.
 	Label string
-	// Port is the target's TCP port; only its traffic is throttled (0:
-	// every TCP packet of a consumer).
-	Port uint16
+	// Ports are the target's TCP ports; only their traffic is throttled
+	// (none: every TCP packet of a consumer).
+	Ports []uint16
 	// TTL is how long a throttle outlives this process, its lease's
 	// deadline (DefaultMarkTTL).
 	TTL time.Duration
@@ -92,7 +92,7 @@ func (c *tcConfig) defaults(what string) error {
 // objects labelled with the agent's label and suffix.
 func (o Options) tc(suffix string) (tcConfig, error) {
 	dev, err := o.ConsumerDevice()
-	return tcConfig{Device: dev, Label: o.Label + suffix, Port: uint16(o.Port), Check: o.Check, Log: o.Log}, err
+	return tcConfig{Device: dev, Label: o.Label + suffix, Ports: o.Ports, Check: o.Check, Log: o.Log}, err
 }
 
 // tcRootMajor is the root qdisc major of the instance with this label.

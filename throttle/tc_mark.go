@@ -20,7 +20,6 @@ import (
 	"os/exec"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -69,24 +68,24 @@ type tcNetfilter struct {
 	label string
 	hook  string // built-in mangle chain that jumps to ours
 	dev   string
-	port  uint16
+	ports []uint16
 }
 
-func newTcNetfilter(label, hook, dev string, port uint16) (*tcNetfilter, error) {
+func newTcNetfilter(label, hook, dev string, ports []uint16) (*tcNetfilter, error) {
 	switch hook {
 	case "OUTPUT", "FORWARD", "POSTROUTING":
 	default:
 		return nil, fmt.Errorf("chain %q: want OUTPUT (target mode), FORWARD (bridge mode) or POSTROUTING (both)", hook)
 	}
-	return &tcNetfilter{label: label, hook: hook, dev: dev, port: port}, nil
+	return &tcNetfilter{label: label, hook: hook, dev: dev, ports: ports}, nil
 }
 
 // jumpSpec is a jump from the hook into our first chain for the packets
 // that also match m.
 func (n *tcNetfilter) jumpSpec(m []string) []string {
 	s := []string{"-o", n.dev}
-	if n.port != 0 {
-		s = append(s, "-p", "tcp", "--sport", strconv.Itoa(int(n.port)))
+	if len(n.ports) > 0 {
+		s = append(s, sportMatch(n.ports)...)
 	}
 	s = append(s, m...)
 	return append(s, "-m", "comment", "--comment", tcComment(n.label), "-j", tcChains(n.label)[0])

@@ -168,7 +168,7 @@ func (w *WriteCap) load() error {
 		return err
 	}
 	w.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sanqos_wcap", Type: ebpf.SchedCLS, License: "GPL",
-		Instructions: writeCapProgram(w.cfg.Port, w.consumers.FD(), w.lease.m.FD())})
+		Instructions: writeCapProgram(w.cfg.Ports, w.consumers.FD(), w.lease.m.FD())})
 	if err != nil {
 		return fmt.Errorf("load steering program: %w", err)
 	}
@@ -202,7 +202,7 @@ func (w *WriteCap) steer() error {
 // filter", here the redirect into the IFB.
 const tcActUnspec = -1
 
-// writeCapProgram tags TCP segments to port (0: any) from a consumer in
+// writeCapProgram tags TCP segments to any of ports (none: any port) from a consumer in
 // the map with the consumer's class and hands them to the next filter
 // (TC_ACT_UNSPEC), while the heartbeat lasts; everything else passes
 // (TC_ACT_OK). LD_ABS/LD_IND read the packet in host byte order and end
@@ -215,7 +215,7 @@ const tcActUnspec = -1
 // after). Overtaking the writer's queued data is harmless: the target
 // takes an in-window segment without data for its acknowledgement and
 // does not answer it. A FIN stays in order.
-func writeCapProgram(port uint16, consumers, beat int) asm.Instructions {
+func writeCapProgram(ports []uint16, consumers, beat int) asm.Instructions {
 	const priorityOff = 32 // offsetof(struct __sk_buff, priority)
 	const fin = 0x01
 	insns := asm.Instructions{
@@ -229,14 +229,12 @@ func writeCapProgram(port uint16, consumers, beat int) asm.Instructions {
 		asm.LSh.Imm(asm.R0, 2), // IP header length
 		asm.Mov.Reg(asm.R7, asm.R0),
 	}
-	if port != 0 {
-		insns = append(insns,
-			asm.LoadInd(asm.R0, asm.R7, 14+2, asm.Half), // TCP destination port
-			asm.JNE.Imm(asm.R0, int32(port), "pass"),
-		)
+	if len(ports) > 0 {
+		insns = append(insns, asm.LoadInd(asm.R0, asm.R7, 14+2, asm.Half)) // TCP destination port
+		insns = append(insns, portJumps(ports, "port")...)
 	}
 	insns = append(insns,
-		asm.LoadInd(asm.R0, asm.R7, 14+13, asm.Byte), // TCP flags
+		asm.LoadInd(asm.R0, asm.R7, 14+13, asm.Byte).WithSymbol("port"), // TCP flags
 		asm.And.Imm(asm.R0, fin),
 		asm.JNE.Imm(asm.R0, 0, "steer"),
 		asm.LoadInd(asm.R0, asm.R7, 14+12, asm.Byte), // TCP data offset

@@ -134,7 +134,7 @@ func TestWriteCapProgram(t *testing.T) {
 	if err := consumers.Put(key4(capped), wcapValue{Class: class}); err != nil {
 		t.Fatal(err)
 	}
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL", Instructions: writeCapProgram(3260, consumers.FD(), beat.FD())})
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL", Instructions: writeCapProgram([]uint16{3260, 4420}, consumers.FD(), beat.FD())})
 	if err != nil {
 		t.Fatalf("the kernel's verifier refused the program: %v", err)
 	}
@@ -153,6 +153,7 @@ func TestWriteCapProgram(t *testing.T) {
 		{"a pure ACK passes", toTargetTCP(capped, 5, 0x10, 0), false, 0, 0},
 		{"a pure ACK with timestamps passes", toTargetTCP(capped, 8, 0x10, 0), false, 0, 0},
 		{"a FIN stays in order", toTargetTCP(capped, 5, 0x11, 0), false, redirect, class},
+		{"the second of the ports (NVMe/TCP's)", toTarget(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, capped, 4420), false, redirect, class},
 		{"another port", toTarget(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, capped, 22), false, 0, 0},
 		{"an uncapped consumer", toTarget(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, other, 3260), false, 0, 0},
 		{"UDP", toTarget(unix.ETH_P_IP, unix.IPPROTO_UDP, 5, capped, 3260), false, 0, 0},
@@ -201,7 +202,7 @@ func writeCapNet(t *testing.T) (*tcTestNet, net.Listener, *WriteCap) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	w, err := NewWriteCap(WriteCapConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
+	w, err := NewWriteCap(WriteCapConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +431,7 @@ func assertWriteCapGone(t *testing.T, n *tcTestNet) {
 func TestWriteCapCleanupAfterCrash(t *testing.T) {
 	n := newTCTestNet(t)
 	n.enterA(t)
-	w, err := NewWriteCap(WriteCapConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
+	w, err := NewWriteCap(WriteCapConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +440,7 @@ func TestWriteCapCleanupAfterCrash(t *testing.T) {
 	}
 	w.lease.end() // the process dies: no Close
 	w.guard.end()
-	w2, err := NewWriteCap(WriteCapConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Port: n.port}})
+	w2, err := NewWriteCap(WriteCapConfig{tcConfig: tcConfig{Device: n.devA, Label: n.label, Ports: []uint16{n.port}}})
 	if err != nil {
 		t.Fatalf("restart over stale objects: %v", err)
 	}

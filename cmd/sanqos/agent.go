@@ -39,6 +39,9 @@ type backendOptions struct {
 	// QuickAck (config quick_ack, flag --quick-ack) sets the quickack
 	// route metric while a delay backend runs (throttle/quickack.go).
 	QuickAck bool
+	// Port is --iscsi-port: the one port throttled without a config (a
+	// config's ports replace it; the flag overrides them).
+	Port int
 	throttle.Options
 }
 
@@ -62,7 +65,7 @@ func (o backendOptions) resolve(cfg *config.Config, followFlagSet bool) backendO
 		}
 		return o.shadowed()
 	}
-	o.Name, o.Port, o.Follow, o.WriteOn = cfg.Backend, cfg.ISCSIPort, cfg.DelayFollow, cfg.WriteDelayOn
+	o.Name, o.Ports, o.Follow, o.WriteOn = cfg.Backend, cfg.TCPPorts(), cfg.DelayFollow, cfg.WriteDelayOn
 	o.QuickAck = cfg.QuickAck
 	o.MaxDelay, o.Step = cfg.MaxDelay, cfg.DelayStep
 	// The backend checks its kernel objects once a control tick, so a
@@ -95,7 +98,7 @@ func (o backendOptions) shadowed() backendOptions {
 // is one function for that reason, and its work is runAgent's.
 func agentCmd() *cobra.Command {
 	socket := agent.DefaultSocket
-	bo := backendOptions{Name: "auto", QuickAck: true, Options: throttle.Options{Port: 3260, Chain: "OUTPUT", Label: "sanqos"}}
+	bo := backendOptions{Name: "auto", QuickAck: true, Port: 3260, Options: throttle.Options{Chain: "OUTPUT", Label: "sanqos"}}
 	var logJSON bool
 	var cfgPath, httpAddr string
 	var eo etcdOptions
@@ -202,7 +205,7 @@ In the lab, the experiments' agent runs in namespace bm: see
 	f.StringVar(&socket, "socket", socket, "control socket path (root-only)")
 	f.StringVar(&bo.Name, "backend", bo.Name, "throttle backend: "+strings.Join(throttle.Names(), "|")+" (overrides the config's backend; see 'sanqos throttle backends')")
 	f.BoolVar(&bo.DryRun, "dry-run", false, "decide everything, apply nothing: the dry-run backend whatever the config names (a shadow agent; touches no kernel state)")
-	f.IntVar(&bo.Port, "iscsi-port", bo.Port, "the target's TCP port whose traffic is throttled (overrides the config's iscsi_port)")
+	f.IntVar(&bo.Port, "iscsi-port", bo.Port, "the target's TCP port whose traffic is throttled (overrides the config's ports and iscsi_port: this port alone)")
 	f.StringVar(&bo.Chain, "chain", bo.Chain, "netfilter chain: OUTPUT (target mode) or FORWARD (bridge mode)")
 	f.StringVar(&bo.Label, "label", bo.Label, "label of the kernel objects this agent creates")
 	f.StringVar(&bo.Device, "interface", "", "network interface towards the consumers, for netem and htb (default: the only non-loopback one; overrides the config's device)")
@@ -348,7 +351,7 @@ func agentInputs(cfg *config.Config, log *slog.Logger) (sampler agent.Sampler, d
 		return nil, nil, nil, nil, err
 	}
 	// The target's own connections give per-consumer rates.
-	return ds, disc, sample.NewTCPRates(uint16(cfg.ISCSIPort)), nil, nil
+	return ds, disc, sample.NewTCPRates(cfg.TCPPorts()...), nil, nil
 }
 
 // agentReload is SIGHUP's and the cluster policy's way in to a: the
@@ -473,6 +476,9 @@ func enableQuickAck(o backendOptions, log *slog.Logger) *throttle.QuickAck {
 func newBackend(o backendOptions, log *slog.Logger) (throttle.Throttle, error) {
 	if o.Port < 1 || o.Port > 65535 {
 		return nil, fmt.Errorf("iscsi-port %d out of range", o.Port)
+	}
+	if len(o.Ports) == 0 { // no config
+		o.Ports = []uint16{uint16(o.Port)}
 	}
 	if o.QueueLimit < 0 || o.QueueLimit > 1<<20 {
 		return nil, fmt.Errorf("queue-limit %d: want 0 (default) to %d", o.QueueLimit, 1<<20)

@@ -18,9 +18,9 @@ func TestNewBackendRefusesBadOptions(t *testing.T) {
 		o    backendOptions
 		want string
 	}{
-		{backendOptions{Name: "delayline", Options: throttle.Options{Port: 0}}, "iscsi-port"},
-		{backendOptions{Name: "delayline", Options: throttle.Options{Port: 3260, QueueLimit: -1}}, "queue-limit"},
-		{backendOptions{Name: "delayline", Options: throttle.Options{Port: 3260, WriteOn: "data"}}, "write_delay_on"},
+		{backendOptions{Name: "delayline", Port: 0}, "iscsi-port"},
+		{backendOptions{Name: "delayline", Port: 3260, Options: throttle.Options{QueueLimit: -1}}, "queue-limit"},
+		{backendOptions{Name: "delayline", Port: 3260, Options: throttle.Options{WriteOn: "data"}}, "write_delay_on"},
 	} {
 		if _, err := newBackend(c.o, nil); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: err %v, want one naming %s", c.o, err, c.want)
@@ -31,7 +31,7 @@ func TestNewBackendRefusesBadOptions(t *testing.T) {
 // The config decides the backend; without one the delay line follows each
 // sender's srtt unless a flag says otherwise.
 func TestBackendOptionsResolve(t *testing.T) {
-	def := backendOptions{Name: "auto", Options: throttle.Options{Port: 3260, Chain: "OUTPUT"}}
+	def := backendOptions{Name: "auto", Port: 3260, Options: throttle.Options{Chain: "OUTPUT"}}
 	withFollow := func(on bool) *config.Config {
 		c := config.Defaults()
 		c.DelayFollow = on
@@ -109,7 +109,7 @@ func TestEtcdBoundsValidated(t *testing.T) {
 func TestDryRunFlag(t *testing.T) {
 	named := config.Defaults()
 	named.Backend = "delayline"
-	o := backendOptions{Name: "netem", DryRun: true, Options: throttle.Options{Port: 3260, Chain: "OUTPUT", WriteOn: "replies"}}
+	o := backendOptions{Name: "netem", DryRun: true, Port: 3260, Options: throttle.Options{Chain: "OUTPUT", WriteOn: "replies"}}
 	for _, cfg := range []*config.Config{nil, &named} {
 		got := o.resolve(cfg, false)
 		if got.Name != dryRunBackend {
@@ -148,28 +148,28 @@ func TestDryRunFlag(t *testing.T) {
 func TestFlagsOverrideConfig(t *testing.T) {
 	file := func() *config.Config {
 		c := config.Defaults()
-		c.Backend, c.ISCSIPort, c.Device, c.WriteDelayOn, c.QuickAck, c.HTTP = "delayline", 3260, "eth1", "replies", true, "127.0.0.1:9100"
+		c.Backend, c.Ports, c.Device, c.WriteDelayOn, c.QuickAck, c.HTTP = "delayline", []int{3260, 4420}, "eth1", "replies", true, "127.0.0.1:9100"
 		return &c
 	}
-	flags := backendOptions{Name: "netem", QuickAck: false, Options: throttle.Options{Port: 3261, Device: "eth0", Chain: "OUTPUT", WriteOn: "acks"}}
+	flags := backendOptions{Name: "netem", QuickAck: false, Port: 3261, Options: throttle.Options{Device: "eth0", Chain: "OUTPUT", WriteOn: "acks"}}
 	values := agentFlagValues{flags, "127.0.0.1:9200"}
 	for _, tc := range []struct {
 		name    string
 		given   []string
 		backend string
-		port    int
+		ports   []uint16
 		device  string
 		writeOn string
 		qa      bool
 		http    string
 		keys    string
 	}{
-		{"none given", nil, "delayline", 3260, "eth1", "replies", true, "127.0.0.1:9100", ""},
-		{"--backend", []string{"backend"}, "netem", 3260, "eth1", "replies", true, "127.0.0.1:9100", "backend"},
-		{"--interface and --iscsi-port", []string{"interface", "iscsi-port"}, "delayline", 3261, "eth0", "replies", true, "127.0.0.1:9100", "iscsi_port,device"},
-		{"--device (old name)", []string{"device"}, "delayline", 3260, "eth0", "replies", true, "127.0.0.1:9100", "device"},
-		{"--write-delay-on, --quick-ack", []string{"write-delay-on", "quick-ack"}, "delayline", 3260, "eth1", "acks", false, "127.0.0.1:9100", "write_delay_on,quick_ack"},
-		{"--http", []string{"http"}, "delayline", 3260, "eth1", "replies", true, "127.0.0.1:9200", "http"},
+		{"none given", nil, "delayline", []uint16{3260, 4420}, "eth1", "replies", true, "127.0.0.1:9100", ""},
+		{"--backend", []string{"backend"}, "netem", []uint16{3260, 4420}, "eth1", "replies", true, "127.0.0.1:9100", "backend"},
+		{"--interface and --iscsi-port", []string{"interface", "iscsi-port"}, "delayline", []uint16{3261}, "eth0", "replies", true, "127.0.0.1:9100", "iscsi_port,device"},
+		{"--device (old name)", []string{"device"}, "delayline", []uint16{3260, 4420}, "eth0", "replies", true, "127.0.0.1:9100", "device"},
+		{"--write-delay-on, --quick-ack", []string{"write-delay-on", "quick-ack"}, "delayline", []uint16{3260, 4420}, "eth1", "acks", false, "127.0.0.1:9100", "write_delay_on,quick_ack"},
+		{"--http", []string{"http"}, "delayline", []uint16{3260, 4420}, "eth1", "replies", true, "127.0.0.1:9200", "http"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			changed := func(f string) bool { return slices.Contains(tc.given, f) }
@@ -182,14 +182,14 @@ func TestFlagsOverrideConfig(t *testing.T) {
 				cfg := file()
 				override(cfg)
 				got := flags.resolve(cfg, changed("delay-follow"))
-				if got.Name != tc.backend || got.Port != tc.port || got.Device != tc.device || got.WriteOn != tc.writeOn || got.QuickAck != tc.qa {
+				if got.Name != tc.backend || !slices.Equal(got.Ports, tc.ports) || got.Device != tc.device || got.WriteOn != tc.writeOn || got.QuickAck != tc.qa {
 					t.Errorf("%s: %+v", when, got)
 				}
 				if cfg.HTTP != tc.http {
 					t.Errorf("%s: listener %q, want %q", when, cfg.HTTP, tc.http)
 				}
-				if cfg.ISCSIPort != got.Port || cfg.Backend != got.Name {
-					t.Errorf("%s: the config (discovery, rates, reload checks) says port %d backend %s, the backend runs %d %s", when, cfg.ISCSIPort, cfg.Backend, got.Port, got.Name)
+				if !slices.Equal(cfg.TCPPorts(), got.Ports) || cfg.Backend != got.Name {
+					t.Errorf("%s: the config (discovery, rates, reload checks) says ports %v backend %s, the backend runs %v %s", when, cfg.TCPPorts(), cfg.Backend, got.Ports, got.Name)
 				}
 			}
 		})

@@ -20,7 +20,7 @@ var agentConfigFlags = []struct {
 	set       func(*config.Config, agentFlagValues)
 }{
 	{"backend", "backend", func(c *config.Config, v agentFlagValues) { c.Backend = v.bo.Name }},
-	{"iscsi-port", "iscsi_port", func(c *config.Config, v agentFlagValues) { c.ISCSIPort = v.bo.Port }},
+	{"iscsi-port", "iscsi_port", func(c *config.Config, v agentFlagValues) { c.ISCSIPort, c.Ports = v.bo.Port, []int{v.bo.Port} }},
 	{"interface", "device", func(c *config.Config, v agentFlagValues) { c.Device = v.bo.Device }},
 	{"device", "device", func(c *config.Config, v agentFlagValues) { c.Device = v.bo.Device }}, // --interface's old name
 	{"delay-follow", "delay_follow", func(c *config.Config, v agentFlagValues) { c.DelayFollow = v.bo.Follow }},

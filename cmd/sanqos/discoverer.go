@@ -26,7 +26,7 @@ func newDiscoverer(cfg *config.Config) (agent.Discoverer, error) {
 		return nil, err
 	}
 	resolver := &discover.Resolver{}
-	return agent.SnapshotDiscoverer{Resources: cfg.Resources, Ports: []uint16{uint16(cfg.ISCSIPort)}, Snap: func() (discover.Snapshot, error) {
+	return agent.SnapshotDiscoverer{Resources: cfg.Resources, Ports: cfg.TCPPorts(), Snap: func() (discover.Snapshot, error) {
 		targets, found, err := discover.ReadAll(probes)
 		if err != nil {
 			return discover.Snapshot{}, err

@@ -223,7 +223,7 @@ func renderStatus(w io.Writer, st agent.Status) {
 		}
 	}
 	for _, p := range st.UnthrottledPorts {
-		fmt.Fprintf(w, "UNTHROTTLED PORT %d: the target exports on it, but the agent throttles and samples iscsi_port only: its hosts count as consumers, their traffic is neither delayed nor measured\n", p)
+		fmt.Fprintf(w, "UNTHROTTLED PORT %d: the target exports on it, but it is not among the agent's ports: its hosts count as consumers, their traffic is neither delayed nor measured\n", p)
 	}
 	if atMax {
 		fmt.Fprintln(w, "AT MAX: the wait is above the threshold at max_delay. Raise max_delay (up to 99 ms: about the interferers'")

@@ -128,7 +128,7 @@ func TestStatusTable(t *testing.T) {
 		{"vg6", []string{"vg6", "-", "15.0", "ms", "-", "UNMAPPED", "-", "0", "-"}},
 		{"UNMAPPED", []string{"UNMAPPED", "vg6:", "no", "discovered", "pool", "matches", "(found", "sdb)", "(it", "measures", "and", "slows", "nothing;", "discovery", "retries", "it", "every", "round)"}},
 		// A port the target exports on and the agent does not throttle.
-		{"UNTHROTTLED", strings.Fields("UNTHROTTLED PORT 4421: the target exports on it, but the agent throttles and samples iscsi_port only: its hosts count as consumers, their traffic is neither delayed nor measured")},
+		{"UNTHROTTLED", strings.Fields("UNTHROTTLED PORT 4421: the target exports on it, but it is not among the agent's ports: its hosts count as consumers, their traffic is neither delayed nor measured")},
 		{"AT", []string{"AT", "MAX:", "the", "wait", "is", "above", "the", "threshold", "at", "max_delay.", "Raise", "max_delay", "(up", "to", "99", "ms:", "about", "the", "interferers'"}},
 		// Queue and load per direction: why a consumer is slowed, and which way.
 		{"10.99.0.3", []string{"10.99.0.3", "vg1", "12.00", "0.00", "-", "-", "-", "3.9", "2%/27%", "throttleable"}},

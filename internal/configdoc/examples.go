@@ -8,6 +8,7 @@ var examples = map[string]string{
 	"backend":                             "backend: dry-run     # a shadow agent: decides, applies nothing\n",
 	"mode":                                "mode: bridge\ncapture_interface: eth1\nresources:\n  - name: array1\n    portals: [192.168.10.5:3260]\n",
 	"iscsi_port":                          "iscsi_port: 3260\n",
+	"ports":                               "ports: [3260, 4420, 4421]   # iSCSI, and nvmet on two ports\n",
 	"device":                              "backend: edt\ndevice: eth1          # the interface towards the initiators\n",
 	"capture_interface":                   "mode: bridge\ncapture_interface: eth1   # the bridge port towards the target\nresources:\n  - name: array1\n    portals: [192.168.10.5:3260]\n",
 	"socket":                              "socket: /run/sanqos/sanqos.sock\n",
@@ -81,6 +82,7 @@ var notes = map[string]string{
 var defaultText = map[string]string{
 	"device":                              "the only non-loopback interface that is up",
 	"delay_follow":                        "`true` with `write_delay_on: acks`; otherwise `false`",
+	"ports":                               "`[3260, 4420]` (iSCSI's and NVMe/TCP's); `[iscsi_port]` where the file sets `iscsi_port`",
 	"resources[].name":                    "none: *required*",
 	"resources[].classes[].name":          "none: *required*",
 	"resources[].classes[].members":       "none: *required*, at least one",

@@ -132,6 +132,8 @@ func typeText(k key) string {
 		return "boolean"
 	case "[]string":
 		return "list of strings"
+	case "[]int":
+		return "list of integers"
 	case "map[string]float64":
 		return "map: address → number"
 	case "map[string][]string":
