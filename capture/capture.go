@@ -72,40 +72,47 @@ type Capture struct {
 }
 
 // Filter is the classic BPF program that accepts TCP segments to or from
-// port, on a cooked (SOCK_DGRAM) socket whose packets start at the IP header.
-func Filter(port uint16) ([]bpf.RawInstruction, error) {
-	p := uint32(port)
+// any of ports (at least one, at most 100), on a cooked (SOCK_DGRAM)
+// socket whose packets start at the IP header.
+func Filter(ports ...uint16) ([]bpf.RawInstruction, error) {
+	if len(ports) == 0 || len(ports) > 100 {
+		return nil, fmt.Errorf("capture filter: %d ports, want 1..100", len(ports))
+	}
+	n := len(ports)
+	reject := 15 + 2*n // the index of RetConstant 0; accept follows
+	to := func(from, target int) uint8 { return uint8(target - from - 1) }
 	prog := []bpf.Instruction{
 		/* 0 */ bpf.LoadAbsolute{Off: 0, Size: 1},
 		/* 1 */ bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: 0xf0},
 		/* 2 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0x40, SkipFalse: 6}, // → 9 (IPv6?)
 		// IPv4: TCP, first fragment only; X = header length.
 		/* 3 */ bpf.LoadAbsolute{Off: 9, Size: 1},
-		/* 4 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.IPPROTO_TCP, SkipFalse: 12}, // → 17 reject
+		/* 4 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.IPPROTO_TCP, SkipFalse: to(4, reject)},
 		/* 5 */ bpf.LoadAbsolute{Off: 6, Size: 2},
-		/* 6 */ bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: 0x1fff, SkipTrue: 10}, // → 17
+		/* 6 */ bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: 0x1fff, SkipTrue: to(6, reject)},
 		/* 7 */ bpf.LoadMemShift{Off: 0},
 		/* 8 */ bpf.Jump{Skip: 4}, // → 13 (ports)
 		// IPv6: next header TCP (no extension headers); X = 40.
-		/* 9 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0x60, SkipFalse: 7}, // → 17
+		/* 9 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0x60, SkipFalse: to(9, reject)},
 		/* 10 */ bpf.LoadAbsolute{Off: 6, Size: 1},
-		/* 11 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.IPPROTO_TCP, SkipFalse: 5}, // → 17
+		/* 11 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.IPPROTO_TCP, SkipFalse: to(11, reject)},
 		/* 12 */ bpf.LoadConstant{Dst: bpf.RegX, Val: 40},
-		// Source or destination port.
-		/* 13 */ bpf.LoadIndirect{Off: 0, Size: 2},
-		/* 14 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: p, SkipTrue: 3}, // → 18 accept
-		/* 15 */ bpf.LoadIndirect{Off: 2, Size: 2},
-		/* 16 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: p, SkipTrue: 1}, // → 18
-		/* 17 */ bpf.RetConstant{Val: 0},
-		/* 18 */ bpf.RetConstant{Val: bufSize},
 	}
+	// 13: source port, then destination port, each against every port.
+	for _, off := range []uint32{0, 2} {
+		prog = append(prog, bpf.LoadIndirect{Off: off, Size: 2})
+		for _, p := range ports {
+			prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(p), SkipTrue: to(len(prog), reject+1)})
+		}
+	}
+	prog = append(prog, bpf.RetConstant{Val: 0}, bpf.RetConstant{Val: bufSize})
 	return bpf.Assemble(prog)
 }
 
-// Open opens a capture of TCP port port on interface ifname, in the
-// network namespace of the calling thread.
-func Open(ifname string, port uint16) (*Capture, error) {
-	raw, err := Filter(port)
+// Open opens a capture of TCP ports on interface ifname, in the network
+// namespace of the calling thread.
+func Open(ifname string, ports ...uint16) (*Capture, error) {
+	raw, err := Filter(ports...)
 	if err != nil {
 		return nil, err
 	}

@@ -79,6 +79,42 @@ func TestFilter(t *testing.T) {
 	}
 }
 
+// With several ports (bridge mode's iSCSI and NVMe/TCP portals) the
+// filter keeps each of them either way, and nothing else.
+func TestFilterPorts(t *testing.T) {
+	if _, err := Filter(); err == nil {
+		t.Error("no port: accepted")
+	}
+	raw, err := Filter(3260, 4420, 4421)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ins []bpf.Instruction
+	for _, r := range raw {
+		ins = append(ins, r.Disassemble())
+	}
+	vm, err := bpf.NewVM(ins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		pkt  []byte
+		want bool
+	}{
+		{packet(false, 6, 40000, 3260, 0, nil), true},
+		{packet(false, 6, 4420, 40000, 0, nil), true},
+		{packet(true, 6, 40000, 4421, 0, nil), true},
+		{packet(true, 6, 4421, 40000, 0, nil), true},
+		{packet(false, 6, 40000, 4422, 0, nil), false},
+		{packet(true, 17, 40000, 4420, 0, nil), false},
+		{packet(false, 6, 40000, 4420, 0x0010, nil), false},
+	} {
+		if n, err := vm.Run(tc.pkt); err != nil || (n > 0) != tc.want {
+			t.Errorf("%x: accepted %d (%v), want %v", tc.pkt[:4], n, err, tc.want)
+		}
+	}
+}
+
 func TestDecode(t *testing.T) {
 	ts := time.Unix(1, 0)
 	s, ok := Decode(packet(false, 6, 40000, 3260, 0, []byte("abc")), ts)

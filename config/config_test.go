@@ -185,6 +185,9 @@ func TestBridgeMode(t *testing.T) {
 		{"shared portal", "mode: bridge\ncapture_interface: p-bm\nresources:\n  - name: a\n    portals: [10.0.0.1]\n  - name: b\n    portals: [10.0.0.1:3260]\n", "line 7: resources[1].portals[0]: 10.0.0.1:3260: portal 10.0.0.1:3260 is already resource a's"},
 		{"devices", "mode: bridge\ncapture_interface: p-bm\nresources:\n  - name: a\n    devices: [sdb]\n    portals: [10.0.0.1]\n", "line 5: resources[0].devices: mode bridge has no block devices"},
 		{"portals in target mode", "resources:\n  - name: a\n    portals: [10.0.0.1]\n", "line 3: resources[0].portals: portals apply to mode bridge only"},
+		{"bad protocol", "mode: bridge\ncapture_interface: p-bm\nresources:\n  - name: a\n    portals: [10.0.0.1]\n    protocol: nvme\n", "line 6: resources[0].protocol: nvme: want iscsi|nvme-tcp"},
+		{"protocol in target mode", "resources:\n  - name: a\n    protocol: nvme-tcp\n", "line 3: resources[0].protocol: nvme-tcp: protocol applies to mode bridge only"},
+		{"nvme-tcp portal's port", "mode: bridge\ncapture_interface: p-bm\nresources:\n  - name: a\n    portals: [10.0.0.1:4420]\n  - name: b\n    portals: [10.0.0.1]\n    protocol: nvme-tcp\n", "line 7: resources[1].portals[0]: 10.0.0.1: portal 10.0.0.1:4420 is already resource a's"},
 		{"interface in target mode", "capture_interface: eth0\n", "line 1: capture_interface: eth0: applies to mode bridge only"},
 	} {
 		_, err := Parse([]byte(tc.yaml))

@@ -65,8 +65,14 @@ type Resource struct {
 	// from the wire when the agent samples TCP_INFO).
 	ConsumerDevices map[string][]string `yaml:"consumer_devices"`
 	// Portals name the resource in bridge mode: the target's address:port
-	// (port default iscsi_port), since a bridge has no tgtadm to ask.
+	// (port default iscsi_port, or 4420 for protocol nvme-tcp), since a
+	// bridge has no tgtadm to ask.
 	Portals []string `yaml:"portals"`
+	// Protocol is what the portals speak in bridge mode, which the read
+	// wait is parsed from: iscsi (SCSI commands) or nvme-tcp (NVMe
+	// commands). Default: nvme-tcp where every portal is on port 4420,
+	// else iscsi.
+	Protocol string `yaml:"protocol"`
 	// Reservations are the reservations policy's promises: an amount of
 	// a consumer's traffic in every period (reservations.go).
 	Reservations []Reservation `yaml:"reservations"`
@@ -78,6 +84,13 @@ type Resource struct {
 	// checks the reservations against it (0: unknown, not checked).
 	CapacityMBs float64 `yaml:"capacity_mb_s"`
 }
+
+// Protocols are what a bridge resource's portals may speak (see
+// Resource.Protocol).
+var Protocols = []string{"iscsi", "nvme-tcp"}
+
+// NVMePort is NVMe/TCP's port, a protocol nvme-tcp portal's default.
+const NVMePort = 4420
 
 // Objectives are what a threshold can bound (see Resource.Objective).
 var Objectives = []string{"mean", "p95"}

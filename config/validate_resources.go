@@ -104,6 +104,9 @@ func (c *Config) validateBridge(p *problems) {
 			if len(r.Portals) > 0 {
 				bad("portals apply to mode bridge only", "resources", i, "portals")
 			}
+			if r.Protocol != "" {
+				bad("protocol applies to mode bridge only: target mode's discovery knows it", "resources", i, "protocol")
+			}
 		}
 		return
 	}
@@ -121,6 +124,9 @@ func (c *Config) validateBridge(p *problems) {
 		if r.ThresholdAuto { // its value in the tree is AutoStart now: not echoed
 			p.badBare("auto learns from the devices' diskstats, which mode bridge has none of: set a duration", "resources", i, "threshold")
 		}
+		if r.Protocol != "" && !slices.Contains(Protocols, r.Protocol) {
+			bad("want "+strings.Join(Protocols, "|"), "resources", i, "protocol")
+		}
 		for k, p := range r.Portals {
 			ap, err := netip.ParseAddrPort(p)
 			if err != nil {
@@ -129,7 +135,7 @@ func (c *Config) validateBridge(p *problems) {
 					bad("want address:port or address", "resources", i, "portals", k)
 					continue
 				}
-				ap = netip.AddrPortFrom(a, uint16(c.ISCSIPort))
+				ap = netip.AddrPortFrom(a, c.PortalPort(r))
 			}
 			if ap.Port() == 0 {
 				bad("want a port other than 0", "resources", i, "portals", k)
@@ -141,6 +147,15 @@ func (c *Config) validateBridge(p *problems) {
 			seen[ap] = r.Name
 		}
 	}
+}
+
+// PortalPort is the port of r's portals that name none: NVMePort for
+// protocol nvme-tcp, else iscsi_port.
+func (c *Config) PortalPort(r Resource) uint16 {
+	if r.Protocol == "nvme-tcp" {
+		return NVMePort
+	}
+	return uint16(c.ISCSIPort)
 }
 
 // validatePolicy checks resource i's weights and classes against its

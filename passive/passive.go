@@ -1,7 +1,8 @@
-// Package passive turns captured iSCSI traffic into the agent's inputs in
-// bridge mode (thesis 6.9), where the agent sees only packets: per
-// consumer and resource, the SCSI commands' response times (matched by
-// Initiator Task Tag, iscsipdu) and the bytes each way, published as
+// Package passive turns captured iSCSI or NVMe/TCP traffic into the
+// agent's inputs in bridge mode (thesis 6.9), where the agent sees only
+// packets: per consumer and resource, the commands' response times (SCSI
+// matched by Initiator Task Tag, iscsipdu; NVMe by connection and CID,
+// nvmetcp) and the bytes each way, published as
 // cumulative counters in /proc/diskstats' shape (sample.Counters) of one
 // pseudo-device per (resource, consumer). The agent's pipeline (sample.Diff
 // → read-wait indicator → EWMA → controller → policy) then runs unchanged;
@@ -12,7 +13,7 @@
 // the kernel, or decides anything. It is safe for one feeding goroutine
 // and any number of readers.
 //
-// Imports (sanqos): capture, iscsipdu, sample.
+// Imports (sanqos): capture, iscsipdu, nvmetcp, sample.
 package passive
 
 import (
@@ -25,15 +26,28 @@ import (
 
 	"github.com/sanqos/sanqos/capture"
 	"github.com/sanqos/sanqos/iscsipdu"
+	"github.com/sanqos/sanqos/nvmetcp"
 	"github.com/sanqos/sanqos/sample"
 )
 
 // Resource is one resource as bridge mode knows it: the portals (address
-// and port) its target listens on.
+// and port) its target listens on, and the protocol spoken there.
 type Resource struct {
 	Name    string
 	Portals []netip.AddrPort
+	// Protocol is ISCSI or NVMeTCP; "" is NVMeTCP when every portal is on
+	// NVMePort, else ISCSI.
+	Protocol string
 }
+
+// Protocols a resource's portals speak (config's resources[].protocol).
+const (
+	ISCSI   = "iscsi"
+	NVMeTCP = "nvme-tcp"
+)
+
+// NVMePort is NVMe/TCP's registered I/O port.
+const NVMePort = 4420
 
 // maxAge is how long an unanswered command or a silent connection is
 // remembered.
@@ -57,9 +71,17 @@ type counter struct {
 	lastSeen           time.Time
 }
 
+// tracker is what a resource's protocol parser (iscsipdu's or nvmetcp's
+// Tracker) does for the meter; both emit samples to complete.
+type tracker interface {
+	iscsipdu.Gapper
+	Close(iscsipdu.Flow)
+	Expire(now time.Time, maxAge time.Duration)
+}
+
 type resState struct {
 	re *iscsipdu.Reassembler
-	tr *iscsipdu.Tracker
+	tr tracker
 }
 
 // Meter accumulates per-consumer counters from captured segments.
@@ -90,11 +112,49 @@ func NewMeter(rs []Resource) (*Meter, error) {
 		}
 		name := r.Name
 		st := &resState{}
-		st.tr = iscsipdu.NewTracker(iscsipdu.Options{}, func(s iscsipdu.Sample) { m.complete(name, s) })
+		switch r.protocol() {
+		case ISCSI:
+			st.tr = iscsipdu.NewTracker(iscsipdu.Options{}, func(s iscsipdu.Sample) {
+				m.complete(name, s.Initiator, s.Op, s.Latency, s.At)
+			})
+		case NVMeTCP:
+			st.tr = nvmetcp.NewTracker(nvmetcp.Options{}, func(s nvmetcp.Sample) {
+				m.complete(name, s.Host, s.Op, s.Latency, s.At)
+			})
+		default:
+			return nil, fmt.Errorf("resource %s: protocol %q: want %s or %s", r.Name, r.Protocol, ISCSI, NVMeTCP)
+		}
 		st.re = iscsipdu.NewReassembler(st.tr)
 		m.res[name] = st
 	}
 	return m, nil
+}
+
+// protocol is r's Protocol, defaulted by port.
+func (r Resource) protocol() string {
+	if r.Protocol != "" {
+		return r.Protocol
+	}
+	for _, p := range r.Portals {
+		if p.Port() != NVMePort {
+			return ISCSI
+		}
+	}
+	return NVMeTCP
+}
+
+// Ports are the TCP ports of rs's portals, each once: what the capture
+// must pass.
+func Ports(rs []Resource) []uint16 {
+	var ps []uint16
+	for _, r := range rs {
+		for _, p := range r.Portals {
+			if !slices.Contains(ps, p.Port()) {
+				ps = append(ps, p.Port())
+			}
+		}
+	}
+	return ps
 }
 
 // DeviceName is the pseudo-device of a consumer on a resource.
@@ -113,16 +173,17 @@ func (m *Meter) counter(resource string, ini netip.Addr, ts time.Time) *counter 
 	return c
 }
 
-// complete is the tracker's callback (under m.mu, from Segment).
-func (m *Meter) complete(resource string, s iscsipdu.Sample) {
-	c := m.counter(resource, s.Initiator.Unmap(), s.At)
-	switch s.Op {
+// complete is the trackers' callback (under m.mu, from Segment): one
+// command of ini's, of either protocol.
+func (m *Meter) complete(resource string, ini netip.Addr, op iscsipdu.Op, lat time.Duration, at time.Time) {
+	c := m.counter(resource, ini.Unmap(), at)
+	switch op {
 	case iscsipdu.OpRead:
 		c.reads++
-		c.readNs += int64(s.Latency)
+		c.readNs += int64(lat)
 	case iscsipdu.OpWrite:
 		c.writes++
-		c.writeNs += int64(s.Latency)
+		c.writeNs += int64(lat)
 	}
 }
 
@@ -207,14 +268,20 @@ func (m *Meter) Consumers() map[string]map[netip.Addr]string {
 	return out
 }
 
-// Counters are the parser's anomaly counters summed over resources.
+// Counters are the parsers' anomaly counters summed over resources of
+// both protocols, and the reassemblers' gaps.
 func (m *Meter) Counters() (iscsipdu.Counters, int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var t iscsipdu.Counters
 	gaps := 0
 	for _, r := range m.res {
-		t = t.Add(r.tr.Counters())
+		switch tr := r.tr.(type) {
+		case *iscsipdu.Tracker:
+			t = t.Add(tr.Counters())
+		case *nvmetcp.Tracker:
+			t = t.Add(tr.Counters().Counters)
+		}
 		gaps += r.re.Gaps
 	}
 	return t, gaps

@@ -370,7 +370,7 @@ func agentReload(a *agent.Agent, cfg *config.Config, dryRun bool, override func(
 			nc.Backend = cfg.Backend
 		}
 		if cfg.Mode == "bridge" && !samePortals(cfg, nc) {
-			return errors.New("bridge mode: resources, portals and capture_interface changes need a restart")
+			return errors.New("bridge mode: resources, portals, protocol and capture_interface changes need a restart")
 		}
 		return a.Reload(nc)
 	}

@@ -24,9 +24,9 @@ type bridgeInputs struct {
 func bridgeResources(cfg *config.Config) ([]passive.Resource, error) {
 	var rs []passive.Resource
 	for _, r := range cfg.Resources {
-		pr := passive.Resource{Name: r.Name}
+		pr := passive.Resource{Name: r.Name, Protocol: r.Protocol}
 		for _, p := range r.Portals {
-			ap, err := passive.ParsePortal(p, uint16(cfg.ISCSIPort))
+			ap, err := passive.ParsePortal(p, cfg.PortalPort(r))
 			if err != nil {
 				return nil, fmt.Errorf("resource %s: %w", r.Name, err)
 			}
@@ -46,7 +46,8 @@ func startBridge(cfg *config.Config, log *slog.Logger) (*bridgeInputs, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp, err := capture.Open(cfg.CaptureInterface, uint16(cfg.ISCSIPort))
+	// Every portal's port: iSCSI's and NVMe/TCP's resources side by side.
+	cp, err := capture.Open(cfg.CaptureInterface, passive.Ports(rs)...)
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +61,7 @@ func startBridge(cfg *config.Config, log *slog.Logger) (*bridgeInputs, error) {
 		}
 		b.ran <- err
 	}()
-	log.Info("bridge mode: capturing", "interface", cfg.CaptureInterface, "port", cfg.ISCSIPort, "resources", len(rs))
+	log.Info("bridge mode: capturing", "interface", cfg.CaptureInterface, "ports", passive.Ports(rs), "resources", len(rs))
 	return b, nil
 }
 
@@ -90,13 +91,14 @@ func (b *bridgeInputs) Discover() (*agent.Topology, error) {
 }
 
 // samePortals reports whether a reload keeps every resource's portals
-// (the capture and meter are built from them at start).
+// and protocol (the capture and meter are built from them at start).
 func samePortals(a, b *config.Config) bool {
 	if len(a.Resources) != len(b.Resources) || a.CaptureInterface != b.CaptureInterface {
 		return false
 	}
 	for i := range a.Resources {
-		if a.Resources[i].Name != b.Resources[i].Name || !slices.Equal(a.Resources[i].Portals, b.Resources[i].Portals) {
+		ra, rb := a.Resources[i], b.Resources[i]
+		if ra.Name != rb.Name || ra.Protocol != rb.Protocol || !slices.Equal(ra.Portals, rb.Portals) {
 			return false
 		}
 	}

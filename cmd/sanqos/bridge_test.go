@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/binary"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,9 +14,10 @@ import (
 
 // The bridge discoverer reports every initiator seen on a resource's
 // portals, each with its own pseudo-device, and the config's portals build
-// the meter (port defaulting to iscsi_port).
+// the meter (port defaulting to iscsi_port, or 4420 for nvme-tcp, whose
+// protocol the meter gets; the capture takes every portal's port).
 func TestBridgeDiscover(t *testing.T) {
-	cfg, err := config.Parse([]byte("mode: bridge\ncapture_interface: p-bm\niscsi_port: 3261\nresources:\n  - name: a\n    portals: [10.0.0.1]\n  - name: b\n    portals: [\"10.0.0.2:3260\"]\n"))
+	cfg, err := config.Parse([]byte("mode: bridge\ncapture_interface: p-bm\niscsi_port: 3261\nresources:\n  - name: a\n    portals: [10.0.0.1]\n  - name: b\n    portals: [\"10.0.0.2:3260\"]\n  - name: c\n    portals: [10.0.0.2]\n    protocol: nvme-tcp\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,8 +25,12 @@ func TestBridgeDiscover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rs[0].Portals[0].String() != "10.0.0.1:3261" || rs[1].Portals[0].String() != "10.0.0.2:3260" {
+	if rs[0].Portals[0].String() != "10.0.0.1:3261" || rs[1].Portals[0].String() != "10.0.0.2:3260" ||
+		rs[2].Portals[0].String() != "10.0.0.2:4420" || rs[2].Protocol != passive.NVMeTCP || rs[0].Protocol != "" {
 		t.Fatalf("portals %+v", rs)
+	}
+	if ps := passive.Ports(rs); !slices.Equal(ps, []uint16{3261, 3260, 4420}) {
+		t.Fatalf("capture ports %v", ps)
 	}
 	m, err := passive.NewMeter(rs)
 	if err != nil {
@@ -50,7 +56,10 @@ func TestBridgeDiscover(t *testing.T) {
 	other := *cfg
 	other.Resources = append([]config.Resource(nil), cfg.Resources...)
 	other.Resources[1].Portals = []string{"10.0.0.3"}
-	if samePortals(cfg, &other) || !samePortals(cfg, cfg) {
+	proto := *cfg
+	proto.Resources = append([]config.Resource(nil), cfg.Resources...)
+	proto.Resources[2].Protocol = "iscsi"
+	if samePortals(cfg, &other) || samePortals(cfg, &proto) || !samePortals(cfg, cfg) {
 		t.Fatal("samePortals")
 	}
 }

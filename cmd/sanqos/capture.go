@@ -35,8 +35,9 @@ func captureCmd() *cobra.Command {
 each packet, nothing delayed or dropped) and prints, every second, per
 initiator seen talking to the portals: SCSI READs and WRITEs completed,
 their mean response time (command to response, matched by Initiator Task
-Tag) and the MB/s each way. This is exactly the signal 'sanqos agent' uses
-in mode bridge, so it shows whether a bridge port sees the sessions before
+Tag) and the MB/s each way; portals on port 4420 are NVMe/TCP, whose
+NVMe reads and writes are timed by command id. This is exactly the signal
+'sanqos agent' uses in mode bridge, so it shows whether a bridge port sees the sessions before
 the agent is let loose on them. --pcap also writes the raw packets
 (LINKTYPE_RAW, nanosecond pcap) for offline diagnosis or test fixtures.
 Needs root (an AF_PACKET socket takes CAP_NET_RAW).`,
@@ -56,11 +57,12 @@ Needs root (an AF_PACKET socket takes CAP_NET_RAW).`,
 				}
 				aps = append(aps, ap)
 			}
-			m, err := passive.NewMeter([]passive.Resource{{Name: "cli", Portals: aps}})
+			rs := []passive.Resource{{Name: "cli", Portals: aps}}
+			m, err := passive.NewMeter(rs)
 			if err != nil {
 				return err
 			}
-			cp, err := capture.Open(iface, uint16(port))
+			cp, err := capture.Open(iface, passive.Ports(rs)...)
 			if err != nil {
 				return err
 			}

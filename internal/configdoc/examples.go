@@ -59,6 +59,7 @@ var examples = map[string]string{
 	"resources[].classes[].burst":         "resources:\n  - name: vg1\n    policy: slo-classes\n    classes:\n      - {name: power, members: [10.99.0.2], iops: 25, burst: 10s}\n",
 	"resources[].consumer_devices":        "resources:\n  - name: vg1\n    consumer_devices: {10.99.0.2: [loop0], 10.99.0.3: [loop1]}\n",
 	"resources[].portals":                 "mode: bridge\ncapture_interface: eth1\nresources:\n  - name: array1\n    portals: [192.168.10.5:3260, 192.168.10.6]   # port default: iscsi_port\n",
+	"resources[].protocol":                "mode: bridge\ncapture_interface: eth1\nresources:\n  - name: array1\n    portals: [192.168.10.5:3260]\n  - name: array2\n    portals: [192.168.10.7]   # port default for nvme-tcp: 4420\n    protocol: nvme-tcp\n",
 	"resources[].reservations":            "resources:\n  - name: vg1\n    policy: reservations\n    reservations:\n      - {consumer: 10.99.0.2, bytes: 1000000, period: 1s}\n      - {consumer: 10.99.0.4, ios: 40, period: 2s}\n",
 	"resources[].reservations[].consumer": "resources:\n  - name: vg1\n    policy: reservations\n    reservations:\n      - consumer: 10.99.0.2\n        bytes: 1000000\n        period: 1s\n",
 	"resources[].reservations[].bytes":    "resources:\n  - name: vg1\n    policy: reservations\n    reservations:\n      - {consumer: 10.99.0.2, bytes: 1000000, period: 1s}   # 1 MB every second\n",
