@@ -130,7 +130,7 @@ func indicatorReads(p *plan, ivs []sample.Interval, ok []bool, slowed []bool) (t
 		}
 	}
 	for _, i := range p.measured {
-		if iv := ivs[i]; ok[i] && iv.Reads > 0 && (kept == 0 || keep(i)) {
+		if iv := &ivs[i]; ok[i] && iv.Reads > 0 && (kept == 0 || keep(i)) {
 			ticks += iv.ReadWaitMs * float64(iv.Reads)
 			reads += float64(iv.Reads)
 		}

@@ -128,9 +128,7 @@ func (rs *resourceState) sampleDevices(td tickData) devIntervals {
 			if prev.Time != t0 || c.Time != t1 {
 				t0, t1, secs = prev.Time, c.Time, c.Time.Sub(prev.Time).Seconds()
 			}
-			if iv, err := sample.DiffSeconds(prev, c, secs); err == nil {
-				d.iv[i], d.ok[i] = iv, true
-			}
+			d.ok[i] = sample.DiffSeconds(&d.iv[i], prev, c, secs) == nil
 		}
 		*prev = *c
 	}

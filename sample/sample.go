@@ -84,17 +84,19 @@ func Delta(prev, cur uint64, bits uint) (d uint64, ok bool) {
 // returns an error if the counters went backwards in a way a wrap cannot
 // explain, which means the device was replaced: the caller should restart
 // its baseline rather than report nonsense.
-func Diff(prev, cur Counters) (Interval, error) {
-	return DiffSeconds(&prev, &cur, cur.Time.Sub(prev.Time).Seconds())
+func Diff(prev, cur Counters) (iv Interval, err error) {
+	err = DiffSeconds(&iv, &prev, &cur, cur.Time.Sub(prev.Time).Seconds())
+	return iv, err
 }
 
-// DiffSeconds is Diff with cur.Time − prev.Time in seconds given: a
-// snapshot's devices share their times, so a caller diffing thousands
-// of them computes it once (it was a third of Diff).
-func DiffSeconds(prev, cur *Counters, secs float64) (Interval, error) {
-	iv := Interval{Device: cur.Device, Start: prev.Time, Seconds: secs, InFlight: cur.InFlight}
+// DiffSeconds is Diff into *iv with cur.Time − prev.Time in seconds
+// given: a snapshot's devices share their times, so a caller diffing
+// thousands of them computes it once (it was a third of Diff), and
+// writes each interval in place.
+func DiffSeconds(iv *Interval, prev, cur *Counters, secs float64) error {
+	*iv = Interval{Device: cur.Device, Start: prev.Time, Seconds: secs, InFlight: cur.InFlight}
 	if iv.Seconds <= 0 {
-		return iv, fmt.Errorf("%s: non-increasing sample times", cur.Device)
+		return fmt.Errorf("%s: non-increasing sample times", cur.Device)
 	}
 	var rt, wt, rs, ws uint64
 	var ok0, ok1, ok2, ok3, ok4, ok5 bool
@@ -105,7 +107,7 @@ func DiffSeconds(prev, cur *Counters, secs float64) (Interval, error) {
 	rs, ok4 = Delta(prev.ReadSectors, cur.ReadSectors, countBits)
 	ws, ok5 = Delta(prev.WriteSectors, cur.WriteSectors, countBits)
 	if !(ok0 && ok1 && ok2 && ok3 && ok4 && ok5) {
-		return iv, fmt.Errorf("%s: counters went backwards (device reset)", cur.Device)
+		return fmt.Errorf("%s: counters went backwards (device reset)", cur.Device)
 	}
 	iv.ReadWaitMs, iv.WriteWaitMs = math.NaN(), math.NaN()
 	if iv.Reads > 0 {
@@ -116,7 +118,7 @@ func DiffSeconds(prev, cur *Counters, secs float64) (Interval, error) {
 	}
 	iv.ReadBps = float64(rs*512) / iv.Seconds
 	iv.WriteBps = float64(ws*512) / iv.Seconds
-	return iv, nil
+	return nil
 }
 
 // Diskstats reads /proc/diskstats.
