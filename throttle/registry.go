@@ -179,6 +179,8 @@ var (
 		{{"ipset_hash_ip", "consumer sets of type hash:ip", "CONFIG_IP_SET_HASH_IP", "ip_set_hash_ip"}},
 		{{"xt_set", "iptables -m set / -j SET", "CONFIG_NETFILTER_XT_SET", "xt_set"}},
 		{{"xt_comment", "iptables -m comment (rule labels)", "CONFIG_NETFILTER_XT_MATCH_COMMENT", "xt_comment"}},
+		// ports lists two by default (3260 and 4420): one rule matches them all.
+		{{"xt_multiport", "iptables -m multiport (several ports)", "CONFIG_NETFILTER_XT_MATCH_MULTIPORT", "xt_multiport"}},
 	}
 	needMark = append([][]Feature{{kHTB}, {kClsFw, kClsU32}, {kMangle}}, needSets...)
 	needBPF  = [][]Feature{{kClsact}, {kClsBPF}, {kBPF}}
