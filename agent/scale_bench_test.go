@@ -191,12 +191,12 @@ func plotScale(path string, pts []scalePoint) error {
 	dc := draw.New(img)
 	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Inch / 3, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8, PadLeft: vg.Inch / 8, PadRight: vg.Inch / 8}
 	for i, panel := range []struct {
-		title, label string
-		budget       float64
-		y            func(scalePoint) float64
+		title, label  string
+		budget, floor float64 // floor: where 0 is drawn (log scale)
+		y             func(scalePoint) float64
 	}{
-		{"CPU per tick", "ms of CPU", 1, func(p scalePoint) float64 { return p.cpuMs }},
-		{"allocated per tick", "bytes", 64 << 10, func(p scalePoint) float64 { return p.bytes }},
+		{"CPU per tick", "ms of CPU", 1, 1e-3, func(p scalePoint) float64 { return p.cpuMs }},
+		{"allocated per tick", "bytes", 64 << 10, 1, func(p scalePoint) float64 { return p.bytes }},
 	} {
 		p := plot.New()
 		p.Title.Text, p.X.Label.Text, p.Y.Label.Text = panel.title, "consumers", panel.label
@@ -208,7 +208,7 @@ func plotScale(path string, pts []scalePoint) error {
 			var xy plotter.XYs
 			for _, pt := range pts {
 				if pt.resources == r {
-					xy = append(xy, plotter.XY{X: float64(pt.consumers), Y: max(panel.y(pt), 1e-3)}) // log: no 0
+					xy = append(xy, plotter.XY{X: float64(pt.consumers), Y: max(panel.y(pt), panel.floor)}) // log: no 0
 				}
 			}
 			l, s, err := plotter.NewLinePoints(xy)
