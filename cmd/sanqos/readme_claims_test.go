@@ -97,6 +97,7 @@ func TestReadmeClaims(t *testing.T) {
 		{"objects named after its label (`sanqos`)", func() error {
 			return eq(cleanupCmd().Flags().Lookup("label").DefValue, "sanqos")
 		}},
+		{"ports (`ports`, by default 3260 for iSCSI and 4420 for NVMe/TCP)", func() error { return eq(fmt.Sprint(d.Ports), "[3260 4420]") }},
 		{"| `htb`, `delayline+htb`, `edt+htb` |", func() error {
 			for _, b := range []string{"auto", "edt", "netem", "delayline", "htb", "delayline+htb", "edt+htb", "dry-run"} {
 				if !slices.Contains(throttle.Names(), b) {
