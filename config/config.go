@@ -4,7 +4,7 @@
 //
 // It only parses and checks; it never touches the kernel or the agent.
 //
-// Imports (sanqos): internal/editdist, throttle.
+// Imports (sanqos): internal/editdist, nvmetcp, throttle.
 package config
 
 import (

@@ -89,9 +89,6 @@ type Resource struct {
 // Resource.Protocol).
 var Protocols = []string{"iscsi", "nvme-tcp"}
 
-// NVMePort is NVMe/TCP's port, a protocol nvme-tcp portal's default.
-const NVMePort = 4420
-
 // Objectives are what a threshold can bound (see Resource.Objective).
 var Objectives = []string{"mean", "p95"}
 

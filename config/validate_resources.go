@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sanqos/sanqos/nvmetcp"
 )
 
 // NoResources is nil if c lists resources, else why a config without any
@@ -149,11 +151,11 @@ func (c *Config) validateBridge(p *problems) {
 	}
 }
 
-// PortalPort is the port of r's portals that name none: NVMePort for
+// PortalPort is the port of r's portals that name none: nvmetcp.Port for
 // protocol nvme-tcp, else iscsi_port.
 func (c *Config) PortalPort(r Resource) uint16 {
 	if r.Protocol == "nvme-tcp" {
-		return NVMePort
+		return nvmetcp.Port
 	}
 	return uint16(c.ISCSIPort)
 }

@@ -24,6 +24,9 @@ import (
 	"hash/crc32"
 )
 
+// Port is NVMe/TCP's registered I/O port (IANA: nvme-tcp, 4420).
+const Port = 4420
+
 // PDU types (NVMe/TCP 1.0, 3.6.1).
 const (
 	TypeICReq       = 0x00

@@ -86,7 +86,7 @@ func nvmeDirect(t *testing.T) map[netip.Addr]*[2]opStat {
 	re := iscsipdu.NewReassembler(tr)
 	for _, s := range segments(t, nvmePcap) {
 		f, d := nvmetcp.Flow{Initiator: s.Src, Target: s.Dst}, nvmetcp.ToTarget
-		if s.Src.Port() == NVMePort {
+		if s.Src.Port() == nvmetcp.Port {
 			f, d = nvmetcp.Flow{Initiator: s.Dst, Target: s.Src}, nvmetcp.ToInitiator
 		}
 		re.Segment(f, d, s.Seq, s.Payload, s.Time)

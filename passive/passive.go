@@ -36,7 +36,7 @@ type Resource struct {
 	Name    string
 	Portals []netip.AddrPort
 	// Protocol is ISCSI or NVMeTCP; "" is NVMeTCP when every portal is on
-	// NVMePort, else ISCSI.
+	// nvmetcp.Port, else ISCSI.
 	Protocol string
 }
 
@@ -45,9 +45,6 @@ const (
 	ISCSI   = "iscsi"
 	NVMeTCP = "nvme-tcp"
 )
-
-// NVMePort is NVMe/TCP's registered I/O port.
-const NVMePort = 4420
 
 // maxAge is how long an unanswered command or a silent connection is
 // remembered.
@@ -136,7 +133,7 @@ func (r Resource) protocol() string {
 		return r.Protocol
 	}
 	for _, p := range r.Portals {
-		if p.Port() != NVMePort {
+		if p.Port() != nvmetcp.Port {
 			return ISCSI
 		}
 	}
