@@ -249,8 +249,8 @@ func qualifyReason(c *ConsumerInput, in *PolicyInput) string {
 	switch {
 	case in.BulkQueue > 0 && c.Queue >= in.BulkQueue:
 		return fmt.Sprintf("saturates the resource: %.1f requests queued ≥ throttleable_queue %g", c.Queue, in.BulkQueue)
-	case in.ReadBps > 0 && c.ReadEWMA > in.ReadBps:
-		return fmt.Sprintf("saturates the resource: reads %.3g MB/s > throttleable_read_mb_s %g", c.ReadEWMA/1e6, in.ReadBps/1e6)
+	case readsInBulk(c, in.ReadBps):
+		return fmt.Sprintf("saturates the resource: reads %.3g MB/s > throttleable_read_mb_s %g, %.0f KiB a read", c.ReadEWMA/1e6, in.ReadBps/1e6, c.ReadSize/1024)
 	case c.WriteEWMA > in.WriteBps:
 		return fmt.Sprintf("writes %.3g MB/s > throttleable_write_mb_s %g", c.WriteEWMA/1e6, in.WriteBps/1e6)
 	case c.Static:

@@ -109,8 +109,9 @@ type ConsumerInput struct {
 	// second (saturation.go).
 	Queue float64
 	Load  cost.Load
-	// ReadEWMA is its read rate smoothed as Queue (B/s).
-	ReadEWMA float64
+	// ReadEWMA is its read rate smoothed over two seconds (B/s), and
+	// ReadSize its mean read over them (bytes; 0: unknown).
+	ReadEWMA, ReadSize float64
 	// Network signals from the target's TCP_INFO (sample.Rate; NaN or 0
 	// when the agent does not sample TCP_INFO or the consumer has no
 	// connection): queueing delay srtt − min_rtt, srtt, the target's

@@ -187,11 +187,11 @@ func TestLoadEstimateRestsWhileIdle(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var e loadEstimate
 			for range 10 {
-				e.observe(tick, tc.hold, true, labVM.Queue, labVM.Load, labVM.ReadBps)
+				e.observe(tick, tc.hold, true, labVM.Queue, labVM.Load, labVM.ReadBps, 0)
 			}
 			before := e
 			for range 40 {
-				e.observe(tick, tc.hold, false, 0, cost.Load{}, 0)
+				e.observe(tick, tc.hold, false, 0, cost.Load{}, 0, 0)
 			}
 			for _, f := range []struct {
 				name     string
@@ -214,7 +214,7 @@ func TestLoadEstimateRestsWhileIdle(t *testing.T) {
 					t.Errorf("%s: %.3g of before, want %.2g-%.2g", f.name, r, tc.wantMin, tc.wantMax)
 				}
 			}
-			e.observe(tick, tc.hold, true, labVM.Queue, labVM.Load, labVM.ReadBps)
+			e.observe(tick, tc.hold, true, labVM.Queue, labVM.Load, labVM.ReadBps, 0)
 			if e.idleFor != 0 {
 				t.Errorf("idle for %v after a tick that moved data, want 0", e.idleFor)
 			}
@@ -363,6 +363,50 @@ func TestQueueWeighsTicksByLength(t *testing.T) {
 				if ci.Queue >= 1.25 {
 					t.Fatalf("tick %d: the reader's queue %.2f, saturating", i, ci.Queue)
 				}
+			}
+		})
+	}
+}
+
+// The read-rate rule takes large reads for bulk ones, not small reads
+// one at a time: the LIO guest's reader (8 KiB, one at a time) read
+// 1.13 MB/s on the wire for a few seconds, was taken for a bulk reader
+// and slowed to 90 ms (run ab-lio-9ae35fe, initiator p95 16.87× the
+// threshold). A backup's one 64 KiB stream and a 1 MiB reader, each
+// under one request queued, are still taken; the mean read comes from
+// the wire's commands where the agent samples it and from the devices'
+// reads where it does not.
+func TestReadRateRuleTakesBulkReadsOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		mbs       float64 // read rate, MB/s
+		size      int     // bytes a read
+		wire      bool
+		exclusive bool
+		want      bool
+	}{
+		{"8 KiB one at a time, 1.13 MB/s on the wire, own LUN (the LIO guest's reader)", 1.13, 8 << 10, true, true, false},
+		{"8 KiB one at a time, 1.1 MB/s, shared LUN, wire", 1.1, 8 << 10, true, false, false},
+		{"8 KiB one at a time, 1.13 MB/s, own LUN, no wire", 1.13, 8 << 10, false, true, false},
+		{"a backup's 64 KiB stream, 4.3 MB/s, wire", 4.3, 64 << 10, true, true, true},
+		{"a backup's 64 KiB stream, 4.3 MB/s, no wire", 4.3, 64 << 10, false, true, true},
+		{"1 MiB reads at 6 MB/s, shared LUN, wire", 6, 1 << 20, true, false, true},
+		{"64 KiB reads under the rate", 0.9, 64 << 10, true, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &Loops{cfg: LoopConfig{Interval: 100 * time.Millisecond, Cost: cost.Default()}}
+			bps := tc.mbs * 1e6
+			reads := bps * 0.1 / float64(tc.size)
+			// Its reads, one at a time at 7 ms: under one queued.
+			iv := sample.Interval{Seconds: 0.1, Reads: uint64(math.Round(reads)), ReadWaitMs: 7, ReadBps: bps, InFlight: 0}
+			r := sample.Rate{ReadBps: bps, CommandsPerSec: reads / 0.1}
+			pc, load := &planConsumer{addr: c1, devs: []int{0}, exclusive: tc.exclusive}, &loadEstimate{}
+			var ci ConsumerInput
+			for range 30 {
+				l.measureConsumer(&ci, pc, load, &lastValue{}, &devIntervals{iv: []sample.Interval{iv}, ok: []bool{true}}, &r, tc.wire)
+			}
+			if got := saturates(&ci, 1.25, 1e6); got != tc.want || ci.Queue >= 1.25 {
+				t.Errorf("saturating %v (read %.2f MB/s, %.0f KiB a read, queue %.2f), want %v", got, ci.ReadEWMA/1e6, ci.ReadSize/1024, ci.Queue, tc.want)
 			}
 		})
 	}

@@ -303,9 +303,16 @@ func (l *Loops) measureConsumer(ci *ConsumerInput, pc *planConsumer, load *loadE
 		// rests exactly while the hold keeps the delays. Weighed by the
 		// interval's length: the tick that comes at once after a late
 		// one books a whole wait in a few ms (TestQueueWeighsTicksByLength).
-		load.observe(time.Duration(math.Round(secs*1e9)), l.cfg.IdleHold, !idle(ci), devQueue, devLoad, rb)
+		// Read commands as the read rate's source counts them: the
+		// wire's commands (reads exactly, writes barely: sample.commands)
+		// or the devices' reads.
+		cmds := nr / secs
+		if wire {
+			cmds = r.CommandsPerSec
+		}
+		load.observe(time.Duration(math.Round(secs*1e9)), l.cfg.IdleHold, !idle(ci), devQueue, devLoad, rb, cmds)
 	}
-	ci.Queue, ci.Load, ci.ReadEWMA = load.queue, load.load, load.readBps
+	ci.Queue, ci.Load, ci.ReadEWMA, ci.ReadSize = load.queue, load.load, load.readBps, load.readSize()
 	ci.WriteEWMA, _ = rate.Update(wb)
 }
 

@@ -296,8 +296,12 @@ type Config struct {
 	// resource (over half a second) at which it counts as saturating
 	// it, in whichever direction: a backup's readers and a VM's random
 	// I/O as well as writers. A consumer with one request at a time never
-	// reaches it. ReadMBs is the read rate (EWMA) above which a consumer
-	// is throttleable, as WriteMBs is for writes. 0 disables either
+	// reaches it. ReadMBs is the read rate (EWMA over two seconds) above
+	// which a consumer is throttleable, as WriteMBs is for writes, when
+	// its reads average 32 KiB or more: a backup's or a checkpoint's
+	// large reads, not a latency-bound reader's small ones one at a
+	// time, which move as many bytes as their latency lets them (small
+	// reads many at a time meet throttleable_queue). 0 disables either
 	// rule; both 0 is the thesis: only writers above
 	// throttleable_write_mb_s and the static throttleable consumers are
 	// slowed. Defaults 1.25 and 1 MB/s (agent/saturation.go).
