@@ -90,6 +90,11 @@ type Meter struct {
 	last    time.Time // newest segment seen
 	expired time.Time
 	now     func() time.Time
+	// OnSample, when set before the first segment, sees every timed
+	// command (under the meter's lock, so it must not call the meter):
+	// the lab compares the wire's latency distribution with fio's,
+	// which the counters' sums cannot.
+	OnSample func(resource string, initiator netip.Addr, op iscsipdu.Op, lat time.Duration)
 }
 
 // NewMeter meters the given resources; portals must be distinct.
@@ -174,6 +179,9 @@ func (m *Meter) counter(resource string, ini netip.Addr, ts time.Time) *counter 
 // command of ini's, of either protocol.
 func (m *Meter) complete(resource string, ini netip.Addr, op iscsipdu.Op, lat time.Duration, at time.Time) {
 	c := m.counter(resource, ini.Unmap(), at)
+	if m.OnSample != nil {
+		m.OnSample(resource, ini.Unmap(), op, lat)
+	}
 	switch op {
 	case iscsipdu.OpRead:
 		c.reads++

@@ -2,11 +2,13 @@ package passive
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/sanqos/sanqos/capture"
+	"github.com/sanqos/sanqos/iscsipdu"
 )
 
 // bhs builds a 48-byte Basic Header Segment followed by dsl data bytes.
@@ -43,11 +45,16 @@ func (c *conn) toInitiator(at time.Duration, p []byte) {
 }
 
 // Reads and writes of each consumer become diskstats-shaped counters of
-// its pseudo-device: completions, ms spent, and bytes each way as sectors.
+// its pseudo-device: completions, ms spent, and bytes each way as sectors;
+// OnSample sees each command's latency whole.
 func TestMeterCounters(t *testing.T) {
 	m, err := NewMeter([]Resource{{Name: "r0", Portals: []netip.AddrPort{portal}}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	var samples []string
+	m.OnSample = func(res string, ini netip.Addr, op iscsipdu.Op, lat time.Duration) {
+		samples = append(samples, fmt.Sprintf("%s %s %d %v", res, ini, op, lat))
 	}
 	m.now = func() time.Time { return t0.Add(time.Second) }
 	reader := &conn{ini: netip.MustParseAddrPort("10.99.0.2:40000"), seqT: 100, seqI: 9000, m: m}
@@ -78,6 +85,9 @@ func TestMeterCounters(t *testing.T) {
 	w := got[DeviceName("r0", netip.MustParseAddr("10.99.0.3"))] // IPv4-mapped: the plain address
 	if w.Writes != 1 || w.WriteTicks != 4 || w.Reads != 0 || w.WriteSectors != (2*48+65536)/512 {
 		t.Errorf("writer: %+v", w)
+	}
+	if want := "[r0 10.99.0.2 1 12.5ms r0 10.99.0.2 1 7.7ms r0 10.99.0.3 2 4ms]"; fmt.Sprint(samples) != want {
+		t.Errorf("samples %v, want %s", samples, want)
 	}
 	cons := m.Consumers()["r0"]
 	if len(cons) != 2 || cons[netip.MustParseAddr("10.99.0.2")] == "" {

@@ -195,7 +195,7 @@ true
 		t.Errorf("left after the guest's lab down (%s):\n%s", strings.TrimSpace(down), left)
 	}
 	// The same guest, over NVMe/TCP (issue 54).
-	nvmeInGuest(t, gexec, gdir)
+	nvmeInGuest(t, gexec, gdir, dir)
 	out, err = sanqos(2*time.Minute, "lab", "down", "--kernel", "debian")
 	if err != nil {
 		t.Fatalf("lab down: %v\n%s", err, out)

@@ -18,9 +18,10 @@ import (
 // subsystems from the Connects it captures — b2 and b5 on both
 // resources, b3 and b4 on vg1 only — counts b5, with four I/O queues to
 // vg2, as one consumer, and finds a host that reconnects within one
-// discovery round; fio runs on /dev/nvmeXnY; and `lab down` leaves no
-// nvmet object, controller or module of ours.
-func nvmeInGuest(t *testing.T, gexec func(time.Duration, string) string, gdir string) {
+// discovery round; fio runs on /dev/nvmeXnY, timed by the wire too
+// (wireAgainstFio; dir is the work directory the guest shares); and `lab
+// down` leaves no nvmet object, controller or module of ours.
+func nvmeInGuest(t *testing.T, gexec func(time.Duration, string) string, gdir, dir string) {
 	gbin, glab := gdir+"/sanqos", gdir+"/sanqos-lab"
 	up := gexec(5*time.Minute, glab+" lab up --resources vg1,vg2 --lun-size=134217728 --disk-bandwidth=4e6 --disk-seek=1ms --target nvmet --initiator kernel 2>&1\n")
 	for _, want := range []string{"nvmet: 3 subsystems, port 10.99.0.1:4420 in netns bm", "NVMe/TCP host: 9 controllers", "/dev/nvme"} {
@@ -110,19 +111,9 @@ echo $(( (T - T1) / 1000000 )) $(( ($(date +%%s%%N) - T) / 1000000 ))
 	}
 	t.Logf("b4's reconnect found by a status call started %d ms after its connect returned (the call took %d ms)", ms, call)
 
-	// fio, direct I/O, on b3's namespace of vg1 (its own controller's).
-	dev := strings.TrimSpace(gexec(time.Minute, `for c in /sys/class/nvme/nvme*; do grep -q ':vg1$' $c/subsysnqn && grep -q ':b3$' $c/hostnqn && for d in $c/nvme*n*; do [ "$(cat $d/nsid)" = 2 ] && basename $d; done; done; true`+"\n"))
-	fio := gexec(2*time.Minute, fmt.Sprintf("ip netns exec b3 fio --name=b3 --filename=/dev/%s --ioengine=libaio --direct=1 --rw=randread --bs=8k --iodepth=1 --runtime=3 --time_based --output-format=json\n", dev))
-	var res struct {
-		Jobs []struct {
-			Read struct {
-				IOs int `json:"total_ios"`
-			}
-		}
-	}
-	if err := json.Unmarshal([]byte(fio[strings.Index(fio, "{"):]), &res); err != nil || len(res.Jobs) != 1 || res.Jobs[0].Read.IOs == 0 {
-		t.Errorf("fio on /dev/%s: %v\n%s", dev, err, fio)
-	}
+	// fio, direct I/O, on b3's and b4's namespaces of vg1, timed by
+	// the wire too.
+	wireAgainstFio(t, gexec, gbin, dir)
 
 	gexec(time.Minute, stopAgent)
 	stopped = true
