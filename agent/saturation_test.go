@@ -411,3 +411,35 @@ func TestReadRateRuleTakesBulkReadsOnly(t *testing.T) {
 		})
 	}
 }
+
+// The agent reads diskstats, then TCP_INFO: a stall between the two (the
+// starved guest) gives a tick whose wire interval is a second and the
+// next one whose wire interval is 2 ms while the devices' is the second.
+// One 8 KiB read over those 2 ms is 4 MB/s; weighed by the devices'
+// second it took a 0.25 MB/s reader's smoothed read rate over
+// throttleable_read_mb_s (LIO guest: 1.02-1.85 MB/s, docs/lab.md) and
+// its queue over the mark. The wire's bytes count over the devices'
+// interval (sample.Rate.Over), so the reader stays what it is.
+func TestWireRatesOverTheDevicesInterval(t *testing.T) {
+	type tick struct{ dev, wire, reads float64 } // intervals (s); the reader's reads on the wire
+	steady := tick{0.1, 0.1, 3}
+	ticks := []tick{steady, steady, {0.1, 1, 1}, {1, 0.002, 1}, steady, steady, steady, steady}
+	l := &Loops{cfg: LoopConfig{Interval: 100 * time.Millisecond, Cost: cost.Default()}}
+	pc, load := &planConsumer{addr: c1, devs: []int{0}}, &loadEstimate{}
+	var ci ConsumerInput
+	var moved float64
+	for i := range 40 {
+		tk := ticks[i%len(ticks)]
+		b := tk.reads * 8192
+		moved += b
+		iv := sample.Interval{Seconds: tk.dev, Reads: uint64(tk.reads), ReadWaitMs: 30, ReadBps: b / tk.dev}
+		r := sample.Rate{ReadBps: b / tk.wire, ReadBytes: uint64(b), CommandsPerSec: tk.reads / tk.wire, Seconds: tk.wire}
+		l.measureConsumer(&ci, pc, load, &lastValue{}, &devIntervals{iv: []sample.Interval{iv}, ok: []bool{true}}, &r, true)
+		if saturates(&ci, 1.25, 1e6) || ci.ReadEWMA > 0.5e6 {
+			t.Fatalf("tick %d (%+v): read rate %.2f MB/s, queue %.2f: taken for a bulk reader", i, tk, ci.ReadEWMA/1e6, ci.Queue)
+		}
+	}
+	if want := moved / (40 / float64(len(ticks)) * 1.8); math.Abs(ci.ReadEWMA-want) > 0.3*want {
+		t.Errorf("smoothed read rate %.3f MB/s, want about %.3f", ci.ReadEWMA/1e6, want/1e6)
+	}
+}

@@ -274,6 +274,9 @@ func (l *Loops) measureConsumer(ci *ConsumerInput, pc *planConsumer, load *loadE
 			devQueue = inFlight
 		}
 	}
+	if wire && secs > 0 {
+		r.Over(secs) // the wire's bytes over the devices' interval: one interval per tick
+	}
 	if wire && !pc.exclusive {
 		devLoad = l.cfg.Cost.Bytes(r.ReadBps, r.WriteBps)
 		if nr > 0 {

@@ -56,6 +56,27 @@ type Rate struct {
 	// (acked by it, received from it) since the previous sample: what
 	// the agent's per-consumer byte counters add up, exactly.
 	ReadBytes, WriteBytes uint64
+	// Seconds is the interval the rates are over (0: not known).
+	Seconds float64
+}
+
+// Over restates the rates over an interval of secs, the one the caller's
+// other figures of the same tick cover (the agent's: its devices'): the
+// same bytes and commands, divided by secs instead of Seconds. The agent
+// reads diskstats, then TCP_INFO; a stall between the two reads (the
+// TCG guest, a loaded host) leaves the next tick's wire interval a few
+// ms long beside a device interval of a quarter to a whole second, and
+// one 8 KiB read over 4 ms is 2 MB/s, which the agent's smoothing
+// weighed by the devices' interval: the LIO guest's reader, 0.25 MB/s
+// on its LUN and on the wire alike, smoothed to 1.02 and 1.85 MB/s and
+// was slowed as a bulk reader (docs/lab.md, "What each client moves on
+// the wire"); on a shared LUN the same commands/s made its queue.
+func (r *Rate) Over(secs float64) {
+	if secs <= 0 || r.Seconds <= 0 {
+		return
+	}
+	r.CommandsPerSec *= r.Seconds / secs
+	r.ReadBps, r.WriteBps, r.Seconds = float64(r.ReadBytes)/secs, float64(r.WriteBytes)/secs, secs
 }
 
 type connKey struct {
@@ -155,6 +176,7 @@ func (t *TCPRates) Sample() (map[netip.Addr]Rate, error) {
 	for k, c := range cur {
 		r := out[k.peer.Addr()]
 		r.Conns++
+		r.Seconds = secs
 		n := net[k.peer.Addr()]
 		r.SRTT, r.QueueDelay, r.MinRTT, r.RTTVar, r.DeliveryBps, r.InFlight = n.SRTT, n.QueueDelay, n.MinRTT, n.RTTVar, n.DeliveryBps, n.InFlight
 		if p, ok := prev[k]; ok && secs > 0 && c.recv >= p.recv && c.acked >= p.acked {

@@ -43,7 +43,7 @@ func TestTCPRatesDelaySignals(t *testing.T) {
 	}
 	got := r[mustAddr("10.99.0.3")]
 	want := Rate{WriteBps: 3 * 3230672, WriteBytes: 3 * 3230672, Conns: 4, SRTT: 90 * time.Millisecond, QueueDelay: 47710 * time.Microsecond,
-		MinRTT: 10 * time.Microsecond, RTTVar: 10867 * time.Microsecond, DeliveryBps: 1158400000 + 891076920 + 772266664, InFlight: 2 * 1448}
+		MinRTT: 10 * time.Microsecond, RTTVar: 10867 * time.Microsecond, DeliveryBps: 1158400000 + 891076920 + 772266664, InFlight: 2 * 1448, Seconds: 1}
 	if got != want {
 		t.Fatalf("got  %+v\nwant %+v", got, want)
 	}

@@ -131,8 +131,13 @@ func TestTCPRatesPerConnection(t *testing.T) {
 	}
 	w := netip.MustParseAddr("10.0.0.3")
 	rd := netip.MustParseAddr("10.0.0.2")
-	if r[w].WriteBps != 1e6 || r[w].ReadBps != 0 || r[w].WriteBytes != 1e6 || r[w].ReadBytes != 0 || r[w].SRTT != 250*time.Microsecond {
+	if r[w].WriteBps != 1e6 || r[w].ReadBps != 0 || r[w].WriteBytes != 1e6 || r[w].ReadBytes != 0 || r[w].SRTT != 250*time.Microsecond || r[w].Seconds != 1 {
 		t.Fatalf("writer %+v", r[w])
+	}
+	// Over a caller's 4 s (its devices' interval): the same bytes.
+	o := r[w]
+	if o.Over(4); o.WriteBps != 0.25e6 || o.WriteBytes != 1e6 || o.Seconds != 4 {
+		t.Fatalf("writer's rates over 4 s %+v", o)
 	}
 	if r[rd].WriteBps != 0 || r[rd].ReadBps != 0 || r[rd].ReadBytes != 0 || r[rd].Conns != 1 {
 		t.Fatalf("reconnected reader %+v", r[rd])
