@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -208,35 +209,48 @@ func TestSourcesLoggedWhenTheyChange(t *testing.T) {
 }
 
 // nvmet may export on several TCP ports (the guest's fixture: 4420 and
-// 4421) and one host may serve iSCSI on 3260 beside: the ports the
+// 4421), one host may serve iSCSI on 3260 beside, and tgtd may listen on
+// a portal past 3260 (tgtadm's captured 3260 and 3261): the ports the
 // agent does not throttle are the topology's Unthrottled, said in the
 // log once per set, and exported one series each.
 func TestUnthrottledPortsSaidOnce(t *testing.T) {
-	n, err := discover.ReadNVMet(filepath.Join("..", "discover", "testdata", "nvmet-guest", "nvmet"))
+	testdata := filepath.Join("..", "discover", "testdata")
+	n, err := discover.ReadNVMet(filepath.Join(testdata, "nvmet-guest", "nvmet"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap := discover.BuildSnapshot(n.Subsystems, nil)
+	tgt, err := discover.ReadTgt(0, func(args ...string) ([]byte, error) {
+		return os.ReadFile(filepath.Join(testdata, map[string]string{"target": "tgtadm-nosessions.txt", "portal": "tgtadm-portal-3261.txt"}[args[len(args)-1]]))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps := map[string]discover.Snapshot{"nvmet": discover.BuildSnapshot(n.Subsystems, nil), "tgt": discover.BuildSnapshot(tgt, nil)}
 	var buf strings.Builder
 	log := slog.New(slog.NewTextHandler(&buf, nil))
 	var prev *Topology
 	for _, tc := range []struct {
+		source      string
 		ports, want []uint16
 		logged      bool
 	}{
-		{[]uint16{4420}, []uint16{4421}, true},
-		{[]uint16{4420}, []uint16{4421}, false}, // the same set: said already
-		{[]uint16{4421}, []uint16{4420}, true},
-		{[]uint16{3260}, []uint16{4420, 4421}, true}, // iSCSI's port: nvmet's hosts are all unthrottled
-		{[]uint16{4420, 4421}, nil, false},
+		{"nvmet", []uint16{4420}, []uint16{4421}, true},
+		{"nvmet", []uint16{4420}, []uint16{4421}, false}, // the same set: said already
+		{"nvmet", []uint16{4421}, []uint16{4420}, true},
+		{"nvmet", []uint16{3260}, []uint16{4420, 4421}, true}, // iSCSI's port: nvmet's hosts are all unthrottled
+		{"nvmet", []uint16{4420, 4421}, nil, false},
+		{"tgt", []uint16{3260}, []uint16{3261}, true}, // an iSCSI portal past the agent's ports
+		{"tgt", []uint16{3260, 4420}, []uint16{3261}, false},
+		{"tgt", []uint16{3260, 3261}, nil, false},
 	} {
+		snap := snaps[tc.source]
 		d := SnapshotDiscoverer{Ports: tc.ports, Snap: func() (discover.Snapshot, error) { return snap, nil }}
 		topo, err := d.Discover()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !reflect.DeepEqual(topo.Unthrottled, tc.want) {
-			t.Errorf("throttling %v: unthrottled %v, want %v", tc.ports, topo.Unthrottled, tc.want)
+			t.Errorf("%s, throttling %v: unthrottled %v, want %v", tc.source, tc.ports, topo.Unthrottled, tc.want)
 		}
 		buf.Reset()
 		logMappingChanges(log, prev, topo)

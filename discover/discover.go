@@ -4,10 +4,11 @@
 // and from sysfs, which block device's /proc/diskstats line measures each
 // LUN and which shared devices (the resource) lie underneath.
 //
-// Sources: tgt (the text of `tgtadm --op show --mode target`), LIO (its
-// configfs tree) and IET (/proc/net/iet/{session,volume}). All three are
-// parsed into the same []Target, and BuildSnapshot turns that into the
-// Resource/Consumer map the rest of the pipeline steers by. The kernel
+// Sources: tgt (the text of `tgtadm --op show --mode target` and of
+// `--mode portal`), LIO (its configfs tree) and IET
+// (/proc/net/iet/{session,volume}). All three are parsed into the same
+// []Target, and BuildSnapshot turns that into the Resource/Consumer map
+// the rest of the pipeline steers by. The kernel
 // NVMe target's configfs (ReadNVMet) gives subsystems as Targets too,
 // with their ports; who is connected is not in it. ReadAll merges what
 // each source present on the host exports (AutoProbes: discovery source
@@ -40,8 +41,9 @@ type Target struct {
 	ACL      []string // tgt: initiator addresses/names allowed ("ALL")
 	Accounts []string // tgt: CHAP users bound (" (outgoing)" kept)
 	// Ports are the TCP ports the target is exported on, where its
-	// source says (nvmet: its ports' trsvcid); tgt, LIO and IET are not
-	// read for them (nil).
+	// source says: tgt's portals (all of tgtd's, for every target), LIO's
+	// TPG network portals (np/), nvmet's ports' trsvcid; IET is not read
+	// for them (nil).
 	Ports []uint16
 }
 

@@ -217,7 +217,8 @@ func TestReadLIO(t *testing.T) {
 		t.Fatalf("%d targets", len(ts))
 	}
 	tg := ts[0]
-	if tg.IQN != "iqn.2003-01.org.linux-iscsi.lab:vg1" || tg.TID != 1 || tg.State != "enabled" {
+	// Its portals: np/0.0.0.0:3260 and np/[::]:3261.
+	if tg.IQN != "iqn.2003-01.org.linux-iscsi.lab:vg1" || tg.TID != 1 || tg.State != "enabled" || !reflect.DeepEqual(tg.Ports, []uint16{3260, 3261}) {
 		t.Errorf("%+v", tg)
 	}
 	wantLUNs := []LUN{
@@ -246,6 +247,13 @@ func TestReadLIO(t *testing.T) {
 	}
 	if _, err := ReadLIO(t.TempDir()); err == nil {
 		t.Error("a root without iscsi/ must be an error")
+	}
+	bad := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(bad, "iscsi", "iqn.a:b", "tpgt_1", "np", "10.0.0.1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadLIO(bad); !errors.Is(err, ErrSyntax) {
+		t.Errorf("an np without a port: err = %v, want ErrSyntax", err)
 	}
 }
 

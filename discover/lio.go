@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ import (
 //	iscsi/<target iqn>/tpgt_<tag>/acls/<initiator iqn>/info            (sessions, see ParseLIOInfo)
 //	iscsi/<target iqn>/tpgt_<tag>/acls/<initiator iqn>/lun_<M>/<link> → ../../../lun/lun_<N>
 //	iscsi/<target iqn>/tpgt_<tag>/dynamic_sessions                      (initiator names, one per line)
+//	iscsi/<target iqn>/tpgt_<tag>/np/<address>:<port>                   (the TPG's portals; IPv6 as [::]:3260)
 //	core/<hba>_<i>/<dev>/udev_path                                      (backing device or file)
 //
 // Sessions of initiators without an explicit ACL (generate_node_acls=1)
@@ -85,6 +87,9 @@ func readTPG(dir, iqn string, tag int) (Target, error) {
 		t.LUNs = append(t.LUNs, lun)
 	}
 	sort.Slice(t.LUNs, func(i, j int) bool { return t.LUNs[i].Number < t.LUNs[j].Number })
+	if t.Ports, err = readNPs(filepath.Join(dir, "np")); err != nil {
+		return t, err
+	}
 
 	acls, err := os.ReadDir(filepath.Join(dir, "acls"))
 	if err != nil && !os.IsNotExist(err) {
@@ -130,6 +135,28 @@ func readTPG(dir, iqn string, tag int) (Target, error) {
 		}
 	}
 	return t, nil
+}
+
+// readNPs returns the TCP ports of a TPG's network portals (its np/
+// directories), sorted, each once; a TPG without np/ has none.
+func readNPs(dir string) ([]uint16, error) {
+	nps, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("discover: LIO: %w", err)
+	}
+	var ports []uint16
+	for _, np := range nps {
+		if !np.IsDir() {
+			continue
+		}
+		p, err := portalPort(np.Name())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", dir, err)
+		}
+		ports = append(ports, p)
+	}
+	slices.Sort(ports)
+	return slices.Compact(ports), nil
 }
 
 func lunIndex(name string) (int, bool) {

@@ -117,6 +117,15 @@ var checkCases = []checkCase{
 		"target":    {OK, "discovery nvmet: found"},
 		"discovery": {OK, "nvmet (../discover/testdata/nvmet-guest/nvmet): 2 targets, 0 sessions, 1 resources, 0 consumers"},
 	}},
+	// tgtd given a second portal (tgtadm --op new --mode portal) on 3261:
+	// an agent on 3260 alone leaves that portal's hosts undelayed.
+	{"tgt with a portal on 3261, the agent on 3260", func(t *testing.T) fixture {
+		return fixture{base: "host-6.18", config: "ports: [3260]\n" + tgtConfig,
+			exec: map[string]string{"tgtadm -C 31 --lld iscsi --op show --mode portal": read(t, "../discover/testdata/tgtadm-portal-3261.txt")}}
+	}, map[string]want{
+		"target":    {OK, "discovery tgt: found"},
+		"discovery": {Fail, "the target exports on TCP port 3261, which the agent does not throttle (ports [3260]): its hosts count as consumers, but their traffic is neither delayed nor measured"},
+	}},
 	{"tgt on another control port", func(*testing.T) fixture {
 		return fixture{base: "host-6.18", config: strings.Replace(tgtConfig, "tgt_control_port: 31", "tgt_control_port: 0", 1)}
 	}, map[string]want{

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/sanqos/sanqos/agent"
@@ -181,16 +180,14 @@ func (e *Env) readSource(src string) (string, []discover.Target, error) {
 				port = ports[0]
 			}
 		}
-		args := []string{"--lld", "iscsi", "--op", "show", "--mode", "target"}
-		if port != 0 {
-			args = append([]string{"-C", strconv.Itoa(port)}, args...)
-		}
-		label := "tgt (tgtadm " + strings.Join(args, " ") + ")"
-		out, err := e.Host.Exec("tgtadm", args...)
-		if err != nil {
-			return label, nil, fmt.Errorf("tgtadm: %w", err)
-		}
-		t, err := discover.ParseTgtadm(out)
+		label := "tgt (tgtadm " + strings.Join(discover.TgtadmShow(port, "target"), " ") + ")"
+		t, err := discover.ReadTgt(port, func(args ...string) ([]byte, error) {
+			out, err := e.Host.Exec("tgtadm", args...)
+			if err != nil {
+				return nil, fmt.Errorf("tgtadm: %w", err)
+			}
+			return out, nil
+		})
 		return label, t, err
 	case "lio":
 		t, err := discover.ReadLIO(e.lioRoot())

@@ -45,8 +45,11 @@ func baseExec(t testing.TB, base string) map[string]string {
 		"iptables -V":   "iptables v1.8.9 (legacy)\n",
 		"iptables-save": "",
 		"ipset list -n": "",
-		// The lab's tgtd (-C 31) between experiments: no sessions.
+		// The lab's tgtd (-C 31) between experiments: no sessions; its
+		// one portal (--iscsi portal=10.99.0.1:3260), in the format
+		// ../discover/testdata/tgtadm-portal-*.txt captured.
 		"tgtadm -C 31 --lld iscsi --op show --mode target": read(t, "testdata/host-6.18/tgtadm-C31.txt"),
+		"tgtadm -C 31 --lld iscsi --op show --mode portal": read(t, "testdata/host-6.18/tgtadm-C31-portal.txt"),
 	}
 	if base == "host-6.18" {
 		m["iptables -V"] = read(t, "testdata/host-6.18/iptables-V.txt")

@@ -83,7 +83,7 @@ func runTree(t *testing.T, tree func() *cobra.Command, args ...string) (string, 
 }
 
 var testStatus = agent.Status{
-	Backend: "dry-run", Time: time.Unix(1000, 0), UnthrottledPorts: []uint16{4421},
+	Backend: "dry-run", Time: time.Unix(1000, 0), UnthrottledPorts: []uint16{3261, 4421},
 	Resources: []agent.ResourceStatus{
 		{Name: "vg1", IndicatorMs: 16.5, ThresholdMs: 15, FloorMs: 4.25, Step: 4, Delay: 2 * time.Millisecond, Throttleable: []string{"10.99.0.3"},
 			Consumers: []agent.ConsumerStatus{{Addr: "10.99.0.2", ReadBps: 1.5e6, Queue: 0.6, LoadRead: 0.17},
@@ -127,8 +127,10 @@ func TestStatusTable(t *testing.T) {
 		// Mapped to nothing: said in the table and why below it.
 		{"vg6", []string{"vg6", "-", "15.0", "ms", "-", "UNMAPPED", "-", "0", "-"}},
 		{"UNMAPPED", []string{"UNMAPPED", "vg6:", "no", "discovered", "pool", "matches", "(found", "sdb)", "(it", "measures", "and", "slows", "nothing;", "discovery", "retries", "it", "every", "round)"}},
-		// A port the target exports on and the agent does not throttle.
-		{"UNTHROTTLED", strings.Fields("UNTHROTTLED PORT 4421: the target exports on it, but it is not among the agent's ports: its hosts count as consumers, their traffic is neither delayed nor measured")},
+		// Ports the target exports on and the agent does not throttle
+		// (a tgt portal on 3261, an nvmet port on 4421): one line each.
+		{"UNTHROTTLED PORT 3261:", strings.Fields("UNTHROTTLED PORT 3261: the target exports on it, but it is not among the agent's ports: its hosts count as consumers, their traffic is neither delayed nor measured")},
+		{"UNTHROTTLED PORT 4421:", strings.Fields("UNTHROTTLED PORT 4421: the target exports on it, but it is not among the agent's ports: its hosts count as consumers, their traffic is neither delayed nor measured")},
 		{"AT", []string{"AT", "MAX:", "the", "wait", "is", "above", "the", "threshold", "at", "max_delay.", "Raise", "max_delay", "(up", "to", "99", "ms:", "about", "the", "interferers'"}},
 		// Queue and load per direction: why a consumer is slowed, and which way.
 		{"10.99.0.3", []string{"10.99.0.3", "vg1", "12.00", "0.00", "-", "-", "-", "3.9", "2%/27%", "throttleable"}},
