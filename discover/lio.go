@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -138,25 +137,23 @@ func readTPG(dir, iqn string, tag int) (Target, error) {
 }
 
 // readNPs returns the TCP ports of a TPG's network portals (its np/
-// directories), sorted, each once; a TPG without np/ has none.
+// directories); a TPG without np/ has none.
 func readNPs(dir string) ([]uint16, error) {
 	nps, err := os.ReadDir(dir)
 	if err != nil && !os.IsNotExist(err) {
 		return nil, fmt.Errorf("discover: LIO: %w", err)
 	}
-	var ports []uint16
+	var portals []string
 	for _, np := range nps {
-		if !np.IsDir() {
-			continue
+		if np.IsDir() {
+			portals = append(portals, np.Name())
 		}
-		p, err := portalPort(np.Name())
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", dir, err)
-		}
-		ports = append(ports, p)
 	}
-	slices.Sort(ports)
-	return slices.Compact(ports), nil
+	ports, err := portalPorts(portals)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	return ports, nil
 }
 
 func lunIndex(name string) (int, bool) {

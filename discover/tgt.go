@@ -145,42 +145,41 @@ func ParseTgtadm(out []byte) ([]Target, error) {
 
 // ParseTgtPortals parses the output of `tgtadm --lld iscsi --op show
 // --mode portal` (tgt's iscsi_portal_show: one "Portal: <address>:<port>,
-// <tpgt>" line per listening portal, IPv6 addresses in brackets) into the
-// TCP ports tgtd listens on, sorted, each once. A line that is not a
-// portal is an error: skipped, a portal tgt came to print otherwise would
-// leave its port unnoticed, its hosts unthrottled.
+// <tpgt>" line per listening portal) into the TCP ports tgtd listens on.
+// A line that is not a portal is an error: skipped, a portal tgt came to
+// print otherwise would leave its port unnoticed, its hosts unthrottled.
 func ParseTgtPortals(out []byte) ([]uint16, error) {
-	var ports []uint16
+	var portals []string
 	for n, line := range strings.Split(string(out), "\n") {
 		line = strings.TrimSpace(line)
-		if line == "" {
-			continue
-		}
 		portal, ok := strings.CutPrefix(line, "Portal:")
-		addrPort, _, _ := strings.Cut(strings.TrimSpace(portal), ",")
-		p, err := portalPort(addrPort)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("%w: tgtadm portal line %d %q: not <address>:<port>,<tpgt>", ErrSyntax, n+1, line)
+		switch {
+		case ok:
+			addrPort, _, _ := strings.Cut(strings.TrimSpace(portal), ",")
+			portals = append(portals, addrPort)
+		case line != "":
+			return nil, fmt.Errorf("%w: tgtadm portal line %d %q: not a portal", ErrSyntax, n+1, line)
 		}
-		ports = append(ports, p)
+	}
+	return portalPorts(portals)
+}
+
+// portalPorts are the TCP ports of iSCSI portals written <address>:<port>
+// (an IPv6 address in brackets: tgt's portals, LIO's np directories),
+// sorted, each once. The address is not checked: tgt keeps a host name
+// as it was given.
+func portalPorts(portals []string) ([]uint16, error) {
+	var ports []uint16
+	for _, s := range portals {
+		i := strings.LastIndexByte(s, ':')
+		p, err := strconv.ParseUint(s[i+1:], 10, 16)
+		if i <= 0 || err != nil || p == 0 {
+			return nil, fmt.Errorf("%w: portal %q is not <address>:<port>", ErrSyntax, s)
+		}
+		ports = append(ports, uint16(p))
 	}
 	slices.Sort(ports)
 	return slices.Compact(ports), nil
-}
-
-// portalPort is the TCP port of an iSCSI portal written <address>:<port>
-// (an IPv6 address in brackets): tgt's portals, LIO's np directories.
-// The address is not checked: tgt keeps a host name as it was given.
-func portalPort(s string) (uint16, error) {
-	i := strings.LastIndexByte(s, ':')
-	if i <= 0 {
-		return 0, fmt.Errorf("%w: portal %q has no <address>:<port>", ErrSyntax, s)
-	}
-	p, err := strconv.ParseUint(s[i+1:], 10, 16)
-	if err != nil || p == 0 {
-		return 0, fmt.Errorf("%w: portal %q: bad port", ErrSyntax, s)
-	}
-	return uint16(p), nil
 }
 
 // parseAddr accepts an address as targets print it: bare, bracketed IPv6
