@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -49,6 +50,11 @@ type WriteCap struct {
 	*guard // puts the IFB, its classes and the filters back when someone removes them (Reinstalls)
 
 	bpfObjects // consumers: IPv4 (host order) → wcapValue
+	// drained: IPv4 → the Last up to which its IFB path was found empty
+	// (writecap_handover.go); user space writes it, the program reads it.
+	drained *ebpf.Map
+	drain   drainer
+	forced  atomic.Uint64 // ForcedHandOvers
 
 	mu       sync.Mutex
 	cur      map[netip.Addr]htbConsumer
@@ -112,6 +118,7 @@ func NewWriteCap(cfg WriteCapConfig) (*WriteCap, error) {
 		return nil, fmt.Errorf("write cap on %s: %w", cfg.Device, err)
 	}
 	w.lease.start()
+	w.startDrainer()
 	w.guard = startGuard(&guard{what: "write caps", interval: cfg.Check, log: cfg.Log, check: w.check, repair: w.repair})
 	cfg.Log.Info("write-rate caps ready", "device", cfg.Device, "ifb", WriteCapIFB(cfg.Label), "ttl", cfg.TTL)
 	return w, nil
@@ -132,6 +139,7 @@ func (w *WriteCap) buildIFB() error {
 	la := netlink.NewLinkAttrs()
 	la.Name = WriteCapIFB(w.cfg.Label)
 	la.TxQLen = writeCapQueue
+	la.NumTxQueues = 1 // one first-in first-out queue, which the hand-over's count relies on
 	if err := netlink.LinkAdd(&netlink.Ifb{LinkAttrs: la}); err != nil {
 		return fmt.Errorf("add ifb %s: %w", la.Name, err)
 	}
@@ -164,11 +172,14 @@ func (w *WriteCap) load() error {
 	if w.consumers, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: wcapValueSize, MaxEntries: writeCapMaxConsumers}); err != nil {
 		return fmt.Errorf("bpf map: %w", err)
 	}
+	if w.drained, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: writeCapMaxConsumers}); err != nil {
+		return fmt.Errorf("bpf map: %w", err)
+	}
 	if w.lease, err = newBPFLease(w.cfg.TTL, w.cfg.Log, "write caps"); err != nil {
 		return err
 	}
 	w.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sanqos_wcap", Type: ebpf.SchedCLS, License: "GPL",
-		Instructions: writeCapProgram(w.cfg.Ports, w.consumers.FD(), w.lease.m.FD())})
+		Instructions: writeCapProgram(w.cfg.Ports, w.consumers.FD(), w.drained.FD(), w.lease.m.FD())})
 	if err != nil {
 		return fmt.Errorf("load steering program: %w", err)
 	}
@@ -203,7 +214,7 @@ func (w *WriteCap) steer() error {
 const tcActUnspec = -1
 
 // writeCapProgram tags TCP segments to any of ports (none: any port) from a consumer in
-// the map with the consumer's class and hands them to the next filter
+// the consumers map with the consumer's class and hands them to the next filter
 // (TC_ACT_UNSPEC), while the heartbeat lasts; everything else passes
 // (TC_ACT_OK). LD_ABS/LD_IND read the packet in host byte order and end
 // the program (returning 0, pass) on a short packet.
@@ -215,7 +226,7 @@ const tcActUnspec = -1
 // after). Overtaking the writer's queued data is harmless: the target
 // takes an in-window segment without data for its acknowledgement and
 // does not answer it. A FIN stays in order.
-func writeCapProgram(ports []uint16, consumers, beat int) asm.Instructions {
+func writeCapProgram(ports []uint16, consumers, drained, beat int) asm.Instructions {
 	const priorityOff = 32 // offsetof(struct __sk_buff, priority)
 	const fin = 0x01
 	insns := asm.Instructions{
@@ -249,18 +260,21 @@ func writeCapProgram(ports []uint16, consumers, beat int) asm.Instructions {
 		asm.StoreMem(asm.RFP, -4, asm.R0, asm.Word),
 	)
 	insns = append(insns, leaseAndLookup(beat, consumers)...)
-	return append(insns,
+	insns = append(insns,
 		// A consumer being handed over (writecap_handover.go) stays
-		// in its class while its segments come closer together than
-		// the quiet gap, and takes the direct path from its first gap.
+		// in its class, its entry stamped with each segment's time,
+		// until user space has found its path empty up to the last
+		// stamp and said so in the drained map.
 		asm.Mov.Reg(asm.R9, asm.R0),
 		asm.LoadMem(asm.R1, asm.R9, 4, asm.Word), // handOver
 		asm.JEq.Imm(asm.R1, 0, "tag"),
-		asm.FnKtimeGetNs.Call(),
-		asm.LoadMem(asm.R1, asm.R9, 8, asm.DWord), // last steered
-		asm.Mov.Reg(asm.R2, asm.R0),
-		asm.Sub.Reg(asm.R2, asm.R1),
-		asm.JGE.Imm(asm.R2, int32(writeCapQuiet), "pass"),
+	)
+	insns = append(insns, lookupAt(drained, -4, "hold")...)
+	return append(insns,
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord), // drained up to
+		asm.LoadMem(asm.R2, asm.R9, 8, asm.DWord), // last steered
+		asm.JEq.Reg(asm.R1, asm.R2, "pass"),
+		asm.FnKtimeGetNs.Call().WithSymbol("hold"),
 		asm.StoreMem(asm.R9, 8, asm.R0, asm.DWord),
 		asm.LoadMem(asm.R1, asm.R9, 0, asm.Word).WithSymbol("tag"), // the class
 		asm.StoreMem(asm.R6, priorityOff, asm.R1, asm.Word),
@@ -301,7 +315,6 @@ func (w *WriteCap) Set(settings map[netip.Addr]Setting) error {
 	}
 	w.handOver(lifted)
 	w.cur, w.minor = next, used
-	w.reap()
 	if err := w.lease.refresh(); err != nil {
 		return err
 	}
@@ -366,6 +379,15 @@ func (w *WriteCap) plan(settings map[netip.Addr]Setting) (map[netip.Addr]htbCons
 	return next, used, nil
 }
 
+// close releases the BPF objects (the program stays attached until its
+// filter goes).
+func (w *WriteCap) close() {
+	if w.drained != nil {
+		w.drained.Close()
+	}
+	w.bpfObjects.close()
+}
+
 func (w *WriteCap) class(c htbConsumer) *netlink.HtbClass {
 	return tcHtbClass(w.ifb.Attrs().Index, netlink.MakeHandle(w.major, c.minor), netlink.MakeHandle(w.major, htbRootMinor), c.rate, c.rate, 1)
 }
@@ -389,6 +411,7 @@ func (w *WriteCap) List() map[netip.Addr]Setting {
 // and nobody else's filters hang there, then the program and maps.
 func (w *WriteCap) Close() error {
 	w.guard.end()
+	w.drain.end()
 	w.lease.end()
 	err := errors.Join(CleanupWriteCap(w.cfg.Label), w.hook.release())
 	w.close()

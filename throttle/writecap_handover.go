@@ -13,74 +13,104 @@ import (
 // class still holds. Deleting the class drops its queue (up to the
 // writer's window: TCP resends it, after an RTO if it was the tail; lab,
 // twelve writers at 10 ms with caps deleted at once: 226 drops, 658
-// retransmissions, 8 RTOs). Unsteering the consumer while its segments
-// are still on the IFB path — in the class, or past it in the IFB's own
-// queue, which no class statistic shows — lets its next segments
-// overtake them: duplicate ACKs, a spurious fast retransmit (the
-// stock-kernel guest's TestWriteCapLiftDrains, two CI runs in three,
-// when user space unsteered as soon as the class looked empty).
+// retransmissions, 8 RTOs). Unsteering the consumer while any of its
+// segments is still on the IFB path lets its next segments overtake them:
+// duplicate ACKs, a spurious fast retransmit of everything held (the
+// stock-kernel guest's TestWriteCapLiftDrains, two CI runs in three, when
+// user space unsteered as soon as the class looked empty).
 //
-// So the hand-over is the packet path's own decision, in two steps. The
-// lifted consumer's class opens to the link rate and its segments still
-// go into it, until the class has been seen empty: an HTB class waiting
-// for tokens at its old rate keeps waiting after a rate change, up to one
-// packet's time at that rate (125 ms for 64 KiB at 512 KiB/s), and the
-// writer, its whole window queued, sends nothing meanwhile — a pause that
-// must not count as the gap below (lab test: 79 fast retransmissions when
-// it did). Then the map entry is marked handed over: the steering
-// program keeps sending the consumer's segments into the open class while
-// they follow each other closer than writeCapQuiet, and passes them
-// straight on from the first longer gap, after which it never steers that
-// consumer again (the entry's last-steered time stops moving). Nothing
-// can still be on the IFB path behind a gap that long: an open class and
-// the IFB forward in microseconds. User space reaps the entry and the
-// class once the program has stopped steering. A writer that never
-// pauses for writeCapQuiet stays on the open class, shaped by nothing but
-// the link.
+// The IFB path is: the steering program, mirred, the consumer's HTB
+// class, the IFB's own queue (past every class, in no qdisc's
+// statistics) and its tasklet, which hands the segment to the stack. An
+// open class forwards in microseconds, but not always: a class seen empty
+// may still owe tokens at its old rate (HTB keeps the debt across a rate
+// change: up to one packet's time at that rate, 125 ms for 64 KiB at 512
+// KiB/s), and the IFB's tasklet runs after the receive softirq, late when
+// the host takes the vCPU away mid-softirq or the softirq is left to a
+// ksoftirqd that waits for a CPU. So no gap between a writer's segments
+// proves its path empty: handing over at the first 20 ms gap failed CI
+// about once in twenty-five runs (45 spurious fast retransmissions,
+// TestWriteCapLiftDrains), and TestWriteCapLiftSlowPath, its path slowed
+// on purpose, failed every time.
+//
+// So the hand-over waits for the kernel's own counts. Lifting opens the
+// class to the link rate and marks the consumer's map entry: the program
+// keeps steering it into the class, and stamps the entry with each
+// segment's time (Last). The drainer, every writeCapPoll, reads the
+// entries, then the classes' queues, then the IFB's counters; when a
+// consumer's Last has not moved since its previous round, its class was
+// empty then and the IFB has since delivered every packet it had taken
+// by then, nothing steered up to Last is on the path, and it writes Last
+// into the drained map. The program passes a segment straight on only if
+// the entry's Last equals the drained one: nothing steered since the path
+// was found empty. A segment steered meanwhile moves Last, and the
+// consumer stays in its class until the drainer has seen that one
+// through too. Left: a segment between the program and its class, or
+// between the class and the IFB's queue, when the check runs — code that
+// runs with bottom halves off (not preemptible but under PREEMPT_RT),
+// microseconds, which only a vCPU stall in exactly that window stretches.
+//
+// A writer that never leaves its path empty for two polls is handed over
+// anyway at writeCapHandOverMax, unverified (fail open: it is no longer
+// capped either way, and an IFB path kept forever costs CPU), logged and
+// counted (ForcedHandOvers): its next segments may overtake its last
+// ones once.
 
-// writeCapQuiet is the gap after which a handed-over consumer's segments
-// take the direct path. The gap is measured where the program runs, in
-// the receive softirq, so a CPU taken away mid-softirq stretches it
-// while a segment already redirected waits for the IFB's tasklet (it
-// runs after the receive softirq): the next segment then goes direct and
-// overtakes it. A target that runs in a VM loses its vCPU for
-// milliseconds; at 5 ms the stock-kernel TCG guest's
-// TestWriteCapLiftDrains saw one spurious fast retransmit in about ten
-// CI runs. The lab machine (a microVM) had 677 CPU stalls of 5 ms or
-// more and 29 of 20 ms or more over three readers runs (the stall
-// watch's stalls.csv, 2026-11-29): 20 ms makes an overtaking stall about
-// twenty times rarer, and is still short of the pauses of a writer that
-// is not saturating. One that never pauses that long stays on its open
-// class, which costs the IFB's CPU and shapes nothing.
-const writeCapQuiet = 20 * time.Millisecond
+// writeCapPoll is how often the drainer checks the paths of the caps
+// being handed over: a writer is handed over at its first pause of about
+// two polls with its path empty.
+const writeCapPoll = 5 * time.Millisecond
+
+// writeCapHandOverMax bounds a hand-over; past it the consumer is
+// unsteered without a verified empty path.
+const writeCapHandOverMax = 2 * time.Second
 
 // wcapValue is the steering map's value (16 bytes, the program's
 // offsets 0, 4 and 8).
 type wcapValue struct {
 	Class    uint32 // the consumer's class, major:minor
 	HandOver uint32 // non-zero: the cap is lifted, hand the consumer over
-	Last     uint64 // CLOCK_MONOTONIC ns of the last segment steered while handing over
+	Last     uint64 // CLOCK_MONOTONIC ns of the last segment steered while handing over (the lift's, before any)
 }
 
 const wcapValueSize = 16
 
-// handOver opens the lifted consumers' classes; reap marks them handed
-// over once empty. Their minors stay used until reap removes them. Called
-// with w.mu held, with the caps still in w.cur.
+// drainingCap is a lifted cap being handed over, and what the drainer's
+// last round saw of it.
+type drainingCap struct {
+	minor  uint16
+	since  time.Time // lifted at
+	seen   bool      // a round has seen it (the fields below are that round's)
+	last   uint64    // its entry's Last
+	empty  bool      // its class was empty (read after last)
+	in     uint64    // packets the IFB had taken in to deliver (read after the class)
+	handed bool      // the program had been told the path is empty, and had steered nothing since
+	forced bool      // unsteered at writeCapHandOverMax: its class goes once empty
+}
+
+// handOver opens the lifted consumers' classes and marks their entries;
+// the drainer hands them over. Their minors stay used until it removes
+// them. Called with w.mu held, with the caps still in w.cur.
 func (w *WriteCap) handOver(lifted []netip.Addr) {
+	now := monoNow()
 	for _, a := range lifted {
 		c := w.cur[a]
+		key, _ := ipv4Key(a) // every capped consumer is IPv4 (Set refuses the rest)
 		if err := netlink.ClassChange(w.openClass(c.minor)); err != nil {
 			w.cfg.Log.Warn("write cap: opening a lifted cap's class", "consumer", a, "err", err)
 		}
-		w.draining[a] = drainingCap{minor: c.minor}
+		_ = w.drained.Delete(key) // an earlier hand-over's verdict is not this one's
+		if err := w.consumers.Put(key, wcapValue{Class: netlink.MakeHandle(w.major, c.minor), HandOver: 1, Last: now}); err != nil {
+			w.cfg.Log.Warn("write cap: marking a lifted cap", "consumer", a, "err", err)
+		}
+		w.draining[a] = drainingCap{minor: c.minor, since: time.Now()}
 	}
-}
-
-// drainingCap is a lifted cap being handed over.
-type drainingCap struct {
-	minor  uint16
-	marked bool // the map entry says hand over (the class was seen empty)
+	if len(lifted) > 0 {
+		select {
+		case w.drain.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // openClass is a consumer class at the link rate.
@@ -88,52 +118,145 @@ func (w *WriteCap) openClass(minor uint16) *netlink.HtbClass {
 	return w.class(htbConsumer{minor: minor, rate: w.cfg.LinkRate})
 }
 
-// reap moves the hand-overs on: an opened class seen empty gets its
-// entry marked; a marked consumer that the program no longer steers (no
-// segment steered for two quiet gaps, so none is being steered now) and
-// whose class is empty loses its entry and its class. Called with w.mu
-// held: by Set and by the guard's every check.
-func (w *WriteCap) reap() {
-	if len(w.draining) == 0 {
-		return
-	}
-	qlen, err := tcClassQlens(w.ifb)
-	if err != nil {
-		return
-	}
-	now := monoNow()
-	for a, d := range w.draining {
-		key, _ := ipv4Key(a) // every capped consumer is IPv4 (Set refuses the rest)
-		handle := netlink.MakeHandle(w.major, d.minor)
-		if qlen[handle] > 0 {
-			continue
+// drainer runs the hand-overs' rounds every writeCapPoll while there are
+// any, on a thread of its own in the creator's network namespace (as the
+// guard: netlink talks to the namespace of its thread).
+type drainer struct{ kick, stop, done chan struct{} }
+
+func (w *WriteCap) startDrainer() {
+	d := &w.drain
+	d.kick, d.stop, d.done = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	enter := creatorNS()
+	go func() {
+		defer close(d.done)
+		if err := enter(); err != nil {
+			w.cfg.Log.Error("write caps: lifted caps will not be handed over", "err", err)
+			return
 		}
-		if !d.marked {
-			v := wcapValue{Class: handle, HandOver: 1, Last: now}
-			if err := w.consumers.Put(key, v); err != nil {
-				w.cfg.Log.Warn("write cap: handing a lifted cap over", "consumer", a, "err", err)
-				continue
+		for {
+			select {
+			case <-d.stop:
+				return
+			case <-d.kick:
 			}
-			w.draining[a] = drainingCap{minor: d.minor, marked: true}
-			continue
+			t := time.NewTicker(writeCapPoll)
+			for more := true; more; more = w.drainRound() {
+				select {
+				case <-d.stop:
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
+			t.Stop()
 		}
-		var v wcapValue
-		if err := w.consumers.Lookup(key, &v); err == nil && v.HandOver != 0 && now-v.Last < uint64(2*writeCapQuiet) {
-			continue
-		}
-		_ = w.consumers.Delete(key)
-		_ = netlink.ClassDel(w.openClass(d.minor))
-		delete(w.draining, a)
-		delete(w.minor, d.minor)
-	}
+	}()
 }
 
-// reapChecked is reap for the guard, which holds no lock.
-func (w *WriteCap) reapChecked() {
+// end stops the drainer (again: a no-op).
+func (d *drainer) end() {
+	if d.stop == nil {
+		return
+	}
+	select {
+	case <-d.stop:
+	default:
+		close(d.stop)
+	}
+	<-d.done
+}
+
+// drainRound moves every hand-over one round on and says whether any is
+// left. The entries are read first, then the classes' queues, then the
+// IFB's counters: each later reading covers what the earlier ones saw
+// steered.
+func (w *WriteCap) drainRound() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.reap()
+	if len(w.draining) == 0 {
+		return false
+	}
+	type entry struct {
+		v       wcapValue
+		ok      bool
+		drained uint64
+		told    bool // drained is there
+	}
+	entries := make(map[netip.Addr]entry, len(w.draining))
+	for a := range w.draining {
+		key, _ := ipv4Key(a)
+		var e entry
+		e.ok = w.consumers.Lookup(key, &e.v) == nil
+		e.told = w.drained.Lookup(key, &e.drained) == nil
+		entries[a] = e
+	}
+	// Unread (a netlink error), a class counts as not empty: nothing is
+	// handed over on it, but the deadline still holds.
+	qlen, qerr := tcClassQlens(w.ifb)
+	in, out, ierr := ifbCounts(w.ifb.Attrs().Index)
+	for a, d := range w.draining {
+		e := entries[a]
+		empty := qerr == nil && ierr == nil && qlen[netlink.MakeHandle(w.major, d.minor)] == 0
+		handed := e.ok && e.told && e.drained == e.v.Last
+		key, _ := ipv4Key(a)
+		switch {
+		case d.forced || !e.ok:
+			// Unsteered: the class goes once it has let go of what it held.
+			if empty || time.Since(d.since) > 2*writeCapHandOverMax {
+				w.reapCap(a, d.minor)
+				continue
+			}
+			d.forced = true
+		case handed && d.handed && empty:
+			// Told a round ago and nothing steered since: the program
+			// passes the consumer's segments, its entry and class can go.
+			w.reapCap(a, d.minor)
+			continue
+		case !handed && d.seen && d.last == e.v.Last && d.empty && out >= d.in:
+			if err := w.drained.Put(key, e.v.Last); err != nil {
+				w.cfg.Log.Warn("write cap: handing a lifted cap over", "consumer", a, "err", err)
+			}
+		case !handed && time.Since(d.since) > writeCapHandOverMax:
+			_ = w.consumers.Delete(key)
+			d.forced = true
+			w.cfg.Log.Warn("write cap: lifted cap unsteered without an empty path: its path never emptied between its segments; they may arrive out of order once",
+				"consumer", a, "after", writeCapHandOverMax, "forced_hand_overs", w.forced.Add(1))
+		}
+		d.seen, d.last, d.empty, d.in, d.handed = true, e.v.Last, empty, in, handed
+		w.draining[a] = d
+	}
+	return len(w.draining) > 0
 }
+
+// reapCap removes a handed-over consumer's entries and class.
+func (w *WriteCap) reapCap(a netip.Addr, minor uint16) {
+	key, _ := ipv4Key(a)
+	_ = w.consumers.Delete(key)
+	_ = w.drained.Delete(key)
+	_ = netlink.ClassDel(w.openClass(minor))
+	delete(w.draining, a)
+	delete(w.minor, minor)
+}
+
+// ifbCounts is what the IFB has taken in to deliver (packets, less those
+// it dropped at once: it takes only redirected ones) and what it has
+// delivered. It has one queue, first in first out: once out reaches an
+// earlier in, everything it held then has left.
+func ifbCounts(index int) (in, out uint64, err error) {
+	l, err := netlink.LinkByIndex(index)
+	if err != nil {
+		return 0, 0, err
+	}
+	s := l.Attrs().Statistics
+	if s == nil {
+		return 0, 0, errors.New("no statistics")
+	}
+	return s.RxPackets - s.RxDropped, s.TxPackets, nil
+}
+
+// ForcedHandOvers is how many lifted caps were unsteered at
+// writeCapHandOverMax without a verified empty path.
+func (w *WriteCap) ForcedHandOvers() uint64 { return w.forced.Load() }
 
 // The write caps' guard (guard.go): their consumers are in a BPF map
 // nobody else can reach; what can go is the IFB with its tree and the
@@ -142,7 +265,6 @@ func (w *WriteCap) reapChecked() {
 // check finds the IFB with our HTB root, and both filters on the
 // device's ingress hook.
 func (w *WriteCap) check(cc *checkConn) error {
-	w.reapChecked()
 	if err := w.checkIFB(cc); err != nil {
 		return err
 	}

@@ -122,20 +122,45 @@ func toTargetTCP(src netip.Addr, doff int, flags uint8, payload int) []byte {
 // (BPF_PROG_TEST_RUN): it hands on to the redirect, tagged with the
 // consumer's class,
 // exactly the TCP segments to the target port from a capped consumer, and
-// nothing once the heartbeat has lapsed.
+// nothing once the heartbeat has lapsed; a lifted cap's consumer until
+// its path has been found empty up to its last segment.
 func TestWriteCapProgram(t *testing.T) {
 	consumers, beat := programMaps(t, wcapValueSize)
+	drained, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drained.Close()
 	capped, other := netip.MustParseAddr("10.201.0.2"), netip.MustParseAddr("10.201.0.3")
-	lifted, quiet := netip.MustParseAddr("10.201.0.4"), netip.MustParseAddr("10.201.0.5")
-	const class = 0x51ab0010
+	lifted, handed, moved := netip.MustParseAddr("10.201.0.4"), netip.MustParseAddr("10.201.0.5"), netip.MustParseAddr("10.201.0.6")
+	const class, stamp = 0x51ab0010, 1000
 	if err := consumers.Put(key4(capped), wcapValue{Class: class}); err != nil {
 		t.Fatal(err)
 	}
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL", Instructions: writeCapProgram([]uint16{3260, 4420}, consumers.FD(), beat.FD())})
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL", Instructions: writeCapProgram([]uint16{3260, 4420}, consumers.FD(), drained.FD(), beat.FD())})
 	if err != nil {
 		t.Fatalf("the kernel's verifier refused the program: %v", err)
 	}
 	defer prog.Close()
+	// run runs the program on frame with the heartbeat fresh or lapsed.
+	run := func(name string, frame []byte, lapsed bool) (ret, prio uint32) {
+		t.Helper()
+		deadline := monoNow() + uint64(time.Minute)
+		if lapsed {
+			deadline = monoNow() - 1
+		}
+		if err := beat.Put(uint32(0), deadline); err != nil {
+			t.Fatal(err)
+		}
+		// The kernel copies its whole __sk_buff back (192 bytes on 6.x):
+		// give it room, and read priority where the struct has it.
+		out := make([]byte, 256)
+		ret, err := prog.Run(&ebpf.RunOptions{Data: frame, Context: skbCtx{}, ContextOut: out})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return ret, binary.NativeEndian.Uint32(out[32:])
+	}
 	const redirect = 0xffffffff // TC_ACT_UNSPEC: on to the redirect filter
 	for _, tc := range []struct {
 		name    string
@@ -156,33 +181,39 @@ func TestWriteCapProgram(t *testing.T) {
 		{"UDP", toTarget(unix.ETH_P_IP, unix.IPPROTO_UDP, 5, capped, 3260), false, 0, 0},
 		{"not IPv4", toTarget(unix.ETH_P_IPV6, unix.IPPROTO_TCP, 5, capped, 3260), false, 0, 0},
 		{"a lapsed heartbeat fails open", toTarget(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, capped, 3260), true, 0, 0},
-		{"a lifted cap's consumer stays in its class while its segments follow closely", toTarget(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, lifted, 3260), false, redirect, class},
-		{"a lifted cap's consumer takes the direct path after a quiet gap", toTarget(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, quiet, 3260), false, 0, 0},
 	} {
-		// lifted's last segment went into its class just now, quiet's a
-		// gap ago (set before every run: the program moves lifted's on).
-		if err := consumers.Put(key4(lifted), wcapValue{Class: class, HandOver: 1, Last: monoNow()}); err != nil {
-			t.Fatal(err)
-		}
-		if err := consumers.Put(key4(quiet), wcapValue{Class: class, HandOver: 1, Last: monoNow() - uint64(writeCapQuiet)}); err != nil {
-			t.Fatal(err)
-		}
-		deadline := monoNow() + uint64(time.Minute)
-		if tc.lapsed {
-			deadline = monoNow() - 1
-		}
-		if err := beat.Put(uint32(0), deadline); err != nil {
-			t.Fatal(err)
-		}
-		// The kernel copies its whole __sk_buff back (192 bytes on 6.x):
-		// give it room, and read priority where the struct has it.
-		out := make([]byte, 256)
-		ret, err := prog.Run(&ebpf.RunOptions{Data: tc.frame, Context: skbCtx{}, ContextOut: out})
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		if prio := binary.NativeEndian.Uint32(out[32:]); ret != tc.ret || prio != tc.classid {
+		if ret, prio := run(tc.name, tc.frame, tc.lapsed); ret != tc.ret || prio != tc.classid {
 			t.Errorf("%s: returned %d with priority %#x, want %d and %#x", tc.name, ret, prio, tc.ret, tc.classid)
+		}
+	}
+	// A lifted cap's consumer (entry stamped 1000) is steered, its entry
+	// stamped with the segment's time, until user space has said its path
+	// was empty up to its stamp.
+	for _, tc := range []struct {
+		name    string
+		a       netip.Addr
+		drained uint64 // 0: no word from user space yet
+		steered bool
+	}{
+		{"a lifted cap's consumer stays in its class until its path is found empty", lifted, 0, true},
+		{"a lifted cap's consumer whose path was found empty up to its last segment takes the direct path", handed, stamp, false},
+		{"a lifted cap's consumer with a segment steered since its path was found empty stays", moved, stamp - 1, true},
+	} {
+		if err := consumers.Put(key4(tc.a), wcapValue{Class: class, HandOver: 1, Last: stamp}); err != nil {
+			t.Fatal(err)
+		}
+		if tc.drained != 0 {
+			if err := drained.Put(key4(tc.a), tc.drained); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ret, prio := run(tc.name, toTarget(unix.ETH_P_IP, unix.IPPROTO_TCP, 5, tc.a, 3260), false)
+		var v wcapValue
+		if err := consumers.Lookup(key4(tc.a), &v); err != nil {
+			t.Fatal(err)
+		}
+		if steered := ret == redirect && prio == class; steered != tc.steered || (v.Last != stamp) != tc.steered {
+			t.Errorf("%s: returned %d with priority %#x, entry stamped %d; want steered and stamped: %v", tc.name, ret, prio, v.Last, tc.steered)
 		}
 	}
 }
@@ -370,16 +401,17 @@ func TestWriteCapRecapWhileHandingOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	minor := w.cur[a].minor
+	w.drain.end() // the hand-over stays where Clear leaves it
 	if err := Clear(w, a); err != nil {
 		t.Fatal(err)
 	}
-	if d, ok := w.draining[a]; !ok || !d.marked {
-		t.Fatalf("after Clear with an empty class: draining %+v, want the entry marked handed over", w.draining)
+	var v wcapValue
+	if err := w.consumers.Lookup(key4(a), &v); err != nil || v.HandOver == 0 || len(w.draining) != 1 {
+		t.Fatalf("after Clear: map %+v (%v), draining %v; want the entry marked handed over", v, err, w.draining)
 	}
 	if err := w.Set(map[netip.Addr]Setting{a: {WriteRate: 2 << 20}}); err != nil {
 		t.Fatal(err)
 	}
-	var v wcapValue
 	if err := w.consumers.Lookup(key4(a), &v); err != nil {
 		t.Fatal(err)
 	}
