@@ -11,7 +11,7 @@ mkdir -p "$O"
 S=/run/sanqos-lab/state.json
 cp $S "$O/state.json"
 SANQOS=$(ls -d /run/sanqos-bin/*/ | head -1)sanqos
-dev() { jq -r --arg h "$1" '.resources[0].luns[]|select(.host==$h).device' $S; }
+dev() { jq -r --arg h "$1" '.resources[0].luns[]|select(.host==$h).device // empty' $S; }
 snap() { # snap NAME
   local d="$O/$1"; mkdir -p "$d"
   date +%s.%N >"$d/t"
