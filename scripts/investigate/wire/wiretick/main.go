@@ -4,7 +4,9 @@
 // tick: when each sample was taken and what moved. Run it in the
 // target's namespace (ip netns exec bm wiretick -for 60s); its output
 // shows whether a consumer's wire rate, as the agent computes and smooths
-// it, follows the bytes its device moved (scripts/wiretick.py).
+// it, follows the bytes its device moved (scripts/investigate/wire/wiretick.py).
+//
+// Imports (sanqos): sample.
 package main
 
 import (

@@ -74,7 +74,7 @@ if [ "${MODE:-}" = tick ]; then
   # The agent's tick replayed (wiretick) through the reader alone for T s,
   # then the reader beside 12 writers for 2T s; the shadow agent's events
   # say whom its rules would slow.
-  ip netns exec bm "$(dirname "$0")/../bin/wiretick" -for $((3*T+60))s >"$O/wiretick.jsonl" 2>"$O/wiretick.err" &
+  ip netns exec bm "$(dirname "$0")/../../../bin/wiretick" -for $((3*T+60))s >"$O/wiretick.jsonl" 2>"$O/wiretick.err" &
   WT=$!
   snap t0
   fiojob b2 smalljob randread 8k 256k 1; wait $FIOS; FIOS=""

@@ -2,11 +2,11 @@
 # Host side of guest-wire-probe.sh: brings the guest's lab up (own
 # SANQOS_GUEST_DIR), runs the probe in it, copies its output to OUT and
 # takes the guest down. Run it under the guest lock:
-#   flock -o /tmp/sanqos-guest.lock scripts/guest-wire-run.sh OUT [lab up flags...]
+#   flock -o /tmp/sanqos-guest.lock scripts/investigate/wire/guest-wire-run.sh OUT [lab up flags...]
 set -u
 OUT=$1; shift
-SHADOW_OLD=${SHADOW_OLD-$(ls "$(cd "$(dirname "$0")/.." && pwd)"/bin-old/sanqos 2>/dev/null)}
-BIN=$(cd "$(dirname "$0")/.." && pwd)/bin
+SHADOW_OLD=${SHADOW_OLD-$(ls "$(cd "$(dirname "$0")/../../.." && pwd)"/bin-old/sanqos 2>/dev/null)}
+BIN=$(cd "$(dirname "$0")/../../.." && pwd)/bin
 export SANQOS_GUEST_DIR=/run/sanqos-guest-wire
 G=$SANQOS_GUEST_DIR
 PROBE=$(cd "$(dirname "$0")" && pwd)/guest-wire-probe.sh
