@@ -28,10 +28,9 @@ import (
 // KiB/s), and the IFB's tasklet runs after the receive softirq, late when
 // the host takes the vCPU away mid-softirq or the softirq is left to a
 // ksoftirqd that waits for a CPU. So no gap between a writer's segments
-// proves its path empty: handing over at the first 20 ms gap failed CI
-// about once in twenty-five runs (45 spurious fast retransmissions,
-// TestWriteCapLiftDrains), and TestWriteCapLiftSlowPath, its path slowed
-// on purpose, failed every time.
+// proves its path empty: handed over at its first 20 ms gap, the writer
+// of TestWriteCapLiftSlowPath, its path slowed on purpose, overtook
+// itself in 8 runs of 8.
 //
 // So the hand-over waits for the kernel's own counts. Lifting opens the
 // class to the link rate and marks the consumer's map entry: the program

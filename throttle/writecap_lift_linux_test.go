@@ -20,6 +20,15 @@ import (
 // for tail-loss probes, and no segment is dropped on the way. (A
 // class deleted at once drops its queue, and its tail is then resent
 // after a timeout.)
+//
+// Left: 1 run in 59 at 5dba7c9 (the drainer) failed as 1 in 18 had with
+// the 20 ms gap rule before it, alike: 2 fast retransmissions,
+// TCPSACKReorder 1, reordering 45 (a 64 KiB skb overtaken), 110–130 ms
+// of steal over the lift. The hand-over's counts do not explain it. A
+// guess, not shown: veth queues each skb on the backlog of the CPU that
+// sends it, the writer sends from both (its own thread, ACKs' softirqs),
+// and a vCPU stalled with one in its backlog lets the next arrive first,
+// capped or not.
 func TestWriteCapLiftDrains(t *testing.T) {
 	n, ln, w := writeCapNet(t)
 	t.Cleanup(func() { w.Close() })
@@ -106,7 +115,7 @@ func TestWriteCapLiftDrains(t *testing.T) {
 // every 46 ms: its next write, 40 ms after four segments that went into
 // the class, must follow them there, not overtake them on the direct
 // path. (Handed over at the writer's first 20 ms gap, as before the
-// drainer, it overtook them in 5 runs of 5: TCPSACKReorder 1 each, and
+// drainer, it overtook them in 8 runs of 8: TCPSACKReorder 1 each, and
 // TCPSpuriousRtxHostQueues 3–4, TCP's resends held back only because the
 // overtaken segments were still queued in this host.)
 func TestWriteCapLiftSlowPath(t *testing.T) {
