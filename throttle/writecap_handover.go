@@ -30,7 +30,7 @@ import (
 // ksoftirqd that waits for a CPU. So no gap between a writer's segments
 // proves its path empty: handed over at its first 20 ms gap, the writer
 // of TestWriteCapLiftSlowPath, its path slowed on purpose, overtook
-// itself in 8 runs of 8.
+// itself in 11 runs of 11.
 //
 // So the hand-over waits for the kernel's own counts. Lifting opens the
 // class to the link rate and marks the consumer's map entry: the program

@@ -24,11 +24,14 @@ import (
 // Left: 1 run in 59 at 5dba7c9 (the drainer) failed as 1 in 18 had with
 // the 20 ms gap rule before it, alike: 2 fast retransmissions,
 // TCPSACKReorder 1, reordering 45 (a 64 KiB skb overtaken), 110–130 ms
-// of steal over the lift. The hand-over's counts do not explain it. A
-// guess, not shown: veth queues each skb on the backlog of the CPU that
-// sends it, the writer sends from both (its own thread, ACKs' softirqs),
-// and a vCPU stalled with one in its backlog lets the next arrive first,
-// capped or not.
+// of steal over the lift. The hand-over's counts do not explain it, and
+// no cap is needed for it: the same paced writer with no cap at all, over
+// the same veth, saw 5 SACK reorderings and one such episode (2 fast
+// retransmissions) in 180 s, and none in 120 s with the test process
+// pinned to one CPU. veth queues each skb on the backlog of the CPU that
+// sends it, and the writer sends from both (its own thread, the ACKs'
+// softirqs): a vCPU stalled with one in its backlog lets the next arrive
+// first.
 func TestWriteCapLiftDrains(t *testing.T) {
 	n, ln, w := writeCapNet(t)
 	t.Cleanup(func() { w.Close() })
@@ -115,7 +118,7 @@ func TestWriteCapLiftDrains(t *testing.T) {
 // every 46 ms: its next write, 40 ms after four segments that went into
 // the class, must follow them there, not overtake them on the direct
 // path. (Handed over at the writer's first 20 ms gap, as before the
-// drainer, it overtook them in 8 runs of 8: TCPSACKReorder 1 each, and
+// drainer, it overtook them in 11 runs of 11: TCPSACKReorder 1 each, and
 // TCPSpuriousRtxHostQueues 3–4, TCP's resends held back only because the
 // overtaken segments were still queued in this host.)
 func TestWriteCapLiftSlowPath(t *testing.T) {
@@ -151,7 +154,14 @@ func TestWriteCapLiftSlowPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := waitFor(t, 5*time.Second, "the lifted cap's class removed", func() bool { return !hasClass(t, w.ifb, class) })
-	lift.judge(t, n, c, w, fmt.Sprintf("lifted with its path slowed to a segment every 46 ms, the writer's second write 40 ms after its first: class gone %v later", took))
+	moved := lift.judge(t, n, c, w, fmt.Sprintf("lifted with its path slowed to a segment every 46 ms, the writer's second write 40 ms after its first: class gone %v later", took))
+	// Overtaken segments show as SACK reordering even where TCP resends
+	// nothing (on veth it resends no segment still queued in this host).
+	// The veth path reorders by itself too, rarely (the note on
+	// TestWriteCapLiftDrains), against every run here.
+	if r := moved["TcpExt:TCPSACKReorder"]; r > 0 {
+		t.Errorf("the writer's segments arrived out of order after the lift (%d SACK reorderings)", r)
+	}
 }
 
 // liftWatch is what a lift is judged by, as it was before: the writer's
@@ -170,8 +180,8 @@ func watchLift(t *testing.T, n *tcTestNet, c net.Conn) liftWatch {
 
 // judge fails the test on a retransmission since the watch began other
 // than a tail-loss probe, a receive drop, or a hand-over forced at its
-// deadline.
-func (l liftWatch) judge(t *testing.T, n *tcTestNet, c net.Conn, w *WriteCap, what string) {
+// deadline; it returns the writer's TcpExt counters that moved.
+func (l liftWatch) judge(t *testing.T, n *tcTestNet, c net.Conn, w *WriteCap, what string) map[string]int64 {
 	t.Helper()
 	after, moved := tcpRetrans(t, c.(*net.TCPConn)), tcpExtMoved(l.ext, n.tcpExtB(t))
 	t.Logf("%s: %d retransmissions (writer's TcpExt %v)", what, after-l.rtx, moved)
@@ -180,19 +190,16 @@ func (l liftWatch) judge(t *testing.T, n *tcTestNet, c net.Conn, w *WriteCap, wh
 	// probes spuriously whether or not the cap is lifted (the TCG guest:
 	// one DSACKed probe in about half the runs): every other
 	// retransmission is a failure.
-	// A segment that overtook another shows as SACK reordering even where
-	// TCP resent nothing (on veth it resends no segment still queued in
-	// this host).
-	reordered := moved["TcpExt:TCPSACKReorder"] + moved["TcpExt:TCPTSReorder"] + moved["TcpExt:TCPRenoReorder"]
-	if rtx := int64(after-l.rtx) - moved["TcpExt:TCPLossProbes"]; rtx > 0 || reordered > 0 || moved["TcpExt:TCPFastRetrans"] > 0 || moved["TcpExt:TCPTimeouts"] > 0 || softnetDrops(t) > l.drops {
+	if rtx := int64(after-l.rtx) - moved["TcpExt:TCPLossProbes"]; rtx > 0 || moved["TcpExt:TCPFastRetrans"] > 0 || moved["TcpExt:TCPTimeouts"] > 0 || softnetDrops(t) > l.drops {
 		info := tcpInfo(t, c.(*net.TCPConn))
 		// The steal says whether the host took a vCPU away meanwhile.
-		t.Errorf("the writer retransmitted %d segments besides tail-loss probes after its cap was lifted, saw %d reorderings (receiver backlog drops %d; reordering %d, lost %d; writer's TcpExt %v; machine's steal over the lift %.0f ms)",
-			rtx, reordered, softnetDrops(t)-l.drops, info.Reordering, info.Lost, moved, 1e3*(stealSeconds(t)-l.steal))
+		t.Errorf("the writer retransmitted %d segments besides tail-loss probes after its cap was lifted (receiver backlog drops %d; reordering %d, lost %d; writer's TcpExt %v; machine's steal over the lift %.0f ms)",
+			rtx, softnetDrops(t)-l.drops, info.Reordering, info.Lost, moved, 1e3*(stealSeconds(t)-l.steal))
 	}
 	if f := w.ForcedHandOvers(); f > 0 {
 		t.Errorf("%d hand-overs forced at their deadline: the writer's path was never seen empty", f)
 	}
+	return moved
 }
 
 // softnetDrops is the packets the kernel's per-CPU receive backlogs
