@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/procfs"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // Lifting a cap while its class holds a backlog of the writer's window
@@ -31,8 +32,10 @@ import (
 // pinned to one CPU. veth queues each skb on the backlog of the CPU that
 // sends it, and the writer sends from both (its own thread, the ACKs'
 // softirqs): a vCPU stalled with one in its backlog lets the next arrive
-// first.
+// first. So the test runs on one CPU (oneCPU): what it judges is the
+// hand-over, not the test path's own reordering.
 func TestWriteCapLiftDrains(t *testing.T) {
+	oneCPU(t)
 	n, ln, w := writeCapNet(t)
 	t.Cleanup(func() { w.Close() })
 	writer := n.addrsB[0]
@@ -255,4 +258,35 @@ func stealSeconds(t *testing.T) float64 {
 		t.Fatal(err)
 	}
 	return s.CPUTotal.Steal
+}
+
+// oneCPU pins every thread of the test process to one CPU of its mask
+// until the test ends, so that a writer's segments and the softirqs its
+// ACKs raise all enter veth's backlog of one CPU, in order. Threads made
+// meanwhile inherit the mask of the thread that makes them.
+func oneCPU(t *testing.T) {
+	t.Helper()
+	var all, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		t.Fatal(err)
+	}
+	for cpu := 0; cpu < 1024; cpu++ {
+		if all.IsSet(cpu) {
+			one.Set(cpu)
+			break
+		}
+	}
+	set := func(m *unix.CPUSet) {
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range tasks {
+			if tid, err := strconv.Atoi(d.Name()); err == nil {
+				unix.SchedSetaffinity(tid, m) // a thread gone meanwhile needs no mask
+			}
+		}
+	}
+	set(&one)
+	t.Cleanup(func() { set(&all) })
 }
