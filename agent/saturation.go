@@ -38,7 +38,7 @@ import (
 // it reads more than throttleable_read_mb_s in large reads (a stream or
 // two of large requests keeps under one request queued: a VM's 64 KiB
 // I/O on two streams, simulator mixed, ~0.8 queued at 2.5 MB/s;
-// bulkReadSize), or it writes more
+// BulkReadSize), or it writes more
 // than throttleable_write_mb_s (the thesis' rule), or it is listed
 // throttleable. It stays while the resource is being regulated, since
 // the delay itself moves its queue out of the resource and onto the wire
@@ -199,7 +199,7 @@ func saturates(c *ConsumerInput, mark, readBps float64) bool {
 	return readsInBulk(c, readBps) || (mark > 0 && c.Queue >= mark)
 }
 
-// bulkReadSize is the mean read at and above which the read-rate rule
+// BulkReadSize is the mean read at and above which the read-rate rule
 // takes a consumer's reads for bulk ones. The rule is there for a stream
 // or two of large reads (a backup's 64 KiB and more, a checkpoint's), which
 // keep under one request queued; a consumer of small reads one at a time
@@ -208,13 +208,13 @@ func saturates(c *ConsumerInput, mark, readBps float64) bool {
 // bulk reader at 1.13 MB/s and slowed to 90 ms (initiator p95 16.87× the
 // threshold, run ab-lio-9ae35fe). Small reads many at a time meet the
 // queue rule.
-const bulkReadSize = 32 << 10
+const BulkReadSize = 32 << 10
 
 // readsInBulk is the read-rate rule: a read rate above readBps (0: off)
-// in reads of bulkReadSize or more on average (ReadSize 0: unknown, the
+// in reads of BulkReadSize or more on average (ReadSize 0: unknown, the
 // rate alone decides).
 func readsInBulk(c *ConsumerInput, readBps float64) bool {
-	return readBps > 0 && c.ReadEWMA > readBps && (c.ReadSize == 0 || c.ReadSize >= bulkReadSize)
+	return readBps > 0 && c.ReadEWMA > readBps && (c.ReadSize == 0 || c.ReadSize >= BulkReadSize)
 }
 
 // directed is the setting that slows c by d in the directions it loads

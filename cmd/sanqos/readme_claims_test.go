@@ -161,8 +161,8 @@ func TestReadmeClaims(t *testing.T) {
 			return nil
 		}},
 		{"turn on the write-rate lever (off by default", func() error { return eq(d.RateLeverSteps, 0) }},
-		{"A single-stream interferer under 1 MB/s looks like the reader it hurts; name it `throttleable`", func() error {
-			return firstErr(eq(d.ReadMBs, 1.0), eq(d.WriteMBs, 1.0))
+		{"A single-stream interferer under 1 MB/s or in reads under 32 KiB looks like the reader it hurts; name it `throttleable`", func() error {
+			return firstErr(eq(d.ReadMBs, 1.0), eq(d.WriteMBs, 1.0), eq(agent.BulkReadSize, 32<<10))
 		}},
 		{"netem and the caps act on IPv4 consumers only", func() error {
 			v6 := throttle.NamesWith(func(c throttle.Caps) bool { return c.IPv6 })
