@@ -22,7 +22,7 @@ import (
 //     direction, since every request on a device waits alike: its
 //     commands per second on the wire (sample.Rate.CommandsPerSec) × the
 //     devices' read wait + its share of their write bytes × their write
-//     time; without the wire the rule stays out (tick.go,
+//     time; without the wire the rule stays out (measure.go,
 //     measureConsumer). A request waits behind what is queued ahead of it, so
 //     the consumers that keep several requests queued are the ones that
 //     make everyone else's reads wait. A latency-sensitive job with one

@@ -59,7 +59,7 @@ func protectedWithMinimalConfig(t *testing.T, gexec func(time.Duration, string) 
 	// queue rule, when it was Little's law over completed requests, took
 	// it for a saturating consumer in one run of four (1.3 queued); it
 	// counts requests in flight now, which a reader with one at a time
-	// never passes (agent/tick.go measureConsumer).
+	// never passes (agent/measure.go measureConsumer).
 	if slices.Contains(r.slowed, "10.99.0.2") {
 		t.Errorf("minimal config: slowed %v: never the reader", r.slowed)
 	}
